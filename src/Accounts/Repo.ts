@@ -1,0 +1,57 @@
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Context, Effect, Layer } from "effect"
+import type { Account } from "../Auth/Api.js"
+import { newId } from "../Domain/Ids.js"
+import type { Identity } from "../Auth/IdentityProvider.js"
+
+interface AccountRow {
+  readonly id: string
+  readonly subject: string
+  readonly email: string | null
+  readonly suspendedAt: Date | null
+}
+
+const toAccount = (row: AccountRow): Account => ({
+  id: row.id,
+  subject: row.subject,
+  email: row.email,
+  suspended: row.suspendedAt !== null
+})
+
+export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo, {
+  /** The account of a signed-in developer; created, with an empty wallet, on first sign-in. */
+  readonly signIn: (identity: Identity) => Effect.Effect<Account, SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.effect(
+    AccountsRepo,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const find = (subject: string) =>
+        sql<AccountRow>`
+          SELECT id, subject, email, suspended_at FROM accounts WHERE subject = ${subject}
+        `.pipe(Effect.map((rows) => rows[0]))
+      const create = (identity: Identity) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const id = newId("acct")
+          const inserted = yield* sql<{ id: string }>`
+            INSERT INTO accounts (id, subject, email, name)
+            VALUES (${id}, ${identity.subject}, ${identity.email}, ${identity.name})
+            ON CONFLICT (subject) DO NOTHING
+            RETURNING id
+          `
+          if (inserted.length > 0) yield* sql`INSERT INTO wallets (account_id) VALUES (${id})`
+        }))
+      return AccountsRepo.of({
+        signIn: (identity) =>
+          Effect.gen(function*() {
+            const existing = yield* find(identity.subject)
+            if (existing !== undefined) return toAccount(existing)
+            yield* create(identity)
+            const created = yield* find(identity.subject)
+            if (created === undefined) return yield* Effect.dieMessage("account vanished after creation")
+            return toAccount(created)
+          })
+      })
+    })
+  )
+}

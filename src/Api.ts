@@ -1,0 +1,30 @@
+import { HttpApi, OpenApi } from "@effect/platform"
+import { DevIdentityApi } from "./Auth/Api.js"
+import { BillingApi, WebhooksApi } from "./Billing/Api.js"
+import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
+import { HealthApi } from "./Health/Api.js"
+import { KeysApi } from "./Keys/Api.js"
+import { ModelCallsApi, ModelsApi } from "./Models/Api.js"
+import { UsageApi } from "./Usage/Api.js"
+
+/** The whole contract of the service; OpenAPI and typed clients are derived from it. */
+export class NenasApi extends HttpApi.make("nenas")
+  .add(ModelCallsApi)
+  .add(ModelsApi)
+  .add(KeysApi)
+  .add(BillingApi)
+  .add(UsageApi)
+  .add(WebhooksApi)
+  .add(DevIdentityApi)
+  .add(HealthApi)
+  .addError(wire(InvalidRequest))
+  .addError(wire(NotFound))
+  .addError(wire(ContextLengthExceeded))
+  .addError(wire(InternalError))
+  .annotate(OpenApi.Title, "nenas")
+  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(
+    OpenApi.Description,
+    "Model routing with prepaid billing in Malaysian ringgit. Every error body is `{type: \"error\", error: {...}}`."
+  )
+{}

@@ -1,0 +1,90 @@
+import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
+
+/** Every setting of DESIGN.md's configuration table, read once at start-up. */
+export interface AppConfigShape {
+  readonly port: number
+  readonly host: string
+  readonly publicBaseUrl: string
+  readonly databaseUrl: Option.Option<Redacted.Redacted>
+  readonly dataDir: string
+  readonly redisUrl: Option.Option<string>
+  readonly rateLimitRpm: number
+  readonly rateLimitConcurrent: number
+  readonly upstreamBaseUrl: Option.Option<string>
+  readonly upstreamApiKey: Option.Option<Redacted.Redacted>
+  readonly upstreamModelGeneral: string
+  readonly upstreamModelReasoning: string
+  readonly upstreamFirstByteTimeoutMs: number
+  readonly upstreamTotalTimeoutMs: number
+  readonly searchBaseUrl: Option.Option<string>
+  readonly stripeSecretKey: Option.Option<Redacted.Redacted>
+  readonly stripeWebhookSecret: Option.Option<Redacted.Redacted>
+  readonly stripeApiUrl: Option.Option<string>
+  readonly authJwksUrl: Option.Option<string>
+  readonly authIssuer: Option.Option<string>
+  readonly authAudience: Option.Option<string>
+  readonly dashboardUrl: string
+  readonly businessTimezone: string
+  readonly production: boolean
+}
+
+const nonEmpty = (name: string) =>
+  Config.option(Config.nonEmptyString(name))
+
+const isValidTimezone = (zone: string): boolean => {
+  try {
+    new Intl.DateTimeFormat("en", { timeZone: zone })
+    return true
+  } catch {
+    return false
+  }
+}
+
+export const appConfig: Config.Config<AppConfigShape> = Config.all({
+  port: Config.port("PORT").pipe(Config.withDefault(8080)),
+  host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
+  publicBaseUrl: nonEmpty("PUBLIC_BASE_URL"),
+  databaseUrl: Config.option(Config.redacted("DATABASE_URL")).pipe(
+    Config.map(Option.filter((url) => Redacted.value(url).length > 0))
+  ),
+  dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+  redisUrl: nonEmpty("REDIS_URL"),
+  rateLimitRpm: Config.integer("RATE_LIMIT_RPM").pipe(Config.withDefault(600)),
+  rateLimitConcurrent: Config.integer("RATE_LIMIT_CONCURRENT").pipe(Config.withDefault(50)),
+  upstreamBaseUrl: nonEmpty("UPSTREAM_BASE_URL"),
+  upstreamApiKey: Config.option(Config.redacted("UPSTREAM_API_KEY")),
+  upstreamModelGeneral: Config.string("UPSTREAM_MODEL_GENERAL").pipe(Config.withDefault("gpt-4.1-mini")),
+  upstreamModelReasoning: Config.string("UPSTREAM_MODEL_REASONING").pipe(Config.withDefault("o4-mini")),
+  upstreamFirstByteTimeoutMs: Config.integer("UPSTREAM_FIRST_BYTE_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
+  upstreamTotalTimeoutMs: Config.integer("UPSTREAM_TOTAL_TIMEOUT_MS").pipe(Config.withDefault(600_000)),
+  searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
+  stripeSecretKey: Config.option(Config.redacted("STRIPE_SECRET_KEY")),
+  stripeWebhookSecret: Config.option(Config.redacted("STRIPE_WEBHOOK_SECRET")),
+  stripeApiUrl: nonEmpty("STRIPE_API_URL"),
+  authJwksUrl: nonEmpty("AUTH_JWKS_URL"),
+  authIssuer: nonEmpty("AUTH_ISSUER"),
+  authAudience: nonEmpty("AUTH_AUDIENCE"),
+  dashboardUrl: nonEmpty("DASHBOARD_URL"),
+  businessTimezone: Config.string("BUSINESS_TIMEZONE").pipe(
+    Config.withDefault("Asia/Kuala_Lumpur"),
+    Config.validate({ message: "BUSINESS_TIMEZONE must be an IANA time zone", validation: isValidTimezone })
+  ),
+  nodeEnv: Config.string("NODE_ENV").pipe(Config.withDefault("development"))
+}).pipe(
+  Config.map(({ dashboardUrl, nodeEnv, publicBaseUrl, ...rest }) => {
+    const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")
+    return {
+      ...rest,
+      publicBaseUrl: base,
+      dashboardUrl: Option.getOrElse(dashboardUrl, () => base).replace(/\/+$/, ""),
+      production: nodeEnv === "production"
+    }
+  })
+)
+
+export class AppConfig extends Context.Tag("nenas/AppConfig")<AppConfig, AppConfigShape>() {
+  static readonly layer = Layer.effect(AppConfig, appConfig)
+  /** For tests and tools that build the service with explicit settings. */
+  static readonly layerWith = (overrides: Partial<AppConfigShape>) =>
+    Layer.effect(AppConfig, Effect.map(appConfig, (config) => ({ ...config, ...overrides })))
+}

@@ -1,0 +1,81 @@
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Context, Schema } from "effect"
+import {
+  AuthenticationError,
+  ExpiredApiKey,
+  InvalidApiKey,
+  InvalidRequest,
+  NotFound,
+  RevokedApiKey,
+  wire
+} from "../Domain/Errors.js"
+
+/** The signed-in developer account. */
+export interface Account {
+  readonly id: string
+  readonly subject: string
+  readonly email: string | null
+  readonly suspended: boolean
+}
+
+export class CurrentAccount extends Context.Tag("nenas/CurrentAccount")<CurrentAccount, Account>() {}
+
+/** The API key a `/v1` call was made with, and its account. */
+export interface ApiKeyPrincipal {
+  readonly keyId: string
+  readonly accountId: string
+  readonly environment: "live" | "test"
+  readonly monthlySpendLimitMicroMyr: number | null
+  readonly accountSuspended: boolean
+}
+
+export class CurrentApiKey extends Context.Tag("nenas/CurrentApiKey")<CurrentApiKey, ApiKeyPrincipal>() {}
+
+/** `Authorization: Bearer <SESSION_TOKEN>` on `/dashboard/*`. */
+export class DashboardAuth extends HttpApiMiddleware.Tag<DashboardAuth>()("DashboardAuth", {
+  failure: wire(AuthenticationError),
+  provides: CurrentAccount,
+  security: { sessionToken: HttpApiSecurity.bearer }
+}) {}
+
+/** `Authorization: Bearer <API_KEY>` on `/v1/*`. */
+export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeyAuth", {
+  failure: Schema.Union(wire(AuthenticationError), wire(InvalidApiKey), wire(ExpiredApiKey), wire(RevokedApiKey)),
+  provides: CurrentApiKey,
+  security: { apiKey: HttpApiSecurity.bearer }
+}) {}
+
+export const DevSessionRequest = Schema.Struct({
+  email: Schema.String.pipe(
+    Schema.trimmed(),
+    Schema.pattern(/^[^\s@]+@[^\s@]+$/, { message: () => "must be an email address" }),
+    Schema.maxLength(254)
+  ),
+  name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(100)))
+})
+
+export const DevSessionResponse = Schema.Struct({ token: Schema.String })
+
+export const Jwks = Schema.Struct({
+  keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+})
+
+/** The development identity provider: present only when `AUTH_JWKS_URL` is unset. */
+export class DevIdentityApi extends HttpApiGroup.make("devIdentity")
+  .add(
+    HttpApiEndpoint.post("createSession", "/dev/session")
+      .setPayload(DevSessionRequest)
+      .addSuccess(DevSessionResponse)
+      .addError(wire(InvalidRequest))
+      .addError(wire(NotFound))
+  )
+  .add(
+    HttpApiEndpoint.get("jwks", "/dev/.well-known/jwks.json")
+      .addSuccess(Jwks)
+      .addError(wire(NotFound))
+  )
+  .annotate(
+    OpenApi.Description,
+    "Development identity provider: issues dashboard session tokens when AUTH_JWKS_URL is unset (never in production)."
+  )
+{}

@@ -1,0 +1,160 @@
+import { mkdir, readFile, writeFile } from "node:fs/promises"
+import { join } from "node:path"
+import { Clock, Context, Data, Effect, Layer, Option } from "effect"
+import {
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  exportJWK,
+  generateKeyPair,
+  importJWK,
+  type JSONWebKeySet,
+  type JWK,
+  jwtVerify,
+  type JWTVerifyGetKey,
+  SignJWT
+} from "jose"
+import { AppConfig } from "../AppConfig.js"
+import { AuthenticationError } from "../Domain/Errors.js"
+import { randomBase62 } from "../Domain/Ids.js"
+
+/** What a verified session token tells us about the developer. */
+export interface Identity {
+  readonly subject: string
+  readonly email: string | null
+  readonly name: string | null
+}
+
+/** The development identity provider's own keys and token issuer. */
+export interface DevIdentity {
+  readonly issue: (input: { readonly email: string; readonly name?: string | undefined }) => Effect.Effect<string>
+  readonly jwks: JSONWebKeySet
+}
+
+export class IdentityProvider extends Context.Tag("nenas/IdentityProvider")<IdentityProvider, {
+  readonly verify: (token: string) => Effect.Effect<Identity, AuthenticationError>
+  /** Present only when no identity provider is configured. */
+  readonly dev: Option.Option<DevIdentity>
+}>() {}
+
+export class IdentityConfigError extends Data.TaggedError("IdentityConfigError")<{ readonly message: string }> {}
+
+/** Asymmetric algorithms only: a symmetric one would let a public key sign tokens. */
+const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+
+export const DEV_AUDIENCE = "nenas-dashboard"
+const DEV_ALGORITHM = "ES256"
+const DEV_TOKEN_TTL_SECONDS = 24 * 60 * 60
+
+const stringClaim = (value: unknown): string | null => typeof value === "string" && value.length > 0 ? value : null
+
+/** The one verification path, for the development keys and a real provider's JWKS alike. */
+const makeVerifier = (
+  keys: JWTVerifyGetKey,
+  options: { readonly issuer: string | undefined; readonly audience: string | undefined }
+) =>
+(token: string): Effect.Effect<Identity, AuthenticationError> =>
+  Effect.gen(function*() {
+    if (token.length === 0) {
+      return yield* new AuthenticationError({
+        message: "Missing session token. Send `Authorization: Bearer <SESSION_TOKEN>`."
+      })
+    }
+    const now = yield* Clock.currentTimeMillis
+    const { payload } = yield* Effect.tryPromise({
+      try: () =>
+        jwtVerify(token, keys, {
+          algorithms: ALGORITHMS,
+          currentDate: new Date(now),
+          ...(options.issuer === undefined ? {} : { issuer: options.issuer }),
+          ...(options.audience === undefined ? {} : { audience: options.audience })
+        }),
+      catch: (error) =>
+        new AuthenticationError({
+          message: `Invalid session token: ${error instanceof Error ? error.message : "verification failed"}.`
+        })
+    })
+    const subject = stringClaim(payload.sub)
+    if (subject === null) {
+      return yield* new AuthenticationError({ message: "Invalid session token: it has no `sub` claim." })
+    }
+    return { subject, email: stringClaim(payload["email"]), name: stringClaim(payload["name"]) }
+  })
+
+interface StoredKey {
+  readonly privateJwk: JWK
+  readonly publicJwk: JWK
+}
+
+/** The development signing key lives in `DATA_DIR`, so tokens survive a restart. */
+const loadDevKey = async (dataDir: string): Promise<StoredKey> => {
+  const file = join(dataDir, "dev-identity-key.json")
+  try {
+    return JSON.parse(await readFile(file, "utf8")) as StoredKey
+  } catch {
+    const { privateKey, publicKey } = await generateKeyPair(DEV_ALGORITHM, { extractable: true })
+    const kid = randomBase62(16)
+    const stored: StoredKey = {
+      privateJwk: { ...(await exportJWK(privateKey)), kid, alg: DEV_ALGORITHM },
+      publicJwk: { ...(await exportJWK(publicKey)), kid, alg: DEV_ALGORITHM, use: "sig" }
+    }
+    await mkdir(dataDir, { recursive: true })
+    await writeFile(file, JSON.stringify(stored), { mode: 0o600 })
+    return stored
+  }
+}
+
+const makeDev = (dataDir: string, issuer: string) =>
+  Effect.gen(function*() {
+    const stored = yield* Effect.promise(() => loadDevKey(dataDir))
+    const privateKey = yield* Effect.promise(() => importJWK(stored.privateJwk, DEV_ALGORITHM))
+    const jwks: JSONWebKeySet = { keys: [stored.publicJwk] }
+    const dev: DevIdentity = {
+      jwks,
+      issue: ({ email, name }) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) => {
+          const normalized = email.trim().toLowerCase()
+          const issuedAt = Math.floor(now / 1000)
+          return Effect.promise(() =>
+            new SignJWT({ email: normalized, ...(name === undefined ? {} : { name }) })
+              .setProtectedHeader({ alg: DEV_ALGORITHM, kid: stored.publicJwk.kid ?? "" })
+              .setSubject(`dev|${normalized}`)
+              .setIssuer(issuer)
+              .setAudience(DEV_AUDIENCE)
+              .setIssuedAt(issuedAt)
+              .setExpirationTime(issuedAt + DEV_TOKEN_TTL_SECONDS)
+              .sign(privateKey)
+          )
+        })
+    }
+    return IdentityProvider.of({
+      verify: makeVerifier(createLocalJWKSet(jwks), { issuer, audience: DEV_AUDIENCE }),
+      dev: Option.some(dev)
+    })
+  })
+
+/**
+ * The identity provider at `AUTH_JWKS_URL` (issuer and audience checked when
+ * set), or the development one when unset — refused under NODE_ENV=production.
+ */
+export const IdentityProviderLive = Layer.effect(
+  IdentityProvider,
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    if (Option.isSome(config.authJwksUrl)) {
+      const keys = createRemoteJWKSet(new URL(config.authJwksUrl.value))
+      return IdentityProvider.of({
+        verify: makeVerifier(keys, {
+          issuer: Option.getOrUndefined(config.authIssuer),
+          audience: Option.getOrUndefined(config.authAudience)
+        }),
+        dev: Option.none()
+      })
+    }
+    if (config.production) {
+      return yield* new IdentityConfigError({
+        message: "AUTH_JWKS_URL must be set when NODE_ENV=production: the development identity provider is refused."
+      })
+    }
+    return yield* makeDev(config.dataDir, `${config.publicBaseUrl}/dev`)
+  })
+)

@@ -1,0 +1,86 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { DashboardAuth } from "../Auth/Api.js"
+import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotImplemented, wire } from "../Domain/Errors.js"
+import { PageParams } from "../Domain/Page.js"
+
+export const TOPUP_OPTIONS_SEN = [1000, 2500, 5000, 10000, 25000, 50000] as const
+
+export const CheckoutRequest = Schema.Struct({
+  amount_sen: Schema.Literal(...TOPUP_OPTIONS_SEN)
+}).annotations({ identifier: "CheckoutRequest" })
+
+export const CheckoutResponse = Schema.Struct({
+  url: Schema.String,
+  session_id: Schema.String,
+  transaction_id: Schema.String
+})
+
+export const Wallet = Schema.Struct({
+  availableMicroMyr: Schema.Int,
+  reservedMicroMyr: Schema.Int,
+  lifetimeTopupMicroMyr: Schema.Int,
+  lifetimeSpendMicroMyr: Schema.Int
+}).annotations({ identifier: "Wallet" })
+
+export const Balance = Schema.Struct({
+  wallet: Wallet,
+  balance_myr: Schema.Number,
+  reserved_myr: Schema.Number,
+  lifetime_topup_myr: Schema.Number,
+  lifetime_spend_myr: Schema.Number,
+  topup_options_sen: Schema.Array(Schema.Int)
+})
+
+export const LedgerType = Schema.Literal("topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment")
+
+export const LedgerEntry = Schema.Struct({
+  id: Schema.String,
+  type: LedgerType,
+  amountMicroMyr: Schema.Int,
+  balanceAfterMicroMyr: Schema.Int,
+  description: Schema.String,
+  createdAt: Schema.String
+}).annotations({ identifier: "LedgerEntry" })
+
+export const TransactionsParams = Schema.Struct({ ...PageParams.fields, type: Schema.optional(LedgerType) })
+
+export const TransactionsPage = Schema.Struct({
+  ledger: Schema.Array(LedgerEntry),
+  page: Schema.Int,
+  limit: Schema.Int
+})
+
+export const WebhookAck = Schema.Struct({ received: Schema.Boolean, processed: Schema.Boolean })
+
+export class BillingApi extends HttpApiGroup.make("billing")
+  .add(
+    HttpApiEndpoint.post("checkout", "/dashboard/billing/checkout")
+      .setPayload(CheckoutRequest)
+      .addSuccess(CheckoutResponse)
+      .addError(wire(BillingError))
+  )
+  .add(HttpApiEndpoint.get("balance", "/dashboard/billing/balance").addSuccess(Balance))
+  .add(
+    HttpApiEndpoint.get("transactions", "/dashboard/billing/transactions")
+      .setUrlParams(TransactionsParams)
+      .addSuccess(TransactionsPage)
+  )
+  .addError(wire(InvalidRequest))
+  .addError(wire(NotImplemented))
+  .middleware(DashboardAuth)
+  .annotate(OpenApi.Description, "The prepaid wallet: Stripe Checkout top-ups, balance and ledger.")
+{}
+
+/** Stripe's events; the body is verified raw against `Stripe-Signature`, so no payload schema. */
+export class WebhooksApi extends HttpApiGroup.make("webhooks")
+  .add(
+    HttpApiEndpoint.post("stripe", "/billing/stripe/webhook")
+      .addSuccess(WebhookAck)
+      .addError(wire(AuthenticationError))
+      .addError(wire(InvalidRequest))
+      .addError(wire(NotImplemented))
+      .addError(wire(InternalError))
+  )
+  .annotate(OpenApi.Description, "Payment processor events: payments, refunds and chargebacks.")
+{}

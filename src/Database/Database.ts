@@ -1,0 +1,48 @@
+import { fileURLToPath } from "node:url"
+import { NodeContext } from "@effect/platform-node"
+import { PgClient, PgMigrator } from "@effect/sql-pg"
+import { Effect, Layer, Option, String } from "effect"
+import pg from "pg"
+import { AppConfig } from "../AppConfig.js"
+import { startEmbeddedPostgres } from "./EmbeddedPostgres.js"
+
+const INT8_OID = 20
+
+/** bigint columns hold micro-MYR; every amount we store is a safe integer, and we check it. */
+const parseInt8 = (text: string): number => {
+  const value = Number(text)
+  if (!Number.isSafeInteger(value)) throw new RangeError(`bigint out of safe range: ${text}`)
+  return value
+}
+
+const types: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === INT8_OID ? parseInt8 : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"]
+}
+
+export const migrationsDirectory = fileURLToPath(new URL("../../migrations", import.meta.url))
+
+/**
+ * PostgreSQL from `DATABASE_URL`, or embedded in `DATA_DIR/pg` when unset;
+ * the migrations in `migrations/` are applied before anything else uses it.
+ */
+export const DatabaseLive = Layer.unwrapScoped(
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const url = Option.isSome(config.databaseUrl)
+      ? config.databaseUrl.value
+      : (yield* startEmbeddedPostgres(config.dataDir)).url
+    const client = PgClient.layer({
+      url,
+      types,
+      maxConnections: 20,
+      applicationName: "nenas",
+      transformResultNames: String.snakeToCamel,
+      transformQueryNames: String.camelToSnake
+    })
+    const migrations = PgMigrator.layer({ loader: PgMigrator.fromFileSystem(migrationsDirectory) }).pipe(
+      Layer.provide(NodeContext.layer)
+    )
+    return Layer.provideMerge(migrations, client)
+  })
+)

@@ -1,0 +1,141 @@
+import {
+  HttpApiBuilder,
+  HttpApiError,
+  HttpIncomingMessage,
+  HttpServerError,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
+import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import {
+  type ApiError,
+  ContextLengthExceeded,
+  CurrentDashboardUrl,
+  CurrentRequestId,
+  httpStatus,
+  InternalError,
+  InvalidRequest,
+  isApiError,
+  NotFound,
+  toErrorBody
+} from "../Domain/Errors.js"
+import { newId } from "../Domain/Ids.js"
+
+export const MAX_BODY_BYTES = 8 * 1024 * 1024
+
+/** `messages[0].role` from a parse issue's path. */
+const paramOf = (path: ReadonlyArray<PropertyKey>): string | null =>
+  path.length === 0
+    ? null
+    : path.reduce<string>(
+      (acc, key) => typeof key === "number" ? `${acc}[${key}]` : acc === "" ? String(key) : `${acc}.${String(key)}`,
+      ""
+    )
+
+type Issue = { readonly path: ReadonlyArray<PropertyKey>; readonly message: string }
+
+/**
+ * One problem per field: an optional field's "Expected undefined" and a
+ * union's other alternatives restate the same problem.
+ */
+const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
+  const byPath = new Map<string, Issue>()
+  for (const issue of issues) {
+    const key = JSON.stringify(issue.path.map(String))
+    if (!byPath.has(key) && !issue.message.startsWith("Expected undefined")) byPath.set(key, issue)
+  }
+  return byPath.size > 0 ? [...byPath.values()] : issues.slice(0, 1)
+}
+
+const fromIssues = (all: ReadonlyArray<Issue>) => {
+  const issues = distinctIssues(all)
+  const first = issues[0]
+  if (first === undefined) return new InvalidRequest({ message: "The request is invalid." })
+  const param = paramOf(first.path)
+  const rest = issues.length - 1
+  const more = rest > 0 ? ` (and ${rest} more problem${rest > 1 ? "s" : ""})` : ""
+  return new InvalidRequest({
+    message: param === null ? `Invalid request: ${first.message}${more}` : `Invalid '${param}': ${first.message}${more}`,
+    param
+  })
+}
+
+const isMaxBytes = (error: HttpServerError.RequestError): boolean =>
+  error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
+
+/** Every failure a request can end in, as one of the error codes of DESIGN.md. */
+export const toApiError = (cause: Cause.Cause<unknown>): Option.Option<ApiError> => {
+  const failure = Option.orElse(Cause.failureOption(cause), () => Cause.dieOption(cause))
+  if (Option.isNone(failure)) return Option.none()
+  const error = failure.value
+  if (isApiError(error)) return Option.some(error)
+  if (error instanceof HttpApiError.HttpApiDecodeError) return Option.some(fromIssues(error.issues))
+  if (ParseResult.isParseError(error)) return Option.some(fromIssues(ParseResult.ArrayFormatter.formatErrorSync(error)))
+  if (error instanceof HttpServerError.RouteNotFound) {
+    return Option.some(new NotFound({ message: `No route for ${error.request.method} ${error.request.url}.` }))
+  }
+  if (error instanceof HttpServerError.RequestError && error.reason === "Decode") {
+    return Option.some(
+      isMaxBytes(error)
+        ? new ContextLengthExceeded({ message: `The request body exceeds ${MAX_BODY_BYTES / 1024 / 1024} MiB.` })
+        : new InvalidRequest({ message: "The request body is not valid JSON." })
+    )
+  }
+  return Option.none()
+}
+
+export const errorResponse = (error: ApiError, requestId: string, dashboardUrl: string) => {
+  const body = toErrorBody(error, requestId, dashboardUrl)
+  const retryAfter = body.error.retry_after_seconds
+  return HttpServerResponse.unsafeJson(body, {
+    status: httpStatus(error),
+    headers: retryAfter === undefined ? {} : { "retry-after": String(retryAfter) }
+  })
+}
+
+const contentLengthOver = (request: HttpServerRequest.HttpServerRequest): boolean => {
+  const length = Number(request.headers["content-length"] ?? "0")
+  return Number.isFinite(length) && length > MAX_BODY_BYTES
+}
+
+/**
+ * The API-level middleware: gives every request an id (`X-Request-Id`), caps
+ * bodies at 8 MiB, and turns every failure — typed errors, schema decode
+ * failures, malformed JSON, oversize bodies, unknown routes and defects —
+ * into the spec's error body. A defect's details go to the log, never to the client.
+ */
+export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
+  Effect.gen(function*() {
+    const { dashboardUrl } = yield* AppConfig
+    return (app) =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const requestId = newId("req")
+        const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
+        const response = contentLengthOver(request)
+          ? respond(new ContextLengthExceeded({ message: "The request body exceeds 8 MiB." }))
+          : yield* app.pipe(
+            HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES)),
+            Effect.catchAllCause((cause) =>
+              Option.match(toApiError(cause), {
+                onSome: (error) => Effect.succeed(respond(error)),
+                onNone: () =>
+                  Cause.isInterruptedOnly(cause)
+                    ? Effect.interrupt
+                    : Effect.logError("unhandled failure", cause).pipe(
+                      Effect.annotateLogs({ requestId }),
+                      Effect.as(respond(new InternalError({ message: "Internal server error." })))
+                    )
+              })
+            ),
+            Effect.locally(CurrentRequestId, requestId),
+            Effect.locally(CurrentDashboardUrl, dashboardUrl)
+          )
+        return HttpServerResponse.setHeader(response, "x-request-id", requestId)
+      })
+  })
+)
+
+/** The request id of the request being served (the `X-Request-Id` it answers with). */
+export const currentRequestId = FiberRef.get(CurrentRequestId)

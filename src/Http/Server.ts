@@ -1,0 +1,57 @@
+import { createServer } from "node:http"
+import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import { AccountsRepo } from "../Accounts/Repo.js"
+import { NenasApi } from "../Api.js"
+import { AppConfig } from "../AppConfig.js"
+import { ApiKeyAuthLive, DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
+import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
+import { BillingLive, WebhooksLive } from "../Billing/Http.js"
+import { DatabaseLive } from "../Database/Database.js"
+import { HealthLive } from "../Health/Http.js"
+import { KeysLive } from "../Keys/Http.js"
+import { KeyLastUsed } from "../Keys/LastUsed.js"
+import { KeysRepo } from "../Keys/Repo.js"
+import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
+import { UsageLive } from "../Usage/Http.js"
+import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
+
+/** Every service the handlers use; each real part is chosen from configuration in its own layer. */
+export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive).pipe(
+  Layer.provideMerge(KeyLastUsed.layer()),
+  Layer.provideMerge(Layer.mergeAll(AccountsRepo.layer, KeysRepo.layer, IdentityProviderLive)),
+  Layer.provideMerge(DatabaseLive)
+)
+
+const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
+  Layer.provide([
+    ModelCallsLive,
+    ModelsLive,
+    KeysLive,
+    BillingLive,
+    WebhooksLive,
+    UsageLive,
+    DevIdentityLive,
+    HealthLive
+  ])
+)
+
+/** The HTTP application: the API, its docs (`/docs`, `/openapi.json`) and the error encoder. */
+export const HttpAppLive = HttpApiBuilder.serve().pipe(
+  Layer.provide([
+    HttpApiScalar.layer({ path: "/docs" }),
+    HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
+    HttpApiBuilder.middlewareCors({ exposedHeaders: ["x-request-id", "retry-after", "idempotent-replayed"] }),
+    ErrorMiddlewareLive
+  ]),
+  Layer.provide(ApiLive),
+  Layer.provide(ServicesLive)
+)
+
+/** The Node HTTP server on `HOST:PORT`. */
+export const NodeServerLive = Layer.unwrapEffect(
+  Effect.map(AppConfig, ({ host, port }) => NodeHttpServer.layer(createServer, { port, host }))
+)
+
+export const ServerLive = HttpAppLive.pipe(HttpServer.withLogAddress, Layer.provide(NodeServerLive))

@@ -1,0 +1,231 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { ApiKeyAuth } from "../Auth/Api.js"
+import {
+  BillingError,
+  ContextLengthExceeded,
+  IdempotencyConflict,
+  InsufficientBalance,
+  InternalError,
+  InvalidRequest,
+  NotImplemented,
+  PermissionDenied,
+  ProviderTimeout,
+  ProviderUnavailable,
+  RateLimitExceeded,
+  SearchError,
+  SpendLimitExceeded,
+  UnsupportedInput,
+  wire
+} from "../Domain/Errors.js"
+
+export const PUBLIC_MODEL = "svc/nenas-flash"
+export const CONTEXT_WINDOW = 1_000_000
+export const MAX_OUTPUT_TOKENS = 32_000
+
+const intBetween = (min: number, max: number) => Schema.Int.pipe(Schema.between(min, max))
+
+/** A per-request cost cap in MYR: greater than 0. */
+const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0))
+
+export const ReasoningEffort = Schema.Literal("low", "medium", "high")
+
+export const WebSearchConfig = Schema.Struct({
+  mode: Schema.optionalWith(Schema.Literal("off", "auto", "on"), { default: () => "off" as const }),
+  search_depth: Schema.optionalWith(Schema.Literal("instant", "fast", "balanced", "deep", "reasoning"), {
+    default: () => "fast" as const
+  }),
+  max_results: Schema.optionalWith(intBetween(1, 25), { default: () => 5 }),
+  max_searches: Schema.optionalWith(intBetween(1, 5), { default: () => 2 }),
+  content: Schema.optional(Schema.Struct({
+    enabled: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+    max_pages: Schema.optionalWith(intBetween(1, 10), { default: () => 3 })
+  }))
+}).annotations({ identifier: "WebSearchConfig" })
+
+/** A content part of an input message; non-text parts are refused as `unsupported_input`. */
+export const InputContentPart = Schema.Struct(
+  { type: Schema.String, text: Schema.optional(Schema.String) },
+  Schema.Record({ key: Schema.String, value: Schema.Unknown })
+)
+
+/** OpenAI's input item: a message with a role and text content. */
+export const InputItem = Schema.Struct(
+  {
+    type: Schema.optional(Schema.String),
+    role: Schema.optional(Schema.String),
+    content: Schema.optional(Schema.Union(Schema.String, Schema.Array(InputContentPart)))
+  },
+  Schema.Record({ key: Schema.String, value: Schema.Unknown })
+)
+
+export const ResponsesBody = Schema.Struct({
+  model: Schema.optionalWith(Schema.String, { default: () => PUBLIC_MODEL }),
+  input: Schema.Union(Schema.String, Schema.Array(InputItem)).annotations({
+    message: () => "Expected a string or an array of message items"
+  }),
+  instructions: Schema.optional(Schema.NullOr(Schema.String)),
+  reasoning: Schema.optional(Schema.Struct({
+    effort: Schema.optionalWith(ReasoningEffort, { default: () => "medium" as const })
+  })),
+  web_search: Schema.optional(WebSearchConfig),
+  max_output_tokens: Schema.optional(intBetween(1, MAX_OUTPUT_TOKENS)),
+  max_total_cost_myr: Schema.optional(CostCapMyr),
+  stream: Schema.optionalWith(Schema.Boolean, { default: () => false })
+}).annotations({ identifier: "ResponsesBody" })
+export type ResponsesBody = typeof ResponsesBody.Type
+
+export const UsageInfo = Schema.Struct({
+  input_tokens: Schema.Int,
+  output_tokens: Schema.Int,
+  reasoning_tokens: Schema.Int,
+  cached_tokens: Schema.Int,
+  total_tokens: Schema.Int,
+  cost_myr: Schema.String,
+  latency_ms: Schema.Int
+})
+
+export const RoutingInfo = Schema.Struct({
+  category: Schema.String,
+  upstream_model: Schema.String,
+  reasoning: Schema.String
+})
+
+export const Citation = Schema.Struct({
+  index: Schema.Int,
+  title: Schema.String,
+  url: Schema.String,
+  published_at: Schema.NullOr(Schema.String),
+  accessed_at: Schema.String
+})
+
+export const OutputMessage = Schema.Struct({
+  type: Schema.Literal("message"),
+  id: Schema.String,
+  status: Schema.String,
+  role: Schema.Literal("assistant"),
+  content: Schema.Array(Schema.Struct({
+    type: Schema.Literal("output_text"),
+    text: Schema.String,
+    annotations: Schema.Array(Schema.Unknown)
+  }))
+})
+
+export const ResponsesOutput = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("response"),
+  created_at: Schema.Int,
+  status: Schema.String,
+  model: Schema.String,
+  output_text: Schema.String,
+  output: Schema.Array(OutputMessage),
+  usage: UsageInfo,
+  request_id: Schema.String,
+  routing: RoutingInfo,
+  citations: Schema.Array(Citation)
+}).annotations({ identifier: "ResponsesOutput" })
+
+export const ChatMessage = Schema.Struct(
+  {
+    role: Schema.Literal("system", "developer", "user", "assistant"),
+    content: Schema.Union(Schema.String, Schema.Array(InputContentPart)),
+    name: Schema.optional(Schema.String)
+  },
+  Schema.Record({ key: Schema.String, value: Schema.Unknown })
+)
+
+export const ChatCompletionRequest = Schema.Struct({
+  model: Schema.Literal(PUBLIC_MODEL),
+  messages: Schema.Array(ChatMessage).pipe(Schema.minItems(1)),
+  temperature: Schema.optional(Schema.Number.pipe(Schema.between(0, 2))),
+  max_tokens: Schema.optional(intBetween(1, MAX_OUTPUT_TOKENS)),
+  max_completion_tokens: Schema.optional(intBetween(1, MAX_OUTPUT_TOKENS)),
+  max_total_cost_myr: Schema.optional(CostCapMyr),
+  stream: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) }))),
+  top_p: Schema.optional(Schema.Number.pipe(Schema.between(0, 1))),
+  stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String).pipe(Schema.maxItems(4))))),
+  user: Schema.optional(Schema.String),
+  reasoning_effort: Schema.optional(ReasoningEffort),
+  n: Schema.optional(Schema.Literal(1))
+}).annotations({ identifier: "ChatCompletionRequest" })
+export type ChatCompletionRequest = typeof ChatCompletionRequest.Type
+
+export const FinishReason = Schema.Literal("stop", "length", "tool_calls", "content_filter")
+
+export const ChatCompletion = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("chat.completion"),
+  created: Schema.Int,
+  model: Schema.String,
+  choices: Schema.Array(Schema.Struct({
+    index: Schema.Int,
+    message: Schema.Struct({ role: Schema.Literal("assistant"), content: Schema.String }),
+    finish_reason: FinishReason
+  })),
+  usage: Schema.Struct({
+    prompt_tokens: Schema.Int,
+    completion_tokens: Schema.Int,
+    reasoning_tokens: Schema.Int,
+    cached_tokens: Schema.Int,
+    total_tokens: Schema.Int
+  }),
+  cost_myr: Schema.String
+}).annotations({ identifier: "ChatCompletion" })
+
+export const Capability = Schema.Literal(
+  "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
+)
+
+export const ModelRecord = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("model"),
+  owned_by: Schema.String,
+  context_window: Schema.Int,
+  max_output_tokens: Schema.Int,
+  capabilities: Schema.Array(Capability)
+})
+
+export const ModelList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ModelRecord) })
+
+export const IdempotencyKeyHeader = Schema.Struct({
+  "idempotency-key": Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)))
+})
+
+/** The two model calls; every error a call can end in is declared once, for both. */
+export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
+  .add(
+    HttpApiEndpoint.post("responses", "/v1/responses")
+      .setPayload(ResponsesBody)
+      .setHeaders(IdempotencyKeyHeader)
+      .addSuccess(ResponsesOutput)
+  )
+  .add(
+    HttpApiEndpoint.post("chatCompletions", "/v1/chat/completions")
+      .setPayload(ChatCompletionRequest)
+      .setHeaders(IdempotencyKeyHeader)
+      .addSuccess(ChatCompletion)
+  )
+  .addError(wire(InvalidRequest))
+  .addError(wire(UnsupportedInput))
+  .addError(wire(NotImplemented))
+  .addError(wire(ContextLengthExceeded))
+  .addError(wire(PermissionDenied))
+  .addError(wire(InsufficientBalance))
+  .addError(wire(SpendLimitExceeded))
+  .addError(wire(BillingError))
+  .addError(wire(IdempotencyConflict))
+  .addError(wire(RateLimitExceeded))
+  .addError(wire(ProviderUnavailable))
+  .addError(wire(ProviderTimeout))
+  .addError(wire(SearchError))
+  .addError(wire(InternalError))
+  .middleware(ApiKeyAuth)
+  .annotate(OpenApi.Description, "Model calls: responses and OpenAI-compatible chat completions.")
+{}
+
+export class ModelsApi extends HttpApiGroup.make("models")
+  .add(HttpApiEndpoint.get("list", "/v1/models").addSuccess(ModelList).addError(wire(RateLimitExceeded)))
+  .middleware(ApiKeyAuth)
+  .annotate(OpenApi.Description, "The models this service offers.")
+{}

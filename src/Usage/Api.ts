@@ -1,0 +1,98 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { DashboardAuth } from "../Auth/Api.js"
+import { InvalidRequest, NotFound, NotImplemented, wire } from "../Domain/Errors.js"
+import { PageParams } from "../Domain/Page.js"
+
+export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
+
+export const LogsParams = Schema.Struct({
+  ...PageParams.fields,
+  status: Schema.optional(LogStatus),
+  api_key_id: Schema.optional(Schema.String),
+  endpoint: Schema.optional(Schema.String),
+  from: Schema.optional(Schema.DateTimeUtc),
+  to: Schema.optional(Schema.DateTimeUtc)
+})
+
+export const LogEntry = Schema.Struct({
+  requestId: Schema.String,
+  publicModel: Schema.String,
+  endpoint: Schema.String,
+  status: LogStatus,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int,
+  cachedTokens: Schema.Int,
+  usageSource: Schema.Literal("provider", "estimated"),
+  searchCount: Schema.Int,
+  costMicroMyr: Schema.Int,
+  latencyMs: Schema.Int,
+  createdAt: Schema.String
+}).annotations({ identifier: "RequestLog" })
+
+export const LogsPage = Schema.Struct({
+  logs: Schema.Array(LogEntry),
+  total: Schema.Int,
+  has_more: Schema.Boolean
+})
+
+export const Granularity = Schema.Literal("hour", "day")
+
+export const UsageParams = Schema.Struct({
+  from: Schema.optional(Schema.DateTimeUtc),
+  to: Schema.optional(Schema.DateTimeUtc),
+  granularity: Schema.optionalWith(Granularity, { default: () => "day" as const }),
+  api_key_id: Schema.optional(Schema.String)
+})
+
+export const SeriesPoint = Schema.Struct({
+  bucket: Schema.String,
+  requests: Schema.Int,
+  costMicroMyr: Schema.Int,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int
+}).annotations({ identifier: "SeriesPoint" })
+
+export const UsageSeries = Schema.Struct({
+  from: Schema.String,
+  to: Schema.String,
+  granularity: Granularity,
+  series: Schema.Array(SeriesPoint)
+})
+
+export const UsageCounters = Schema.Struct({
+  requests: Schema.Int,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int,
+  searchCount: Schema.Int,
+  contentPages: Schema.Int,
+  costMicroMyr: Schema.Int
+}).annotations({ identifier: "UsageCounters" })
+
+export const Overview = Schema.Struct({
+  wallet: Schema.Struct({
+    availableMicroMyr: Schema.Int,
+    reservedMicroMyr: Schema.Int,
+    lifetimeTopupMicroMyr: Schema.Int,
+    lifetimeSpendMicroMyr: Schema.Int
+  }),
+  today_usage: UsageCounters,
+  total_usage: UsageCounters,
+  daily_series: Schema.Array(SeriesPoint),
+  api_key_count: Schema.Int,
+  active_api_key_count: Schema.Int
+})
+
+export class UsageApi extends HttpApiGroup.make("usage")
+  .add(HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage))
+  .add(HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries))
+  .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
+  .addError(wire(InvalidRequest))
+  .addError(wire(NotFound))
+  .addError(wire(NotImplemented))
+  .middleware(DashboardAuth)
+  .annotate(OpenApi.Description, "Request logs, usage time series and the dashboard overview.")
+{}

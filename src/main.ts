@@ -1,0 +1,6 @@
+import { NodeRuntime } from "@effect/platform-node"
+import { Layer } from "effect"
+import { AppConfig } from "./AppConfig.js"
+import { ServerLive } from "./Http/Server.js"
+
+ServerLive.pipe(Layer.provide(AppConfig.layer), Layer.launch, NodeRuntime.runMain)

@@ -1,7 +1,10 @@
-import { fileURLToPath } from "node:url"
+import { readdir } from "node:fs/promises"
+import { join } from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { NodeContext } from "@effect/platform-node"
+import { Migrator } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Effect, Layer, Option, String } from "effect"
+import { Effect, Layer, Option, String as Str } from "effect"
 import pg from "pg"
 import { AppConfig } from "../AppConfig.js"
 import { startEmbeddedPostgres } from "./EmbeddedPostgres.js"
@@ -23,6 +26,22 @@ const types: pg.CustomTypesConfig = {
 export const migrationsDirectory = fileURLToPath(new URL("../../migrations", import.meta.url))
 
 /**
+ * Numbered files `migrations/NNNN_name.ts`, each exporting an Effect. Imported
+ * from here rather than by the migrator so that tsx and vitest both load them.
+ */
+const loadMigrations: Migrator.Loader = Effect.tryPromise({
+  try: async () => {
+    const files = (await readdir(migrationsDirectory)).filter((file) => /^\d+_\w+\.ts$/.test(file)).sort()
+    return Promise.all(files.map(async (file): Promise<Migrator.ResolvedMigration> => {
+      const [, id = "", name = ""] = /^(\d+)_(\w+)\.ts$/.exec(file) ?? []
+      const module = await import(pathToFileURL(join(migrationsDirectory, file)).href)
+      return [Number(id), name, Effect.succeed(module.default)]
+    }))
+  },
+  catch: (cause) => new Migrator.MigrationError({ reason: "import-error", message: `migrations not loaded: ${String(cause)}` })
+})
+
+/**
  * PostgreSQL from `DATABASE_URL`, or embedded in `DATA_DIR/pg` when unset;
  * the migrations in `migrations/` are applied before anything else uses it.
  */
@@ -37,12 +56,10 @@ export const DatabaseLive = Layer.unwrapScoped(
       types,
       maxConnections: 20,
       applicationName: "nenas",
-      transformResultNames: String.snakeToCamel,
-      transformQueryNames: String.camelToSnake
+      transformResultNames: Str.snakeToCamel,
+      transformQueryNames: Str.camelToSnake
     })
-    const migrations = PgMigrator.layer({ loader: PgMigrator.fromFileSystem(migrationsDirectory) }).pipe(
-      Layer.provide(NodeContext.layer)
-    )
+    const migrations = PgMigrator.layer({ loader: loadMigrations }).pipe(Layer.provide(NodeContext.layer))
     return Layer.provideMerge(migrations, client)
   })
 )

@@ -1,5 +1,4 @@
-import type { SqlError } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
+import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, Layer } from "effect"
 import type { Environment } from "./Api.js"
 import { MAX_KEYS_PER_ACCOUNT } from "./ApiKeys.js"
@@ -49,7 +48,7 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   static readonly layer = Layer.effect(
     KeysRepo,
     Effect.gen(function*() {
-      const sql = yield* PgClient.PgClient
+      const sql = yield* SqlClient.SqlClient
       const columns = sql.literal(keyColumns)
       return KeysRepo.of({
         create: (key) =>
@@ -101,7 +100,7 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
         recordLastUsed: (uses) =>
           uses.length === 0 ? Effect.void : sql`
             UPDATE api_keys AS k SET last_used_at = GREATEST(k.last_used_at, u.at)
-            FROM jsonb_to_recordset(${sql.json(uses)}) AS u(id text, at timestamptz)
+            FROM jsonb_to_recordset(${JSON.stringify(uses)}::jsonb) AS u(id text, at timestamptz)
             WHERE k.id = u.id
           `.pipe(Effect.asVoid)
       })

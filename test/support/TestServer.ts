@@ -1,0 +1,94 @@
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Clock, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import pg from "pg"
+import { inject } from "vitest"
+import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
+import { freePort } from "../../src/Database/EmbeddedPostgres.js"
+import { randomBase62 } from "../../src/Domain/Ids.js"
+import { HttpAppLive, NodeServerLive } from "../../src/Http/Server.js"
+
+/** Real time plus an offset a test can move forward: the server's `Clock`. */
+export interface ShiftableClock extends Clock.Clock {
+  readonly advance: (duration: Duration.DurationInput) => void
+}
+
+export const makeShiftableClock = (): ShiftableClock => {
+  const live = Clock.make()
+  let offset = 0
+  const now = () => Date.now() + offset
+  return {
+    [Clock.ClockTypeId]: Clock.ClockTypeId,
+    unsafeCurrentTimeMillis: now,
+    currentTimeMillis: Effect.sync(now),
+    unsafeCurrentTimeNanos: () => BigInt(now()) * 1_000_000n,
+    currentTimeNanos: Effect.sync(() => BigInt(now()) * 1_000_000n),
+    sleep: (duration) => live.sleep(duration),
+    advance: (duration) => {
+      offset += Duration.toMillis(duration)
+    }
+  }
+}
+
+export class TestServer extends Context.Tag("test/TestServer")<TestServer, {
+  readonly baseUrl: string
+  readonly databaseUrl: string
+  readonly clock: ShiftableClock
+}>() {}
+
+const withDatabase = (url: string, database: string): string => {
+  const parsed = new URL(url)
+  parsed.pathname = `/${database}`
+  return parsed.toString()
+}
+
+const adminQuery = (text: string) =>
+  Effect.promise(async () => {
+    const client = new pg.Client({ connectionString: inject("adminDatabaseUrl") })
+    await client.connect()
+    try {
+      await client.query(text)
+    } finally {
+      await client.end()
+    }
+  })
+
+/** A database of its own for one test file, dropped when the file is done. */
+export const freshDatabase = Effect.acquireRelease(
+  Effect.gen(function*() {
+    const name = `nenas_t_${randomBase62(12).toLowerCase()}`
+    yield* adminQuery(`CREATE DATABASE "${name}"`)
+    return { name, url: withDatabase(inject("adminDatabaseUrl"), name) }
+  }),
+  ({ name }) => adminQuery(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
+)
+
+const tempDir = Effect.acquireRelease(
+  Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-test-"))),
+  (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
+)
+
+/**
+ * The whole service, as `npm start` composes it, on a free loopback port with
+ * its own database; `overrides` replace configuration values.
+ */
+export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
+  Layer.unwrapScoped(Effect.gen(function*() {
+    const database = yield* freshDatabase
+    const dataDir = yield* tempDir
+    const port = yield* Effect.promise(freePort)
+    const baseUrl = `http://127.0.0.1:${port}`
+    const clock = makeShiftableClock()
+    const config = AppConfig.layerWith({
+      databaseUrl: Option.some(Redacted.make(database.url)),
+      dataDir,
+      host: "127.0.0.1",
+      port,
+      publicBaseUrl: baseUrl,
+      dashboardUrl: baseUrl,
+      ...overrides
+    })
+    const server = HttpAppLive.pipe(Layer.provide(NodeServerLive), Layer.provide(config), Layer.provide(Layer.setClock(clock)))
+    return Layer.merge(server, Layer.succeed(TestServer, { baseUrl, databaseUrl: database.url, clock }))
+  }))

@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config"
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    globalSetup: ["./test/support/globalSetup.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    // Each file has its own database and server; two cores run two files at once.
+    maxWorkers: 2,
+    minWorkers: 1
+  }
+})

@@ -210,7 +210,7 @@ export const wire = <C extends ErrorClass>(cls: C) => {
         FiberRef.get(CurrentDashboardUrl),
         (requestId, dashboardUrl) => ({ ...toErrorBody(error as ErrorFields, requestId, dashboardUrl), type: "error" as const })
       )
-  }).annotations({ ...HttpApiSchema.annotations({ status: m.status }), identifier: `${cls._tag}Error` }) as unknown as Schema.Schema<
+  }).annotations({ ...HttpApiSchema.annotations({ status: m.status }), identifier: `${cls._tag}Body` }) as unknown as Schema.Schema<
     InstanceType<C>,
     ErrorBody
   >

@@ -38,15 +38,14 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
 )
 
 /** The HTTP application: the API, its docs (`/docs`, `/openapi.json`) and the error encoder. */
-export const HttpAppLive = HttpApiBuilder.serve().pipe(
+const HttpAppLive = HttpApiBuilder.serve().pipe(
   Layer.provide([
     HttpApiScalar.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
     HttpApiBuilder.middlewareCors({ exposedHeaders: ["x-request-id", "retry-after", "idempotent-replayed"] }),
     ErrorMiddlewareLive
   ]),
-  Layer.provide(ApiLive),
-  Layer.provide(ServicesLive)
+  Layer.provide(ApiLive)
 )
 
 /** The Node HTTP server on `HOST:PORT`. */
@@ -54,4 +53,13 @@ export const NodeServerLive = Layer.unwrapEffect(
   Effect.map(AppConfig, ({ host, port }) => NodeHttpServer.layer(createServer, { port, host }))
 )
 
-export const ServerLive = HttpAppLive.pipe(HttpServer.withLogAddress, Layer.provide(NodeServerLive))
+/**
+ * The whole service. The services (and so the database and its migrations)
+ * are built before the server listens: a request accepted earlier would wait
+ * for the app with no answer.
+ */
+export const ServerLive = HttpAppLive.pipe(
+  HttpServer.withLogAddress,
+  Layer.provide(NodeServerLive),
+  Layer.provide(ServicesLive)
+)

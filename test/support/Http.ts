@@ -27,7 +27,12 @@ export const call = (method: string, path: string, options: CallOptions = {}) =>
       headers["content-type"] ??= "application/json"
     }
     return yield* Effect.promise(async (): Promise<Reply> => {
-      const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) })
+      const response = await fetch(`${baseUrl}${path}`, {
+        method,
+        headers,
+        signal: AbortSignal.timeout(30_000),
+        ...(body === undefined ? {} : { body })
+      })
       const text = await response.text()
       let parsed: unknown = undefined
       try {

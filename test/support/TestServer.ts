@@ -7,7 +7,7 @@ import { inject } from "vitest"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
-import { HttpAppLive, NodeServerLive } from "../../src/Http/Server.js"
+import { ServerLive } from "../../src/Http/Server.js"
 
 /** Real time plus an offset a test can move forward: the server's `Clock`. */
 export interface ShiftableClock extends Clock.Clock {
@@ -89,6 +89,6 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       dashboardUrl: baseUrl,
       ...overrides
     })
-    const server = HttpAppLive.pipe(Layer.provide(NodeServerLive), Layer.provide(config), Layer.provide(Layer.setClock(clock)))
+    const server = ServerLive.pipe(Layer.provide(config), Layer.provide(Layer.setClock(clock)))
     return Layer.merge(server, Layer.succeed(TestServer, { baseUrl, databaseUrl: database.url, clock }))
   }))

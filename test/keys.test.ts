@@ -126,4 +126,15 @@ layer(TestServerLive(), { excludeTestServices: true })("API keys", (it) => {
       const list = yield* call("GET", "/dashboard/api-keys", { token })
       expect(list.body.keys).toHaveLength(50)
     }))
+
+  it.effect("error messages name every allowed value and no internal schema names", () =>
+    Effect.gen(function*() {
+      const token = yield* devToken("keys-messages@example.com")
+      const staging = yield* call("POST", "/dashboard/api-keys", { token, json: { name: "a", environment: "staging" } })
+      expect(staging.body.error.param).toBe("environment")
+      expect(staging.body.error.message).toBe(`Invalid 'environment': Expected "live" or "test", actual "staging"`)
+      const array = yield* call("POST", "/dashboard/api-keys", { token, json: [] })
+      expect(array.body.error.param).toBeNull()
+      expect(array.body.error.message).toBe("Invalid request: Expected a JSON object, actual []")
+    }))
 })

@@ -46,8 +46,7 @@ export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeyAuth"
 }) {}
 
 export const DevSessionRequest = Schema.Struct({
-  email: Schema.String.pipe(
-    Schema.trimmed(),
+  email: Schema.Trim.pipe(
     Schema.pattern(/^[^\s@]+@[^\s@]+$/, { message: () => "must be an email address" }),
     Schema.maxLength(254)
   ),

@@ -112,7 +112,7 @@ const makeDev = (dataDir: string, issuer: string) =>
       jwks,
       issue: ({ email, name }) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => {
-          const normalized = email.trim().toLowerCase()
+          const normalized = email.toLowerCase()
           const issuedAt = Math.floor(now / 1000)
           return Effect.promise(() =>
             new SignJWT({ email: normalized, ...(name === undefined ? {} : { name }) })

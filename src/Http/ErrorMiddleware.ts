@@ -6,6 +6,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
@@ -23,6 +24,7 @@ import {
 import { newId } from "../Domain/Ids.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
+const OVERSIZE_MESSAGE = "The request body exceeds 8 MiB."
 
 /** `messages[0].role` from a parse issue's path. */
 const paramOf = (path: ReadonlyArray<PropertyKey>): string | null =>
@@ -35,17 +37,41 @@ const paramOf = (path: ReadonlyArray<PropertyKey>): string | null =>
 
 type Issue = { readonly path: ReadonlyArray<PropertyKey>; readonly message: string }
 
+const EXPECTED = /^Expected (.+), actual (.+)$/s
+
+/** `Expected "live", actual "x"` and `Expected "test", actual "x"` read as one: `Expected "live" or "test", actual "x"`. */
+const mergeAlternatives = (messages: ReadonlyArray<string>): string => {
+  const parts = messages.map((message) => EXPECTED.exec(message))
+  const actual = parts[0]?.[2]
+  if (parts.length < 2 || parts.some((p) => p === null || p[2] !== actual)) return messages[0] ?? ""
+  const expected = [...new Set(parts.map((p) => p?.[1] ?? ""))]
+  return `Expected ${expected.join(" or ")}, actual ${actual}`
+}
+
+/** Schema names of the request's own shape mean nothing to a client. */
+const plain = (message: string): string =>
+  message
+    .replace(/^Expected [A-Za-z]*\s*\(Encoded side\)|^Expected \{ readonly .*\}(?=, actual)/s, "Expected a JSON object")
+    .replace(/^Expected ReadonlyArray<.*>(?=, actual)/s, "Expected an array")
+
 /**
- * One problem per field: an optional field's "Expected undefined" and a
- * union's other alternatives restate the same problem.
+ * One problem per field: an optional field's "Expected undefined" adds
+ * nothing, and a union's alternatives are merged into one message.
  */
 const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
-  const byPath = new Map<string, Issue>()
+  const byPath = new Map<string, { path: ReadonlyArray<PropertyKey>; messages: Array<string> }>()
   for (const issue of issues) {
+    if (issue.message.startsWith("Expected undefined")) continue
     const key = JSON.stringify(issue.path.map(String))
-    if (!byPath.has(key) && !issue.message.startsWith("Expected undefined")) byPath.set(key, issue)
+    const entry = byPath.get(key) ?? { path: issue.path, messages: [] }
+    entry.messages.push(plain(issue.message))
+    byPath.set(key, entry)
   }
-  return byPath.size > 0 ? [...byPath.values()] : issues.slice(0, 1)
+  if (byPath.size === 0) return issues.slice(0, 1).map((issue) => ({ ...issue, message: plain(issue.message) }))
+  // The deepest problem is the most precise one (inside a union: the field of the alternative that nearly fit).
+  return [...byPath.values()]
+    .map(({ path, messages }) => ({ path, message: mergeAlternatives(messages) }))
+    .sort((a, b) => b.path.length - a.path.length)
 }
 
 const fromIssues = (all: ReadonlyArray<Issue>) => {
@@ -78,7 +104,7 @@ export const toApiError = (cause: Cause.Cause<unknown>): Option.Option<ApiError>
   if (error instanceof HttpServerError.RequestError && error.reason === "Decode") {
     return Option.some(
       isMaxBytes(error)
-        ? new ContextLengthExceeded({ message: `The request body exceeds ${MAX_BODY_BYTES / 1024 / 1024} MiB.` })
+        ? new ContextLengthExceeded({ message: OVERSIZE_MESSAGE })
         : new InvalidRequest({ message: "The request body is not valid JSON." })
     )
   }
@@ -100,6 +126,21 @@ const contentLengthOver = (request: HttpServerRequest.HttpServerRequest): boolea
 }
 
 /**
+ * A body without Content-Length is only found too large while it is read, and
+ * the platform then destroys the request — and with it the socket, before the
+ * 413 is written. Pausing instead lets the answer go out; `Connection: close`
+ * then ends the connection.
+ */
+const pauseInsteadOfDestroy = (request: HttpServerRequest.HttpServerRequest): void => {
+  if (request.headers["content-length"] !== undefined) return
+  const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+  incoming.destroy = function(this: typeof incoming) {
+    this.pause()
+    return this
+  }
+}
+
+/**
  * The API-level middleware: gives every request an id (`X-Request-Id`), caps
  * bodies at 8 MiB, and turns every failure — typed errors, schema decode
  * failures, malformed JSON, oversize bodies, unknown routes and defects —
@@ -113,8 +154,9 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const request = yield* HttpServerRequest.HttpServerRequest
         const requestId = newId("req")
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
+        pauseInsteadOfDestroy(request)
         const response = contentLengthOver(request)
-          ? respond(new ContextLengthExceeded({ message: "The request body exceeds 8 MiB." }))
+          ? respond(new ContextLengthExceeded({ message: OVERSIZE_MESSAGE }))
           : yield* app.pipe(
             HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES)),
             Effect.catchAllCause((cause) =>
@@ -132,7 +174,9 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
             Effect.locally(CurrentRequestId, requestId),
             Effect.locally(CurrentDashboardUrl, dashboardUrl)
           )
-        return HttpServerResponse.setHeader(response, "x-request-id", requestId)
+        const withId = HttpServerResponse.setHeader(response, "x-request-id", requestId)
+        // An oversize body was left unread: the connection cannot carry another request.
+        return response.status === 413 ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
       })
   })
 )

@@ -61,9 +61,7 @@ export const InputItem = Schema.Struct(
 
 export const ResponsesBody = Schema.Struct({
   model: Schema.optionalWith(Schema.String, { default: () => PUBLIC_MODEL }),
-  input: Schema.Union(Schema.String, Schema.Array(InputItem)).annotations({
-    message: () => "Expected a string or an array of message items"
-  }),
+  input: Schema.Union(Schema.String, Schema.Array(InputItem)),
   instructions: Schema.optional(Schema.NullOr(Schema.String)),
   reasoning: Schema.optional(Schema.Struct({
     effort: Schema.optionalWith(ReasoningEffort, { default: () => "medium" as const })

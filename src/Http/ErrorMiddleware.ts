@@ -132,7 +132,7 @@ const contentLengthOver = (request: HttpServerRequest.HttpServerRequest): boolea
  * then ends the connection.
  */
 const pauseInsteadOfDestroy = (request: HttpServerRequest.HttpServerRequest): void => {
-  if (request.headers["content-length"] !== undefined) return
+  if (request.headers["content-length"] !== undefined || request.headers["transfer-encoding"] === undefined) return
   const incoming = NodeHttpServerRequest.toIncomingMessage(request)
   incoming.destroy = function(this: typeof incoming) {
     this.pause()

@@ -15,12 +15,13 @@ import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { UsageLive } from "../Usage/Http.js"
+import { UsageRepo } from "../Usage/Repo.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
 export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive).pipe(
   Layer.provideMerge(KeyLastUsed.layer()),
-  Layer.provideMerge(Layer.mergeAll(AccountsRepo.layer, KeysRepo.layer, IdentityProviderLive)),
+  Layer.provideMerge(Layer.mergeAll(AccountsRepo.layer, KeysRepo.layer, UsageRepo.layer, IdentityProviderLive)),
   Layer.provideMerge(DatabaseLive)
 )
 

@@ -1,7 +1,8 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { InvalidRequest, NotFound, NotImplemented, wire } from "../Domain/Errors.js"
+import { Wallet } from "../Billing/Api.js"
+import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
@@ -73,12 +74,7 @@ export const UsageCounters = Schema.Struct({
 }).annotations({ identifier: "UsageCounters" })
 
 export const Overview = Schema.Struct({
-  wallet: Schema.Struct({
-    availableMicroMyr: Schema.Int,
-    reservedMicroMyr: Schema.Int,
-    lifetimeTopupMicroMyr: Schema.Int,
-    lifetimeSpendMicroMyr: Schema.Int
-  }),
+  wallet: Wallet,
   today_usage: UsageCounters,
   total_usage: UsageCounters,
   daily_series: Schema.Array(SeriesPoint),
@@ -92,7 +88,6 @@ export class UsageApi extends HttpApiGroup.make("usage")
   .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
-  .addError(wire(NotImplemented))
   .middleware(DashboardAuth)
   .annotate(OpenApi.Description, "Request logs, usage time series and the dashboard overview.")
 {}

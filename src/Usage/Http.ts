@@ -1,9 +1,149 @@
 import { HttpApiBuilder } from "@effect/platform"
+import { Clock, DateTime, Duration, Effect } from "effect"
 import { NenasApi } from "../Api.js"
-import { notImplemented } from "../Domain/Errors.js"
+import { CurrentAccount } from "../Auth/Api.js"
+import { InvalidRequest, NotFound } from "../Domain/Errors.js"
+import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
+import { type LogRow, type SeriesRow, UsageRepo } from "./Repo.js"
+
+const USAGE_DEFAULT_RANGE = Duration.days(7)
+/** Overview totals and series: the last 30 local days, today included. */
+const OVERVIEW_DAYS = 30
+
+const toLogEntry = (row: LogRow): typeof LogEntry.Type => ({
+  requestId: row.requestId,
+  publicModel: row.publicModel,
+  endpoint: row.endpoint,
+  status: row.status,
+  inputTokens: row.inputTokens,
+  outputTokens: row.outputTokens,
+  reasoningTokens: row.reasoningTokens,
+  cachedTokens: row.cachedTokens,
+  usageSource: row.usageSource,
+  searchCount: row.searchCount,
+  costMicroMyr: row.costMicroMyr,
+  latencyMs: row.latencyMs,
+  createdAt: row.createdAt.toISOString()
+})
+
+const pad2 = (n: number) => String(n).padStart(2, "0")
+
+/** A UTC offset in ISO 8601 form: `+08:00`, `-04:00`, `+00:00`. */
+const isoOffset = (seconds: number): string => {
+  const minutes = Math.abs(Math.round(seconds / 60))
+  return `${seconds < 0 ? "-" : "+"}${pad2(Math.floor(minutes / 60))}:${pad2(minutes % 60)}`
+}
+
+const toSeriesPoint = (row: SeriesRow): typeof SeriesPoint.Type => ({
+  bucket: `${row.localStart}${isoOffset(row.offsetSeconds)}`,
+  requests: row.requests,
+  costMicroMyr: row.costMicroMyr,
+  inputTokens: row.inputTokens,
+  outputTokens: row.outputTokens,
+  reasoningTokens: row.reasoningTokens
+})
+
+/** PostgreSQL holds no instant before 4714 BC, which a JavaScript date can name; years 1–9999 are plenty. */
+const EARLIEST = Date.parse("0001-01-01T00:00:00Z")
+const LATEST = Date.parse("9999-12-31T23:59:59.999Z")
+
+interface Range {
+  readonly from?: Date | undefined
+  readonly to?: Date | undefined
+}
+
+/** The instants a caller gave are within range, and the effective `from` is before `to`. */
+const checkRange = (given: Range, { from, to }: Range = given) =>
+  Effect.gen(function*() {
+    for (const param of ["from", "to"] as const) {
+      const at = given[param]?.getTime()
+      if (at !== undefined && (at < EARLIEST || at > LATEST)) {
+        return yield* new InvalidRequest({ message: `'${param}' must be between 0001-01-01 and 9999-12-31.`, param })
+      }
+    }
+    if (from !== undefined && to !== undefined && from >= to) {
+      return yield* new InvalidRequest({ message: "'from' must be earlier than 'to'.", param: "from" })
+    }
+  })
 
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
-  handlers
-    .handle("logs", () => notImplemented("Request logs"))
-    .handle("usage", () => notImplemented("Usage series"))
-    .handle("overview", () => notImplemented("The overview")))
+  Effect.gen(function*() {
+    const repo = yield* UsageRepo
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+    /** Logs of deleted keys stay visible; an id the account never had answers 404. */
+    const checkKey = (accountId: string, keyId: string | undefined) =>
+      keyId === undefined ? Effect.void : Effect.flatMap(
+        Effect.orDie(repo.isAccountKey(accountId, keyId)),
+        (found) => found ? Effect.void : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
+      )
+
+    const series = (accountId: string, from: Date, to: Date, granularity: typeof Granularity.Type, apiKeyId?: string) =>
+      repo.series(accountId, { from, to, granularity, apiKeyId }).pipe(
+        Effect.map((rows) => rows.map(toSeriesPoint)),
+        Effect.catchTags({
+          TooManyBuckets: ({ limit }) =>
+            new InvalidRequest({
+              message: `A usage series has at most ${limit} ${granularity === "hour" ? "hourly" : "daily"} buckets; ` +
+                "narrow the range from 'from' to 'to' or use a coarser granularity.",
+              param: "from"
+            }),
+          SqlError: Effect.die
+        })
+      )
+
+    return handlers
+      .handle("logs", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const from = urlParams.from === undefined ? undefined : DateTime.toDate(urlParams.from)
+          const to = urlParams.to === undefined ? undefined : DateTime.toDate(urlParams.to)
+          yield* checkRange({ from, to })
+          yield* checkKey(account.id, urlParams.api_key_id)
+          const { rows, total } = yield* Effect.orDie(repo.logs(
+            account.id,
+            { status: urlParams.status, apiKeyId: urlParams.api_key_id, endpoint: urlParams.endpoint, from, to },
+            { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit }
+          ))
+          return { logs: rows.map(toLogEntry), total, has_more: urlParams.page * urlParams.limit < total }
+        }))
+      .handle("usage", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const given = {
+            from: urlParams.from === undefined ? undefined : DateTime.toDate(urlParams.from),
+            to: urlParams.to === undefined ? undefined : DateTime.toDate(urlParams.to)
+          }
+          const to = given.to ?? (yield* now)
+          const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))
+          yield* checkRange(given, { from, to })
+          yield* checkKey(account.id, urlParams.api_key_id)
+          return {
+            from: from.toISOString(),
+            to: to.toISOString(),
+            granularity: urlParams.granularity,
+            series: yield* series(account.id, from, to, urlParams.granularity, urlParams.api_key_id)
+          }
+        }))
+      .handle("overview", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const at = yield* now
+          const days = yield* Effect.orDie(repo.localDays(at, OVERVIEW_DAYS))
+          const { wallet, today, total, daily, keys } = yield* Effect.all({
+            wallet: Effect.orDie(repo.wallet(account.id)),
+            today: Effect.orDie(repo.counters(account.id, days.today, days.tomorrow)),
+            total: Effect.orDie(repo.counters(account.id, days.first, days.tomorrow)),
+            daily: series(account.id, days.first, days.tomorrow, "day"),
+            keys: Effect.orDie(repo.keyCounts(account.id, at))
+          }, { concurrency: "unbounded" })
+          return {
+            wallet: wallet ?? { availableMicroMyr: 0, reservedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 },
+            today_usage: today,
+            total_usage: total,
+            daily_series: daily,
+            api_key_count: keys.total,
+            active_api_key_count: keys.active
+          }
+        }))
+  }))

@@ -1,0 +1,236 @@
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Context, Data, Effect, Layer } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import type { Granularity, LogStatus } from "./Api.js"
+
+type GranularityValue = typeof Granularity.Type
+
+/** How many buckets one usage series may have, by granularity (31 days hourly, a leap year daily). */
+export const MAX_BUCKETS: Readonly<Record<GranularityValue, number>> = { hour: 744, day: 366 }
+
+export interface LogRow {
+  readonly requestId: string
+  readonly publicModel: string
+  readonly endpoint: string
+  readonly status: typeof LogStatus.Type
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+  readonly cachedTokens: number
+  readonly usageSource: "provider" | "estimated"
+  readonly searchCount: number
+  readonly costMicroMyr: number
+  readonly latencyMs: number
+  readonly createdAt: Date
+}
+
+export interface LogFilter {
+  readonly status?: typeof LogStatus.Type | undefined
+  readonly apiKeyId?: string | undefined
+  readonly endpoint?: string | undefined
+  /** Inclusive. */
+  readonly from?: Date | undefined
+  /** Exclusive. */
+  readonly to?: Date | undefined
+}
+
+export interface SeriesRow {
+  /** The bucket's start in local time, `YYYY-MM-DDTHH:MM:SS`. */
+  readonly localStart: string
+  /** The zone's offset from UTC at the bucket's start, in seconds. */
+  readonly offsetSeconds: number
+  readonly requests: number
+  readonly costMicroMyr: number
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+}
+
+export interface SeriesQuery {
+  /** Inclusive. */
+  readonly from: Date
+  /** Exclusive; after `from`. */
+  readonly to: Date
+  readonly granularity: GranularityValue
+  readonly apiKeyId?: string | undefined
+}
+
+export interface Counters {
+  readonly requests: number
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+  readonly searchCount: number
+  readonly contentPages: number
+  readonly costMicroMyr: number
+}
+
+export interface WalletRow {
+  readonly availableMicroMyr: number
+  readonly reservedMicroMyr: number
+  readonly lifetimeTopupMicroMyr: number
+  readonly lifetimeSpendMicroMyr: number
+}
+
+/** Local day boundaries around an instant, as instants. */
+export interface LocalDays {
+  /** The start of the day `days - 1` days before today. */
+  readonly first: Date
+  readonly today: Date
+  readonly tomorrow: Date
+}
+
+export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonly limit: number }> {}
+
+const logColumns = `request_id, public_model, endpoint, status, input_tokens, output_tokens, reasoning_tokens,
+  cached_tokens, usage_source, search_count, cost_micro_myr, latency_ms, created_at`
+
+/**
+ * Reads of request logs for the dashboard. Local times (day and hour buckets)
+ * are in the business time zone; buckets are computed on local timestamps, so
+ * a day bucket starts at local midnight.
+ */
+export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
+  /** Whether the key is, or was before its deletion, one of the account's keys. */
+  readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  /** One page of logs, newest first, and how many match the filter. */
+  readonly logs: (
+    accountId: string,
+    filter: LogFilter,
+    page: { readonly limit: number; readonly offset: number }
+  ) => Effect.Effect<{ readonly rows: ReadonlyArray<LogRow>; readonly total: number }, SqlError.SqlError>
+  /** The dense series of buckets from the one holding `from` to the one holding the instant before `to`. */
+  readonly series: (
+    accountId: string,
+    query: SeriesQuery
+  ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
+  readonly counters: (accountId: string, from: Date, to: Date) => Effect.Effect<Counters, SqlError.SqlError>
+  readonly wallet: (accountId: string) => Effect.Effect<WalletRow | undefined, SqlError.SqlError>
+  /** The account's keys, and those of them not past `expires_at` at `at`. */
+  readonly keyCounts: (
+    accountId: string,
+    at: Date
+  ) => Effect.Effect<{ readonly total: number; readonly active: number }, SqlError.SqlError>
+  readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.effect(
+    UsageRepo,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const timeZone = (yield* AppConfig).businessTimezone
+      const first = <A>(rows: ReadonlyArray<A>) =>
+        rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
+      const local = (at: Date) => sql`(${at}::timestamptz AT TIME ZONE ${timeZone}::text)`
+      const step = (granularity: GranularityValue) => sql.literal(granularity === "hour" ? "interval '1 hour'" : "interval '1 day'")
+
+      /** The first and last local bucket starts of a range, as local timestamps. */
+      const firstBucket = ({ from, granularity }: SeriesQuery) => sql`date_trunc(${granularity}::text, ${local(from)})`
+      const lastBucket = ({ to, granularity }: SeriesQuery) =>
+        sql`date_trunc(${granularity}::text, (${to}::timestamptz - interval '1 microsecond') AT TIME ZONE ${timeZone}::text)`
+      const bucketCount = (query: SeriesQuery) =>
+        sql<{ count: number }>`
+          SELECT (extract(epoch FROM ${lastBucket(query)} - ${firstBucket(query)})
+            / extract(epoch FROM ${step(query.granularity)}))::bigint + 1 AS count
+        `.pipe(Effect.flatMap(first), Effect.map((row) => row.count))
+
+      return UsageRepo.of({
+        isAccountKey: (accountId, keyId) =>
+          sql<{ found: boolean }>`
+            SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId})
+              OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
+          `.pipe(Effect.flatMap(first), Effect.map((row) => row.found)),
+
+        logs: (accountId, filter, page) => {
+          const where = sql.and([
+            sql`account_id = ${accountId}`,
+            ...(filter.status === undefined ? [] : [sql`status = ${filter.status}`]),
+            ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
+            ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
+            ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
+            ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
+          ])
+          return Effect.all({
+            rows: sql<LogRow>`
+              SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where}
+              ORDER BY created_at DESC, request_id DESC
+              LIMIT ${page.limit} OFFSET ${page.offset}
+            `,
+            total: sql<{ total: number }>`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`.pipe(
+              Effect.flatMap(first),
+              Effect.map((row) => row.total)
+            )
+          }, { concurrency: 2 })
+        },
+
+        series: (accountId, query) =>
+          Effect.gen(function*() {
+            const limit = MAX_BUCKETS[query.granularity]
+            if ((yield* bucketCount(query)) > limit) return yield* new TooManyBuckets({ limit })
+            const unit = sql`${query.granularity}::text`
+            const keyFilter = query.apiKeyId === undefined ? sql.literal("") : sql`AND api_key_id = ${query.apiKeyId}`
+            // Buckets and logs meet on local timestamps; a bucket's offset is that of its start instant.
+            return yield* sql<SeriesRow>`
+              WITH buckets AS (
+                SELECT generate_series(${firstBucket(query)}, ${lastBucket(query)}, ${step(query.granularity)}) AS bucket
+              ), totals AS (
+                SELECT date_trunc(${unit}, created_at AT TIME ZONE ${timeZone}::text) AS bucket,
+                  count(*) AS requests,
+                  sum(cost_micro_myr) AS cost_micro_myr,
+                  sum(input_tokens) AS input_tokens,
+                  sum(output_tokens) AS output_tokens,
+                  sum(reasoning_tokens) AS reasoning_tokens
+                FROM request_logs
+                WHERE account_id = ${accountId}
+                  AND created_at >= ${query.from}::timestamptz AND created_at < ${query.to}::timestamptz
+                  ${keyFilter}
+                GROUP BY 1
+              )
+              SELECT to_char(b.bucket, 'YYYY-MM-DD"T"HH24:MI:SS') AS local_start,
+                (extract(epoch FROM b.bucket) - extract(epoch FROM b.bucket AT TIME ZONE ${timeZone}::text))::int AS offset_seconds,
+                COALESCE(t.requests, 0)::int AS requests,
+                COALESCE(t.cost_micro_myr, 0)::bigint AS cost_micro_myr,
+                COALESCE(t.input_tokens, 0)::bigint AS input_tokens,
+                COALESCE(t.output_tokens, 0)::bigint AS output_tokens,
+                COALESCE(t.reasoning_tokens, 0)::bigint AS reasoning_tokens
+              FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
+              ORDER BY b.bucket
+            `
+          }),
+
+        counters: (accountId, from, to) =>
+          sql<Counters>`
+            SELECT count(*)::int AS requests,
+              COALESCE(sum(input_tokens), 0)::bigint AS input_tokens,
+              COALESCE(sum(output_tokens), 0)::bigint AS output_tokens,
+              COALESCE(sum(reasoning_tokens), 0)::bigint AS reasoning_tokens,
+              COALESCE(sum(search_count), 0)::bigint AS search_count,
+              COALESCE(sum(content_pages), 0)::bigint AS content_pages,
+              COALESCE(sum(cost_micro_myr), 0)::bigint AS cost_micro_myr
+            FROM request_logs
+            WHERE account_id = ${accountId} AND created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz
+          `.pipe(Effect.flatMap(first)),
+
+        wallet: (accountId) =>
+          sql<WalletRow>`
+            SELECT available_micro_myr, reserved_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
+            FROM wallets WHERE account_id = ${accountId}
+          `.pipe(Effect.map((rows) => rows[0])),
+
+        keyCounts: (accountId, at) =>
+          sql<{ total: number; active: number }>`
+            SELECT count(*)::int AS total,
+              (count(*) FILTER (WHERE expires_at IS NULL OR expires_at > ${at}::timestamptz))::int AS active
+            FROM api_keys WHERE account_id = ${accountId}
+          `.pipe(Effect.flatMap(first)),
+
+        localDays: (at, days) =>
+          sql<LocalDays>`
+            SELECT (today - make_interval(days => ${days - 1}::int)) AT TIME ZONE ${timeZone}::text AS first,
+              today AT TIME ZONE ${timeZone}::text AS today,
+              (today + interval '1 day') AT TIME ZONE ${timeZone}::text AS tomorrow
+            FROM (SELECT date_trunc('day', ${local(at)}) AS today) d
+          `.pipe(Effect.flatMap(first))
+      })
+    })
+  )
+}

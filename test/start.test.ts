@@ -59,7 +59,7 @@ describe("npm start with nothing configured", () => {
     if (dataDir !== "") await rm(dataDir, { recursive: true, force: true })
   })
 
-  it("serves, keeps its data across a restart, and stops its database on shutdown", async () => {
+  it("serves, keeps its data across restarts, stops its database on shutdown, and recovers from a kill", async () => {
     dataDir = await mkdtemp(join(tmpdir(), "nenas-start-"))
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
@@ -101,6 +101,17 @@ describe("npm start with nothing configured", () => {
     expect(listed.body.keys.map((k: { id: string }) => k.id)).toEqual([created.body.key.id])
     // Last use from before the restart was written at shutdown.
     expect(listed.body.keys[0].last_used_at).not.toBeNull()
-    expect(await stop(second.child)).toBe(0)
+
+    // Killed outright, the service leaves its PostgreSQL orphaned; the next start reclaims it.
+    const killed = new Promise((resolve) => second.child.once("exit", resolve))
+    second.child.kill("SIGKILL")
+    await killed
+    const third = start(dataDir, port)
+    children.push(third.child)
+    await waitForHealth(base, third)
+    const relisted = await json(await fetch(`${base}/dashboard/api-keys`, { headers: auth }))
+    expect(relisted.body.keys.map((k: { id: string }) => k.id)).toEqual([created.body.key.id])
+    expect(await stop(third.child)).toBe(0)
+    await expect(stat(join(dataDir, "pg", "postmaster.pid"))).rejects.toThrow()
   }, 240_000)
 })

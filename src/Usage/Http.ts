@@ -4,6 +4,7 @@ import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
+import { WalletRepo } from "../Wallet/Repo.js"
 import { type LogRow, type SeriesRow, UsageRepo } from "./Repo.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
@@ -71,6 +72,7 @@ const checkRange = (given: Range, { from, to }: Range = given) =>
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* UsageRepo
+    const wallets = yield* WalletRepo
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** Logs of deleted keys stay visible; an id the account never had answers 404. */
@@ -133,14 +135,14 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const at = yield* now
           const days = yield* Effect.orDie(repo.localDays(at, OVERVIEW_DAYS))
           const { wallet, today, total, daily, keys } = yield* Effect.all({
-            wallet: Effect.orDie(repo.wallet(account.id)),
+            wallet: Effect.orDie(wallets.wallet(account.id)),
             today: Effect.orDie(repo.counters(account.id, days.today, days.tomorrow)),
             total: Effect.orDie(repo.counters(account.id, days.first, days.tomorrow)),
             daily: series(account.id, days.first, days.tomorrow, "day"),
             keys: Effect.orDie(repo.keyCounts(account.id, at))
           }, { concurrency: "unbounded" })
           return {
-            wallet: wallet ?? { availableMicroMyr: 0, reservedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 },
+            wallet,
             today_usage: today,
             total_usage: total,
             daily_series: daily,

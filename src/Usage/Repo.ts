@@ -65,13 +65,6 @@ export interface Counters {
   readonly costMicroMyr: number
 }
 
-export interface WalletRow {
-  readonly availableMicroMyr: number
-  readonly reservedMicroMyr: number
-  readonly lifetimeTopupMicroMyr: number
-  readonly lifetimeSpendMicroMyr: number
-}
-
 /** Local day boundaries around an instant, as instants. */
 export interface LocalDays {
   /** The start of the day `days - 1` days before today. */
@@ -105,7 +98,6 @@ export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
     query: SeriesQuery
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
   readonly counters: (accountId: string, from: Date, to: Date) => Effect.Effect<Counters, SqlError.SqlError>
-  readonly wallet: (accountId: string) => Effect.Effect<WalletRow | undefined, SqlError.SqlError>
   /** The account's keys, and those of them not past `expires_at` at `at`. */
   readonly keyCounts: (
     accountId: string,
@@ -209,12 +201,6 @@ export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
             FROM request_logs
             WHERE account_id = ${accountId} AND created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz
           `.pipe(Effect.flatMap(first)),
-
-        wallet: (accountId) =>
-          sql<WalletRow>`
-            SELECT available_micro_myr, reserved_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
-            FROM wallets WHERE account_id = ${accountId}
-          `.pipe(Effect.map((rows) => rows[0])),
 
         keyCounts: (accountId, at) =>
           sql<{ total: number; active: number }>`

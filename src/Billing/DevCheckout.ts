@@ -1,0 +1,120 @@
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { Clock, Effect, Redacted } from "effect"
+import Stripe from "stripe"
+import type { AppConfigShape } from "../AppConfig.js"
+import { BillingError } from "../Domain/Errors.js"
+import { randomBase62 } from "../Domain/Ids.js"
+import { CURRENCY } from "./PaymentProcessor.js"
+import type { PaymentTransaction } from "./Repo.js"
+
+export type CheckoutOutcome = "checkout.session.completed" | "checkout.session.expired"
+
+/** The Checkout Session Stripe would send for this transaction, paid or expired. */
+export const sessionEvent = (transaction: PaymentTransaction, sessionId: string, type: CheckoutOutcome, created: number) => {
+  const paid = type === "checkout.session.completed"
+  return {
+    id: `evt_sim_${randomBase62(24)}`,
+    object: "event",
+    api_version: Stripe.API_VERSION,
+    created,
+    livemode: false,
+    pending_webhooks: 1,
+    type,
+    data: {
+      object: {
+        id: sessionId,
+        object: "checkout.session",
+        mode: "payment",
+        status: paid ? "complete" : "expired",
+        payment_status: paid ? "paid" : "unpaid",
+        amount_subtotal: transaction.amountSen,
+        amount_total: transaction.amountSen,
+        currency: CURRENCY,
+        client_reference_id: transaction.id,
+        metadata: { transaction_id: transaction.id, account_id: transaction.accountId },
+        // One payment intent per session, so a second Pay is the same payment.
+        payment_intent: paid ? `pi_sim_${sessionId.slice(-24)}` : null,
+        livemode: false
+      }
+    }
+  }
+}
+
+/** Where this process's own webhook receiver listens. */
+const receiverUrl = (config: AppConfigShape) => {
+  const host = ["0.0.0.0", "::", ""].includes(config.host) ? "127.0.0.1" : config.host
+  return `http://${host.includes(":") ? `[${host}]` : host}:${config.port}/billing/stripe/webhook`
+}
+
+/**
+ * Signs the event with the webhook secret as Stripe does and POSTs it to the
+ * webhook receiver over HTTP: the same path a real Stripe delivery takes.
+ */
+export const deliver = (config: AppConfigShape, secret: Redacted.Redacted<string>, event: object) =>
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const payload = JSON.stringify(event)
+    const signature = Stripe.webhooks.generateTestHeaderString({
+      payload,
+      secret: Redacted.value(secret),
+      timestamp: Math.floor((yield* Clock.currentTimeMillis) / 1000)
+    })
+    const response = yield* client.execute(
+      HttpClientRequest.post(receiverUrl(config)).pipe(
+        HttpClientRequest.setHeader("stripe-signature", signature),
+        HttpClientRequest.bodyText(payload, "application/json")
+      )
+    )
+    const body = yield* response.text
+    if (response.status !== 200) {
+      return yield* Effect.fail(new BillingError({ message: `The webhook receiver answered ${response.status}: ${body}` }))
+    }
+    return JSON.parse(body) as { received: boolean; processed: boolean }
+  }).pipe(
+    Effect.scoped,
+    Effect.catchTags({
+      RequestError: (error) => Effect.fail(new BillingError({ message: `The webhook receiver was unreachable: ${error.message}` })),
+      ResponseError: (error) => Effect.fail(new BillingError({ message: `The webhook receiver failed: ${error.message}` }))
+    })
+  )
+
+const escapeHtml = (text: string) =>
+  text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c] ?? c)
+
+const page = (title: string, body: string) =>
+  `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{font-family:system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem}
+button{font-size:1rem;padding:.5rem 1.5rem;margin-right:.5rem}.note{color:#666;font-size:.875rem}</style>
+</head><body>${body}</body></html>`
+
+const ringgit = (sen: number) => `RM ${(sen / 100).toFixed(2)}`
+
+export const checkoutPage = (transaction: PaymentTransaction, sessionId: string) => {
+  const base = `/dev/checkout/${encodeURIComponent(sessionId)}`
+  const state = transaction.status === "pending"
+    ? `<form method="post" action="${base}/pay" style="display:inline"><button type="submit">Pay</button></form>
+<form method="post" action="${base}/cancel" style="display:inline"><button type="submit">Cancel</button></form>`
+    : `<p>This checkout is ${transaction.status === "succeeded" ? "paid" : "closed"}.</p>`
+  return page(
+    "nenas: simulated checkout",
+    `<h1>Top up ${ringgit(transaction.amountSen)}</h1>
+<p>Wallet top-up, transaction <code>${escapeHtml(transaction.id)}</code>.</p>
+${state}
+<p class="note">Simulated checkout: Stripe is not configured. Pay sends a signed
+<code>checkout.session.completed</code> event to this service's webhook receiver.</p>`
+  )
+}
+
+/** After Pay or Cancel: what the transaction now is, whichever button was pressed. */
+export const resultPage = (transaction: PaymentTransaction, returnUrl: string) => {
+  const [title, text] = transaction.status === "succeeded"
+    ? ["Payment received", `${ringgit(transaction.amountSen)} is in your wallet.`]
+    : transaction.status === "failed"
+    ? ["Checkout cancelled", "Nothing was charged."]
+    : ["Payment pending", "The payment has not been confirmed yet."]
+  return page("nenas: checkout", `<h1>${title}</h1>
+<p>${text}</p>
+<p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`)
+}

@@ -1,0 +1,144 @@
+import { mkdir, readFile, writeFile } from "node:fs/promises"
+import { join } from "node:path"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
+import Stripe from "stripe"
+import { AppConfig, type AppConfigShape } from "../AppConfig.js"
+import { BillingError } from "../Domain/Errors.js"
+import { randomBase62 } from "../Domain/Ids.js"
+
+export interface CheckoutInput {
+  readonly transactionId: string
+  readonly accountId: string
+  readonly amountSen: number
+  readonly email: string | null
+}
+
+export interface CheckoutSession {
+  readonly sessionId: string
+  readonly url: string
+}
+
+/**
+ * Where top-ups are paid: Stripe Checkout, or the simulated checkout of
+ * DESIGN.md when Stripe is not configured. Either way payments arrive as
+ * Stripe-signed events at the webhook receiver, verified with `webhookSecret`.
+ */
+export class PaymentProcessor extends Context.Tag("nenas/PaymentProcessor")<PaymentProcessor, {
+  readonly simulated: boolean
+  readonly webhookSecret: Redacted.Redacted<string>
+  readonly createCheckout: (input: CheckoutInput) => Effect.Effect<CheckoutSession, BillingError>
+}>() {}
+
+export const CURRENCY = "myr"
+
+/** The Stripe SDK, pointed at `STRIPE_API_URL` when set (stripe-mock or a test double). */
+export const makeStripeClient = (secretKey: Redacted.Redacted, apiUrl: Option.Option<string>): Stripe => {
+  const target = Option.map(apiUrl, (url) => new URL(url))
+  return new Stripe(Redacted.value(secretKey) as string, {
+    maxNetworkRetries: 2,
+    timeout: 20_000,
+    ...Option.match(target, {
+      onNone: () => ({}),
+      onSome: (url) => ({
+        host: url.hostname,
+        port: url.port === "" ? (url.protocol === "http:" ? 80 : 443) : Number(url.port),
+        protocol: url.protocol === "http:" ? "http" as const : "https" as const
+      })
+    })
+  })
+}
+
+const returnUrls = (config: AppConfigShape) => ({
+  success_url: `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}`,
+  cancel_url: `${config.dashboardUrl}/dashboard/billing?checkout=cancelled`
+})
+
+const stripeFailure = (error: unknown) =>
+  new BillingError({
+    message: `The payment processor did not create a checkout session (${
+      error instanceof Error ? error.message : "unknown error"
+    }); nothing was charged.`
+  })
+
+const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhookSecret: Redacted.Redacted<string>) => {
+  const stripe = makeStripeClient(secretKey, config.stripeApiUrl)
+  return PaymentProcessor.of({
+    simulated: false,
+    webhookSecret,
+    createCheckout: (input) =>
+      Effect.tryPromise({
+        try: () =>
+          stripe.checkout.sessions.create({
+            mode: "payment",
+            line_items: [{
+              quantity: 1,
+              price_data: {
+                currency: CURRENCY,
+                unit_amount: input.amountSen,
+                product_data: { name: `nenas wallet top-up, RM ${(input.amountSen / 100).toFixed(2)}` }
+              }
+            }],
+            client_reference_id: input.transactionId,
+            metadata: { transaction_id: input.transactionId, account_id: input.accountId },
+            payment_intent_data: { metadata: { transaction_id: input.transactionId, account_id: input.accountId } },
+            ...(input.email === null ? {} : { customer_email: input.email }),
+            ...returnUrls(config)
+          }, { idempotencyKey: `checkout-${input.transactionId}` }),
+        catch: stripeFailure
+      }).pipe(Effect.flatMap((session) =>
+        session.url === null || session.url === undefined
+          ? Effect.fail(stripeFailure(new Error("the session has no url")))
+          : Effect.succeed({ sessionId: session.id, url: session.url })
+      ))
+  })
+}
+
+/** The simulated checkout: a session id whose page lives at `/dev/checkout/<id>`. */
+const makeSimulated = (config: AppConfigShape, webhookSecret: Redacted.Redacted<string>) =>
+  PaymentProcessor.of({
+    simulated: true,
+    webhookSecret,
+    createCheckout: () =>
+      Effect.sync(() => {
+        const sessionId = `cs_sim_${randomBase62(24)}`
+        return { sessionId, url: `${config.publicBaseUrl}/dev/checkout/${sessionId}` }
+      })
+  })
+
+/** The development webhook secret, kept in `DATA_DIR` so that restarts agree with themselves. */
+const devWebhookSecret = (dataDir: string) =>
+  Effect.promise(async () => {
+    const file = join(dataDir, "dev-stripe-webhook-secret")
+    try {
+      return (await readFile(file, "utf8")).trim()
+    } catch {
+      const secret = `whsec_dev_${randomBase62(32)}`
+      await mkdir(dataDir, { recursive: true })
+      await writeFile(file, secret, { mode: 0o600 })
+      return secret
+    }
+  })
+
+/**
+ * Stripe when `STRIPE_SECRET_KEY` is set (then `STRIPE_WEBHOOK_SECRET` must be
+ * too), else the simulated checkout, which production refuses.
+ */
+export const PaymentProcessorLive = Layer.effect(
+  PaymentProcessor,
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    if (Option.isSome(config.stripeSecretKey)) {
+      if (Option.isNone(config.stripeWebhookSecret)) {
+        return yield* Effect.dieMessage("STRIPE_WEBHOOK_SECRET must be set with STRIPE_SECRET_KEY: webhooks could not be verified.")
+      }
+      return makeStripe(config, config.stripeSecretKey.value, config.stripeWebhookSecret.value as Redacted.Redacted<string>)
+    }
+    if (config.production) {
+      return yield* Effect.dieMessage("STRIPE_SECRET_KEY must be set when NODE_ENV=production: the simulated checkout is refused.")
+    }
+    const secret = Option.isSome(config.stripeWebhookSecret)
+      ? config.stripeWebhookSecret.value as Redacted.Redacted<string>
+      : Redacted.make(yield* devWebhookSecret(config.dataDir))
+    return makeSimulated(config, secret)
+  })
+)

@@ -1,0 +1,241 @@
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Context, Effect, Layer, Option, ParseResult, Schema } from "effect"
+import { InternalError } from "../Domain/Errors.js"
+import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
+import { WalletRepo } from "../Wallet/Repo.js"
+import { CURRENCY } from "./PaymentProcessor.js"
+import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
+
+/** A Stripe field that is an id, or the object when expanded. */
+const Expandable = Schema.Union(Schema.String, Schema.Struct({ id: Schema.String }))
+const idOf = (value: typeof Expandable.Type | null | undefined): string | null =>
+  value === null || value === undefined ? null : typeof value === "string" ? value : value.id
+
+const CheckoutSession = Schema.Struct({
+  id: Schema.String,
+  client_reference_id: Schema.optional(Schema.NullOr(Schema.String)),
+  metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
+  payment_status: Schema.String,
+  payment_intent: Schema.optional(Schema.NullOr(Expandable)),
+  amount_total: Schema.optional(Schema.NullOr(Schema.Int)),
+  currency: Schema.optional(Schema.NullOr(Schema.String))
+})
+
+const Charge = Schema.Struct({
+  id: Schema.String,
+  payment_intent: Schema.optional(Schema.NullOr(Expandable)),
+  amount_refunded: Schema.Int.pipe(Schema.nonNegative()),
+  currency: Schema.String
+})
+
+const Dispute = Schema.Struct({
+  id: Schema.String,
+  charge: Expandable,
+  payment_intent: Schema.optional(Schema.NullOr(Expandable)),
+  amount: Schema.Int.pipe(Schema.positive()),
+  currency: Schema.String,
+  status: Schema.String
+})
+
+/** The envelope every Stripe event shares. */
+export const StripeEvent = Schema.Struct({
+  id: Schema.String,
+  type: Schema.String,
+  data: Schema.Struct({ object: Schema.Unknown })
+})
+export type StripeEvent = typeof StripeEvent.Type
+
+const HANDLED = new Set([
+  "checkout.session.completed",
+  "checkout.session.async_payment_succeeded",
+  "checkout.session.expired",
+  "checkout.session.async_payment_failed",
+  "charge.refunded",
+  "charge.dispute.created",
+  "charge.dispute.closed"
+])
+
+const anomaly = (message: string) => new InternalError({ message })
+
+const decode = <A, I>(schema: Schema.Schema<A, I>, event: StripeEvent) =>
+  Schema.decodeUnknown(schema)(event.data.object).pipe(
+    Effect.mapError((error) =>
+      anomaly(`Event ${event.id} (${event.type}) has an unexpected shape: ${ParseResult.TreeFormatter.formatErrorSync(error)}`)
+    )
+  )
+
+const requireMyr = (currency: string | null | undefined, event: StripeEvent) =>
+  currency === CURRENCY || currency === null || currency === undefined
+    ? Effect.void
+    : Effect.fail(anomaly(`Event ${event.id} is in ${currency}; wallets are in MYR.`))
+
+/**
+ * Applies Stripe events to wallets, each at most once: by event id (recorded
+ * in the same SQL transaction as its effects) and by effect (ledger effect
+ * keys). Events about one payment are serialized by an advisory lock on its
+ * payment intent; facts that arrive before their payment is known (a refund or
+ * dispute before the completed checkout) are stored and applied when it is, so
+ * every delivery order ends in the same state.
+ */
+export class Payments extends Context.Tag("nenas/Payments")<Payments, {
+  /** True when the event changed anything; false for duplicates and types we do not handle. */
+  readonly apply: (event: StripeEvent) => Effect.Effect<boolean, InternalError | SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.effect(
+    Payments,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const repo = yield* PaymentsRepo
+      const wallet = yield* WalletRepo
+
+      /** Brings a paid transaction's ledger in line with every fact known about it. */
+      const reconcile = (transaction: PaymentTransaction) =>
+        Effect.gen(function*() {
+          let changed = yield* wallet.post({
+            accountId: transaction.accountId,
+            type: "topup",
+            amountMicroMyr: transaction.amountMicroMyr,
+            effectKey: `topup:${transaction.id}`,
+            description: `Top-up of RM ${(transaction.amountSen / 100).toFixed(2)} (Stripe Checkout)`,
+            paymentTransactionId: transaction.id
+          })
+          const refunded = Math.min(yield* repo.refundedTotal(transaction), transaction.amountMicroMyr)
+          if (refunded > transaction.refundedMicroMyr) {
+            yield* wallet.post({
+              accountId: transaction.accountId,
+              type: "refund",
+              amountMicroMyr: -(refunded - transaction.refundedMicroMyr),
+              effectKey: `refund:${transaction.id}:${refunded}`,
+              description: `Refund of RM ${toMyrString(microMyr(refunded - transaction.refundedMicroMyr))} on a top-up`,
+              paymentTransactionId: transaction.id
+            })
+            yield* repo.setRefunded(transaction.id, refunded)
+            changed = true
+          }
+          for (const dispute of yield* repo.claimDisputes(transaction)) {
+            const debited = yield* wallet.post({
+              accountId: transaction.accountId,
+              type: "chargeback",
+              amountMicroMyr: -dispute.amountMicroMyr,
+              effectKey: `chargeback:${dispute.id}`,
+              description: `Chargeback: payment dispute ${dispute.id} opened`,
+              paymentTransactionId: transaction.id
+            })
+            const reversed = dispute.status === "won" && (yield* wallet.post({
+              accountId: transaction.accountId,
+              type: "chargeback_reversal",
+              amountMicroMyr: dispute.amountMicroMyr,
+              effectKey: `chargeback_reversal:${dispute.id}`,
+              description: `Chargeback reversed: payment dispute ${dispute.id} won`,
+              paymentTransactionId: transaction.id
+            }))
+            changed = changed || debited || reversed
+          }
+          yield* repo.updateSuspension(transaction.accountId)
+          return changed
+        })
+
+      /** Reconciles the payment a fact belongs to, if it is known and paid. */
+      const reconcileFor = (paymentIntentId: string | null, chargeId: string | null) =>
+        Effect.gen(function*() {
+          const id = yield* repo.findIdByIntentOrCharge(paymentIntentId, chargeId)
+          if (id === undefined) return false
+          const transaction = yield* repo.lock(id)
+          if (transaction === undefined || transaction.status !== "succeeded") return false
+          if (chargeId !== null) yield* repo.setCharge(transaction.id, chargeId)
+          return yield* reconcile(transaction)
+        })
+
+      const sessionTransaction = (session: typeof CheckoutSession.Type) =>
+        Option.fromNullable(session.client_reference_id ?? session.metadata?.["transaction_id"])
+
+      const completeCheckout = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          const session = yield* decode(CheckoutSession, event)
+          if (session.payment_status !== "paid") return false
+          const transactionId = sessionTransaction(session)
+          if (Option.isNone(transactionId)) return false
+          const paymentIntentId = idOf(session.payment_intent)
+          if (paymentIntentId !== null) yield* repo.lockPayment(paymentIntentId)
+          const transaction = yield* repo.lock(transactionId.value)
+          if (transaction === undefined) return false
+          yield* requireMyr(session.currency, event)
+          if (session.amount_total !== undefined && session.amount_total !== null && session.amount_total !== transaction.amountSen) {
+            return yield* anomaly(
+              `Checkout session ${session.id} was paid ${session.amount_total} sen; transaction ${transaction.id} is for ${transaction.amountSen}.`
+            )
+          }
+          const newlyPaid = transaction.status !== "succeeded"
+          yield* repo.succeed(transaction.id, paymentIntentId)
+          const settled = { ...transaction, status: "succeeded" as const, paymentIntentId: paymentIntentId ?? transaction.paymentIntentId }
+          return (yield* reconcile(settled)) || newlyPaid
+        })
+
+      const failCheckout = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          const session = yield* decode(CheckoutSession, event)
+          const transactionId = sessionTransaction(session)
+          if (Option.isNone(transactionId)) return false
+          const transaction = yield* repo.lock(transactionId.value)
+          return transaction === undefined ? false : yield* repo.fail(transaction.id)
+        })
+
+      const refund = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          const charge = yield* decode(Charge, event)
+          yield* requireMyr(charge.currency, event)
+          const paymentIntentId = idOf(charge.payment_intent)
+          yield* repo.lockPayment(paymentIntentId ?? charge.id)
+          const recorded = yield* repo.recordCharge(charge.id, paymentIntentId, fromSen(charge.amount_refunded))
+          const applied = yield* reconcileFor(paymentIntentId, charge.id)
+          return recorded || applied
+        })
+
+      const dispute = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          const object = yield* decode(Dispute, event)
+          yield* requireMyr(object.currency, event)
+          const fact: DisputeFact = {
+            id: object.id,
+            chargeId: idOf(object.charge) ?? object.id,
+            paymentIntentId: idOf(object.payment_intent),
+            amountMicroMyr: fromSen(object.amount),
+            status: event.type === "charge.dispute.closed" ? closedStatus(object.status) : "open"
+          }
+          yield* repo.lockPayment(fact.paymentIntentId ?? fact.chargeId)
+          const recorded = yield* repo.recordDispute(fact)
+          const applied = yield* reconcileFor(fact.paymentIntentId, fact.chargeId)
+          return recorded || applied
+        })
+
+      const effects = (event: StripeEvent): Effect.Effect<boolean, InternalError | SqlError.SqlError> => {
+        switch (event.type) {
+          case "checkout.session.completed":
+          case "checkout.session.async_payment_succeeded":
+            return completeCheckout(event)
+          case "checkout.session.expired":
+          case "checkout.session.async_payment_failed":
+            return failCheckout(event)
+          case "charge.refunded":
+            return refund(event)
+          default:
+            return dispute(event)
+        }
+      }
+
+      return Payments.of({
+        apply: (event) =>
+          HANDLED.has(event.type)
+            ? sql.withTransaction(Effect.gen(function*() {
+              // The event's row is written first: a concurrent twin waits on it, then sees a duplicate.
+              if (!(yield* repo.recordEvent(event.id, event.type, event))) return false
+              return yield* effects(event)
+            }))
+            : Effect.succeed(false)
+      })
+    })
+  )
+}
+
+const closedStatus = (status: string): "won" | "lost" | "closed" =>
+  status === "won" ? "won" : status === "lost" ? "lost" : "closed"

@@ -1,0 +1,203 @@
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Clock, Context, Effect, Layer } from "effect"
+import { newId } from "../Domain/Ids.js"
+import { fromSen } from "../Domain/Money.js"
+
+export interface PaymentTransaction {
+  readonly id: string
+  readonly accountId: string
+  readonly amountSen: number
+  readonly amountMicroMyr: number
+  readonly status: "pending" | "succeeded" | "failed"
+  readonly checkoutSessionId: string | null
+  readonly paymentIntentId: string | null
+  readonly chargeId: string | null
+  readonly refundedMicroMyr: number
+}
+
+export interface DisputeRow {
+  readonly id: string
+  readonly amountMicroMyr: number
+  readonly status: "open" | "won" | "lost" | "closed"
+}
+
+export interface DisputeFact {
+  readonly id: string
+  readonly chargeId: string
+  readonly paymentIntentId: string | null
+  readonly amountMicroMyr: number
+  readonly status: DisputeRow["status"]
+}
+
+type Sql = Effect.Effect.Success<typeof SqlClient.SqlClient>
+type Q<A> = Effect.Effect<A, SqlError.SqlError>
+
+const transactionColumns = (sql: Sql) =>
+  sql`id, account_id, amount_sen, amount_micro_myr, status, checkout_session_id, payment_intent_id, charge_id, refunded_micro_myr`
+
+/**
+ * Payment transactions and the Stripe facts (charges' refunded totals,
+ * disputes) that move money on them. Facts are stored as they arrive, in any
+ * order; the payment service turns them into ledger entries once the payment
+ * they belong to is known.
+ */
+export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo, {
+  readonly createPending: (accountId: string, amountSen: number) => Q<string>
+  readonly attachSession: (transactionId: string, sessionId: string) => Q<void>
+  readonly findBySession: (sessionId: string) => Q<PaymentTransaction | undefined>
+  /** Locks a transaction row for the rest of the SQL transaction. */
+  readonly lock: (transactionId: string) => Q<PaymentTransaction | undefined>
+  readonly findIdByIntentOrCharge: (paymentIntentId: string | null, chargeId: string | null) => Q<string | undefined>
+  readonly succeed: (transactionId: string, paymentIntentId: string | null) => Q<void>
+  /** A pending transaction fails; a settled one is left as it is. True when it changed. */
+  readonly fail: (transactionId: string) => Q<boolean>
+  readonly setCharge: (transactionId: string, chargeId: string) => Q<void>
+  readonly setRefunded: (transactionId: string, refundedMicroMyr: number) => Q<void>
+  /** Keeps the highest cumulative refunded amount seen; true when it grew or is new. */
+  readonly recordCharge: (chargeId: string, paymentIntentId: string | null, refundedMicroMyr: number) => Q<boolean>
+  /** The refunded total Stripe reported across the charges of a payment. */
+  readonly refundedTotal: (transaction: PaymentTransaction) => Q<number>
+  /** Stores a dispute; a closed dispute stays closed. True when it is new or changed. */
+  readonly recordDispute: (fact: DisputeFact) => Q<boolean>
+  /** The disputes of a payment, now linked to its account. */
+  readonly claimDisputes: (transaction: PaymentTransaction) => Q<ReadonlyArray<DisputeRow>>
+  /** Suspended exactly while a dispute is open. */
+  readonly updateSuspension: (accountId: string) => Q<void>
+  /** Records a webhook event; false when its id was seen before. */
+  readonly recordEvent: (id: string, type: string, payload: unknown) => Q<boolean>
+  /** Serializes the events of one payment across instances until the SQL transaction ends. */
+  readonly lockPayment: (key: string) => Q<void>
+}>() {
+  static readonly layer = Layer.effect(
+    PaymentsRepo,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+      const first = <A>(rows: ReadonlyArray<A>) => rows[0]
+
+      return PaymentsRepo.of({
+        createPending: (accountId, amountSen) =>
+          Effect.gen(function*() {
+            const id = newId("txn")
+            const at = yield* now
+            yield* sql`
+              INSERT INTO payment_transactions (id, account_id, amount_sen, amount_micro_myr, created_at, updated_at)
+              VALUES (${id}, ${accountId}, ${amountSen}, ${fromSen(amountSen)}, ${at}, ${at})
+            `
+            return id
+          }),
+        attachSession: (transactionId, sessionId) =>
+          Effect.asVoid(sql`
+            UPDATE payment_transactions SET checkout_session_id = ${sessionId} WHERE id = ${transactionId}
+          `),
+        findBySession: (sessionId) =>
+          Effect.map(
+            sql<PaymentTransaction>`
+              SELECT ${transactionColumns(sql)} FROM payment_transactions WHERE checkout_session_id = ${sessionId}
+            `,
+            first
+          ),
+        lock: (transactionId) =>
+          Effect.map(
+            sql<PaymentTransaction>`
+              SELECT ${transactionColumns(sql)} FROM payment_transactions WHERE id = ${transactionId} FOR UPDATE
+            `,
+            first
+          ),
+        findIdByIntentOrCharge: (paymentIntentId, chargeId) =>
+          Effect.map(
+            sql<{ id: string }>`
+              SELECT id FROM payment_transactions
+              WHERE (${paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${paymentIntentId})
+                 OR (${chargeId}::text IS NOT NULL AND charge_id = ${chargeId})
+              LIMIT 1
+            `,
+            (rows) => rows[0]?.id
+          ),
+        succeed: (transactionId, paymentIntentId) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              UPDATE payment_transactions
+              SET status = 'succeeded', payment_intent_id = COALESCE(${paymentIntentId}, payment_intent_id),
+                  completed_at = COALESCE(completed_at, ${at}), updated_at = ${at}
+              WHERE id = ${transactionId}
+            `),
+        fail: (transactionId) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              UPDATE payment_transactions SET status = 'failed', updated_at = ${at}
+              WHERE id = ${transactionId} AND status = 'pending'
+              RETURNING id
+            `).pipe(Effect.map((rows) => rows.length > 0)),
+        setCharge: (transactionId, chargeId) =>
+          Effect.asVoid(sql`
+            UPDATE payment_transactions SET charge_id = ${chargeId} WHERE id = ${transactionId} AND charge_id IS NULL
+          `),
+        setRefunded: (transactionId, refundedMicroMyr) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              UPDATE payment_transactions SET refunded_micro_myr = ${refundedMicroMyr}, updated_at = ${at}
+              WHERE id = ${transactionId}
+            `),
+        recordCharge: (chargeId, paymentIntentId, refundedMicroMyr) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              INSERT INTO stripe_charges (id, payment_intent_id, amount_refunded_micro_myr, updated_at)
+              VALUES (${chargeId}, ${paymentIntentId}, ${refundedMicroMyr}, ${at})
+              ON CONFLICT (id) DO UPDATE
+                SET amount_refunded_micro_myr = EXCLUDED.amount_refunded_micro_myr,
+                    payment_intent_id = COALESCE(stripe_charges.payment_intent_id, EXCLUDED.payment_intent_id),
+                    updated_at = EXCLUDED.updated_at
+                WHERE stripe_charges.amount_refunded_micro_myr < EXCLUDED.amount_refunded_micro_myr
+              RETURNING id
+            `).pipe(Effect.map((rows) => rows.length > 0)),
+        refundedTotal: (transaction) =>
+          Effect.map(
+            sql<{ total: number }>`
+              SELECT COALESCE(SUM(amount_refunded_micro_myr), 0)::bigint AS total FROM stripe_charges
+              WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
+                 OR (${transaction.chargeId}::text IS NOT NULL AND id = ${transaction.chargeId})
+            `,
+            (rows) => rows[0]?.total ?? 0
+          ),
+        recordDispute: (fact) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              INSERT INTO disputes (id, charge_id, payment_intent_id, amount_micro_myr, status, created_at, closed_at)
+              VALUES (${fact.id}, ${fact.chargeId}, ${fact.paymentIntentId}, ${fact.amountMicroMyr}, ${fact.status},
+                      ${at}, ${fact.status === "open" ? null : at})
+              ON CONFLICT (id) DO UPDATE
+                SET status = EXCLUDED.status, closed_at = EXCLUDED.closed_at,
+                    payment_intent_id = COALESCE(disputes.payment_intent_id, EXCLUDED.payment_intent_id)
+                WHERE disputes.status = 'open' AND EXCLUDED.status <> 'open'
+              RETURNING id
+            `).pipe(Effect.map((rows) => rows.length > 0)),
+        claimDisputes: (transaction) =>
+          sql<DisputeRow>`
+            UPDATE disputes SET account_id = ${transaction.accountId}, payment_transaction_id = ${transaction.id}
+            WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
+               OR (${transaction.chargeId}::text IS NOT NULL AND charge_id = ${transaction.chargeId})
+            RETURNING id, amount_micro_myr, status
+          `,
+        updateSuspension: (accountId) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              UPDATE accounts
+              SET suspended_at = CASE
+                WHEN EXISTS (SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open')
+                THEN COALESCE(suspended_at, ${at}) END
+              WHERE id = ${accountId}
+            `),
+        recordEvent: (id, type, payload) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              INSERT INTO webhook_events (id, type, payload, received_at, processed_at)
+              VALUES (${id}, ${type}, ${JSON.stringify(payload)}::jsonb, ${at}, ${at})
+              ON CONFLICT (id) DO NOTHING
+              RETURNING id
+            `).pipe(Effect.map((rows) => rows.length > 0)),
+        lockPayment: (key) => Effect.asVoid(sql`SELECT pg_advisory_xact_lock(hashtextextended(${key}, 0))`)
+      })
+    })
+  )
+}

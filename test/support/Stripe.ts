@@ -1,0 +1,244 @@
+import { createServer, type IncomingMessage } from "node:http"
+import type { AddressInfo } from "node:net"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
+import Stripe from "stripe"
+import type { AppConfigShape } from "../../src/AppConfig.js"
+import { randomBase62 } from "../../src/Domain/Ids.js"
+import { call } from "./Http.js"
+import { TestServer, TestServerLive } from "./TestServer.js"
+
+/** The webhook signing secret test servers are started with. */
+export const WEBHOOK_SECRET = "whsec_test_nenas_0123456789abcdef"
+
+export const webhookOverrides: Partial<AppConfigShape> = {
+  stripeWebhookSecret: Option.some(Redacted.make(WEBHOOK_SECRET))
+}
+
+export interface SignOptions {
+  readonly secret?: string
+  /** Unix seconds; default the server clock's now. */
+  readonly timestamp?: number
+}
+
+/** A `Stripe-Signature` header for `payload`, made as Stripe makes it. */
+export const sign = (payload: string, options: SignOptions = {}) =>
+  Effect.gen(function*() {
+    const { clock } = yield* TestServer
+    return Stripe.webhooks.generateTestHeaderString({
+      payload,
+      secret: options.secret ?? WEBHOOK_SECRET,
+      timestamp: options.timestamp ?? Math.floor(clock.unsafeCurrentTimeMillis() / 1000)
+    })
+  })
+
+/** Delivers an event to the webhook receiver, signed unless a signature is given. */
+export const deliverEvent = (event: object, options: SignOptions & { readonly signature?: string } = {}) =>
+  Effect.gen(function*() {
+    const body = JSON.stringify(event)
+    const signature = options.signature ?? (yield* sign(body, options))
+    return yield* call("POST", "/billing/stripe/webhook", {
+      body,
+      headers: { "content-type": "application/json", "stripe-signature": signature }
+    })
+  })
+
+const envelope = (type: string, object: Record<string, unknown>) => ({
+  id: `evt_${randomBase62(24)}`,
+  object: "event",
+  api_version: Stripe.API_VERSION,
+  created: Math.floor(Date.now() / 1000),
+  livemode: false,
+  pending_webhooks: 1,
+  type,
+  data: { object }
+})
+
+export interface SessionFacts {
+  readonly transactionId: string
+  readonly sessionId?: string
+  readonly paymentIntentId?: string
+  readonly amountSen: number
+  readonly paymentStatus?: "paid" | "unpaid" | "no_payment_required"
+}
+
+const sessionObject = (facts: SessionFacts, status: string) => ({
+  id: facts.sessionId ?? `cs_test_${randomBase62(24)}`,
+  object: "checkout.session",
+  mode: "payment",
+  status,
+  payment_status: facts.paymentStatus ?? "paid",
+  amount_subtotal: facts.amountSen,
+  amount_total: facts.amountSen,
+  currency: "myr",
+  client_reference_id: facts.transactionId,
+  metadata: { transaction_id: facts.transactionId },
+  payment_intent: facts.paymentIntentId ?? null
+})
+
+/** Stripe-shaped events, as the webhook receiver gets them. */
+export const events = {
+  checkoutCompleted: (facts: SessionFacts) => envelope("checkout.session.completed", sessionObject(facts, "complete")),
+  asyncPaymentSucceeded: (facts: SessionFacts) =>
+    envelope("checkout.session.async_payment_succeeded", sessionObject(facts, "complete")),
+  asyncPaymentFailed: (facts: SessionFacts) =>
+    envelope("checkout.session.async_payment_failed", sessionObject({ ...facts, paymentStatus: "unpaid" }, "complete")),
+  checkoutExpired: (facts: SessionFacts) =>
+    envelope("checkout.session.expired", sessionObject({ ...facts, paymentStatus: "unpaid" }, "expired")),
+  /** `amountRefundedSen` is the charge's cumulative refunded amount, as Stripe reports it. */
+  chargeRefunded: (facts: { chargeId: string; paymentIntentId: string; amountSen: number; amountRefundedSen: number }) =>
+    envelope("charge.refunded", {
+      id: facts.chargeId,
+      object: "charge",
+      amount: facts.amountSen,
+      amount_refunded: facts.amountRefundedSen,
+      refunded: facts.amountRefundedSen === facts.amountSen,
+      currency: "myr",
+      payment_intent: facts.paymentIntentId,
+      status: "succeeded"
+    }),
+  disputeCreated: (facts: { disputeId: string; chargeId: string; paymentIntentId: string; amountSen: number }) =>
+    envelope("charge.dispute.created", {
+      id: facts.disputeId,
+      object: "dispute",
+      amount: facts.amountSen,
+      currency: "myr",
+      charge: facts.chargeId,
+      payment_intent: facts.paymentIntentId,
+      status: "needs_response"
+    }),
+  disputeClosed: (
+    facts: { disputeId: string; chargeId: string; paymentIntentId: string; amountSen: number; status: "won" | "lost" | "warning_closed" }
+  ) =>
+    envelope("charge.dispute.closed", {
+      id: facts.disputeId,
+      object: "dispute",
+      amount: facts.amountSen,
+      currency: "myr",
+      charge: facts.chargeId,
+      payment_intent: facts.paymentIntentId,
+      status: facts.status
+    }),
+  other: (type: string) => envelope(type, { id: `obj_${randomBase62(12)}`, object: "unknown" })
+}
+
+/** A request the Stripe double received: method, path and the form-decoded body. */
+export interface StripeRequest {
+  readonly method: string
+  readonly path: string
+  readonly form: Readonly<Record<string, string>>
+  readonly idempotencyKey: string | undefined
+}
+
+/**
+ * A local stand-in for Stripe's Checkout Sessions endpoint, reached by the
+ * real `stripe` SDK through `STRIPE_API_URL`.
+ */
+export class StripeDouble extends Context.Tag("test/StripeDouble")<StripeDouble, {
+  readonly url: string
+  readonly requests: Array<StripeRequest>
+  /** The next `n` session creations answer this HTTP status with a Stripe error body. */
+  readonly failNext: (n: number, status: number) => void
+}>() {}
+
+const readBody = (request: IncomingMessage) =>
+  new Promise<string>((resolve, reject) => {
+    let body = ""
+    request.setEncoding("utf8")
+    request.on("data", (chunk: string) => body += chunk)
+    request.on("end", () => resolve(body))
+    request.on("error", reject)
+  })
+
+export const StripeDoubleLive = Layer.scoped(
+  StripeDouble,
+  Effect.gen(function*() {
+    const requests: Array<StripeRequest> = []
+    let failures = 0
+    let failureStatus = 500
+    const server = createServer(async (request, response) => {
+      const body = await readBody(request)
+      const form = Object.fromEntries(new URLSearchParams(body))
+      const idempotencyKey = request.headers["idempotency-key"]
+      requests.push({
+        method: request.method ?? "",
+        path: request.url ?? "",
+        form,
+        idempotencyKey: typeof idempotencyKey === "string" ? idempotencyKey : undefined
+      })
+      response.setHeader("content-type", "application/json")
+      if (request.method !== "POST" || request.url !== "/v1/checkout/sessions") {
+        response.writeHead(404).end(JSON.stringify({ error: { type: "invalid_request_error", message: "Unrecognized request URL" } }))
+        return
+      }
+      if (failures > 0) {
+        failures--
+        response.writeHead(failureStatus).end(JSON.stringify({ error: { type: "api_error", message: "Stripe double failure" } }))
+        return
+      }
+      const id = `cs_test_${randomBase62(24)}`
+      response.writeHead(200).end(JSON.stringify({
+        id,
+        object: "checkout.session",
+        mode: "payment",
+        status: "open",
+        payment_status: "unpaid",
+        amount_total: Number(form["line_items[0][price_data][unit_amount]"]),
+        currency: form["line_items[0][price_data][currency]"],
+        client_reference_id: form["client_reference_id"] ?? null,
+        metadata: { transaction_id: form["metadata[transaction_id]"] },
+        success_url: form["success_url"],
+        cancel_url: form["cancel_url"],
+        url: `https://checkout.stripe.test/c/pay/${id}`
+      }))
+    })
+    yield* Effect.acquireRelease(
+      Effect.async<void>((resume) => {
+        server.listen(0, "127.0.0.1", () => resume(Effect.void))
+      }),
+      () =>
+        Effect.async<void>((resume) => {
+          server.close(() => resume(Effect.void))
+        })
+    )
+    const { port } = server.address() as AddressInfo
+    return {
+      url: `http://127.0.0.1:${port}`,
+      requests,
+      failNext: (n, status) => {
+        failures = n
+        failureStatus = status
+      }
+    }
+  })
+)
+
+/** The service configured for real Stripe, whose API is the double above. */
+export const TestServerWithStripe = Layer.unwrapEffect(Effect.map(StripeDouble, (double) =>
+  TestServerLive({
+    ...webhookOverrides,
+    stripeSecretKey: Option.some(Redacted.make("sk_test_nenas_double")),
+    stripeApiUrl: Option.some(double.url)
+  }))).pipe(Layer.provideMerge(StripeDoubleLive))
+
+/**
+ * Tops up a developer's wallet through the real path: a checkout, then the
+ * signed `checkout.session.completed` Stripe would send. Returns the ids the
+ * payment's later events (refunds, disputes) refer to.
+ */
+export const topUp = (token: string, amountSen: number) =>
+  Effect.gen(function*() {
+    const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: amountSen } })
+    if (checkout.status !== 200) throw new Error(`checkout failed: ${checkout.status} ${checkout.text}`)
+    const payment = {
+      transactionId: checkout.body.transaction_id as string,
+      sessionId: checkout.body.session_id as string,
+      paymentIntentId: `pi_${randomBase62(24)}`,
+      chargeId: `ch_${randomBase62(24)}`,
+      amountSen
+    }
+    const delivered = yield* deliverEvent(events.checkoutCompleted(payment))
+    if (delivered.status !== 200 || delivered.body.processed !== true) {
+      throw new Error(`top-up was not applied: ${delivered.status} ${delivered.text}`)
+    }
+    return payment
+  })

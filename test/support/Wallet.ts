@@ -1,0 +1,62 @@
+import { SqlClient } from "@effect/sql"
+import { Effect, Layer, Option, Redacted, Scope } from "effect"
+import { AppConfig } from "../../src/AppConfig.js"
+import { PaymentsRepo } from "../../src/Billing/Repo.js"
+import { DatabaseLive } from "../../src/Database/Database.js"
+import { checkInvariant } from "../../src/Wallet/Invariant.js"
+import { ReservationLeases } from "../../src/Wallet/Leases.js"
+import { WalletRepo } from "../../src/Wallet/Repo.js"
+import { ReservationSweeper } from "../../src/Wallet/Sweeper.js"
+import { call, devToken } from "./Http.js"
+import { TestServer } from "./TestServer.js"
+
+/**
+ * A second service instance's money parts (wallet, leases, sweeper, payments
+ * repository) on the test server's database, as another process would have
+ * them. Closing `scope` stops its lease renewals: the instance has died.
+ */
+export const walletInstance = (scope: Scope.Scope) =>
+  Effect.gen(function*() {
+    const { clock, databaseUrl } = yield* TestServer
+    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)) })
+    const layer = Layer.mergeAll(ReservationSweeper.layer, PaymentsRepo.layer).pipe(
+      Layer.provideMerge(WalletRepo.layer),
+      Layer.provideMerge(ReservationLeases.layer()),
+      Layer.provideMerge(DatabaseLive),
+      Layer.provideMerge(config),
+      Layer.provide(Layer.setClock(clock))
+    )
+    const context = yield* Layer.buildWithScope(layer, scope)
+    return {
+      wallet: context.unsafeMap.get(WalletRepo.key) as WalletRepo["Type"],
+      sweeper: context.unsafeMap.get(ReservationSweeper.key) as ReservationSweeper["Type"],
+      leases: context.unsafeMap.get(ReservationLeases.key) as ReservationLeases["Type"],
+      /** Runs an effect that needs the instance's services, on the server's clock. */
+      run: <A, E>(effect: Effect.Effect<A, E, WalletRepo | SqlClient.SqlClient | PaymentsRepo | ReservationSweeper>) =>
+        effect.pipe(Effect.provide(context), Effect.withClock(clock)),
+      /** DESIGN.md's invariant for the account; `violations` is empty when it holds. */
+      invariant: (accountId: string) => checkInvariant(accountId).pipe(Effect.provide(context), Effect.orDie)
+    }
+  })
+
+/** A signed-in developer: a session token and the account it belongs to. */
+export const developer = (email: string) =>
+  Effect.gen(function*() {
+    const token = yield* devToken(email)
+    // The account is made at the first signed-in dashboard call.
+    yield* call("GET", "/dashboard/billing/balance", { token })
+    const { databaseUrl } = yield* TestServer
+    const { default: pg } = yield* Effect.promise(() => import("pg"))
+    const accountId = yield* Effect.promise(async () => {
+      const client = new pg.Client({ connectionString: databaseUrl })
+      await client.connect()
+      try {
+        const { rows } = await client.query<{ id: string }>("SELECT id FROM accounts WHERE email = $1", [email.toLowerCase()])
+        if (rows[0] === undefined) throw new Error(`no account for ${email}`)
+        return rows[0].id
+      } finally {
+        await client.end()
+      }
+    })
+    return { token, accountId }
+  })

@@ -91,7 +91,11 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
               undefined,
               receivedAt
             ),
-          catch: (error) => signatureRefused(error instanceof Error ? error.message : "verification failed")
+          // The signature is checked before the body is parsed: a SyntaxError means a signed body that is not JSON.
+          catch: (error) =>
+            error instanceof SyntaxError
+              ? new InvalidRequest({ message: "The event body is not JSON." })
+              : signatureRefused(error instanceof Error ? error.message : "verification failed")
         })
         const event = yield* Schema.decodeUnknown(StripeEvent)(verified).pipe(
           Effect.mapError(() => new InvalidRequest({ message: "The event has no id, type or data.object." }))

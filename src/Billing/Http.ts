@@ -125,8 +125,11 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
     const finish = (sessionId: string, outcome: CheckoutOutcome) =>
       Effect.gen(function*() {
         const transaction = yield* find(sessionId)
-        const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-        yield* deliver(config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created))
+        // As on Stripe's page, only an open session can be paid or cancelled.
+        if (transaction.status === "pending") {
+          const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+          yield* deliver(config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created))
+        }
         const settled = yield* find(sessionId)
         const returnUrl = outcome === "checkout.session.completed"
           ? `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`

@@ -48,11 +48,16 @@ const mergeAlternatives = (messages: ReadonlyArray<string>): string => {
   return `Expected ${expected.join(" or ")}, actual ${actual}`
 }
 
-/** Schema names of the request's own shape mean nothing to a client. */
-const plain = (message: string): string =>
-  message
+/**
+ * Schema names of the request's own shape mean nothing to a client. At the
+ * root, a body is always an object, so a named body schema reads as one.
+ */
+const plain = (message: string, path: ReadonlyArray<PropertyKey>): string => {
+  const unnamed = message
     .replace(/^Expected [A-Za-z]*\s*\(Encoded side\)|^Expected \{ readonly .*\}(?=, actual)/s, "Expected a JSON object")
     .replace(/^Expected ReadonlyArray<.*>(?=, actual)/s, "Expected an array")
+  return path.length === 0 ? unnamed.replace(/^Expected [A-Z][A-Za-z]*(?=, actual)/, "Expected a JSON object") : unnamed
+}
 
 /**
  * One problem per field: an optional field's "Expected undefined" adds
@@ -64,10 +69,10 @@ const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
     if (issue.message.startsWith("Expected undefined")) continue
     const key = JSON.stringify(issue.path.map(String))
     const entry = byPath.get(key) ?? { path: issue.path, messages: [] }
-    entry.messages.push(plain(issue.message))
+    entry.messages.push(plain(issue.message, issue.path))
     byPath.set(key, entry)
   }
-  if (byPath.size === 0) return issues.slice(0, 1).map((issue) => ({ ...issue, message: plain(issue.message) }))
+  if (byPath.size === 0) return issues.slice(0, 1).map((issue) => ({ ...issue, message: plain(issue.message, issue.path) }))
   // The deepest problem is the most precise one (inside a union: the field of the alternative that nearly fit).
   return [...byPath.values()]
     .map(({ path, messages }) => ({ path, message: mergeAlternatives(messages) }))

@@ -30,6 +30,10 @@ export interface DisputeFact {
 }
 
 type Sql = Effect.Effect.Success<typeof SqlClient.SqlClient>
+
+/** PostgreSQL's jsonb refuses U+0000, which customer-entered fields may hold; the stored copy shows U+FFFD. */
+const storableJson = (value: unknown) =>
+  JSON.stringify(value, (_key, field: unknown) => typeof field === "string" ? field.replaceAll("\u0000", "\uFFFD") : field)
 type Q<A> = Effect.Effect<A, SqlError.SqlError>
 
 const transactionColumns = (sql: Sql) =>
@@ -192,7 +196,7 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
           Effect.flatMap(now, (at) =>
             sql`
               INSERT INTO webhook_events (id, type, payload, received_at, processed_at)
-              VALUES (${id}, ${type}, ${JSON.stringify(payload)}::jsonb, ${at}, ${at})
+              VALUES (${id}, ${type}, ${storableJson(payload)}::jsonb, ${at}, ${at})
               ON CONFLICT (id) DO NOTHING
               RETURNING id
             `).pipe(Effect.map((rows) => rows.length > 0)),

@@ -1,0 +1,812 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { randomBase62 } from "../src/Domain/Ids.js"
+import { call, createKey, type Reply } from "./support/Http.js"
+import { deliverEvent, events, sign, topUp, webhookOverrides } from "./support/Stripe.js"
+import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { developer, walletInstance } from "./support/Wallet.js"
+
+/** 1 sen = 10_000 micro-MYR. */
+const SEN = 10_000
+
+type Entry = readonly [type: string, amountMicroMyr: number, balanceAfterMicroMyr: number]
+
+interface Payment {
+  readonly transactionId: string
+  readonly sessionId: string
+  readonly paymentIntentId: string
+  readonly chargeId: string
+  readonly amountSen: number
+}
+
+/** A signed-in developer, and a second instance's wallet parts to check the invariant with. */
+const setup = (email: string) =>
+  Effect.gen(function*() {
+    const inst = yield* walletInstance(yield* Effect.scope)
+    const dev = yield* developer(email)
+    /** Asserts the wallet, the ledger (oldest first) and the invariant. */
+    const expectMoney = (expected: { available: number; lifetimeTopup: number; ledger: ReadonlyArray<Entry> }) =>
+      Effect.gen(function*() {
+        const state = yield* money(dev.token)
+        expect(state.wallet).toEqual({
+          availableMicroMyr: expected.available,
+          reservedMicroMyr: 0,
+          lifetimeTopupMicroMyr: expected.lifetimeTopup,
+          lifetimeSpendMicroMyr: 0
+        })
+        expect(state.ledger).toEqual(expected.ledger)
+        expect((yield* inst.invariant(dev.accountId)).violations).toEqual([])
+        return state
+      })
+    return { ...dev, inst, expectMoney }
+  })
+
+/** The wallet and the ledger, oldest entry first. */
+const money = (token: string) =>
+  Effect.gen(function*() {
+    const balance = yield* call("GET", "/dashboard/billing/balance", { token })
+    expect(balance.status).toBe(200)
+    const transactions = yield* call("GET", "/dashboard/billing/transactions?limit=200", { token })
+    expect(transactions.status).toBe(200)
+    const ledger = (transactions.body.ledger as Array<{ type: string; amountMicroMyr: number; balanceAfterMicroMyr: number }>)
+      .map((e): Entry => [e.type, e.amountMicroMyr, e.balanceAfterMicroMyr])
+      .reverse()
+    return { wallet: balance.body.wallet, ledger }
+  })
+
+/** A checkout that nothing has paid yet, with the ids Stripe would give its payment. */
+const pendingPayment = (token: string, amountSen: number) =>
+  Effect.gen(function*() {
+    const reply = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: amountSen } })
+    expect(reply.status).toBe(200)
+    return {
+      transactionId: reply.body.transaction_id as string,
+      sessionId: reply.body.session_id as string,
+      paymentIntentId: `pi_${randomBase62(24)}`,
+      chargeId: `ch_${randomBase62(24)}`,
+      amountSen
+    } satisfies Payment
+  })
+
+/** Delivers and expects 200 with the given `processed`. */
+const expectAck = (event: object, processed: boolean) =>
+  Effect.gen(function*() {
+    const reply = yield* deliverEvent(event)
+    expect(reply.status, reply.text).toBe(200)
+    expect(reply.body).toEqual({ received: true, processed })
+    expect(reply.headers.get("x-request-id")).toMatch(/^req_/)
+    return reply
+  })
+
+const postRaw = (body: string, headers: Record<string, string>) =>
+  call("POST", "/billing/stripe/webhook", { body, headers: { "content-type": "application/json", ...headers } })
+
+const expectErrorBody = (reply: Reply, status: number, code: string, type: string) => {
+  expect(reply.status, reply.text).toBe(status)
+  expect(reply.body.type).toBe("error")
+  expect(Object.keys(reply.body.error)).toEqual(
+    expect.arrayContaining(["message", "type", "code", "param", "request_id", "guidance", "action_url", "retryable"])
+  )
+  expect(reply.body.error.code).toBe(code)
+  expect(reply.body.error.type).toBe(type)
+  expect(typeof reply.body.error.message).toBe("string")
+  expect(reply.body.error.request_id).toBeTruthy()
+  expect(reply.headers.get("x-request-id")).toBe(reply.body.error.request_id)
+}
+
+const refund = (p: Payment, amountRefundedSen: number) =>
+  events.chargeRefunded({ chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen: p.amountSen, amountRefundedSen })
+
+const disputeCreated = (p: Payment, disputeId: string, amountSen = p.amountSen) =>
+  events.disputeCreated({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen })
+
+const disputeClosed = (p: Payment, disputeId: string, status: "won" | "lost" | "warning_closed", amountSen = p.amountSen) =>
+  events.disputeClosed({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen, status })
+
+/** A live model call with a key of the account: 403 while suspended, else 400 not_implemented (model calls are a later issue). */
+const modelCall = (fullKey: string) =>
+  call("POST", "/v1/chat/completions", {
+    token: fullKey,
+    json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }] }
+  })
+
+const expectSuspended = (fullKey: string) =>
+  Effect.gen(function*() {
+    const reply = yield* modelCall(fullKey)
+    expectErrorBody(reply, 403, "permission_denied", "permission_error")
+  })
+
+const expectNotSuspended = (fullKey: string) =>
+  Effect.gen(function*() {
+    const reply = yield* modelCall(fullKey)
+    expectErrorBody(reply, 400, "not_implemented", "invalid_request_error")
+  })
+
+const nowSeconds = Effect.map(TestServer, ({ clock }) => Math.floor(clock.unsafeCurrentTimeMillis() / 1000))
+
+layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe webhooks", (it) => {
+  describe("signatures", () => {
+    const refusals: ReadonlyArray<readonly [string, (event: object) => Effect.Effect<Reply, never, TestServer>]> = [
+      ["a missing Stripe-Signature header", (event) => postRaw(JSON.stringify(event), {})],
+      ["an empty Stripe-Signature header", (event) => postRaw(JSON.stringify(event), { "stripe-signature": "" })],
+      ["a tampered body (one payload signed, another sent)", (event) =>
+        Effect.gen(function*() {
+          const signed = JSON.stringify(event)
+          const signature = yield* sign(signed)
+          const tampered = signed.replace(`"amount_total":1000`, `"amount_total":1001`)
+          expect(tampered).not.toBe(signed)
+          return yield* postRaw(tampered, { "stripe-signature": signature })
+        })],
+      ["a signature made with another secret", (event) => deliverEvent(event, { secret: "whsec_someone_else_0123456789" })],
+      ["a signature older than the 300 s tolerance", (event) =>
+        Effect.flatMap(nowSeconds, (now) => deliverEvent(event, { timestamp: now - 600 }))],
+      ["a garbage Stripe-Signature header", (event) => deliverEvent(event, { signature: "garbage" })],
+      ["a header with a timestamp but a forged v1", (event) =>
+        Effect.flatMap(nowSeconds, (now) => deliverEvent(event, { signature: `t=${now},v1=${"0".repeat(64)}` }))]
+    ]
+
+    refusals.forEach(([what, send], i) => {
+      it.scoped(`${what} answers 401 authentication_error, credits nothing, and the event still applies when signed`, () =>
+        Effect.gen(function*() {
+          const dev = yield* setup(`webhook-sig-${i}@example.com`)
+          const payment = yield* pendingPayment(dev.token, 1000)
+          const event = events.checkoutCompleted(payment)
+          const refused = yield* send(event)
+          expectErrorBody(refused, 401, "authentication_error", "authentication_error")
+          expect(refused.body.error.retryable).toBe(false)
+          yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+          // Refused deliveries do not consume the event id: the genuine delivery applies it.
+          yield* expectAck(event, true)
+          yield* dev.expectMoney({
+            available: 1000 * SEN,
+            lifetimeTopup: 1000 * SEN,
+            ledger: [["topup", 1000 * SEN, 1000 * SEN]]
+          })
+        }))
+    })
+
+    it.scoped("a correctly signed body that is not JSON answers 400 invalid_request, never 500 nor a signature failure", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-sig-notjson@example.com")
+        for (const body of ["this is not json", "{\"id\": \"evt_1\", ", ""]) {
+          const signature = yield* sign(body)
+          const reply = yield* postRaw(body, { "stripe-signature": signature })
+          expectErrorBody(reply, 400, "invalid_request", "invalid_request_error")
+          expect(reply.body.error.message).not.toContain("Stripe-Signature")
+        }
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+      }))
+
+    it.scoped("a correctly signed JSON body that is not an event answers 400 invalid_request", () =>
+      Effect.gen(function*() {
+        for (const body of ["{}", "[]", "{\"id\":\"evt_x\",\"type\":\"checkout.session.completed\"}", "null"]) {
+          const signature = yield* sign(body)
+          const reply = yield* postRaw(body, { "stripe-signature": signature })
+          expectErrorBody(reply, 400, "invalid_request", "invalid_request_error")
+        }
+      }))
+  })
+
+  it.scoped("a signed body with non-ASCII characters verifies byte for byte", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-utf8@example.com")
+      const payment = yield* pendingPayment(dev.token, 1000)
+      const event = events.checkoutCompleted(payment)
+      const withNames = {
+        ...event,
+        data: { object: { ...event.data.object, customer_details: { name: "Zoë Nuraín 陈美玲 🍍", email: "z@example.com" } } }
+      }
+      const body = JSON.stringify(withNames)
+      expect(Buffer.byteLength(body)).toBeGreaterThan(body.length)
+      const reply = yield* postRaw(body, { "stripe-signature": yield* sign(body) })
+      expect(reply.status, reply.text).toBe(200)
+      expect(reply.body).toEqual({ received: true, processed: true })
+      yield* dev.expectMoney({
+        available: 1000 * SEN,
+        lifetimeTopup: 1000 * SEN,
+        ledger: [["topup", 10_000_000, 10_000_000]]
+      })
+    }))
+
+  // Known bug (src/Billing/Repo.ts recordEvent stores the payload as jsonb, which refuses \u0000):
+  // a genuine, paid event answers 500 on every delivery and is never applied.
+  it.scoped("a paid completion whose JSON holds a \\u0000 (in a customer-entered field) is still credited", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-nul@example.com")
+      const payment = yield* pendingPayment(dev.token, 1000)
+      const event = events.checkoutCompleted(payment)
+      const withNul = {
+        ...event,
+        data: { object: { ...event.data.object, customer_details: { name: "Aminah\u0000 binti Ali", email: "a@example.com" } } }
+      }
+      const reply = yield* deliverEvent(withNul)
+      expect(reply.status, reply.text).toBe(200)
+      expect(reply.body).toEqual({ received: true, processed: true })
+      yield* dev.expectMoney({
+        available: 1000 * SEN,
+        lifetimeTopup: 1000 * SEN,
+        ledger: [["topup", 10_000_000, 10_000_000]]
+      })
+    }))
+
+  it.scoped("during a secret roll, a header with several v1 signatures verifies when one of them is right", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-sig-roll@example.com")
+      const payment = yield* pendingPayment(dev.token, 1000)
+      const body = JSON.stringify(events.checkoutCompleted(payment))
+      const good = yield* sign(body)
+      const other = yield* sign(body, { secret: "whsec_the_old_one_0123456789" })
+      const timestamp = good.split(",")[0]!
+      const v1 = (header: string) => header.split(",").find((part) => part.startsWith("v1="))!
+      const reply = yield* postRaw(body, { "stripe-signature": `${timestamp},${v1(other)},${v1(good)}` })
+      expect(reply.status, reply.text).toBe(200)
+      expect(reply.body).toEqual({ received: true, processed: true })
+      yield* dev.expectMoney({
+        available: 1000 * SEN,
+        lifetimeTopup: 1000 * SEN,
+        ledger: [["topup", 10_000_000, 10_000_000]]
+      })
+    }))
+
+  describe("checkout.session.completed", () => {
+    it.scoped("a paid completion credits once, with one topup entry", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-paid@example.com")
+        const payment = yield* pendingPayment(dev.token, 2500)
+        const event = events.checkoutCompleted(payment)
+        yield* expectAck(event, true)
+        yield* dev.expectMoney({
+          available: 2500 * SEN,
+          lifetimeTopup: 2500 * SEN,
+          ledger: [["topup", 2500 * SEN, 2500 * SEN]]
+        })
+        // The same delivery again (Stripe retries) changes nothing.
+        yield* expectAck(event, false)
+        // A second completed event (another id) for the same session: applied once by effect.
+        yield* expectAck(events.checkoutCompleted(payment), false)
+        yield* expectAck(events.asyncPaymentSucceeded(payment), false)
+        const state = yield* dev.expectMoney({
+          available: 2500 * SEN,
+          lifetimeTopup: 2500 * SEN,
+          ledger: [["topup", 2500 * SEN, 2500 * SEN]]
+        })
+        const balance = yield* call("GET", "/dashboard/billing/balance", { token: dev.token })
+        expect(balance.body.balance_myr).toBe(25)
+        expect(balance.body.lifetime_topup_myr).toBe(25)
+        expect(state.wallet.lifetimeTopupMicroMyr).toBe(25_000_000)
+      }))
+
+    it.scoped("the same event delivered 20 times concurrently is applied exactly once", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-concurrent@example.com")
+        const payment = yield* pendingPayment(dev.token, 1000)
+        const event = events.checkoutCompleted(payment)
+        const replies = yield* Effect.all(Array.from({ length: 20 }, () => deliverEvent(event)), { concurrency: "unbounded" })
+        expect(replies.map((r) => r.status)).toEqual(Array(20).fill(200))
+        expect(replies.filter((r) => r.body.processed === true)).toHaveLength(1)
+        expect(replies.filter((r) => r.body.processed === false)).toHaveLength(19)
+        for (const r of replies) expect(r.body.received).toBe(true)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 1000 * SEN, 1000 * SEN]]
+        })
+      }))
+
+    it.scoped("twenty different completed events for one session, concurrently, credit once", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-concurrent-ids@example.com")
+        const payment = yield* pendingPayment(dev.token, 1000)
+        const replies = yield* Effect.all(
+          Array.from({ length: 20 }, () => deliverEvent(events.checkoutCompleted(payment))),
+          { concurrency: "unbounded" }
+        )
+        expect(replies.map((r) => r.status)).toEqual(Array(20).fill(200))
+        expect(replies.filter((r) => r.body.processed === true)).toHaveLength(1)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 1000 * SEN, 1000 * SEN]]
+        })
+      }))
+
+    it.scoped("an unpaid completion credits nothing; async_payment_succeeded then credits", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-unpaid@example.com")
+        const payment = yield* pendingPayment(dev.token, 1000)
+        const unpaid = yield* deliverEvent(events.checkoutCompleted({ ...payment, paymentStatus: "unpaid" }))
+        expect(unpaid.status).toBe(200)
+        expect(unpaid.body.received).toBe(true)
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+        yield* expectAck(events.asyncPaymentSucceeded(payment), true)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 1000 * SEN, 1000 * SEN]]
+        })
+        yield* expectAck(events.asyncPaymentSucceeded(payment), false)
+        yield* expectAck(events.checkoutCompleted(payment), false)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 1000 * SEN, 1000 * SEN]]
+        })
+      }))
+
+    it.scoped("async_payment_failed and expired fail a pending transaction without crediting", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-failed@example.com")
+        const failed = yield* pendingPayment(dev.token, 1000)
+        yield* expectAck(events.asyncPaymentFailed(failed), true)
+        const expired = yield* pendingPayment(dev.token, 2500)
+        yield* expectAck(events.checkoutExpired(expired), true)
+        // Failing again changes nothing.
+        yield* expectAck(events.checkoutExpired(expired), false)
+        yield* expectAck(events.asyncPaymentFailed(failed), false)
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+      }))
+
+    it.scoped("expired after a paid completion changes nothing", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-expired-after-paid@example.com")
+        const payment = yield* topUp(dev.token, 1000)
+        yield* expectAck(events.checkoutExpired(payment), false)
+        yield* expectAck(events.asyncPaymentFailed(payment), false)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 1000 * SEN, 1000 * SEN]]
+        })
+      }))
+
+    it.scoped("a paid completion delivered after the expiry (out of order) still credits", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-paid-after-expired@example.com")
+        const payment = yield* pendingPayment(dev.token, 5000)
+        yield* expectAck(events.checkoutExpired(payment), true)
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+        yield* expectAck(events.checkoutCompleted(payment), true)
+        yield* dev.expectMoney({
+          available: 5000 * SEN,
+          lifetimeTopup: 5000 * SEN,
+          ledger: [["topup", 5000 * SEN, 5000 * SEN]]
+        })
+      }))
+
+    it.scoped("a completion for an unknown transaction credits nobody", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-unknown-txn@example.com")
+        const reply = yield* deliverEvent(events.checkoutCompleted({ transactionId: "txn_does_not_exist", amountSen: 1000 }))
+        expect(reply.status).toBe(200)
+        expect(reply.body).toEqual({ received: true, processed: false })
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+      }))
+  })
+
+  it.effect("unknown event types answer 200 {received: true, processed: false}", () =>
+    Effect.gen(function*() {
+      for (const type of ["customer.created", "payment_intent.succeeded", "invoice.paid"]) {
+        const event = events.other(type)
+        yield* expectAck(event, false)
+        yield* expectAck(event, false)
+      }
+    }))
+
+  describe("charge.refunded", () => {
+    it.scoped("debits the newly refunded amount of the cumulative amount_refunded, once", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-refund@example.com")
+        const payment = yield* topUp(dev.token, 1000)
+        const first = refund(payment, 300)
+        yield* expectAck(first, true)
+        yield* dev.expectMoney({
+          available: 700 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["refund", -3_000_000, 7_000_000]]
+        })
+        yield* expectAck(first, false)
+        yield* expectAck(refund(payment, 1000), true)
+        // The 300-sen fact again, under a new event id, after the 1000-sen one: nothing more.
+        yield* expectAck(refund(payment, 300), false)
+        yield* expectAck(refund(payment, 1000), false)
+        yield* dev.expectMoney({
+          available: 0,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["refund", -3_000_000, 7_000_000],
+            ["refund", -7_000_000, 0]
+          ]
+        })
+      }))
+
+    it.scoped("a refund delivered before the checkout completion ends in the same state as in order", () =>
+      Effect.gen(function*() {
+        const inOrder = yield* setup("webhook-refund-in-order@example.com")
+        const a = yield* topUp(inOrder.token, 1000)
+        yield* expectAck(refund(a, 300), true)
+        const expected = yield* inOrder.expectMoney({
+          available: 700 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["refund", -3_000_000, 7_000_000]]
+        })
+
+        const outOfOrder = yield* setup("webhook-refund-out-of-order@example.com")
+        const b = yield* pendingPayment(outOfOrder.token, 1000)
+        yield* expectAck(refund(b, 300), true)
+        yield* outOfOrder.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+        yield* expectAck(events.checkoutCompleted(b), true)
+        const actual = yield* outOfOrder.expectMoney({
+          available: 700 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["refund", -3_000_000, 7_000_000]]
+        })
+        expect(actual).toEqual(expected)
+        // A later, larger refund still applies the difference only.
+        yield* expectAck(refund(b, 1000), true)
+        yield* outOfOrder.expectMoney({
+          available: 0,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["refund", -3_000_000, 7_000_000],
+            ["refund", -7_000_000, 0]
+          ]
+        })
+      }))
+
+    it.scoped("refund events out of order among themselves (1000 then 300) debit 1000 sen in total", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-refund-shuffled@example.com")
+        const payment = yield* pendingPayment(dev.token, 1000)
+        yield* expectAck(refund(payment, 1000), true)
+        yield* expectAck(events.checkoutCompleted(payment), true)
+        yield* expectAck(refund(payment, 300), false)
+        yield* dev.expectMoney({
+          available: 0,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["refund", -10_000_000, 0]]
+        })
+      }))
+  })
+
+  describe("disputes", () => {
+    it.scoped("created debits a chargeback and suspends; closed won credits it back and lifts the suspension", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-dispute-won@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 1000)
+        yield* expectNotSuspended(full_key)
+        const disputeId = `dp_${randomBase62(24)}`
+        const created = disputeCreated(payment, disputeId)
+        yield* expectAck(created, true)
+        yield* expectAck(created, false)
+        yield* expectAck(disputeCreated(payment, disputeId), false)
+        yield* dev.expectMoney({
+          available: 0,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0]]
+        })
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
+        yield* expectAck(disputeClosed(payment, disputeId, "won"), false)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["chargeback", -10_000_000, 0],
+            ["chargeback_reversal", 10_000_000, 10_000_000]
+          ]
+        })
+        yield* expectNotSuspended(full_key)
+      }))
+
+    it.scoped("closed lost keeps the chargeback and lifts the suspension", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-dispute-lost@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 2500)
+        const disputeId = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(payment, disputeId), true)
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, disputeId, "lost"), true)
+        // A close after a close changes nothing (a closed dispute stays closed).
+        yield* expectAck(disputeClosed(payment, disputeId, "won"), false)
+        yield* dev.expectMoney({
+          available: 0,
+          lifetimeTopup: 2500 * SEN,
+          ledger: [["topup", 25_000_000, 25_000_000], ["chargeback", -25_000_000, 0]]
+        })
+        yield* expectNotSuspended(full_key)
+      }))
+
+    it.scoped("closed (won) delivered before created ends as in order, and the account is not suspended", () =>
+      Effect.gen(function*() {
+        const inOrder = yield* setup("webhook-dispute-in-order@example.com")
+        const a = yield* topUp(inOrder.token, 1000)
+        const da = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(a, da), true)
+        yield* expectAck(disputeClosed(a, da, "won"), true)
+        const expected = yield* money(inOrder.token)
+
+        const outOfOrder = yield* setup("webhook-dispute-out-of-order@example.com")
+        const { full_key } = yield* createKey(outOfOrder.token)
+        const b = yield* topUp(outOfOrder.token, 1000)
+        const db = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeClosed(b, db, "won"), true)
+        yield* expectNotSuspended(full_key)
+        const created = yield* deliverEvent(disputeCreated(b, db))
+        expect(created.status).toBe(200)
+        expect(created.body.received).toBe(true)
+        yield* expectNotSuspended(full_key)
+        const actual = yield* outOfOrder.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["chargeback", -10_000_000, 0],
+            ["chargeback_reversal", 10_000_000, 10_000_000]
+          ]
+        })
+        expect(actual).toEqual(expected)
+        expect((yield* inOrder.inst.invariant(inOrder.accountId)).violations).toEqual([])
+      }))
+
+    it.scoped("a dispute delivered before the checkout completion is applied when the completion arrives", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-dispute-before-paid@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* pendingPayment(dev.token, 1000)
+        const disputeId = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(payment, disputeId), true)
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+        yield* expectAck(events.checkoutCompleted(payment), true)
+        yield* dev.expectMoney({
+          available: 0,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0]]
+        })
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["chargeback", -10_000_000, 0],
+            ["chargeback_reversal", 10_000_000, 10_000_000]
+          ]
+        })
+        yield* expectNotSuspended(full_key)
+      }))
+
+    it.scoped("a dispute created and closed (lost) before the checkout completion: debited, never suspended", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-dispute-closed-before-paid@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* pendingPayment(dev.token, 1000)
+        const disputeId = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(payment, disputeId), true)
+        yield* expectAck(disputeClosed(payment, disputeId, "lost"), true)
+        yield* expectNotSuspended(full_key)
+        yield* expectAck(events.checkoutCompleted(payment), true)
+        yield* dev.expectMoney({
+          available: 0,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0]]
+        })
+        yield* expectNotSuspended(full_key)
+      }))
+
+    it.scoped("with two open disputes, the account stays suspended until both close", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-two-disputes@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const p1 = yield* topUp(dev.token, 1000)
+        const p2 = yield* topUp(dev.token, 2500)
+        const d1 = `dp_${randomBase62(24)}`
+        const d2 = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(p1, d1), true)
+        yield* expectAck(disputeCreated(p2, d2), true)
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(p1, d1, "won"), true)
+        yield* expectSuspended(full_key)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 3500 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["topup", 25_000_000, 35_000_000],
+            ["chargeback", -10_000_000, 25_000_000],
+            ["chargeback", -25_000_000, 0],
+            ["chargeback_reversal", 10_000_000, 10_000_000]
+          ]
+        })
+        yield* expectAck(disputeClosed(p2, d2, "lost"), true)
+        yield* expectNotSuspended(full_key)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 3500 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["topup", 25_000_000, 35_000_000],
+            ["chargeback", -10_000_000, 25_000_000],
+            ["chargeback", -25_000_000, 0],
+            ["chargeback_reversal", 10_000_000, 10_000_000]
+          ]
+        })
+      }))
+
+    it.scoped("two disputes on one charge: closing one keeps the account suspended", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-two-disputes-one-charge@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 1000)
+        const d1 = `dp_${randomBase62(24)}`
+        const d2 = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(payment, d1, 400), true)
+        yield* expectAck(disputeCreated(payment, d2, 600), true)
+        yield* expectAck(disputeClosed(payment, d2, "warning_closed", 600), true)
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, d1, "won", 400), true)
+        yield* expectNotSuspended(full_key)
+        yield* dev.expectMoney({
+          available: 400 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["chargeback", -4_000_000, 6_000_000],
+            ["chargeback", -6_000_000, 0],
+            ["chargeback_reversal", 4_000_000, 4_000_000]
+          ]
+        })
+      }))
+  })
+
+  it.scoped("completion, refund and dispute of several payments delivered all at once end in one well-defined state", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-race@example.com")
+      const { full_key } = yield* createKey(dev.token)
+      const payments = yield* Effect.all(Array.from({ length: 5 }, () => pendingPayment(dev.token, 1000)))
+      const disputeIds = payments.map(() => `dp_${randomBase62(24)}`)
+      const deliveries = payments.flatMap((p, i) => [
+        events.checkoutCompleted(p),
+        refund(p, 300),
+        disputeCreated(p, disputeIds[i]!, 500)
+      ])
+      const replies = yield* Effect.all(deliveries.map((e) => deliverEvent(e)), { concurrency: "unbounded" })
+      expect(replies.map((r) => r.status)).toEqual(Array(15).fill(200))
+      // Each fact is new: it is stored or applied.
+      expect(replies.map((r) => r.body.processed)).toEqual(Array(15).fill(true))
+      // Redelivering everything changes nothing.
+      const again = yield* Effect.all(deliveries.map((e) => deliverEvent(e)), { concurrency: "unbounded" })
+      expect(again.map((r) => r.body)).toEqual(Array(15).fill({ received: true, processed: false }))
+      const state = yield* money(dev.token)
+      expect(state.wallet).toEqual({
+        availableMicroMyr: 5 * (10_000_000 - 3_000_000 - 5_000_000),
+        reservedMicroMyr: 0,
+        lifetimeTopupMicroMyr: 5 * 10_000_000,
+        lifetimeSpendMicroMyr: 0
+      })
+      const byType = (type: string) => state.ledger.filter(([t]) => t === type).map(([, amount]) => amount)
+      expect(byType("topup")).toEqual(Array(5).fill(10_000_000))
+      expect(byType("refund")).toEqual(Array(5).fill(-3_000_000))
+      expect(byType("chargeback")).toEqual(Array(5).fill(-5_000_000))
+      expect(state.ledger).toHaveLength(15)
+      expect((yield* dev.inst.invariant(dev.accountId)).violations).toEqual([])
+      yield* expectSuspended(full_key)
+      yield* Effect.all(
+        payments.map((p, i) => expectAck(disputeClosed(p, disputeIds[i]!, "lost", 500), true)),
+        { concurrency: "unbounded" }
+      )
+      yield* expectNotSuspended(full_key)
+      expect((yield* dev.inst.invariant(dev.accountId)).violations).toEqual([])
+    }))
+
+  it.scoped("a failure while applying answers 500 and is not recorded, so Stripe's retry applies the event", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-failure-retry@example.com")
+      const payment = yield* pendingPayment(dev.token, 1000)
+      const event = events.checkoutCompleted(payment)
+      const wrong = { ...event, data: { object: { ...event.data.object, amount_total: 2500, amount_subtotal: 2500 } } }
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const failed = yield* deliverEvent(wrong)
+        expectErrorBody(failed, 500, "internal_error", "api_error")
+        expect(failed.body.error.retryable).toBe(true)
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+      }
+      // Stripe's retry: the same event id, the corrected body, signed again.
+      yield* expectAck(event, true)
+      yield* expectAck(event, false)
+      yield* dev.expectMoney({
+        available: 1000 * SEN,
+        lifetimeTopup: 1000 * SEN,
+        ledger: [["topup", 10_000_000, 10_000_000]]
+      })
+    }))
+
+  it.scoped("an event in another currency is refused with 500 and not recorded", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-currency@example.com")
+      const payment = yield* pendingPayment(dev.token, 1000)
+      const event = events.checkoutCompleted(payment)
+      const usd = { ...event, data: { object: { ...event.data.object, currency: "usd" } } }
+      expectErrorBody(yield* deliverEvent(usd), 500, "internal_error", "api_error")
+      yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+      yield* expectAck(event, true)
+      yield* dev.expectMoney({
+        available: 1000 * SEN,
+        lifetimeTopup: 1000 * SEN,
+        ledger: [["topup", 10_000_000, 10_000_000]]
+      })
+    }))
+
+  describe("negative balances", () => {
+    it.scoped("a refund then a dispute on the same top-up take available below 0; the invariant holds", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-negative@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 1000)
+        yield* expectAck(refund(payment, 400), true)
+        const disputeId = `dp_${randomBase62(24)}`
+        yield* expectAck(disputeCreated(payment, disputeId), true)
+        yield* dev.expectMoney({
+          available: -4_000_000,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["refund", -4_000_000, 6_000_000],
+            ["chargeback", -10_000_000, -4_000_000]
+          ]
+        })
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, disputeId, "lost"), true)
+        yield* dev.expectMoney({
+          available: -4_000_000,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["refund", -4_000_000, 6_000_000],
+            ["chargeback", -10_000_000, -4_000_000]
+          ]
+        })
+        const balance = yield* call("GET", "/dashboard/billing/balance", { token: dev.token })
+        expect(balance.body.balance_myr).toBe(-4)
+      }))
+
+    it.scoped("a dispute on one top-up after a full refund of another goes negative; a later top-up brings it back", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-negative-two@example.com")
+        const a = yield* topUp(dev.token, 1000)
+        const b = yield* topUp(dev.token, 1000)
+        yield* expectAck(refund(a, 1000), true)
+        yield* expectAck(refund(b, 500), true)
+        yield* expectAck(disputeCreated(b, `dp_${randomBase62(24)}`), true)
+        yield* dev.expectMoney({
+          available: -5_000_000,
+          lifetimeTopup: 2000 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["topup", 10_000_000, 20_000_000],
+            ["refund", -10_000_000, 10_000_000],
+            ["refund", -5_000_000, 5_000_000],
+            ["chargeback", -10_000_000, -5_000_000]
+          ]
+        })
+        yield* topUp(dev.token, 2500)
+        yield* dev.expectMoney({
+          available: 20_000_000,
+          lifetimeTopup: 4500 * SEN,
+          ledger: [
+            ["topup", 10_000_000, 10_000_000],
+            ["topup", 10_000_000, 20_000_000],
+            ["refund", -10_000_000, 10_000_000],
+            ["refund", -5_000_000, 5_000_000],
+            ["chargeback", -10_000_000, -5_000_000],
+            ["topup", 25_000_000, 20_000_000]
+          ]
+        })
+      }))
+  })
+})

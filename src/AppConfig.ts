@@ -26,6 +26,8 @@ export interface AppConfigShape {
   readonly dashboardUrl: string
   readonly businessTimezone: string
   readonly production: boolean
+  /** How often each instance sweeps lapsed reservations; not an environment setting (tests lengthen it). */
+  readonly reservationSweepIntervalMs: number
 }
 
 const nonEmpty = (name: string) =>
@@ -69,7 +71,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.withDefault("Asia/Kuala_Lumpur"),
     Config.validate({ message: "BUSINESS_TIMEZONE must be an IANA time zone", validation: isValidTimezone })
   ),
-  nodeEnv: Config.string("NODE_ENV").pipe(Config.withDefault("development"))
+  nodeEnv: Config.string("NODE_ENV").pipe(Config.withDefault("development")),
+  reservationSweepIntervalMs: Config.succeed(15_000)
 }).pipe(
   Config.map(({ dashboardUrl, nodeEnv, publicBaseUrl, ...rest }) => {
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")

@@ -23,7 +23,7 @@ import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
-export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive, PaymentsServicesLive, ReservationSweeper.layerRunning()).pipe(
+export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive, PaymentsServicesLive, ReservationSweeper.layerRunning).pipe(
   Layer.provideMerge(Layer.mergeAll(KeyLastUsed.layer(), WalletRepo.layer)),
   Layer.provideMerge(Layer.mergeAll(
     AccountsRepo.layer,

@@ -1,10 +1,8 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { AppConfig } from "../AppConfig.js"
 import { microMyr } from "../Domain/Money.js"
 import { WalletRepo } from "./Repo.js"
-
-/** How often every instance looks for lapsed reservations. */
-export const SWEEP_INTERVAL = Duration.seconds(15)
 
 export interface SweepResult {
   readonly released: number
@@ -68,23 +66,23 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
 
   static readonly layer = Layer.effect(ReservationSweeper, ReservationSweeper.make)
 
-  /** The sweeper and its background fiber, every `interval`. */
-  static readonly layerRunning = (interval: Duration.DurationInput = SWEEP_INTERVAL) =>
-    Layer.scoped(
-      ReservationSweeper,
-      Effect.gen(function*() {
-        const sweeper = yield* ReservationSweeper.make
-        yield* sweeper.sweep.pipe(
-          Effect.tap(({ captured, released }) =>
-            released + captured > 0
-              ? Effect.logInfo("settled lapsed reservations", { released, captured })
-              : Effect.void
-          ),
-          Effect.catchAllCause((cause) => Effect.logWarning("reservation sweep failed", cause)),
-          Effect.repeat(Schedule.spaced(interval)),
-          Effect.forkScoped
-        )
-        return sweeper
-      })
-    )
+  /** The sweeper and its background fiber, every `reservationSweepIntervalMs` (15 s). */
+  static readonly layerRunning = Layer.scoped(
+    ReservationSweeper,
+    Effect.gen(function*() {
+      const interval = Duration.millis((yield* AppConfig).reservationSweepIntervalMs)
+      const sweeper = yield* ReservationSweeper.make
+      yield* sweeper.sweep.pipe(
+        Effect.tap(({ captured, released }) =>
+          released + captured > 0
+            ? Effect.logInfo("settled lapsed reservations", { released, captured })
+            : Effect.void
+        ),
+        Effect.catchAllCause((cause) => Effect.logWarning("reservation sweep failed", cause)),
+        Effect.repeat(Schedule.spaced(interval)),
+        Effect.forkScoped
+      )
+      return sweeper
+    })
+  )
 }

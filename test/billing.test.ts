@@ -1,10 +1,9 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import pg from "pg"
 import { microMyr } from "../src/Domain/Money.js"
 import { call, devToken, type Reply } from "./support/Http.js"
 import { StripeDouble, TestServerWithStripe, topUp, webhookOverrides } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 import { developer, walletInstance } from "./support/Wallet.js"
 
 /**
@@ -66,21 +65,6 @@ const ledger = (token: string, query = "") =>
   })
 
 const EMPTY_WALLET = { availableMicroMyr: 0, reservedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 }
-
-/** A query on the test server's database. */
-const query = <A extends Record<string, unknown>>(text: string, values: Array<unknown> = []) =>
-  Effect.gen(function*() {
-    const { databaseUrl } = yield* TestServer
-    return yield* Effect.promise(async () => {
-      const client = new pg.Client({ connectionString: databaseUrl })
-      await client.connect()
-      try {
-        return (await client.query<A>(text, values)).rows
-      } finally {
-        await client.end()
-      }
-    })
-  })
 
 const transactionStatus = (transactionId: string) =>
   Effect.map(

@@ -1,9 +1,8 @@
 import { randomUUID } from "node:crypto"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import pg from "pg"
 import { call, createKey, devToken } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { onDatabase, TestServer, TestServerLive } from "./support/TestServer.js"
 
 const HOUR = 60 * 60 * 1000
 const DAY = 24 * HOUR
@@ -30,23 +29,9 @@ interface LogSeed {
   readonly latencyMs?: number
 }
 
-const withDb = <A>(use: (client: pg.Client) => Promise<A>) =>
-  Effect.gen(function*() {
-    const { databaseUrl } = yield* TestServer
-    return yield* Effect.promise(async () => {
-      const client = new pg.Client({ connectionString: databaseUrl })
-      await client.connect()
-      try {
-        return await use(client)
-      } finally {
-        await client.end()
-      }
-    })
-  })
-
 /** Inserts the logs and returns their request ids, in the order given. */
 const insertLogs = (logs: ReadonlyArray<LogSeed>) =>
-  withDb(async (client) => {
+  onDatabase(async (client) => {
     const ids: Array<string> = []
     for (const log of logs) {
       const requestId = log.requestId ?? `req_${randomUUID()}`
@@ -73,7 +58,7 @@ const developer = (email: string) =>
   Effect.gen(function*() {
     const token = yield* devToken(email)
     const { key } = yield* createKey(token)
-    const accountId = yield* withDb(async (client) => {
+    const accountId = yield* onDatabase(async (client) => {
       const { rows } = await client.query("SELECT account_id FROM api_keys WHERE id = $1", [key.id])
       return rows[0].account_id as string
     })
@@ -450,7 +435,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
           // The day before the window.
           { accountId, apiKeyId: keyId, createdAt: windowStart - 1000, inputTokens: 999, costMicroMyr: 999 }
         ])
-        yield* withDb((client) =>
+        yield* onDatabase((client) =>
           client.query(
             `UPDATE wallets SET available_micro_myr = 9000000, reserved_micro_myr = 250000,
                lifetime_topup_micro_myr = 10000000, lifetime_spend_micro_myr = 750000 WHERE account_id = $1`,

@@ -50,9 +50,8 @@ const receiverUrl = (config: AppConfigShape) => {
  * Signs the event with the webhook secret as Stripe does and POSTs it to the
  * webhook receiver over HTTP: the same path a real Stripe delivery takes.
  */
-export const deliver = (config: AppConfigShape, secret: Redacted.Redacted<string>, event: object) =>
+export const deliver = (client: HttpClient.HttpClient, config: AppConfigShape, secret: Redacted.Redacted<string>, event: object) =>
   Effect.gen(function*() {
-    const client = yield* HttpClient.HttpClient
     const payload = JSON.stringify(event)
     const signature = Stripe.webhooks.generateTestHeaderString({
       payload,

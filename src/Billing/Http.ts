@@ -1,4 +1,4 @@
-import { FetchHttpClient, HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import { FetchHttpClient, HttpApiBuilder, HttpClient, HttpServerRequest } from "@effect/platform"
 import { Clock, Effect, Layer, Redacted, Schema } from "effect"
 import Stripe from "stripe"
 import { NenasApi } from "../Api.js"
@@ -114,6 +114,7 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
     const config = yield* AppConfig
     const processor = yield* PaymentProcessor
     const payments = yield* PaymentsRepo
+    const client = yield* HttpClient.HttpClient
     const find = (sessionId: string) =>
       Effect.gen(function*() {
         const transaction = processor.simulated ? yield* Effect.orDie(payments.findBySession(sessionId)) : undefined
@@ -128,19 +129,19 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
         // As on Stripe's page, only an open session can be paid or cancelled.
         if (transaction.status === "pending") {
           const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-          yield* deliver(config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created))
+          yield* deliver(client, config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created))
         }
         const settled = yield* find(sessionId)
         const returnUrl = outcome === "checkout.session.completed"
           ? `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`
           : `${config.dashboardUrl}/dashboard/billing?checkout=cancelled`
         return resultPage(settled, returnUrl)
-      }).pipe(Effect.provide(FetchHttpClient.layer))
+      })
     return handlers
       .handle("page", ({ path }) => Effect.map(find(path.session_id), (t) => checkoutPage(t, path.session_id)))
       .handle("pay", ({ path }) => finish(path.session_id, "checkout.session.completed"))
       .handle("cancel", ({ path }) => finish(path.session_id, "checkout.session.expired"))
-  }))
+  })).pipe(Layer.provide(FetchHttpClient.layer))
 
 /** The payment services the handlers above use. */
 export const PaymentsServicesLive = Payments.layer.pipe(Layer.provideMerge(PaymentsRepo.layer))

@@ -34,7 +34,7 @@ export const CURRENCY = "myr"
 /** The Stripe SDK, pointed at `STRIPE_API_URL` when set (stripe-mock or a test double). */
 export const makeStripeClient = (secretKey: Redacted.Redacted, apiUrl: Option.Option<string>): Stripe => {
   const target = Option.map(apiUrl, (url) => new URL(url))
-  return new Stripe(Redacted.value(secretKey) as string, {
+  return new Stripe(Redacted.value(secretKey), {
     maxNetworkRetries: 2,
     timeout: 20_000,
     ...Option.match(target, {
@@ -131,13 +131,13 @@ export const PaymentProcessorLive = Layer.effect(
       if (Option.isNone(config.stripeWebhookSecret)) {
         return yield* Effect.dieMessage("STRIPE_WEBHOOK_SECRET must be set with STRIPE_SECRET_KEY: webhooks could not be verified.")
       }
-      return makeStripe(config, config.stripeSecretKey.value, config.stripeWebhookSecret.value as Redacted.Redacted<string>)
+      return makeStripe(config, config.stripeSecretKey.value, config.stripeWebhookSecret.value)
     }
     if (config.production) {
       return yield* Effect.dieMessage("STRIPE_SECRET_KEY must be set when NODE_ENV=production: the simulated checkout is refused.")
     }
     const secret = Option.isSome(config.stripeWebhookSecret)
-      ? config.stripeWebhookSecret.value as Redacted.Redacted<string>
+      ? config.stripeWebhookSecret.value
       : Redacted.make(yield* devWebhookSecret(config.dataDir))
     return makeSimulated(config, secret)
   })

@@ -45,16 +45,6 @@ export const StripeEvent = Schema.Struct({
 })
 export type StripeEvent = typeof StripeEvent.Type
 
-const HANDLED = new Set([
-  "checkout.session.completed",
-  "checkout.session.async_payment_succeeded",
-  "checkout.session.expired",
-  "checkout.session.async_payment_failed",
-  "charge.refunded",
-  "charge.dispute.created",
-  "charge.dispute.closed"
-])
-
 const anomaly = (message: string) => new InternalError({ message })
 
 const decode = <A, I>(schema: Schema.Schema<A, I>, event: StripeEvent) =>
@@ -208,30 +198,27 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           return recorded || applied
         })
 
-      const effects = (event: StripeEvent): Effect.Effect<boolean, InternalError | SqlError.SqlError> => {
-        switch (event.type) {
-          case "checkout.session.completed":
-          case "checkout.session.async_payment_succeeded":
-            return completeCheckout(event)
-          case "checkout.session.expired":
-          case "checkout.session.async_payment_failed":
-            return failCheckout(event)
-          case "charge.refunded":
-            return refund(event)
-          default:
-            return dispute(event)
-        }
+      /** The events we act on, and how; every other type is acknowledged and ignored. */
+      const handlers: Record<string, (event: StripeEvent) => Effect.Effect<boolean, InternalError | SqlError.SqlError>> = {
+        "checkout.session.completed": completeCheckout,
+        "checkout.session.async_payment_succeeded": completeCheckout,
+        "checkout.session.expired": failCheckout,
+        "checkout.session.async_payment_failed": failCheckout,
+        "charge.refunded": refund,
+        "charge.dispute.created": dispute,
+        "charge.dispute.closed": dispute
       }
 
       return Payments.of({
-        apply: (event) =>
-          HANDLED.has(event.type)
-            ? sql.withTransaction(Effect.gen(function*() {
-              // The event's row is written first: a concurrent twin waits on it, then sees a duplicate.
-              if (!(yield* repo.recordEvent(event.id, event.type, event))) return false
-              return yield* effects(event)
-            }))
-            : Effect.succeed(false)
+        apply: (event) => {
+          const handle = Object.hasOwn(handlers, event.type) ? handlers[event.type] : undefined
+          if (handle === undefined) return Effect.succeed(false)
+          return sql.withTransaction(Effect.gen(function*() {
+            // The event's row is written first: a concurrent twin waits on it, then sees a duplicate.
+            if (!(yield* repo.recordEvent(event.id, event.type, event))) return false
+            return yield* handle(event)
+          }))
+        }
       })
     })
   )

@@ -1,6 +1,7 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
+import { type LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as WalletSchema } from "../Billing/Api.js"
 import { accountSuspended, InsufficientBalance, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
@@ -16,12 +17,8 @@ import { RESERVATION_LEASE, ReservationLeases } from "./Leases.js"
  * Invariant: available + reserved = the sum of the ledger (see Invariant.ts).
  */
 
-export interface Wallet {
-  readonly availableMicroMyr: number
-  readonly reservedMicroMyr: number
-  readonly lifetimeTopupMicroMyr: number
-  readonly lifetimeSpendMicroMyr: number
-}
+export type Wallet = typeof WalletSchema.Type
+export type LedgerType = typeof LedgerTypeSchema.Type
 
 export interface Reservation {
   readonly id: string
@@ -49,8 +46,6 @@ export interface Capture {
   readonly ledgerEntryId: string | null
 }
 
-export type LedgerType = "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
-
 export interface PostInput {
   readonly accountId: string
   readonly type: Exclude<LedgerType, "usage">
@@ -62,12 +57,8 @@ export interface PostInput {
   readonly paymentTransactionId?: string | null
 }
 
-export interface LedgerEntryRow {
-  readonly id: string
-  readonly type: LedgerType
-  readonly amountMicroMyr: number
-  readonly balanceAfterMicroMyr: number
-  readonly description: string
+/** A ledger entry as the contract has it, with its time as a `Date`. */
+export interface LedgerEntryRow extends Omit<typeof LedgerEntry.Type, "createdAt"> {
   readonly createdAt: Date
 }
 

@@ -75,6 +75,23 @@ const sessionObject = (facts: SessionFacts, status: string) => ({
   payment_intent: facts.paymentIntentId ?? null
 })
 
+export interface DisputeFacts {
+  readonly disputeId: string
+  readonly chargeId: string
+  readonly paymentIntentId: string
+  readonly amountSen: number
+}
+
+const disputeObject = (facts: DisputeFacts, status: string) => ({
+  id: facts.disputeId,
+  object: "dispute",
+  amount: facts.amountSen,
+  currency: "myr",
+  charge: facts.chargeId,
+  payment_intent: facts.paymentIntentId,
+  status
+})
+
 /** Stripe-shaped events, as the webhook receiver gets them. */
 export const events = {
   checkoutCompleted: (facts: SessionFacts) => envelope("checkout.session.completed", sessionObject(facts, "complete")),
@@ -96,28 +113,9 @@ export const events = {
       payment_intent: facts.paymentIntentId,
       status: "succeeded"
     }),
-  disputeCreated: (facts: { disputeId: string; chargeId: string; paymentIntentId: string; amountSen: number }) =>
-    envelope("charge.dispute.created", {
-      id: facts.disputeId,
-      object: "dispute",
-      amount: facts.amountSen,
-      currency: "myr",
-      charge: facts.chargeId,
-      payment_intent: facts.paymentIntentId,
-      status: "needs_response"
-    }),
-  disputeClosed: (
-    facts: { disputeId: string; chargeId: string; paymentIntentId: string; amountSen: number; status: "won" | "lost" | "warning_closed" }
-  ) =>
-    envelope("charge.dispute.closed", {
-      id: facts.disputeId,
-      object: "dispute",
-      amount: facts.amountSen,
-      currency: "myr",
-      charge: facts.chargeId,
-      payment_intent: facts.paymentIntentId,
-      status: facts.status
-    }),
+  disputeCreated: (facts: DisputeFacts) => envelope("charge.dispute.created", disputeObject(facts, "needs_response")),
+  disputeClosed: (facts: DisputeFacts & { status: "won" | "lost" | "warning_closed" }) =>
+    envelope("charge.dispute.closed", disputeObject(facts, facts.status)),
   other: (type: string) => envelope(type, { id: `obj_${randomBase62(12)}`, object: "unknown" })
 }
 

@@ -92,3 +92,22 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
     const server = ServerLive.pipe(Layer.provide(config), Layer.provide(Layer.setClock(clock)))
     return Layer.merge(server, Layer.succeed(TestServer, { baseUrl, databaseUrl: database.url, clock }))
   }))
+
+/** Runs `use` with a client of its own on the test server's database. */
+export const onDatabase = <A>(use: (client: pg.Client) => Promise<A>) =>
+  Effect.gen(function*() {
+    const { databaseUrl } = yield* TestServer
+    return yield* Effect.promise(async () => {
+      const client = new pg.Client({ connectionString: databaseUrl })
+      await client.connect()
+      try {
+        return await use(client)
+      } finally {
+        await client.end()
+      }
+    })
+  })
+
+/** The rows of one query on the test server's database. */
+export const query = <A extends Record<string, unknown>>(text: string, values: Array<unknown> = []) =>
+  onDatabase(async (client) => (await client.query<A>(text, values)).rows)

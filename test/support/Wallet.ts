@@ -8,7 +8,7 @@ import { ReservationLeases } from "../../src/Wallet/Leases.js"
 import { WalletRepo } from "../../src/Wallet/Repo.js"
 import { ReservationSweeper } from "../../src/Wallet/Sweeper.js"
 import { call, devToken } from "./Http.js"
-import { TestServer } from "./TestServer.js"
+import { query, TestServer } from "./TestServer.js"
 
 /**
  * A second service instance's money parts (wallet, leases, sweeper, payments
@@ -45,18 +45,8 @@ export const developer = (email: string) =>
     const token = yield* devToken(email)
     // The account is made at the first signed-in dashboard call.
     yield* call("GET", "/dashboard/billing/balance", { token })
-    const { databaseUrl } = yield* TestServer
-    const { default: pg } = yield* Effect.promise(() => import("pg"))
-    const accountId = yield* Effect.promise(async () => {
-      const client = new pg.Client({ connectionString: databaseUrl })
-      await client.connect()
-      try {
-        const { rows } = await client.query<{ id: string }>("SELECT id FROM accounts WHERE email = $1", [email.toLowerCase()])
-        if (rows[0] === undefined) throw new Error(`no account for ${email}`)
-        return rows[0].id
-      } finally {
-        await client.end()
-      }
-    })
+    const rows = yield* query<{ id: string }>("SELECT id FROM accounts WHERE email = $1", [email.toLowerCase()])
+    const accountId = rows[0]?.id
+    if (accountId === undefined) throw new Error(`no account for ${email}`)
     return { token, accountId }
   })

@@ -1,4 +1,5 @@
-import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
+import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
+import { DEFAULT_PRICES, PriceTable } from "./Models/Prices.js"
 
 /** Every setting of DESIGN.md's configuration table, read once at start-up. */
 export interface AppConfigShape {
@@ -26,6 +27,8 @@ export interface AppConfigShape {
   readonly dashboardUrl: string
   readonly businessTimezone: string
   readonly production: boolean
+  /** Model, search and page prices; `PRICE_TABLE` (JSON) replaces the documented defaults. */
+  readonly prices: PriceTable
   /** How often each instance sweeps lapsed reservations; not an environment setting (tests lengthen it). */
   readonly reservationSweepIntervalMs: number
 }
@@ -72,6 +75,15 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.validate({ message: "BUSINESS_TIMEZONE must be an IANA time zone", validation: isValidTimezone })
   ),
   nodeEnv: Config.string("NODE_ENV").pipe(Config.withDefault("development")),
+  prices: Config.string("PRICE_TABLE").pipe(
+    Config.mapOrFail((json) =>
+      Either.mapLeft(
+        Schema.decodeUnknownEither(Schema.parseJson(PriceTable))(json),
+        (error) => ConfigError.InvalidData(["PRICE_TABLE"], `PRICE_TABLE is not a valid price table: ${error.message}`)
+      )
+    ),
+    Config.withDefault(DEFAULT_PRICES)
+  ),
   reservationSweepIntervalMs: Config.succeed(15_000)
 }).pipe(
   Config.map(({ dashboardUrl, nodeEnv, publicBaseUrl, ...rest }) => {

@@ -22,6 +22,7 @@ import {
   toErrorBody
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
+import { CurrentResponseHeaders } from "./ResponseHeaders.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
 const OVERSIZE_MESSAGE = "The request body exceeds 8 MiB."
@@ -158,6 +159,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         const requestId = newId("req")
+        const extraHeaders: Record<string, string> = {}
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
         pauseInsteadOfDestroy(request)
         const response = contentLengthOver(request)
@@ -177,9 +179,10 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
               })
             ),
             Effect.locally(CurrentRequestId, requestId),
-            Effect.locally(CurrentDashboardUrl, dashboardUrl)
+            Effect.locally(CurrentDashboardUrl, dashboardUrl),
+            Effect.locally(CurrentResponseHeaders, extraHeaders)
           )
-        const withId = HttpServerResponse.setHeader(response, "x-request-id", requestId)
+        const withId = HttpServerResponse.setHeaders(response, { ...extraHeaders, "x-request-id": requestId })
         // An oversize body was left unread: the connection cannot carry another request.
         return response.status === 413 ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
       })

@@ -14,7 +14,15 @@ import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
+import { ModelCalls } from "../Models/Calls.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
+import { Idempotency } from "../Models/Idempotency.js"
+import { CallLimits } from "../Models/RateLimits.js"
+import { RequestLogs } from "../Models/RequestLogs.js"
+import { WebSearch } from "../Models/WebSearch.js"
+import { ProviderLive } from "../Providers/Live.js"
+import { Router } from "../Routing/Router.js"
+import { SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
 import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
@@ -23,8 +31,23 @@ import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
-export const ServicesLive = Layer.mergeAll(DashboardAuthLive, ApiKeyAuthLive, PaymentsServicesLive, ReservationSweeper.layerRunning).pipe(
-  Layer.provideMerge(Layer.mergeAll(KeyLastUsed.layer(), WalletRepo.layer)),
+export const ServicesLive = Layer.mergeAll(
+  DashboardAuthLive,
+  ApiKeyAuthLive,
+  PaymentsServicesLive,
+  ReservationSweeper.layerRunning,
+  ModelCalls.layer,
+  Idempotency.layer,
+  CallLimits.layer
+).pipe(
+  Layer.provideMerge(Layer.mergeAll(
+    KeyLastUsed.layer(),
+    WalletRepo.layer,
+    RequestLogs.layer,
+    Router.layer,
+    ProviderLive,
+    WebSearch.layer.pipe(Layer.provide(SearchLive))
+  )),
   Layer.provideMerge(Layer.mergeAll(
     AccountsRepo.layer,
     KeysRepo.layer,
@@ -55,7 +78,16 @@ const HttpAppLive = HttpApiBuilder.serve().pipe(
   Layer.provide([
     HttpApiScalar.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
-    HttpApiBuilder.middlewareCors({ exposedHeaders: ["x-request-id", "retry-after", "idempotent-replayed"] }),
+    HttpApiBuilder.middlewareCors({ exposedHeaders: [
+      "x-request-id",
+      "retry-after",
+      "idempotent-replayed",
+      "x-ratelimit-limit-requests",
+      "x-ratelimit-remaining-requests",
+      "x-ratelimit-reset-requests",
+      "x-ratelimit-limit-concurrent",
+      "x-ratelimit-remaining-concurrent"
+    ] }),
     ErrorMiddlewareLive
   ]),
   Layer.provide(ApiLive)

@@ -59,6 +59,22 @@ export const InputItem = Schema.Struct(
   Schema.Record({ key: Schema.String, value: Schema.Unknown })
 )
 
+/** Fields OpenAI's APIs take that this service does not implement yet: sent, they answer `not_implemented` naming the field. */
+const notImplementedFields = <const K extends ReadonlyArray<string>>(...names: K) =>
+  Object.fromEntries(names.map((name) => [
+    name,
+    Schema.optional(Schema.Unknown).annotations({ description: "Not implemented yet: answers not_implemented." })
+  ])) as { [N in K[number]]: Schema.optional<typeof Schema.Unknown> }
+
+export const RESPONSES_NOT_IMPLEMENTED = [
+  "tools", "tool_choice", "previous_response_id", "conversation", "background", "prompt", "text", "include"
+] as const
+
+export const CHAT_NOT_IMPLEMENTED = [
+  "tools", "tool_choice", "functions", "function_call", "response_format", "logprobs", "top_logprobs",
+  "logit_bias", "modalities", "audio", "prediction", "parallel_tool_calls", "presence_penalty", "frequency_penalty"
+] as const
+
 export const ResponsesBody = Schema.Struct({
   model: Schema.optionalWith(Schema.String, { default: () => PUBLIC_MODEL }),
   input: Schema.Union(Schema.String, Schema.Array(InputItem)),
@@ -69,7 +85,11 @@ export const ResponsesBody = Schema.Struct({
   web_search: Schema.optional(WebSearchConfig),
   max_output_tokens: Schema.optional(intBetween(1, MAX_OUTPUT_TOKENS)),
   max_total_cost_myr: Schema.optional(CostCapMyr),
-  stream: Schema.optionalWith(Schema.Boolean, { default: () => false })
+  stream: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  temperature: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 2)))),
+  top_p: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))),
+  user: Schema.optional(Schema.String),
+  ...notImplementedFields(...RESPONSES_NOT_IMPLEMENTED)
 }).annotations({ identifier: "ResponsesBody" })
 export type ResponsesBody = typeof ResponsesBody.Type
 
@@ -125,8 +145,8 @@ export const ResponsesOutput = Schema.Struct({
 
 export const ChatMessage = Schema.Struct(
   {
-    role: Schema.Literal("system", "developer", "user", "assistant"),
-    content: Schema.Union(Schema.String, Schema.Array(InputContentPart)),
+    role: Schema.Literal("system", "developer", "user", "assistant", "tool", "function"),
+    content: Schema.NullOr(Schema.Union(Schema.String, Schema.Array(InputContentPart))),
     name: Schema.optional(Schema.String)
   },
   Schema.Record({ key: Schema.String, value: Schema.Unknown })
@@ -145,7 +165,12 @@ export const ChatCompletionRequest = Schema.Struct({
   stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String).pipe(Schema.maxItems(4))))),
   user: Schema.optional(Schema.String),
   reasoning_effort: Schema.optional(ReasoningEffort),
-  n: Schema.optional(Schema.Literal(1))
+  n: Schema.optional(Schema.Literal(1)),
+  seed: Schema.optional(Schema.NullOr(Schema.Int)),
+  store: Schema.optional(Schema.NullOr(Schema.Boolean)),
+  metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
+  service_tier: Schema.optional(Schema.NullOr(Schema.String)),
+  ...notImplementedFields(...CHAT_NOT_IMPLEMENTED)
 }).annotations({ identifier: "ChatCompletionRequest" })
 export type ChatCompletionRequest = typeof ChatCompletionRequest.Type
 

@@ -1,16 +1,24 @@
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { Effect, Exit, Scope, Stream } from "effect"
 import { NenasApi } from "../Api.js"
-import { notImplemented } from "../Domain/Errors.js"
+import { AppConfig } from "../AppConfig.js"
+import { CurrentApiKey } from "../Auth/Api.js"
+import type { ApiError } from "../Domain/Errors.js"
+import { InvalidRequest } from "../Domain/Errors.js"
+import { currentRequestId } from "../Http/ErrorMiddleware.js"
 import { requireActiveAccount } from "./Access.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { Capability } from "./Api.js"
+import type { CallInput, CallResult, Endpoint, StreamEvent } from "./Calls.js"
+import { ModelCalls } from "./Calls.js"
+import { Idempotency } from "./Idempotency.js"
+import { chatMessages, responsesMessages } from "./Input.js"
+import { CallLimits } from "./RateLimits.js"
+import type { StreamContext } from "./Wire.js"
+import { chatCompletion, chatStream, responsesOutput, responsesStream } from "./Wire.js"
 
-/**
- * Exactly the capabilities that work end to end. Model calls arrive with the
- * model-calls issue; until then none is claimed.
- */
-export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = []
+/** Exactly the capabilities that work end to end. */
+export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = ["text", "reasoning", "web_search", "streaming"]
 
 export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
   handlers.handle("list", () =>
@@ -26,7 +34,137 @@ export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
       }]
     })))
 
+interface Call {
+  readonly endpoint: Endpoint
+  readonly payload: unknown
+  readonly idempotencyKey: string | undefined
+  readonly input: Effect.Effect<CallInput, ApiError>
+  readonly render: (result: CallResult) => unknown
+  readonly renderStream: (context: StreamContext, events: Stream.Stream<StreamEvent>) => Stream.Stream<Uint8Array>
+}
+
+const SSE_HEADERS = { "cache-control": "no-cache", "x-accel-buffering": "no" }
+
 export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
-  handlers
-    .handle("responses", () => Effect.zipRight(requireActiveAccount, notImplemented("POST /v1/responses")))
-    .handle("chatCompletions", () => Effect.zipRight(requireActiveAccount, notImplemented("POST /v1/chat/completions"))))
+  Effect.gen(function*() {
+    const calls = yield* ModelCalls
+    const limits = yield* CallLimits
+    const idempotency = yield* Idempotency
+    const { dashboardUrl } = yield* AppConfig
+
+    /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
+    const answer = (call: Call, input: CallInput) =>
+      Effect.gen(function*() {
+        const key = yield* CurrentApiKey
+        const run = Effect.map(calls.complete(input), (result) => JSON.stringify(call.render(result)))
+        const respond = (body: string, replayed: boolean) =>
+          HttpServerResponse.text(body, {
+            contentType: "application/json",
+            headers: replayed ? { "idempotent-replayed": "true" } : {}
+          })
+        if (call.idempotencyKey === undefined) return respond(yield* run, false)
+        const claimKey = call.idempotencyKey
+        const requestId = yield* currentRequestId
+        const outcome = yield* Effect.orDie(idempotency.claim({
+          apiKeyId: key.keyId,
+          key: claimKey,
+          endpoint: call.endpoint,
+          body: call.payload,
+          requestId
+        }).pipe(Effect.catchTag("SqlError", Effect.die)))
+        if (outcome._tag === "Replay") {
+          return HttpServerResponse.text(outcome.body, {
+            status: outcome.status,
+            contentType: "application/json",
+            headers: { "idempotent-replayed": "true" }
+          })
+        }
+        const body = yield* run.pipe(Effect.onExit((exit) =>
+          Exit.isSuccess(exit)
+            ? Effect.orDie(idempotency.complete(key.keyId, claimKey, 200, exit.value))
+            : Effect.orDie(idempotency.abandon(key.keyId, claimKey, requestId))
+        ))
+        return respond(body, false)
+      })
+
+    /** A streamed call: its rate-limit slot is held until the stream ends. */
+    const streamed = (call: Call, input: CallInput) =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.make()
+        const close = Scope.close(scope, Exit.void)
+        const events = yield* Effect.onError(
+          Effect.zipRight(Scope.extend(limits.admit((yield* CurrentApiKey).keyId), scope), calls.stream(input)),
+          () => close
+        )
+        const context: StreamContext = {
+          requestId: yield* currentRequestId,
+          createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
+          dashboardUrl
+        }
+        return HttpServerResponse.stream(call.renderStream(context, events).pipe(Stream.ensuring(close)), {
+          contentType: "text/event-stream",
+          headers: SSE_HEADERS
+        })
+      })
+
+    const serve = (call: Call) =>
+      Effect.gen(function*() {
+        yield* requireActiveAccount
+        const input = yield* call.input
+        if (input.stream) return yield* streamed(call, input)
+        return yield* Effect.scoped(Effect.zipRight(limits.admit((yield* CurrentApiKey).keyId), answer(call, input)))
+      })
+
+    return handlers
+      .handle("responses", ({ headers, payload }) =>
+        serve({
+          endpoint: "/v1/responses",
+          payload,
+          idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+          input: Effect.gen(function*() {
+            if (payload.model !== PUBLIC_MODEL) {
+              return yield* new InvalidRequest({
+                message: `The model '${payload.model}' does not exist; the model is '${PUBLIC_MODEL}'.`,
+                param: "model"
+              })
+            }
+            return {
+              endpoint: "/v1/responses",
+              messages: yield* responsesMessages(payload),
+              effort: payload.reasoning?.effort ?? "medium",
+              maxOutputTokens: payload.max_output_tokens,
+              maxTotalCostMyr: payload.max_total_cost_myr,
+              webSearch: payload.web_search,
+              temperature: payload.temperature,
+              topP: payload.top_p,
+              user: payload.user,
+              stream: payload.stream,
+              inputParam: "input"
+            } satisfies CallInput
+          }),
+          render: responsesOutput,
+          renderStream: responsesStream
+        }))
+      .handle("chatCompletions", ({ headers, payload }) =>
+        serve({
+          endpoint: "/v1/chat/completions",
+          payload,
+          idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+          input: Effect.map(chatMessages(payload), (messages) => ({
+            endpoint: "/v1/chat/completions",
+            messages,
+            effort: payload.reasoning_effort ?? "medium",
+            maxOutputTokens: payload.max_completion_tokens ?? payload.max_tokens,
+            maxTotalCostMyr: payload.max_total_cost_myr,
+            webSearch: undefined,
+            temperature: payload.temperature,
+            topP: payload.top_p,
+            stop: payload.stop,
+            user: payload.user,
+            stream: payload.stream,
+            inputParam: "messages"
+          } satisfies CallInput)),
+          render: chatCompletion,
+          renderStream: chatStream
+        }))
+  }))

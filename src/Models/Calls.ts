@@ -1,0 +1,393 @@
+import { Cause, Clock, Context, Effect, Exit, Layer, Option, Ref, Stream } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import type { ApiKeyPrincipal } from "../Auth/Api.js"
+import { CurrentApiKey } from "../Auth/Api.js"
+import type { ApiError } from "../Domain/Errors.js"
+import { ContextLengthExceeded, errorMeta, InternalError, InvalidRequest, isApiError } from "../Domain/Errors.js"
+import type { MicroMyr } from "../Domain/Money.js"
+import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
+import { currentRequestId } from "../Http/ErrorMiddleware.js"
+import type { FinishReason, ProviderRequest, ProviderShape, ProviderUsage } from "../Providers/Provider.js"
+import { Provider } from "../Providers/Provider.js"
+import { simulatedProvider } from "../Providers/Simulated.js"
+import type { Effort, Route } from "../Routing/Router.js"
+import { Router } from "../Routing/Router.js"
+import { WalletRepo } from "../Wallet/Repo.js"
+import type { Reservation } from "../Wallet/Repo.js"
+import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
+import type { WebSearchConfig } from "./Api.js"
+import { costOf, withSafetyMargin } from "./Prices.js"
+import { RequestLogs } from "./RequestLogs.js"
+import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
+import type { SearchPlan, Sources } from "./WebSearch.js"
+import { planSearch, WebSearch } from "./WebSearch.js"
+import type { Message } from "./Tokens.js"
+import { countMessages, countText } from "./Tokens.js"
+
+export type Endpoint = "/v1/responses" | "/v1/chat/completions"
+
+/** A model call, whichever endpoint it came through. */
+export interface CallInput {
+  readonly endpoint: Endpoint
+  readonly messages: ReadonlyArray<Message>
+  readonly effort: Effort
+  readonly maxOutputTokens: number | undefined
+  readonly maxTotalCostMyr: number | undefined
+  readonly webSearch: typeof WebSearchConfig.Type | undefined
+  readonly temperature?: number | null | undefined
+  readonly topP?: number | null | undefined
+  readonly stop?: string | ReadonlyArray<string> | null | undefined
+  readonly user?: string | undefined
+  readonly stream: boolean
+  /** The field that names the prompt in errors: `input` or `messages`. */
+  readonly inputParam: string
+}
+
+export interface Citation {
+  readonly index: number
+  readonly title: string
+  readonly url: string
+  readonly published_at: string | null
+  readonly accessed_at: string
+}
+
+export interface CallUsage {
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+  readonly cachedTokens: number
+}
+
+export interface CallResult {
+  readonly requestId: string
+  /** Unix seconds. */
+  readonly createdAt: number
+  readonly text: string
+  readonly finishReason: FinishReason
+  readonly usage: CallUsage
+  readonly cost: MicroMyr
+  readonly latencyMs: number
+  readonly route: Route
+  readonly citations: ReadonlyArray<Citation>
+}
+
+export type StreamEvent =
+  | { readonly _tag: "Delta"; readonly text: string }
+  | { readonly _tag: "Completed"; readonly result: CallResult }
+  | { readonly _tag: "Failed"; readonly error: ApiError }
+
+/** A call accepted and paid for in advance: what runs, and what it may cost at most. */
+interface Prepared {
+  readonly input: CallInput
+  readonly key: ApiKeyPrincipal
+  readonly requestId: string
+  readonly startedAt: number
+  readonly route: Route
+  readonly plan: Option.Option<SearchPlan>
+  readonly provider: ProviderShape
+  readonly outputCap: number
+  readonly reservation: Reservation | null
+  /** The most this call may be billed: its reservation, and `max_total_cost_myr`. */
+  readonly ceiling: number
+}
+
+/** What the call used: from the upstream, or counted by us when it did not say. */
+interface Used {
+  readonly usage: CallUsage
+  readonly source: "provider" | "estimated"
+  readonly sources: Sources
+}
+
+const codeOf = (cause: Cause.Cause<unknown>): string =>
+  Option.match(Cause.failureOption(cause), {
+    onNone: () => "internal_error",
+    onSome: (error) => isApiError(error) ? errorMeta(error).code : "internal_error"
+  })
+
+const asApiError = (cause: Cause.Cause<unknown>): ApiError =>
+  Option.match(Cause.failureOption(cause), {
+    onNone: () => new InternalError({ message: "Internal server error." }),
+    onSome: (error) => isApiError(error) ? error : new InternalError({ message: "Internal server error." })
+  })
+
+const fromProvider = (usage: ProviderUsage): CallUsage => ({
+  inputTokens: usage.inputTokens,
+  outputTokens: usage.outputTokens,
+  reasoningTokens: Math.min(usage.reasoningTokens, usage.outputTokens),
+  cachedTokens: Math.min(usage.cachedTokens, usage.inputTokens)
+})
+
+/**
+ * Runs model calls end to end (DESIGN.md, Money and Request lifecycle):
+ * route, count, estimate, cap, reserve, log, search, call the provider, then
+ * capture what was used (never above the reservation) or release. Settlement
+ * runs exactly once, uninterruptibly, whether the call succeeds, fails, or its
+ * client goes away.
+ */
+export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
+  readonly complete: (input: CallInput) => Effect.Effect<CallResult, ApiError, CurrentApiKey>
+  /** Fails before the first byte as `complete` does; afterwards failures are `Failed` events. */
+  readonly stream: (input: CallInput) => Effect.Effect<Stream.Stream<StreamEvent>, ApiError, CurrentApiKey>
+}>() {
+  static readonly layer = Layer.effect(
+    ModelCalls,
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      const router = yield* Router
+      const provider = yield* Provider
+      const wallet = yield* WalletRepo
+      const logs = yield* RequestLogs
+      const webSearch = yield* WebSearch
+      const internal = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
+        Effect.catchAll(effect, (error) =>
+          isApiError(error) ? Effect.fail(error) : Effect.die(error)) as Effect.Effect<A, Extract<E, ApiError>>
+
+      const openLog = (p: Omit<Prepared, "reservation" | "ceiling">, inputTokens: number): OpenLog => ({
+        requestId: p.requestId,
+        accountId: p.key.accountId,
+        apiKeyId: p.key.keyId,
+        reservationId: null,
+        publicModel: PUBLIC_MODEL,
+        upstreamModel: p.route.upstreamModel,
+        routingCategory: p.route.category,
+        endpoint: p.input.endpoint,
+        stream: p.input.stream,
+        inputTokens
+      })
+
+      const elapsed = (startedAt: number) => Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, now - startedAt))
+
+      const prepare = (input: CallInput) =>
+        Effect.gen(function*() {
+          const key = yield* CurrentApiKey
+          const requestId = yield* currentRequestId
+          const startedAt = yield* Clock.currentTimeMillis
+          const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
+          const plan = route.search && input.webSearch !== undefined ? Option.some(planSearch(input.webSearch)) : Option.none()
+          const inputTokens = countMessages(input.messages)
+          const searchTokens = Option.match(plan, { onNone: () => 0, onSome: (p) => p.maxContextTokens })
+          const explicitCap = input.maxOutputTokens ?? 0
+          if (inputTokens + searchTokens + explicitCap > CONTEXT_WINDOW) {
+            return yield* new ContextLengthExceeded({
+              message: `The input is ${inputTokens} tokens${searchTokens > 0 ? `, web search may add ${searchTokens}` : ""}${
+                explicitCap > 0 ? ` and ${explicitCap} output tokens were asked for` : ""
+              }; the model's context window is ${CONTEXT_WINDOW} tokens.`,
+              param: input.inputParam
+            })
+          }
+          const outputCap = input.maxOutputTokens ?? Math.min(MAX_OUTPUT_TOKENS, CONTEXT_WINDOW - inputTokens - searchTokens)
+          const searches = Option.match(plan, { onNone: () => ({ searches: 0, pages: 0 }), onSome: (p) => ({ searches: p.queries, pages: p.pages }) })
+          const estimate = costOf(config.prices, route.upstreamModel, {
+            inputTokens: withSafetyMargin(inputTokens + searchTokens),
+            cachedTokens: 0,
+            outputTokens: outputCap,
+            ...searches
+          })
+          const cap = input.maxTotalCostMyr === undefined ? undefined : fromMyr(input.maxTotalCostMyr)
+          if (cap !== undefined && estimate > cap) {
+            return yield* new InvalidRequest({
+              message: `This request may cost up to RM ${toMyrString(estimate)}, above max_total_cost_myr (RM ${toMyrString(cap)}).`,
+              param: "max_total_cost_myr",
+              guidance: `The estimated maximum cost is RM ${toMyrString(estimate)} (${inputTokens} input tokens with a safety margin, ${outputCap} output tokens${
+                searches.searches > 0 ? `, ${searches.searches} searches, ${searches.pages} pages` : ""
+              }). Raise max_total_cost_myr to at least ${toMyrString(estimate)}, or lower max_output_tokens.`
+            })
+          }
+          const live = key.environment === "live"
+          const base = {
+            input, key, requestId, startedAt, route, plan, outputCap,
+            // Test keys always use the built-in model, cost nothing and never touch the wallet.
+            provider: live ? provider : simulatedProvider
+          }
+          const log = openLog(base, inputTokens)
+          if (!live) {
+            yield* internal(logs.open(log))
+            return { ...base, reservation: null, ceiling: 0 } satisfies Prepared
+          }
+          const reservation = yield* wallet.reserve({
+            accountId: key.accountId,
+            apiKeyId: key.keyId,
+            requestId,
+            amountMicroMyr: estimate,
+            monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
+          }).pipe(
+            Effect.tapError((error) =>
+              isApiError(error)
+                ? Effect.flatMap(elapsed(startedAt), (ms) => logs.refused(log, errorMeta(error).code, ms))
+                : Effect.void
+            ),
+            internal
+          )
+          yield* internal(logs.open({ ...log, reservationId: reservation.id })).pipe(
+            Effect.onError(() => Effect.ignore(wallet.release(reservation.id)))
+          )
+          return { ...base, reservation, ceiling: Math.min(reservation.amountMicroMyr, cap ?? Number.MAX_SAFE_INTEGER) } satisfies Prepared
+        })
+
+      const providerRequest = (p: Prepared, sources: Sources): ProviderRequest => ({
+        model: p.route.upstreamModel,
+        messages: sources.message === undefined ? p.input.messages : [sources.message, ...p.input.messages],
+        maxOutputTokens: p.outputCap,
+        reasoningEffort: p.route.reasoningModel ? p.input.effort : undefined,
+        reasoningModel: p.route.reasoningModel,
+        temperature: p.input.temperature ?? undefined,
+        topP: p.input.topP ?? undefined,
+        stop: p.input.stop,
+        user: p.input.user
+      })
+
+      /** Usage counted with the tokenizer: what was sent, and what came back before the call ended. */
+      const estimatedUsage = (p: Prepared, sources: Sources, produced: string): Used => ({
+        usage: {
+          inputTokens: countMessages(providerRequest(p, sources).messages),
+          outputTokens: countText(produced),
+          reasoningTokens: 0,
+          cachedTokens: 0
+        },
+        source: "estimated",
+        sources
+      })
+
+      /** Logs the usage, then bills it (live keys): the sweeper can finish a `succeeded` row if we die in between. */
+      const settleUsed = (p: Prepared, used: Used, text: string, finishReason: FinishReason) =>
+        Effect.gen(function*() {
+          const latencyMs = yield* elapsed(p.startedAt)
+          const priced = p.reservation === null ? 0 : costOf(config.prices, p.route.upstreamModel, {
+            inputTokens: used.usage.inputTokens,
+            cachedTokens: used.usage.cachedTokens,
+            outputTokens: used.usage.outputTokens,
+            searches: used.sources.searches,
+            pages: used.sources.pages
+          })
+          const cost = microMyr(Math.min(priced, p.ceiling))
+          const logged: LoggedUsage = {
+            ...used.usage,
+            usageSource: used.source,
+            searchCount: used.sources.searches,
+            contentPages: used.sources.pages,
+            costMicroMyr: cost,
+            latencyMs
+          }
+          yield* logs.succeed(p.requestId, logged)
+          let charged = cost
+          if (p.reservation !== null) {
+            const capture = yield* wallet.capture(p.reservation.id, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`)
+            charged = microMyr(capture.chargedMicroMyr)
+            yield* logs.bill(p.requestId)
+          }
+          const createdAt = Math.floor(p.startedAt / 1000)
+          return {
+            requestId: p.requestId,
+            createdAt,
+            text,
+            finishReason,
+            usage: used.usage,
+            cost: charged,
+            latencyMs,
+            route: p.route,
+            citations: used.sources.citations
+          } satisfies CallResult
+        }).pipe(Effect.orDie, Effect.uninterruptible)
+
+      const settleFailed = (p: Prepared, code: string) =>
+        Effect.gen(function*() {
+          if (p.reservation !== null) yield* wallet.release(p.reservation.id)
+          yield* logs.fail(p.requestId, code, yield* elapsed(p.startedAt))
+        }).pipe(
+          Effect.catchAllCause((cause) => Effect.logError("settling a failed call failed; the sweeper will", cause)),
+          Effect.uninterruptible
+        )
+
+      interface Progress {
+        readonly upstreamStarted: boolean
+        readonly sources: Sources
+        readonly text: string
+        readonly settled: boolean
+      }
+      const initial: Progress = { upstreamStarted: false, sources: { searches: 0, pages: 0, citations: [] }, text: "", settled: false }
+
+      /** The end of a call that did not settle itself: a client gone after the upstream started pays for what was produced. */
+      const settleAbandoned = (p: Prepared, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
+        if (progress.settled) return Effect.void
+        if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && progress.upstreamStarted) {
+          return Effect.asVoid(Effect.ignore(settleUsed(p, estimatedUsage(p, progress.sources, progress.text), progress.text, "stop")))
+        }
+        return settleFailed(p, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
+      }
+
+      const searchFor = (p: Prepared) =>
+        Option.match(p.plan, {
+          onNone: () => Effect.succeed(initial.sources),
+          onSome: (plan) => webSearch.run(plan, p.input.messages, p.key.environment === "test")
+        })
+
+      const complete = (input: CallInput) =>
+        Effect.gen(function*() {
+          const p = yield* prepare(input)
+          const progress = yield* Ref.make(initial)
+          return yield* Effect.gen(function*() {
+            const sources = yield* searchFor(p)
+            yield* Ref.update(progress, (s) => ({ ...s, sources, upstreamStarted: true }))
+            const completion = yield* p.provider.complete(providerRequest(p, sources))
+            yield* Ref.update(progress, (s) => ({ ...s, settled: true }))
+            const used: Used = Option.match(completion.usage, {
+              onNone: () => estimatedUsage(p, sources, completion.text),
+              onSome: (usage) => ({ usage: fromProvider(usage), source: "provider" as const, sources })
+            })
+            return yield* settleUsed(p, used, completion.text, completion.finishReason)
+          }).pipe(Effect.onExit((exit) => Effect.flatMap(Ref.get(progress), (s) => settleAbandoned(p, s, exit))))
+        })
+
+      const stream = (input: CallInput) =>
+        Effect.map(prepare(input), (p) =>
+          Stream.unwrapScoped(Effect.gen(function*() {
+            const progress = yield* Ref.make(initial)
+            yield* Effect.addFinalizer((exit) => Effect.flatMap(Ref.get(progress), (s) => settleAbandoned(p, s, exit)))
+            const usage = yield* Ref.make<Option.Option<ProviderUsage>>(Option.none())
+            const finish = yield* Ref.make<FinishReason>("stop")
+            const deltas = Stream.unwrap(Effect.flatMap(searchFor(p), (sources) =>
+              Effect.as(
+                Ref.set(progress, { ...initial, sources, upstreamStarted: true }),
+                p.provider.stream(providerRequest(p, sources))
+              ))).pipe(
+              Stream.mapEffect((part) => {
+                switch (part._tag) {
+                  case "Delta":
+                    return Effect.as(Ref.update(progress, (s) => ({ ...s, text: s.text + part.text })), Option.some(part.text))
+                  case "Finish":
+                    return Effect.as(Ref.set(finish, part.finishReason), Option.none())
+                  case "Usage":
+                    return Effect.as(Ref.set(usage, Option.some(part.usage)), Option.none())
+                }
+              }),
+              Stream.filterMap((delta) => Option.map(delta, (text): StreamEvent => ({ _tag: "Delta", text })))
+            )
+            const completed = Effect.gen(function*() {
+              const s = yield* Ref.get(progress)
+              yield* Ref.set(progress, { ...s, settled: true })
+              const used: Used = Option.match(yield* Ref.get(usage), {
+                onNone: () => estimatedUsage(p, s.sources, s.text),
+                onSome: (reported) => ({ usage: fromProvider(reported), source: "provider" as const, sources: s.sources })
+              })
+              const result = yield* settleUsed(p, used, s.text, yield* Ref.get(finish))
+              return { _tag: "Completed", result } satisfies StreamEvent
+            }).pipe(Effect.uninterruptible)
+            return Stream.concat(deltas, Stream.fromEffect(completed)).pipe(
+              Stream.catchAllCause((cause) =>
+                Stream.fromEffect(Effect.gen(function*() {
+                  const error = asApiError(cause)
+                  if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
+                    yield* Effect.logError("model call stream failed", cause)
+                  }
+                  yield* Ref.update(progress, (s) => ({ ...s, settled: true }))
+                  yield* settleFailed(p, errorMeta(error).code)
+                  return { _tag: "Failed", error } satisfies StreamEvent
+                }))
+              )
+            )
+          })))
+
+      return { complete, stream }
+    })
+  )
+}

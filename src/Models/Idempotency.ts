@@ -1,0 +1,119 @@
+import { createHash } from "node:crypto"
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql"
+import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { IdempotencyConflict } from "../Domain/Errors.js"
+
+export const RETENTION = Duration.hours(24)
+
+export interface Claim {
+  readonly apiKeyId: string
+  readonly key: string
+  readonly endpoint: string
+  /** The decoded request body, so that the same request in another spelling is the same request. */
+  readonly body: unknown
+  readonly requestId: string
+}
+
+export type Outcome =
+  | { readonly _tag: "Claimed" }
+  | { readonly _tag: "Replay"; readonly status: number; readonly body: string }
+
+interface RecordRow {
+  readonly endpoint: string
+  readonly requestHash: Uint8Array
+  readonly requestId: string
+  readonly status: "running" | "completed"
+  readonly responseStatus: number | null
+  readonly responseBody: string | null
+}
+
+const hashOf = (endpoint: string, body: unknown): Buffer =>
+  createHash("sha256").update(endpoint).update("\n").update(JSON.stringify(body)).digest()
+
+/**
+ * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
+ * claims it; a finished one is replayed; one still running, or a different
+ * body, is a conflict. Only successes are kept: a failed call costs nothing,
+ * so its key is freed and a retry runs again.
+ */
+export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
+  readonly claim: (claim: Claim) => Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError>
+  readonly complete: (apiKeyId: string, key: string, status: number, body: string) => Effect.Effect<void, SqlError.SqlError>
+  readonly abandon: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void, SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.scoped(
+    Idempotency,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const { upstreamTotalTimeoutMs } = yield* AppConfig
+      // A record still `running` after the longest call could take was left by a process that died.
+      const staleAfterMs = upstreamTotalTimeoutMs + 60_000
+
+      const claim = (input: Claim): Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError> =>
+        Effect.gen(function*() {
+          const at = yield* Clock.currentTimeMillis
+          const hash = hashOf(input.endpoint, input.body)
+          const claimed = yield* sql<{ requestId: string }>`
+            INSERT INTO idempotency_records (api_key_id, idempotency_key, endpoint, request_hash, request_id, status, created_at, expires_at)
+            VALUES (${input.apiKeyId}, ${input.key}, ${input.endpoint}, ${hash}, ${input.requestId}, 'running',
+                    ${new Date(at)}, ${new Date(at + Duration.toMillis(RETENTION))})
+            ON CONFLICT (api_key_id, idempotency_key) DO UPDATE
+              SET endpoint = EXCLUDED.endpoint, request_hash = EXCLUDED.request_hash, request_id = EXCLUDED.request_id,
+                  status = 'running', response_status = NULL, response_body = NULL,
+                  created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+              WHERE idempotency_records.expires_at <= ${new Date(at)}
+                 OR (idempotency_records.status = 'running' AND idempotency_records.created_at < ${new Date(at - staleAfterMs)})
+            RETURNING request_id
+          `
+          if (claimed[0]?.requestId === input.requestId) return { _tag: "Claimed" } as const
+          const rows = yield* sql<RecordRow>`
+            SELECT endpoint, request_hash, request_id, status, response_status, response_body
+            FROM idempotency_records WHERE api_key_id = ${input.apiKeyId} AND idempotency_key = ${input.key}
+          `
+          const existing = rows[0]
+          // Freed between our insert and this read (the first call failed): try again.
+          if (existing === undefined) return yield* claim(input)
+          if (existing.endpoint !== input.endpoint || !hash.equals(Buffer.from(existing.requestHash))) {
+            return yield* new IdempotencyConflict({
+              message: `The Idempotency-Key "${input.key}" was already used with a different request (${existing.endpoint}).`,
+              param: "Idempotency-Key",
+              guidance: "Use a new Idempotency-Key for a different request."
+            })
+          }
+          if (existing.status === "running" || existing.responseStatus === null || existing.responseBody === null) {
+            return yield* new IdempotencyConflict({
+              message: `A request with the Idempotency-Key "${input.key}" is still running (${existing.requestId}).`,
+              param: "Idempotency-Key",
+              retryable: true,
+              retry_after_seconds: 1,
+              guidance: "Wait for the first request to finish, then retry to receive its result."
+            })
+          }
+          return { _tag: "Replay", status: existing.responseStatus, body: existing.responseBody } as const
+        })
+
+      const sweep = Effect.flatMap(Clock.currentTimeMillis, (at) =>
+        sql`DELETE FROM idempotency_records WHERE expires_at <= ${new Date(at)}`)
+      yield* Effect.forkScoped(Effect.repeat(
+        Effect.catchAllCause(sweep, (cause) => Effect.logWarning("idempotency sweep failed", cause)),
+        Schedule.spaced("10 minutes")
+      ))
+
+      return {
+        claim,
+        complete: (apiKeyId, key, status, body) =>
+          Effect.asVoid(sql`
+            UPDATE idempotency_records SET status = 'completed', response_status = ${status}, response_body = ${body}
+            WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key}
+          `),
+        abandon: (apiKeyId, key, requestId) =>
+          Effect.asVoid(sql`
+            DELETE FROM idempotency_records
+            WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
+          `)
+      }
+    })
+  )
+}

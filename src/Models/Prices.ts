@@ -1,0 +1,57 @@
+import { Schema } from "effect"
+import type { MicroMyr } from "../Domain/Money.js"
+import { microMyr } from "../Domain/Money.js"
+
+/** Micro-MYR per million tokens of one upstream model. */
+export const ModelPrice = Schema.Struct({
+  inputPerMillion: Schema.Int.pipe(Schema.nonNegative()),
+  cachedInputPerMillion: Schema.Int.pipe(Schema.nonNegative()),
+  outputPerMillion: Schema.Int.pipe(Schema.nonNegative())
+})
+export type ModelPrice = typeof ModelPrice.Type
+
+/**
+ * The price table (DESIGN.md, Money): per upstream model, plus per search and
+ * per fetched page. A model missing from `models` is priced as `fallback`.
+ */
+export const PriceTable = Schema.Struct({
+  models: Schema.Record({ key: Schema.String, value: ModelPrice }),
+  fallback: ModelPrice,
+  perSearchMicroMyr: Schema.Int.pipe(Schema.nonNegative()),
+  perPageMicroMyr: Schema.Int.pipe(Schema.nonNegative())
+})
+export type PriceTable = typeof PriceTable.Type
+
+/** The documented defaults: OpenAI's list prices at RM 4.20 to the US dollar. */
+export const DEFAULT_PRICES: PriceTable = {
+  models: {
+    "gpt-4.1-mini": { inputPerMillion: 1_680_000, cachedInputPerMillion: 420_000, outputPerMillion: 6_720_000 },
+    "o4-mini": { inputPerMillion: 4_620_000, cachedInputPerMillion: 1_155_000, outputPerMillion: 18_480_000 }
+  },
+  fallback: { inputPerMillion: 4_620_000, cachedInputPerMillion: 1_155_000, outputPerMillion: 18_480_000 },
+  perSearchMicroMyr: 21_000,
+  perPageMicroMyr: 4_200
+}
+
+export const priceOf = (table: PriceTable, model: string): ModelPrice => table.models[model] ?? table.fallback
+
+/** Token usage as billed: `outputTokens` includes reasoning tokens, which are billed as output. */
+export interface BilledUsage {
+  readonly inputTokens: number
+  readonly cachedTokens: number
+  readonly outputTokens: number
+  readonly searches: number
+  readonly pages: number
+}
+
+/** The cost of a usage, rounded up to the next micro-MYR. */
+export const costOf = (table: PriceTable, model: string, usage: BilledUsage): MicroMyr => {
+  const price = priceOf(table, model)
+  const cached = Math.min(usage.cachedTokens, usage.inputTokens)
+  const tokens = (usage.inputTokens - cached) * price.inputPerMillion + cached * price.cachedInputPerMillion +
+    usage.outputTokens * price.outputPerMillion
+  return microMyr(Math.ceil(tokens / 1_000_000) + usage.searches * table.perSearchMicroMyr + usage.pages * table.perPageMicroMyr)
+}
+
+/** Input counted by our tokenizer may differ from the upstream's: the estimate adds 10% and 16 tokens. */
+export const withSafetyMargin = (inputTokens: number): number => Math.ceil(inputTokens * 1.1) + 16

@@ -1,0 +1,84 @@
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql"
+import { Clock, Context, Effect, Layer } from "effect"
+
+export interface OpenLog {
+  readonly requestId: string
+  readonly accountId: string
+  readonly apiKeyId: string
+  readonly reservationId: string | null
+  readonly publicModel: string
+  readonly upstreamModel: string
+  readonly routingCategory: string
+  readonly endpoint: string
+  readonly stream: boolean
+  readonly inputTokens: number
+}
+
+export interface LoggedUsage {
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+  readonly cachedTokens: number
+  readonly usageSource: "provider" | "estimated"
+  readonly searchCount: number
+  readonly contentPages: number
+  readonly costMicroMyr: number
+  readonly latencyMs: number
+}
+
+/**
+ * One row per model call (DESIGN.md, Request lifecycle): `pending` while its
+ * reservation is held, `succeeded` once usage is known (the sweeper bills a
+ * `succeeded` row whose process died), then `billed`; or `failed` at cost 0.
+ */
+export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
+  readonly open: (log: OpenLog) => Effect.Effect<void, SqlError.SqlError>
+  readonly succeed: (requestId: string, usage: LoggedUsage) => Effect.Effect<void, SqlError.SqlError>
+  readonly bill: (requestId: string) => Effect.Effect<void, SqlError.SqlError>
+  readonly fail: (requestId: string, errorCode: string, latencyMs: number) => Effect.Effect<void, SqlError.SqlError>
+  /** A call refused before it ran (a wallet refusal): one `failed` row. */
+  readonly refused: (log: OpenLog, errorCode: string, latencyMs: number) => Effect.Effect<void, SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.effect(
+    RequestLogs,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+      const insert = (log: OpenLog, status: "pending" | "failed", errorCode: string | null, latencyMs: number) =>
+        Effect.flatMap(now, (at) =>
+          sql`
+            INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
+              routing_category, endpoint, status, input_tokens, stream, error_code, latency_ms, created_at, completed_at)
+            VALUES (${log.requestId}, ${log.accountId}, ${log.apiKeyId}, ${log.reservationId}, ${log.publicModel},
+              ${log.upstreamModel}, ${log.routingCategory}, ${log.endpoint}, ${status}, ${log.inputTokens}, ${log.stream},
+              ${errorCode}, ${latencyMs}, ${at}, ${status === "failed" ? at : null})
+          `)
+      return {
+        open: (log) => Effect.asVoid(insert(log, "pending", null, 0)),
+        refused: (log, errorCode, latencyMs) => Effect.asVoid(insert(log, "failed", errorCode, latencyMs)),
+        succeed: (requestId, usage) =>
+          Effect.flatMap(now, (at) => sql`
+            UPDATE request_logs
+            SET status = 'succeeded', input_tokens = ${usage.inputTokens}, output_tokens = ${usage.outputTokens},
+                reasoning_tokens = ${usage.reasoningTokens}, cached_tokens = ${usage.cachedTokens},
+                usage_source = ${usage.usageSource}, search_count = ${usage.searchCount},
+                content_pages = ${usage.contentPages}, cost_micro_myr = ${usage.costMicroMyr},
+                latency_ms = ${usage.latencyMs}, completed_at = ${at}
+            WHERE request_id = ${requestId} AND status = 'pending'
+          `).pipe(Effect.asVoid),
+        bill: (requestId) =>
+          Effect.flatMap(now, (at) =>
+            sql`UPDATE request_logs SET status = 'billed', completed_at = ${at} WHERE request_id = ${requestId} AND status = 'succeeded'`
+          ).pipe(Effect.asVoid),
+        fail: (requestId, errorCode, latencyMs) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              UPDATE request_logs
+              SET status = 'failed', cost_micro_myr = 0, error_code = ${errorCode}, latency_ms = ${latencyMs}, completed_at = ${at}
+              WHERE request_id = ${requestId} AND status = 'pending'
+            `).pipe(Effect.asVoid)
+      }
+    })
+  )
+}

@@ -1,0 +1,185 @@
+import { Sse } from "@effect/experimental"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import type { HttpClientError, HttpClientResponse } from "@effect/platform"
+import { Duration, Effect, Option, Redacted, Schema, Stream } from "effect"
+import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import type { Completion, ProviderError, ProviderRequest, ProviderShape, ProviderUsage, StreamPart } from "./Provider.js"
+import { finishReasonOf } from "./Provider.js"
+
+export interface UpstreamOptions {
+  /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
+  readonly baseUrl: string
+  readonly apiKey: Option.Option<Redacted.Redacted>
+  readonly firstByteTimeoutMs: number
+  readonly totalTimeoutMs: number
+}
+
+const Usage = Schema.Struct({
+  prompt_tokens: Schema.optionalWith(Schema.Number, { default: () => 0 }),
+  completion_tokens: Schema.optionalWith(Schema.Number, { default: () => 0 }),
+  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: Schema.optional(Schema.NullOr(Schema.Number)) }))),
+  completion_tokens_details: Schema.optional(
+    Schema.NullOr(Schema.Struct({ reasoning_tokens: Schema.optional(Schema.NullOr(Schema.Number)) }))
+  )
+})
+
+const Completion = Schema.Struct({
+  choices: Schema.Array(Schema.Struct({
+    message: Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.String)) }),
+    finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+  })),
+  usage: Schema.optional(Schema.NullOr(Usage))
+})
+
+const Chunk = Schema.Struct({
+  choices: Schema.optionalWith(
+    Schema.Array(Schema.Struct({
+      delta: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.String)) }))),
+      finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+    })),
+    { default: () => [] }
+  ),
+  usage: Schema.optional(Schema.NullOr(Usage)),
+  error: Schema.optional(Schema.Unknown)
+})
+
+const decodeCompletion = Schema.decodeUnknown(Completion)
+const decodeChunk = Schema.decodeUnknown(Schema.parseJson(Chunk))
+
+const usageOf = (usage: typeof Usage.Type): ProviderUsage => ({
+  inputTokens: Math.max(0, Math.round(usage.prompt_tokens)),
+  outputTokens: Math.max(0, Math.round(usage.completion_tokens)),
+  cachedTokens: Math.max(0, Math.round(usage.prompt_tokens_details?.cached_tokens ?? 0)),
+  reasoningTokens: Math.max(0, Math.round(usage.completion_tokens_details?.reasoning_tokens ?? 0))
+})
+
+const requestBody = (request: ProviderRequest, stream: boolean) => ({
+  model: request.model,
+  messages: request.messages,
+  // OpenAI's reasoning models refuse `max_tokens`; every OpenAI-compatible server takes `max_tokens`.
+  [request.reasoningModel ? "max_completion_tokens" : "max_tokens"]: request.maxOutputTokens,
+  ...(request.reasoningModel && request.reasoningEffort !== undefined ? { reasoning_effort: request.reasoningEffort } : {}),
+  ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
+  ...(request.topP === undefined ? {} : { top_p: request.topP }),
+  ...(request.stop === undefined || request.stop === null ? {} : { stop: request.stop }),
+  ...(request.user === undefined ? {} : { user: request.user }),
+  ...(stream ? { stream: true, stream_options: { include_usage: true } } : {})
+})
+
+const unavailable = (message: string, extra: { retryable?: boolean; retry_after_seconds?: number } = {}) =>
+  new ProviderUnavailable({ message, ...extra })
+
+const retryAfterSeconds = (response: HttpClientResponse.HttpClientResponse): number => {
+  const header = Number(response.headers["retry-after"])
+  return Number.isFinite(header) && header >= 0 ? Math.ceil(header) : 1
+}
+
+/** Upstream statuses as our errors: 429 and 5xx may pass; other refusals will not on a retry. */
+const statusError = (response: HttpClientResponse.HttpClientResponse) =>
+  Effect.flatMap(
+    Effect.orElseSucceed(response.text, () => ""),
+    (text): Effect.Effect<never, ProviderError> => {
+      const detail = text.length > 0 ? `: ${text.slice(0, 200)}` : ""
+      if (response.status === 429) {
+        return Effect.fail(unavailable(`The model provider is rate limiting requests (HTTP 429)${detail}`, {
+          retry_after_seconds: retryAfterSeconds(response)
+        }))
+      }
+      if (response.status >= 500 || response.status === 408) {
+        return Effect.fail(unavailable(`The model provider failed (HTTP ${response.status})${detail}`))
+      }
+      return Effect.fail(unavailable(`The model provider refused the request (HTTP ${response.status})${detail}`, {
+        retryable: false
+      }))
+    }
+  )
+
+const isConnectFailure = (error: HttpClientError.HttpClientError): boolean =>
+  error._tag === "RequestError" && error.reason === "Transport"
+
+/**
+ * An OpenAI-compatible chat-completions upstream (OpenAI, Gemini's OpenAI
+ * endpoint, OpenRouter, vLLM, Ollama, llama.cpp) over `HttpClient`.
+ */
+export const makeOpenAiCompatible = (options: UpstreamOptions) =>
+  Effect.map(HttpClient.HttpClient, (client): ProviderShape => {
+    const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
+    const firstByte = Duration.millis(options.firstByteTimeoutMs)
+    const total = Duration.millis(options.totalTimeoutMs)
+    const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
+
+    /** Sends the request; resolves with the response headers. A connection that fails before any byte is tried once more. */
+    const send = (request: ProviderRequest, stream: boolean) => {
+      const base = HttpClientRequest.post(url).pipe(
+        HttpClientRequest.bodyUnsafeJson(requestBody(request, stream)),
+        HttpClientRequest.acceptJson
+      )
+      const authorized = Option.match(options.apiKey, {
+        onNone: () => base,
+        onSome: (key) => HttpClientRequest.bearerToken(base, Redacted.value(key))
+      })
+      return client.execute(authorized).pipe(
+        Effect.retry({ times: 1, while: isConnectFailure }),
+        Effect.timeoutFail({ duration: firstByte, onTimeout: () => timedOut("start answering") }),
+        Effect.catchTag("RequestError", (error) =>
+          Effect.fail(unavailable(`The model provider could not be reached: ${error.message}`))),
+        Effect.catchTag("ResponseError", (error) =>
+          Effect.fail(unavailable(`The model provider answered badly: ${error.message}`))),
+        Effect.flatMap((response) => response.status >= 200 && response.status < 300 ? Effect.succeed(response) : statusError(response))
+      )
+    }
+
+    const complete = (request: ProviderRequest): Effect.Effect<Completion, ProviderError> =>
+      send(request, false).pipe(
+        Effect.flatMap((response) => response.json),
+        Effect.flatMap(decodeCompletion),
+        Effect.map((body): Completion => {
+          const choice = body.choices[0]
+          return {
+            text: choice?.message.content ?? "",
+            finishReason: finishReasonOf(choice?.finish_reason),
+            usage: body.usage === undefined || body.usage === null ? Option.none() : Option.some(usageOf(body.usage))
+          }
+        }),
+        Effect.catchTags({
+          ResponseError: (error) => Effect.fail(unavailable(`The model provider's answer broke off: ${error.message}`)),
+          ParseError: () => Effect.fail(unavailable("The model provider's answer was not a chat completion."))
+        }),
+        Effect.timeoutFail({ duration: total, onTimeout: () => timedOut("finish") })
+      )
+
+    const partsOf = (data: string): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> =>
+      Effect.flatMap(
+        Effect.mapError(decodeChunk(data), () => unavailable("The model provider sent a malformed stream chunk.")),
+        (chunk): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> => {
+          if (chunk.error !== undefined && chunk.error !== null) {
+            return Effect.fail(unavailable(`The model provider failed mid-stream: ${JSON.stringify(chunk.error).slice(0, 200)}`))
+          }
+          const parts: Array<StreamPart> = []
+          for (const choice of chunk.choices) {
+            const text = choice.delta?.content
+            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text })
+            if (typeof choice.finish_reason === "string") parts.push({ _tag: "Finish", finishReason: finishReasonOf(choice.finish_reason) })
+          }
+          if (chunk.usage !== undefined && chunk.usage !== null) parts.push({ _tag: "Usage", usage: usageOf(chunk.usage) })
+          return Effect.succeed(parts)
+        }
+      )
+
+    const events = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<Sse.Event, ProviderError> =>
+      response.stream.pipe(
+        Stream.decodeText(),
+        Stream.pipeThroughChannel(Sse.makeChannel<HttpClientError.ResponseError, unknown>()),
+        Stream.catchAll((error) => Stream.fail(unavailable(`The model provider's stream broke off: ${error.message}`)))
+      )
+
+    const stream = (request: ProviderRequest): Stream.Stream<StreamPart, ProviderError> =>
+      Stream.unwrap(Effect.map(send(request, true), events)).pipe(
+        Stream.takeWhile((event) => event.data !== "[DONE]"),
+        Stream.mapEffect((event) => partsOf(event.data)),
+        Stream.flattenIterables,
+        Stream.interruptWhen(Effect.zipRight(Effect.sleep(total), Effect.fail(timedOut("finish"))))
+      )
+
+    return { complete, stream }
+  })

@@ -1,0 +1,115 @@
+import { Context, Effect, Layer } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import type { Message } from "../Models/Tokens.js"
+
+export type Effort = "low" | "medium" | "high"
+export type Category = "general" | "reasoning" | "search"
+
+export interface RouteInput {
+  readonly messages: ReadonlyArray<Message>
+  readonly effort: Effort
+  /** `web_search.mode`; absent means off. */
+  readonly webSearch: "off" | "auto" | "on"
+}
+
+export interface Route {
+  readonly category: Category
+  readonly upstreamModel: string
+  /** Whether the reasoning model answers (it also may under `search`). */
+  readonly reasoningModel: boolean
+  readonly search: boolean
+  /** One sentence: why. */
+  readonly reasoning: string
+}
+
+/** Signs that a prompt needs multi-step work. Checked in order; the first match is quoted. */
+const MULTI_STEP: ReadonlyArray<RegExp> = [
+  /\bstep[- ]by[- ]step\b/i,
+  /\b(prove|proof|derive|derivation|theorem|lemma)\b/i,
+  /\b(solve|calculate|compute|integrate|differentiate|optimi[sz]e)\b/i,
+  /\b(debug|refactor|implement|algorithm|complexity)\b/i,
+  /\b(plan|strategy|trade-?offs?|pros and cons)\b/i,
+  /\b(analy[sz]e|compare)\b.*\b(and|versus|vs\.?)\b/i,
+  /\bwhy (does|do|is|are|did)\b/i,
+  /```/,
+  /\d+\s*[-+*/^×÷]\s*\d+/
+]
+
+/** Signs that a prompt asks about the present, which web search can answer. */
+const NEEDS_FRESH: ReadonlyArray<RegExp> = [
+  /\b(latest|newest|current|currently|recent|recently|today|tonight|yesterday|this (week|month|year))\b/i,
+  /\b(news|headlines|price of|stock|weather|score|who won|released|announced)\b/i,
+  /\b20[2-9]\d\b/
+]
+
+const LONG_PROMPT_CHARS = 12_000
+
+const firstMatch = (patterns: ReadonlyArray<RegExp>, text: string): string | undefined => {
+  for (const pattern of patterns) {
+    const match = pattern.exec(text)
+    if (match !== null) return match[0].trim()
+  }
+  return undefined
+}
+
+/** The text the router reads: what the user asked, latest turn last. */
+const userText = (messages: ReadonlyArray<Message>): string =>
+  messages.filter((m) => m.role === "user").map((m) => m.content).join("\n")
+
+const needsReasoning = (input: RouteInput, text: string): { readonly yes: boolean; readonly why: string } => {
+  if (input.effort === "high") return { yes: true, why: "reasoning.effort is high" }
+  if (input.effort === "low") return { yes: false, why: "reasoning.effort is low" }
+  const matched = firstMatch(MULTI_STEP, text)
+  if (matched !== undefined) return { yes: true, why: `the prompt asks for multi-step work ("${matched.slice(0, 40)}")` }
+  if (text.length > LONG_PROMPT_CHARS) return { yes: true, why: "the prompt is long enough to need multi-step work" }
+  return { yes: false, why: "the prompt is a direct request that needs no multi-step work" }
+}
+
+const searchDecision = (input: RouteInput, text: string): { readonly yes: boolean; readonly why: string } => {
+  if (input.webSearch === "on") return { yes: true, why: "web_search.mode is on" }
+  if (input.webSearch === "off") return { yes: false, why: "" }
+  const matched = firstMatch(NEEDS_FRESH, text)
+  return matched === undefined
+    ? { yes: false, why: "" }
+    : { yes: true, why: `web_search.mode is auto and the prompt asks about current events ("${matched}")` }
+}
+
+/** A pure routing decision: the same input always gives the same route. */
+export const decideRoute = (
+  models: { readonly general: string; readonly reasoning: string },
+  input: RouteInput
+): Route => {
+  const text = userText(input.messages)
+  const reasoning = needsReasoning(input, text)
+  const search = searchDecision(input, text)
+  const upstreamModel = reasoning.yes ? models.reasoning : models.general
+  const modelPart = reasoning.yes ? "the reasoning model" : "the general model"
+  if (search.yes) {
+    return {
+      category: "search",
+      upstreamModel,
+      reasoningModel: reasoning.yes,
+      search: true,
+      reasoning: `Searched the web because ${search.why}, and ${modelPart} answers because ${reasoning.why}.`
+    }
+  }
+  return {
+    category: reasoning.yes ? "reasoning" : "general",
+    upstreamModel,
+    reasoningModel: reasoning.yes,
+    search: false,
+    reasoning: `Routed to ${modelPart} because ${reasoning.why}.`
+  }
+}
+
+export class Router extends Context.Tag("nenas/Router")<Router, {
+  readonly route: (input: RouteInput) => Route
+}>() {
+  static readonly layer = Layer.effect(
+    Router,
+    Effect.map(AppConfig, (config) => {
+      const models = { general: config.upstreamModelGeneral, reasoning: config.upstreamModelReasoning }
+      return { route: (input: RouteInput) => decideRoute(models, input) }
+    })
+  )
+}

@@ -1,0 +1,52 @@
+import { Effect, Layer, Option } from "effect"
+import type { AppConfigShape } from "../../src/AppConfig.js"
+import { call, createKey } from "./Http.js"
+import { topUp, webhookOverrides } from "./Stripe.js"
+import { TestServerLive } from "./TestServer.js"
+import { Upstream } from "./Upstream.js"
+import { developer, walletInstance } from "./Wallet.js"
+
+/**
+ * The whole service pointed at the local upstream double (`Upstream`), with
+ * the test webhook secret so `topUp` works; `overrides` replace configuration.
+ */
+export const TestServerWithUpstream = (overrides: Partial<AppConfigShape> = {}) =>
+  Layer.unwrapEffect(Effect.map(Upstream, (upstream) =>
+    TestServerLive({
+      ...webhookOverrides,
+      upstreamBaseUrl: Option.some(upstream.baseUrl),
+      ...overrides
+    }))).pipe(Layer.provideMerge(Upstream.layer))
+
+export interface Caller {
+  readonly token: string
+  readonly accountId: string
+  readonly keyId: string
+  /** The full API key. */
+  readonly apiKey: string
+}
+
+/** A developer with a key of `environment`, and (live) a wallet topped up with `sen`. */
+export const caller = (
+  email: string,
+  options: { readonly environment?: "live" | "test"; readonly sen?: number; readonly key?: Record<string, unknown> } = {}
+) =>
+  Effect.gen(function*() {
+    const { accountId, token } = yield* developer(email)
+    const environment = options.environment ?? "live"
+    if (options.sen !== undefined && options.sen > 0) yield* topUp(token, options.sen)
+    const created = yield* createKey(token, { name: `${environment} key`, environment, ...options.key })
+    return { token, accountId, keyId: created.key.id, apiKey: created.full_key } satisfies Caller
+  })
+
+/** A model call with plain fetch: `path` is `/v1/responses` or `/v1/chat/completions`. */
+export const modelCall = (apiKey: string, path: string, json: unknown, headers: Record<string, string> = {}) =>
+  call("POST", path, { token: apiKey, json, headers })
+
+/** DESIGN.md's money invariant for an account, checked by a second instance on the same database: `[]` when it holds. */
+export const violations = (accountId: string) =>
+  Effect.scoped(Effect.gen(function*() {
+    const instance = yield* walletInstance(yield* Effect.scope)
+    return (yield* instance.invariant(accountId)).violations
+  }))
+

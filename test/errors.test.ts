@@ -172,15 +172,16 @@ layer(TestServerLive(), { excludeTestServices: true })("the service's contract a
       expect(reply.text).toContain("nenas")
     }))
 
-  it.effect("model calls, which arrive with a later issue, say not_implemented in the error shape", () =>
+  it.effect("an OpenAI field not implemented yet says not_implemented in the error shape, naming the field", () =>
     Effect.gen(function*() {
       const key = yield* createKey(yield* devToken("later@example.com"))
       const reply = yield* call("POST", "/v1/chat/completions", {
         token: key.full_key,
-        json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }] }
+        json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], tools: [] }
       })
       expect(reply.status).toBe(400)
       expectErrorShape(reply)
       expect(reply.body.error.code).toBe("not_implemented")
+      expect(reply.body.error.param).toBe("tools")
     }))
 })

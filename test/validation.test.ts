@@ -235,7 +235,7 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
       { name: "malformed JSON", raw: "{\"input\":", param: null }
     ])
 
-    it.effect("a valid body passes validation (400 not_implemented today)", () =>
+    it.effect("a valid body passes validation and reaches the wallet (402 on an empty one)", () =>
       Effect.gen(function*() {
         const token = yield* apiKeyToken
         const bodies: ReadonlyArray<readonly [string, unknown]> = [
@@ -246,7 +246,7 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
             reasoning: { effort: "high" },
             web_search: { mode: "on", search_depth: "deep", max_results: 25, max_searches: 5, content: { enabled: true, max_pages: 10 } },
             max_output_tokens: 32000,
-            max_total_cost_myr: 0.01,
+            max_total_cost_myr: 100,
             stream: false
           }],
           ["lower bounds", {
@@ -257,7 +257,9 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
         ]
         for (const [name, json] of bodies) {
           const reply = yield* call("POST", "/v1/responses", { token, json })
-          expectClientError(reply, `valid responses body (${name})`, { status: 400, code: "not_implemented", param: null })
+          expect(reply.status, `valid responses body (${name}): ${reply.text}`).toBe(402)
+          expectErrorShape(reply, name)
+          expect(reply.body.error.code).toBe("insufficient_balance")
         }
       }))
 
@@ -335,7 +337,7 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
       { name: "top_p 1.5", json: { ...valid, top_p: 1.5 }, param: "top_p" }
     ])
 
-    it.effect("a valid body passes validation (400 not_implemented today)", () =>
+    it.effect("a valid body passes validation and reaches the wallet (402 on an empty one)", () =>
       Effect.gen(function*() {
         const token = yield* apiKeyToken
         const bodies: ReadonlyArray<readonly [string, unknown]> = [
@@ -354,7 +356,9 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
         ]
         for (const [name, json] of bodies) {
           const reply = yield* call("POST", "/v1/chat/completions", { token, json })
-          expectClientError(reply, `valid chat body (${name})`, { status: 400, code: "not_implemented", param: null })
+          expect(reply.status, `valid chat body (${name}): ${reply.text}`).toBe(402)
+          expectErrorShape(reply, name)
+          expect(reply.body.error.code).toBe("insufficient_balance")
         }
       }))
   })

@@ -210,16 +210,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             requestId,
             amountMicroMyr: estimate,
             monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
-          }).pipe(
+          }, (reservation) => logs.open({ ...log, reservationId: reservation.id })).pipe(
             Effect.tapError((error) =>
               isApiError(error)
                 ? Effect.flatMap(elapsed(startedAt), (ms) => logs.refused(log, errorMeta(error).code, ms))
                 : Effect.void
             ),
             internal
-          )
-          yield* internal(logs.open({ ...log, reservationId: reservation.id })).pipe(
-            Effect.onError(() => Effect.ignore(wallet.release(reservation.id)))
           )
           return { ...base, reservation, ceiling: Math.min(reservation.amountMicroMyr, cap ?? Number.MAX_SAFE_INTEGER) } satisfies Prepared
         })
@@ -248,7 +245,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         sources
       })
 
-      /** Logs the usage, then bills it (live keys): the sweeper can finish a `succeeded` row if we die in between. */
+      /** Bills the usage (live keys) and logs it, in one transaction. */
       const settleUsed = (p: Prepared, used: Used, text: string, finishReason: FinishReason) =>
         Effect.gen(function*() {
           const latencyMs = yield* elapsed(p.startedAt)
@@ -268,12 +265,17 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             costMicroMyr: cost,
             latencyMs
           }
-          yield* logs.succeed(p.requestId, logged)
           let charged = cost
-          if (p.reservation !== null) {
-            const capture = yield* wallet.capture(p.reservation.id, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`)
+          if (p.reservation === null) {
+            yield* logs.complete(p.requestId, logged, "succeeded")
+          } else {
+            const capture = yield* wallet.capture(
+              p.reservation.id,
+              cost,
+              `Model call ${p.requestId} (${PUBLIC_MODEL})`,
+              (capture) => logs.complete(p.requestId, { ...logged, costMicroMyr: capture.chargedMicroMyr }, "billed")
+            )
             charged = microMyr(capture.chargedMicroMyr)
-            yield* logs.bill(p.requestId)
           }
           const createdAt = Math.floor(p.startedAt / 1000)
           return {

@@ -29,13 +29,14 @@ export interface LoggedUsage {
 
 /**
  * One row per model call (DESIGN.md, Request lifecycle): `pending` while its
- * reservation is held, `succeeded` once usage is known (the sweeper bills a
- * `succeeded` row whose process died), then `billed`; or `failed` at cost 0.
+ * reservation is held (written in the reservation's transaction), then
+ * `billed` in the capture's transaction, or `succeeded` for a call with
+ * nothing to charge (test keys); or `failed` at cost 0.
  */
 export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
   readonly open: (log: OpenLog) => Effect.Effect<void, SqlError.SqlError>
-  readonly succeed: (requestId: string, usage: LoggedUsage) => Effect.Effect<void, SqlError.SqlError>
-  readonly bill: (requestId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** The call's usage and cost: `billed` in the capture's transaction, or `succeeded` when there is nothing to charge. */
+  readonly complete: (requestId: string, usage: LoggedUsage, status: "succeeded" | "billed") => Effect.Effect<void, SqlError.SqlError>
   readonly fail: (requestId: string, errorCode: string, latencyMs: number) => Effect.Effect<void, SqlError.SqlError>
   /** A call refused before it ran (a wallet refusal): one `failed` row. */
   readonly refused: (log: OpenLog, errorCode: string, latencyMs: number) => Effect.Effect<void, SqlError.SqlError>
@@ -57,20 +58,16 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
       return {
         open: (log) => Effect.asVoid(insert(log, "pending", null, 0)),
         refused: (log, errorCode, latencyMs) => Effect.asVoid(insert(log, "failed", errorCode, latencyMs)),
-        succeed: (requestId, usage) =>
+        complete: (requestId, usage, status) =>
           Effect.flatMap(now, (at) => sql`
             UPDATE request_logs
-            SET status = 'succeeded', input_tokens = ${usage.inputTokens}, output_tokens = ${usage.outputTokens},
+            SET status = ${status}, input_tokens = ${usage.inputTokens}, output_tokens = ${usage.outputTokens},
                 reasoning_tokens = ${usage.reasoningTokens}, cached_tokens = ${usage.cachedTokens},
                 usage_source = ${usage.usageSource}, search_count = ${usage.searchCount},
                 content_pages = ${usage.contentPages}, cost_micro_myr = ${usage.costMicroMyr},
                 latency_ms = ${usage.latencyMs}, completed_at = ${at}
             WHERE request_id = ${requestId} AND status = 'pending'
           `).pipe(Effect.asVoid),
-        bill: (requestId) =>
-          Effect.flatMap(now, (at) =>
-            sql`UPDATE request_logs SET status = 'billed', completed_at = ${at} WHERE request_id = ${requestId} AND status = 'succeeded'`
-          ).pipe(Effect.asVoid),
         fail: (requestId, errorCode, latencyMs) =>
           Effect.flatMap(now, (at) =>
             sql`

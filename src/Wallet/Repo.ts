@@ -84,14 +84,20 @@ interface ReservationRow {
 
 export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   readonly wallet: (accountId: string) => Effect.Effect<Wallet, SqlError.SqlError>
+  /** `withIt` runs in the reservation's transaction (the call's log row is written with it). */
   readonly reserve: (
-    input: ReserveInput
+    input: ReserveInput,
+    withIt?: (reservation: Reservation) => Effect.Effect<void, SqlError.SqlError>
   ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
-  /** Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more. */
+  /**
+   * Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more.
+   * `withIt` runs in the capture's transaction.
+   */
   readonly capture: (
     reservationId: string,
     amountMicroMyr: MicroMyr,
-    description: string
+    description: string,
+    withIt?: (capture: Capture) => Effect.Effect<void, SqlError.SqlError>
   ) => Effect.Effect<Capture, SqlError.SqlError>
   /** Returns an open reservation whole; true when it was open. */
   readonly release: (reservationId: string) => Effect.Effect<boolean, SqlError.SqlError>
@@ -134,7 +140,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
             ), 0)::bigint AS held
         `.pipe(Effect.map((rows) => rows[0] ?? { spent: 0, held: 0 }))
 
-      const reserve = (input: ReserveInput) =>
+      const reserve = (input: ReserveInput, withIt?: (reservation: Reservation) => Effect.Effect<void, SqlError.SqlError>) =>
         sql.withTransaction(Effect.gen(function*() {
           if (input.amountMicroMyr <= 0) return yield* Effect.dieMessage("a reservation must be positive")
           const wallet = yield* lockWallet(input.accountId)
@@ -183,6 +189,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
                 updated_at = ${at}
             WHERE account_id = ${input.accountId}
           `
+          if (withIt !== undefined) yield* withIt(reservation)
           return reservation
         })).pipe(Effect.tap((reservation) => leases.hold(reservation.id)))
 
@@ -203,8 +210,17 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
           ledgerEntryId: rows[0]?.id ?? null
         })))
 
-      const capture = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
-        sql.withTransaction(Effect.gen(function*() {
+      const capture = (
+        reservationId: string,
+        amountMicroMyr: MicroMyr,
+        description: string,
+        withIt?: (capture: Capture) => Effect.Effect<void, SqlError.SqlError>
+      ) =>
+        sql.withTransaction(Effect.tap(settle(reservationId, amountMicroMyr, description), (done) => withIt === undefined ? Effect.void : withIt(done)))
+          .pipe(Effect.ensuring(leases.drop(reservationId)))
+
+      const settle = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
+        Effect.gen(function*() {
           const reservation = yield* lockReservation(reservationId)
           if (reservation.status === "captured") return yield* existingCapture(reservation)
           const wallet = yield* lockWallet(reservation.accountId)
@@ -236,7 +252,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
                     ${description}, ${reservation.apiKeyId}, ${reservation.requestId}, ${at})
           `
           return { reservationId, chargedMicroMyr: charged, ledgerEntryId }
-        })).pipe(Effect.ensuring(leases.drop(reservationId)))
+        })
 
       const release = (reservationId: string) =>
         sql.withTransaction(Effect.gen(function*() {

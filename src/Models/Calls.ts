@@ -7,7 +7,7 @@ import { ContextLengthExceeded, errorMeta, InternalError, InvalidRequest, isApiE
 import type { MicroMyr } from "../Domain/Money.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
 import { currentRequestId } from "../Http/ErrorMiddleware.js"
-import type { FinishReason, ProviderRequest, ProviderShape, ProviderUsage } from "../Providers/Provider.js"
+import type { FinishReason, ProviderError, ProviderRequest, ProviderShape, ProviderUsage } from "../Providers/Provider.js"
 import { Provider } from "../Providers/Provider.js"
 import { simulatedProvider } from "../Providers/Simulated.js"
 import type { Effort, Route } from "../Routing/Router.js"
@@ -323,35 +323,54 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           onSome: (plan) => webSearch.run(plan, p.input.messages, p.key.environment === "test")
         })
 
-      const complete = (input: CallInput) =>
+      /** Marks the call settled and settles it, as one step a disconnect cannot split. */
+      const settleOnce = <A>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A>) =>
+        Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (s) => ({ ...s, settled: true })), settle))
+
+      const onEnd = (p: Prepared, progress: Ref.Ref<Progress>) => <A, E>(exit: Exit.Exit<A, E>) =>
+        Effect.flatMap(Ref.get(progress), (s) => settleAbandoned(p, s, exit))
+
+      const usedOf = (p: Prepared, sources: Sources, text: string, usage: Option.Option<ProviderUsage>): Used =>
+        Option.match(usage, {
+          onNone: () => estimatedUsage(p, sources, text),
+          onSome: (reported) => ({ usage: fromProvider(reported), source: "provider" as const, sources })
+        })
+
+      /** Search, then the upstream: from here on the call has cost something. */
+      const begin = <A>(p: Prepared, progress: Ref.Ref<Progress>, call: (request: ProviderRequest) => Effect.Effect<A, ProviderError>) =>
+        Effect.gen(function*() {
+          const sources = yield* searchFor(p)
+          yield* Ref.update(progress, (s) => ({ ...s, sources, upstreamStarted: true }))
+          return { sources, answer: yield* call(providerRequest(p, sources)) }
+        })
+
+      const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
         Effect.gen(function*() {
           const p = yield* prepare(input)
           const progress = yield* Ref.make(initial)
-          return yield* Effect.gen(function*() {
-            const sources = yield* searchFor(p)
-            yield* Ref.update(progress, (s) => ({ ...s, sources, upstreamStarted: true }))
-            const completion = yield* p.provider.complete(providerRequest(p, sources))
-            yield* Ref.update(progress, (s) => ({ ...s, settled: true }))
-            const used: Used = Option.match(completion.usage, {
-              onNone: () => estimatedUsage(p, sources, completion.text),
-              onSome: (usage) => ({ usage: fromProvider(usage), source: "provider" as const, sources })
-            })
-            return yield* settleUsed(p, used, completion.text, completion.finishReason)
-          }).pipe(Effect.onExit((exit) => Effect.flatMap(Ref.get(progress), (s) => settleAbandoned(p, s, exit))))
+          return yield* Effect.uninterruptibleMask((restore) =>
+            restore(begin(p, progress, (request) => p.provider.complete(request))).pipe(
+              Effect.flatMap(({ answer, sources }) =>
+                settleOnce(progress, settleUsed(p, usedOf(p, sources, answer.text, answer.usage), answer.text, answer.finishReason))
+              ),
+              Effect.onExit(onEnd(p, progress))
+            )
+          )
         })
 
+      /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
       const stream = (input: CallInput) =>
-        Effect.map(prepare(input), (p) =>
-          Stream.unwrapScoped(Effect.gen(function*() {
-            const progress = yield* Ref.make(initial)
-            yield* Effect.addFinalizer((exit) => Effect.flatMap(Ref.get(progress), (s) => settleAbandoned(p, s, exit)))
+        Effect.gen(function*() {
+          const p = yield* prepare(input)
+          const progress = yield* Ref.make(initial)
+          const { answer: parts } = yield* begin(p, progress, p.provider.stream).pipe(
+            Effect.onError((cause) => onEnd(p, progress)(Exit.failCause(cause)))
+          )
+          return Stream.unwrapScoped(Effect.gen(function*() {
+            yield* Effect.addFinalizer(onEnd(p, progress))
             const usage = yield* Ref.make<Option.Option<ProviderUsage>>(Option.none())
             const finish = yield* Ref.make<FinishReason>("stop")
-            const deltas = Stream.unwrap(Effect.flatMap(searchFor(p), (sources) =>
-              Effect.as(
-                Ref.set(progress, { ...initial, sources, upstreamStarted: true }),
-                p.provider.stream(providerRequest(p, sources))
-              ))).pipe(
+            const deltas = parts.pipe(
               Stream.mapEffect((part) => {
                 switch (part._tag) {
                   case "Delta":
@@ -366,14 +385,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             )
             const completed = Effect.gen(function*() {
               const s = yield* Ref.get(progress)
-              yield* Ref.set(progress, { ...s, settled: true })
-              const used: Used = Option.match(yield* Ref.get(usage), {
-                onNone: () => estimatedUsage(p, s.sources, s.text),
-                onSome: (reported) => ({ usage: fromProvider(reported), source: "provider" as const, sources: s.sources })
-              })
-              const result = yield* settleUsed(p, used, s.text, yield* Ref.get(finish))
+              const used = usedOf(p, s.sources, s.text, yield* Ref.get(usage))
+              const result = yield* settleOnce(progress, settleUsed(p, used, s.text, yield* Ref.get(finish)))
               return { _tag: "Completed", result } satisfies StreamEvent
-            }).pipe(Effect.uninterruptible)
+            })
             return Stream.concat(deltas, Stream.fromEffect(completed)).pipe(
               Stream.catchAllCause((cause) =>
                 Stream.fromEffect(Effect.gen(function*() {
@@ -381,13 +396,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                   if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
                     yield* Effect.logError("model call stream failed", cause)
                   }
-                  yield* Ref.update(progress, (s) => ({ ...s, settled: true }))
-                  yield* settleFailed(p, errorMeta(error).code)
+                  yield* settleOnce(progress, settleFailed(p, errorMeta(error).code))
                   return { _tag: "Failed", error } satisfies StreamEvent
                 }))
               )
             )
-          })))
+          }))
+        })
 
       return { complete, stream }
     })

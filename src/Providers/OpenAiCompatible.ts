@@ -173,13 +173,40 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         Stream.catchAll((error) => Stream.fail(unavailable(`The model provider's stream broke off: ${error.message}`)))
       )
 
-    const stream = (request: ProviderRequest): Stream.Stream<StreamPart, ProviderError> =>
-      Stream.unwrap(Effect.map(send(request, true), events)).pipe(
-        Stream.takeWhile((event) => event.data !== "[DONE]"),
-        Stream.mapEffect((event) => partsOf(event.data)),
-        Stream.flattenIterables,
-        Stream.interruptWhen(Effect.zipRight(Effect.sleep(total), Effect.fail(timedOut("finish"))))
-      )
+    /** The parts of an event stream, which must end with `[DONE]` or a finish reason: a stream that just stops was cut off. */
+    const parts = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<StreamPart, ProviderError> =>
+      Stream.suspend(() => {
+        let finished = false
+        return events(response).pipe(
+          Stream.takeWhile((event) => {
+            if (event.data === "[DONE]") finished = true
+            return !finished
+          }),
+          Stream.mapEffect((event) => partsOf(event.data)),
+          Stream.flattenIterables,
+          Stream.tap((part) => Effect.sync(() => {
+            if (part._tag === "Finish") finished = true
+          })),
+          Stream.concat(Stream.suspend(() =>
+            finished ? Stream.empty : Stream.fail(unavailable("The model provider's stream ended before the answer was finished."))
+          ))
+        )
+      })
+
+    const isEventStream = (response: HttpClientResponse.HttpClientResponse): boolean =>
+      (response.headers["content-type"] ?? "").toLowerCase().startsWith("text/event-stream")
+
+    const stream = (request: ProviderRequest): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> =>
+      Effect.gen(function*() {
+        const deadline = Effect.zipRight(Effect.sleep(total), Effect.fail(timedOut("finish")))
+        const response = yield* send(request, true)
+        if (!isEventStream(response)) {
+          return yield* unavailable(
+            `The model provider answered a stream request with ${response.headers["content-type"] ?? "no content type"}, not an event stream.`
+          )
+        }
+        return parts(response).pipe(Stream.interruptWhen(deadline))
+      })
 
     return { complete, stream }
   })

@@ -44,7 +44,8 @@ export type ProviderError = ProviderUnavailable | ProviderTimeout
 
 export interface ProviderShape {
   readonly complete: (request: ProviderRequest) => Effect.Effect<Completion, ProviderError>
-  readonly stream: (request: ProviderRequest) => Stream.Stream<StreamPart, ProviderError>
+  /** Succeeds once the upstream has started answering (its failures so far are HTTP errors to our client); then the parts. */
+  readonly stream: (request: ProviderRequest) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError>
 }
 
 /** The configured model provider: the upstream when `UPSTREAM_BASE_URL` is set, else the simulated model. */

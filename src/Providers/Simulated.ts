@@ -57,7 +57,7 @@ const CHUNK_WORDS = 3
 export const simulatedProvider: ProviderShape = {
   complete: (request) => Effect.sync(() => complete(request)),
   stream: (request) =>
-    Stream.suspend(() => {
+    Effect.sync(() => {
       const result = complete(request)
       const words = result.text.split(/(?<= )/)
       const deltas: Array<StreamPart> = []

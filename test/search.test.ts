@@ -7,7 +7,7 @@ import { query } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 
 interface SearchDouble {
-  readonly baseUrl: string
+  baseUrl: string
   readonly queries: Array<string>
   readonly pages: Array<string>
   failWith: number | undefined

@@ -93,7 +93,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         const scope = yield* Scope.make()
         const close = Scope.close(scope, Exit.void)
         const events = yield* Effect.onError(
-          Effect.zipRight(Scope.extend(limits.admit((yield* CurrentApiKey).keyId), scope), calls.stream(input)),
+          Effect.zipRight(Scope.extend(limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId), scope), calls.stream(input)),
           () => close
         )
         const context: StreamContext = {
@@ -112,7 +112,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         yield* requireActiveAccount
         const input = yield* call.input
         if (input.stream) return yield* streamed(call, input)
-        return yield* Effect.scoped(Effect.zipRight(limits.admit((yield* CurrentApiKey).keyId), answer(call, input)))
+        return yield* Effect.scoped(Effect.zipRight(limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId), answer(call, input)))
       })
 
     return handlers

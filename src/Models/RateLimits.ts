@@ -1,5 +1,6 @@
 import { RateLimiter } from "@effect/experimental"
 import { layerStore as redisStore } from "@effect/experimental/RateLimiter/Redis"
+import { Redis } from "ioredis"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import { AppConfig } from "../AppConfig.js"
@@ -9,61 +10,134 @@ import { addResponseHeaders } from "../Http/ResponseHeaders.js"
 const seconds = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toSeconds(duration)))
 
 /**
- * Per-key limits of model calls (`RATE_LIMIT_RPM`, `RATE_LIMIT_CONCURRENT`)
- * in the `RateLimiter` store: in memory, or Redis when `REDIS_URL` is set so
- * that every instance shares them.
+ * Calls in flight per key. Each call holds a slot named by its request id
+ * until it ends; a slot also lapses after the longest a call can run, so the
+ * slots of an instance that died come back. A slot given back can never raise
+ * the limit.
+ */
+export interface InFlightStore {
+  /** The number of calls in flight with this one, or `undefined` when `limit` are already in flight. */
+  readonly take: (key: string, id: string, limit: number, lapseMs: number) => Effect.Effect<number | undefined>
+  readonly giveBack: (key: string, id: string) => Effect.Effect<void>
+}
+
+const inFlightInMemory = (): InFlightStore => {
+  const slots = new Map<string, Map<string, number>>()
+  return {
+    take: (key, id, limit, lapseMs) =>
+      Effect.clockWith((clock) => Effect.sync(() => {
+        const now = clock.unsafeCurrentTimeMillis()
+        const held = slots.get(key) ?? new Map<string, number>()
+        for (const [slot, lapsesAt] of held) if (lapsesAt <= now) held.delete(slot)
+        if (held.size >= limit) return undefined
+        held.set(id, now + lapseMs)
+        slots.set(key, held)
+        return held.size
+      })),
+    giveBack: (key, id) =>
+      Effect.sync(() => {
+        const held = slots.get(key)
+        held?.delete(id)
+        if (held?.size === 0) slots.delete(key)
+      })
+  }
+}
+
+/** One sorted set per key, scored by when each slot lapses; one script takes a slot atomically. */
+const TAKE_SLOT = `
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", ARGV[1])
+local held = redis.call("ZCARD", KEYS[1])
+if held >= tonumber(ARGV[2]) then return -1 end
+redis.call("ZADD", KEYS[1], ARGV[3], ARGV[4])
+redis.call("PEXPIRE", KEYS[1], ARGV[5])
+return held + 1
+`
+
+const inFlightInRedis = (url: string) =>
+  Effect.map(
+    Effect.acquireRelease(
+      Effect.sync(() => new Redis(redisOptions(url))),
+      (redis) => Effect.promise(() => redis.quit().catch(() => "closed"))
+    ),
+    (redis): InFlightStore => ({
+      take: (key, id, limit, lapseMs) =>
+        Effect.clockWith((clock) => {
+          const now = clock.unsafeCurrentTimeMillis()
+          return Effect.tryPromise(() =>
+            redis.eval(TAKE_SLOT, 1, `nenas:ratelimit:inflight:${key}`, now, limit, now + lapseMs, id, lapseMs)
+          ).pipe(
+            Effect.map((held) => Number(held) < 0 ? undefined : Number(held)),
+            // The store is unreachable: calls go on unlimited rather than all failing.
+            Effect.catchAll((error) => Effect.as(Effect.logWarning("in-flight store failed; admitting the call", error), 0))
+          )
+        }),
+      giveBack: (key, id) =>
+        Effect.ignore(Effect.tryPromise(() => redis.zrem(`nenas:ratelimit:inflight:${key}`, id)))
+    })
+  )
+
+/**
+ * Per-key limits of model calls: `RATE_LIMIT_RPM` through `RateLimiter` (a
+ * token bucket refilled over a minute) and `RATE_LIMIT_CONCURRENT` calls in
+ * flight; in memory, or in Redis when `REDIS_URL` is set, so that every
+ * instance shares them.
  */
 export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
-  /** Admits one call of the key for the life of the scope, or fails with 429. */
-  readonly admit: (apiKeyId: string) => Effect.Effect<void, RateLimitExceeded, Scope.Scope>
+  /** Admits call `requestId` of the key for the life of the scope, or fails with 429. */
+  readonly admit: (apiKeyId: string, requestId: string) => Effect.Effect<void, RateLimitExceeded, Scope.Scope>
 }>() {
-  static readonly layerWithoutStore = Layer.effect(
-    CallLimits,
+  static readonly make = (inFlight: InFlightStore) =>
     Effect.gen(function*() {
       const limiter = yield* RateLimiter.RateLimiter
-      const { rateLimitConcurrent, rateLimitRpm } = yield* AppConfig
-      // Requests per minute: a token bucket that refills RPM tokens a minute, so bursts up to RPM pass.
+      const { rateLimitConcurrent, rateLimitRpm, upstreamTotalTimeoutMs } = yield* AppConfig
+      // A slot outlives the longest call by a minute.
+      const lapseMs = upstreamTotalTimeoutMs + 60_000
+
       const perMinute = (key: string) =>
-        limiter.consume({ algorithm: "token-bucket", key: `rpm:${key}`, limit: rateLimitRpm, window: "1 minute" })
-      // Calls in flight: a bucket of RATE_LIMIT_CONCURRENT slots, taken at the start and given back at the end.
-      // It also refills one slot a minute, so slots held by an instance that died come back.
-      const inFlight = (key: string, tokens: 1 | -1) =>
-        limiter.consume({
-          algorithm: "token-bucket",
-          key: `inflight:${key}`,
-          limit: rateLimitConcurrent,
-          window: Duration.minutes(rateLimitConcurrent),
-          tokens
-        })
-
-      const exceeded = (what: string, limit: number) => (error: RateLimiter.RateLimiterError) =>
-        error.reason === "Exceeded"
-          ? Effect.zipRight(
-            addResponseHeaders(what === "requests" ? {
-              "x-ratelimit-limit-requests": String(limit),
-              "x-ratelimit-remaining-requests": "0",
-              "x-ratelimit-reset-requests": `${seconds(error.retryAfter)}s`
-            } : {
-              "x-ratelimit-limit-concurrent": String(limit),
-              "x-ratelimit-remaining-concurrent": "0"
-            }),
-            Effect.fail(new RateLimitExceeded({
-              message: what === "requests"
-                ? `This API key is limited to ${limit} requests per minute.`
-                : `This API key is limited to ${limit} requests in flight at once.`,
-              retry_after_seconds: seconds(error.retryAfter)
-            }))
+        limiter.consume({ algorithm: "token-bucket", key: `rpm:${key}`, limit: rateLimitRpm, window: "1 minute" }).pipe(
+          Effect.map(Option.some),
+          Effect.catchAll((error) =>
+            error.reason === "Exceeded"
+              ? Effect.zipRight(
+                addResponseHeaders({
+                  "x-ratelimit-limit-requests": String(rateLimitRpm),
+                  "x-ratelimit-remaining-requests": "0",
+                  "x-ratelimit-reset-requests": `${seconds(error.retryAfter)}s`
+                }),
+                Effect.fail(new RateLimitExceeded({
+                  message: `This API key is limited to ${rateLimitRpm} requests per minute.`,
+                  retry_after_seconds: seconds(error.retryAfter)
+                }))
+              )
+              // The store is unreachable: calls go on unlimited rather than all failing.
+              : Effect.as(Effect.logWarning("rate limit store failed; admitting the call", error), Option.none())
           )
-          // The store is unreachable: calls go on unlimited rather than all failing.
-          : Effect.as(Effect.logWarning("rate limit store failed; admitting the call", error), Option.none())
+        )
 
-      const admit = (apiKeyId: string) =>
+      const slot = (key: string, requestId: string) =>
+        Effect.acquireRelease(
+          inFlight.take(key, requestId, rateLimitConcurrent, lapseMs),
+          (held) => held === undefined ? Effect.void : inFlight.giveBack(key, requestId)
+        ).pipe(Effect.flatMap((held) =>
+          held !== undefined
+            ? Effect.succeed(held)
+            : Effect.zipRight(
+              addResponseHeaders({
+                "x-ratelimit-limit-concurrent": String(rateLimitConcurrent),
+                "x-ratelimit-remaining-concurrent": "0"
+              }),
+              Effect.fail(new RateLimitExceeded({
+                message: `This API key is limited to ${rateLimitConcurrent} requests in flight at once.`,
+                // A slot frees as soon as one of the calls in flight ends.
+                retry_after_seconds: 1
+              }))
+            )
+        ))
+
+      const admit = (apiKeyId: string, requestId: string) =>
         Effect.gen(function*() {
-          const minute = yield* perMinute(apiKeyId).pipe(Effect.map(Option.some), Effect.catchAll(exceeded("requests", rateLimitRpm)))
-          const slot = yield* Effect.acquireRelease(
-            inFlight(apiKeyId, 1).pipe(Effect.map(Option.some), Effect.catchAll(exceeded("concurrent", rateLimitConcurrent))),
-            (taken) => Option.isSome(taken) ? Effect.ignore(inFlight(apiKeyId, -1)) : Effect.void
-          )
+          const minute = yield* perMinute(apiKeyId)
+          const held = yield* slot(apiKeyId, requestId)
           yield* addResponseHeaders({
             ...Option.match(minute, {
               onNone: () => ({}),
@@ -73,29 +147,28 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
                 "x-ratelimit-reset-requests": `${seconds(result.resetAfter)}s`
               })
             }),
-            ...Option.match(slot, {
-              onNone: () => ({}),
-              onSome: (result) => ({
-                "x-ratelimit-limit-concurrent": String(result.limit),
-                "x-ratelimit-remaining-concurrent": String(Math.max(0, result.remaining))
-              })
-            })
+            "x-ratelimit-limit-concurrent": String(rateLimitConcurrent),
+            "x-ratelimit-remaining-concurrent": String(Math.max(0, rateLimitConcurrent - held))
           })
         })
 
       return { admit }
     })
-  )
 
-  /** The store from configuration: Redis at `REDIS_URL`, else memory. */
+  /** The stores from configuration: Redis at `REDIS_URL`, else memory. */
   static readonly layer = Layer.unwrapEffect(Effect.map(AppConfig, ({ redisUrl }) =>
-    CallLimits.layerWithoutStore.pipe(
-      Layer.provide(RateLimiter.layer),
-      Layer.provide(Option.match(redisUrl, {
-        onNone: () => RateLimiter.layerStoreMemory,
-        onSome: (url) => redisStore(redisOptions(url))
-      }))
-    )
+    Option.match(redisUrl, {
+      onNone: () =>
+        Layer.effect(CallLimits, CallLimits.make(inFlightInMemory())).pipe(
+          Layer.provide(RateLimiter.layer),
+          Layer.provide(RateLimiter.layerStoreMemory)
+        ),
+      onSome: (url) =>
+        Layer.scoped(CallLimits, Effect.flatMap(inFlightInRedis(url), CallLimits.make)).pipe(
+          Layer.provide(RateLimiter.layer),
+          Layer.provide(redisStore(redisOptions(url)))
+        )
+    })
   ))
 }
 

@@ -1,5 +1,5 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect, Exit, Scope, Stream } from "effect"
+import { Effect, Exit, Fiber, Scope, Stream } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -79,11 +79,16 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             headers: { "idempotent-replayed": "true" }
           })
         }
-        const body = yield* run.pipe(Effect.onExit((exit) =>
-          Exit.isSuccess(exit)
-            ? Effect.orDie(idempotency.complete(key.keyId, claimKey, 200, exit.value))
-            : Effect.orDie(idempotency.abandon(key.keyId, claimKey, requestId))
-        ))
+        // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
+        const body = yield* run.pipe(
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit)
+              ? Effect.orDie(idempotency.complete(key.keyId, claimKey, 200, exit.value))
+              : Effect.orDie(idempotency.abandon(key.keyId, claimKey, requestId))
+          ),
+          Effect.forkDaemon,
+          Effect.flatMap(Fiber.join)
+        )
         return respond(body, false)
       })
 

@@ -103,11 +103,14 @@ const disputeCreated = (p: Payment, disputeId: string, amountSen = p.amountSen) 
 const disputeClosed = (p: Payment, disputeId: string, status: "won" | "lost" | "warning_closed", amountSen = p.amountSen) =>
   events.disputeClosed({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen, status })
 
-/** A live model call with a key of the account: 403 while suspended, else 400 not_implemented (model calls are a later issue). */
+/**
+ * A live model call with a key of the account that moves no money: 403 while
+ * suspended, else refused by its cost cap (400) before anything is reserved.
+ */
 const modelCall = (fullKey: string) =>
   call("POST", "/v1/chat/completions", {
     token: fullKey,
-    json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }] }
+    json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], max_total_cost_myr: 0.000001 }
   })
 
 const expectSuspended = (fullKey: string) =>
@@ -119,7 +122,8 @@ const expectSuspended = (fullKey: string) =>
 const expectNotSuspended = (fullKey: string) =>
   Effect.gen(function*() {
     const reply = yield* modelCall(fullKey)
-    expectErrorBody(reply, 400, "not_implemented", "invalid_request_error")
+    expectErrorBody(reply, 400, "invalid_request", "invalid_request_error")
+    expect(reply.body.error.param).toBe("max_total_cost_myr")
   })
 
 const nowSeconds = Effect.map(TestServer, ({ clock }) => Math.floor(clock.unsafeCurrentTimeMillis() / 1000))

@@ -344,27 +344,34 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           return { sources, answer: yield* call(providerRequest(p, sources)) }
         })
 
+      // Between the reservation and the hook that settles it, nothing may interrupt: a reservation no hook
+      // settles would be renewed by this process for as long as its lease allows.
       const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
-        Effect.gen(function*() {
-          const p = yield* prepare(input)
-          const progress = yield* Ref.make(initial)
-          return yield* Effect.uninterruptibleMask((restore) =>
-            restore(begin(p, progress, (request) => p.provider.complete(request))).pipe(
+        Effect.uninterruptibleMask((restore) =>
+          Effect.gen(function*() {
+            const p = yield* prepare(input)
+            const progress = yield* Ref.make(initial)
+            return yield* restore(begin(p, progress, (request) => p.provider.complete(request))).pipe(
               Effect.flatMap(({ answer, sources }) =>
                 settleOnce(progress, settleUsed(p, usedOf(p, sources, answer.text, answer.usage), answer.text, answer.finishReason))
               ),
               Effect.onExit(onEnd(p, progress))
             )
-          )
-        })
+          })
+        )
 
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
       const stream = (input: CallInput) =>
         Effect.gen(function*() {
-          const p = yield* prepare(input)
-          const progress = yield* Ref.make(initial)
-          const { answer: parts } = yield* begin(p, progress, p.provider.stream).pipe(
-            Effect.onError((cause) => onEnd(p, progress)(Exit.failCause(cause)))
+          const { p, parts, progress } = yield* Effect.uninterruptibleMask((restore) =>
+            Effect.gen(function*() {
+              const p = yield* prepare(input)
+              const progress = yield* Ref.make(initial)
+              const { answer } = yield* restore(begin(p, progress, p.provider.stream)).pipe(
+                Effect.onError((cause) => onEnd(p, progress)(Exit.failCause(cause)))
+              )
+              return { p, parts: answer, progress }
+            })
           )
           return Stream.unwrapScoped(Effect.gen(function*() {
             yield* Effect.addFinalizer(onEnd(p, progress))

@@ -5,6 +5,11 @@ import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 export const RESERVATION_LEASE = Duration.seconds(45)
 /** How often a live process renews the reservations it holds. */
 export const LEASE_RENEWAL = Duration.seconds(10)
+/**
+ * The longest this process renews one reservation: longer than any call may
+ * run, so a reservation its call forgot still lapses and is swept.
+ */
+export const MAX_HOLD = Duration.minutes(15)
 
 /**
  * The reservations this process holds for calls in flight. While the process
@@ -22,13 +27,16 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
       ReservationLeases,
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const held = new Set<string>()
+        /** Each held reservation and when it was taken. */
+        const held = new Map<string, number>()
         const renew = Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          for (const [id, since] of held) if (now - since > Duration.toMillis(MAX_HOLD)) held.delete(id)
           if (held.size === 0) return 0
-          const until = new Date((yield* Clock.currentTimeMillis) + Duration.toMillis(RESERVATION_LEASE))
+          const until = new Date(now + Duration.toMillis(RESERVATION_LEASE))
           const rows = yield* sql`
             UPDATE reservations SET expires_at = ${until}
-            WHERE id = ANY(${[...held]}) AND status = 'open'
+            WHERE id = ANY(${[...held.keys()]}) AND status = 'open'
             RETURNING id
           `
           return rows.length
@@ -37,7 +45,7 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         )
         yield* renew.pipe(Effect.repeat(Schedule.spaced(renewal)), Effect.forkScoped)
         return ReservationLeases.of({
-          hold: (id) => Effect.sync(() => void held.add(id)),
+          hold: (id) => Effect.map(Clock.currentTimeMillis, (now) => void held.set(id, now)),
           drop: (id) => Effect.sync(() => void held.delete(id)),
           renew
         })

@@ -14,6 +14,7 @@ import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
+import { CallBilling } from "../Models/Billing.js"
 import { ModelCalls } from "../Models/Calls.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { Idempotency } from "../Models/Idempotency.js"
@@ -40,6 +41,7 @@ export const ServicesLive = Layer.mergeAll(
   Idempotency.layer,
   CallLimits.layer
 ).pipe(
+  Layer.provideMerge(CallBilling.layer),
   Layer.provideMerge(Layer.mergeAll(
     KeyLastUsed.layer(),
     WalletRepo.layer,
@@ -106,5 +108,7 @@ export const NodeServerLive = Layer.unwrapEffect(
 export const ServerLive = HttpAppLive.pipe(
   HttpServer.withLogAddress,
   Layer.provide(NodeServerLive),
-  Layer.provide(ServicesLive)
+  Layer.provide(ServicesLive),
+  // No tracer is exported: spans for every request, SQL statement and upstream call would only cost CPU.
+  Layer.provide(Layer.setTracerEnabled(false))
 )

@@ -17,6 +17,7 @@ import type { Reservation } from "../Wallet/Repo.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { WebSearchConfig } from "./Api.js"
 import { costOf, withSafetyMargin } from "./Prices.js"
+import { CallBilling } from "./Billing.js"
 import { RequestLogs } from "./RequestLogs.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import type { SearchPlan, Sources } from "./WebSearch.js"
@@ -136,6 +137,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const router = yield* Router
       const provider = yield* Provider
       const wallet = yield* WalletRepo
+      const billing = yield* CallBilling
       const logs = yield* RequestLogs
       const webSearch = yield* WebSearch
       const internal = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
@@ -204,13 +206,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             yield* internal(logs.open(log))
             return { ...base, reservation: null, ceiling: 0 } satisfies Prepared
           }
-          const reservation = yield* wallet.reserve({
+          const reservation = yield* billing.reserve({
             accountId: key.accountId,
             apiKeyId: key.keyId,
             requestId,
             amountMicroMyr: estimate,
             monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
-          }, (reservation) => logs.open({ ...log, reservationId: reservation.id })).pipe(
+          }, log).pipe(
             Effect.tapError((error) =>
               isApiError(error)
                 ? Effect.flatMap(elapsed(startedAt), (ms) => logs.refused(log, errorMeta(error).code, ms))
@@ -269,13 +271,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           if (p.reservation === null) {
             yield* logs.complete(p.requestId, logged, "succeeded")
           } else {
-            const capture = yield* wallet.capture(
-              p.reservation.id,
-              cost,
-              `Model call ${p.requestId} (${PUBLIC_MODEL})`,
-              (capture) => logs.complete(p.requestId, { ...logged, costMicroMyr: capture.chargedMicroMyr }, "billed")
-            )
-            charged = microMyr(capture.chargedMicroMyr)
+            charged = microMyr(yield* billing.capture(p.reservation, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`, logged))
           }
           const createdAt = Math.floor(p.startedAt / 1000)
           return {

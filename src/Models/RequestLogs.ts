@@ -66,7 +66,9 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
                 usage_source = ${usage.usageSource}, search_count = ${usage.searchCount},
                 content_pages = ${usage.contentPages}, cost_micro_myr = ${usage.costMicroMyr},
                 latency_ms = ${usage.latencyMs}, completed_at = ${at}
-            WHERE request_id = ${requestId} AND status = 'pending'
+            WHERE request_id = ${requestId}
+              -- A late capture (the sweeper released the call, taking its process for dead) bills it after all.
+              AND (status = 'pending' OR (${status} = 'billed' AND status = 'failed'))
           `).pipe(Effect.asVoid),
         fail: (requestId, errorCode, latencyMs) =>
           Effect.flatMap(now, (at) =>

@@ -464,11 +464,12 @@ const main = async () => {
       delete environment[name]
     }
 
-    upstream = startChild(["--import", "tsx", "bench/upstream.ts"], environment)
+    const upstreamChild = startChild(["--import", "tsx", "bench/upstream.ts"], environment)
+    upstream = upstreamChild
     const upstreamBase = await new Promise<string>((resolveBase, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the upstream did not start:\n${tail(upstream!)}`)), 30_000)
-      upstream!.process.stdout?.on("data", () => {
-        const match = /\{"baseUrl":"([^"]+)"\}/.exec(upstream!.output.join(""))
+      const timer = setTimeout(() => reject(new Error(`the upstream did not start:\n${tail(upstreamChild)}`)), 30_000)
+      upstreamChild.process.stdout?.on("data", () => {
+        const match = /\{"baseUrl":"([^"]+)"\}/.exec(upstreamChild.output.join(""))
         if (match?.[1] !== undefined) {
           clearTimeout(timer)
           resolveBase(match[1])
@@ -620,10 +621,10 @@ const main = async () => {
         ])
       }
     }
-    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((row) => (row[i] ?? "").length)))
+    const widths = (rows[0] ?? []).map((_, i) => Math.max(...rows.map((row) => (row[i] ?? "").length)))
     const lines = rows.map((row) => row.map((cell, i) => i < 2 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0)).join("  "))
     process.stdout.write(`\nMedian of ${REPS} runs of ${DURATION_S} s each (pipelining 1, non-streaming chat completions, max_tokens 16)\n`)
-    process.stdout.write(`${lines[0]}\n${"-".repeat(lines[0]!.length)}\n${lines.slice(1).join("\n")}\n`)
+    process.stdout.write(`${lines[0]}\n${"-".repeat(lines[0]?.length ?? 0)}\n${lines.slice(1).join("\n")}\n`)
     process.stdout.write(
       "p50/p99: autocannon's histogram (whole ms); exact: from every 2xx response time. CPU: utime+stime per completed request;\n" +
         "pg = the embedded PostgreSQL's processes; write xacts = transaction ids assigned; commits = pg_stat_database (approximate).\n"
@@ -660,6 +661,13 @@ const main = async () => {
       pending = await logCount("pending")
     }
     log(`${pending} request logs still pending ${((Date.now() - settleStart) / 1000).toFixed(1)} s after the last run`)
+    if (pending > 0 && db !== undefined) {
+      const stuck = await db.query(
+        `SELECT l.request_id, l.created_at, r.status AS reservation, r.expires_at
+         FROM request_logs l LEFT JOIN reservations r ON r.id = l.reservation_id WHERE l.status = 'pending'`
+      )
+      for (const row of stuck.rows) log(`  pending: ${JSON.stringify(row)}`)
+    }
     // Runs end by cutting calls in flight (those end `billed` or `failed`): one last whole call for the latest log.
     const last = await fetch(serviceTarget.url, { method: "POST", headers: serviceTarget.headers, body: serviceTarget.body })
     const lastText = await last.text()

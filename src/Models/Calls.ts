@@ -20,7 +20,7 @@ import { costOf, withSafetyMargin } from "./Prices.js"
 import { CallBilling } from "./Billing.js"
 import { RequestLogs } from "./RequestLogs.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
-import type { SearchPlan, Sources } from "./WebSearch.js"
+import type { Citation, SearchPlan, Sources } from "./WebSearch.js"
 import { planSearch, WebSearch } from "./WebSearch.js"
 import type { Message } from "./Tokens.js"
 import { countMessages, countText } from "./Tokens.js"
@@ -42,14 +42,6 @@ export interface CallInput {
   readonly stream: boolean
   /** The field that names the prompt in errors: `input` or `messages`. */
   readonly inputParam: string
-}
-
-export interface Citation {
-  readonly index: number
-  readonly title: string
-  readonly url: string
-  readonly published_at: string | null
-  readonly accessed_at: string
 }
 
 export interface CallUsage {

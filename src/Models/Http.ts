@@ -57,28 +57,23 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
       Effect.gen(function*() {
         const key = yield* CurrentApiKey
         const run = Effect.map(calls.complete(input), (result) => JSON.stringify(call.render(result)))
-        const respond = (body: string, replayed: boolean) =>
+        const respond = (body: string, replayed: boolean, status = 200) =>
           HttpServerResponse.text(body, {
+            status,
             contentType: "application/json",
             headers: replayed ? { "idempotent-replayed": "true" } : {}
           })
         if (call.idempotencyKey === undefined) return respond(yield* run, false)
         const claimKey = call.idempotencyKey
         const requestId = yield* currentRequestId
-        const outcome = yield* Effect.orDie(idempotency.claim({
+        const outcome = yield* idempotency.claim({
           apiKeyId: key.keyId,
           key: claimKey,
           endpoint: call.endpoint,
           body: call.payload,
           requestId
-        }).pipe(Effect.catchTag("SqlError", Effect.die)))
-        if (outcome._tag === "Replay") {
-          return HttpServerResponse.text(outcome.body, {
-            status: outcome.status,
-            contentType: "application/json",
-            headers: { "idempotent-replayed": "true" }
-          })
-        }
+        }).pipe(Effect.catchTag("SqlError", Effect.die))
+        if (outcome._tag === "Replay") return respond(outcome.body, true, outcome.status)
         // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
         const body = yield* run.pipe(
           Effect.onExit((exit) =>

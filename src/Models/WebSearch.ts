@@ -2,7 +2,7 @@ import { Clock, Context, Effect, Layer } from "effect"
 import type { SearchError } from "../Domain/Errors.js"
 import type { SearchResult } from "../Search/Search.js"
 import { Search, simulatedSearch } from "../Search/Search.js"
-import type { WebSearchConfig } from "./Api.js"
+import type { Citation as CitationSchema, WebSearchConfig } from "./Api.js"
 import type { Message } from "./Tokens.js"
 
 export interface SearchPlan {
@@ -13,16 +13,13 @@ export interface SearchPlan {
   readonly maxContextTokens: number
 }
 
+/** A source the answer may cite as `[index]`: the contract's Citation. */
+export type Citation = typeof CitationSchema.Type
+
 export interface Sources {
   readonly searches: number
   readonly pages: number
-  readonly citations: ReadonlyArray<{
-    readonly index: number
-    readonly title: string
-    readonly url: string
-    readonly published_at: string | null
-    readonly accessed_at: string
-  }>
+  readonly citations: ReadonlyArray<Citation>
   /** The system message that carries the sources to the model. */
   readonly message?: Message
 }

@@ -15,6 +15,8 @@
             pkgs.nodejs_20
             # For a local server at DATABASE_URL; `npm start` embeds its own PostgreSQL otherwise.
             pkgs.postgresql_16
+            # The rate-limit tests use Redis at 127.0.0.1:6379 (`redis-server --daemonize yes`); REDIS_URL for several instances.
+            pkgs.redis
           ];
 
           shellHook = ''

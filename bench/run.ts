@@ -14,13 +14,13 @@
 import { execFileSync, spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises"
-import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import autocannon from "autocannon"
 import type { Result } from "autocannon"
 import pg from "pg"
+import { freePort } from "../src/Database/EmbeddedPostgres.js"
 
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
 
@@ -57,17 +57,6 @@ const started = Date.now()
 const log = (line: string) => process.stdout.write(`[${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s] ${line}\n`)
 
 // ---------------------------------------------------------------- processes
-
-const freePort = (): Promise<number> =>
-  new Promise((resolvePort, reject) => {
-    const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolvePort(port))
-    })
-  })
 
 interface Child {
   readonly process: ChildProcess

@@ -9,7 +9,7 @@ import { RequestLogs } from "../src/Models/RequestLogs.js"
 import { ReservationLeases } from "../src/Wallet/Leases.js"
 import { WalletRepo } from "../src/Wallet/Repo.js"
 import { ReservationSweeper } from "../src/Wallet/Sweeper.js"
-import { violations } from "./support/Models.js"
+import { violations, walletOf } from "./support/Models.js"
 import { topUp, webhookOverrides } from "./support/Stripe.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 import { developer } from "./support/Wallet.js"
@@ -69,16 +69,6 @@ const usage = (cost: number): LoggedUsage => ({
   costMicroMyr: cost,
   latencyMs: 5
 })
-
-const walletOf = (accountId: string) =>
-  Effect.map(
-    query<{ available: string; reserved: string; spent: string }>(
-      `SELECT available_micro_myr AS available, reserved_micro_myr AS reserved, lifetime_spend_micro_myr AS spent
-       FROM wallets WHERE account_id = $1`,
-      [accountId]
-    ),
-    (rows) => ({ available: Number(rows[0]?.available), reserved: Number(rows[0]?.reserved), spent: Number(rows[0]?.spent) })
-  )
 
 const logOf = (requestId: string) =>
   Effect.map(
@@ -184,6 +174,28 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("CallBill
       expect(yield* logOf(c.requestId)).toMatchObject({ status: "billed", cost: 4_321 })
       expect(yield* usageEntries(c.requestId)).toEqual([-4_321])
       expect(yield* walletOf(accountId)).toEqual({ available: RM10 - 4_321, reserved: 0, spent: 4_321 })
+      expect(yield* violations(accountId)).toEqual([])
+    }))
+
+  it.scoped("one reservation captured 10 times at once (a retry racing its first attempt) is billed once", () =>
+    Effect.gen(function*() {
+      const { billing: b } = yield* billing
+      const { accountId, token } = yield* developer("billing-double@example.com")
+      yield* topUp(token, 1000)
+      const c = call(accountId, 200_000)
+      const reservation = yield* b.reserve(c.input, c.log)
+      const charged = yield* Effect.all(
+        Array.from({ length: 10 }, (_, i) => b.capture(reservation, microMyr(5_000 + i), "Model call", usage(5_000 + i))),
+        { concurrency: "unbounded" }
+      )
+      // Whichever attempt won, every attempt answers what was billed.
+      expect(new Set(charged).size).toBe(1)
+      const billed = charged[0] ?? 0
+      expect(billed).toBeGreaterThanOrEqual(5_000)
+      expect(billed).toBeLessThanOrEqual(5_009)
+      expect(yield* usageEntries(c.requestId)).toEqual([-billed])
+      expect(yield* logOf(c.requestId)).toMatchObject({ status: "billed", cost: billed })
+      expect(yield* walletOf(accountId)).toEqual({ available: RM10 - billed, reserved: 0, spent: billed })
       expect(yield* violations(accountId)).toEqual([])
     }))
 

@@ -5,7 +5,7 @@ import type { Message } from "../src/Models/Tokens.js"
 import { countMessages } from "../src/Models/Tokens.js"
 import { toMyrString } from "../src/Domain/Money.js"
 import { call, createKey, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { query, TestServer } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 
@@ -80,26 +80,6 @@ const micro = (costMyr: string) => {
   expect(costMyr, "cost_myr has 6 decimals").toMatch(/^\d+\.\d{6}$/)
   return Math.round(Number(costMyr) * 1_000_000)
 }
-
-interface WalletRow {
-  readonly available: number
-  readonly reserved: number
-  readonly spent: number
-}
-
-const walletOf = (accountId: string) =>
-  Effect.map(
-    query<{ available: string; reserved: string; spent: string }>(
-      `SELECT available_micro_myr AS available, reserved_micro_myr AS reserved, lifetime_spend_micro_myr AS spent
-       FROM wallets WHERE account_id = $1`,
-      [accountId]
-    ),
-    (rows): WalletRow => ({
-      available: Number(rows[0]?.available),
-      reserved: Number(rows[0]?.reserved),
-      spent: Number(rows[0]?.spent)
-    })
-  )
 
 const countOf = (sql: string, values: Array<unknown>) =>
   Effect.map(query<{ n: string }>(sql, values), (rows) => Number(rows[0]?.n))

@@ -412,6 +412,32 @@ const expectStreamError = (
   }
 }
 
+/**
+ * Every endpoint, plain (`false`) and streamed (`true`) as `streams` lists,
+ * answers the HTTP error `expected` (a refusal before the first byte) and
+ * bills nothing; with `upstream`, each call made exactly one upstream request.
+ */
+const expectRefusals = (
+  accountId: string,
+  apiKey: string,
+  streams: ReadonlyArray<boolean>,
+  expected: { readonly code: string; readonly retryable: boolean; readonly retryAfter?: number },
+  upstream?: Upstream["Type"]
+) =>
+  Effect.gen(function*() {
+    for (const stream of streams) {
+      for (const path of PATHS) {
+        const name = `${short(path)}, ${stream ? "streamed" : "not streamed"}`
+        const before = yield* walletOf(accountId)
+        const sent = upstream?.requests.length ?? 0
+        const reply = yield* modelCall(apiKey, path, bodyFor(path, stream))
+        const requestId = expectErrorReply(name, reply, expected)
+        if (upstream !== undefined) expect(upstream.requests.length - sent, `${name}: one upstream request`).toBe(1)
+        yield* expectNothingBilled(name, accountId, requestId, expected.code, before)
+      }
+    }
+  })
+
 // ---------------------------------------------------------------------------
 
 layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstreamTotalTimeoutMs: TOTAL_MS }), {
@@ -428,25 +454,8 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
       upstream.reset()
       upstream.setBehaviour(behaviour)
       const { accountId, apiKey } = yield* caller(email, { sen: 1000 })
-      for (const path of PATHS) {
-        const name = `${short(path)}, not streamed`
-        const before = yield* walletOf(accountId)
-        const sent = upstream.requests.length
-        const reply = yield* modelCall(apiKey, path, bodyFor(path, false))
-        const requestId = expectErrorReply(name, reply, expected)
-        expect(upstream.requests.length - sent, `${name}: one upstream request`).toBe(1)
-        yield* expectNothingBilled(name, accountId, requestId, expected.code, before)
-      }
-      for (const path of PATHS) {
-        // The upstream refused before the first byte went out: the client gets the HTTP error, as from OpenAI.
-        const name = `${short(path)}, streamed`
-        const before = yield* walletOf(accountId)
-        const sent = upstream.requests.length
-        const reply = yield* modelCall(apiKey, path, bodyFor(path, true))
-        const requestId = expectErrorReply(name, reply, expected)
-        expect(upstream.requests.length - sent, `${name}: one upstream request`).toBe(1)
-        yield* expectNothingBilled(name, accountId, requestId, expected.code, before)
-      }
+      // The upstream refused before the first byte went out: a streamed call gets the HTTP error too, as from OpenAI.
+      yield* expectRefusals(accountId, apiKey, [false, true], expected, upstream)
     })
 
   describe("upstream refusals", () => {
@@ -473,21 +482,8 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         upstream.reset()
         upstream.setBehaviour({ kind: "status", status: 200, body: "not json" })
         const { accountId, apiKey } = yield* caller("faults-not-json@example.com", { sen: 1000 })
-        for (const path of PATHS) {
-          const name = `${short(path)}, not streamed`
-          const before = yield* walletOf(accountId)
-          const reply = yield* modelCall(apiKey, path, bodyFor(path, false))
-          const requestId = expectErrorReply(name, reply, { code: "provider_unavailable", retryable: true })
-          yield* expectNothingBilled(name, accountId, requestId, "provider_unavailable", before)
-        }
-        for (const path of PATHS) {
-          // Not an event stream at all: it must not pass for an empty answer. Refused before the first byte: an HTTP error.
-          const name = `${short(path)}, streamed`
-          const before = yield* walletOf(accountId)
-          const reply = yield* modelCall(apiKey, path, bodyFor(path, true))
-          const requestId = expectErrorReply(name, reply, { code: "provider_unavailable", retryable: true })
-          yield* expectNothingBilled(name, accountId, requestId, "provider_unavailable", before)
-        }
+        // Streamed, it is not an event stream at all: it must not pass for an empty answer.
+        yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_unavailable", retryable: true })
       }))
 
     it.effect("a non-streaming answer cut off halfway answers 503 provider_unavailable; nothing is billed", () =>
@@ -496,13 +492,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         upstream.reset()
         upstream.setBehaviour({ kind: "resetMidStream" })
         const { accountId, apiKey } = yield* caller("faults-half-json@example.com", { sen: 1000 })
-        for (const path of PATHS) {
-          const name = `${short(path)}, not streamed`
-          const before = yield* walletOf(accountId)
-          const reply = yield* modelCall(apiKey, path, bodyFor(path, false))
-          const requestId = expectErrorReply(name, reply, { code: "provider_unavailable", retryable: true })
-          yield* expectNothingBilled(name, accountId, requestId, "provider_unavailable", before)
-        }
+        yield* expectRefusals(accountId, apiKey, [false], { code: "provider_unavailable", retryable: true })
       }))
   })
 
@@ -513,21 +503,8 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         upstream.reset()
         upstream.setBehaviour({ kind: "hang" })
         const { accountId, apiKey } = yield* caller("faults-hang@example.com", { sen: 1000 })
-        for (const path of PATHS) {
-          const name = `${short(path)}, not streamed`
-          const before = yield* walletOf(accountId)
-          const reply = yield* modelCall(apiKey, path, bodyFor(path, false))
-          const requestId = expectErrorReply(name, reply, { code: "provider_timeout", retryable: true })
-          yield* expectNothingBilled(name, accountId, requestId, "provider_timeout", before)
-        }
-        for (const path of PATHS) {
-          // No first byte from the upstream, none to the client: the HTTP error.
-          const name = `${short(path)}, streamed`
-          const before = yield* walletOf(accountId)
-          const reply = yield* modelCall(apiKey, path, bodyFor(path, true))
-          const requestId = expectErrorReply(name, reply, { code: "provider_timeout", retryable: true })
-          yield* expectNothingBilled(name, accountId, requestId, "provider_timeout", before)
-        }
+        // Streamed: no first byte from the upstream, none to the client, so the HTTP error.
+        yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_timeout", retryable: true })
       }))
 
     it.effect("a stream that stops after its first chunk: an error event with provider_timeout after the total timeout; nothing is billed", () =>
@@ -545,14 +522,8 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           expect(deltaCount(path, reply.events), `${name}: the first chunk's text`).toBe(1)
           yield* expectNothingBilled(name, accountId, reply.requestId, "provider_timeout", before)
         }
-        for (const path of PATHS) {
-          // Not streamed: headers, then silence until the total timeout.
-          const name = `${short(path)}, not streamed`
-          const before = yield* walletOf(accountId)
-          const reply = yield* modelCall(apiKey, path, bodyFor(path, false))
-          const requestId = expectErrorReply(name, reply, { code: "provider_timeout", retryable: true })
-          yield* expectNothingBilled(name, accountId, requestId, "provider_timeout", before)
-        }
+        // Not streamed: headers, then silence until the total timeout.
+        yield* expectRefusals(accountId, apiKey, [false], { code: "provider_timeout", retryable: true })
       }))
   })
 

@@ -1,12 +1,12 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
-import { ReservationLeases, RESERVATION_LEASE } from "../Wallet/Leases.js"
+import { ReservationLeases } from "../Wallet/Leases.js"
 import type { Reservation, ReserveInput } from "../Wallet/Repo.js"
-import { WalletRepo } from "../Wallet/Repo.js"
+import { newReservation, WalletRepo } from "../Wallet/Repo.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import { RequestLogs } from "./RequestLogs.js"
 
@@ -44,14 +44,7 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
       const reserveInOneStatement = (input: ReserveInput, log: OpenLog) =>
         Effect.gen(function*() {
           const at = new Date(yield* Clock.currentTimeMillis)
-          const reservation: Reservation = {
-            id: newId("rsv"),
-            accountId: input.accountId,
-            apiKeyId: input.apiKeyId,
-            requestId: input.requestId,
-            amountMicroMyr: input.amountMicroMyr,
-            expiresAt: new Date(at.getTime() + Duration.toMillis(RESERVATION_LEASE))
-          }
+          const reservation = newReservation(input, at)
           // The UPDATE waits for the wallet row and re-checks the balance on its newest version: no overdraft.
           const rows = yield* sql<{ reserved: number }>`
             WITH debit AS (

@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Clock, Context, Effect, Layer } from "effect"
+import type { LogRow } from "../Usage/Repo.js"
 
 export interface OpenLog {
   readonly requestId: string
@@ -15,16 +16,21 @@ export interface OpenLog {
   readonly inputTokens: number
 }
 
-export interface LoggedUsage {
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-  readonly cachedTokens: number
-  readonly usageSource: "provider" | "estimated"
-  readonly searchCount: number
+/** What a finished call writes to its row: the fields the dashboard reads, and the pages read. */
+export interface LoggedUsage extends
+  Pick<
+    LogRow,
+    | "inputTokens"
+    | "outputTokens"
+    | "reasoningTokens"
+    | "cachedTokens"
+    | "usageSource"
+    | "searchCount"
+    | "costMicroMyr"
+    | "latencyMs"
+  >
+{
   readonly contentPages: number
-  readonly costMicroMyr: number
-  readonly latencyMs: number
 }
 
 /**

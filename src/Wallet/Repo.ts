@@ -39,6 +39,16 @@ export interface ReserveInput {
   readonly monthlySpendLimitMicroMyr: number | null
 }
 
+/** A new reservation for `input`, its lease running from `at`. */
+export const newReservation = (input: ReserveInput, at: Date): Reservation => ({
+  id: newId("rsv"),
+  accountId: input.accountId,
+  apiKeyId: input.apiKeyId,
+  requestId: input.requestId,
+  amountMicroMyr: input.amountMicroMyr,
+  expiresAt: new Date(at.getTime() + Duration.toMillis(RESERVATION_LEASE))
+})
+
 export interface Capture {
   readonly reservationId: string
   /** What was billed: never more than the reservation, nor (late) than the wallet held. */
@@ -169,14 +179,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
               })
             }
           }
-          const reservation: Reservation = {
-            id: newId("rsv"),
-            accountId: input.accountId,
-            apiKeyId: input.apiKeyId,
-            requestId: input.requestId,
-            amountMicroMyr: input.amountMicroMyr,
-            expiresAt: new Date(at.getTime() + Duration.toMillis(RESERVATION_LEASE))
-          }
+          const reservation = newReservation(input, at)
           yield* sql`
             INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at)
             VALUES (${reservation.id}, ${input.accountId}, ${input.apiKeyId}, ${input.requestId},

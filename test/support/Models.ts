@@ -2,7 +2,7 @@ import { Effect, Layer, Option } from "effect"
 import type { AppConfigShape } from "../../src/AppConfig.js"
 import { call, createKey } from "./Http.js"
 import { topUp, webhookOverrides } from "./Stripe.js"
-import { TestServerLive } from "./TestServer.js"
+import { query, TestServerLive } from "./TestServer.js"
 import { Upstream } from "./Upstream.js"
 import { developer, walletInstance } from "./Wallet.js"
 
@@ -49,4 +49,15 @@ export const violations = (accountId: string) =>
     const instance = yield* walletInstance(yield* Effect.scope)
     return (yield* instance.invariant(accountId)).violations
   }))
+
+/** The wallet's balances in micro-MYR, read from the test database. */
+export const walletOf = (accountId: string) =>
+  Effect.map(
+    query<{ available: string; reserved: string; spent: string }>(
+      `SELECT available_micro_myr AS available, reserved_micro_myr AS reserved, lifetime_spend_micro_myr AS spent
+       FROM wallets WHERE account_id = $1`,
+      [accountId]
+    ),
+    (rows) => ({ available: Number(rows[0]?.available), reserved: Number(rows[0]?.reserved), spent: Number(rows[0]?.spent) })
+  )
 

@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The reliability scenarios run with `npm run test:reliability`.
+    exclude: ["test/reliability/**", "**/node_modules/**"],
     globalSetup: ["./test/support/globalSetup.ts"],
     reporters: ["default", "./test/support/summaryReporter.ts"],
     testTimeout: 60_000,

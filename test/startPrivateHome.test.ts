@@ -73,7 +73,7 @@ describe.skipIf(notRoot !== undefined)(`npm start as root in a 0700 folder${notR
     const lines = linesOf(started.output())
     expect(lines).toEqual([
       expect.stringMatching(
-        /^nenas: the embedded PostgreSQL for DATA_DIR .* did not start: the PostgreSQL binary \/var\/lib\/nenas\/postgresql-\w+\/bin\/postgres \(copied from .*\) is not executable \(EACCES\) by the `postgres` user: reinstall it \(`rm -rf node_modules && npm install`\)/
+        /^nenas: the embedded PostgreSQL for DATA_DIR .* did not start: the PostgreSQL binary \/var\/lib\/nenas\/postgresql-\w+\/bin\/postgres \(copied from .*\) cannot be run by the `postgres` user: it is not executable \(EACCES\); reinstall it \(`rm -rf node_modules && npm install`\)/
       )
     ])
     // The copy that cannot run is not kept: a repaired install is copied afresh.

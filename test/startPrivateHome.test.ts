@@ -1,4 +1,4 @@
-import { chmod, chown, cp, mkdir, mkdtemp, readdir, rm, stat, symlink } from "node:fs/promises"
+import { chmod, chown, cp, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, symlink } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -110,4 +110,65 @@ describe.skipIf(noUser !== undefined)(`npm start as an unprivileged user${noUser
     // Nothing was made: the next start, with the binary repaired, creates the cluster.
     await expect(stat(join(dataDir, "pg"))).rejects.toThrow()
   }, 120_000)
+})
+
+describe.skipIf(notRoot !== undefined)(`an earlier version's cluster in DATA_DIR/pg, as root${notRoot === undefined ? "" : ` (skipped: ${notRoot})`}`, () => {
+  let parent = ""
+  let ownDir = ""
+  const children: Array<ReturnType<typeof startService>> = []
+  afterAll(async () => {
+    for (const { child } of children) if (child.exitCode === null) child.kill("SIGKILL")
+    if (parent !== "") await rm(parent, { recursive: true, force: true })
+    if (ownDir.startsWith(ROOT_STATE_DIR)) await rm(ownDir, { recursive: true, force: true })
+  })
+
+  it("stays where it is, with its data", async () => {
+    // Earlier versions opened DATA_DIR to the `postgres` user and kept the cluster in DATA_DIR/pg.
+    parent = await mkdtemp(join(tmpdir(), "nenas-legacy-"))
+    await chmod(parent, 0o755)
+    const dataDir = join(parent, "data")
+    await mkdir(dataDir, { mode: 0o755 })
+    const port = await freePort()
+    const first = startService({ port, dataDir })
+    children.push(first)
+    await waitForHealth(`http://127.0.0.1:${port}`, first)
+    const keyIds = async () => {
+      const session = await (await fetch(`http://127.0.0.1:${port}/dev/session`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ email: "legacy@example.com" })
+      })).json() as { token: string }
+      const authorization = `Bearer ${session.token}`
+      const listed = await (await fetch(`http://127.0.0.1:${port}/dashboard/api-keys`, { headers: { authorization } })).json() as {
+        keys: Array<{ id: string }>
+      }
+      return { authorization, ids: listed.keys.map((key) => key.id) }
+    }
+    const { authorization } = await keyIds()
+    const created = await fetch(`http://127.0.0.1:${port}/dashboard/api-keys`, {
+      method: "POST",
+      headers: { authorization, "content-type": "application/json" },
+      body: JSON.stringify({ name: "kept" })
+    })
+    expect(created.status).toBe(201)
+    const { ids } = await keyIds()
+    expect(ids).toHaveLength(1)
+    const made = await embeddedClusterLocation(dataDir)
+    ownDir = made.ownDir
+    expect(await stopService(first.child)).toBe(0)
+    await rename(made.clusterDir, join(dataDir, "pg"))
+    const legacyVersion = await readFile(join(dataDir, "pg", "PG_VERSION"), "utf8")
+
+    const second = startService({ port, dataDir })
+    children.push(second)
+    await waitForHealth(`http://127.0.0.1:${port}`, second)
+    const location = await embeddedClusterLocation(dataDir)
+    expect(location).toEqual({ clusterDir: join(dataDir, "pg"), ownDir: join(dataDir, "pg"), layout: "data-dir" })
+    // The server runs on the cluster in DATA_DIR/pg; none was made under /var/lib/nenas.
+    expect(Number((await readFile(join(dataDir, "pg", "postmaster.pid"), "utf8")).split("\n")[0])).toBeGreaterThan(0)
+    expect(await readFile(join(dataDir, "pg", "PG_VERSION"), "utf8")).toBe(legacyVersion)
+    expect((await keyIds()).ids).toEqual(ids)
+    await expect(stat(made.clusterDir)).rejects.toThrow()
+    expect(await stopService(second.child)).toBe(0)
+  }, 180_000)
 })

@@ -31,7 +31,7 @@ const embedded = (dataDir: string) =>
   )
 
 /**
- * PostgreSQL from `DATABASE_URL`, or embedded in `DATA_DIR/pg` when unset;
+ * PostgreSQL from `DATABASE_URL`, or embedded when unset (in `DATA_DIR/pg`; as root, under /var/lib/nenas);
  * the migrations in `migrations/` are applied before anything else uses it.
  */
 export const DatabaseLive = Layer.unwrapScoped(

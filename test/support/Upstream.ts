@@ -22,7 +22,7 @@ export type Behaviour =
     readonly usage?: Partial<UsageNumbers> | "none"
     /** Wait before sending the response headers. */
     readonly delayMs?: number
-    /** Wait between stream chunks. */
+    /** Wait between stream chunks (default `DEFAULT_CHUNK_DELAY_MS`): each chunk is its own write, as from a real upstream. */
     readonly chunkDelayMs?: number
     readonly finishReason?: string
   }
@@ -68,6 +68,9 @@ export interface UpstreamOptions {
 type OkBehaviour = Extract<Behaviour, { readonly kind: "ok" }>
 
 const OK: OkBehaviour = { kind: "ok" }
+
+/** Streams arrive chunk by chunk, the usage chunk in a write of its own after the finish chunk, as from OpenAI. */
+export const DEFAULT_CHUNK_DELAY_MS = 3
 const CHUNK_CHARS = /[\s\S]{1,8}/gu
 
 type Json = Record<string, unknown>
@@ -207,8 +210,7 @@ const answerOk = async (res: ServerResponse, c: Completion, behaviour: OkBehavio
   const events = streamEvents(c)
   const all = [events.role, ...events.content, ...events.tail]
   startStream(res)
-  const gap = behaviour.chunkDelayMs ?? 0
-  if (gap <= 0) return res.end(all.join(""))
+  const gap = behaviour.chunkDelayMs ?? DEFAULT_CHUNK_DELAY_MS
   for (const [i, event] of all.entries()) {
     if (i > 0 && !(await wait(gap, res))) return
     res.write(event)

@@ -238,7 +238,9 @@ const expectWireError = (
 ) => {
   expect(error, `${name}: an error object`).toBeDefined()
   expect(error?.code, `${name}: code`).toBe(expected.code)
-  expect(error?.type, `${name}: type`).toBe("provider_error")
+  expect(error?.type, `${name}: type`).toBe(
+    expected.code === "invalid_request" || expected.code === "context_length_exceeded" ? "invalid_request_error" : "provider_error"
+  )
   expect(error?.retryable, `${name}: retryable`).toBe(expected.retryable)
   expect(error?.request_id, `${name}: request_id`).toBe(expected.requestId)
   expect(error?.param, `${name}: param`).toBeNull()
@@ -247,7 +249,9 @@ const expectWireError = (
   expect(error?.retry_after_seconds, `${name}: retry_after_seconds`).toBe(expected.retryAfter)
 }
 
-const STATUS_OF: Record<string, number> = { provider_unavailable: 503, provider_timeout: 504 }
+const STATUS_OF: Record<string, number> = {
+  provider_unavailable: 503, provider_timeout: 504, invalid_request: 400, context_length_exceeded: 413
+}
 
 /** A non-streaming call answered with the spec's error body; returns the request id. */
 const expectErrorReply = (
@@ -469,12 +473,43 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         { code: "provider_unavailable", retryable: true, retryAfter: 7 }
       ))
 
-    it.effect("an upstream 400 answers 503 provider_unavailable, not retryable", () =>
-      refusalCase(
-        "faults-400@example.com",
-        { kind: "status", status: 400, body: { error: { message: "bad request", type: "invalid_request_error" } } },
-        { code: "provider_unavailable", retryable: false }
-      ))
+    it.effect("an upstream 400 is the caller's: 400 invalid_request with the upstream's message; nothing is billed", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        const said = "Invalid schema for function 'get_weather': 'object' is not valid under any of the given schemas."
+        upstream.setBehaviour({ kind: "status", status: 400, body: { error: { message: said, type: "invalid_request_error" } } })
+        const { accountId, apiKey } = yield* caller("faults-400@example.com", { sen: 1000 })
+        yield* expectRefusals(accountId, apiKey, [false, true], { code: "invalid_request", retryable: false }, upstream)
+        const reply = yield* modelCall(apiKey, CHAT, bodyFor(CHAT, false))
+        expect(reply.body.error.message, "the upstream's words").toContain(said)
+      }))
+
+    it.effect("an upstream 400 that says the context is too long answers 413 context_length_exceeded; nothing is billed", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        upstream.setBehaviour({
+          kind: "status",
+          status: 400,
+          body: { error: { message: "This model's maximum context length is 128000 tokens.", type: "invalid_request_error", code: "context_length_exceeded" } }
+        })
+        const { accountId, apiKey } = yield* caller("faults-400-context@example.com", { sen: 1000 })
+        yield* expectRefusals(accountId, apiKey, [false, true], { code: "context_length_exceeded", retryable: false }, upstream)
+      }))
+
+    it.effect("an upstream 401 or 403 (our credentials) answers 503 provider_unavailable, retryable; nothing is billed", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        const { accountId, apiKey } = yield* caller("faults-401@example.com", { sen: 1000 })
+        for (const status of [401, 403]) {
+          upstream.reset()
+          upstream.setBehaviour({ kind: "status", status, body: { error: { message: "Incorrect API key provided", type: "invalid_request_error" } } })
+          yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_unavailable", retryable: true }, upstream)
+          const reply = yield* modelCall(apiKey, CHAT, bodyFor(CHAT, false))
+          expect(reply.body.error.message, "the upstream's key problem is not the caller's to read").not.toContain("API key")
+        }
+      }))
 
     it.effect("an upstream 200 whose body is not JSON (or not an event stream) answers provider_unavailable; nothing is billed", () =>
       Effect.gen(function*() {

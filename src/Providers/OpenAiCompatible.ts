@@ -2,7 +2,7 @@ import { Sse } from "@effect/experimental"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import type { HttpClientError, HttpClientResponse } from "@effect/platform"
 import { Duration, Effect, Option, Redacted, Schema, Stream } from "effect"
-import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Completion, ProviderError, ProviderRequest, ProviderShape, ProviderUsage, StreamPart } from "./Provider.js"
 import { finishReasonOf } from "./Provider.js"
 
@@ -74,7 +74,24 @@ const retryAfterSeconds = (response: HttpClientResponse.HttpClientResponse): num
   return Number.isFinite(header) && header >= 0 ? Math.ceil(header) : 1
 }
 
-/** Upstream statuses as our errors: 429 and 5xx may pass; other refusals will not on a retry. */
+const UpstreamError = Schema.parseJson(Schema.Struct({
+  error: Schema.Struct({ message: Schema.optional(Schema.NullOr(Schema.String)), code: Schema.optional(Schema.Unknown) })
+}))
+const decodeUpstreamError = Schema.decodeUnknownOption(UpstreamError)
+
+/** The upstream's own words for a refusal: OpenAI's `error.message`, else the body's start. */
+const upstreamMessage = (text: string): { readonly message: string; readonly code: unknown } =>
+  Option.match(decodeUpstreamError(text), {
+    onNone: () => ({ message: text.slice(0, 500), code: undefined }),
+    onSome: ({ error }) => ({ message: (error.message ?? text).slice(0, 500), code: error.code })
+  })
+
+const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many tokens|prompt is too long|input is too long/i
+
+/**
+ * Upstream statuses as our errors: 429, 408 and 5xx may pass on a retry; its credentials refused (401/403) are
+ * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's words.
+ */
 const statusError = (response: HttpClientResponse.HttpClientResponse) =>
   Effect.flatMap(
     Effect.orElseSucceed(response.text, () => ""),
@@ -85,12 +102,21 @@ const statusError = (response: HttpClientResponse.HttpClientResponse) =>
           retry_after_seconds: retryAfterSeconds(response)
         }))
       }
-      if (response.status >= 500 || response.status === 408) {
+      if (response.status >= 500 || response.status === 408 || response.status < 400) {
         return Effect.fail(unavailable(`The model provider failed (HTTP ${response.status})${detail}`))
       }
-      return Effect.fail(unavailable(`The model provider refused the request (HTTP ${response.status})${detail}`, {
-        retryable: false
-      }))
+      if (response.status === 401 || response.status === 403) {
+        return Effect.zipRight(
+          Effect.logError(`The model provider refused our credentials (HTTP ${response.status}): check UPSTREAM_API_KEY${detail}`),
+          Effect.fail(unavailable("The model provider is not available right now."))
+        )
+      }
+      const { code, message } = upstreamMessage(text)
+      const said = message.length > 0 ? message : `HTTP ${response.status}`
+      if (response.status === 413 || code === "context_length_exceeded" || CONTEXT_TOO_LONG.test(said)) {
+        return Effect.fail(new ContextLengthExceeded({ message: `The model refused the input as too long: ${said}`, param: null }))
+      }
+      return Effect.fail(new InvalidRequest({ message: `The model refused the request: ${said}`, param: null }))
     }
   )
 

@@ -1,6 +1,6 @@
 import type { Effect, Option, Stream } from "effect"
 import { Context } from "effect"
-import type { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Effort } from "../Routing/Router.js"
 import type { Message } from "../Models/Tokens.js"
 
@@ -40,7 +40,8 @@ export type StreamPart =
   | { readonly _tag: "Finish"; readonly finishReason: FinishReason }
   | { readonly _tag: "Usage"; readonly usage: ProviderUsage }
 
-export type ProviderError = ProviderUnavailable | ProviderTimeout
+/** The upstream's failures; a request it refuses is the caller's (`InvalidRequest`, `ContextLengthExceeded`). */
+export type ProviderError = ProviderUnavailable | ProviderTimeout | InvalidRequest | ContextLengthExceeded
 
 export interface ProviderShape {
   readonly complete: (request: ProviderRequest) => Effect.Effect<Completion, ProviderError>

@@ -23,19 +23,43 @@ const Usage = Schema.Struct({
   )
 })
 
+const Logprobs = Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.Array(Schema.Unknown))) })))
+
+const ToolCall = Schema.Struct({
+  id: Schema.String,
+  function: Schema.Struct({ name: Schema.String, arguments: Schema.optionalWith(Schema.String, { default: () => "" }) })
+})
+
 const Completion = Schema.Struct({
   choices: Schema.Array(Schema.Struct({
-    message: Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.String)) }),
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+    message: Schema.Struct({
+      content: Schema.optional(Schema.NullOr(Schema.String)),
+      tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCall)))
+    }),
+    finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
+    logprobs: Logprobs
   })),
   usage: Schema.optional(Schema.NullOr(Usage))
+})
+
+const ToolCallFragment = Schema.Struct({
+  index: Schema.optionalWith(Schema.Int, { default: () => 0 }),
+  id: Schema.optional(Schema.NullOr(Schema.String)),
+  function: Schema.optional(Schema.NullOr(Schema.Struct({
+    name: Schema.optional(Schema.NullOr(Schema.String)),
+    arguments: Schema.optional(Schema.NullOr(Schema.String))
+  })))
 })
 
 const Chunk = Schema.Struct({
   choices: Schema.optionalWith(
     Schema.Array(Schema.Struct({
-      delta: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.String)) }))),
-      finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+      delta: Schema.optional(Schema.NullOr(Schema.Struct({
+        content: Schema.optional(Schema.NullOr(Schema.String)),
+        tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCallFragment)))
+      }))),
+      finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
+      logprobs: Logprobs
     })),
     { default: () => [] }
   ),
@@ -63,8 +87,32 @@ const requestBody = (request: ProviderRequest, stream: boolean) => ({
   ...(request.topP === undefined ? {} : { top_p: request.topP }),
   ...(request.stop === undefined || request.stop === null ? {} : { stop: request.stop }),
   ...(request.user === undefined ? {} : { user: request.user }),
+  ...capabilitiesBody(request),
   ...(stream ? { stream: true, stream_options: { include_usage: true } } : {})
 })
+
+/** The caller's tools, format and sampling fields in chat's names; tool fields only with tools, as OpenAI requires. */
+const capabilitiesBody = (request: ProviderRequest): Record<string, unknown> => {
+  const body: Record<string, unknown> = {}
+  const set = (name: string, value: unknown) => {
+    if (value !== undefined) body[name] = value
+  }
+  if (request.tools !== undefined && request.tools.length > 0) {
+    body["tools"] = request.tools
+    set("tool_choice", request.toolChoice)
+    set("parallel_tool_calls", request.parallelToolCalls)
+  }
+  set("response_format", request.responseFormat)
+  set("presence_penalty", request.presencePenalty)
+  set("frequency_penalty", request.frequencyPenalty)
+  set("logit_bias", request.logitBias)
+  set("seed", request.seed)
+  if (request.logprobs === true) {
+    body["logprobs"] = true
+    set("top_logprobs", request.topLogprobs)
+  }
+  return body
+}
 
 const unavailable = (message: string, extra: { retryable?: boolean; retry_after_seconds?: number } = {}) =>
   new ProviderUnavailable({ message, ...extra })
@@ -163,6 +211,12 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           const choice = body.choices[0]
           return {
             text: choice?.message.content ?? "",
+            toolCalls: (choice?.message.tool_calls ?? []).map((call) => ({
+              id: call.id,
+              type: "function" as const,
+              function: { name: call.function.name, arguments: call.function.arguments }
+            })),
+            logprobs: choice?.logprobs?.content ?? undefined,
             finishReason: finishReasonOf(choice?.finish_reason),
             usage: body.usage === undefined || body.usage === null ? Option.none() : Option.some(usageOf(body.usage))
           }
@@ -184,7 +238,17 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           const parts: Array<StreamPart> = []
           for (const choice of chunk.choices) {
             const text = choice.delta?.content
-            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text })
+            const logprobs = choice.logprobs?.content ?? undefined
+            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text, logprobs })
+            for (const call of choice.delta?.tool_calls ?? []) {
+              parts.push({
+                _tag: "ToolCallDelta",
+                index: call.index,
+                id: call.id ?? undefined,
+                name: call.function?.name ?? undefined,
+                arguments: call.function?.arguments ?? ""
+              })
+            }
             if (typeof choice.finish_reason === "string") parts.push({ _tag: "Finish", finishReason: finishReasonOf(choice.finish_reason) })
           }
           if (chunk.usage !== undefined && chunk.usage !== null) parts.push({ _tag: "Usage", usage: usageOf(chunk.usage) })

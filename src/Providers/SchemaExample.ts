@@ -22,6 +22,11 @@ const FORMATS: Readonly<Record<string, string>> = {
   ipv6: "2001:db8::1"
 }
 
+/** Bounds on the work a caller's schema can ask for: lengths, items, and values in all. */
+const MAX_LENGTH = 4096
+const MAX_ITEMS = 64
+const MAX_VALUES = 10_000
+
 const num = (value: unknown): number | undefined => typeof value === "number" && Number.isFinite(value) ? value : undefined
 
 /** A number within the schema's bounds: 1 when allowed, else the lowest allowed. */
@@ -40,9 +45,9 @@ const numberFor = (schema: Schema, integer: boolean): number => {
 const stringFor = (schema: Schema, name: string): string => {
   const format = typeof schema["format"] === "string" ? FORMATS[schema["format"]] : undefined
   let value = format ?? (name.length > 0 ? `example ${name}` : "example")
-  const min = num(schema["minLength"]) ?? 0
+  const min = Math.min(num(schema["minLength"]) ?? 0, MAX_LENGTH)
   const max = num(schema["maxLength"])
-  while (value.length < min) value += "x"
+  if (value.length < min) value += "x".repeat(min - value.length)
   if (max !== undefined && value.length > max) value = value.slice(0, max)
   return value
 }
@@ -57,10 +62,15 @@ const resolve = (schema: Schema, root: Schema): Schema => {
   return isSchema(target) ? target : {}
 }
 
-const valueFor = (raw: unknown, root: Schema, name: string, depth: number): unknown => {
-  if (!isSchema(raw) || depth > 16) return null
+interface Budget {
+  values: number
+}
+
+const valueFor = (raw: unknown, root: Schema, name: string, depth: number, budget: Budget): unknown => {
+  budget.values += 1
+  if (!isSchema(raw) || depth > 16 || budget.values > MAX_VALUES) return null
   const schema = resolve(raw, root)
-  if (schema !== raw) return valueFor(schema, root, name, depth + 1)
+  if (schema !== raw) return valueFor(schema, root, name, depth + 1, budget)
   if ("const" in schema) return schema["const"]
   if (Array.isArray(schema["enum"]) && schema["enum"].length > 0) return schema["enum"][0]
   for (const key of ["anyOf", "oneOf"]) {
@@ -68,7 +78,7 @@ const valueFor = (raw: unknown, root: Schema, name: string, depth: number): unkn
     if (Array.isArray(branches) && branches.length > 0) {
       // A nullable field's first useful branch: not the null one.
       const chosen = branches.find((b) => !(isSchema(b) && b["type"] === "null")) ?? branches[0]
-      return valueFor(chosen, root, name, depth + 1)
+      return valueFor(chosen, root, name, depth + 1, budget)
     }
   }
   if (Array.isArray(schema["allOf"])) {
@@ -81,7 +91,7 @@ const valueFor = (raw: unknown, root: Schema, name: string, depth: number): unkn
       }
     }, {})
     const { allOf: _allOf, ...rest } = schema
-    return valueFor({ ...merged, ...rest, properties: { ...(merged["properties"] as Schema), ...(isSchema(rest["properties"]) ? rest["properties"] : {}) } }, root, name, depth + 1)
+    return valueFor({ ...merged, ...rest, properties: { ...(merged["properties"] as Schema), ...(isSchema(rest["properties"]) ? rest["properties"] : {}) } }, root, name, depth + 1, budget)
   }
   if ("default" in schema) return schema["default"]
   const types = Array.isArray(schema["type"]) ? schema["type"].filter((t) => t !== "null") : [schema["type"]]
@@ -90,15 +100,15 @@ const valueFor = (raw: unknown, root: Schema, name: string, depth: number): unkn
     case "object": {
       const properties = isSchema(schema["properties"]) ? schema["properties"] : {}
       const value: Record<string, unknown> = {}
-      for (const [key, property] of Object.entries(properties)) value[key] = valueFor(property, root, key, depth + 1)
+      for (const [key, property] of Object.entries(properties)) value[key] = valueFor(property, root, key, depth + 1, budget)
       return value
     }
     case "array": {
-      const count = Math.max(1, num(schema["minItems"]) ?? 1)
+      const count = Math.min(Math.max(1, num(schema["minItems"]) ?? 1), MAX_ITEMS)
       const max = num(schema["maxItems"])
       const items = Array.isArray(schema["prefixItems"]) ? schema["prefixItems"] : undefined
       const length = max === undefined ? count : Math.min(count, max)
-      return Array.from({ length: items?.length ?? length }, (_, i) => valueFor(items?.[i] ?? schema["items"], root, name, depth + 1))
+      return Array.from({ length: items?.length ?? length }, (_, i) => valueFor(items?.[i] ?? schema["items"], root, name, depth + 1, budget))
     }
     case "string":
       return stringFor(schema, name)
@@ -118,5 +128,5 @@ const valueFor = (raw: unknown, root: Schema, name: string, depth: number): unkn
 /** A value valid against `schema` (an object schema's value when the schema says nothing). */
 export const exampleOf = (schema: unknown): unknown => {
   const root = isSchema(schema) ? schema : { type: "object" }
-  return valueFor(root, root, "", 0)
+  return valueFor(root, root, "", 0, { values: 0 })
 }

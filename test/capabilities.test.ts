@@ -5,7 +5,7 @@ import { Effect } from "effect"
 import OpenAI from "openai"
 import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod"
 import { z } from "zod"
-import { countImage, MAX_IMAGE_TOKENS } from "../src/Models/ContentTokens.js"
+import { countImage, countToolCall, countTools, countUpstreamMessages, MAX_IMAGE_TOKENS } from "../src/Models/ContentTokens.js"
 import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../src/Models/Prices.js"
 import { countMessages } from "../src/Models/Tokens.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
@@ -611,6 +611,32 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       expect((yield* reservationOf(low.headers.get("x-request-id") ?? "")).amount).toBe(reservationFor(85))
       expect(yield* violations(accountId)).toEqual([])
       expect((yield* walletOf(accountId)).reserved).toBe(0)
+    }))
+
+  it.effect("live key: an upstream that reports no usage is billed its tool calls and the tool definitions, counted (estimated), plain and streamed", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      upstream.reset()
+      const call = { id: "call_e1", name: "get_weather", arguments: "{\"city\":\"Kuantan\",\"unit\":\"celsius\",\"days\":4}" }
+      upstream.setBehaviour({ kind: "ok", usage: "none", toolCalls: [call] })
+      const { accountId, apiKey } = yield* caller("cap-live-estimated-tools@example.com", { sen: 1000 })
+      const tools = [{ type: "function" as const, function: { name: "get_weather", parameters: WEATHER_PARAMETERS } }]
+      const messages = [{ role: "user" as const, content: "Weather in Kuantan?" }]
+      const inputTokens = countUpstreamMessages(messages) + countTools(tools)
+      const outputTokens = countToolCall({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })
+      const expected = costOf(DEFAULT_PRICES, GENERAL, { inputTokens, cachedTokens: 0, outputTokens, searches: 0, pages: 0 })
+      for (const stream of [false, true]) {
+        const reply = yield* modelCall(apiKey, "/v1/chat/completions", { model: MODEL, messages, tools, stream })
+        expect(reply.status, reply.text).toBe(200)
+        const requestId = reply.headers.get("x-request-id") ?? ""
+        const rows = yield* query<{ usage_source: string; input_tokens: number; output_tokens: number; cost_micro_myr: string }>(
+          "SELECT usage_source, input_tokens, output_tokens, cost_micro_myr FROM request_logs WHERE request_id = $1",
+          [requestId]
+        )
+        expect(rows[0], `stream ${stream}`).toEqual({ usage_source: "estimated", input_tokens: inputTokens, output_tokens: outputTokens, cost_micro_myr: String(expected) })
+        expect((yield* reservationOf(requestId)).captured, `stream ${stream}`).toBe(expected)
+      }
+      expect(yield* violations(accountId)).toEqual([])
     }))
 
   it.effect("live key: tool definitions count toward the estimate; max_total_cost_myr below it refuses before the upstream is called", () =>

@@ -133,8 +133,8 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
         }
         const settled = yield* find(sessionId)
         const returnUrl = outcome === "checkout.session.completed"
-          ? `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`
-          : `${config.dashboardUrl}/dashboard/billing?checkout=cancelled`
+          ? `${config.dashboardUrl}/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`
+          : `${config.dashboardUrl}/billing?checkout=cancelled`
         return resultPage(settled, returnUrl)
       })
     return handlers

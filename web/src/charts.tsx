@@ -1,6 +1,6 @@
 import { Bar, CartesianGrid, ComposedChart, Legend, Line, ResponsiveContainer, Tooltip, XAxis, YAxis } from "recharts"
 import type { Granularity, SeriesPoint } from "./api"
-import { formatBucket, formatCount, formatMicroMyrExact, formatMyr } from "./format"
+import { formatBucket, formatCount, formatMicroMyrExact, formatMyr, formatMyrTick } from "./format"
 
 export const COLORS = { requests: "#1d4ed8", cost: "#b45309", input: "#0f766e", output: "#7c3aed", reasoning: "#be185d" }
 
@@ -28,12 +28,12 @@ export const RequestsAndCostChart = ({ series, granularity, caption }: {
         <XAxis dataKey="label" tick={{ fontSize: 12, fill: "#374151" }} minTickGap={16} />
         <YAxis yAxisId="requests" allowDecimals={false} tick={{ fontSize: 12, fill: "#374151" }} width={40} />
         <YAxis yAxisId="cost" orientation="right" tick={{ fontSize: 12, fill: "#374151" }} width={64}
-          tickFormatter={(micro: number) => formatMyr(micro)} />
+          tickFormatter={formatMyrTick} />
         <Tooltip formatter={(value, name) =>
-          name === "Cost" ? [`${formatMyr(Number(value))} · ${formatMicroMyrExact(Number(value))}`, name] : [formatCount(Number(value)), name]} />
+          name === "Cost (RM)" ? [`${formatMyr(Number(value))} · ${formatMicroMyrExact(Number(value))}`, name] : [formatCount(Number(value)), name]} />
         <Legend />
         <Bar yAxisId="requests" dataKey="requests" name="Requests" fill={COLORS.requests} isAnimationActive={false} />
-        <Line yAxisId="cost" dataKey="costMicroMyr" name="Cost" stroke={COLORS.cost} strokeWidth={2} dot={false} isAnimationActive={false} />
+        <Line yAxisId="cost" dataKey="costMicroMyr" name="Cost (RM)" stroke={COLORS.cost} strokeWidth={2} dot={false} isAnimationActive={false} />
       </ComposedChart>
     </ResponsiveContainer>
   </Figure>
@@ -76,9 +76,10 @@ export const CostChart = ({ series, granularity, caption }: { series: ReadonlyAr
       <ComposedChart data={rows(series, granularity)} margin={{ top: 8, right: 8, bottom: 0, left: 0 }}>
         <CartesianGrid stroke="#e5e7eb" vertical={false} />
         <XAxis dataKey="label" tick={{ fontSize: 12, fill: "#374151" }} minTickGap={16} />
-        <YAxis tick={{ fontSize: 12, fill: "#374151" }} width={64} tickFormatter={(micro: number) => formatMyr(micro)} />
+        <YAxis tick={{ fontSize: 12, fill: "#374151" }} width={64} tickFormatter={formatMyrTick} />
         <Tooltip formatter={(value) => `${formatMyr(Number(value))} · ${formatMicroMyrExact(Number(value))}`} />
-        <Bar dataKey="costMicroMyr" name="Cost" fill={COLORS.cost} isAnimationActive={false} />
+        <Legend />
+        <Bar dataKey="costMicroMyr" name="Cost (RM)" fill={COLORS.cost} isAnimationActive={false} />
       </ComposedChart>
     </ResponsiveContainer>
   </Figure>

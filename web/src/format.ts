@@ -21,6 +21,16 @@ export const formatMicroMyrExact = (micro: number): string => {
   return `${sign}${grouped.format(magnitude)} micro-MYR (${sign}RM ${grouped.format(whole)}.${fraction})`
 }
 
+/**
+ * A chart axis tick in MYR without the `RM` (the axis is named): two decimals
+ * from one sen up, and enough significant digits below it that ticks differ.
+ */
+export const formatMyrTick = (micro: number): string => {
+  if (micro === 0) return "0"
+  if (Math.abs(micro) >= MICRO_PER_SEN) return formatMyr(micro).replace("RM ", "")
+  return String(Number((micro / MICRO_PER_MYR).toPrecision(2)))
+}
+
 /** Whole numbers with thousands separators. */
 export const formatCount = (n: number): string => grouped.format(n)
 

@@ -67,7 +67,7 @@ export const useSession = (): Session => {
 
 export type Loadable<A> =
   | { readonly state: "loading"; readonly data?: A }
-  | { readonly state: "failed"; readonly error: ApiError; readonly data?: A }
+  | { readonly state: "failed"; readonly error: ApiError; readonly data?: undefined }
   | { readonly state: "ready"; readonly data: A }
 
 /** GET a dashboard resource; refetches when the path or query changes, or on `reload()`. */
@@ -91,7 +91,9 @@ export const useApi = <A,>(path: string, query?: Query): [Loadable<A>, () => voi
           message: String(error), type: "api_error", code: "client_error", param: null, request_id: "",
           guidance: "Reload the page.", action_url: null, retryable: true
         })
-        setResult(last.current === undefined ? { state: "failed", error: failure } : { state: "failed", error: failure, data: last.current })
+        // Data of an earlier query is not shown beside the error: it would look like the answer to this one.
+        last.current = undefined
+        setResult({ state: "failed", error: failure })
       }
     )
     return () => controller.abort()

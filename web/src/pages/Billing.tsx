@@ -44,7 +44,7 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
       <div className="topups">
         {options.map((sen) => (
           <button key={sen} type="button" onClick={() => start(sen)} disabled={pending !== null}>
-            {pending === sen ? "Opening checkout…" : `Top up ${formatMyr(sen * 10_000)}`}
+            {pending === sen ? "Opening checkout…" : <><span className="visually-hidden">Top up </span>{formatMyr(sen * 10_000)}</>}
           </button>
         ))}
       </div>

@@ -5,6 +5,9 @@ import { Effect } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
 import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { randomBase62 } from "../src/Domain/Ids.js"
+import { devToken } from "./support/Http.js"
+import { deliverEvent, events, topUp, webhookOverrides } from "./support/Stripe.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
 /**
@@ -55,12 +58,19 @@ const screenshots = async (page: Page, name: string) => {
   await page.setViewportSize(DESKTOP)
 }
 
+const signIn = async (page: Page, baseUrl: string, email: string) => {
+  await page.goto(`${baseUrl}/app/`)
+  await page.getByLabel("Email").fill(email)
+  await page.getByRole("button", { name: "Sign in", exact: true }).click()
+  await heading(page, "Overview").waitFor()
+}
+
 const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
 
 const stat = (page: Page, label: string) =>
   page.locator(".stat").filter({ has: page.locator(".stat-label", { hasText: new RegExp(`^${label}$`) }) }).locator(".money").first()
 
-layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("the dashboard in a browser", (it) => {
+layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 120_000 })("the dashboard in a browser", (it) => {
   it.effect("serves the build at /app/ with the caching the files need", () =>
     Effect.gen(function*() {
       const { baseUrl } = yield* TestServer
@@ -259,4 +269,33 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("the da
         ({ close }) => Effect.promise(close)
       )
     }), { timeout: 240_000 })
+  it.effect("an open dispute shows on the billing page as a suspension", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      const email = "e2e-disputed@example.com"
+      const payment = yield* topUp(yield* devToken(email), 2500)
+      const dispute = events.disputeCreated({
+        disputeId: `dp_${randomBase62(24)}`,
+        chargeId: payment.chargeId,
+        paymentIntentId: payment.paymentIntentId,
+        amountSen: 1000
+      })
+      expect((yield* deliverEvent(dispute)).status).toBe(200)
+      yield* Effect.acquireUseRelease(
+        Effect.promise(launchBrowser),
+        ({ context }) =>
+          Effect.promise(async () => {
+            const page = await context.newPage()
+            await signIn(page, baseUrl, email)
+            await page.getByRole("link", { name: "Billing" }).click()
+            const alert = page.getByRole("alert")
+            await alert.waitFor()
+            expect(await alert.textContent()).toContain("suspended while a payment dispute is open")
+            expect(await stat(page, "Available").textContent()).toBe("RM 15.00")
+            await page.getByRole("cell", { name: "Chargeback", exact: true }).waitFor()
+            await screenshots(page, "9-billing-suspended")
+          }),
+        ({ close }) => Effect.promise(close)
+      )
+    }), { timeout: 120_000 })
 })

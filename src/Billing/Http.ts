@@ -42,7 +42,8 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             reserved_myr: toMyrNumber(microMyr(wallet.reservedMicroMyr)),
             lifetime_topup_myr: toMyrNumber(microMyr(wallet.lifetimeTopupMicroMyr)),
             lifetime_spend_myr: toMyrNumber(microMyr(wallet.lifetimeSpendMicroMyr)),
-            topup_options_sen: TOPUP_OPTIONS_SEN
+            topup_options_sen: TOPUP_OPTIONS_SEN,
+            account_suspended: account.suspended
           }
         }))
       .handle("transactions", ({ urlParams }) =>

@@ -96,6 +96,7 @@ export interface Wallet {
 export interface Balance {
   readonly wallet: Wallet
   readonly topup_options_sen: ReadonlyArray<number>
+  readonly account_suspended: boolean
 }
 
 export type LedgerType = "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"

@@ -90,6 +90,17 @@ export const BillingPage = () => {
       <Load value={balance} what="your balance" retry={reloadBalance}>
         {(data) => (
           <>
+            {data.account_suspended
+              ? (
+                <div className="error suspended" role="alert">
+                  <p className="error-message"><strong>Your account is suspended while a payment dispute is open.</strong></p>
+                  <p className="error-guidance">
+                    Model calls answer <code>permission_denied</code> until the dispute closes; this dashboard still works.
+                    The disputed amount is debited below as a chargeback, and credited back if the dispute is decided for you.
+                  </p>
+                </div>
+              )
+              : null}
             <section aria-labelledby="balance-heading">
               <h2 id="balance-heading">Balance</h2>
               {data.wallet.availableMicroMyr < 0

@@ -211,9 +211,16 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
             const details = page.locator(".details")
             await details.waitFor()
             const detailText = await details.textContent()
-            expect(detailText).toContain("Input tokens")
-            expect(detailText).toContain("Reasoning tokens")
-            expect(detailText).toContain("micro-MYR")
+            for (const label of ["Input tokens", "Cached input tokens", "Output tokens", "Reasoning tokens", "Latency"]) {
+              expect(detailText).toContain(label)
+            }
+            expect(detailText).toContain("API keye2e live")
+            expect(detailText).toMatch(/Routing(general|reasoning)/)
+            expect(detailText).toContain("Errornone")
+            expect(detailText).toMatch(/Cost[\d,]+ micro-MYR \(RM 0\.\d{6}\)/)
+            // The refused call's details name the error it answered with.
+            await page.getByRole("row", { name: /\/v1\/responses.*failed/ }).getByRole("button").click()
+            await expect.poll(() => page.locator(".details").last().textContent()).toContain("Errorinsufficient_balance")
             await screenshots(page, "4-logs")
 
             // The overview shows the call: a bar on the 30-day chart, and today's count.

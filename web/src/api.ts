@@ -146,15 +146,20 @@ export const LOG_STATUSES: ReadonlyArray<LogStatus> = ["pending", "succeeded", "
 
 export interface LogEntry {
   readonly requestId: string
+  readonly apiKeyId: string
   readonly publicModel: string
   readonly endpoint: string
+  readonly stream: boolean
   readonly status: LogStatus
+  readonly routingCategory: string | null
+  readonly errorCode: string | null
   readonly inputTokens: number
   readonly outputTokens: number
   readonly reasoningTokens: number
   readonly cachedTokens: number
   readonly usageSource: "provider" | "estimated"
   readonly searchCount: number
+  readonly contentPages: number
   readonly costMicroMyr: number
   readonly latencyMs: number
   readonly createdAt: string

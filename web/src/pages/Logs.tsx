@@ -7,18 +7,28 @@ import { useApi } from "../session"
 const PAGE_SIZE = 25
 const ENDPOINTS = ["/v1/responses", "/v1/chat/completions"] as const
 
-const Details = ({ log }: { log: LogEntry }) => (
+const ROUTING: Record<string, string> = {
+  general: "general (the general model)",
+  reasoning: "reasoning (the reasoning model)",
+  search: "search (web search, then the model)"
+}
+
+const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined }) => (
   <dl className="details">
     <div><dt>Request id</dt><dd><code>{log.requestId}</code></dd></div>
+    <div><dt>API key</dt><dd>{keyName ?? <>deleted key <code>{log.apiKeyId}</code></>}</dd></div>
     <div><dt>Model</dt><dd>{log.publicModel}</dd></div>
-    <div><dt>Endpoint</dt><dd><code>{log.endpoint}</code></dd></div>
+    <div><dt>Endpoint</dt><dd><code>{log.endpoint}</code>{log.stream ? " (streamed)" : ""}</dd></div>
     <div><dt>Status</dt><dd>{log.status}{log.status === "failed" ? " (nothing was charged)" : ""}</dd></div>
+    <div><dt>Routing</dt><dd>{log.routingCategory === null ? "not routed" : ROUTING[log.routingCategory] ?? log.routingCategory}</dd></div>
+    <div><dt>Error</dt><dd>{log.errorCode === null ? "none" : <code>{log.errorCode}</code>}</dd></div>
     <div><dt>Input tokens</dt><dd>{formatCount(log.inputTokens)}</dd></div>
     <div><dt>Cached input tokens</dt><dd>{formatCount(log.cachedTokens)}</dd></div>
     <div><dt>Output tokens</dt><dd>{formatCount(log.outputTokens)}</dd></div>
     <div><dt>Reasoning tokens</dt><dd>{formatCount(log.reasoningTokens)}</dd></div>
     <div><dt>Usage counted by</dt><dd>{log.usageSource === "provider" ? "the provider" : "estimate (the provider reported none)"}</dd></div>
     <div><dt>Web searches</dt><dd>{formatCount(log.searchCount)}</dd></div>
+    <div><dt>Pages read</dt><dd>{formatCount(log.contentPages)}</dd></div>
     <div><dt>Cost</dt><dd>{formatMicroMyrExact(log.costMicroMyr)}</dd></div>
     <div><dt>Latency</dt><dd>{formatCount(log.latencyMs)} ms</dd></div>
     <div><dt>Time</dt><dd><DateTime iso={log.createdAt} /></dd></div>
@@ -119,7 +129,7 @@ export const LogsPage = () => {
                             <td className="num">{formatCount(log.latencyMs)} ms</td>
                           </tr>
                           {open === log.requestId
-                            ? <tr id={`details-${log.requestId}`} className="details-row"><td colSpan={6}><Details log={log} /></td></tr>
+                            ? <tr id={`details-${log.requestId}`} className="details-row"><td colSpan={6}><Details log={log} keyName={keys.data?.keys.find((key) => key.id === log.apiKeyId)?.name} /></td></tr>
                             : null}
                         </Fragment>
                       ))}

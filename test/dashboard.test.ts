@@ -305,4 +305,40 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
         ({ close }) => Effect.promise(close)
       )
     }), { timeout: 120_000 })
+  it.effect("a token handed over in the URL fragment, or pasted, signs in; signing out forgets it", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      const token = yield* devToken("e2e-handoff@example.com")
+      yield* Effect.acquireUseRelease(
+        Effect.promise(launchBrowser),
+        ({ context }) =>
+          Effect.promise(async () => {
+            // An identity provider's redirect: the token in the fragment, which never reaches a server.
+            const page = await context.newPage()
+            await page.goto(`${baseUrl}/app/billing#id_token=${token}`)
+            await heading(page, "Billing").waitFor()
+            expect(new URL(page.url()).hash).toBe("")
+            expect(await page.evaluate("window.sessionStorage.getItem('nenas.session')")).toBe(token)
+            expect(await context.cookies()).toEqual([])
+            await page.getByRole("button", { name: "Sign out" }).click()
+            await heading(page, "Sign in to nenas").waitFor()
+            expect(await page.evaluate("window.sessionStorage.getItem('nenas.session')")).toBeNull()
+
+            // A pasted token.
+            await page.getByLabel("Session token").fill(token)
+            await page.getByRole("button", { name: "Use this token" }).click()
+            await heading(page, "Billing").waitFor()
+
+            // A token the API refuses: its error, and a way back to sign in.
+            await page.evaluate("window.sessionStorage.setItem('nenas.session', 'not-a-token')")
+            await page.goto(`${baseUrl}/app/logs`)
+            const alert = page.getByRole("alert").first()
+            await alert.waitFor()
+            expect(await alert.textContent()).toContain("authentication_error")
+            await alert.getByRole("button", { name: "Sign in again" }).click()
+            await heading(page, "Sign in to nenas").waitFor()
+          }),
+        ({ close }) => Effect.promise(close)
+      )
+    }), { timeout: 120_000 })
 })

@@ -162,7 +162,7 @@ export const ApiKeysPage = () => {
             ? <Empty>No API keys yet. Create one above to call the model API.</Empty>
             : (
               <div className="table-wrap">
-                <table className="keys">
+                <table className="keys stack">
                   <thead>
                     <tr>
                       <th scope="col">Name</th><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th>
@@ -174,23 +174,23 @@ export const ApiKeysPage = () => {
                     {data.keys.map((key) => (
                       <tr key={key.id}>
                         <th scope="row">{key.name}</th>
-                        <td><code>{key.prefix}…</code></td>
-                        <td>{key.environment}</td>
-                        <td><StatusBadge status={key.status} /></td>
-                        <td>{key.monthly_spend_limit_micro_myr === null ? "none" : <Money micro={key.monthly_spend_limit_micro_myr} />}</td>
-                        <td><DateTime iso={key.created_at} /></td>
-                        <td>{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
-                        <td>{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
-                        <td><button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button></td>
+                        <td data-label="Key"><code>{key.prefix}…</code></td>
+                        <td data-label="Environment">{key.environment}</td>
+                        <td data-label="Status"><StatusBadge status={key.status} /></td>
+                        <td data-label="Monthly limit">{key.monthly_spend_limit_micro_myr === null ? "none" : <Money micro={key.monthly_spend_limit_micro_myr} />}</td>
+                        <td data-label="Created"><DateTime iso={key.created_at} /></td>
+                        <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
+                        <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
+                        <td className="row-actions"><button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button></td>
                       </tr>
                     ))}
                     {deleted.map((key) => (
                       <tr key={key.id} className="revoked">
                         <th scope="row">{key.name}</th>
-                        <td><code>{key.prefix}…</code></td>
-                        <td>{key.environment}</td>
-                        <td><StatusBadge status="revoked" /></td>
-                        <td colSpan={5}>Deleted just now; calls with it answer <code>revoked_api_key</code>. It leaves this list when you reload.</td>
+                        <td data-label="Key"><code>{key.prefix}…</code></td>
+                        <td data-label="Environment">{key.environment}</td>
+                        <td data-label="Status"><StatusBadge status="revoked" /></td>
+                        <td colSpan={5} className="full">Deleted just now; calls with it answer <code>revoked_api_key</code>. It leaves this list when you reload.</td>
                       </tr>
                     ))}
                   </tbody>

@@ -139,18 +139,18 @@ export const BillingPage = () => {
                 ? <Empty>{page > 1 ? "No more entries." : type === "" ? "No ledger entries yet. Top up to add the first." : "No entries of this type."}</Empty>
                 : (
                   <div className="table-wrap">
-                    <table>
+                    <table className="stack">
                       <thead>
                         <tr><th scope="col">When</th><th scope="col">Type</th><th scope="col">Description</th><th scope="col" className="num">Amount</th><th scope="col" className="num">Balance after</th></tr>
                       </thead>
                       <tbody>
                         {data.ledger.map((entry) => (
                           <tr key={entry.id}>
-                            <td><DateTime iso={entry.createdAt} /></td>
-                            <td>{TYPE_LABELS[entry.type]}</td>
-                            <td>{entry.description}</td>
-                            <td className={entry.amountMicroMyr < 0 ? "num debit" : "num credit"}><Money micro={entry.amountMicroMyr} /></td>
-                            <td className="num"><Money micro={entry.balanceAfterMicroMyr} /></td>
+                            <td data-label="When"><DateTime iso={entry.createdAt} /></td>
+                            <td data-label="Type">{TYPE_LABELS[entry.type]}</td>
+                            <td data-label="Description">{entry.description}</td>
+                            <td data-label="Amount" className={entry.amountMicroMyr < 0 ? "num debit" : "num credit"}><Money micro={entry.amountMicroMyr} /></td>
+                            <td data-label="Balance after" className="num"><Money micro={entry.balanceAfterMicroMyr} /></td>
                           </tr>
                         ))}
                       </tbody>

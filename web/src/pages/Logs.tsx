@@ -104,7 +104,7 @@ export const LogsPage = () => {
               ? <Empty>{filtered ? "No calls match these filters." : page > 1 ? "No more calls." : "No model calls yet. Calls made with your API keys show here."}</Empty>
               : (
                 <div className="table-wrap">
-                  <table className="logs">
+                  <table className="logs stack">
                     <thead>
                       <tr>
                         <th scope="col">Time</th><th scope="col">Endpoint</th><th scope="col">Status</th>
@@ -115,18 +115,18 @@ export const LogsPage = () => {
                       {data.logs.map((log) => (
                         <Fragment key={log.requestId}>
                           <tr className={open === log.requestId ? "open" : undefined}>
-                            <td>
+                            <td data-label="Time">
                               <button type="button" className="link" aria-expanded={open === log.requestId}
                                 aria-controls={`details-${log.requestId}`}
                                 onClick={() => setOpen(open === log.requestId ? null : log.requestId)}>
                                 <DateTime iso={log.createdAt} />
                               </button>
                             </td>
-                            <td><code>{log.endpoint}</code></td>
-                            <td><span className={`badge badge-${log.status}`}>{log.status}</span></td>
-                            <td className="num">{formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}</td>
-                            <td className="num"><Money micro={log.costMicroMyr} /></td>
-                            <td className="num">{formatCount(log.latencyMs)} ms</td>
+                            <td data-label="Endpoint"><code>{log.endpoint}</code></td>
+                            <td data-label="Status"><span className={`badge badge-${log.status}`}>{log.status}</span></td>
+                            <td className="num" data-label="Tokens in / out">{formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}</td>
+                            <td className="num" data-label="Cost"><Money micro={log.costMicroMyr} /></td>
+                            <td className="num" data-label="Latency">{formatCount(log.latencyMs)} ms</td>
                           </tr>
                           {open === log.requestId
                             ? <tr id={`details-${log.requestId}`} className="details-row"><td colSpan={6}><Details log={log} keyName={keys.data?.keys.find((key) => key.id === log.apiKeyId)?.name} /></td></tr>

@@ -105,6 +105,10 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
           expect(escape.body, path).not.toContain("\"name\": \"nenas\"")
         }
 
+        const head = await fetch(`${baseUrl}/app/logs`, { method: "HEAD" })
+        expect(head.status).toBe(200)
+        expect(head.headers.get("cache-control")).toBe("no-cache")
+
         const bare = await fetch(`${baseUrl}/app`, { redirect: "manual" })
         expect(bare.status).toBe(308)
         expect(bare.headers.get("location")).toBe("/app/")

@@ -1,7 +1,7 @@
 import { FileSystem, HttpApiBuilder, HttpServerRequest, HttpServerResponse, Path } from "@effect/platform"
 import { Effect, Option } from "effect"
-import { AppConfig } from "../AppConfig.js"
 import { fileURLToPath } from "node:url"
+import { AppConfig } from "../AppConfig.js"
 import { NotFound } from "../Domain/Errors.js"
 
 /** The mount point of the web dashboard; `DASHBOARD_URL` defaults to `PUBLIC_BASE_URL` + this. */
@@ -69,7 +69,9 @@ export const DashboardLive = HttpApiBuilder.Router.use((router) =>
       if (pathname === DASHBOARD_PATH) return HttpServerResponse.redirect(`${DASHBOARD_PATH}/`, { status: 308 })
       const relative = Option.getOrElse(relativeFile(pathname), () => "")
       const file = path.join(root, relative)
-      if (relative !== "" && (yield* isFile(file))) {
+      // A second guard after joining: whatever the path said, only files inside the build are read.
+      const inside = file.startsWith(root + path.sep)
+      if (inside && relative !== "" && (yield* isFile(file))) {
         return yield* serve(file, relative.startsWith("assets/") ? IMMUTABLE : REVALIDATE)
       }
       if (relative.startsWith("assets/")) {
@@ -82,7 +84,10 @@ export const DashboardLive = HttpApiBuilder.Router.use((router) =>
       `${DASHBOARD_PATH}/config.json`,
       HttpServerResponse.json(clientConfig, { headers: { "cache-control": REVALIDATE } })
     )
-    yield* router.get(DASHBOARD_PATH, handler)
-    yield* router.get(`${DASHBOARD_PATH}/*`, handler)
+    for (const route of [DASHBOARD_PATH, `${DASHBOARD_PATH}/*`] as const) {
+      yield* router.get(route, handler)
+      // Node sends the headers of a HEAD answer without its body.
+      yield* router.head(route, handler)
+    }
   })
 )

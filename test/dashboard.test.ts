@@ -1,7 +1,7 @@
 import { layer } from "@effect/vitest"
 import { mkdir } from "node:fs/promises"
 import { get } from "node:http"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
 import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
@@ -341,6 +341,30 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
             expect(await alert.textContent()).toContain("authentication_error")
             await alert.getByRole("button", { name: "Sign in again" }).click()
             await heading(page, "Sign in to nenas").waitFor()
+          }),
+        ({ close }) => Effect.promise(close)
+      )
+    }), { timeout: 120_000 })
+})
+
+layer(TestServerLive({ authJwksUrl: Option.some("http://127.0.0.1:9/.well-known/jwks.json") }), {
+  excludeTestServices: true,
+  timeout: 120_000
+})("the dashboard with a configured identity provider", (it) => {
+  it.effect("offers the provider's hand-off, not the development email sign-in", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      yield* Effect.acquireUseRelease(
+        Effect.promise(launchBrowser),
+        ({ context }) =>
+          Effect.promise(async () => {
+            const page = await context.newPage()
+            await page.goto(`${baseUrl}/app/`)
+            await page.getByRole("heading", { name: "Sign in with your identity provider" }).waitFor()
+            expect(await page.getByLabel("Email").count()).toBe(0)
+            expect(await page.getByLabel("Session token").count()).toBe(1)
+            expect(await page.textContent("main")).toContain("#id_token=")
+            await screenshots(page, "10-sign-in-identity-provider")
           }),
         ({ close }) => Effect.promise(close)
       )

@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react"
 import { ApiError, request } from "../api"
-import { ErrorPanel, Field, PageHeading } from "../components"
+import { ErrorPanel, Field, Loading, PageHeading } from "../components"
 import { useSession } from "../session"
 
 /**
@@ -40,7 +40,7 @@ export const SignInPage = () => {
     <main id="main" className="signin">
       <PageHeading title="Sign in to nenas" />
       {error === null ? null : <ErrorPanel error={error} />}
-      {config?.identity === "external" ? null : (
+      {config === null ? <Loading what="the sign-in options" /> : config.identity === "external" ? null : (
         <form onSubmit={devSignIn} className="card">
           <h2>Development sign-in</h2>
           <p>This service runs the built-in development identity provider: any email address signs in, and its account is created on first use.</p>

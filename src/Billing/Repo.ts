@@ -168,8 +168,10 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
             (rows) => rows[0]?.total ?? 0
           ),
         recordDispute: (fact) =>
-          Effect.flatMap(now, (at) =>
-            sql`
+          Effect.flatMap(now, (at) => {
+            // A close tells about money only while the dispute is open: a close after a close changes nothing.
+            const applies = sql`(EXCLUDED.status = 'open' OR disputes.status = 'open')`
+            return sql`
               INSERT INTO disputes (id, charge_id, payment_intent_id, amount_micro_myr, status, funds_withdrawn,
                                     funds_reinstated, created_at, closed_at)
               VALUES (${fact.id}, ${fact.chargeId}, ${fact.paymentIntentId}, ${fact.amountMicroMyr}, ${fact.status},
@@ -177,14 +179,15 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
               ON CONFLICT (id) DO UPDATE
                 SET status = CASE WHEN disputes.status = 'open' THEN EXCLUDED.status ELSE disputes.status END,
                     closed_at = COALESCE(disputes.closed_at, EXCLUDED.closed_at),
-                    funds_withdrawn = disputes.funds_withdrawn OR EXCLUDED.funds_withdrawn,
-                    funds_reinstated = disputes.funds_reinstated OR EXCLUDED.funds_reinstated,
+                    funds_withdrawn = disputes.funds_withdrawn OR (EXCLUDED.funds_withdrawn AND ${applies}),
+                    funds_reinstated = disputes.funds_reinstated OR (EXCLUDED.funds_reinstated AND ${applies}),
                     payment_intent_id = COALESCE(disputes.payment_intent_id, EXCLUDED.payment_intent_id)
                 WHERE (disputes.status = 'open' AND EXCLUDED.status <> 'open')
-                   OR (EXCLUDED.funds_withdrawn AND NOT disputes.funds_withdrawn)
-                   OR (EXCLUDED.funds_reinstated AND NOT disputes.funds_reinstated)
+                   OR (EXCLUDED.funds_withdrawn AND NOT disputes.funds_withdrawn AND ${applies})
+                   OR (EXCLUDED.funds_reinstated AND NOT disputes.funds_reinstated AND ${applies})
               RETURNING id
-            `).pipe(Effect.map((rows) => rows.length > 0)),
+            `.pipe(Effect.map((rows) => rows.length > 0))
+          }),
         claimDisputes: (transaction) =>
           sql<DisputeRow>`
             UPDATE disputes SET account_id = ${transaction.accountId}, payment_transaction_id = ${transaction.id}

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer, Schedule } from "effect"
 import { InsufficientBalance } from "../Domain/Errors.js"
 import type { PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
@@ -22,6 +22,12 @@ import { RequestLogs } from "./RequestLogs.js"
  * reservation the sweeper already settled — goes through `WalletRepo`'s
  * transactions, which decide it exactly.
  */
+/** How settlements ride out a database outage: about 25 s of retries, then the sweeper's turn. */
+export const SETTLE_RETRY = Schedule.exponential("100 millis", 2).pipe(
+  Schedule.either(Schedule.spaced("5 seconds")),
+  Schedule.intersect(Schedule.recurs(10))
+)
+
 export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
   /** Holds the call's maximum (positive) and logs it `pending`. */
   readonly reserve: (
@@ -143,6 +149,14 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
         })
 
       const capture = (reservation: Reservation, amount: MicroMyr, description: string, usage: LoggedUsage) =>
+        captureOnce(reservation, amount, description, usage).pipe(
+          // A database blip must not strand the hold: retrying is safe (a capture that did commit is found and not repeated).
+          Effect.retry(SETTLE_RETRY),
+          // Given up: stop renewing the lease, so that the sweeper settles the reservation once it lapses.
+          Effect.tapErrorCause(() => leases.drop(reservation.id))
+        )
+
+      const captureOnce = (reservation: Reservation, amount: MicroMyr, description: string, usage: LoggedUsage) =>
         Effect.gen(function*() {
           const charged = yield* captureInOneStatement(reservation, amount, description, usage)
           if (charged !== undefined) {

@@ -17,7 +17,7 @@ import type { Reservation } from "../Wallet/Repo.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { WebSearchConfig } from "./Api.js"
 import { costOf, withSafetyMargin } from "./Prices.js"
-import { CallBilling } from "./Billing.js"
+import { CallBilling, SETTLE_RETRY } from "./Billing.js"
 import { RequestLogs } from "./RequestLogs.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import type { Citation, SearchPlan, Sources } from "./WebSearch.js"
@@ -291,6 +291,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           const closeLog = logs.fail(p.requestId, code, yield* elapsed(p.startedAt))
           yield* p.reservation === null ? closeLog : wallet.release(p.reservation.id, closeLog)
         }).pipe(
+          Effect.retry(SETTLE_RETRY),
           Effect.catchAllCause((cause) => Effect.logError("settling a failed call failed; the sweeper will", cause)),
           Effect.uninterruptible
         )

@@ -1,6 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Either, Exit, Layer, Option, Redacted, Scope } from "effect"
 import { AppConfig } from "../src/AppConfig.js"
+import { CurrentApiKey } from "../src/Auth/Api.js"
+import { CurrentRequestId } from "../src/Domain/Errors.js"
+import { ServicesLive } from "../src/Http/Server.js"
+import { ModelCalls } from "../src/Models/Calls.js"
 import { DatabaseLive } from "../src/Database/Database.js"
 import { newId } from "../src/Domain/Ids.js"
 import { Idempotency } from "../src/Models/Idempotency.js"
@@ -8,6 +12,7 @@ import { DEFAULT_PRICES } from "../src/Models/Prices.js"
 import { ReservationLeases } from "../src/Wallet/Leases.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { query, TestServer } from "./support/TestServer.js"
+import { Upstream } from "./support/Upstream.js"
 import { walletInstance } from "./support/Wallet.js"
 
 const FREE = { inputPerMillion: 0, cachedInputPerMillion: 0, outputPerMillion: 0 }
@@ -166,4 +171,54 @@ layer(TestServerWithUpstream({ prices: { ...DEFAULT_PRICES, models: { ...DEFAULT
         ])
       }))
   })
+})
+
+/** The service's own parts (as `npm start` composes them) on the test server's database, with a short stream handoff. */
+const services = Effect.gen(function*() {
+  const { databaseUrl } = yield* TestServer
+  const upstream = yield* Upstream
+  const config = AppConfig.layerWith({
+    databaseUrl: Option.some(Redacted.make(databaseUrl)),
+    upstreamBaseUrl: Option.some(upstream.baseUrl),
+    instanceId: newId("test"),
+    streamHandoffTimeoutMs: 300
+  })
+  const context = yield* Layer.build(ServicesLive.pipe(Layer.provide(config)))
+  return context.unsafeMap.get(ModelCalls.key) as ModelCalls["Type"]
+})
+
+layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call handoff", (it) => {
+  it.scoped("a stream dropped between calls.stream returning and its finalizer being attached is still settled", () =>
+    Effect.gen(function*() {
+      const live = yield* caller("settle-handoff@example.com", { sen: 1000 })
+      const calls = yield* services
+      const requestId = `req_${newId("handoff")}`
+      const principal = {
+        keyId: live.keyId,
+        accountId: live.accountId,
+        environment: "live" as const,
+        monthlySpendLimitMicroMyr: null,
+        accountSuspended: false
+      }
+      // The request is interrupted right after the stream is handed over: the stream never runs.
+      yield* calls.stream({
+        endpoint: "/v1/chat/completions",
+        messages: [{ role: "user", content: "hello" }],
+        effort: "medium",
+        maxOutputTokens: 100,
+        maxTotalCostMyr: undefined,
+        webSearch: undefined,
+        stream: true,
+        inputParam: "messages"
+      }).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
+      const held = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [requestId])
+      expect(held).toEqual([{ status: "open" }])
+      yield* Effect.sleep("1 second")
+      const after = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [requestId])
+      expect(after[0]?.status).not.toBe("open")
+      const logs = yield* query<{ status: string }>(`SELECT status FROM request_logs WHERE request_id = $1`, [requestId])
+      expect(logs[0]?.status).not.toBe("pending")
+      expect((yield* walletOf(live.accountId)).reserved).toBe(0)
+      expect(yield* violations(live.accountId)).toEqual([])
+    }))
 })

@@ -6,8 +6,10 @@ import { newId } from "../Domain/Ids.js"
 
 /** How long a reservation outlives its owner's last renewal, whatever its owner's heartbeat says. */
 export const RESERVATION_LEASE = Duration.seconds(45)
-/** How often a live process beats and renews the reservations it holds. */
+/** How often a live process beats. */
 export const LEASE_RENEWAL = Duration.seconds(2)
+/** Every how many beats it also renews the reservations it holds (their lease is long: a row each is not free). */
+const BEATS_PER_RENEWAL = 5
 /** A process that has not beaten for this long is dead: three beats missed. */
 export const DEAD_AFTER = Duration.seconds(6)
 /**
@@ -44,8 +46,9 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         yield* register(sql, holder, instanceId)
         /** Each held reservation and when it was taken. */
         const held = new Map<string, number>()
+        const beat = sql`UPDATE instances SET heartbeat_at = now() WHERE id = ${holder}`
         const renew = Effect.gen(function*() {
-          yield* sql`UPDATE instances SET heartbeat_at = now() WHERE id = ${holder}`
+          yield* beat
           const now = yield* Clock.currentTimeMillis
           for (const [id, since] of held) if (now - since > Duration.toMillis(MAX_HOLD)) held.delete(id)
           if (held.size === 0) return 0
@@ -58,7 +61,13 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         }).pipe(
           Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("reservation lease renewal failed", cause), 0))
         )
-        yield* renew.pipe(Effect.repeat(Schedule.spaced(renewal)), Effect.forkScoped)
+        let beats = 0
+        const tick = Effect.suspend((): Effect.Effect<unknown> =>
+          ++beats % BEATS_PER_RENEWAL === 0
+            ? renew
+            : beat.pipe(Effect.catchAllCause((cause) => Effect.logWarning("instance heartbeat failed", cause)))
+        )
+        yield* tick.pipe(Effect.repeat(Schedule.spaced(renewal)), Effect.forkScoped)
         // A clean stop is a death too: what this process still holds is released by the next sweep.
         yield* Effect.addFinalizer(() =>
           Effect.ignore(sql`UPDATE instances SET heartbeat_at = '-infinity' WHERE id = ${holder}`)

@@ -13,7 +13,8 @@ import {
   type ServiceProcess,
   spawnService,
   stopService,
-  waitReady
+  waitReady,
+  withClient
 } from "../support/ServiceProcess.js"
 import { WEBHOOK_SECRET } from "../support/Stripe.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
@@ -153,6 +154,10 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     // "Its start": the moment it serves (/readyz 200). Spawning includes loading TypeScript, which on a busy
     // machine takes longer than the recovery itself; both are reported.
     const recoveryMs = resolvedAt === 0 ? Number.POSITIVE_INFINITY : Math.max(0, resolvedAt - readyAt)
+    // When the new process registered itself (the first thing it does with the database), in ms since the epoch.
+    const registeredAt = await withClient(databaseUrl, async (client) =>
+      Number((await client.query<{ at: string }>("SELECT (extract(epoch FROM max(started_at)) * 1000)::bigint AS at FROM instances")).rows[0]?.at)
+    )
     const line = {
       round,
       requests: outcomes.length,
@@ -164,6 +169,7 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
       holdsJustBeforeKill: before.openReservations,
       recoveryMsAfterReady: recoveryMs,
       resolvedMsFromSpawn: resolvedAt - spawnedAt,
+      resolvedMsFromRegistration: resolvedAt - registeredAt,
       readyMsFromSpawn: readyAt - spawnedAt
     }
     report.push(line)

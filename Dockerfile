@@ -12,6 +12,7 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json main.ts ./
 COPY src ./src
 COPY migrations ./migrations
+COPY web ./web
 RUN npm run build
 
 # Production dependencies only: no tsx, no embedded PostgreSQL, no test tools.
@@ -28,6 +29,7 @@ WORKDIR /app
 COPY --chown=root:root package.json ./
 COPY --from=deps --chown=root:root /app/node_modules ./node_modules
 COPY --from=build --chown=root:root /app/dist ./dist
+COPY --from=build --chown=root:root /app/web/dist ./web/dist
 # The image's own unprivileged user; the application's files stay read-only to it.
 USER node
 EXPOSE 8080

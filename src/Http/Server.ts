@@ -33,6 +33,7 @@ import { LoggingLive } from "../Observability/Logging.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { TracingLive } from "../Observability/Tracing.js"
 import { accessLog } from "./AccessLog.js"
+import { DashboardLive } from "./Dashboard.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
@@ -80,11 +81,12 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   ])
 )
 
-/** The HTTP application: the API, its docs (`/docs`, `/openapi.json`) and the error encoder. */
+/** The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`) and the error encoder. */
 const HttpAppLive = HttpApiBuilder.serve(accessLog).pipe(
   Layer.provide([
     HttpApiScalar.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
+    DashboardLive,
     HttpApiBuilder.middlewareCors({ exposedHeaders: [
       "x-request-id",
       "retry-after",

@@ -86,7 +86,8 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       host: "127.0.0.1",
       port,
       publicBaseUrl: baseUrl,
-      dashboardUrl: baseUrl,
+      dashboardUrl: `${baseUrl}/app`,
+      instanceId: `test:${port}`,
       ...overrides
     })
     const server = ServerLive.pipe(

@@ -1,5 +1,6 @@
 import initial from "./0001_initial.js"
 import payments from "./0002_payments.js"
+import settlement from "./0003_settlement.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -8,5 +9,6 @@ import payments from "./0002_payments.js"
  */
 export const migrations = {
   "0001_initial": initial,
-  "0002_payments": payments
+  "0002_payments": payments,
+  "0003_settlement": settlement
 }

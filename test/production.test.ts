@@ -6,6 +6,7 @@ import { parse } from "yaml"
 import { migrations } from "../migrations/index.js"
 import { appConfig } from "../src/AppConfig.js"
 import { call } from "./support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
 const root = new URL("../", import.meta.url)
@@ -173,21 +174,25 @@ describe("tracing", () => {
   it.live("with OTEL_EXPORTER_OTLP_ENDPOINT set, a request's spans reach the collector over OTLP/HTTP", () =>
     Effect.scoped(Effect.gen(function*() {
       const receiver = yield* otlpReceiver
-      const server = yield* Layer.build(TestServerLive({ otlpEndpoint: Option.some(receiver.url) }))
-      yield* call("GET", "/readyz").pipe(Effect.provide(server))
+      const server = yield* Layer.build(TestServerWithUpstream({ otlpEndpoint: Option.some(receiver.url) }))
+      const live = yield* caller("traced@example.com", { sen: 1000 }).pipe(Effect.provide(server))
+      const reply = yield* modelCall(live.apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Hi" }).pipe(
+        Effect.provide(server)
+      )
+      expect(reply.status).toBe(200)
+      const expected = ["http.server POST", "auth.apiKey", "billing.reserve", "provider.complete", "billing.capture", "sql.execute"]
       const deadline = Date.now() + 15_000
-      while (Date.now() < deadline && !receiver.spans().some((span) => span.name.startsWith("http.server"))) {
+      const names = () => receiver.spans().map((span) => span.name)
+      while (Date.now() < deadline && !expected.every((name) => names().some((seen) => seen.startsWith(name)))) {
         yield* Effect.sleep("200 millis")
       }
-      const names = receiver.spans().map((span) => span.name)
-      expect(names.some((name) => name.startsWith("http.server GET"))).toBe(true)
-      expect(names.some((name) => name.startsWith("sql.execute"))).toBe(true)
+      for (const name of expected) expect(names().some((seen) => seen.startsWith(name)), name).toBe(true)
     })))
 })
 
 describe("metrics", () => {
   it.layer(TestServerLive({ metricsToken: Option.some(Redacted.make("scrape-secret")) }))((it) => {
-    it.effect("GET /metrics needs METRICS_TOKEN when set, and counts requests by route pattern", () =>
+    it.effect("GET /metrics needs METRICS_TOKEN when set, and counts requests by route pattern and upstream latency", () =>
       Effect.gen(function*() {
         yield* call("DELETE", "/dashboard/api-keys/key_abc")
         const refused = yield* call("GET", "/metrics")

@@ -6,6 +6,7 @@ import { AppConfig } from "../AppConfig.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
+import { Metrics } from "../Observability/Metrics.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
 import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent } from "./DevCheckout.js"
@@ -73,6 +74,9 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
   Effect.gen(function*() {
     const processor = yield* PaymentProcessor
     const payments = yield* Payments
+    const metrics = yield* Metrics
+    // Events that never reached `apply` (no signature, a bad one, a body of the wrong shape) have no trusted type.
+    const rejected = () => Effect.sync(() => metrics.webhookEvents.inc({ type: "unverified", result: "rejected" }))
     return handlers.handle("stripe", () =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -102,11 +106,18 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           Effect.mapError(() => new InvalidRequest({ message: "The event has no id, type or data.object." }))
         )
         const processed = yield* payments.apply(event).pipe(
-          Effect.tapError((error) => Effect.logError(`Stripe event ${event.id} (${event.type}) was not applied`, error)),
+          Effect.tapErrorCause((cause) =>
+            Effect.zipRight(
+              Effect.sync(() => metrics.webhookEvents.inc({ type: event.type, result: "failed" })),
+              Effect.logError(`Stripe event ${event.id} (${event.type}) was not applied`, cause)
+            )
+          ),
           Effect.catchTag("SqlError", Effect.die)
         )
+        metrics.webhookEvents.inc({ type: event.type, result: processed ? "processed" : "ignored" })
+        yield* Effect.logInfo("webhook").pipe(Effect.annotateLogs({ eventId: event.id, type: event.type, processed }))
         return { received: true, processed }
-      }))
+      }).pipe(Effect.tapError(rejected)))
   }))
 
 /** The simulated checkout's page and its Pay and Cancel; 404 while Stripe is configured. */

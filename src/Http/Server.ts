@@ -5,6 +5,7 @@ import { Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
+import { ApiKeyAuth } from "../Auth/Api.js"
 import { ApiKeyAuthLive, DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
 import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
 import { BillingLive, DevCheckoutLive, PaymentsServicesLive, WebhooksLive } from "../Billing/Http.js"
@@ -30,6 +31,7 @@ import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { LoggingLive } from "../Observability/Logging.js"
+import { instrumentedProvider, traced } from "../Observability/Instrumented.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { TracingLive } from "../Observability/Tracing.js"
 import { accessLog } from "./AccessLog.js"
@@ -39,21 +41,21 @@ import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
 export const ServicesLive = Layer.mergeAll(
   DashboardAuthLive,
-  ApiKeyAuthLive,
+  traced(ApiKeyAuth, "auth", ApiKeyAuthLive),
   PaymentsServicesLive,
   ReservationSweeper.layerRunning,
   ModelCalls.layer,
   Idempotency.layer,
   CallLimits.layer
 ).pipe(
-  Layer.provideMerge(CallBilling.layer),
+  Layer.provideMerge(traced(CallBilling, "billing", CallBilling.layer)),
   Layer.provideMerge(Layer.mergeAll(
     KeyLastUsed.layer(),
-    WalletRepo.layer,
+    traced(WalletRepo, "wallet", WalletRepo.layer),
     RequestLogs.layer,
     Router.layer,
-    ProviderLive,
-    WebSearch.layer.pipe(Layer.provide(SearchLive))
+    instrumentedProvider(ProviderLive),
+    traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(SearchLive)))
   )),
   Layer.provideMerge(Layer.mergeAll(
     AccountsRepo.layer,

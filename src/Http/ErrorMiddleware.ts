@@ -22,6 +22,7 @@ import {
   toErrorBody
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
+import { makeRequestGuard } from "./RequestGuard.js"
 import { CurrentResponseHeaders } from "./ResponseHeaders.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -80,6 +81,10 @@ const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
     .sort((a, b) => b.path.length - a.path.length)
 }
 
+/** A message quotes the offending value: never more of it than this (a field may hold megabytes). */
+const MAX_MESSAGE = 300
+const bounded = (message: string): string => message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE)}…` : message
+
 const fromIssues = (all: ReadonlyArray<Issue>) => {
   const issues = distinctIssues(all)
   const first = issues[0]
@@ -88,7 +93,9 @@ const fromIssues = (all: ReadonlyArray<Issue>) => {
   const rest = issues.length - 1
   const more = rest > 0 ? ` (and ${rest} more problem${rest > 1 ? "s" : ""})` : ""
   return new InvalidRequest({
-    message: param === null ? `Invalid request: ${first.message}${more}` : `Invalid '${param}': ${first.message}${more}`,
+    message: param === null
+      ? `Invalid request: ${bounded(first.message)}${more}`
+      : `Invalid '${bounded(param)}': ${bounded(first.message)}${more}`,
     param
   })
 }
@@ -155,6 +162,7 @@ const pauseInsteadOfDestroy = (request: HttpServerRequest.HttpServerRequest): vo
 export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
   Effect.gen(function*() {
     const { dashboardUrl } = yield* AppConfig
+    const guard = yield* makeRequestGuard
     return (app) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -162,9 +170,11 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const extraHeaders: Record<string, string> = {}
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
         pauseInsteadOfDestroy(request)
+        let refused = false
+        const guarded = Effect.zipRight(Effect.tapError(guard, () => Effect.sync(() => refused = true)), app)
         const response = contentLengthOver(request)
           ? respond(new ContextLengthExceeded({ message: OVERSIZE_MESSAGE }))
-          : yield* app.pipe(
+          : yield* guarded.pipe(
             HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES)),
             Effect.catchAllCause((cause) =>
               Option.match(toApiError(cause), {
@@ -183,8 +193,8 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
             Effect.locally(CurrentResponseHeaders, extraHeaders)
           )
         const withId = HttpServerResponse.setHeaders(response, { ...extraHeaders, "x-request-id": requestId })
-        // An oversize body was left unread: the connection cannot carry another request.
-        return response.status === 413 ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
+        // An oversize or refused body may be left unread: the connection cannot carry another request.
+        return response.status === 413 || refused ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
       })
   })
 )

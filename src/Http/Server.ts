@@ -30,6 +30,7 @@ import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
+import { drainDeadline } from "./Shutdown.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
 export const ServicesLive = Layer.mergeAll(
@@ -95,9 +96,12 @@ const HttpAppLive = HttpApiBuilder.serve().pipe(
   Layer.provide(ApiLive)
 )
 
-/** The Node HTTP server on `HOST:PORT`. */
+/** The Node HTTP server on `HOST:PORT`; stopping, it drains in-flight calls up to a deadline. */
 export const NodeServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, ({ host, port }) => NodeHttpServer.layer(createServer, { port, host }))
+  Effect.map(AppConfig, ({ host, port }) => {
+    const server = createServer()
+    return Layer.provideMerge(drainDeadline(server), NodeHttpServer.layer(() => server, { port, host }))
+  })
 )
 
 /**

@@ -98,6 +98,14 @@ layer(TestServerLive(), { timeout: 120_000 })("bad input", (it) => {
       }
     }))
 
+  it.effect("a URL over Node's 16 KiB header limit → 400 in the error shape, not a bare 431", () =>
+    Effect.gen(function*() {
+      const { session } = yield* setup
+      const reply = yield* call("GET", `/dashboard/logs?from=${"x".repeat(20_000)}`, { token: session })
+      expectClientError(reply, { status: 400, code: "invalid_request" })
+      expect(reply.body.error.message).toContain("16 KiB")
+    }))
+
   describe("date-times are RFC 3339", () => {
     const refused = ["2024-06-31T00:00:00Z", "2024-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "-1", "12/31/2024", "2024-06-30T00:00:00Z%00", "2024-06-30", "2024-06-30T24:00:00Z", "2024-06-30T00:00:00", "1719705600"]
     it.effect("an invalid date-time → 400 naming the parameter, on logs and usage", () =>

@@ -7,6 +7,8 @@ import {
   HttpServerResponse
 } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
+import type { Server } from "node:http"
+import type { Duplex } from "node:stream"
 import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
@@ -198,6 +200,27 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
       })
   })
 )
+
+/**
+ * What Node's HTTP parser refuses before any handler runs (headers or URL
+ * over 16 KiB, a malformed request line) it would answer with a bare status
+ * and no body; this answers in the error shape, with an `X-Request-Id`.
+ */
+export const answerParserErrors = (server: Server, dashboardUrl: string): void => {
+  server.on("clientError", (error: NodeJS.ErrnoException, socket: Duplex) => {
+    if (!socket.writable || (error.code !== undefined && !error.code.startsWith("HPE_"))) return void socket.destroy()
+    const requestId = newId("req")
+    const message = error.code === "HPE_HEADER_OVERFLOW"
+      ? "The request's headers and URL exceed 16 KiB."
+      : "The request is not valid HTTP/1.1."
+    const error400 = new InvalidRequest({ message })
+    const body = JSON.stringify(toErrorBody(error400, requestId, dashboardUrl))
+    socket.end(
+      `HTTP/1.1 ${httpStatus(error400)} Bad Request\r\ncontent-type: application/json\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`
+    )
+  })
+}
 
 /** The request id of the request being served (the `X-Request-Id` it answers with). */
 export const currentRequestId = FiberRef.get(CurrentRequestId)

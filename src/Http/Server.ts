@@ -29,7 +29,7 @@ import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
-import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
+import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 import { drainDeadline } from "./Shutdown.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
@@ -98,8 +98,9 @@ const HttpAppLive = HttpApiBuilder.serve().pipe(
 
 /** The Node HTTP server on `HOST:PORT`; stopping, it drains in-flight calls up to a deadline. */
 export const NodeServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, ({ host, port }) => {
+  Effect.map(AppConfig, ({ dashboardUrl, host, port }) => {
     const server = createServer()
+    answerParserErrors(server, dashboardUrl)
     return Layer.provideMerge(drainDeadline(server), NodeHttpServer.layer(() => server, { port, host }))
   })
 )

@@ -18,7 +18,7 @@ const nulInUrl = (url: string): Option.Option<InvalidRequest> => {
   const [path = "", query = ""] = url.split("?", 2)
   for (const [name, value] of new URLSearchParams(query)) {
     if (name.includes("\u0000") || value.includes("\u0000")) {
-      const param = name.replaceAll("\u0000", "")
+      const param = name.replaceAll("\u0000", "").slice(0, 100)
       return Option.some(new InvalidRequest({ message: `Invalid '${param}': must not contain the character U+0000`, param }))
     }
   }

@@ -1,4 +1,3 @@
-import { randomInt } from "node:crypto"
 import { countTokens } from "gpt-tokenizer"
 
 /** A message as the service passes it on: a role and plain text. */
@@ -22,13 +21,14 @@ const LONG_RUN = new RegExp(`\\S{${MAX_PIECE + 1},}|\\s{${MAX_PIECE + 1},}`, "g"
 /**
  * Even sliced, the tokenizer reads about 1 MB of varied text a second. Texts
  * up to this many characters are counted exactly; longer ones are estimated
- * from SAMPLES windows as many characters in all (well under 0.2 s).
+ * from SAMPLES windows as many characters in all (well under 0.2 s). The
+ * reservation adds its own safety margin to the estimate.
  */
 const EXACT_CHARS = 65_536
 const SAMPLES = 64
 const WINDOW = EXACT_CHARS / SAMPLES
-/** A sample's error is a few percent; an estimate that reserves money errs high. */
-const SAMPLE_MARGIN = 1.05
+/** How far a window's ends move to reach whitespace, so that it holds whole words. */
+const ALIGN = 64
 
 const isHighSurrogate = (code: number): boolean => code >= 0xd800 && code <= 0xdbff
 const isLowSurrogate = (code: number): boolean => code >= 0xdc00 && code <= 0xdfff
@@ -58,23 +58,30 @@ const countExact = (text: string): number => {
   return total + countPiece(start === 0 ? text : text.slice(start))
 }
 
+/** The index just after the next whitespace at or after `from` (within ALIGN), or `from`. */
+const afterSpace = (text: string, from: number): number => {
+  for (let i = from; i < Math.min(from + ALIGN, text.length); i++) if (/\s/.test(text[i] ?? "")) return i + 1
+  return from
+}
+
 /**
- * One window at a random place in each of SAMPLES equal strata: unbiased, and
- * a caller cannot know which parts are read, so cannot make only those cheap.
+ * One window of whole words in the middle of each of SAMPLES equal strata:
+ * deterministic, so that the same text always gets the same count.
  */
 const countSampled = (text: string): number => {
   const stratum = Math.floor(text.length / SAMPLES)
   let tokens = 0
   let chars = 0
   for (let i = 0; i < SAMPLES; i++) {
-    let start = i * stratum + randomInt(0, stratum - WINDOW + 1)
+    // A window runs from a word's leading space to before the next one's, as the tokenizer splits words.
+    let start = Math.max(0, afterSpace(text, i * stratum + Math.floor((stratum - WINDOW) / 2)) - 1)
     if (isLowSurrogate(text.charCodeAt(start))) start += 1
-    let end = start + WINDOW
+    let end = Math.max(start + 1, afterSpace(text, start + WINDOW) - 1)
     if (isHighSurrogate(text.charCodeAt(end - 1))) end -= 1
     tokens += countExact(text.slice(start, end))
     chars += end - start
   }
-  return Math.ceil(tokens / chars * text.length * SAMPLE_MARGIN)
+  return Math.ceil(tokens / chars * text.length)
 }
 
 /**

@@ -38,6 +38,11 @@ describe("no request stalls the service", () => {
     // A live key with an empty wallet: the count runs before the balance is checked.
     const liveKey = (await post(base, "/dashboard/api-keys", { name: "stall live" }, session)).body.full_key as string
 
+    // Built before probing starts: the probe runs in this process too.
+    const oneWord = JSON.stringify({ input: "a".repeat(1024 * 1024), max_output_tokens: 16 })
+    const varied = Array.from({ length: 1024 * 1024 }, (_, i) => "qwertyuiopasdfghjklzxcvbnm"[(i * 7919 + (i >> 5)) % 26]).join("")
+    const variedWord = JSON.stringify({ input: varied, max_output_tokens: 16 })
+    const deepBody = `{"input":${"[".repeat(10_000)}${"]".repeat(10_000)}}`
     const probes: Array<number> = []
     let probing = true
     const probe = (async () => {
@@ -49,7 +54,6 @@ describe("no request stalls the service", () => {
       }
     })()
 
-    const word = "a".repeat(1024 * 1024)
     const timed = async (key: string, body: string) => {
       const started = performance.now()
       const response = await fetch(`${base}/v1/responses`, {
@@ -61,9 +65,6 @@ describe("no request stalls the service", () => {
       await response.text()
       return { status: response.status, ms: performance.now() - started }
     }
-    const oneWord = JSON.stringify({ input: word, max_output_tokens: 16 })
-    const variedWord = JSON.stringify({ input: Array.from({ length: 1024 * 1024 }, (_, i) => "qwertyuiopasdfghjklzxcvbnm"[(i * 7919 + (i >> 5)) % 26]).join(""), max_output_tokens: 16 })
-    const deepBody = `{"input":${"[".repeat(10_000)}${"]".repeat(10_000)}}`
     const results: Record<string, Array<{ status: number; ms: number }>> = { testKey: [], emptyWallet: [], varied: [], deep: [] }
     for (let round = 0; round < ROUNDS; round++) {
       results["testKey"]?.push(await timed(testKey, oneWord))

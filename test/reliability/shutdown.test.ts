@@ -41,7 +41,7 @@ const streamedCall = (base: string, key: string) =>
     signal: AbortSignal.timeout(60_000)
   }).then(async (response) => ({ status: response.status, text: await response.text() }))
 
-/** The node process under npm: its pid, from the pid file PostgreSQL does not write, so from `ps`. */
+/** The node process npm started (its child in the group), found with `ps`. */
 const nodePidUnder = async (npmPid: number): Promise<number> => {
   const { execFile } = await import("node:child_process")
   const out = await new Promise<string>((resolve) =>

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto"
 import { Effect, Option, Stream } from "effect"
 import { countMessages, countText } from "../Models/Tokens.js"
+import { simulatedPlannerAnswer } from "../Search/Planning.js"
 import type { Completion, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 const lastUserText = (request: ProviderRequest): string =>
@@ -14,6 +15,9 @@ const SOURCES = /^\[(\d+)\] /m
  * when sources were given, so citations can be followed end to end.
  */
 const fullAnswer = (request: ProviderRequest): string => {
+  // A web search planning call: queries derived from the prompt, one a line.
+  const planned = simulatedPlannerAnswer(request.messages)
+  if (planned !== undefined) return planned
   const question = lastUserText(request).replace(/\s+/g, " ").trim()
   const digest = createHash("sha256").update(JSON.stringify(request.messages)).digest("hex").slice(0, 8)
   const quoted = question.length > 120 ? `${question.slice(0, 117)}...` : question

@@ -1,8 +1,11 @@
-import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { SearchError } from "../Domain/Errors.js"
+import { mainText, plainText } from "./Extract.js"
+import type { FetchedPage, PageError } from "./Fetch.js"
+import { HostResolver, PageFailed, PageFetcher } from "./Fetch.js"
 
 export interface SearchResult {
   readonly title: string
@@ -13,8 +16,8 @@ export interface SearchResult {
 
 export interface SearchShape {
   readonly search: (query: string, maxResults: number) => Effect.Effect<ReadonlyArray<SearchResult>, SearchError>
-  /** A page's readable text. */
-  readonly fetchPage: (url: string) => Effect.Effect<string, SearchError>
+  /** A page's main text; a page that is refused or fails is the caller's to skip. */
+  readonly readPage: (url: string) => Effect.Effect<string, PageError>
 }
 
 /** Web search: a SearXNG-compatible API when `SEARCH_BASE_URL` is set, else the simulated search. */
@@ -32,7 +35,7 @@ export const simulatedSearch: SearchShape = {
       snippet: `Simulated result ${i + 1} about "${query.slice(0, 120)}".`,
       publishedAt: new Date(Date.UTC(2026, 0, 1 + i)).toISOString()
     }))),
-  fetchPage: (url) => Effect.succeed(`Simulated page text of ${url}. It restates the result in more words.`)
+  readPage: (url) => Effect.succeed(`Simulated page text of ${url}. It restates the result in more words.`)
 }
 
 const SearxResults = Schema.Struct({
@@ -44,27 +47,18 @@ const SearxResults = Schema.Struct({
   }))
 })
 
-const PAGE_TIMEOUT = "10 seconds"
-const MAX_PAGE_CHARS = 20_000
+const SEARCH_TIMEOUT = "10 seconds"
 
-/** Visible text of an HTML page, roughly: scripts, styles and tags removed, whitespace collapsed. */
-const pageText = (html: string): string =>
-  html
-    .replace(/<(script|style|noscript)[\s\S]*?<\/\1>/gi, " ")
-    .replace(/<[^>]+>/g, " ")
-    .replace(/&nbsp;/g, " ")
-    .replace(/&amp;/g, "&")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/\s+/g, " ")
-    .trim()
-    .slice(0, MAX_PAGE_CHARS)
+/** A fetched page's main text: HTML through Readability, text as it is. */
+const readable = (page: FetchedPage): string => page.kind === "html" ? mainText(page.body) : plainText(page.body)
 
 export const makeSearxng = (baseUrl: string) =>
-  Effect.map(HttpClient.HttpClient, (client): SearchShape => {
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const pages = yield* PageFetcher
     const failed = (what: string) => (error: { readonly message: string }) =>
       new SearchError({ message: `Web search failed (${what}): ${error.message}` })
-    return {
+    const shape: SearchShape = {
       search: (query, maxResults) =>
         client.get(`${baseUrl.replace(/\/+$/, "")}/search`, { urlParams: { q: query, format: "json" } }).pipe(
           Effect.filterOrFail((response) => response.status === 200, (response) =>
@@ -79,23 +73,24 @@ export const makeSearxng = (baseUrl: string) =>
               publishedAt: result.publishedDate
             }))
           ),
-          Effect.timeout(PAGE_TIMEOUT),
+          Effect.timeout(SEARCH_TIMEOUT),
           Effect.catchAll((error) => Effect.fail(error instanceof SearchError ? error : failed("search")(error)))
         ),
-      fetchPage: (url) =>
-        client.execute(HttpClientRequest.get(url)).pipe(
-          Effect.flatMap((response) => response.text),
-          Effect.map(pageText),
-          Effect.timeout(PAGE_TIMEOUT),
-          Effect.catchAll((error) => Effect.fail(failed(`reading ${url}`)(error)))
-        )
+      readPage: (url) =>
+        Effect.flatMap(pages.fetch(url), (page) =>
+          Effect.try({ try: () => readable(page), catch: () => new PageFailed({ url, reason: "its text could not be read" }) }))
     }
+    return shape
   })
 
 export const SearchLive = Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* AppConfig
   if (Option.isSome(config.searchBaseUrl)) {
-    return Layer.effect(Search, makeSearxng(config.searchBaseUrl.value)).pipe(Layer.provide(NodeHttpClient.layerUndici))
+    return Layer.effect(Search, makeSearxng(config.searchBaseUrl.value)).pipe(
+      Layer.provide(NodeHttpClient.layerUndici),
+      Layer.provide(PageFetcher.layer),
+      Layer.provide(HostResolver.system)
+    )
   }
   if (config.production) {
     return yield* Effect.dieMessage("NODE_ENV=production needs SEARCH_BASE_URL: the simulated search does not run in production.")

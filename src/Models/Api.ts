@@ -170,6 +170,8 @@ export const ChatCompletionRequest = Schema.Struct({
   store: Schema.optional(Schema.NullOr(Schema.Boolean)),
   metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
   service_tier: Schema.optional(Schema.NullOr(Schema.String)),
+  /** This service's web search, as on responses (an extension of OpenAI's chat). */
+  web_search: Schema.optional(WebSearchConfig),
   ...notImplementedFields(...CHAT_NOT_IMPLEMENTED)
 }).annotations({ identifier: "ChatCompletionRequest" })
 export type ChatCompletionRequest = typeof ChatCompletionRequest.Type
@@ -183,7 +185,11 @@ export const ChatCompletion = Schema.Struct({
   model: Schema.String,
   choices: Schema.Array(Schema.Struct({
     index: Schema.Int,
-    message: Schema.Struct({ role: Schema.Literal("assistant"), content: Schema.String }),
+    message: Schema.Struct({
+      role: Schema.Literal("assistant"),
+      content: Schema.String,
+      annotations: Schema.optional(Schema.Array(Schema.Unknown))
+    }),
     finish_reason: FinishReason
   })),
   usage: Schema.Struct({

@@ -4,6 +4,7 @@ import { toErrorBody } from "../Domain/Errors.js"
 import { toMyrString } from "../Domain/Money.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { CallResult, StreamEvent } from "./Calls.js"
+import type { Annotation } from "./WebSearch.js"
 
 /** Ids of the objects a call returns, derived from its request id so a response leads back to its log. */
 export const idsOf = (requestId: string) => {
@@ -11,12 +12,28 @@ export const idsOf = (requestId: string) => {
   return { response: `resp_${suffix}`, message: `msg_${suffix}`, chat: `chatcmpl-${suffix}` }
 }
 
-const outputMessage = (id: string, text: string, status: "in_progress" | "completed") => ({
+/** The answer's `[n]` markers as OpenAI's Responses annotations. */
+const urlCitations = (annotations: ReadonlyArray<Annotation>) =>
+  annotations.map((a) => ({ type: "url_citation" as const, start_index: a.startIndex, end_index: a.endIndex, url: a.url, title: a.title }))
+
+/** The same, as OpenAI's chat message carries them. */
+const chatUrlCitations = (annotations: ReadonlyArray<Annotation>) =>
+  annotations.map((a) => ({
+    type: "url_citation" as const,
+    url_citation: { start_index: a.startIndex, end_index: a.endIndex, url: a.url, title: a.title }
+  }))
+
+const outputMessage = (
+  id: string,
+  text: string,
+  status: "in_progress" | "completed",
+  annotations: ReadonlyArray<Annotation> = []
+) => ({
   type: "message" as const,
   id,
   status,
   role: "assistant" as const,
-  content: status === "completed" ? [{ type: "output_text" as const, text, annotations: [] }] : []
+  content: status === "completed" ? [{ type: "output_text" as const, text, annotations: urlCitations(annotations) }] : []
 })
 
 const responsesUsage = (result: CallResult) => ({
@@ -41,7 +58,7 @@ export const responsesOutput = (result: CallResult) => {
     status: "completed",
     model: PUBLIC_MODEL,
     output_text: result.text,
-    output: [outputMessage(ids.message, result.text, "completed")],
+    output: [outputMessage(ids.message, result.text, "completed", result.annotations)],
     usage: responsesUsage(result),
     request_id: result.requestId,
     routing: {
@@ -70,7 +87,11 @@ export const chatCompletion = (result: CallResult) => ({
   object: "chat.completion" as const,
   created: result.createdAt,
   model: PUBLIC_MODEL,
-  choices: [{ index: 0, message: { role: "assistant" as const, content: result.text }, finish_reason: result.finishReason }],
+  choices: [{
+    index: 0,
+    message: { role: "assistant" as const, content: result.text, annotations: chatUrlCitations(result.annotations) },
+    finish_reason: result.finishReason
+  }],
   usage: chatUsage(result),
   cost_myr: toMyrString(result.cost)
 })
@@ -99,7 +120,8 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
     const shell = (status: string) => ({
       id: ids.response, object: "response", created_at: createdAt, status, model: PUBLIC_MODEL, output: [], request_id: requestId
     })
-    const part = (value: string) => ({ type: "output_text", text: value, annotations: [] })
+    const part = (value: string, annotations: ReadonlyArray<Annotation> = []) =>
+      ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
     const at = { item_id: ids.message, output_index: 0, content_index: 0 }
     const start = [
       emit("response.created", { response: shell("in_progress") }),
@@ -115,8 +137,11 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
         case "Completed":
           return Effect.succeed([
             emit("response.output_text.done", { ...at, text: event.result.text }),
-            emit("response.content_part.done", { ...at, part: part(event.result.text) }),
-            emit("response.output_item.done", { output_index: 0, item: outputMessage(ids.message, event.result.text, "completed") }),
+            emit("response.content_part.done", { ...at, part: part(event.result.text, event.result.annotations) }),
+            emit("response.output_item.done", {
+              output_index: 0,
+              item: outputMessage(ids.message, event.result.text, "completed", event.result.annotations)
+            }),
             emit("response.completed", { response: responsesOutput(event.result) })
           ])
         case "Failed":
@@ -144,7 +169,12 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
           return Effect.succeed([chunk([{ index: 0, delta: { content: event.text }, finish_reason: null }])])
         case "Completed":
           return Effect.succeed([
-            chunk([{ index: 0, delta: {}, finish_reason: event.result.finishReason }]),
+            chunk([{
+              index: 0,
+              // The citations arrive with the last content chunk, once the whole answer is known.
+              delta: event.result.annotations.length > 0 ? { annotations: chatUrlCitations(event.result.annotations) } : {},
+              finish_reason: event.result.finishReason
+            }]),
             chunk([], { usage: chatUsage(event.result), cost_myr: toMyrString(event.result.cost) }),
             sse("message", "[DONE]")
           ])

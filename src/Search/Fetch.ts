@@ -111,8 +111,10 @@ const readCapped = (response: IncomingMessage, maxBytes: number) =>
       if (chunk.length >= room) {
         chunks.push(chunk.subarray(0, room))
         size = maxBytes
-        response.destroy()
+        // Settled first: cutting the connection then reports an abort that no longer matters.
         resolve({ bytes: Buffer.concat(chunks), truncated: true })
+        response.removeAllListeners("data")
+        response.destroy()
         return
       }
       chunks.push(chunk)

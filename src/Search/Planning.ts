@@ -115,8 +115,10 @@ export const simulatedPlannerAnswer = (messages: ReadonlyArray<Message>): string
   const found = messages.length > 1 ? messages[messages.length - 1] : undefined
   const followUp = found?.role === "system" && found.content.startsWith("Searches already run:")
   const titles = followUp ? keywords(found.content.split("\n").slice(2, 4).join(" ")).filter((word) => !terms.includes(word)) : []
+  // Angles the question already names would only repeat it.
+  const angles = ANGLES.filter((angle) => !terms.includes(angle))
   return Array.from({ length: count }, (_, i) =>
     followUp
-      ? `${base} ${titles.slice(i * 2, i * 2 + 2).join(" ") || ANGLES[(i + 1) % ANGLES.length]} details`.trim()
-      : `${base} ${ANGLES[i % ANGLES.length] ?? ""}`.trim()).join("\n")
+      ? `${base} ${titles.slice(i * 2, i * 2 + 2).join(" ") || angles[(i + 1) % angles.length]} details`.trim()
+      : `${base} ${angles[i % angles.length] ?? ""}`.trim()).join("\n")
 }

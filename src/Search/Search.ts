@@ -1,9 +1,9 @@
 import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Worker } from "node:worker_threads"
+import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { SearchError } from "../Domain/Errors.js"
-import { mainText, plainText } from "./Extract.js"
 import type { FetchedPage, PageError } from "./Fetch.js"
 import { HostResolver, PageFailed, PageFetcher } from "./Fetch.js"
 
@@ -49,8 +49,51 @@ const SearxResults = Schema.Struct({
 
 const SEARCH_TIMEOUT = "10 seconds"
 
-/** A fetched page's main text: HTML through Readability, text as it is. */
-const readable = (page: FetchedPage): string => page.kind === "html" ? mainText(page.body) : plainText(page.body)
+/**
+ * The worker's entry. Compiled, the JavaScript file; from TypeScript (development
+ * and tests), a bootstrap that registers tsx in the worker first, since a
+ * worker does not inherit the loader its parent was started with.
+ */
+const fromTypeScript = import.meta.url.endsWith(".ts")
+const WORKER: URL | string = fromTypeScript
+  ? `import("tsx/esm/api")` +
+    `.then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./ExtractWorker.ts", import.meta.url).href)}) })`
+  : new URL("./ExtractWorker.js", import.meta.url)
+/** Reading a page is CPU work that grows with it: bounded in time, off the event loop that serves every call. */
+const EXTRACT_TIMEOUT = Duration.seconds(10)
+
+/**
+ * A fetched page's main text (`mainText`: Readability on linkedom; text as it
+ * is), worked out in a worker thread that is ended when it is done or late,
+ * so that a large or hostile page never stalls other requests.
+ */
+const readable = (page: FetchedPage): Effect.Effect<string, PageFailed> =>
+  Effect.async<string, PageFailed>((resume) => {
+    let settled = false
+    const settle = (result: Effect.Effect<string, PageFailed>) => {
+      if (settled) return
+      settled = true
+      resume(result)
+    }
+    const failed = (reason: string) => settle(Effect.fail(new PageFailed({ url: page.url, reason })))
+    const worker = new Worker(WORKER, {
+      workerData: { kind: page.kind, body: page.body },
+      eval: fromTypeScript,
+      resourceLimits: { maxOldGenerationSizeMb: 512 }
+    })
+    worker.once("message", (text: unknown) => {
+      settle(typeof text === "string" ? Effect.succeed(text) : Effect.fail(new PageFailed({ url: page.url, reason: "no text" })))
+      void worker.terminate()
+    })
+    worker.once("error", (error) => failed(`its text could not be read: ${error.message}`))
+    worker.once("exit", (code) => code === 0 ? undefined : failed(`its reader stopped (${code})`))
+    return Effect.promise(() => worker.terminate())
+  }).pipe(
+    Effect.timeoutFail({
+      duration: EXTRACT_TIMEOUT,
+      onTimeout: () => new PageFailed({ url: page.url, reason: `its text took longer than ${Duration.format(EXTRACT_TIMEOUT)} to read` })
+    })
+  )
 
 export const makeSearxng = (baseUrl: string) =>
   Effect.gen(function*() {
@@ -76,9 +119,7 @@ export const makeSearxng = (baseUrl: string) =>
           Effect.timeout(SEARCH_TIMEOUT),
           Effect.catchAll((error) => Effect.fail(error instanceof SearchError ? error : failed("search")(error)))
         ),
-      readPage: (url) =>
-        Effect.flatMap(pages.fetch(url), (page) =>
-          Effect.try({ try: () => readable(page), catch: () => new PageFailed({ url, reason: "its text could not be read" }) }))
+      readPage: (url) => Effect.flatMap(pages.fetch(url), readable)
     }
     return shape
   })

@@ -8,7 +8,7 @@ interface Sent {
 }
 
 layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's usual chat and responses fields", (it) => {
-  it.effect("chat: temperature, top_p, stop and user go upstream; seed, store, metadata and n: 1 are accepted and not sent", () =>
+  it.effect("chat: temperature, top_p, stop, user and seed go upstream; store, metadata and n: 1 are accepted and not sent", () =>
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
@@ -38,9 +38,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's usual c
         top_p: 0.9,
         stop: ["\n\n"],
         user: "end-user-7",
+        seed: 42,
         messages: [{ role: "developer", content: "Be brief." }, { role: "user", content: "Hello" }]
       })
-      for (const field of ["seed", "store", "metadata", "service_tier", "n", "max_completion_tokens", "stream"]) {
+      for (const field of ["store", "metadata", "service_tier", "n", "max_completion_tokens", "stream"]) {
         expect(sent, `${field} is not sent upstream`).not.toHaveProperty(field)
       }
     }))

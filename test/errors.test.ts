@@ -177,11 +177,11 @@ layer(TestServerLive(), { excludeTestServices: true })("the service's contract a
       const key = yield* createKey(yield* devToken("later@example.com"))
       const reply = yield* call("POST", "/v1/chat/completions", {
         token: key.full_key,
-        json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], tools: [] }
+        json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], functions: [] }
       })
       expect(reply.status).toBe(400)
       expectErrorShape(reply)
       expect(reply.body.error.code).toBe("not_implemented")
-      expect(reply.body.error.param).toBe("tools")
+      expect(reply.body.error.param).toBe("functions")
     }))
 })

@@ -232,32 +232,22 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         upstream.reset()
         const { accountId, apiKey } = yield* caller("limits-unsupported@example.com", { sen: 1000 })
         const unsupported: ReadonlyArray<readonly [string, string, Record<string, unknown>, string]> = [
-          ["an input_image item", RESPONSES, {
-            input: [{ type: "input_image", image_url: "https://example.com/cat.png" }]
-          }, "input[0]"],
-          ["a function_call_output item after a message", RESPONSES, {
-            input: [{ role: "user", content: PROMPT }, { type: "function_call_output", call_id: "c1", output: "42" }]
+          ["an item_reference (responses are not stored)", RESPONSES, {
+            input: [{ role: "user", content: PROMPT }, { type: "item_reference", id: "msg_123" }]
           }, "input[1]"],
-          ["an input_image content part", RESPONSES, {
-            input: [{
-              role: "user",
-              content: [{ type: "input_image", image_url: "https://example.com/cat.png" }]
-            }]
-          }, "input[0].content[0]"],
+          ["a reasoning item", RESPONSES, { input: [{ type: "reasoning", id: "rs_1", summary: [] }] }, "input[0]"],
           ["an input_file content part after text", RESPONSES, {
             input: [{ role: "user", content: [{ type: "input_text", text: "Read this" }, { type: "input_file", file_id: "f1" }] }]
           }, "input[0].content[1]"],
-          ["a chat image_url part", CHAT, chatBody({
-            messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }]
+          ["an image by file_id", RESPONSES, {
+            input: [{ role: "user", content: [{ type: "input_image", file_id: "file_1", detail: "auto" }] }]
+          }, "input[0].content[0]"],
+          ["a file_search tool", RESPONSES, responsesBody({ tools: [{ type: "file_search", vector_store_ids: ["vs_1"] }] }), "tools[0]"],
+          ["a chat input_audio part", CHAT, chatBody({
+            messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }] }]
           }), "messages[0].content[0]"],
-          ["a chat tool message", CHAT, chatBody({
-            messages: [{ role: "user", content: PROMPT }, { role: "tool", content: "42", tool_call_id: "c1" }]
-          }), "messages[1]"],
-          ["a chat assistant tool call", CHAT, chatBody({
-            messages: [
-              { role: "user", content: PROMPT },
-              { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] }
-            ]
+          ["a chat function message", CHAT, chatBody({
+            messages: [{ role: "user", content: PROMPT }, { role: "function", name: "f", content: "42" }]
           }), "messages[1]"]
         ]
         for (const [name, path, body, param] of unsupported) {
@@ -270,10 +260,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           expect(error.retryable, `${name}: retryable`).toBe(false)
         }
         const notImplemented: ReadonlyArray<readonly [string, Record<string, unknown>, string]> = [
-          [CHAT, chatBody({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }), "tools"],
-          [CHAT, chatBody({ response_format: { type: "json_object" } }), "response_format"],
-          [CHAT, chatBody({ logprobs: true }), "logprobs"],
-          [RESPONSES, responsesBody({ tools: [{ type: "web_search" }] }), "tools"],
+          [CHAT, chatBody({ functions: [{ name: "f", parameters: {} }] }), "functions"],
+          [CHAT, chatBody({ prediction: { type: "content", content: "x" } }), "prediction"],
           [RESPONSES, responsesBody({ previous_response_id: "resp_123" }), "previous_response_id"],
           [RESPONSES, responsesBody({ background: true }), "background"]
         ]

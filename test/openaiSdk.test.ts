@@ -524,7 +524,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
         owned_by: "svc",
         context_window: 1_000_000,
         max_output_tokens: 32_000,
-        capabilities: ["text", "reasoning", "web_search", "streaming"]
+        capabilities: ["text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"]
       })
       const all = yield* collect(client.models.list())
       expect(all.map((m) => m.id)).toEqual([MODEL])

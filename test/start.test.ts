@@ -1,49 +1,9 @@
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises"
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
-
-/**
- * The service started as `npm start` starts it (`node --import tsx src/main.ts`),
- * with no configuration at all: embedded PostgreSQL, development sign-in.
- */
-const CONFIG_VARIABLES = [
-  "PORT", "HOST", "PUBLIC_BASE_URL", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "AUTH_JWKS_URL", "AUTH_ISSUER",
-  "AUTH_AUDIENCE", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "UPSTREAM_BASE_URL", "SEARCH_BASE_URL", "NODE_ENV"
-]
-
-const start = (dataDir: string, port: number) => {
-  const env: NodeJS.ProcessEnv = { ...process.env }
-  for (const name of CONFIG_VARIABLES) delete env[name]
-  // Only the port and data folder differ from a bare `npm start`, so runs never collide.
-  env["PORT"] = String(port)
-  env["DATA_DIR"] = dataDir
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { env, stdio: ["ignore", "pipe", "pipe"] })
-  let output = ""
-  child.stdout.on("data", (chunk) => (output += chunk))
-  child.stderr.on("data", (chunk) => (output += chunk))
-  return { child, output: () => output }
-}
-
-const waitForHealth = async (base: string, process: ReturnType<typeof start>) => {
-  const deadline = Date.now() + 90_000
-  while (Date.now() < deadline) {
-    if (process.child.exitCode !== null) throw new Error(`service exited early:\n${process.output()}`)
-    const ok = await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(5_000) }).then((r) => r.status === 200, () => false)
-    if (ok) return
-    await new Promise((resolve) => setTimeout(resolve, 250))
-  }
-  throw new Error(`service did not become healthy:\n${process.output()}`)
-}
-
-const stop = (child: ChildProcess) =>
-  new Promise<number | null>((resolve) => {
-    if (child.exitCode !== null) return resolve(child.exitCode)
-    child.once("exit", (code) => resolve(code))
-    child.kill("SIGTERM")
-  })
+import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
+import { isRoot, linesOf, nobody, type RunAs, type Started, startService, stopService, waitForHealth } from "./support/Start.js"
 
 // arbitrary JSON: each check below names the fields it expects
 const json = async (response: Response): Promise<{ status: number; body: any }> => ({
@@ -51,67 +11,145 @@ const json = async (response: Response): Promise<{ status: number; body: any }> 
   body: await response.json()
 })
 
-describe("npm start with nothing configured", () => {
-  const children: Array<ChildProcess> = []
+/**
+ * The two places the embedded cluster lives: `DATA_DIR/pg` for an ordinary
+ * user, and for root a folder of its own under /var/lib/nenas that the
+ * `postgres` user owns (PostgreSQL will not run as root).
+ */
+const unprivileged = isRoot() ? nobody() : undefined
+const layouts = [
+  {
+    name: "as an unprivileged user, in DATA_DIR/pg",
+    // When the tests run as root, the service runs as `nobody`.
+    runAs: unprivileged,
+    skip: isRoot() && unprivileged === undefined ? "there is no `nobody` user to run the service as" : undefined,
+    clusterOf: async (dataDir: string) => join(dataDir, "pg")
+  },
+  {
+    name: "as root, in a folder of its own under /var/lib/nenas",
+    runAs: undefined,
+    skip: isRoot() ? undefined : "only root can start the service as root",
+    clusterOf: async (dataDir: string) => (await embeddedClusterLocation(dataDir)).clusterDir
+  }
+] as const
+
+describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, skip, clusterOf }) => {
+  const children: Array<Started> = []
   let dataDir = ""
+  let ownDir = ""
   afterAll(async () => {
-    for (const child of children) if (child.exitCode === null) child.kill("SIGKILL")
-    if (dataDir !== "") await rm(dataDir, { recursive: true, force: true })
+    for (const { child } of children) if (child.exitCode === null) child.kill("SIGKILL")
+    if (dataDir !== "") await rm(dirname(dataDir), { recursive: true, force: true })
+    if (ownDir.startsWith(ROOT_STATE_DIR)) await rm(ownDir, { recursive: true, force: true })
   })
 
-  it("serves, keeps its data across restarts, stops its database on shutdown, and recovers from a kill", async () => {
-    dataDir = await mkdtemp(join(tmpdir(), "nenas-start-"))
-    const port = await freePort()
-    const base = `http://127.0.0.1:${port}`
+  const makeDataDir = async (user: RunAs | undefined) => {
+    await mkdir(dataDir, { recursive: true })
+    if (user !== undefined) await chown(dataDir, user.uid, user.gid)
+  }
 
-    const first = start(dataDir, port)
-    children.push(first.child)
-    await waitForHealth(base, first)
-    expect((await json(await fetch(`${base}/readyz`))).body).toEqual({ status: "ok" })
-    const pid = await readFile(join(dataDir, "pg", "postmaster.pid"), "utf8")
-    const pgPort = Number(pid.split("\n")[3])
-    expect(pgPort).toBeGreaterThan(0)
-    expect(pgPort).not.toBe(5432)
+  it.skipIf(skip !== undefined)(
+    `serves, keeps its data across restarts, stops its database on shutdown, recovers from a kill and a stale lock, ` +
+      `refuses another version's cluster in one line, and starts afresh without its DATA_DIR${skip === undefined ? "" : ` (skipped: ${skip})`}`,
+    async () => {
+      const parent = await mkdtemp(join(tmpdir(), "nenas-start-"))
+      await chmod(parent, 0o755) // passable for the unprivileged user
+      dataDir = join(parent, "data")
+      await makeDataDir(runAs)
+      const port = await freePort()
+      const base = `http://127.0.0.1:${port}`
+      const start = () => {
+        const started = startService({ port, dataDir, runAs })
+        children.push(started)
+        return started
+      }
 
-    const session = await json(await fetch(`${base}/dev/session`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ email: "start@example.com" })
-    }))
-    expect(session.status).toBe(200)
-    const auth = { authorization: `Bearer ${session.body.token}` }
-    const created = await json(await fetch(`${base}/dashboard/api-keys`, {
-      method: "POST",
-      headers: { ...auth, "content-type": "application/json" },
-      body: JSON.stringify({ name: "survives restarts" })
-    }))
-    expect(created.status).toBe(201)
-    const models = await json(await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${created.body.full_key}` } }))
-    expect(models.body.data[0].id).toBe("svc/nenas-flash")
+      const first = start()
+      await waitForHealth(base, first)
+      const clusterDir = await clusterOf(dataDir)
+      if (runAs === undefined && isRoot()) {
+        // Nothing of PostgreSQL's in DATA_DIR, whose mode is left as it was.
+        ownDir = (await embeddedClusterLocation(dataDir)).ownDir
+        expect(clusterDir.startsWith(`${ROOT_STATE_DIR}/`)).toBe(true)
+        await expect(stat(join(dataDir, "pg"))).rejects.toThrow()
+        const own = await stat(ownDir)
+        expect(own.mode & 0o777).toBe(0o700)
+        expect(own.uid).not.toBe(0)
+      }
+      expect((await json(await fetch(`${base}/readyz`))).body).toEqual({ status: "ok" })
+      const pidFile = join(clusterDir, "postmaster.pid")
+      const pgPort = Number((await readFile(pidFile, "utf8")).split("\n")[3])
+      expect(pgPort).toBeGreaterThan(0)
+      expect(pgPort).not.toBe(5432)
 
-    expect(await stop(first.child)).toBe(0)
-    // The embedded server removes its pid file when it has shut down.
-    await expect(stat(join(dataDir, "pg", "postmaster.pid"))).rejects.toThrow()
+      const signIn = async () => {
+        const session = await json(await fetch(`${base}/dev/session`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ email: "start@example.com" })
+        }))
+        expect(session.status).toBe(200)
+        return { authorization: `Bearer ${session.body.token}` }
+      }
+      const auth = await signIn()
+      const created = await json(await fetch(`${base}/dashboard/api-keys`, {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/json" },
+        body: JSON.stringify({ name: "survives restarts" })
+      }))
+      expect(created.status).toBe(201)
+      const models = await json(await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${created.body.full_key}` } }))
+      expect(models.body.data[0].id).toBe("svc/nenas-flash")
+      const keyIds = async () => {
+        const listed = await json(await fetch(`${base}/dashboard/api-keys`, { headers: await signIn() }))
+        expect(listed.status).toBe(200)
+        return listed.body.keys.map((k: { id: string }) => k.id)
+      }
 
-    const second = start(dataDir, port)
-    children.push(second.child)
-    await waitForHealth(base, second)
-    const listed = await json(await fetch(`${base}/dashboard/api-keys`, { headers: auth }))
-    expect(listed.status).toBe(200)
-    expect(listed.body.keys.map((k: { id: string }) => k.id)).toEqual([created.body.key.id])
-    // Last use from before the restart was written at shutdown.
-    expect(listed.body.keys[0].last_used_at).not.toBeNull()
+      expect(await stopService(first.child)).toBe(0)
+      // The embedded server removes its pid file when it has shut down.
+      await expect(stat(pidFile)).rejects.toThrow()
 
-    // Killed outright, the service leaves its PostgreSQL orphaned; the next start reclaims it.
-    const killed = new Promise((resolve) => second.child.once("exit", resolve))
-    second.child.kill("SIGKILL")
-    await killed
-    const third = start(dataDir, port)
-    children.push(third.child)
-    await waitForHealth(base, third)
-    const relisted = await json(await fetch(`${base}/dashboard/api-keys`, { headers: auth }))
-    expect(relisted.body.keys.map((k: { id: string }) => k.id)).toEqual([created.body.key.id])
-    expect(await stop(third.child)).toBe(0)
-    await expect(stat(join(dataDir, "pg", "postmaster.pid"))).rejects.toThrow()
-  }, 240_000)
+      // A lock file naming a live process that is not this cluster's server (a pid reused after a reboot) is stale.
+      await writeFile(pidFile, `${process.pid}\n${clusterDir}\n0\n${pgPort}\n`)
+      const second = start()
+      await waitForHealth(base, second)
+      const listed = await json(await fetch(`${base}/dashboard/api-keys`, { headers: auth }))
+      expect(listed.body.keys.map((k: { id: string }) => k.id)).toEqual([created.body.key.id])
+      // Last use from before the restart was written at shutdown.
+      expect(listed.body.keys[0].last_used_at).not.toBeNull()
+
+      // Killed outright, the service leaves its PostgreSQL orphaned; the next start reclaims it.
+      const killed = new Promise((resolve) => second.child.once("exit", resolve))
+      second.child.kill("SIGKILL")
+      await killed
+      const third = start()
+      await waitForHealth(base, third)
+      expect(await keyIds()).toEqual([created.body.key.id])
+      expect(await stopService(third.child)).toBe(0)
+      await expect(stat(pidFile)).rejects.toThrow()
+
+      // A cluster of another major version is refused, in one line that says what to do.
+      const versionFile = join(clusterDir, "PG_VERSION")
+      const version = await readFile(versionFile, "utf8")
+      await writeFile(versionFile, "16\n")
+      const older = start()
+      expect(await older.closed).toBe(1)
+      expect(linesOf(older.output())).toEqual([
+        expect.stringMatching(/^nenas: .* was made by PostgreSQL 16 and this install has PostgreSQL \d+: upgrade it with pg_upgrade/)
+      ])
+      await writeFile(versionFile, version)
+
+      // Without its DATA_DIR, the service starts with an empty database, in the same place.
+      await rm(dataDir, { recursive: true, force: true })
+      await makeDataDir(runAs)
+      const fresh = start()
+      await waitForHealth(base, fresh)
+      expect(await clusterOf(dataDir)).toBe(clusterDir)
+      expect(await keyIds()).toEqual([])
+      expect(await stopService(fresh.child)).toBe(0)
+      await expect(stat(pidFile)).rejects.toThrow()
+    },
+    600_000 // six starts; generous for a loaded machine
+  )
 })

@@ -238,7 +238,9 @@ const expectWireError = (
 ) => {
   expect(error, `${name}: an error object`).toBeDefined()
   expect(error?.code, `${name}: code`).toBe(expected.code)
-  expect(error?.type, `${name}: type`).toBe("provider_error")
+  expect(error?.type, `${name}: type`).toBe(
+    expected.code === "invalid_request" || expected.code === "context_length_exceeded" ? "invalid_request_error" : "provider_error"
+  )
   expect(error?.retryable, `${name}: retryable`).toBe(expected.retryable)
   expect(error?.request_id, `${name}: request_id`).toBe(expected.requestId)
   expect(error?.param, `${name}: param`).toBeNull()
@@ -247,7 +249,9 @@ const expectWireError = (
   expect(error?.retry_after_seconds, `${name}: retry_after_seconds`).toBe(expected.retryAfter)
 }
 
-const STATUS_OF: Record<string, number> = { provider_unavailable: 503, provider_timeout: 504 }
+const STATUS_OF: Record<string, number> = {
+  provider_unavailable: 503, provider_timeout: 504, invalid_request: 400, context_length_exceeded: 413
+}
 
 /** A non-streaming call answered with the spec's error body; returns the request id. */
 const expectErrorReply = (
@@ -469,12 +473,43 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         { code: "provider_unavailable", retryable: true, retryAfter: 7 }
       ))
 
-    it.effect("an upstream 400 answers 503 provider_unavailable, not retryable", () =>
-      refusalCase(
-        "faults-400@example.com",
-        { kind: "status", status: 400, body: { error: { message: "bad request", type: "invalid_request_error" } } },
-        { code: "provider_unavailable", retryable: false }
-      ))
+    it.effect("an upstream 400 is the caller's: 400 invalid_request with the upstream's message; nothing is billed", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        const said = "Invalid schema for function 'get_weather': 'object' is not valid under any of the given schemas."
+        upstream.setBehaviour({ kind: "status", status: 400, body: { error: { message: said, type: "invalid_request_error" } } })
+        const { accountId, apiKey } = yield* caller("faults-400@example.com", { sen: 1000 })
+        yield* expectRefusals(accountId, apiKey, [false, true], { code: "invalid_request", retryable: false }, upstream)
+        const reply = yield* modelCall(apiKey, CHAT, bodyFor(CHAT, false))
+        expect(reply.body.error.message, "the upstream's words").toContain(said)
+      }))
+
+    it.effect("an upstream 400 that says the context is too long answers 413 context_length_exceeded; nothing is billed", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        upstream.setBehaviour({
+          kind: "status",
+          status: 400,
+          body: { error: { message: "This model's maximum context length is 128000 tokens.", type: "invalid_request_error", code: "context_length_exceeded" } }
+        })
+        const { accountId, apiKey } = yield* caller("faults-400-context@example.com", { sen: 1000 })
+        yield* expectRefusals(accountId, apiKey, [false, true], { code: "context_length_exceeded", retryable: false }, upstream)
+      }))
+
+    it.effect("an upstream 401 or 403 (our credentials) answers 503 provider_unavailable, retryable; nothing is billed", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        const { accountId, apiKey } = yield* caller("faults-401@example.com", { sen: 1000 })
+        for (const status of [401, 403]) {
+          upstream.reset()
+          upstream.setBehaviour({ kind: "status", status, body: { error: { message: "Incorrect API key provided", type: "invalid_request_error" } } })
+          yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_unavailable", retryable: true }, upstream)
+          const reply = yield* modelCall(apiKey, CHAT, bodyFor(CHAT, false))
+          expect(reply.body.error.message, "the upstream's key problem is not the caller's to read").not.toContain("API key")
+        }
+      }))
 
     it.effect("an upstream 200 whose body is not JSON (or not an event stream) answers provider_unavailable; nothing is billed", () =>
       Effect.gen(function*() {
@@ -507,7 +542,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_timeout", retryable: true })
       }))
 
-    it.effect("a stream that stops after its first chunk: an error event with provider_timeout after the total timeout; nothing is billed", () =>
+    it.effect("a stream that stops after its first chunk: an error event with provider_timeout after the total timeout; the chunk is billed (estimated)", () =>
       Effect.gen(function*() {
         const upstream = yield* Upstream
         upstream.reset()
@@ -520,7 +555,10 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           expectStreamError(name, path, reply, { code: "provider_timeout", retryable: true })
           // The first content chunk got through before the silence.
           expect(deltaCount(path, reply.events), `${name}: the first chunk's text`).toBe(1)
-          yield* expectNothingBilled(name, accountId, reply.requestId, "provider_timeout", before)
+          // What the upstream produced before it went silent was paid for upstream: billed as produced, not 0.
+          const produced = streamedText(path, reply.events)
+          expect(produced, `${name}: the first chunk`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 8))
+          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before)
         }
         // Not streamed: headers, then silence until the total timeout.
         yield* expectRefusals(accountId, apiKey, [false], { code: "provider_timeout", retryable: true })
@@ -588,7 +626,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         }
       }))
 
-    it.effect("a stream reset after 3 chunks: 200, an error event with provider_unavailable; nothing is billed, the log is failed", () =>
+    it.effect("a stream reset after 3 chunks: 200, an error event with provider_unavailable; billed for the three chunks (estimated)", () =>
       Effect.gen(function*() {
         const upstream = yield* Upstream
         upstream.reset()
@@ -603,8 +641,45 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           // Text that arrived before the reset is not retried: one request.
           expect(upstream.requests.length - sent, `${name}: one upstream request`).toBe(1)
           expect(deltaCount(path, reply.events), `${name}: the three chunks got through`).toBe(3)
-          expect(streamedText(path, reply.events), `${name}: their text`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 24))
-          yield* expectNothingBilled(name, accountId, reply.requestId, "provider_unavailable", before)
+          const produced = streamedText(path, reply.events)
+          expect(produced, `${name}: their text`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 24))
+          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before)
+        }
+      }))
+  })
+
+  describe("streamed billing", () => {
+    it.effect("usage sent after the finish chunk, chunks 30 ms apart: billed exactly the upstream's usage, reasoning tokens included", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        const usage = { prompt_tokens: 5000, completion_tokens: 3000, reasoning_tokens: 2500, cached_tokens: 0 }
+        upstream.setBehaviour({ kind: "ok", text: "Hello team, have a good day.", usage, chunkDelayMs: 30 })
+        const { accountId, apiKey } = yield* caller("faults-stream-usage@example.com", { sen: 1000 })
+        const expected = costOf(DEFAULT_PRICES, GENERAL, { inputTokens: 5000, cachedTokens: 0, outputTokens: 3000, searches: 0, pages: 0 })
+        for (const path of PATHS) {
+          const name = `${short(path)}, streamed`
+          const before = yield* walletOf(accountId)
+          const reply = yield* streamCall(apiKey, path, bodyFor(path, true))
+          expect(reply.status, name).toBe(200)
+          if (path === CHAT) {
+            const chunks = chatChunks(reply.events)
+            const last = chunks.filter((c) => c !== "[DONE]" && c.usage !== undefined)[0]
+            expect(last === "[DONE]" ? undefined : last?.usage, `${name}: usage`).toMatchObject({
+              prompt_tokens: 5000, completion_tokens: 3000, reasoning_tokens: 2500
+            })
+          } else {
+            const events = responsesEvents(reply.events)
+            expect(events[events.length - 1]?.response?.usage, `${name}: usage`).toMatchObject({
+              input_tokens: 5000, output_tokens: 3000, reasoning_tokens: 2500
+            })
+          }
+          yield* expectBilledOnce(name, accountId, reply.requestId, "provider", expected, before)
+          const rows = yield* query<{ reasoning_tokens: number; output_tokens: number; input_tokens: number }>(
+            "SELECT input_tokens, output_tokens, reasoning_tokens FROM request_logs WHERE request_id = $1",
+            [reply.requestId]
+          )
+          expect(rows[0], `${name}: logged usage`).toEqual({ input_tokens: 5000, output_tokens: 3000, reasoning_tokens: 2500 })
         }
       }))
   })

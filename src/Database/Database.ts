@@ -42,7 +42,7 @@ const loadMigrations: Migrator.Loader = Effect.tryPromise({
 })
 
 /**
- * PostgreSQL from `DATABASE_URL`, or embedded in `DATA_DIR/pg` when unset;
+ * PostgreSQL from `DATABASE_URL`, or embedded when unset (in `DATA_DIR/pg`; as root, under /var/lib/nenas);
  * the migrations in `migrations/` are applied before anything else uses it.
  */
 export const DatabaseLive = Layer.unwrapScoped(

@@ -59,6 +59,78 @@ export const InputItem = Schema.Struct(
   Schema.Record({ key: Schema.String, value: Schema.Unknown })
 )
 
+const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+
+/** OpenAI's function names: letters, digits, `_` and `-`, at most 64. */
+const FunctionName = Schema.String.pipe(
+  Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, { message: () => "A function name is 1 to 64 letters, digits, '_' or '-'." })
+)
+
+/** A function the model may call, as chat takes it. */
+export const ChatTool = Schema.Struct({
+  type: Schema.Literal("function"),
+  function: Schema.Struct({
+    name: FunctionName,
+    description: Schema.optional(Schema.NullOr(Schema.String)),
+    parameters: Schema.optional(Schema.NullOr(JsonObject)),
+    strict: Schema.optional(Schema.NullOr(Schema.Boolean))
+  })
+}).annotations({ identifier: "ChatTool" })
+export type ChatTool = typeof ChatTool.Type
+
+export const ChatToolChoice = Schema.Union(
+  Schema.Literal("none", "auto", "required"),
+  Schema.Struct({ type: Schema.Literal("function"), function: Schema.Struct({ name: FunctionName }) })
+)
+export type ChatToolChoice = typeof ChatToolChoice.Type
+
+/** Chat's `response_format`. */
+export const ChatResponseFormat = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("text") }),
+  Schema.Struct({ type: Schema.Literal("json_object") }),
+  Schema.Struct({
+    type: Schema.Literal("json_schema"),
+    json_schema: Schema.Struct({
+      name: FunctionName,
+      description: Schema.optional(Schema.NullOr(Schema.String)),
+      schema: Schema.optional(Schema.NullOr(JsonObject)),
+      strict: Schema.optional(Schema.NullOr(Schema.Boolean))
+    })
+  })
+).annotations({ identifier: "ChatResponseFormat" })
+export type ChatResponseFormat = typeof ChatResponseFormat.Type
+
+/** A Responses tool: a function, or web search (which turns our web search on); other types are refused by name. */
+export const ResponsesTool = Schema.Struct(
+  {
+    type: Schema.String,
+    name: Schema.optional(Schema.String),
+    description: Schema.optional(Schema.NullOr(Schema.String)),
+    parameters: Schema.optional(Schema.NullOr(JsonObject)),
+    strict: Schema.optional(Schema.NullOr(Schema.Boolean))
+  },
+  Schema.Record({ key: Schema.String, value: Schema.Unknown })
+)
+
+export const ResponsesToolChoice = Schema.Union(
+  Schema.Literal("none", "auto", "required"),
+  Schema.Struct({ type: Schema.Literal("function"), name: FunctionName }),
+  Schema.Struct({ type: Schema.Literal("web_search", "web_search_preview") })
+)
+
+/** Responses `text.format`: chat's formats, with the schema's fields beside `type`. */
+export const ResponsesTextFormat = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("text") }),
+  Schema.Struct({ type: Schema.Literal("json_object") }),
+  Schema.Struct({
+    type: Schema.Literal("json_schema"),
+    name: FunctionName,
+    description: Schema.optional(Schema.NullOr(Schema.String)),
+    schema: JsonObject,
+    strict: Schema.optional(Schema.NullOr(Schema.Boolean))
+  })
+)
+
 /** Fields OpenAI's APIs take that this service does not implement yet: sent, they answer `not_implemented` naming the field. */
 const notImplementedFields = <const K extends ReadonlyArray<string>>(...names: K) =>
   Object.fromEntries(names.map((name) => [
@@ -67,13 +139,10 @@ const notImplementedFields = <const K extends ReadonlyArray<string>>(...names: K
   ])) as { [N in K[number]]: Schema.optional<typeof Schema.Unknown> }
 
 export const RESPONSES_NOT_IMPLEMENTED = [
-  "tools", "tool_choice", "previous_response_id", "conversation", "background", "prompt", "text", "include"
+  "previous_response_id", "conversation", "background", "prompt", "include"
 ] as const
 
-export const CHAT_NOT_IMPLEMENTED = [
-  "tools", "tool_choice", "functions", "function_call", "response_format", "logprobs", "top_logprobs",
-  "logit_bias", "modalities", "audio", "prediction", "parallel_tool_calls", "presence_penalty", "frequency_penalty"
-] as const
+export const CHAT_NOT_IMPLEMENTED = ["functions", "function_call", "audio", "prediction"] as const
 
 export const ResponsesBody = Schema.Struct({
   model: Schema.optionalWith(Schema.String, { default: () => PUBLIC_MODEL }),
@@ -89,6 +158,13 @@ export const ResponsesBody = Schema.Struct({
   temperature: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 2)))),
   top_p: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))),
   user: Schema.optional(Schema.String),
+  tools: Schema.optional(Schema.NullOr(Schema.Array(ResponsesTool))),
+  tool_choice: Schema.optional(Schema.NullOr(ResponsesToolChoice)),
+  parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
+  text: Schema.optional(Schema.NullOr(Schema.Struct(
+    { format: Schema.optional(Schema.NullOr(ResponsesTextFormat)) },
+    Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  ))),
   ...notImplementedFields(...RESPONSES_NOT_IMPLEMENTED)
 }).annotations({ identifier: "ResponsesBody" })
 export type ResponsesBody = typeof ResponsesBody.Type
@@ -129,6 +205,16 @@ export const OutputMessage = Schema.Struct({
   }))
 })
 
+/** A call of one of the request's functions: run it, and send its result back as a `function_call_output` item. */
+export const FunctionCallItem = Schema.Struct({
+  type: Schema.Literal("function_call"),
+  id: Schema.String,
+  call_id: Schema.String,
+  name: Schema.String,
+  arguments: Schema.String,
+  status: Schema.String
+})
+
 export const ResponsesOutput = Schema.Struct({
   id: Schema.String,
   object: Schema.Literal("response"),
@@ -136,7 +222,7 @@ export const ResponsesOutput = Schema.Struct({
   status: Schema.String,
   model: Schema.String,
   output_text: Schema.String,
-  output: Schema.Array(OutputMessage),
+  output: Schema.Array(Schema.Union(OutputMessage, FunctionCallItem)),
   usage: UsageInfo,
   request_id: Schema.String,
   routing: RoutingInfo,
@@ -146,7 +232,7 @@ export const ResponsesOutput = Schema.Struct({
 export const ChatMessage = Schema.Struct(
   {
     role: Schema.Literal("system", "developer", "user", "assistant", "tool", "function"),
-    content: Schema.NullOr(Schema.Union(Schema.String, Schema.Array(InputContentPart))),
+    content: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(InputContentPart)))),
     name: Schema.optional(Schema.String)
   },
   Schema.Record({ key: Schema.String, value: Schema.Unknown })
@@ -172,6 +258,16 @@ export const ChatCompletionRequest = Schema.Struct({
   service_tier: Schema.optional(Schema.NullOr(Schema.String)),
   /** This service's web search, as on responses (an extension of OpenAI's chat). */
   web_search: Schema.optional(WebSearchConfig),
+  tools: Schema.optional(Schema.NullOr(Schema.Array(ChatTool))),
+  tool_choice: Schema.optional(Schema.NullOr(ChatToolChoice)),
+  parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
+  response_format: Schema.optional(Schema.NullOr(ChatResponseFormat)),
+  presence_penalty: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(-2, 2)))),
+  frequency_penalty: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(-2, 2)))),
+  logit_bias: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Number.pipe(Schema.between(-100, 100)) }))),
+  logprobs: Schema.optional(Schema.NullOr(Schema.Boolean)),
+  top_logprobs: Schema.optional(Schema.NullOr(intBetween(0, 20))),
+  modalities: Schema.optional(Schema.NullOr(Schema.Array(Schema.Literal("text")))),
   ...notImplementedFields(...CHAT_NOT_IMPLEMENTED)
 }).annotations({ identifier: "ChatCompletionRequest" })
 export type ChatCompletionRequest = typeof ChatCompletionRequest.Type
@@ -187,9 +283,15 @@ export const ChatCompletion = Schema.Struct({
     index: Schema.Int,
     message: Schema.Struct({
       role: Schema.Literal("assistant"),
-      content: Schema.String,
-      annotations: Schema.optional(Schema.Array(Schema.Unknown))
+      content: Schema.NullOr(Schema.String),
+      annotations: Schema.optional(Schema.Array(Schema.Unknown)),
+      tool_calls: Schema.optional(Schema.Array(Schema.Struct({
+        id: Schema.String,
+        type: Schema.Literal("function"),
+        function: Schema.Struct({ name: Schema.String, arguments: Schema.String })
+      })))
     }),
+    logprobs: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.Array(Schema.Unknown) }))),
     finish_reason: FinishReason
   })),
   usage: Schema.Struct({

@@ -7,7 +7,18 @@ import { ContextLengthExceeded, errorMeta, InternalError, InvalidRequest, isApiE
 import type { MicroMyr } from "../Domain/Money.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
 import { currentRequestId } from "../Http/ErrorMiddleware.js"
-import type { FinishReason, ProviderError, ProviderRequest, ProviderShape, ProviderUsage } from "../Providers/Provider.js"
+import type {
+  Capabilities,
+  FinishReason,
+  ProviderError,
+  ProviderRequest,
+  ProviderShape,
+  ProviderUsage,
+  StreamPart,
+  TokenLogprob,
+  ToolCall,
+  UpstreamMessage
+} from "../Providers/Provider.js"
 import { Provider } from "../Providers/Provider.js"
 import { simulatedProvider } from "../Providers/Simulated.js"
 import type { Effort, Route } from "../Routing/Router.js"
@@ -23,14 +34,19 @@ import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
 import { citedSources, noSources, planSearch, searchEstimate, withPlanning, WebSearch } from "./WebSearch.js"
 import type { Message } from "./Tokens.js"
-import { countMessages, countText } from "./Tokens.js"
+import { countText } from "./Tokens.js"
+import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
 
 export type Endpoint = "/v1/responses" | "/v1/chat/completions"
 
 /** A model call, whichever endpoint it came through. */
 export interface CallInput {
   readonly endpoint: Endpoint
+  /** The text of the conversation, for routing and search. */
   readonly messages: ReadonlyArray<Message>
+  /** The conversation as the upstream takes it: images and tool turns included. */
+  readonly upstream: ReadonlyArray<UpstreamMessage>
+  readonly capabilities: Capabilities
   readonly effort: Effort
   readonly maxOutputTokens: number | undefined
   readonly maxTotalCostMyr: number | undefined
@@ -56,6 +72,8 @@ export interface CallResult {
   /** Unix seconds. */
   readonly createdAt: number
   readonly text: string
+  readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
   readonly finishReason: FinishReason
   readonly usage: CallUsage
   readonly cost: MicroMyr
@@ -67,7 +85,8 @@ export interface CallResult {
 }
 
 export type StreamEvent =
-  | { readonly _tag: "Delta"; readonly text: string }
+  | { readonly _tag: "Delta"; readonly text: string; readonly logprobs?: ReadonlyArray<TokenLogprob> | undefined }
+  | { readonly _tag: "ToolCallDelta"; readonly index: number; readonly id: string; readonly name: string; readonly arguments: string }
   | { readonly _tag: "Completed"; readonly result: CallResult }
   | { readonly _tag: "Failed"; readonly error: ApiError }
 
@@ -104,6 +123,18 @@ const asApiError = (cause: Cause.Cause<unknown>): ApiError =>
     onNone: () => new InternalError({ message: "Internal server error." }),
     onSome: (error) => isApiError(error) ? error : new InternalError({ message: "Internal server error." })
   })
+
+/** What the model answered: text, tool calls, and logprobs when asked for. */
+interface Answer {
+  readonly text: string
+  readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
+  readonly finishReason: FinishReason
+}
+
+/** The input as the model reads it: the turns (images included), the tool definitions and the answer's schema. */
+const countInput = (messages: ReadonlyArray<UpstreamMessage>, capabilities: Capabilities): number =>
+  countUpstreamMessages(messages) + countTools(capabilities.tools) + countResponseFormat(capabilities.responseFormat)
 
 const fromProvider = (usage: ProviderUsage): CallUsage => ({
   inputTokens: usage.inputTokens,
@@ -162,7 +193,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           const plan = route.search && input.webSearch !== undefined
             ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
             : Option.none()
-          const inputTokens = countMessages(input.messages)
+          const inputTokens = countInput(input.upstream, input.capabilities)
           const search = searchEstimate(plan)
           const searchTokens = search.contextTokens
           const explicitCap = input.maxOutputTokens ?? 0
@@ -223,7 +254,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
 
       const providerRequest = (p: Prepared, sources: Sources): ProviderRequest => ({
         model: p.route.upstreamModel,
-        messages: sources.message === undefined ? p.input.messages : [sources.message, ...p.input.messages],
+        ...p.input.capabilities,
+        messages: sources.message === undefined ? p.input.upstream : [sources.message, ...p.input.upstream],
         maxOutputTokens: p.outputCap,
         reasoningEffort: p.route.reasoningModel ? p.input.effort : undefined,
         reasoningModel: p.route.reasoningModel,
@@ -234,10 +266,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       })
 
       /** Usage counted with the tokenizer: what was sent, and what came back before the call ended. */
-      const estimatedUsage = (p: Prepared, sources: Sources, produced: string): Used => ({
+      const estimatedUsage = (p: Prepared, sources: Sources, produced: Answer): Used => ({
         usage: withPlanning({
-          inputTokens: countMessages(providerRequest(p, sources).messages),
-          outputTokens: countText(produced),
+          inputTokens: countInput(providerRequest(p, sources).messages, p.input.capabilities),
+          outputTokens: countText(produced.text) + produced.toolCalls.reduce((sum, call) => sum + countToolCall(call), 0),
           reasoningTokens: 0,
           cachedTokens: 0
         }, sources),
@@ -246,7 +278,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       })
 
       /** Bills the usage (live keys) and logs it, in one transaction. */
-      const settleUsed = (p: Prepared, used: Used, text: string, finishReason: FinishReason) =>
+      const settleUsed = (p: Prepared, used: Used, answer: Answer) =>
         Effect.gen(function*() {
           const latencyMs = yield* elapsed(p.startedAt)
           const priced = p.reservation === null ? 0 : costOf(config.prices, p.route.upstreamModel, {
@@ -272,12 +304,14 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             charged = microMyr(yield* billing.capture(p.reservation, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`, logged))
           }
           const createdAt = Math.floor(p.startedAt / 1000)
-          const { annotations, citations } = citedSources(text, used.sources.found)
+          const { annotations, citations } = citedSources(answer.text, used.sources.found)
           return {
             requestId: p.requestId,
             createdAt,
-            text,
-            finishReason,
+            text: answer.text,
+            toolCalls: answer.toolCalls,
+            logprobs: answer.logprobs,
+            finishReason: answer.finishReason,
             usage: used.usage,
             cost: charged,
             latencyMs,
@@ -300,15 +334,33 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         readonly upstreamStarted: boolean
         readonly sources: Sources
         readonly text: string
+        /** Tool calls so far, by their index in the answer. */
+        readonly toolCalls: ReadonlyArray<ToolCall>
+        readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
         readonly settled: boolean
       }
-      const initial: Progress = { upstreamStarted: false, sources: noSources, text: "", settled: false }
+      const initial: Progress = {
+        upstreamStarted: false,
+        sources: noSources,
+        text: "",
+        toolCalls: [],
+        logprobs: undefined,
+        settled: false
+      }
+
+      const produced = (s: Progress, finishReason: FinishReason): Answer => ({
+        text: s.text,
+        toolCalls: s.toolCalls,
+        logprobs: s.logprobs,
+        finishReason
+      })
 
       /** The end of a call that did not settle itself: a client gone after the upstream started pays for what was produced. */
       const settleAbandoned = (p: Prepared, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
         if (progress.settled) return Effect.void
         if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && progress.upstreamStarted) {
-          return Effect.asVoid(Effect.ignore(settleUsed(p, estimatedUsage(p, progress.sources, progress.text), progress.text, "stop")))
+          const answer = produced(progress, "stop")
+          return Effect.asVoid(Effect.ignore(settleUsed(p, estimatedUsage(p, progress.sources, answer), answer)))
         }
         return settleFailed(p, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
       }
@@ -332,9 +384,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const onEnd = (p: Prepared, progress: Ref.Ref<Progress>) => <A, E>(exit: Exit.Exit<A, E>) =>
         Effect.flatMap(Ref.get(progress), (s) => settleAbandoned(p, s, exit))
 
-      const usedOf = (p: Prepared, sources: Sources, text: string, usage: Option.Option<ProviderUsage>): Used =>
+      const usedOf = (p: Prepared, sources: Sources, answer: Answer, usage: Option.Option<ProviderUsage>): Used =>
         Option.match(usage, {
-          onNone: () => estimatedUsage(p, sources, text),
+          onNone: () => estimatedUsage(p, sources, answer),
           onSome: (reported) => ({ usage: withPlanning(fromProvider(reported), sources), source: "provider" as const, sources })
         })
 
@@ -355,12 +407,25 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             const progress = yield* Ref.make(initial)
             return yield* restore(begin(p, progress, (request) => p.provider.complete(request))).pipe(
               Effect.flatMap(({ answer, sources }) =>
-                settleOnce(progress, settleUsed(p, usedOf(p, sources, answer.text, answer.usage), answer.text, answer.finishReason))
+                settleOnce(progress, settleUsed(p, usedOf(p, sources, answer, answer.usage), answer))
               ),
               Effect.onExit(onEnd(p, progress))
             )
           })
         )
+
+      /** A tool call fragment folded into the calls so far; the event names the call in full (id and name), as clients need. */
+      const foldToolCall = (p: Prepared, s: Progress, part: Extract<StreamPart, { _tag: "ToolCallDelta" }>) => {
+        const calls = [...s.toolCalls]
+        const previous = calls[part.index]
+        const id = previous?.id ?? part.id ?? `call_${p.requestId.replace(/^req_/, "")}_${part.index}`
+        const name = (previous?.function.name ?? "") + (previous === undefined ? part.name ?? "" : "")
+        calls[part.index] = { id, type: "function", function: { name, arguments: (previous?.function.arguments ?? "") + part.arguments } }
+        // An upstream that skips an index leaves no hole: calls are kept dense, in order.
+        const toolCalls = calls.filter((call): call is ToolCall => call !== undefined)
+        const event: StreamEvent = { _tag: "ToolCallDelta", index: toolCalls.indexOf(calls[part.index] as ToolCall), id, name, arguments: part.arguments }
+        return [event, { ...s, toolCalls }] as const
+      }
 
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
       const stream = (input: CallInput) =>
@@ -380,22 +445,34 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             const usage = yield* Ref.make<Option.Option<ProviderUsage>>(Option.none())
             const finish = yield* Ref.make<FinishReason>("stop")
             const deltas = parts.pipe(
-              Stream.mapEffect((part) => {
+              Stream.mapEffect((part): Effect.Effect<Option.Option<StreamEvent>> => {
                 switch (part._tag) {
                   case "Delta":
-                    return Effect.as(Ref.update(progress, (s) => ({ ...s, text: s.text + part.text })), Option.some(part.text))
+                    return Ref.modify(progress, (s) => [
+                      Option.some<StreamEvent>({ _tag: "Delta", text: part.text, logprobs: part.logprobs }),
+                      {
+                        ...s,
+                        text: s.text + part.text,
+                        logprobs: part.logprobs === undefined ? s.logprobs : [...(s.logprobs ?? []), ...part.logprobs]
+                      }
+                    ])
+                  case "ToolCallDelta":
+                    return Ref.modify(progress, (s) => {
+                      const [event, next] = foldToolCall(p, s, part)
+                      return [Option.some(event), next]
+                    })
                   case "Finish":
                     return Effect.as(Ref.set(finish, part.finishReason), Option.none())
                   case "Usage":
                     return Effect.as(Ref.set(usage, Option.some(part.usage)), Option.none())
                 }
               }),
-              Stream.filterMap((delta) => Option.map(delta, (text): StreamEvent => ({ _tag: "Delta", text })))
+              Stream.filterMap((event) => event)
             )
             const completed = Effect.gen(function*() {
               const s = yield* Ref.get(progress)
-              const used = usedOf(p, s.sources, s.text, yield* Ref.get(usage))
-              const result = yield* settleOnce(progress, settleUsed(p, used, s.text, yield* Ref.get(finish)))
+              const answer = produced(s, yield* Ref.get(finish))
+              const result = yield* settleOnce(progress, settleUsed(p, usedOf(p, s.sources, answer, yield* Ref.get(usage)), answer))
               return { _tag: "Completed", result } satisfies StreamEvent
             })
             return Stream.concat(deltas, Stream.fromEffect(completed)).pipe(
@@ -405,7 +482,15 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                   if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
                     yield* Effect.logError("model call stream failed", cause)
                   }
-                  yield* settleOnce(progress, settleFailed(p, errorMeta(error).code))
+                  const s = yield* Ref.get(progress)
+                  const reported = yield* Ref.get(usage)
+                  // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced.
+                  if (s.text.length > 0 || s.toolCalls.length > 0 || Option.isSome(reported)) {
+                    const answer = produced(s, "stop")
+                    yield* settleOnce(progress, settleUsed(p, usedOf(p, s.sources, answer, reported), answer))
+                  } else {
+                    yield* settleOnce(progress, settleFailed(p, errorMeta(error).code))
+                  }
                   return { _tag: "Failed", error } satisfies StreamEvent
                 }))
               )

@@ -1,5 +1,5 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect, Exit, Fiber, Scope, Stream } from "effect"
+import { Effect, Exit, Fiber, Schema, Scope, Stream } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -7,18 +7,22 @@ import type { ApiError } from "../Domain/Errors.js"
 import { InvalidRequest } from "../Domain/Errors.js"
 import { currentRequestId } from "../Http/ErrorMiddleware.js"
 import { requireActiveAccount } from "./Access.js"
-import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
+import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
 import type { Capability } from "./Api.js"
 import type { CallInput, CallResult, Endpoint, StreamEvent } from "./Calls.js"
 import { ModelCalls } from "./Calls.js"
 import { Idempotency } from "./Idempotency.js"
-import { chatMessages, responsesMessages } from "./Input.js"
+import { chatConversation, responsesConversation } from "./Input.js"
 import { CallLimits } from "./RateLimits.js"
 import type { StreamContext } from "./Wire.js"
 import { chatCompletion, chatStream, responsesOutput, responsesStream } from "./Wire.js"
 
+const WEB_SEARCH_DEFAULTS = Schema.decodeSync(WebSearchConfig)({})
+
 /** Exactly the capabilities that work end to end. */
-export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = ["text", "reasoning", "web_search", "streaming"]
+export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = [
+  "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
+]
 
 export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
   handlers.handle("list", () =>
@@ -128,13 +132,17 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
                 param: "model"
               })
             }
+            const conversation = yield* responsesConversation(payload)
             return {
               endpoint: "/v1/responses",
-              messages: yield* responsesMessages(payload),
+              messages: conversation.messages,
+              upstream: conversation.upstream,
+              capabilities: conversation.capabilities,
               effort: payload.reasoning?.effort ?? "medium",
               maxOutputTokens: payload.max_output_tokens,
               maxTotalCostMyr: payload.max_total_cost_myr,
-              webSearch: payload.web_search,
+              // OpenAI's web search tool turns our web search on, with the request's settings if it has them.
+              webSearch: conversation.webSearchTool ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" } : payload.web_search,
               temperature: payload.temperature,
               topP: payload.top_p,
               user: payload.user,
@@ -150,9 +158,11 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
           endpoint: "/v1/chat/completions",
           payload,
           idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
-          input: Effect.map(chatMessages(payload), (messages) => ({
+          input: Effect.map(chatConversation(payload), (conversation) => ({
             endpoint: "/v1/chat/completions",
-            messages,
+            messages: conversation.messages,
+            upstream: conversation.upstream,
+            capabilities: conversation.capabilities,
             effort: payload.reasoning_effort ?? "medium",
             maxOutputTokens: payload.max_completion_tokens ?? payload.max_tokens,
             maxTotalCostMyr: payload.max_total_cost_myr,

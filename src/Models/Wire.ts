@@ -1,8 +1,9 @@
 import { Sse } from "@effect/experimental"
-import { Effect, Stream } from "effect"
+import { Stream } from "effect"
 import { toErrorBody } from "../Domain/Errors.js"
 import { toMyrString } from "../Domain/Money.js"
 import { PUBLIC_MODEL } from "./Api.js"
+import type { ToolCall } from "../Providers/Provider.js"
 import type { CallResult, StreamEvent } from "./Calls.js"
 import type { Annotation } from "./WebSearch.js"
 
@@ -36,6 +37,29 @@ const outputMessage = (
   content: status === "completed" ? [{ type: "output_text" as const, text, annotations: urlCitations(annotations) }] : []
 })
 
+const functionCallItem = (id: string, call: ToolCall, status: "in_progress" | "completed") => ({
+  type: "function_call" as const,
+  id,
+  call_id: call.id,
+  name: call.function.name,
+  arguments: status === "completed" ? call.function.arguments : "",
+  status
+})
+
+/** A function call's output item id: one per call of the response. */
+const callItemId = (requestId: string, index: number) => `fc_${requestId.replace(/^req_/, "")}_${index}`
+
+type OutputItem = ReturnType<typeof outputMessage> | ReturnType<typeof functionCallItem>
+
+/** OpenAI's output items: the message (when there is text, or nothing else), then each function call. */
+const outputItems = (result: CallResult): ReadonlyArray<OutputItem> => {
+  const ids = idsOf(result.requestId)
+  const calls = result.toolCalls.map((call, i) => functionCallItem(callItemId(result.requestId, i), call, "completed"))
+  return result.text.length > 0 || calls.length === 0
+    ? [outputMessage(ids.message, result.text, "completed", result.annotations), ...calls]
+    : calls
+}
+
 const responsesUsage = (result: CallResult) => ({
   input_tokens: result.usage.inputTokens,
   output_tokens: result.usage.outputTokens,
@@ -48,8 +72,8 @@ const responsesUsage = (result: CallResult) => ({
   latency_ms: result.latencyMs
 })
 
-/** The 200 body of `POST /v1/responses`: the spec's fields and OpenAI's `output` array. */
-export const responsesOutput = (result: CallResult) => {
+/** The 200 body of `POST /v1/responses`: the spec's fields and OpenAI's `output` array (in `output`'s order when streamed). */
+export const responsesOutput = (result: CallResult, output: ReadonlyArray<OutputItem> = outputItems(result)) => {
   const ids = idsOf(result.requestId)
   return {
     id: ids.response,
@@ -58,7 +82,7 @@ export const responsesOutput = (result: CallResult) => {
     status: "completed",
     model: PUBLIC_MODEL,
     output_text: result.text,
-    output: [outputMessage(ids.message, result.text, "completed", result.annotations)],
+    output,
     usage: responsesUsage(result),
     request_id: result.requestId,
     routing: {
@@ -89,7 +113,15 @@ export const chatCompletion = (result: CallResult) => ({
   model: PUBLIC_MODEL,
   choices: [{
     index: 0,
-    message: { role: "assistant" as const, content: result.text, annotations: chatUrlCitations(result.annotations) },
+    message: {
+      role: "assistant" as const,
+      // OpenAI's answer that only calls tools has no content.
+      content: result.text.length === 0 && result.toolCalls.length > 0 ? null : result.text,
+      refusal: null,
+      annotations: chatUrlCitations(result.annotations),
+      ...(result.toolCalls.length > 0 ? { tool_calls: result.toolCalls } : {})
+    },
+    logprobs: result.logprobs === undefined ? null : { content: result.logprobs, refusal: null },
     finish_reason: result.finishReason
   }],
   usage: chatUsage(result),
@@ -109,66 +141,131 @@ export interface StreamContext {
 
 /**
  * OpenAI's Responses stream: `response.created` … `response.completed` (or
- * `response.failed`), each event with its `type` and an increasing `sequence_number`.
+ * `response.failed`), each event with its `type` and an increasing
+ * `sequence_number`. Output items open as their first fragment arrives: the
+ * message at its first text, each function call at its first fragment.
  */
 export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamContext, events: Stream.Stream<StreamEvent>) =>
   Stream.suspend(() => {
     const ids = idsOf(requestId)
     let sequence = 0
     let text = ""
+    /** The output items in the order they were opened; a call by its index in the answer. */
+    const opened: Array<{ readonly kind: "message" } | { readonly kind: "call"; readonly index: number }> = []
     const emit = (type: string, fields: Record<string, unknown>) => sse(type, { type, sequence_number: sequence++, ...fields })
     const shell = (status: string) => ({
       id: ids.response, object: "response", created_at: createdAt, status, model: PUBLIC_MODEL, output: [], request_id: requestId
     })
     const part = (value: string, annotations: ReadonlyArray<Annotation> = []) =>
       ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
-    const at = { item_id: ids.message, output_index: 0, content_index: 0 }
+    const messageAt = () => ({ item_id: ids.message, output_index: opened.findIndex((o) => o.kind === "message"), content_index: 0 })
+    const callAt = (index: number) => opened.findIndex((o) => o.kind === "call" && o.index === index)
+    const openMessage = (): Array<Uint8Array> => {
+      if (opened.some((o) => o.kind === "message")) return []
+      opened.push({ kind: "message" })
+      const at = messageAt()
+      return [
+        emit("response.output_item.added", { output_index: at.output_index, item: outputMessage(ids.message, "", "in_progress") }),
+        emit("response.content_part.added", { ...at, part: part("") })
+      ]
+    }
     const start = [
       emit("response.created", { response: shell("in_progress") }),
-      emit("response.in_progress", { response: shell("in_progress") }),
-      emit("response.output_item.added", { output_index: 0, item: outputMessage(ids.message, "", "in_progress") }),
-      emit("response.content_part.added", { ...at, part: part("") })
+      emit("response.in_progress", { response: shell("in_progress") })
     ]
-    const body = Stream.mapEffect(events, (event) => {
+    const close = (result: CallResult): Array<Uint8Array> => {
+      const out: Array<Uint8Array> = []
+      if (opened.length === 0) out.push(...openMessage())
+      const items: Array<OutputItem> = []
+      for (const [outputIndex, item] of opened.entries()) {
+        if (item.kind === "message") {
+          const at = messageAt()
+          const done = outputMessage(ids.message, result.text, "completed", result.annotations)
+          items.push(done)
+          out.push(
+            emit("response.output_text.done", { ...at, text: result.text }),
+            emit("response.content_part.done", { ...at, part: part(result.text, result.annotations) }),
+            emit("response.output_item.done", { output_index: outputIndex, item: done })
+          )
+        } else {
+          const call = result.toolCalls[item.index]
+          if (call === undefined) continue
+          const itemId = callItemId(requestId, item.index)
+          const done = functionCallItem(itemId, call, "completed")
+          items.push(done)
+          out.push(
+            emit("response.function_call_arguments.done", { item_id: itemId, output_index: outputIndex, name: call.function.name, arguments: call.function.arguments }),
+            emit("response.output_item.done", { output_index: outputIndex, item: done })
+          )
+        }
+      }
+      out.push(emit("response.completed", { response: responsesOutput(result, items) }))
+      return out
+    }
+    const body = Stream.map(events, (event): Array<Uint8Array> => {
       switch (event._tag) {
-        case "Delta":
+        case "Delta": {
           text += event.text
-          return Effect.succeed([emit("response.output_text.delta", { ...at, delta: event.text })])
+          const out = openMessage()
+          out.push(emit("response.output_text.delta", { ...messageAt(), delta: event.text }))
+          return out
+        }
+        case "ToolCallDelta": {
+          const out: Array<Uint8Array> = []
+          const itemId = callItemId(requestId, event.index)
+          if (callAt(event.index) === -1) {
+            opened.push({ kind: "call", index: event.index })
+            const call: ToolCall = { id: event.id, type: "function", function: { name: event.name, arguments: "" } }
+            out.push(emit("response.output_item.added", { output_index: callAt(event.index), item: functionCallItem(itemId, call, "in_progress") }))
+          }
+          if (event.arguments.length > 0) {
+            out.push(emit("response.function_call_arguments.delta", { item_id: itemId, output_index: callAt(event.index), delta: event.arguments }))
+          }
+          return out
+        }
         case "Completed":
-          return Effect.succeed([
-            emit("response.output_text.done", { ...at, text: event.result.text }),
-            emit("response.content_part.done", { ...at, part: part(event.result.text, event.result.annotations) }),
-            emit("response.output_item.done", {
-              output_index: 0,
-              item: outputMessage(ids.message, event.result.text, "completed", event.result.annotations)
-            }),
-            emit("response.completed", { response: responsesOutput(event.result) })
-          ])
+          return close(event.result)
         case "Failed":
-          return Effect.succeed([emit("response.failed", {
+          return [emit("response.failed", {
             response: { ...shell("failed"), output_text: text, error: toErrorBody(event.error, requestId, dashboardUrl).error }
-          })])
+          })]
       }
     })
     return Stream.concat(Stream.fromIterable(start), Stream.flattenIterables(body))
   })
 
 /**
- * OpenAI's chat stream: `chat.completion.chunk` objects, a last chunk with
- * `choices: []`, `usage` and `cost_myr` (always sent), then `[DONE]`; a failure
- * after the first byte is a chunk with a top-level `error`.
+ * OpenAI's chat stream: `chat.completion.chunk` objects (text in `delta.content`,
+ * tool calls in `delta.tool_calls`: index, id, type and name first, then
+ * argument fragments), a last chunk with `choices: []`, `usage` and `cost_myr`
+ * (always sent), then `[DONE]`; a failure after the first byte is a chunk with a
+ * top-level `error`.
  */
 export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext, events: Stream.Stream<StreamEvent>) =>
   Stream.suspend(() => {
     const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>
       sse("message", { id: idsOf(requestId).chat, object: "chat.completion.chunk", created: createdAt, model: PUBLIC_MODEL, choices, ...extra })
     const first = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }])
-    const body = Stream.mapEffect(events, (event) => {
+    const started = new Set<number>()
+    const body = Stream.map(events, (event): Array<Uint8Array> => {
       switch (event._tag) {
         case "Delta":
-          return Effect.succeed([chunk([{ index: 0, delta: { content: event.text }, finish_reason: null }])])
+          return [chunk([{
+            index: 0,
+            delta: { content: event.text },
+            ...(event.logprobs === undefined ? {} : { logprobs: { content: event.logprobs, refusal: null } }),
+            finish_reason: null
+          }])]
+        case "ToolCallDelta": {
+          const fresh = !started.has(event.index)
+          started.add(event.index)
+          const call = fresh
+            ? { index: event.index, id: event.id, type: "function", function: { name: event.name, arguments: event.arguments } }
+            : { index: event.index, function: { arguments: event.arguments } }
+          return [chunk([{ index: 0, delta: { tool_calls: [call] }, finish_reason: null }])]
+        }
         case "Completed":
-          return Effect.succeed([
+          return [
             chunk([{
               index: 0,
               // The citations arrive with the last content chunk, once the whole answer is known.
@@ -177,9 +274,9 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
             }]),
             chunk([], { usage: chatUsage(event.result), cost_myr: toMyrString(event.result.cost) }),
             sse("message", "[DONE]")
-          ])
+          ]
         case "Failed":
-          return Effect.succeed([sse("message", { error: toErrorBody(event.error, requestId, dashboardUrl).error })])
+          return [sse("message", { error: toErrorBody(event.error, requestId, dashboardUrl).error })]
       }
     })
     return Stream.concat(Stream.make(first), Stream.flattenIterables(body))

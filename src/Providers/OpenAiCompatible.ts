@@ -2,7 +2,7 @@ import { Sse } from "@effect/experimental"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import type { HttpClientError, HttpClientResponse } from "@effect/platform"
 import { Duration, Effect, Option, Redacted, Schema, Stream } from "effect"
-import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Completion, ProviderError, ProviderRequest, ProviderShape, ProviderUsage, StreamPart } from "./Provider.js"
 import { finishReasonOf } from "./Provider.js"
 
@@ -23,19 +23,43 @@ const Usage = Schema.Struct({
   )
 })
 
+const Logprobs = Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.Array(Schema.Unknown))) })))
+
+const ToolCall = Schema.Struct({
+  id: Schema.String,
+  function: Schema.Struct({ name: Schema.String, arguments: Schema.optionalWith(Schema.String, { default: () => "" }) })
+})
+
 const Completion = Schema.Struct({
   choices: Schema.Array(Schema.Struct({
-    message: Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.String)) }),
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+    message: Schema.Struct({
+      content: Schema.optional(Schema.NullOr(Schema.String)),
+      tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCall)))
+    }),
+    finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
+    logprobs: Logprobs
   })),
   usage: Schema.optional(Schema.NullOr(Usage))
+})
+
+const ToolCallFragment = Schema.Struct({
+  index: Schema.optionalWith(Schema.Int, { default: () => 0 }),
+  id: Schema.optional(Schema.NullOr(Schema.String)),
+  function: Schema.optional(Schema.NullOr(Schema.Struct({
+    name: Schema.optional(Schema.NullOr(Schema.String)),
+    arguments: Schema.optional(Schema.NullOr(Schema.String))
+  })))
 })
 
 const Chunk = Schema.Struct({
   choices: Schema.optionalWith(
     Schema.Array(Schema.Struct({
-      delta: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.String)) }))),
-      finish_reason: Schema.optional(Schema.NullOr(Schema.String))
+      delta: Schema.optional(Schema.NullOr(Schema.Struct({
+        content: Schema.optional(Schema.NullOr(Schema.String)),
+        tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCallFragment)))
+      }))),
+      finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
+      logprobs: Logprobs
     })),
     { default: () => [] }
   ),
@@ -63,8 +87,32 @@ const requestBody = (request: ProviderRequest, stream: boolean) => ({
   ...(request.topP === undefined ? {} : { top_p: request.topP }),
   ...(request.stop === undefined || request.stop === null ? {} : { stop: request.stop }),
   ...(request.user === undefined ? {} : { user: request.user }),
+  ...capabilitiesBody(request),
   ...(stream ? { stream: true, stream_options: { include_usage: true } } : {})
 })
+
+/** The caller's tools, format and sampling fields in chat's names; tool fields only with tools, as OpenAI requires. */
+const capabilitiesBody = (request: ProviderRequest): Record<string, unknown> => {
+  const body: Record<string, unknown> = {}
+  const set = (name: string, value: unknown) => {
+    if (value !== undefined) body[name] = value
+  }
+  if (request.tools !== undefined && request.tools.length > 0) {
+    body["tools"] = request.tools
+    set("tool_choice", request.toolChoice)
+    set("parallel_tool_calls", request.parallelToolCalls)
+  }
+  set("response_format", request.responseFormat)
+  set("presence_penalty", request.presencePenalty)
+  set("frequency_penalty", request.frequencyPenalty)
+  set("logit_bias", request.logitBias)
+  set("seed", request.seed)
+  if (request.logprobs === true) {
+    body["logprobs"] = true
+    set("top_logprobs", request.topLogprobs)
+  }
+  return body
+}
 
 const unavailable = (message: string, extra: { retryable?: boolean; retry_after_seconds?: number } = {}) =>
   new ProviderUnavailable({ message, ...extra })
@@ -74,7 +122,24 @@ const retryAfterSeconds = (response: HttpClientResponse.HttpClientResponse): num
   return Number.isFinite(header) && header >= 0 ? Math.ceil(header) : 1
 }
 
-/** Upstream statuses as our errors: 429 and 5xx may pass; other refusals will not on a retry. */
+const UpstreamError = Schema.parseJson(Schema.Struct({
+  error: Schema.Struct({ message: Schema.optional(Schema.NullOr(Schema.String)), code: Schema.optional(Schema.Unknown) })
+}))
+const decodeUpstreamError = Schema.decodeUnknownOption(UpstreamError)
+
+/** The upstream's own words for a refusal: OpenAI's `error.message`, else the body's start. */
+const upstreamMessage = (text: string): { readonly message: string; readonly code: unknown } =>
+  Option.match(decodeUpstreamError(text), {
+    onNone: () => ({ message: text.slice(0, 500), code: undefined }),
+    onSome: ({ error }) => ({ message: (error.message ?? text).slice(0, 500), code: error.code })
+  })
+
+const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many tokens|prompt is too long|input is too long/i
+
+/**
+ * Upstream statuses as our errors: 429, 408 and 5xx may pass on a retry; its credentials refused (401/403) are
+ * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's words.
+ */
 const statusError = (response: HttpClientResponse.HttpClientResponse) =>
   Effect.flatMap(
     Effect.orElseSucceed(response.text, () => ""),
@@ -85,12 +150,21 @@ const statusError = (response: HttpClientResponse.HttpClientResponse) =>
           retry_after_seconds: retryAfterSeconds(response)
         }))
       }
-      if (response.status >= 500 || response.status === 408) {
+      if (response.status >= 500 || response.status === 408 || response.status < 400) {
         return Effect.fail(unavailable(`The model provider failed (HTTP ${response.status})${detail}`))
       }
-      return Effect.fail(unavailable(`The model provider refused the request (HTTP ${response.status})${detail}`, {
-        retryable: false
-      }))
+      if (response.status === 401 || response.status === 403) {
+        return Effect.zipRight(
+          Effect.logError(`The model provider refused our credentials (HTTP ${response.status}): check UPSTREAM_API_KEY${detail}`),
+          Effect.fail(unavailable("The model provider is not available right now."))
+        )
+      }
+      const { code, message } = upstreamMessage(text)
+      const said = message.length > 0 ? message : `HTTP ${response.status}`
+      if (response.status === 413 || code === "context_length_exceeded" || CONTEXT_TOO_LONG.test(said)) {
+        return Effect.fail(new ContextLengthExceeded({ message: `The model refused the input as too long: ${said}`, param: null }))
+      }
+      return Effect.fail(new InvalidRequest({ message: `The model refused the request: ${said}`, param: null }))
     }
   )
 
@@ -137,6 +211,12 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           const choice = body.choices[0]
           return {
             text: choice?.message.content ?? "",
+            toolCalls: (choice?.message.tool_calls ?? []).map((call) => ({
+              id: call.id,
+              type: "function" as const,
+              function: { name: call.function.name, arguments: call.function.arguments }
+            })),
+            logprobs: choice?.logprobs?.content ?? undefined,
             finishReason: finishReasonOf(choice?.finish_reason),
             usage: body.usage === undefined || body.usage === null ? Option.none() : Option.some(usageOf(body.usage))
           }
@@ -158,7 +238,17 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           const parts: Array<StreamPart> = []
           for (const choice of chunk.choices) {
             const text = choice.delta?.content
-            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text })
+            const logprobs = choice.logprobs?.content ?? undefined
+            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text, logprobs })
+            for (const call of choice.delta?.tool_calls ?? []) {
+              parts.push({
+                _tag: "ToolCallDelta",
+                index: call.index,
+                id: call.id ?? undefined,
+                name: call.function?.name ?? undefined,
+                arguments: call.function?.arguments ?? ""
+              })
+            }
             if (typeof choice.finish_reason === "string") parts.push({ _tag: "Finish", finishReason: finishReasonOf(choice.finish_reason) })
           }
           if (chunk.usage !== undefined && chunk.usage !== null) parts.push({ _tag: "Usage", usage: usageOf(chunk.usage) })
@@ -173,20 +263,22 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         Stream.catchAll((error) => Stream.fail(unavailable(`The model provider's stream broke off: ${error.message}`)))
       )
 
-    /** The parts of an event stream, which must end with `[DONE]` or a finish reason: a stream that just stops was cut off. */
+    /**
+     * The parts of an event stream, read to `[DONE]` or the stream's end: OpenAI sends usage in a chunk after the
+     * finish reason (`choices: []`), often in a later read. A stream that stops before any finish reason was cut off.
+     */
     const parts = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<StreamPart, ProviderError> =>
       Stream.suspend(() => {
         let finished = false
         return events(response).pipe(
-          Stream.takeWhile((event) => {
-            if (event.data === "[DONE]") finished = true
-            return !finished
-          }),
+          Stream.takeWhile((event) => event.data !== "[DONE]"),
           Stream.mapEffect((event) => partsOf(event.data)),
           Stream.flattenIterables,
           Stream.tap((part) => Effect.sync(() => {
             if (part._tag === "Finish") finished = true
           })),
+          // After the finish reason the answer is whole: a connection lost before `[DONE]` costs nothing but the usage chunk.
+          Stream.catchAll((error) => finished ? Stream.empty : Stream.fail(error)),
           Stream.concat(Stream.suspend(() =>
             finished ? Stream.empty : Stream.fail(unavailable("The model provider's stream ended before the answer was finished."))
           ))

@@ -105,9 +105,14 @@ const ANGLES = ["", "latest", "explained", "analysis", "official"]
  * message's keywords (and, in a second round, from the titles found), as many
  * as the instructions ask for.
  */
-export const simulatedPlannerAnswer = (messages: ReadonlyArray<Message>): string | undefined => {
-  const first = messages[0]
-  if (first?.role !== "system" || !first.content.startsWith(PLANNER_MARKER)) return undefined
+export const simulatedPlannerAnswer = (
+  request: ReadonlyArray<{ readonly role: string; readonly content: unknown }>
+): string | undefined => {
+  // A planning call carries text only (`planningMessages`); anything else is not one.
+  const head = request[0]
+  if (head?.role !== "system" || typeof head.content !== "string" || !head.content.startsWith(PLANNER_MARKER)) return undefined
+  const messages = request.flatMap((m) => typeof m.content === "string" ? [{ role: m.role, content: m.content }] : [])
+  const first = { role: "system", content: head.content }
   const count = Number(/write up to (\d+) web search/.exec(first.content)?.[1] ?? "1")
   const question = [...messages].reverse().find((message) => message.role === "user")?.content ?? ""
   const terms = keywords(question).slice(0, 8)

@@ -23,9 +23,14 @@ export type Behaviour =
     readonly usage?: Partial<UsageNumbers> | "none"
     /** Wait before sending the response headers. */
     readonly delayMs?: number
-    /** Wait between stream chunks. */
+    /** Wait between stream chunks (default `DEFAULT_CHUNK_DELAY_MS`): each chunk is its own write, as from a real upstream. */
     readonly chunkDelayMs?: number
     readonly finishReason?: string
+    /**
+     * Function calls in the answer (finish reason `tool_calls`), streamed as OpenAI streams them; none once the
+     * last message is a tool result, so a client's tool loop ends.
+     */
+    readonly toolCalls?: ReadonlyArray<{ readonly id?: string; readonly name: string; readonly arguments: string }>
   }
   /** An OpenAI-style error body (a string `body` is sent verbatim), optionally with `retry-after`. */
   | { readonly kind: "status"; readonly status: number; readonly body?: unknown; readonly retryAfter?: string }
@@ -69,6 +74,9 @@ export interface UpstreamOptions {
 type OkBehaviour = Extract<Behaviour, { readonly kind: "ok" }>
 
 const OK: OkBehaviour = { kind: "ok" }
+
+/** Streams arrive chunk by chunk, the usage chunk in a write of its own after the finish chunk, as from OpenAI. */
+export const DEFAULT_CHUNK_DELAY_MS = 3
 const CHUNK_CHARS = /[\s\S]{1,8}/gu
 
 type Json = Record<string, unknown>
@@ -118,8 +126,11 @@ interface Completion {
   readonly created: number
   readonly model: string
   readonly text: string
+  readonly toolCalls: ReadonlyArray<Json>
   readonly finishReason: string
   readonly usage: Json | undefined
+  /** The request asked for logprobs: each piece of text comes with its entry. */
+  readonly logprobs: boolean
   readonly stream: boolean
   readonly includeUsage: boolean
 }
@@ -144,21 +155,36 @@ const completionOf = (id: string, body: Json, behaviour: OkBehaviour): Completio
     last = isRecord(message) ? contentText(message["content"]) : ""
     promptChars += last.length
   }
+  const lastMessage: unknown = messages[messages.length - 1]
+  const afterToolResult = isRecord(lastMessage) && lastMessage["role"] === "tool"
+  const toolCalls = afterToolResult ? [] : (behaviour.toolCalls ?? []).map((call, i) => ({
+    id: call.id ?? `call_${id}_${i}`,
+    type: "function",
+    function: { name: call.name, arguments: call.arguments }
+  }))
   const text = typeof behaviour.text === "function"
     ? behaviour.text(body)
-    : behaviour.text ?? `Upstream answer to: ${last.slice(0, 200)}`
+    : behaviour.text ?? (toolCalls.length > 0 ? "" : `Upstream answer to: ${last.slice(0, 200)}`)
   const streamOptions = body["stream_options"]
   return {
     id,
     created: Math.floor(Date.now() / 1000),
     model: typeof body["model"] === "string" ? body["model"] : "",
     text,
-    finishReason: behaviour.finishReason ?? "stop",
+    toolCalls,
+    logprobs: body["logprobs"] === true,
+    finishReason: behaviour.finishReason ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
     usage: behaviour.usage === "none" ? undefined : usageOf(promptChars, text, behaviour.usage ?? {}),
     stream: body["stream"] === true,
     includeUsage: isRecord(streamOptions) && streamOptions["include_usage"] === true
   }
 }
+
+/** OpenAI's logprobs of a piece of text: one entry, a fixed log probability. */
+const logprobsOf = (text: string) => ({
+  content: [{ token: text, logprob: -0.25, bytes: [...Buffer.from(text, "utf8")], top_logprobs: [] }],
+  refusal: null
+})
 
 const completionJson = (c: Completion): string =>
   JSON.stringify({
@@ -166,7 +192,17 @@ const completionJson = (c: Completion): string =>
     object: "chat.completion",
     created: c.created,
     model: c.model,
-    choices: [{ index: 0, message: { role: "assistant", content: c.text }, finish_reason: c.finishReason }],
+    choices: [{
+      index: 0,
+      message: {
+        role: "assistant",
+        content: c.text === "" && c.toolCalls.length > 0 ? null : c.text,
+        refusal: null,
+        ...(c.toolCalls.length > 0 ? { tool_calls: c.toolCalls } : {})
+      },
+      logprobs: c.logprobs ? logprobsOf(c.text) : null,
+      finish_reason: c.finishReason
+    }],
     ...(c.usage === undefined ? {} : { usage: c.usage })
   })
 
@@ -174,14 +210,22 @@ const sse = (data: unknown) => `data: ${JSON.stringify(data)}\n\n`
 
 /** The stream's events: role chunk, content chunks, finish chunk, and the usage chunk plus `[DONE]` as `tail`. */
 const streamEvents = (c: Completion) => {
-  const chunk = (delta: Json, finishReason: string | null) =>
+  const chunk = (delta: Json, finishReason: string | null, logprobs: Json | null = null) =>
     sse({
       id: c.id,
       object: "chat.completion.chunk",
       created: c.created,
       model: c.model,
-      choices: [{ index: 0, delta, finish_reason: finishReason }]
+      choices: [{ index: 0, delta, logprobs, finish_reason: finishReason }]
     })
+  // As OpenAI streams a call: index, id, type and name with empty arguments, then the arguments in fragments.
+  const calls = c.toolCalls.flatMap((call, index) => {
+    const fn = call["function"] as { readonly name: string; readonly arguments: string }
+    return [
+      chunk({ tool_calls: [{ index, id: call["id"], type: "function", function: { name: fn.name, arguments: "" } }] }, null),
+      ...(fn.arguments.match(CHUNK_CHARS) ?? []).map((piece) => chunk({ tool_calls: [{ index, function: { arguments: piece } }] }, null))
+    ]
+  })
   const tail = [chunk({}, c.finishReason)]
   if (c.includeUsage && c.usage !== undefined) {
     tail.push(sse({
@@ -196,7 +240,10 @@ const streamEvents = (c: Completion) => {
   tail.push("data: [DONE]\n\n")
   return {
     role: chunk({ role: "assistant", content: "" }, null),
-    content: (c.text.match(CHUNK_CHARS) ?? []).map((piece) => chunk({ content: piece }, null)),
+    content: [
+      ...(c.text.match(CHUNK_CHARS) ?? []).map((piece) => chunk({ content: piece }, null, c.logprobs ? logprobsOf(piece) : null)),
+      ...calls
+    ],
     tail
   }
 }
@@ -210,8 +257,7 @@ const answerOk = async (res: ServerResponse, c: Completion, behaviour: OkBehavio
   const events = streamEvents(c)
   const all = [events.role, ...events.content, ...events.tail]
   startStream(res)
-  const gap = behaviour.chunkDelayMs ?? 0
-  if (gap <= 0) return res.end(all.join(""))
+  const gap = behaviour.chunkDelayMs ?? DEFAULT_CHUNK_DELAY_MS
   for (const [i, event] of all.entries()) {
     if (i > 0 && !(await wait(gap, res))) return
     res.write(event)

@@ -101,7 +101,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     return {
       ...rest,
       publicBaseUrl: base,
-      dashboardUrl: Option.getOrElse(dashboardUrl, () => base).replace(/\/+$/, ""),
+      // The dashboard the service itself serves (src/Http/Dashboard.ts) unless another is configured.
+      dashboardUrl: Option.getOrElse(dashboardUrl, () => `${base}/app`).replace(/\/+$/, ""),
       production: nodeEnv === "production"
     }
   })

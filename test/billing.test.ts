@@ -290,7 +290,8 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
           reserved_myr: 0,
           lifetime_topup_myr: 0,
           lifetime_spend_myr: 0,
-          topup_options_sen: [...TOPUP_OPTIONS]
+          topup_options_sen: [...TOPUP_OPTIONS],
+          account_suspended: false
         })
       }))
 
@@ -310,7 +311,8 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
           reserved_myr: 0,
           lifetime_topup_myr: 10,
           lifetime_spend_myr: 0,
-          topup_options_sen: [...TOPUP_OPTIONS]
+          topup_options_sen: [...TOPUP_OPTIONS],
+          account_suspended: false
         })
         for (const field of ["availableMicroMyr", "reservedMicroMyr", "lifetimeTopupMicroMyr", "lifetimeSpendMicroMyr"]) {
           expect(Number.isInteger(topped.wallet[field]), field).toBe(true)

@@ -407,8 +407,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
             param: null
           })
           expect(error.retryable).toBe(false)
-          expect(error.action_url).toBe(`${baseUrl}/dashboard/api-keys`)
-          expect(error.action_url.endsWith("/dashboard/api-keys")).toBe(true)
+          expect(error.action_url).toBe(`${baseUrl}/app/api-keys`)
+          expect(error.action_url.endsWith("/app/api-keys")).toBe(true)
           const log = yield* logOf(reply.headers.get("x-request-id") ?? "")
           expect(log).toMatchObject({
             status: "failed",
@@ -461,7 +461,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
             param: null
           })
           expect(error.retryable).toBe(false)
-          expect(error.action_url).toBe(`${baseUrl}/dashboard/billing`)
+          expect(error.action_url).toBe(`${baseUrl}/app/billing`)
           const log = yield* logOf(reply.headers.get("x-request-id") ?? "")
           expect(log).toMatchObject({ status: "failed", error_code: "insufficient_balance", endpoint: path })
           expect(Number(log.cost_micro_myr)).toBe(0)
@@ -546,7 +546,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
             param: null
           })
           expect(error.retryable).toBe(false)
-          expect(error.action_url).toBe(`${baseUrl}/dashboard/billing`)
+          expect(error.action_url).toBe(`${baseUrl}/app/billing`)
         }
         // Listing models is not a model call.
         expect((yield* call("GET", "/v1/models", { token: live.apiKey })).status).toBe(200)

@@ -27,6 +27,9 @@ interface LogSeed {
   readonly contentPages?: number
   readonly costMicroMyr?: number
   readonly latencyMs?: number
+  readonly stream?: boolean
+  readonly routingCategory?: string
+  readonly errorCode?: string
 }
 
 /** Inserts the logs and returns their request ids, in the order given. */
@@ -39,14 +42,15 @@ const insertLogs = (logs: ReadonlyArray<LogSeed>) =>
       await client.query(
         `INSERT INTO request_logs (request_id, account_id, api_key_id, public_model, endpoint, status,
            input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count,
-           content_pages, cost_micro_myr, latency_ms, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+           content_pages, cost_micro_myr, latency_ms, created_at, stream, routing_category, error_code)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
         [
           requestId, log.accountId, log.apiKeyId, log.publicModel ?? "svc/nenas-flash",
           log.endpoint ?? "/v1/responses", log.status ?? "billed",
           log.inputTokens ?? 0, log.outputTokens ?? 0, log.reasoningTokens ?? 0, log.cachedTokens ?? 0,
           log.usageSource ?? "provider", log.searchCount ?? 0, log.contentPages ?? 0,
-          log.costMicroMyr ?? 0, log.latencyMs ?? 0, new Date(log.createdAt).toISOString()
+          log.costMicroMyr ?? 0, log.latencyMs ?? 0, new Date(log.createdAt).toISOString(),
+          log.stream ?? false, log.routingCategory ?? null, log.errorCode ?? null
         ]
       )
     }
@@ -119,7 +123,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
             accountId, apiKeyId: keyId, createdAt: base + 180_000, requestId: "req_page_d",
             publicModel: "svc/nenas-flash", endpoint: "/v1/chat/completions", status: "billed",
             inputTokens: 120, outputTokens: 45, reasoningTokens: 7, cachedTokens: 30, usageSource: "estimated",
-            searchCount: 2, contentPages: 3, costMicroMyr: 1234, latencyMs: 812
+            searchCount: 2, contentPages: 3, costMicroMyr: 1234, latencyMs: 812, stream: true, routingCategory: "search"
           }
         ])
         expect(seeded).toHaveLength(5)
@@ -130,15 +134,20 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         expect(page1.has_more).toBe(true)
         expect(page1.logs[0]).toEqual({
           requestId: "req_page_d",
+          apiKeyId: keyId,
           publicModel: "svc/nenas-flash",
           endpoint: "/v1/chat/completions",
+          stream: true,
           status: "billed",
+          routingCategory: "search",
+          errorCode: null,
           inputTokens: 120,
           outputTokens: 45,
           reasoningTokens: 7,
           cachedTokens: 30,
           usageSource: "estimated",
           searchCount: 2,
+          contentPages: 3,
           costMicroMyr: 1234,
           latencyMs: 812,
           createdAt: "2026-11-10T00:03:00.000Z"

@@ -614,8 +614,13 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         yield* expectAck(disputeCreated(p1, d1), true)
         yield* expectAck(disputeCreated(p2, d2), true)
         yield* expectSuspended(full_key)
+        // The dashboard reads the suspension from the balance.
+        const suspended = () =>
+          Effect.map(call("GET", "/dashboard/billing/balance", { token: dev.token }), (reply) => reply.body.account_suspended)
+        expect(yield* suspended()).toBe(true)
         yield* expectAck(disputeClosed(p1, d1, "won"), true)
         yield* expectSuspended(full_key)
+        expect(yield* suspended()).toBe(true)
         yield* dev.expectMoney({
           available: 1000 * SEN,
           lifetimeTopup: 3500 * SEN,
@@ -629,6 +634,7 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         })
         yield* expectAck(disputeClosed(p2, d2, "lost"), true)
         yield* expectNotSuspended(full_key)
+        expect(yield* suspended()).toBe(false)
         yield* dev.expectMoney({
           available: 1000 * SEN,
           lifetimeTopup: 3500 * SEN,

@@ -29,7 +29,9 @@ export const Balance = Schema.Struct({
   reserved_myr: Schema.Number,
   lifetime_topup_myr: Schema.Number,
   lifetime_spend_myr: Schema.Number,
-  topup_options_sen: Schema.Array(Schema.Int)
+  topup_options_sen: Schema.Array(Schema.Int),
+  /** True while a payment dispute is open: live model calls answer permission_denied until it closes. */
+  account_suspended: Schema.Boolean
 })
 
 export const LedgerType = Schema.Literal("topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment")

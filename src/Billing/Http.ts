@@ -42,7 +42,8 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             reserved_myr: toMyrNumber(microMyr(wallet.reservedMicroMyr)),
             lifetime_topup_myr: toMyrNumber(microMyr(wallet.lifetimeTopupMicroMyr)),
             lifetime_spend_myr: toMyrNumber(microMyr(wallet.lifetimeSpendMicroMyr)),
-            topup_options_sen: TOPUP_OPTIONS_SEN
+            topup_options_sen: TOPUP_OPTIONS_SEN,
+            account_suspended: account.suspended
           }
         }))
       .handle("transactions", ({ urlParams }) =>
@@ -133,8 +134,8 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
         }
         const settled = yield* find(sessionId)
         const returnUrl = outcome === "checkout.session.completed"
-          ? `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`
-          : `${config.dashboardUrl}/dashboard/billing?checkout=cancelled`
+          ? `${config.dashboardUrl}/billing?checkout=success&session_id=${encodeURIComponent(sessionId)}`
+          : `${config.dashboardUrl}/billing?checkout=cancelled`
         return resultPage(settled, returnUrl)
       })
     return handlers

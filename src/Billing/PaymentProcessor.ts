@@ -49,8 +49,8 @@ export const makeStripeClient = (secretKey: Redacted.Redacted, apiUrl: Option.Op
 }
 
 const returnUrls = (config: AppConfigShape) => ({
-  success_url: `${config.dashboardUrl}/dashboard/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}`,
-  cancel_url: `${config.dashboardUrl}/dashboard/billing?checkout=cancelled`
+  success_url: `${config.dashboardUrl}/billing?checkout=success&session_id={CHECKOUT_SESSION_ID}`,
+  cancel_url: `${config.dashboardUrl}/billing?checkout=cancelled`
 })
 
 const stripeFailure = (error: unknown) =>

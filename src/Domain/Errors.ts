@@ -62,27 +62,27 @@ export class AuthenticationError extends Schema.TaggedError<AuthenticationError>
 })) {}
 export class InvalidApiKey extends Schema.TaggedError<InvalidApiKey>()("InvalidApiKey", fields, meta({
   code: "invalid_api_key", status: 401, type: "authentication_error", retryable: false,
-  guidance: "Check the API key, or create a new one in the dashboard.", action: "/dashboard/api-keys"
+  guidance: "Check the API key, or create a new one in the dashboard.", action: "/api-keys"
 })) {}
 export class ExpiredApiKey extends Schema.TaggedError<ExpiredApiKey>()("ExpiredApiKey", fields, meta({
   code: "expired_api_key", status: 401, type: "authentication_error", retryable: false,
-  guidance: "This API key has expired; create a new one in the dashboard.", action: "/dashboard/api-keys"
+  guidance: "This API key has expired; create a new one in the dashboard.", action: "/api-keys"
 })) {}
 export class RevokedApiKey extends Schema.TaggedError<RevokedApiKey>()("RevokedApiKey", fields, meta({
   code: "revoked_api_key", status: 401, type: "authentication_error", retryable: false,
-  guidance: "This API key was deleted; create a new one in the dashboard.", action: "/dashboard/api-keys"
+  guidance: "This API key was deleted; create a new one in the dashboard.", action: "/api-keys"
 })) {}
 export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("PermissionDenied", fields, meta({
   code: "permission_denied", status: 403, type: "permission_error", retryable: false,
-  guidance: "The account is suspended while a payment dispute is open.", action: "/dashboard/billing"
+  guidance: "The account is suspended while a payment dispute is open.", action: "/billing"
 })) {}
 export class InsufficientBalance extends Schema.TaggedError<InsufficientBalance>()("InsufficientBalance", fields, meta({
   code: "insufficient_balance", status: 402, type: "billing_error", retryable: false,
-  guidance: "Top up the wallet, or lower max_output_tokens to reduce the reservation.", action: "/dashboard/billing"
+  guidance: "Top up the wallet, or lower max_output_tokens to reduce the reservation.", action: "/billing"
 })) {}
 export class SpendLimitExceeded extends Schema.TaggedError<SpendLimitExceeded>()("SpendLimitExceeded", fields, meta({
   code: "spend_limit_exceeded", status: 402, type: "billing_error", retryable: false,
-  guidance: "Raise the key's monthly spend limit or wait for the next month.", action: "/dashboard/api-keys"
+  guidance: "Raise the key's monthly spend limit or wait for the next month.", action: "/api-keys"
 })) {}
 export class BillingError extends Schema.TaggedError<BillingError>()("BillingError", fields, meta({
   code: "billing_error", status: 502, type: "billing_error", retryable: true,

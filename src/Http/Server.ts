@@ -29,6 +29,7 @@ import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
+import { DashboardLive } from "./Dashboard.js"
 import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
@@ -75,11 +76,12 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   ])
 )
 
-/** The HTTP application: the API, its docs (`/docs`, `/openapi.json`) and the error encoder. */
+/** The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`) and the error encoder. */
 const HttpAppLive = HttpApiBuilder.serve().pipe(
   Layer.provide([
     HttpApiScalar.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
+    DashboardLive,
     HttpApiBuilder.middlewareCors({ exposedHeaders: [
       "x-request-id",
       "retry-after",

@@ -18,15 +18,22 @@ export const LogsParams = Schema.Struct({
 
 export const LogEntry = Schema.Struct({
   requestId: Schema.String,
+  apiKeyId: Schema.String,
   publicModel: Schema.String,
   endpoint: Schema.String,
+  stream: Schema.Boolean,
   status: LogStatus,
+  /** `general`, `reasoning` or `search`; null for a call refused before it was routed. */
+  routingCategory: Schema.NullOr(Schema.String),
+  /** The error code a failed call answered with. */
+  errorCode: Schema.NullOr(Schema.String),
   inputTokens: Schema.Int,
   outputTokens: Schema.Int,
   reasoningTokens: Schema.Int,
   cachedTokens: Schema.Int,
   usageSource: Schema.Literal("provider", "estimated"),
   searchCount: Schema.Int,
+  contentPages: Schema.Int,
   costMicroMyr: Schema.Int,
   latencyMs: Schema.Int,
   createdAt: Schema.String

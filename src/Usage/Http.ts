@@ -13,15 +13,20 @@ const OVERVIEW_DAYS = 30
 
 const toLogEntry = (row: LogRow): typeof LogEntry.Type => ({
   requestId: row.requestId,
+  apiKeyId: row.apiKeyId,
   publicModel: row.publicModel,
   endpoint: row.endpoint,
+  stream: row.stream,
   status: row.status,
+  routingCategory: row.routingCategory,
+  errorCode: row.errorCode,
   inputTokens: row.inputTokens,
   outputTokens: row.outputTokens,
   reasoningTokens: row.reasoningTokens,
   cachedTokens: row.cachedTokens,
   usageSource: row.usageSource,
   searchCount: row.searchCount,
+  contentPages: row.contentPages,
   costMicroMyr: row.costMicroMyr,
   latencyMs: row.latencyMs,
   createdAt: row.createdAt.toISOString()

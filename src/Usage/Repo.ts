@@ -10,15 +10,20 @@ export const MAX_BUCKETS: Readonly<Record<GranularityValue, number>> = { hour: 7
 
 export interface LogRow {
   readonly requestId: string
+  readonly apiKeyId: string
   readonly publicModel: string
   readonly endpoint: string
+  readonly stream: boolean
   readonly status: typeof LogStatus.Type
+  readonly routingCategory: string | null
+  readonly errorCode: string | null
   readonly inputTokens: number
   readonly outputTokens: number
   readonly reasoningTokens: number
   readonly cachedTokens: number
   readonly usageSource: "provider" | "estimated"
   readonly searchCount: number
+  readonly contentPages: number
   readonly costMicroMyr: number
   readonly latencyMs: number
   readonly createdAt: Date
@@ -75,8 +80,9 @@ export interface LocalDays {
 
 export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonly limit: number }> {}
 
-const logColumns = `request_id, public_model, endpoint, status, input_tokens, output_tokens, reasoning_tokens,
-  cached_tokens, usage_source, search_count, cost_micro_myr, latency_ms, created_at`
+const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
+  input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
+  cost_micro_myr, latency_ms, created_at`
 
 /**
  * Reads of request logs for the dashboard. Local times (day and hour buckets)

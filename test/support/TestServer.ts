@@ -86,7 +86,7 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       host: "127.0.0.1",
       port,
       publicBaseUrl: baseUrl,
-      dashboardUrl: baseUrl,
+      dashboardUrl: `${baseUrl}/app`,
       ...overrides
     })
     const server = ServerLive.pipe(Layer.provide(config), Layer.provide(Layer.setClock(clock)))

@@ -1,0 +1,65 @@
+import { existsSync, statSync } from "node:fs"
+import { mkdtemp, readdir, rm, stat } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { type BrowserContext, chromium } from "playwright-core"
+import { DASHBOARD_DIST } from "../../src/Http/Dashboard.js"
+
+/** Debian's `chromium` package; `.ci/run` installs it. Playwright never downloads a browser here. */
+export const CHROMIUM = "/usr/bin/chromium"
+
+const WEB = fileURLToPath(new URL("../../web", import.meta.url))
+
+const newestSource = async (dir: string): Promise<number> => {
+  let newest = 0
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name)
+    newest = Math.max(newest, entry.isDirectory() ? await newestSource(path) : (await stat(path)).mtimeMs)
+  }
+  return newest
+}
+
+/** Builds web/ (as `npm run build:web` does) when its build is missing or older than its sources. */
+export const ensureDashboardBuilt = async (): Promise<void> => {
+  const index = join(DASHBOARD_DIST, "index.html")
+  const sources = Math.max(
+    await newestSource(join(WEB, "src")),
+    statSync(join(WEB, "index.html")).mtimeMs,
+    statSync(join(WEB, "vite.config.ts")).mtimeMs
+  )
+  if (existsSync(index) && statSync(index).mtimeMs >= sources) return
+  const vite = await import("vite")
+  await vite.build({ root: WEB, configFile: join(WEB, "vite.config.ts"), logLevel: "warn" })
+}
+
+/** Headless Chromium with a fresh profile, removed again by `close`. */
+export const launchBrowser = async (): Promise<{ context: BrowserContext; close: () => Promise<void> }> => {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium (.ci/run does it)`)
+  const profile = await mkdtemp(join(tmpdir(), "nenas-chromium-"))
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync"
+    ],
+    viewport: { width: 1280, height: 800 },
+    // The simulated model's answers do not depend on it, but dates do: a zone other than the business one.
+    timezoneId: "Europe/Berlin",
+    locale: "en-GB"
+  })
+  return {
+    context,
+    close: async () => {
+      await context.close()
+      await rm(profile, { recursive: true, force: true })
+    }
+  }
+}

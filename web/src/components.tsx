@@ -1,0 +1,126 @@
+import { useEffect, useId, useRef, type ReactNode } from "react"
+import { Link } from "react-router"
+import type { ApiError } from "./api"
+import { formatDateTime, formatMicroMyrExact, formatMyr } from "./format"
+import { useSession, type Loadable } from "./session"
+
+/** RM with two decimals; the exact micro-MYR in the tooltip and for screen readers' description. */
+export const Money = ({ micro }: { micro: number }) => (
+  <span className="money" title={formatMicroMyrExact(micro)} data-micro-myr={micro}>{formatMyr(micro)}</span>
+)
+
+/** A big figure with its exact amount written out beneath (a tooltip alone is out of reach of keyboards and touch). */
+export const MoneyStat = ({ label, micro, note }: { label: string; micro: number; note?: ReactNode }) => (
+  <div className="stat">
+    <div className="stat-label">{label}</div>
+    <div className="stat-value"><Money micro={micro} /></div>
+    <div className="stat-note">{formatMicroMyrExact(micro)}</div>
+    {note === undefined ? null : <div className="stat-note">{note}</div>}
+  </div>
+)
+
+export const Stat = ({ label, value, note }: { label: string; value: ReactNode; note?: ReactNode }) => (
+  <div className="stat">
+    <div className="stat-label">{label}</div>
+    <div className="stat-value">{value}</div>
+    {note === undefined ? null : <div className="stat-note">{note}</div>}
+  </div>
+)
+
+export const DateTime = ({ iso }: { iso: string }) => (
+  <time dateTime={iso} title={iso}>{formatDateTime(iso)}</time>
+)
+
+/** Same-origin action URLs stay in the app (no reload, the session kept); others open as plain links. */
+const ActionLink = ({ url }: { url: string }) => {
+  const target = new URL(url, window.location.href)
+  const inApp = target.origin === window.location.origin && target.pathname.startsWith("/app/")
+  const label = `Go to ${target.pathname.replace(/^\/app\//, "").replace(/-/g, " ") || "the dashboard"}`
+  return inApp
+    ? <Link className="button" to={target.pathname.slice("/app".length) + target.search}>{label}</Link>
+    : <a className="button" href={url}>{label}</a>
+}
+
+/** An API error as the API words it: message, guidance, the action to take and the request id to quote. */
+export const ErrorPanel = ({ error, onRetry }: { error: ApiError; onRetry?: () => void }) => {
+  const { signOut } = useSession()
+  const body = error.body
+  return (
+    <div className="error" role="alert">
+      <p className="error-message"><strong>{body.message}</strong></p>
+      {body.guidance === null ? null : <p className="error-guidance">{body.guidance}</p>}
+      <div className="actions">
+        {body.action_url === null ? null : <ActionLink url={body.action_url} />}
+        {body.code === "authentication_error"
+          ? <button type="button" onClick={signOut}>Sign in again</button>
+          : onRetry === undefined || !body.retryable ? null : <button type="button" onClick={onRetry}>Try again</button>}
+      </div>
+      <p className="error-meta">
+        <code>{body.code}</code>
+        {body.request_id === "" ? null : <> · request <code>{body.request_id}</code></>}
+      </p>
+    </div>
+  )
+}
+
+export const Loading = ({ what }: { what: string }) => <p className="loading" role="status">Loading {what}…</p>
+
+export const Empty = ({ children }: { children: ReactNode }) => <div className="empty">{children}</div>
+
+/** Renders a Loadable: the error, the loading note, or the data (kept on screen while it reloads). */
+export const Load = <A,>({ value, what, retry, children }: {
+  value: Loadable<A>
+  what: string
+  retry?: () => void
+  children: (data: A) => ReactNode
+}) => (
+  <>
+    {value.state === "failed" ? <ErrorPanel error={value.error} {...(retry === undefined ? {} : { onRetry: retry })} /> : null}
+    {value.data !== undefined ? children(value.data) : value.state === "loading" ? <Loading what={what} /> : null}
+  </>
+)
+
+/** Sets the document title and moves focus to the page heading on navigation, for screen readers and keyboards. */
+export const PageHeading = ({ title, children }: { title: string; children?: ReactNode }) => {
+  const ref = useRef<HTMLHeadingElement>(null)
+  useEffect(() => {
+    document.title = `${title} · nenas`
+    ref.current?.focus({ preventScroll: true })
+  }, [title])
+  return (
+    <div className="page-heading">
+      <h1 ref={ref} tabIndex={-1}>{title}</h1>
+      {children}
+    </div>
+  )
+}
+
+/** A labelled form field: the label names the control, the hint describes it. */
+export const Field = ({ label, hint, children }: {
+  label: string
+  hint?: string
+  children: (props: { id: string; "aria-describedby"?: string }) => ReactNode
+}) => {
+  const id = useId()
+  const hintId = `${id}-hint`
+  return (
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
+      {children(hint === undefined ? { id } : { id, "aria-describedby": hintId })}
+      {hint === undefined ? null : <small id={hintId}>{hint}</small>}
+    </div>
+  )
+}
+
+export const Pager = ({ page, hasMore, onPage, summary }: {
+  page: number
+  hasMore: boolean
+  onPage: (page: number) => void
+  summary?: string
+}) => (
+  <nav className="pager" aria-label="Pages">
+    <button type="button" disabled={page <= 1} onClick={() => onPage(page - 1)}>Previous</button>
+    <span aria-live="polite">Page {page}{summary === undefined ? "" : ` · ${summary}`}</span>
+    <button type="button" disabled={!hasMore} onClick={() => onPage(page + 1)}>Next</button>
+  </nav>
+)

@@ -1,0 +1,70 @@
+import { StrictMode } from "react"
+import { createRoot } from "react-dom/client"
+import { BrowserRouter, NavLink, Route, Routes } from "react-router"
+import { PageHeading } from "./components"
+import { ApiKeysPage } from "./pages/ApiKeys"
+import { BillingPage } from "./pages/Billing"
+import { LogsPage } from "./pages/Logs"
+import { OverviewPage } from "./pages/Overview"
+import { SignInPage } from "./pages/SignIn"
+import { UsagePage } from "./pages/Usage"
+import { SessionProvider, useSession } from "./session"
+import "./styles.css"
+
+const PAGES = [
+  { to: "/", label: "Overview" },
+  { to: "/api-keys", label: "API keys" },
+  { to: "/billing", label: "Billing" },
+  { to: "/logs", label: "Logs" },
+  { to: "/usage", label: "Usage" }
+] as const
+
+const NotFoundPage = () => (
+  <>
+    <PageHeading title="Page not found" />
+    <p>There is no dashboard page here. Pick one from the menu.</p>
+  </>
+)
+
+const Shell = () => {
+  const { token, signOut } = useSession()
+  if (token === null) return <SignInPage />
+  return (
+    <>
+      <a className="skip" href="#main">Skip to content</a>
+      <header className="top">
+        <span className="brand">nenas</span>
+        <nav aria-label="Dashboard">
+          <ul>
+            {PAGES.map((page) => (
+              <li key={page.to}><NavLink to={page.to} end>{page.label}</NavLink></li>
+            ))}
+          </ul>
+        </nav>
+        <button type="button" className="quiet" onClick={signOut}>Sign out</button>
+      </header>
+      <main id="main">
+        <Routes>
+          <Route index element={<OverviewPage />} />
+          <Route path="api-keys" element={<ApiKeysPage />} />
+          <Route path="billing" element={<BillingPage />} />
+          <Route path="logs" element={<LogsPage />} />
+          <Route path="usage" element={<UsagePage />} />
+          <Route path="*" element={<NotFoundPage />} />
+        </Routes>
+      </main>
+    </>
+  )
+}
+
+const root = document.getElementById("root")
+if (root === null) throw new Error("index.html has no #root")
+createRoot(root).render(
+  <StrictMode>
+    <BrowserRouter basename="/app">
+      <SessionProvider>
+        <Shell />
+      </SessionProvider>
+    </BrowserRouter>
+  </StrictMode>
+)

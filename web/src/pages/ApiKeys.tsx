@@ -1,0 +1,211 @@
+import { useEffect, useRef, useState, type FormEvent } from "react"
+import { ApiError, request, type ApiKey, type CreatedKey } from "../api"
+import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading } from "../components"
+import { fromLocalInput } from "../format"
+import { useApi, useSession } from "../session"
+
+const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void }) => {
+  const { token } = useSession()
+  const [name, setName] = useState("")
+  const [environment, setEnvironment] = useState<"live" | "test">("live")
+  const [limit, setLimit] = useState("")
+  const [expires, setExpires] = useState("")
+  const [error, setError] = useState<ApiError | null>(null)
+  const [busy, setBusy] = useState(false)
+
+  const submit = async (event: FormEvent) => {
+    event.preventDefault()
+    setBusy(true)
+    setError(null)
+    try {
+      const expiresAt = fromLocalInput(expires)
+      const created = await request<CreatedKey>("/dashboard/api-keys", {
+        token,
+        method: "POST",
+        json: {
+          name,
+          environment,
+          ...(limit === "" ? {} : { monthly_spend_limit_myr: Number(limit) }),
+          ...(expiresAt === undefined ? {} : { expires_at: expiresAt })
+        }
+      })
+      setName("")
+      setLimit("")
+      setExpires("")
+      onCreated(created)
+    } catch (cause) {
+      if (cause instanceof ApiError) setError(cause)
+      else throw cause
+    } finally {
+      setBusy(false)
+    }
+  }
+
+  return (
+    <form className="card" onSubmit={submit} aria-labelledby="create-heading">
+      <h2 id="create-heading">Create a key</h2>
+      {error === null ? null : <ErrorPanel error={error} />}
+      <div className="form-grid">
+        <Field label="Name">
+          {(props) => <input {...props} required maxLength={100} value={name} onChange={(e) => setName(e.target.value)} />}
+        </Field>
+        <Field label="Environment" hint="Test keys use the simulated model and cost nothing.">
+          {(props) => (
+            <select {...props} value={environment} onChange={(e) => setEnvironment(e.target.value === "test" ? "test" : "live")}>
+              <option value="live">Live</option>
+              <option value="test">Test</option>
+            </select>
+          )}
+        </Field>
+        <Field label="Monthly spend limit (RM)" hint="Optional; empty means no limit.">
+          {(props) => <input {...props} type="number" min={0} step="0.01" inputMode="decimal" value={limit} onChange={(e) => setLimit(e.target.value)} />}
+        </Field>
+        <Field label="Expires" hint="Optional; in your time zone.">
+          {(props) => <input {...props} type="datetime-local" value={expires} onChange={(e) => setExpires(e.target.value)} />}
+        </Field>
+      </div>
+      <button type="submit" disabled={busy}>{busy ? "Creating…" : "Create key"}</button>
+    </form>
+  )
+}
+
+/** The full key, once: the API never shows it again. */
+const NewKey = ({ created, onDone }: { created: CreatedKey; onDone: () => void }) => {
+  const [copied, setCopied] = useState<"no" | "yes" | "failed">("no")
+  const ref = useRef<HTMLInputElement>(null)
+  useEffect(() => ref.current?.select(), [])
+  const copy = async () => {
+    try {
+      await navigator.clipboard.writeText(created.full_key)
+      setCopied("yes")
+    } catch {
+      ref.current?.select()
+      setCopied("failed")
+    }
+  }
+  return (
+    <section className="card new-key" aria-labelledby="new-key-heading">
+      <h2 id="new-key-heading">Your new key “{created.key.name}”</h2>
+      <p className="warning" role="note"><strong>{created.warning}</strong></p>
+      <div className="copy-row">
+        <label htmlFor="full-key" className="visually-hidden">Full API key</label>
+        <input id="full-key" ref={ref} className="mono" readOnly value={created.full_key} onFocus={(e) => e.target.select()} />
+        <button type="button" onClick={copy}>Copy</button>
+      </div>
+      <p aria-live="polite" className="note">
+        {copied === "yes" ? "Copied to the clipboard." : copied === "failed" ? "Copying was refused: the key is selected, copy it with Ctrl+C." : ""}
+      </p>
+      <button type="button" className="quiet" onClick={onDone}>I have saved it</button>
+    </section>
+  )
+}
+
+/** Confirms a deletion in a modal dialog: it traps focus, and Escape cancels. */
+const ConfirmDelete = ({ apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCancel: () => void; onDeleted: (key: ApiKey) => void }) => {
+  const { token } = useSession()
+  const dialog = useRef<HTMLDialogElement>(null)
+  const [error, setError] = useState<ApiError | null>(null)
+  const [busy, setBusy] = useState(false)
+  useEffect(() => {
+    dialog.current?.showModal()
+  }, [])
+  const remove = async () => {
+    setBusy(true)
+    try {
+      await request(`/dashboard/api-keys/${encodeURIComponent(apiKey.id)}`, { token, method: "DELETE" })
+      onDeleted(apiKey)
+    } catch (cause) {
+      if (cause instanceof ApiError) setError(cause)
+      else throw cause
+    } finally {
+      setBusy(false)
+    }
+  }
+  return (
+    <dialog ref={dialog} className="dialog" aria-labelledby="delete-heading" aria-describedby="delete-text" onCancel={onCancel}>
+      <h2 id="delete-heading">Delete the key “{apiKey.name}”?</h2>
+      <p id="delete-text">
+        Every call made with <code>{apiKey.prefix}…</code> will be refused (<code>revoked_api_key</code>) from now on.
+        This cannot be undone: the key cannot be restored or shown again; you would create a new one.
+      </p>
+      {error === null ? null : <ErrorPanel error={error} />}
+      <div className="actions">
+        <button type="button" className="quiet" onClick={onCancel} autoFocus>Cancel</button>
+        <button type="button" className="danger" onClick={remove} disabled={busy}>{busy ? "Deleting…" : "Delete key"}</button>
+      </div>
+    </dialog>
+  )
+}
+
+const StatusBadge = ({ status }: { status: ApiKey["status"] | "revoked" }) => (
+  <span className={`badge badge-${status}`}>{status}</span>
+)
+
+export const ApiKeysPage = () => {
+  const [keys, reload] = useApi<{ keys: ReadonlyArray<ApiKey> }>("/dashboard/api-keys")
+  const [created, setCreated] = useState<CreatedKey | null>(null)
+  const [deleting, setDeleting] = useState<ApiKey | null>(null)
+  const [deleted, setDeleted] = useState<ReadonlyArray<ApiKey>>([])
+
+  return (
+    <>
+      <PageHeading title="API keys" />
+      {created === null ? null : <NewKey created={created} onDone={() => setCreated(null)} />}
+      <CreateKeyForm onCreated={(next) => {
+        setCreated(next)
+        reload()
+      }} />
+      <section aria-labelledby="keys-heading">
+        <h2 id="keys-heading">Your keys</h2>
+        <Load value={keys} what="your keys" retry={reload}>
+          {(data) => data.keys.length === 0 && deleted.length === 0
+            ? <Empty>No API keys yet. Create one above to call the model API.</Empty>
+            : (
+              <div className="table-wrap">
+                <table className="keys stack">
+                  <thead>
+                    <tr>
+                      <th scope="col">Name</th><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th>
+                      <th scope="col">Monthly limit</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th>
+                      <th scope="col"><span className="visually-hidden">Actions</span></th>
+                    </tr>
+                  </thead>
+                  <tbody>
+                    {data.keys.map((key) => (
+                      <tr key={key.id}>
+                        <th scope="row">{key.name}</th>
+                        <td data-label="Key"><code>{key.prefix}…</code></td>
+                        <td data-label="Environment">{key.environment}</td>
+                        <td data-label="Status"><StatusBadge status={key.status} /></td>
+                        <td data-label="Monthly limit">{key.monthly_spend_limit_micro_myr === null ? "none" : <Money micro={key.monthly_spend_limit_micro_myr} />}</td>
+                        <td data-label="Created"><DateTime iso={key.created_at} /></td>
+                        <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
+                        <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
+                        <td className="row-actions"><button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button></td>
+                      </tr>
+                    ))}
+                    {deleted.map((key) => (
+                      <tr key={key.id} className="revoked">
+                        <th scope="row">{key.name}</th>
+                        <td data-label="Key"><code>{key.prefix}…</code></td>
+                        <td data-label="Environment">{key.environment}</td>
+                        <td data-label="Status"><StatusBadge status="revoked" /></td>
+                        <td colSpan={5} className="full">Deleted just now; calls with it answer <code>revoked_api_key</code>. It leaves this list when you reload.</td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )}
+        </Load>
+      </section>
+      {deleting === null ? null : (
+        <ConfirmDelete apiKey={deleting} onCancel={() => setDeleting(null)} onDeleted={(key) => {
+          setDeleting(null)
+          setDeleted((list) => [...list, key])
+          reload()
+        }} />
+      )}
+    </>
+  )
+}

@@ -1,0 +1,146 @@
+import { Fragment, useState } from "react"
+import { LOG_STATUSES, type ApiKey, type LogEntry, type LogsPage as LogsPageData, type LogStatus } from "../api"
+import { DateTime, Empty, Field, Load, Money, PageHeading, Pager } from "../components"
+import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
+import { useApi } from "../session"
+
+const PAGE_SIZE = 25
+const ENDPOINTS = ["/v1/responses", "/v1/chat/completions"] as const
+
+const ROUTING: Record<string, string> = {
+  general: "general (the general model)",
+  reasoning: "reasoning (the reasoning model)",
+  search: "search (web search, then the model)"
+}
+
+const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined }) => (
+  <dl className="details">
+    <div><dt>Request id</dt><dd><code>{log.requestId}</code></dd></div>
+    <div><dt>API key</dt><dd>{keyName ?? <>deleted key <code>{log.apiKeyId}</code></>}</dd></div>
+    <div><dt>Model</dt><dd>{log.publicModel}</dd></div>
+    <div><dt>Endpoint</dt><dd><code>{log.endpoint}</code>{log.stream ? " (streamed)" : ""}</dd></div>
+    <div><dt>Status</dt><dd>{log.status}{log.status === "failed" ? " (nothing was charged)" : ""}</dd></div>
+    <div><dt>Routing</dt><dd>{log.routingCategory === null ? "not routed" : ROUTING[log.routingCategory] ?? log.routingCategory}</dd></div>
+    <div><dt>Error</dt><dd>{log.errorCode === null ? "none" : <code>{log.errorCode}</code>}</dd></div>
+    <div><dt>Input tokens</dt><dd>{formatCount(log.inputTokens)}</dd></div>
+    <div><dt>Cached input tokens</dt><dd>{formatCount(log.cachedTokens)}</dd></div>
+    <div><dt>Output tokens</dt><dd>{formatCount(log.outputTokens)}</dd></div>
+    <div><dt>Reasoning tokens</dt><dd>{formatCount(log.reasoningTokens)}</dd></div>
+    <div><dt>Usage counted by</dt><dd>{log.usageSource === "provider" ? "the provider" : "estimate (the provider reported none)"}</dd></div>
+    <div><dt>Web searches</dt><dd>{formatCount(log.searchCount)}</dd></div>
+    <div><dt>Pages read</dt><dd>{formatCount(log.contentPages)}</dd></div>
+    <div><dt>Cost</dt><dd>{formatMicroMyrExact(log.costMicroMyr)}</dd></div>
+    <div><dt>Latency</dt><dd>{formatCount(log.latencyMs)} ms</dd></div>
+    <div><dt>Time</dt><dd><DateTime iso={log.createdAt} /></dd></div>
+  </dl>
+)
+
+export const LogsPage = () => {
+  const [status, setStatus] = useState<LogStatus | "">("")
+  const [keyId, setKeyId] = useState("")
+  const [endpoint, setEndpoint] = useState("")
+  const [from, setFrom] = useState("")
+  const [to, setTo] = useState("")
+  const [page, setPage] = useState(1)
+  const [open, setOpen] = useState<string | null>(null)
+  const [keys] = useApi<{ keys: ReadonlyArray<ApiKey> }>("/dashboard/api-keys")
+  const [logs, reload] = useApi<LogsPageData>("/dashboard/logs", {
+    page,
+    limit: PAGE_SIZE,
+    status: status === "" ? undefined : status,
+    api_key_id: keyId === "" ? undefined : keyId,
+    endpoint: endpoint === "" ? undefined : endpoint,
+    from: fromLocalInput(from),
+    to: fromLocalInput(to)
+  })
+  // Every filter change starts again at the first page.
+  const filter = <A,>(set: (value: A) => void) => (value: A) => {
+    set(value)
+    setPage(1)
+  }
+  const filtered = status !== "" || keyId !== "" || endpoint !== "" || from !== "" || to !== ""
+
+  return (
+    <>
+      <PageHeading title="Logs">
+        <button type="button" className="quiet" onClick={reload}>Refresh</button>
+      </PageHeading>
+      <form className="filters" aria-label="Filter the logs" onSubmit={(e) => e.preventDefault()}>
+        <Field label="Status">
+          {(props) => (
+            <select {...props} value={status} onChange={(e) => filter(setStatus)(e.target.value as LogStatus | "")}>
+              <option value="">Any</option>
+              {LOG_STATUSES.map((s) => <option key={s} value={s}>{s}</option>)}
+            </select>
+          )}
+        </Field>
+        <Field label="API key">
+          {(props) => (
+            <select {...props} value={keyId} onChange={(e) => filter(setKeyId)(e.target.value)}>
+              <option value="">Any key</option>
+              {(keys.data?.keys ?? []).map((key) => <option key={key.id} value={key.id}>{key.name} ({key.prefix}…)</option>)}
+            </select>
+          )}
+        </Field>
+        <Field label="Endpoint">
+          {(props) => (
+            <select {...props} value={endpoint} onChange={(e) => filter(setEndpoint)(e.target.value)}>
+              <option value="">Any</option>
+              {ENDPOINTS.map((path) => <option key={path} value={path}>{path}</option>)}
+            </select>
+          )}
+        </Field>
+        <Field label="From" hint="Your time zone">
+          {(props) => <input {...props} type="datetime-local" value={from} onChange={(e) => filter(setFrom)(e.target.value)} />}
+        </Field>
+        <Field label="To" hint="Your time zone">
+          {(props) => <input {...props} type="datetime-local" value={to} onChange={(e) => filter(setTo)(e.target.value)} />}
+        </Field>
+      </form>
+      <Load value={logs} what="the logs" retry={reload}>
+        {(data) => (
+          <>
+            {data.logs.length === 0
+              ? <Empty>{filtered ? "No calls match these filters." : page > 1 ? "No more calls." : "No model calls yet. Calls made with your API keys show here."}</Empty>
+              : (
+                <div className="table-wrap">
+                  <table className="logs stack">
+                    <thead>
+                      <tr>
+                        <th scope="col">Time</th><th scope="col">Endpoint</th><th scope="col">Status</th>
+                        <th scope="col" className="num">Tokens in / out</th><th scope="col" className="num">Cost</th><th scope="col" className="num">Latency</th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {data.logs.map((log) => (
+                        <Fragment key={log.requestId}>
+                          <tr className={open === log.requestId ? "open" : undefined}>
+                            <td data-label="Time">
+                              <button type="button" className="link" aria-expanded={open === log.requestId}
+                                aria-controls={`details-${log.requestId}`}
+                                onClick={() => setOpen(open === log.requestId ? null : log.requestId)}>
+                                <DateTime iso={log.createdAt} />
+                              </button>
+                            </td>
+                            <td data-label="Endpoint"><code>{log.endpoint}</code></td>
+                            <td data-label="Status"><span className={`badge badge-${log.status}`}>{log.status}</span></td>
+                            <td className="num" data-label="Tokens in / out">{formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}</td>
+                            <td className="num" data-label="Cost"><Money micro={log.costMicroMyr} /></td>
+                            <td className="num" data-label="Latency">{formatCount(log.latencyMs)} ms</td>
+                          </tr>
+                          {open === log.requestId
+                            ? <tr id={`details-${log.requestId}`} className="details-row"><td colSpan={6}><Details log={log} keyName={keys.data?.keys.find((key) => key.id === log.apiKeyId)?.name} /></td></tr>
+                            : null}
+                        </Fragment>
+                      ))}
+                    </tbody>
+                  </table>
+                </div>
+              )}
+            <Pager page={page} hasMore={data.has_more} onPage={setPage} summary={`${formatCount(data.total)} calls`} />
+          </>
+        )}
+      </Load>
+    </>
+  )
+}

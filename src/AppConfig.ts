@@ -1,3 +1,4 @@
+import { hostname } from "node:os"
 import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
 import { DEFAULT_PRICES, PriceTable } from "./Models/Prices.js"
 
@@ -35,6 +36,13 @@ export interface AppConfigShape {
   readonly prices: PriceTable
   /** How often each instance sweeps lapsed reservations; not an environment setting (tests lengthen it). */
   readonly reservationSweepIntervalMs: number
+  /**
+   * `INSTANCE_ID`, default `hostname:PORT`: who this process is across restarts. A process starting
+   * with the identity of an earlier one knows that one is dead and releases what it held at once.
+   */
+  readonly instanceId: string
+  /** How long a streamed call's settlement waits for its stream to start before settling it as abandoned; not an environment setting. */
+  readonly streamHandoffTimeoutMs: number
 }
 
 const nonEmpty = (name: string) =>
@@ -94,16 +102,19 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     ),
     Config.withDefault(DEFAULT_PRICES)
   ),
-  reservationSweepIntervalMs: Config.succeed(15_000)
+  reservationSweepIntervalMs: Config.succeed(2_000),
+  instanceId: nonEmpty("INSTANCE_ID"),
+  streamHandoffTimeoutMs: Config.succeed(30_000)
 }).pipe(
-  Config.map(({ dashboardUrl, nodeEnv, publicBaseUrl, ...rest }) => {
+  Config.map(({ dashboardUrl, instanceId, nodeEnv, publicBaseUrl, ...rest }) => {
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")
     return {
       ...rest,
       publicBaseUrl: base,
       // The dashboard the service itself serves (src/Http/Dashboard.ts) unless another is configured.
       dashboardUrl: Option.getOrElse(dashboardUrl, () => `${base}/app`).replace(/\/+$/, ""),
-      production: nodeEnv === "production"
+      production: nodeEnv === "production",
+      instanceId: Option.getOrElse(instanceId, () => `${hostname()}:${rest.port}`)
     }
   })
 )

@@ -752,6 +752,97 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       })
     }))
 
+  describe("disputes as Stripe moves money", () => {
+    const facts = (p: Payment, disputeId: string) =>
+      ({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen: p.amountSen })
+
+    it.scoped("an inquiry moves no money and suspends nothing, opened or closed", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-inquiry@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 1000)
+        const disputeId = `dp_${randomBase62(24)}`
+        const inquiry = events.disputeCreated({ ...facts(payment, disputeId), status: "warning_needs_response" })
+        yield* expectAck(inquiry, true)
+        yield* expectAck(inquiry, false)
+        yield* expectNotSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, disputeId, "warning_closed"), true)
+        yield* expectNotSuspended(full_key)
+        yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+      }))
+
+    it.scoped("an inquiry that becomes a dispute debits once on funds_withdrawn; funds_reinstated credits once; the close lifts the suspension", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-inquiry-escalated@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 1000)
+        const disputeId = `dp_${randomBase62(24)}`
+        yield* expectAck(events.disputeCreated({ ...facts(payment, disputeId), status: "warning_needs_response" }), true)
+        yield* expectAck(events.fundsWithdrawn(facts(payment, disputeId)), true)
+        // Another event saying the same thing moves nothing more.
+        yield* expectAck(events.fundsWithdrawn(facts(payment, disputeId)), false)
+        yield* expectAck(events.disputeCreated(facts(payment, disputeId)), false)
+        yield* expectSuspended(full_key)
+        yield* expectAck(events.fundsReinstated(facts(payment, disputeId)), true)
+        yield* expectSuspended(full_key)
+        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
+        yield* expectNotSuspended(full_key)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0], ["chargeback_reversal", 10_000_000, 10_000_000]]
+        })
+      }))
+
+    it.scoped("funds_reinstated before anything else about the dispute: debited and credited once, never suspended", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-reinstated-first@example.com")
+        const { full_key } = yield* createKey(dev.token)
+        const payment = yield* topUp(dev.token, 1000)
+        const disputeId = `dp_${randomBase62(24)}`
+        yield* expectAck(events.fundsReinstated(facts(payment, disputeId)), true)
+        yield* expectAck(events.disputeCreated(facts(payment, disputeId)), false)
+        yield* expectAck(events.fundsWithdrawn(facts(payment, disputeId)), false)
+        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
+        yield* expectNotSuspended(full_key)
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0], ["chargeback_reversal", 10_000_000, 10_000_000]]
+        })
+      }))
+  })
+
+  describe("checkout sessions are matched by their id", () => {
+    it.scoped("a completion naming a transaction whose stored session is another answers 500, credits nothing, and the right session still pays", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-session-mismatch@example.com")
+        const payment = yield* pendingPayment(dev.token, 1000)
+        const stranger = events.checkoutCompleted({ ...payment, sessionId: `cs_test_${randomBase62(24)}` })
+        expectErrorBody(yield* deliverEvent(stranger), 500, "internal_error", "api_error")
+        expectErrorBody(yield* deliverEvent(events.checkoutExpired({ ...payment, sessionId: `cs_test_${randomBase62(24)}` })), 500, "internal_error", "api_error")
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+        yield* expectAck(events.checkoutCompleted(payment), true)
+        yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+      }))
+
+    it.scoped("a session's stored id wins over metadata naming another transaction: an anomaly, not a credit to either", () =>
+      Effect.gen(function*() {
+        const dev = yield* setup("webhook-session-metadata@example.com")
+        const a = yield* pendingPayment(dev.token, 1000)
+        const b = yield* pendingPayment(dev.token, 2500)
+        // A's session, with B's transaction in its metadata and B's amount.
+        const crossed = events.checkoutCompleted({ ...b, sessionId: a.sessionId })
+        expectErrorBody(yield* deliverEvent(crossed), 500, "internal_error", "api_error")
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+        // Without metadata, the session id alone finds its transaction.
+        const bare = events.checkoutCompleted(a)
+        const object = { ...bare.data.object, client_reference_id: null, metadata: {} }
+        yield* expectAck({ ...bare, data: { object } }, true)
+        yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+      }))
+  })
+
   describe("negative balances", () => {
     it.scoped("a refund then a dispute on the same top-up take available below 0; the invariant holds", () =>
       Effect.gen(function*() {

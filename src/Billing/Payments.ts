@@ -103,20 +103,21 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
             changed = true
           }
           for (const dispute of yield* repo.claimDisputes(transaction)) {
-            const debited = yield* wallet.post({
+            // An inquiry moves no money: only funds Stripe withdrew are debited, and only reinstated ones credited.
+            const debited = dispute.fundsWithdrawn && (yield* wallet.post({
               accountId: transaction.accountId,
               type: "chargeback",
               amountMicroMyr: -dispute.amountMicroMyr,
               effectKey: `chargeback:${dispute.id}`,
               description: `Chargeback: payment dispute ${dispute.id} opened`,
               paymentTransactionId: transaction.id
-            })
-            const reversed = dispute.status === "won" && (yield* wallet.post({
+            }))
+            const reversed = dispute.fundsReinstated && (yield* wallet.post({
               accountId: transaction.accountId,
               type: "chargeback_reversal",
               amountMicroMyr: dispute.amountMicroMyr,
               effectKey: `chargeback_reversal:${dispute.id}`,
-              description: `Chargeback reversed: payment dispute ${dispute.id} won`,
+              description: `Chargeback reversed: funds of payment dispute ${dispute.id} reinstated`,
               paymentTransactionId: transaction.id
             }))
             changed = changed || debited || reversed
@@ -139,15 +140,37 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const sessionTransaction = (session: typeof CheckoutSession.Type) =>
         Option.fromNullable(session.client_reference_id ?? session.metadata?.["transaction_id"])
 
+      /**
+       * The transaction a session pays: the one that stored its id, else the one its metadata names.
+       * Any disagreement between the two is an anomaly, never a credit to a guess.
+       */
+      const checkoutTransaction = (session: typeof CheckoutSession.Type, event: StripeEvent) =>
+        Effect.gen(function*() {
+          const named = Option.getOrUndefined(sessionTransaction(session))
+          const stored = yield* repo.findBySession(session.id)
+          if (stored !== undefined && named !== undefined && named !== stored.id) {
+            return yield* anomaly(
+              `Event ${event.id}: checkout session ${session.id} belongs to transaction ${stored.id}, but names ${named}.`
+            )
+          }
+          const id = stored?.id ?? named
+          if (id === undefined) return undefined
+          const transaction = yield* repo.lock(id)
+          if (transaction !== undefined && transaction.checkoutSessionId !== null && transaction.checkoutSessionId !== session.id) {
+            return yield* anomaly(
+              `Event ${event.id}: checkout session ${session.id} names transaction ${transaction.id}, whose session is ${transaction.checkoutSessionId}.`
+            )
+          }
+          return transaction
+        })
+
       const completeCheckout = (event: StripeEvent) =>
         Effect.gen(function*() {
           const session = yield* decode(CheckoutSession, event)
           if (session.payment_status !== "paid") return false
-          const transactionId = sessionTransaction(session)
-          if (Option.isNone(transactionId)) return false
           const paymentIntentId = idOf(session.payment_intent)
           if (paymentIntentId !== null) yield* repo.lockPayment(paymentIntentId)
-          const transaction = yield* repo.lock(transactionId.value)
+          const transaction = yield* checkoutTransaction(session, event)
           if (transaction === undefined) return false
           yield* requireMyr(session.currency, event)
           if (session.amount_total !== undefined && session.amount_total !== null && session.amount_total !== transaction.amountSen) {
@@ -164,9 +187,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const failCheckout = (event: StripeEvent) =>
         Effect.gen(function*() {
           const session = yield* decode(CheckoutSession, event)
-          const transactionId = sessionTransaction(session)
-          if (Option.isNone(transactionId)) return false
-          const transaction = yield* repo.lock(transactionId.value)
+          const transaction = yield* checkoutTransaction(session, event)
           return transaction === undefined ? false : yield* repo.fail(transaction.id)
         })
 
@@ -190,7 +211,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
             chargeId: idOf(object.charge) ?? object.id,
             paymentIntentId: idOf(object.payment_intent),
             amountMicroMyr: fromSen(object.amount),
-            status: event.type === "charge.dispute.closed" ? closedStatus(object.status) : "open"
+            ...disputeFacts(event.type, object.status)
           }
           yield* repo.lockPayment(fact.paymentIntentId ?? fact.chargeId)
           const recorded = yield* repo.recordDispute(fact)
@@ -206,6 +227,8 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         "checkout.session.async_payment_failed": failCheckout,
         "charge.refunded": refund,
         "charge.dispute.created": dispute,
+        "charge.dispute.funds_withdrawn": dispute,
+        "charge.dispute.funds_reinstated": dispute,
         "charge.dispute.closed": dispute
       }
 
@@ -226,3 +249,19 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
 const closedStatus = (status: string): "won" | "lost" | "closed" =>
   status === "won" ? "won" : status === "lost" ? "lost" : "closed"
+
+/**
+ * What a dispute event says about Stripe's money (DESIGN.md, Payments): an
+ * inquiry (`warning_…`) moves none; a dispute's funds are withdrawn when it is
+ * created or by `funds_withdrawn`, and reinstated by `funds_reinstated` or a
+ * win. Reinstated funds were withdrawn first, whatever order events arrive in.
+ */
+export const disputeFacts = (type: string, status: string): Pick<DisputeFact, "status" | "fundsWithdrawn" | "fundsReinstated"> => {
+  const inquiry = status.startsWith("warning_")
+  const reinstated = type === "charge.dispute.funds_reinstated" || (type === "charge.dispute.closed" && status === "won")
+  return {
+    status: type === "charge.dispute.closed" ? closedStatus(status) : "open",
+    fundsWithdrawn: reinstated || type === "charge.dispute.funds_withdrawn" || !inquiry,
+    fundsReinstated: reinstated
+  }
+}

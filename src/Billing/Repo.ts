@@ -19,14 +19,17 @@ export interface DisputeRow {
   readonly id: string
   readonly amountMicroMyr: number
   readonly status: "open" | "won" | "lost" | "closed"
+  /** Stripe took the disputed amount (a dispute, not an inquiry). */
+  readonly fundsWithdrawn: boolean
+  /** Stripe gave it back (funds reinstated, or the dispute won). */
+  readonly fundsReinstated: boolean
 }
 
-export interface DisputeFact {
+/** What one event says about a dispute; facts only ever accumulate. */
+export type DisputeFact = Omit<DisputeRow, "id"> & {
   readonly id: string
   readonly chargeId: string
   readonly paymentIntentId: string | null
-  readonly amountMicroMyr: number
-  readonly status: DisputeRow["status"]
 }
 
 type Sql = Effect.Effect.Success<typeof SqlClient.SqlClient>
@@ -61,11 +64,11 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
   readonly recordCharge: (chargeId: string, paymentIntentId: string | null, refundedMicroMyr: number) => Q<boolean>
   /** The refunded total Stripe reported across the charges of a payment. */
   readonly refundedTotal: (transaction: PaymentTransaction) => Q<number>
-  /** Stores a dispute; a closed dispute stays closed. True when it is new or changed. */
+  /** Stores a dispute, merging what is known: a closed dispute stays closed, withdrawn and reinstated stay set. True when it is new or changed. */
   readonly recordDispute: (fact: DisputeFact) => Q<boolean>
   /** The disputes of a payment, now linked to its account. */
   readonly claimDisputes: (transaction: PaymentTransaction) => Q<ReadonlyArray<DisputeRow>>
-  /** Suspended exactly while a dispute is open. */
+  /** Suspended exactly while a dispute whose funds were withdrawn is open (an inquiry suspends nothing). */
   readonly updateSuspension: (accountId: string) => Q<void>
   /** Records a webhook event; false when its id was seen before. */
   readonly recordEvent: (id: string, type: string, payload: unknown) => Q<boolean>
@@ -165,30 +168,39 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
             (rows) => rows[0]?.total ?? 0
           ),
         recordDispute: (fact) =>
-          Effect.flatMap(now, (at) =>
-            sql`
-              INSERT INTO disputes (id, charge_id, payment_intent_id, amount_micro_myr, status, created_at, closed_at)
+          Effect.flatMap(now, (at) => {
+            // A close tells about money only while the dispute is open: a close after a close changes nothing.
+            const applies = sql`(EXCLUDED.status = 'open' OR disputes.status = 'open')`
+            return sql`
+              INSERT INTO disputes (id, charge_id, payment_intent_id, amount_micro_myr, status, funds_withdrawn,
+                                    funds_reinstated, created_at, closed_at)
               VALUES (${fact.id}, ${fact.chargeId}, ${fact.paymentIntentId}, ${fact.amountMicroMyr}, ${fact.status},
-                      ${at}, ${fact.status === "open" ? null : at})
+                      ${fact.fundsWithdrawn}, ${fact.fundsReinstated}, ${at}, ${fact.status === "open" ? null : at})
               ON CONFLICT (id) DO UPDATE
-                SET status = EXCLUDED.status, closed_at = EXCLUDED.closed_at,
+                SET status = CASE WHEN disputes.status = 'open' THEN EXCLUDED.status ELSE disputes.status END,
+                    closed_at = COALESCE(disputes.closed_at, EXCLUDED.closed_at),
+                    funds_withdrawn = disputes.funds_withdrawn OR (EXCLUDED.funds_withdrawn AND ${applies}),
+                    funds_reinstated = disputes.funds_reinstated OR (EXCLUDED.funds_reinstated AND ${applies}),
                     payment_intent_id = COALESCE(disputes.payment_intent_id, EXCLUDED.payment_intent_id)
-                WHERE disputes.status = 'open' AND EXCLUDED.status <> 'open'
+                WHERE (disputes.status = 'open' AND EXCLUDED.status <> 'open')
+                   OR (EXCLUDED.funds_withdrawn AND NOT disputes.funds_withdrawn AND ${applies})
+                   OR (EXCLUDED.funds_reinstated AND NOT disputes.funds_reinstated AND ${applies})
               RETURNING id
-            `).pipe(Effect.map((rows) => rows.length > 0)),
+            `.pipe(Effect.map((rows) => rows.length > 0))
+          }),
         claimDisputes: (transaction) =>
           sql<DisputeRow>`
             UPDATE disputes SET account_id = ${transaction.accountId}, payment_transaction_id = ${transaction.id}
             WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
                OR (${transaction.chargeId}::text IS NOT NULL AND charge_id = ${transaction.chargeId})
-            RETURNING id, amount_micro_myr, status
+            RETURNING id, amount_micro_myr, status, funds_withdrawn, funds_reinstated
           `,
         updateSuspension: (accountId) =>
           Effect.flatMap(now, (at) =>
             sql`
               UPDATE accounts
               SET suspended_at = CASE
-                WHEN EXISTS (SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open')
+                WHEN EXISTS (SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open' AND funds_withdrawn)
                 THEN COALESCE(suspended_at, ${at}) END
               WHERE id = ${accountId}
             `),

@@ -335,19 +335,28 @@ const initialise = async (
 
 /** A running PostgreSQL; `stop` is its fast shutdown, resolved when it has exited. */
 export interface EmbeddedServer {
-  readonly pid: number | undefined
+  readonly pid: () => number | undefined
   readonly stop: () => Promise<void>
+  /** Starts the stopped server again on the same port (the reliability suite restarts the database). */
+  readonly start: () => Promise<void>
 }
 
-const serverOf = (child: ChildProcess): EmbeddedServer => ({
-  pid: child.pid,
-  stop: () =>
-    new Promise<void>((resolveStop) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolveStop()
-      child.once("exit", () => resolveStop())
-      child.kill("SIGINT")
-    })
-})
+const serverOf = (first: ChildProcess, restart: () => Promise<ChildProcess>): EmbeddedServer => {
+  let child = first
+  return {
+    pid: () => child.pid,
+    stop: () =>
+      new Promise<void>((resolveStop) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolveStop()
+        child.once("exit", () => resolveStop())
+        child.kill("SIGINT")
+      }),
+    start: async () => {
+      if (child.exitCode === null && child.signalCode === null) return
+      child = await restart()
+    }
+  }
+}
 
 class PortTaken extends Error {}
 
@@ -444,7 +453,7 @@ const start = async (dir: string, database: string) => {
   }
 
   const { child, port } = await startOnFreePort(binaries, clusterDir, runAs, cwd)
-  const server = serverOf(child)
+  const server = serverOf(child, () => startServer(binaries, clusterDir, port, runAs, cwd))
   try {
     const client = new (await import("pg")).default.Client({
       host: "127.0.0.1",

@@ -26,7 +26,8 @@ export const MAX_OUTPUT_TOKENS = 32_000
 const intBetween = (min: number, max: number) => Schema.Int.pipe(Schema.between(min, max))
 
 /** A per-request cost cap in MYR: greater than 0. */
-const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0))
+/** Up to RM 1,000,000: far above any call, and still a safe integer in micro-MYR. */
+const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0), Schema.lessThanOrEqualTo(1_000_000))
 
 export const ReasoningEffort = Schema.Literal("low", "medium", "high")
 

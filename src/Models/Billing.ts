@@ -1,10 +1,12 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
-import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
+import { Clock, Context, Effect, Layer, Schedule } from "effect"
+import { InsufficientBalance } from "../Domain/Errors.js"
+import type { PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
-import { ReservationLeases } from "../Wallet/Leases.js"
+import { microMyr, toMyrString } from "../Domain/Money.js"
+import { RESERVATION_LEASE, ReservationLeases, secondsSql } from "../Wallet/Leases.js"
 import type { Reservation, ReserveInput } from "../Wallet/Repo.js"
 import { newReservation, WalletRepo } from "../Wallet/Repo.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
@@ -20,11 +22,20 @@ import { RequestLogs } from "./RequestLogs.js"
  * reservation the sweeper already settled — goes through `WalletRepo`'s
  * transactions, which decide it exactly.
  */
+/** How settlements ride out a database outage: about 25 s of retries, then the sweeper's turn. */
+export const SETTLE_RETRY = Schedule.exponential("100 millis", 2).pipe(
+  Schedule.either(Schedule.spaced("5 seconds")),
+  Schedule.intersect(Schedule.recurs(10))
+)
+
 export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
+  /** Holds the call's maximum (positive) and logs it `pending`. */
   readonly reserve: (
     input: ReserveInput,
     log: OpenLog
   ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
+  /** A call whose maximum is 0 (a model priced at nothing) holds nothing: logs it `pending` unless the balance is negative. */
+  readonly admitFree: (input: ReserveInput, log: OpenLog) => Effect.Effect<void, InsufficientBalance | SqlError.SqlError>
   /** Bills `amount` (at most the reservation) and logs `usage` with the cost billed; returns the cost billed. */
   readonly capture: (
     reservation: Reservation,
@@ -44,7 +55,7 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
       const reserveInOneStatement = (input: ReserveInput, log: OpenLog) =>
         Effect.gen(function*() {
           const at = new Date(yield* Clock.currentTimeMillis)
-          const reservation = newReservation(input, at)
+          const reservation = newReservation(input)
           // The UPDATE waits for the wallet row and re-checks the balance on its newest version: no overdraft.
           const rows = yield* sql<{ reserved: number }>`
             WITH debit AS (
@@ -57,22 +68,34 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
                 AND a.suspended_at IS NULL AND w.available_micro_myr >= ${input.amountMicroMyr}
               RETURNING w.account_id
             ), held AS (
-              INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at)
+              INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at, holder)
               SELECT ${reservation.id}, account_id, ${input.apiKeyId}, ${input.requestId}, ${input.amountMicroMyr},
-                     ${reservation.expiresAt}, ${at}
+                     now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second', ${at}, ${leases.holder}
               FROM debit
               RETURNING id
             ), logged AS (
               INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
-                routing_category, endpoint, status, input_tokens, stream, created_at)
+                routing_category, endpoint, status, input_tokens, stream, created_at, holder)
               SELECT ${log.requestId}, ${log.accountId}, ${log.apiKeyId}, id, ${log.publicModel}, ${log.upstreamModel},
-                     ${log.routingCategory}, ${log.endpoint}, 'pending', ${log.inputTokens}, ${log.stream}, ${at}
+                     ${log.routingCategory}, ${log.endpoint}, 'pending', ${log.inputTokens}, ${log.stream}, ${at}, ${leases.holder}
               FROM held
               RETURNING request_id
             )
             SELECT count(*)::int AS reserved FROM logged
           `
           return rows[0]?.reserved === 1 ? reservation : undefined
+        })
+
+      /** A call priced at nothing (a free local model): no hold, but a negative balance still blocks it. */
+      const admitFree = (input: ReserveInput, log: OpenLog) =>
+        Effect.gen(function*() {
+          const { availableMicroMyr } = yield* wallet.wallet(input.accountId)
+          if (availableMicroMyr < 0) {
+            return yield* new InsufficientBalance({
+              message: `The wallet's balance is negative (RM ${toMyrString(microMyr(availableMicroMyr))}); live calls resume after a top-up.`
+            })
+          }
+          yield* logs.open(log)
         })
 
       const reserve = (input: ReserveInput, log: OpenLog) =>
@@ -126,6 +149,14 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
         })
 
       const capture = (reservation: Reservation, amount: MicroMyr, description: string, usage: LoggedUsage) =>
+        captureOnce(reservation, amount, description, usage).pipe(
+          // A database blip must not strand the hold: retrying is safe (a capture that did commit is found and not repeated).
+          Effect.retry(SETTLE_RETRY),
+          // Given up: stop renewing the lease, so that the sweeper settles the reservation once it lapses.
+          Effect.tapErrorCause(() => leases.drop(reservation.id))
+        )
+
+      const captureOnce = (reservation: Reservation, amount: MicroMyr, description: string, usage: LoggedUsage) =>
         Effect.gen(function*() {
           const charged = yield* captureInOneStatement(reservation, amount, description, usage)
           if (charged !== undefined) {
@@ -138,7 +169,7 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
           return done.chargedMicroMyr
         })
 
-      return { reserve, capture }
+      return { reserve, admitFree, capture }
     })
   )
 }

@@ -1,4 +1,4 @@
-import { Cause, Clock, Context, Effect, Exit, Layer, Option, Ref, Stream } from "effect"
+import { Cause, Clock, Context, Effect, Exit, FiberId, Layer, Option, Ref, type Scope, Stream } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -28,7 +28,7 @@ import type { Reservation } from "../Wallet/Repo.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { WebSearchConfig } from "./Api.js"
 import { costOf, withSafetyMargin } from "./Prices.js"
-import { CallBilling } from "./Billing.js"
+import { CallBilling, SETTLE_RETRY } from "./Billing.js"
 import { RequestLogs } from "./RequestLogs.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
@@ -235,13 +235,18 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             yield* internal(logs.open(log))
             return { ...base, reservation: null, ceiling: 0 } satisfies Prepared
           }
-          const reservation = yield* billing.reserve({
+          const hold = {
             accountId: key.accountId,
             apiKeyId: key.keyId,
             requestId,
             amountMicroMyr: estimate,
             monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
-          }, log).pipe(
+          }
+          // A model priced at nothing runs without a hold, and settles as a call with nothing to charge.
+          const reservation = yield* Effect.if(estimate === 0, {
+            onTrue: () => Effect.as(billing.admitFree(hold, log), null),
+            onFalse: () => billing.reserve(hold, log)
+          }).pipe(
             Effect.tapError((error) =>
               isApiError(error)
                 ? Effect.flatMap(elapsed(startedAt), (ms) => logs.refused(log, errorMeta(error).code, ms))
@@ -249,7 +254,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             ),
             internal
           )
-          return { ...base, reservation, ceiling: Math.min(reservation.amountMicroMyr, cap ?? Number.MAX_SAFE_INTEGER) } satisfies Prepared
+          const ceiling = reservation === null ? 0 : Math.min(reservation.amountMicroMyr, cap ?? Number.MAX_SAFE_INTEGER)
+          return { ...base, reservation, ceiling } satisfies Prepared
         })
 
       const providerRequest = (p: Prepared, sources: Sources): ProviderRequest => ({
@@ -321,11 +327,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           } satisfies CallResult
         }).pipe(Effect.orDie, Effect.uninterruptible)
 
+      /** Releases the hold and marks the log failed, in one transaction: a crash leaves both or neither. */
       const settleFailed = (p: Prepared, code: string) =>
         Effect.gen(function*() {
-          if (p.reservation !== null) yield* wallet.release(p.reservation.id)
-          yield* logs.fail(p.requestId, code, yield* elapsed(p.startedAt))
+          const closeLog = logs.fail(p.requestId, code, yield* elapsed(p.startedAt))
+          yield* p.reservation === null ? closeLog : wallet.release(p.reservation.id, closeLog)
         }).pipe(
+          Effect.retry(SETTLE_RETRY),
           Effect.catchAllCause((cause) => Effect.logError("settling a failed call failed; the sweeper will", cause)),
           Effect.uninterruptible
         )
@@ -430,17 +438,30 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
       const stream = (input: CallInput) =>
         Effect.gen(function*() {
-          const { p, parts, progress } = yield* Effect.uninterruptibleMask((restore) =>
+          const { handoff, p, parts, progress } = yield* Effect.uninterruptibleMask((restore) =>
             Effect.gen(function*() {
               const p = yield* prepare(input)
               const progress = yield* Ref.make(initial)
               const { answer } = yield* restore(begin(p, progress, p.provider.stream)).pipe(
                 Effect.onError((cause) => onEnd(p, progress)(Exit.failCause(cause)))
               )
-              return { p, parts: answer, progress }
+              // Until the stream runs and attaches its finalizer, a watchdog owns the settlement: a stream
+              // dropped before it ran (its request interrupted in between) is settled, not left held.
+              const handoff = yield* Ref.make<"waiting" | "attached" | "abandoned">("waiting")
+              yield* Effect.sleep(config.streamHandoffTimeoutMs).pipe(
+                Effect.zipRight(Ref.modify(handoff, (s) => s === "waiting" ? [true, "abandoned" as const] : [false, s])),
+                Effect.flatMap((dropped) => dropped ? onEnd(p, progress)(Exit.interrupt(FiberId.none)) : Effect.void),
+                Effect.forkDaemon
+              )
+              return { handoff, p, parts: answer, progress }
             })
           )
-          return Stream.unwrapScoped(Effect.gen(function*() {
+          return Stream.unwrapScoped(Effect.gen(function*(): Effect.fn.Return<Stream.Stream<StreamEvent>, never, Scope.Scope> {
+            const attached = yield* Ref.modify(handoff, (s) => s === "waiting" ? [true, "attached" as const] : [false, s])
+            if (!attached) {
+              const failed: StreamEvent = { _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }
+              return Stream.succeed(failed)
+            }
             yield* Effect.addFinalizer(onEnd(p, progress))
             const usage = yield* Ref.make<Option.Option<ProviderUsage>>(Option.none())
             const finish = yield* Ref.make<FinishReason>("stop")

@@ -82,7 +82,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         const body = yield* run.pipe(
           Effect.onExit((exit) =>
             Exit.isSuccess(exit)
-              ? Effect.orDie(idempotency.complete(key.keyId, claimKey, 200, exit.value))
+              ? Effect.orDie(idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value))
               : Effect.orDie(idempotency.abandon(key.keyId, claimKey, requestId))
           ),
           Effect.forkDaemon,

@@ -4,6 +4,7 @@ import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { IdempotencyConflict } from "../Domain/Errors.js"
+import { holderDead, LEASE_RENEWAL, RESERVATION_LEASE, ReservationLeases, secondsSql } from "../Wallet/Leases.js"
 
 export const RETENTION = Duration.hours(24)
 
@@ -40,7 +41,14 @@ const hashOf = (endpoint: string, body: unknown): Buffer =>
  */
 export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
   readonly claim: (claim: Claim) => Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError>
-  readonly complete: (apiKeyId: string, key: string, status: number, body: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Stores the answer of the call that holds the key; a call whose key was taken over stores nothing. */
+  readonly complete: (
+    apiKeyId: string,
+    key: string,
+    requestId: string,
+    status: number,
+    body: string
+  ) => Effect.Effect<void, SqlError.SqlError>
   readonly abandon: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.scoped(
@@ -48,26 +56,40 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const { upstreamTotalTimeoutMs } = yield* AppConfig
-      // A record still `running` after the longest call could take was left by a process that died.
-      const staleAfterMs = upstreamTotalTimeoutMs + 60_000
+      const { holder } = yield* ReservationLeases
+      // Records written before leases existed: running after the longest call could take means dead.
+      const legacyStaleAfterMs = upstreamTotalTimeoutMs + 60_000
+      const lease = sql`now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second'`
+      /** Request ids of the records this process's calls hold; their leases are renewed while they run. */
+      const running = new Set<string>()
 
       const claim = (input: Claim): Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError> =>
         Effect.gen(function*() {
           const at = yield* Clock.currentTimeMillis
           const hash = hashOf(input.endpoint, input.body)
+          // A running record is taken over only when provably dead: its lease lapsed, or its process is dead.
           const claimed = yield* sql<{ requestId: string }>`
-            INSERT INTO idempotency_records (api_key_id, idempotency_key, endpoint, request_hash, request_id, status, created_at, expires_at)
+            INSERT INTO idempotency_records (api_key_id, idempotency_key, endpoint, request_hash, request_id, status,
+                                             created_at, expires_at, holder, lease_expires_at)
             VALUES (${input.apiKeyId}, ${input.key}, ${input.endpoint}, ${hash}, ${input.requestId}, 'running',
-                    ${new Date(at)}, ${new Date(at + Duration.toMillis(RETENTION))})
+                    ${new Date(at)}, ${new Date(at + Duration.toMillis(RETENTION))}, ${holder}, ${lease})
             ON CONFLICT (api_key_id, idempotency_key) DO UPDATE
               SET endpoint = EXCLUDED.endpoint, request_hash = EXCLUDED.request_hash, request_id = EXCLUDED.request_id,
                   status = 'running', response_status = NULL, response_body = NULL,
-                  created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+                  created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+                  holder = EXCLUDED.holder, lease_expires_at = EXCLUDED.lease_expires_at
               WHERE idempotency_records.expires_at <= ${new Date(at)}
-                 OR (idempotency_records.status = 'running' AND idempotency_records.created_at < ${new Date(at - staleAfterMs)})
+                 OR (idempotency_records.status = 'running' AND (
+                      idempotency_records.lease_expires_at < now()
+                   OR ${holderDead(sql, "idempotency_records.holder", holder)}
+                   OR (idempotency_records.lease_expires_at IS NULL
+                       AND idempotency_records.created_at < ${new Date(at - legacyStaleAfterMs)})))
             RETURNING request_id
           `
-          if (claimed[0]?.requestId === input.requestId) return { _tag: "Claimed" } as const
+          if (claimed[0]?.requestId === input.requestId) {
+            running.add(input.requestId)
+            return { _tag: "Claimed" } as const
+          }
           const rows = yield* sql<RecordRow>`
             SELECT endpoint, request_hash, request_id, status, response_status, response_body
             FROM idempotency_records WHERE api_key_id = ${input.apiKeyId} AND idempotency_key = ${input.key}
@@ -101,18 +123,31 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
         Schedule.spaced("10 minutes")
       ))
 
+      const renew = Effect.suspend(() =>
+        running.size === 0 ? Effect.void : Effect.asVoid(sql`
+          UPDATE idempotency_records SET lease_expires_at = ${lease}
+          WHERE request_id = ANY(${[...running]}) AND status = 'running'
+        `)
+      )
+      yield* Effect.forkScoped(Effect.repeat(
+        Effect.catchAllCause(renew, (cause) => Effect.logWarning("idempotency lease renewal failed", cause)),
+        Schedule.spaced(LEASE_RENEWAL)
+      ))
+      const release = (requestId: string) => Effect.sync(() => void running.delete(requestId))
+
       return {
         claim,
-        complete: (apiKeyId, key, status, body) =>
+        complete: (apiKeyId, key, requestId, status, body) =>
           Effect.asVoid(sql`
-            UPDATE idempotency_records SET status = 'completed', response_status = ${status}, response_body = ${body}
-            WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key}
-          `),
+            UPDATE idempotency_records
+            SET status = 'completed', response_status = ${status}, response_body = ${body}, lease_expires_at = NULL
+            WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
+          `).pipe(Effect.ensuring(release(requestId))),
         abandon: (apiKeyId, key, requestId) =>
           Effect.asVoid(sql`
             DELETE FROM idempotency_records
             WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
-          `)
+          `).pipe(Effect.ensuring(release(requestId)))
       }
     })
   )

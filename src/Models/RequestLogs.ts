@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Clock, Context, Effect, Layer } from "effect"
 import type { LogRow } from "../Usage/Repo.js"
+import { ReservationLeases } from "../Wallet/Leases.js"
 
 export interface OpenLog {
   readonly requestId: string
@@ -51,15 +52,17 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
     RequestLogs,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      // The row names this process, so that the sweeper can close it if the process dies mid-call.
+      const { holder } = yield* ReservationLeases
       const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
       const insert = (log: OpenLog, status: "pending" | "failed", errorCode: string | null, latencyMs: number) =>
         Effect.flatMap(now, (at) =>
           sql`
             INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
-              routing_category, endpoint, status, input_tokens, stream, error_code, latency_ms, created_at, completed_at)
+              routing_category, endpoint, status, input_tokens, stream, error_code, latency_ms, created_at, completed_at, holder)
             VALUES (${log.requestId}, ${log.accountId}, ${log.apiKeyId}, ${log.reservationId}, ${log.publicModel},
               ${log.upstreamModel}, ${log.routingCategory}, ${log.endpoint}, ${status}, ${log.inputTokens}, ${log.stream},
-              ${errorCode}, ${latencyMs}, ${at}, ${status === "failed" ? at : null})
+              ${errorCode}, ${latencyMs}, ${at}, ${status === "failed" ? at : null}, ${holder})
           `)
       return {
         open: (log) => Effect.asVoid(insert(log, "pending", null, 0)),

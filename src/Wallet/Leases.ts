@@ -1,25 +1,39 @@
 import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { newId } from "../Domain/Ids.js"
 
-/** How long a reservation outlives its owner's last renewal. */
+/** How long a reservation outlives its owner's last renewal, whatever its owner's heartbeat says. */
 export const RESERVATION_LEASE = Duration.seconds(45)
-/** How often a live process renews the reservations it holds. */
-export const LEASE_RENEWAL = Duration.seconds(10)
+/** How often a live process beats. */
+export const LEASE_RENEWAL = Duration.seconds(2)
+/** Every how many beats it also renews the reservations it holds (their lease is long: a row each is not free). */
+const BEATS_PER_RENEWAL = 5
+/** A process that has not beaten for this long is dead: three beats missed. */
+export const DEAD_AFTER = Duration.seconds(6)
 /**
  * The longest this process renews one reservation: longer than any call may
  * run, so a reservation its call forgot still lapses and is swept.
  */
 export const MAX_HOLD = Duration.minutes(15)
 
+/** `now() + d` in SQL: every deadline is the database's clock, never an instance's. */
+export const secondsSql = (d: Duration.DurationInput) => Duration.toMillis(d) / 1000
+
 /**
- * The reservations this process holds for calls in flight. While the process
- * lives it pushes their deadlines forward; when it dies they lapse, and the
- * sweeper (any instance) releases them.
+ * This process (one row in `instances`, beating every `LEASE_RENEWAL` with the
+ * database's `now()`) and the reservations it holds for calls in flight. While
+ * the process lives it pushes their deadlines forward; when it dies, its beat
+ * stops and the sweeper (any instance) releases what it held. A process
+ * starting with the identity of an earlier one marks that one dead at once.
  */
 export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<ReservationLeases, {
+  /** This process's id in `instances`: what its reservations, logs and idempotency records name as holder. */
+  readonly holder: string
   readonly hold: (reservationId: string) => Effect.Effect<void>
   readonly drop: (reservationId: string) => Effect.Effect<void>
-  /** Pushes every held deadline to now + the lease; the background fiber calls it. */
+  /** Beats, and pushes every held deadline to now + the lease; the background fiber calls it. */
   readonly renew: Effect.Effect<number>
 }>() {
   static readonly layer = (renewal: Duration.DurationInput = LEASE_RENEWAL) =>
@@ -27,15 +41,19 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
       ReservationLeases,
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
+        const { instanceId } = yield* AppConfig
+        const holder = newId("ins")
+        yield* register(sql, holder, instanceId)
         /** Each held reservation and when it was taken. */
         const held = new Map<string, number>()
+        const beat = sql`UPDATE instances SET heartbeat_at = now() WHERE id = ${holder}`
         const renew = Effect.gen(function*() {
+          yield* beat
           const now = yield* Clock.currentTimeMillis
           for (const [id, since] of held) if (now - since > Duration.toMillis(MAX_HOLD)) held.delete(id)
           if (held.size === 0) return 0
-          const until = new Date(now + Duration.toMillis(RESERVATION_LEASE))
           const rows = yield* sql`
-            UPDATE reservations SET expires_at = ${until}
+            UPDATE reservations SET expires_at = now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second'
             WHERE id = ANY(${[...held.keys()]}) AND status = 'open'
             RETURNING id
           `
@@ -43,8 +61,19 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         }).pipe(
           Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("reservation lease renewal failed", cause), 0))
         )
-        yield* renew.pipe(Effect.repeat(Schedule.spaced(renewal)), Effect.forkScoped)
+        let beats = 0
+        const tick = Effect.suspend((): Effect.Effect<unknown> =>
+          ++beats % BEATS_PER_RENEWAL === 0
+            ? renew
+            : beat.pipe(Effect.catchAllCause((cause) => Effect.logWarning("instance heartbeat failed", cause)))
+        )
+        yield* tick.pipe(Effect.repeat(Schedule.spaced(renewal)), Effect.forkScoped)
+        // A clean stop is a death too: what this process still holds is released by the next sweep.
+        yield* Effect.addFinalizer(() =>
+          Effect.ignore(sql`UPDATE instances SET heartbeat_at = '-infinity' WHERE id = ${holder}`)
+        )
         return ReservationLeases.of({
+          holder,
           hold: (id) => Effect.map(Clock.currentTimeMillis, (now) => void held.set(id, now)),
           drop: (id) => Effect.sync(() => void held.delete(id)),
           renew
@@ -52,3 +81,23 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
       })
     )
 }
+
+/** Registers this process; earlier processes with its identity are dead from now on. */
+const register = (sql: SqlClient.SqlClient, holder: string, identity: string): Effect.Effect<void, SqlError.SqlError> =>
+  sql.withTransaction(Effect.gen(function*() {
+    yield* sql`UPDATE instances SET heartbeat_at = '-infinity' WHERE identity = ${identity} AND id <> ${holder}`
+    yield* sql`INSERT INTO instances (id, identity, started_at, heartbeat_at) VALUES (${holder}, ${identity}, now(), now())`
+    // Rows of processes dead for a day only slow the lookups down.
+    yield* sql`DELETE FROM instances WHERE heartbeat_at < now() - interval '1 day'`
+  }))
+
+/**
+ * SQL: true when the process named by `holder` (a column) is dead — no beat
+ * within `DEAD_AFTER`, or replaced by a process with its identity. `self` is
+ * never dead to itself (its beat may be late after a database outage).
+ */
+export const holderDead = (sql: SqlClient.SqlClient, holder: string, self: string) =>
+  sql`(${sql.literal(holder)} IS NOT NULL AND ${sql.literal(holder)} <> ${self} AND NOT EXISTS (
+    SELECT 1 FROM instances i
+    WHERE i.id = ${sql.literal(holder)} AND i.heartbeat_at > now() - ${secondsSql(DEAD_AFTER)} * interval '1 second'
+  ))`

@@ -1,11 +1,11 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { type LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as WalletSchema } from "../Billing/Api.js"
 import { accountSuspended, InsufficientBalance, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
-import { RESERVATION_LEASE, ReservationLeases } from "./Leases.js"
+import { RESERVATION_LEASE, ReservationLeases, secondsSql } from "./Leases.js"
 
 /**
  * The prepaid wallet as a bank keeps it. Every movement is one SQL transaction
@@ -26,7 +26,6 @@ export interface Reservation {
   readonly apiKeyId: string
   readonly requestId: string
   readonly amountMicroMyr: number
-  readonly expiresAt: Date
 }
 
 export interface ReserveInput {
@@ -39,14 +38,13 @@ export interface ReserveInput {
   readonly monthlySpendLimitMicroMyr: number | null
 }
 
-/** A new reservation for `input`, its lease running from `at`. */
-export const newReservation = (input: ReserveInput, at: Date): Reservation => ({
+/** A new reservation for `input`; its lease runs from the database's now() when it is written. */
+export const newReservation = (input: ReserveInput): Reservation => ({
   id: newId("rsv"),
   accountId: input.accountId,
   apiKeyId: input.apiKeyId,
   requestId: input.requestId,
-  amountMicroMyr: input.amountMicroMyr,
-  expiresAt: new Date(at.getTime() + Duration.toMillis(RESERVATION_LEASE))
+  amountMicroMyr: input.amountMicroMyr
 })
 
 export interface Capture {
@@ -109,8 +107,11 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
     description: string,
     withIt?: (capture: Capture) => Effect.Effect<void, SqlError.SqlError>
   ) => Effect.Effect<Capture, SqlError.SqlError>
-  /** Returns an open reservation whole; true when it was open. */
-  readonly release: (reservationId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  /** Returns an open reservation whole; true when it was open. `withIt` runs in the release's transaction. */
+  readonly release: (
+    reservationId: string,
+    withIt?: Effect.Effect<void, SqlError.SqlError>
+  ) => Effect.Effect<boolean, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>
@@ -179,11 +180,12 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
               })
             }
           }
-          const reservation = newReservation(input, at)
+          const reservation = newReservation(input)
           yield* sql`
-            INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at)
+            INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at, holder)
             VALUES (${reservation.id}, ${input.accountId}, ${input.apiKeyId}, ${input.requestId},
-                    ${input.amountMicroMyr}, ${reservation.expiresAt}, ${at})
+                    ${input.amountMicroMyr}, now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second', ${at},
+                    ${leases.holder})
           `
           yield* sql`
             UPDATE wallets
@@ -257,9 +259,11 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
           return { reservationId, chargedMicroMyr: charged, ledgerEntryId }
         })
 
-      const release = (reservationId: string) =>
+      const release = (reservationId: string, withIt?: Effect.Effect<void, SqlError.SqlError>) =>
         sql.withTransaction(Effect.gen(function*() {
           const reservation = yield* lockReservation(reservationId)
+          // The log is closed whatever the reservation's state: a failure settles in one step.
+          if (withIt !== undefined) yield* withIt
           if (reservation.status !== "open") return false
           yield* lockWallet(reservation.accountId)
           const at = yield* now

@@ -113,7 +113,11 @@ export const events = {
       payment_intent: facts.paymentIntentId,
       status: "succeeded"
     }),
-  disputeCreated: (facts: DisputeFacts) => envelope("charge.dispute.created", disputeObject(facts, "needs_response")),
+  /** A dispute, or with `warning_needs_response` an inquiry. */
+  disputeCreated: (facts: DisputeFacts & { status?: "needs_response" | "warning_needs_response" }) =>
+    envelope("charge.dispute.created", disputeObject(facts, facts.status ?? "needs_response")),
+  fundsWithdrawn: (facts: DisputeFacts) => envelope("charge.dispute.funds_withdrawn", disputeObject(facts, "needs_response")),
+  fundsReinstated: (facts: DisputeFacts) => envelope("charge.dispute.funds_reinstated", disputeObject(facts, "won")),
   disputeClosed: (facts: DisputeFacts & { status: "won" | "lost" | "warning_closed" }) =>
     envelope("charge.dispute.closed", disputeObject(facts, facts.status)),
   other: (type: string) => envelope(type, { id: `obj_${randomBase62(12)}`, object: "unknown" })

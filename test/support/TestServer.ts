@@ -87,6 +87,7 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       port,
       publicBaseUrl: baseUrl,
       dashboardUrl: `${baseUrl}/app`,
+      instanceId: `test:${port}`,
       ...overrides
     })
     const server = ServerLive.pipe(Layer.provide(config), Layer.provide(Layer.setClock(clock)))

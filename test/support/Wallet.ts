@@ -3,6 +3,7 @@ import { Effect, Layer, Option, Redacted, Scope } from "effect"
 import { AppConfig } from "../../src/AppConfig.js"
 import { PaymentsRepo } from "../../src/Billing/Repo.js"
 import { DatabaseLive } from "../../src/Database/Database.js"
+import { newId } from "../../src/Domain/Ids.js"
 import { checkInvariant } from "../../src/Wallet/Invariant.js"
 import { ReservationLeases } from "../../src/Wallet/Leases.js"
 import { WalletRepo } from "../../src/Wallet/Repo.js"
@@ -18,7 +19,7 @@ import { query, TestServer } from "./TestServer.js"
 export const walletInstance = (scope: Scope.Scope) =>
   Effect.gen(function*() {
     const { clock, databaseUrl } = yield* TestServer
-    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)) })
+    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
     const layer = Layer.mergeAll(ReservationSweeper.layer, PaymentsRepo.layer).pipe(
       Layer.provideMerge(WalletRepo.layer),
       Layer.provideMerge(ReservationLeases.layer()),

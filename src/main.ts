@@ -3,6 +3,7 @@ import { Cause, Effect, Layer, Option } from "effect"
 import { AppConfig } from "./AppConfig.js"
 import { EmbeddedPostgresError } from "./Database/EmbeddedPostgres.js"
 import { ServerLive } from "./Http/Server.js"
+import { holdRepeatedSignals } from "./Http/Shutdown.js"
 
 /** A start-up failure that already names its cause and remedy is that one line; anything else is logged whole. */
 const reportFailure = (cause: Cause.Cause<unknown>) => {
@@ -11,6 +12,7 @@ const reportFailure = (cause: Cause.Cause<unknown>) => {
   return Option.isSome(known) ? Effect.sync(() => console.error(`nenas: ${known.value.message}`)) : Effect.logError(cause)
 }
 
+holdRepeatedSignals()
 ServerLive.pipe(
   Layer.provide(AppConfig.layer),
   Layer.launch,

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import { randomBase62 } from "../src/Domain/Ids.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { deliverEvent, events, sign, topUp, webhookOverrides } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 import { developer, walletInstance } from "./support/Wallet.js"
 
 /** 1 sen = 10_000 micro-MYR. */
@@ -736,13 +736,13 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       })
     }))
 
-  it.scoped("an event in another currency is refused with 500 and not recorded", () =>
+  it.scoped("an event in another currency is refused with 400, kept unprocessed, and nothing applied", () =>
     Effect.gen(function*() {
       const dev = yield* setup("webhook-currency@example.com")
       const payment = yield* pendingPayment(dev.token, 1000)
       const event = events.checkoutCompleted(payment)
       const usd = { ...event, data: { object: { ...event.data.object, currency: "usd" } } }
-      expectErrorBody(yield* deliverEvent(usd), 500, "internal_error", "api_error")
+      expectErrorBody(yield* deliverEvent(usd), 400, "invalid_request", "invalid_request_error")
       yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
       yield* expectAck(event, true)
       yield* dev.expectMoney({
@@ -842,6 +842,37 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
       }))
   })
+  it.scoped("a signed event of an unexpected shape → 400 without internal detail, kept for an operator, nothing applied", () =>
+    Effect.gen(function*() {
+      const dev = yield* setup("webhook-shape@example.com")
+      const payment = yield* pendingPayment(dev.token, 1000)
+      const event = events.checkoutCompleted(payment)
+      const shapes: ReadonlyArray<Record<string, unknown>> = [
+        { ...event.data.object, amount_total: "1000" },
+        { ...event.data.object, id: 42 },
+        { ...event.data.object, amount_total: 1e20 },
+        { ...event.data.object, client_reference_id: "txn\u0000" },
+        { ...event.data.object, currency: "usd" }
+      ]
+      for (const object of shapes) {
+        const reply = yield* deliverEvent({ ...event, data: { object } })
+        expectErrorBody(reply, 400, "invalid_request", "invalid_request_error")
+        expect(reply.text).not.toMatch(/Schema|Expected|readonly|Struct/)
+        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
+      }
+      const kept = yield* query<{ processed_at: Date | null; type: string }>(
+        "SELECT processed_at, type FROM webhook_events WHERE id = $1",
+        [event.id]
+      )
+      expect(kept).toEqual([{ processed_at: null, type: "checkout.session.completed" }])
+      // Nested 3,000 deep: refused before anything walks it; not stored, as no store takes it.
+      const deep = yield* deliverEvent({ ...event, id: `evt_${randomBase62(24)}`, data: { object: JSON.parse(`${"[".repeat(3_000)}${"]".repeat(3_000)}`) } })
+      expectErrorBody(deep, 400, "invalid_request", "invalid_request_error")
+      // Stripe's retry of the same event with a readable body is applied, once.
+      yield* expectAck(event, true)
+      yield* expectAck(event, false)
+      yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+    }))
 
   describe("negative balances", () => {
     it.scoped("a refund then a dispute on the same top-up take available below 0; the invariant holds", () =>

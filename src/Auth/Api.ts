@@ -9,6 +9,7 @@ import {
   RevokedApiKey,
   wire
 } from "../Domain/Errors.js"
+import { SqlString } from "../Domain/Strict.js"
 
 /** The signed-in developer account. */
 export interface Account {
@@ -46,11 +47,11 @@ export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeyAuth"
 }) {}
 
 export const DevSessionRequest = Schema.Struct({
-  email: Schema.Trim.pipe(
+  email: Schema.compose(Schema.Trim, SqlString).pipe(
     Schema.pattern(/^[^\s@]+@[^\s@]+$/, { message: () => "must be an email address" }),
     Schema.maxLength(254)
   ),
-  name: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(100)))
+  name: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(100)))
 })
 
 export const DevSessionResponse = Schema.Struct({ token: Schema.String })

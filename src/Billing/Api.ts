@@ -3,6 +3,7 @@ import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
+import { SqlString } from "../Domain/Strict.js"
 
 export const TOPUP_OPTIONS_SEN = [1000, 2500, 5000, 10000, 25000, 50000] as const
 
@@ -86,7 +87,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
 {}
 
 const Html = HttpApiSchema.Text({ contentType: "text/html; charset=utf-8" })
-const SessionPath = Schema.Struct({ session_id: Schema.String })
+const SessionPath = Schema.Struct({ session_id: SqlString })
 
 /**
  * The simulated hosted checkout (only while Stripe is not configured): a page

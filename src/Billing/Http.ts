@@ -5,6 +5,7 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
+import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
@@ -98,11 +99,20 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
               ? new InvalidRequest({ message: "The event body is not JSON." })
               : signatureRefused(error instanceof Error ? error.message : "verification failed")
         })
+        // Parsed, but deep nesting would overflow the stack of whatever walks it next (storing, decoding).
+        if (jsonDeeperThan(new TextDecoder().decode(body), MAX_JSON_DEPTH)) {
+          return yield* new InvalidRequest({ message: `The event nests deeper than ${MAX_JSON_DEPTH} levels.` })
+        }
         const event = yield* Schema.decodeUnknown(StripeEvent)(verified).pipe(
           Effect.mapError(() => new InvalidRequest({ message: "The event has no id, type or data.object." }))
         )
         const processed = yield* payments.apply(event).pipe(
           Effect.tapError((error) => Effect.logError(`Stripe event ${event.id} (${event.type}) was not applied`, error)),
+          Effect.catchTag("MalformedEvent", (malformed) =>
+            new InvalidRequest({
+              message: `The event's data.object does not have the shape of a ${malformed.eventType.slice(0, 60)} event; ` +
+                "it was kept for an operator and nothing was applied."
+            })),
           Effect.catchTag("SqlError", Effect.die)
         )
         return { received: true, processed }

@@ -1,63 +1,84 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Context, Effect, Layer, Option, ParseResult, Schema } from "effect"
+import { Context, Data, Effect, Layer, Option, ParseResult, Schema } from "effect"
 import { InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
+import { SqlString } from "../Domain/Strict.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { CURRENCY } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
 
 /** A Stripe field that is an id, or the object when expanded. */
-const Expandable = Schema.Union(Schema.String, Schema.Struct({ id: Schema.String }))
+const Expandable = Schema.Union(SqlString, Schema.Struct({ id: SqlString }))
+
+/** Sen that convert to micro-MYR exactly: Stripe's own cap on an amount is far below. */
+const Sen = Schema.Int.pipe(Schema.between(0, 100_000_000_000))
 const idOf = (value: typeof Expandable.Type | null | undefined): string | null =>
   value === null || value === undefined ? null : typeof value === "string" ? value : value.id
 
 const CheckoutSession = Schema.Struct({
-  id: Schema.String,
-  client_reference_id: Schema.optional(Schema.NullOr(Schema.String)),
-  metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
+  id: SqlString,
+  client_reference_id: Schema.optional(Schema.NullOr(SqlString)),
+  metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: SqlString }))),
   payment_status: Schema.String,
   payment_intent: Schema.optional(Schema.NullOr(Expandable)),
-  amount_total: Schema.optional(Schema.NullOr(Schema.Int)),
+  amount_total: Schema.optional(Schema.NullOr(Sen)),
   currency: Schema.optional(Schema.NullOr(Schema.String))
 })
 
 const Charge = Schema.Struct({
-  id: Schema.String,
+  id: SqlString,
   payment_intent: Schema.optional(Schema.NullOr(Expandable)),
-  amount_refunded: Schema.Int.pipe(Schema.nonNegative()),
+  amount_refunded: Sen,
   currency: Schema.String
 })
 
 const Dispute = Schema.Struct({
-  id: Schema.String,
+  id: SqlString,
   charge: Expandable,
   payment_intent: Schema.optional(Schema.NullOr(Expandable)),
-  amount: Schema.Int.pipe(Schema.positive()),
+  amount: Sen.pipe(Schema.positive()),
   currency: Schema.String,
   status: Schema.String
 })
 
 /** The envelope every Stripe event shares. */
 export const StripeEvent = Schema.Struct({
-  id: Schema.String,
-  type: Schema.String,
+  id: SqlString,
+  type: SqlString,
   data: Schema.Struct({ object: Schema.Unknown })
 })
 export type StripeEvent = typeof StripeEvent.Type
 
 const anomaly = (message: string) => new InternalError({ message })
 
+/**
+ * A signed event we cannot read: retrying it will not help. It is kept
+ * (unprocessed) for an operator and nothing of it is applied; `detail` is for
+ * the log, never for the response.
+ */
+export class MalformedEvent extends Data.TaggedError("MalformedEvent")<{
+  readonly eventId: string
+  readonly eventType: string
+  readonly detail: string
+}> {}
+
+/** The first problem only, and briefly: an event's object may be large or deeply nested. */
+const firstIssue = (error: ParseResult.ParseError): string => {
+  const [issue] = ParseResult.ArrayFormatter.formatErrorSync(error)
+  return issue === undefined ? "invalid" : `${issue.path.slice(0, 8).join(".")}: ${issue.message.slice(0, 200)}`
+}
+
 const decode = <A, I>(schema: Schema.Schema<A, I>, event: StripeEvent) =>
   Schema.decodeUnknown(schema)(event.data.object).pipe(
-    Effect.mapError((error) =>
-      anomaly(`Event ${event.id} (${event.type}) has an unexpected shape: ${ParseResult.TreeFormatter.formatErrorSync(error)}`)
-    )
+    Effect.mapError((error) => new MalformedEvent({ eventId: event.id, eventType: event.type, detail: firstIssue(error) }))
   )
 
 const requireMyr = (currency: string | null | undefined, event: StripeEvent) =>
   currency === CURRENCY || currency === null || currency === undefined
     ? Effect.void
-    : Effect.fail(anomaly(`Event ${event.id} is in ${currency}; wallets are in MYR.`))
+    : Effect.fail(
+      new MalformedEvent({ eventId: event.id, eventType: event.type, detail: `in ${currency.slice(0, 10)}; wallets are in MYR` })
+    )
 
 /**
  * Applies Stripe events to wallets, each at most once: by event id (recorded
@@ -69,7 +90,7 @@ const requireMyr = (currency: string | null | undefined, event: StripeEvent) =>
  */
 export class Payments extends Context.Tag("nenas/Payments")<Payments, {
   /** True when the event changed anything; false for duplicates and types we do not handle. */
-  readonly apply: (event: StripeEvent) => Effect.Effect<boolean, InternalError | SqlError.SqlError>
+  readonly apply: (event: StripeEvent) => Effect.Effect<boolean, InternalError | MalformedEvent | SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     Payments,
@@ -220,7 +241,10 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         })
 
       /** The events we act on, and how; every other type is acknowledged and ignored. */
-      const handlers: Record<string, (event: StripeEvent) => Effect.Effect<boolean, InternalError | SqlError.SqlError>> = {
+      const handlers: Record<
+        string,
+        (event: StripeEvent) => Effect.Effect<boolean, InternalError | MalformedEvent | SqlError.SqlError>
+      > = {
         "checkout.session.completed": completeCheckout,
         "checkout.session.async_payment_succeeded": completeCheckout,
         "checkout.session.expired": failCheckout,
@@ -240,7 +264,10 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
             // The event's row is written first: a concurrent twin waits on it, then sees a duplicate.
             if (!(yield* repo.recordEvent(event.id, event.type, event))) return false
             return yield* handle(event)
-          }))
+          })).pipe(
+            // Its effects rolled back; the event is kept, unprocessed, for an operator (a redelivery tries again).
+            Effect.tapErrorTag("MalformedEvent", () => repo.keepUnprocessed(event.id, event.type, event))
+          )
         }
       })
     })

@@ -72,6 +72,8 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
   readonly updateSuspension: (accountId: string) => Q<void>
   /** Records a webhook event; false when its id was seen before. */
   readonly recordEvent: (id: string, type: string, payload: unknown) => Q<boolean>
+  /** Keeps an event that could not be applied (`processed_at` null), for an operator to look at. */
+  readonly keepUnprocessed: (id: string, type: string, payload: unknown) => Q<void>
   /** Serializes the events of one payment across instances until the SQL transaction ends. */
   readonly lockPayment: (key: string) => Q<void>
 }>() {
@@ -209,9 +211,16 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
             sql`
               INSERT INTO webhook_events (id, type, payload, received_at, processed_at)
               VALUES (${id}, ${type}, ${storableJson(payload)}::jsonb, ${at}, ${at})
-              ON CONFLICT (id) DO NOTHING
+              ON CONFLICT (id) DO UPDATE SET processed_at = EXCLUDED.processed_at WHERE webhook_events.processed_at IS NULL
               RETURNING id
             `).pipe(Effect.map((rows) => rows.length > 0)),
+        keepUnprocessed: (id, type, payload) =>
+          Effect.flatMap(now, (at) =>
+            sql`
+              INSERT INTO webhook_events (id, type, payload, received_at, processed_at)
+              VALUES (${id}, ${type}, ${storableJson(payload)}::jsonb, ${at}, NULL)
+              ON CONFLICT (id) DO NOTHING
+            `).pipe(Effect.asVoid),
         lockPayment: (key) => Effect.asVoid(sql`SELECT pg_advisory_xact_lock(hashtextextended(${key}, 0))`)
       })
     })

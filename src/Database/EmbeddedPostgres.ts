@@ -368,7 +368,9 @@ const startServer = (binaries: Binaries, clusterDir: string, port: number, runAs
       "-p", String(port),
       "-c", "listen_addresses=127.0.0.1",
       "-c", "unix_socket_directories="
-    ], { ...runAs, cwd, env: childEnv(), stdio: ["ignore", "ignore", "pipe"] })
+      // A process group of its own: Ctrl-C (SIGINT to the terminal's foreground group) and `kill -TERM -PGID`
+      // would stop PostgreSQL at once, under the calls still draining. It is stopped only by us, after the drain.
+    ], { ...runAs, cwd, env: childEnv(), stdio: ["ignore", "ignore", "pipe"], detached: true })
     let log = ""
     let ready = false
     child.stderr.on("data", (chunk) => {

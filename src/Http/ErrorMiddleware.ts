@@ -7,6 +7,8 @@ import {
   HttpServerResponse
 } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
+import type { Server } from "node:http"
+import type { Duplex } from "node:stream"
 import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
@@ -22,6 +24,7 @@ import {
   toErrorBody
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
+import { makeRequestGuard } from "./RequestGuard.js"
 import { CurrentResponseHeaders } from "./ResponseHeaders.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -80,6 +83,10 @@ const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
     .sort((a, b) => b.path.length - a.path.length)
 }
 
+/** A message quotes the offending value: never more of it than this (a field may hold megabytes). */
+const MAX_MESSAGE = 300
+const bounded = (message: string): string => message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE)}…` : message
+
 const fromIssues = (all: ReadonlyArray<Issue>) => {
   const issues = distinctIssues(all)
   const first = issues[0]
@@ -88,7 +95,9 @@ const fromIssues = (all: ReadonlyArray<Issue>) => {
   const rest = issues.length - 1
   const more = rest > 0 ? ` (and ${rest} more problem${rest > 1 ? "s" : ""})` : ""
   return new InvalidRequest({
-    message: param === null ? `Invalid request: ${first.message}${more}` : `Invalid '${param}': ${first.message}${more}`,
+    message: param === null
+      ? `Invalid request: ${bounded(first.message)}${more}`
+      : `Invalid '${bounded(param)}': ${bounded(first.message)}${more}`,
     param
   })
 }
@@ -155,6 +164,7 @@ const pauseInsteadOfDestroy = (request: HttpServerRequest.HttpServerRequest): vo
 export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
   Effect.gen(function*() {
     const { dashboardUrl } = yield* AppConfig
+    const guard = yield* makeRequestGuard
     return (app) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -162,9 +172,11 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const extraHeaders: Record<string, string> = {}
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
         pauseInsteadOfDestroy(request)
+        let refused = false
+        const guarded = Effect.zipRight(Effect.tapError(guard, () => Effect.sync(() => refused = true)), app)
         const response = contentLengthOver(request)
           ? respond(new ContextLengthExceeded({ message: OVERSIZE_MESSAGE }))
-          : yield* app.pipe(
+          : yield* guarded.pipe(
             HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES)),
             Effect.catchAllCause((cause) =>
               Option.match(toApiError(cause), {
@@ -183,11 +195,32 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
             Effect.locally(CurrentResponseHeaders, extraHeaders)
           )
         const withId = HttpServerResponse.setHeaders(response, { ...extraHeaders, "x-request-id": requestId })
-        // An oversize body was left unread: the connection cannot carry another request.
-        return response.status === 413 ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
+        // An oversize or refused body may be left unread: the connection cannot carry another request.
+        return response.status === 413 || refused ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
       })
   })
 )
+
+/**
+ * What Node's HTTP parser refuses before any handler runs (headers or URL
+ * over 16 KiB, a malformed request line) it would answer with a bare status
+ * and no body; this answers in the error shape, with an `X-Request-Id`.
+ */
+export const answerParserErrors = (server: Server, dashboardUrl: string): void => {
+  server.on("clientError", (error: NodeJS.ErrnoException, socket: Duplex) => {
+    if (!socket.writable || (error.code !== undefined && !error.code.startsWith("HPE_"))) return void socket.destroy()
+    const requestId = newId("req")
+    const message = error.code === "HPE_HEADER_OVERFLOW"
+      ? "The request's headers and URL exceed 16 KiB."
+      : "The request is not valid HTTP/1.1."
+    const error400 = new InvalidRequest({ message })
+    const body = JSON.stringify(toErrorBody(error400, requestId, dashboardUrl))
+    socket.end(
+      `HTTP/1.1 ${httpStatus(error400)} Bad Request\r\ncontent-type: application/json\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`
+    )
+  })
+}
 
 /** The request id of the request being served (the `X-Request-Id` it answers with). */
 export const currentRequestId = FiberRef.get(CurrentRequestId)

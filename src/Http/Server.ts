@@ -30,7 +30,8 @@ import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { DashboardLive } from "./Dashboard.js"
-import { ErrorMiddlewareLive } from "./ErrorMiddleware.js"
+import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
+import { drainDeadline } from "./Shutdown.js"
 
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
 export const ServicesLive = Layer.mergeAll(
@@ -97,9 +98,13 @@ const HttpAppLive = HttpApiBuilder.serve().pipe(
   Layer.provide(ApiLive)
 )
 
-/** The Node HTTP server on `HOST:PORT`. */
+/** The Node HTTP server on `HOST:PORT`; stopping, it drains in-flight calls up to a deadline. */
 export const NodeServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, ({ host, port }) => NodeHttpServer.layer(createServer, { port, host }))
+  Effect.map(AppConfig, ({ dashboardUrl, host, port }) => {
+    const server = createServer()
+    answerParserErrors(server, dashboardUrl)
+    return Layer.provideMerge(drainDeadline(server), NodeHttpServer.layer(() => server, { port, host }))
+  })
 )
 
 /**

@@ -2,6 +2,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/p
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const Environment = Schema.Literal("live", "test")
 export type Environment = typeof Environment.Type
@@ -25,12 +26,12 @@ export type ApiKeyRecord = typeof ApiKeyRecord.Type
 const MAX_LIMIT_MYR = 1_000_000_000
 
 export const CreateApiKeyRequest = Schema.Struct({
-  name: Schema.Trim.pipe(Schema.minLength(1), Schema.maxLength(100)),
+  name: Schema.compose(Schema.Trim, SqlString).pipe(Schema.minLength(1), Schema.maxLength(100)),
   environment: Schema.optionalWith(Environment, { default: () => "live" as const }),
   monthly_spend_limit_myr: Schema.optional(
     Schema.Number.pipe(Schema.finite(), Schema.between(0, MAX_LIMIT_MYR))
   ),
-  expires_at: Schema.optional(Schema.DateTimeUtc)
+  expires_at: Schema.optional(Rfc3339DateTime)
 }).annotations({ identifier: "CreateApiKeyRequest" })
 
 export const CreateApiKeyResponse = Schema.Struct({
@@ -52,7 +53,7 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
   )
   .add(HttpApiEndpoint.get("list", "/dashboard/api-keys").addSuccess(ApiKeyList))
   .add(
-    HttpApiEndpoint.del("delete")`/dashboard/api-keys/${HttpApiSchema.param("id", Schema.String)}`
+    HttpApiEndpoint.del("delete")`/dashboard/api-keys/${HttpApiSchema.param("id", SqlString)}`
       .addSuccess(Ok)
       .addError(wire(NotFound))
   )

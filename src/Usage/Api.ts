@@ -4,16 +4,17 @@ import { DashboardAuth } from "../Auth/Api.js"
 import { Wallet } from "../Billing/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
+import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
 
 export const LogsParams = Schema.Struct({
   ...PageParams.fields,
   status: Schema.optional(LogStatus),
-  api_key_id: Schema.optional(Schema.String),
-  endpoint: Schema.optional(Schema.String),
-  from: Schema.optional(Schema.DateTimeUtc),
-  to: Schema.optional(Schema.DateTimeUtc)
+  api_key_id: Schema.optional(SqlString),
+  endpoint: Schema.optional(SqlString),
+  from: Schema.optional(Rfc3339DateTime),
+  to: Schema.optional(Rfc3339DateTime)
 })
 
 export const LogEntry = Schema.Struct({
@@ -48,10 +49,10 @@ export const LogsPage = Schema.Struct({
 export const Granularity = Schema.Literal("hour", "day")
 
 export const UsageParams = Schema.Struct({
-  from: Schema.optional(Schema.DateTimeUtc),
-  to: Schema.optional(Schema.DateTimeUtc),
+  from: Schema.optional(Rfc3339DateTime),
+  to: Schema.optional(Rfc3339DateTime),
   granularity: Schema.optionalWith(Granularity, { default: () => "day" as const }),
-  api_key_id: Schema.optional(Schema.String)
+  api_key_id: Schema.optional(SqlString)
 })
 
 export const SeriesPoint = Schema.Struct({

@@ -1,0 +1,65 @@
+import { DateTime, ParseResult, Schema } from "effect"
+
+/**
+ * A string PostgreSQL can store: its text type refuses U+0000, and a query
+ * that tried would fail as a 500. Every client string that reaches SQL is one.
+ */
+export const SqlString = Schema.String.pipe(
+  Schema.filter((text) => !text.includes("\u0000"), { message: () => "must not contain the character U+0000" })
+)
+
+// RFC 3339 section 5.6: full-date "T" full-time; seconds may carry a fraction; a zone is required.
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|([+-])(\d{2}):(\d{2}))$/
+
+const daysIn = (year: number, month: number): number =>
+  month === 2 ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28) : [4, 6, 9, 11].includes(month) ? 30 : 31
+
+/** The instant of an RFC 3339 date-time, or undefined when the text is not one (2024-06-31, 24:00, no zone). */
+export const parseRfc3339 = (text: string): Date | undefined => {
+  const parts = RFC3339.exec(text)
+  if (parts === null) return undefined
+  const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [number, number, number, number, number, number]
+  const zoneHours = parts[10] === undefined ? 0 : Number(parts[10])
+  const zoneMinutes = parts[11] === undefined ? 0 : Number(parts[11])
+  const valid = month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month) && hour <= 23 && minute <= 59 &&
+    second <= 59 && zoneHours <= 23 && zoneMinutes <= 59
+  if (!valid) return undefined
+  const date = new Date(text.replace(" ", "T"))
+  return Number.isNaN(date.getTime()) ? undefined : date
+}
+
+/**
+ * An RFC 3339 date-time (`2024-06-30T00:00:00Z`, `2024-06-30T08:00:00+08:00`),
+ * decoded to a UTC DateTime. Unlike `Date`, it refuses what is not one rather
+ * than guessing: `2024-06-31` is not read as 1 July.
+ */
+export const Rfc3339DateTime = Schema.transformOrFail(Schema.String, Schema.DateTimeUtcFromSelf, {
+  strict: true,
+  decode: (text, _, ast) => {
+    const date = parseRfc3339(text)
+    return date === undefined
+      ? ParseResult.fail(new ParseResult.Type(ast, text, "must be an RFC 3339 date-time, e.g. 2024-06-30T00:00:00Z"))
+      : ParseResult.succeed(DateTime.unsafeMake(date))
+  },
+  encode: (dateTime) => ParseResult.succeed(DateTime.formatIso(dateTime))
+}).annotations({ identifier: "DateTime", description: "An RFC 3339 date-time, e.g. 2024-06-30T00:00:00Z" })
+
+/** Deeper JSON is no request a client means; the schema's error formatter would recurse through all of it. */
+export const MAX_JSON_DEPTH = 64
+
+/** True when a JSON text nests arrays and objects deeper than `max`: one pass, no recursion. */
+export const jsonDeeperThan = (text: string, max: number): boolean => {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++ // a backslash escapes the next character
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) inString = true
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true
+    } else if (c === 0x5d || c === 0x7d) depth--
+  }
+  return false
+}

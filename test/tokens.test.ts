@@ -42,6 +42,21 @@ describe("countText", () => {
     expect(countText(varied) / (perChar * varied.length)).toBeLessThan(1.2)
   })
 
+  it("a long text cannot hide costly parts from the sampled windows: cheap text where fixed windows would fall does not lower the estimate", () => {
+    // Strata of 16 Ki characters: cheap prose in the middle of each (where fixed windows sat), costly symbols around it.
+    const cheap = "the cat sat on the mat ".repeat(60)
+    const costly = Array.from({ length: 7_500 }, (_, i) => String.fromCodePoint(0x4e00 + (i * 7919) % 20_000)).join("")
+    const text = Array.from({ length: 64 }, () => costly + cheap + costly).join("").slice(0, 64 * 16_384)
+    const truth = countMessages([{ role: "user", content: text }])
+    const slices = Array.from({ length: 64 }, (_, i) => text.slice(i * 16_384, (i + 1) * 16_384))
+    // Each slice is short enough to be counted exactly (long runs in slices): the reference.
+    const exactTotal = slices.reduce((sum, slice) => sum + countText(slice), 0)
+    expect(truth / exactTotal).toBeGreaterThan(0.8)
+    expect(truth / exactTotal).toBeLessThan(1.25)
+    // The same text always gets the same count.
+    expect(countMessages([{ role: "user", content: text }])).toBe(truth)
+  })
+
   it("counts many long messages as one bounded text", () => {
     const messages = Array.from({ length: 40 }, () => ({ role: "user" as const, content: "lorem ipsum ".repeat(10_000) }))
     const perMessage = exact("lorem ipsum ".repeat(1_000)) * 10

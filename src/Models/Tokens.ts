@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto"
 import { countTokens } from "gpt-tokenizer"
 
 /** A message as the service passes it on: a role and plain text. */
@@ -65,16 +66,25 @@ const afterSpace = (text: string, from: number): number => {
 }
 
 /**
- * One window of whole words in the middle of each of SAMPLES equal strata:
- * deterministic, so that the same text always gets the same count.
+ * Where each stratum's window starts, from a digest of the text itself: the
+ * same text always gets the same count, yet no caller can know beforehand
+ * which parts are read, so cheap text placed where the windows fall cannot
+ * hide costly text elsewhere (which would be reserved, and billed, too low).
  */
+const windowOffsets = (text: string, room: number): ReadonlyArray<number> => {
+  const digest = Buffer.concat([0, 1, 2, 3].map((round) => createHash("sha256").update(String(round)).update(text).digest()))
+  return Array.from({ length: SAMPLES }, (_, i) => room <= 0 ? 0 : digest.readUInt16BE(i * 2) % room)
+}
+
+/** One window of whole words at an offset of each of SAMPLES equal strata chosen by the text's digest. */
 const countSampled = (text: string): number => {
   const stratum = Math.floor(text.length / SAMPLES)
+  const offsets = windowOffsets(text, stratum - WINDOW)
   let tokens = 0
   let chars = 0
   for (let i = 0; i < SAMPLES; i++) {
     // A window runs from a word's leading space to before the next one's, as the tokenizer splits words.
-    let start = Math.max(0, afterSpace(text, i * stratum + Math.floor((stratum - WINDOW) / 2)) - 1)
+    let start = Math.max(0, afterSpace(text, i * stratum + (offsets[i] ?? 0)) - 1)
     if (isLowSurrogate(text.charCodeAt(start))) start += 1
     let end = Math.max(start + 1, afterSpace(text, start + WINDOW) - 1)
     if (isHighSurrogate(text.charCodeAt(end - 1))) end -= 1

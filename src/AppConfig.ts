@@ -19,6 +19,10 @@ export interface AppConfigShape {
   readonly upstreamFirstByteTimeoutMs: number
   readonly upstreamTotalTimeoutMs: number
   readonly searchBaseUrl: Option.Option<string>
+  /** `FETCH_ALLOWED_HOSTS`: `host` or `host:port` entries, lower case, that page fetching may reach although they are not public. */
+  readonly fetchAllowedHosts: ReadonlySet<string>
+  /** One web page's deadline; not an environment setting (tests shorten it). */
+  readonly fetchPageTimeoutMs: number
   readonly stripeSecretKey: Option.Option<Redacted.Redacted>
   readonly stripeWebhookSecret: Option.Option<Redacted.Redacted>
   readonly stripeApiUrl: Option.Option<string>
@@ -77,6 +81,12 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   upstreamFirstByteTimeoutMs: Config.integer("UPSTREAM_FIRST_BYTE_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
   upstreamTotalTimeoutMs: Config.integer("UPSTREAM_TOTAL_TIMEOUT_MS").pipe(Config.withDefault(600_000)),
   searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
+  fetchAllowedHosts: Config.string("FETCH_ALLOWED_HOSTS").pipe(
+    Config.withDefault(""),
+    Config.map((value): ReadonlySet<string> =>
+      new Set(value.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry.length > 0)))
+  ),
+  fetchPageTimeoutMs: Config.succeed(8_000),
   stripeSecretKey: Config.option(Config.redacted("STRIPE_SECRET_KEY")),
   stripeWebhookSecret: Config.option(Config.redacted("STRIPE_WEBHOOK_SECRET")),
   stripeApiUrl: nonEmpty("STRIPE_API_URL"),

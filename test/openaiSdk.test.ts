@@ -4,6 +4,7 @@ import OpenAI from "openai"
 import { countMessages, countText } from "../src/Models/Tokens.js"
 import { call } from "./support/Http.js"
 import { caller, TestServerWithUpstream, violations } from "./support/Models.js"
+import { answering, isPlanning } from "./support/Search.js"
 import { query, TestServer } from "./support/TestServer.js"
 import { Upstream, type UpstreamServer } from "./support/Upstream.js"
 
@@ -529,13 +530,14 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       expect(all.map((m) => m.id)).toEqual([MODEL])
     }))
 
-  it.effect("web search through responses.create: routing search, citations 1..3, sources sent upstream, searches and pages billed", () =>
+  it.effect("web search through responses.create: routing search, the planned query, cited source 1 annotated, sources sent upstream, planning, searches and pages billed", () =>
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
       upstream.setBehaviour({
         kind: "ok",
-        text: "The tallest is Merdeka 118 [1].",
+        // The planning call writes the query; the answer cites [1].
+        text: answering(["tallest building kuala lumpur"], "The tallest is Merdeka 118 [1]."),
         usage: { prompt_tokens: 2000, completion_tokens: 300 }
       })
       const who = yield* caller("sdk-web-search@example.com", { sen: 1000 })
@@ -553,41 +555,45 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       expect(out.routing.category).toBe("search")
       expect(out.routing.upstream_model).toBe("gpt-4.1-mini")
 
-      const slug = "what-is-the-tallest-building-in-kuala-lumpur"
+      const slug = "tallest-building-kuala-lumpur"
       const urls = [1, 2, 3].map((i) => `https://search.example/${slug}/${i}`)
-      expect(out.citations.map((c) => c.index)).toEqual([1, 2, 3])
-      expect(out.citations.map((c) => c.url)).toEqual(urls)
+      expect(out.citations.map((c) => c.index)).toEqual([1])
+      expect(out.citations.map((c) => c.url)).toEqual(urls.slice(0, 1))
+      expect(data.output[0]?.type === "message" && data.output[0].content[0]?.type === "output_text" && data.output[0].content[0].annotations)
+        .toEqual([{ type: "url_citation", start_index: 27, end_index: 30, url: urls[0], title: "tallest building kuala lumpur (source 1)" }])
       for (const citation of out.citations) {
-        expect(citation.title).toBe(`${question} (source ${citation.index})`)
+        expect(citation.title).toBe(`tallest building kuala lumpur (source ${citation.index})`)
         expect(citation.published_at).toBe(new Date(Date.UTC(2026, 0, citation.index)).toISOString())
         expect(new Date(citation.accessed_at).toISOString()).toBe(citation.accessed_at)
       }
 
       const sent = upstreamBodies(upstream)
-      expect(sent).toHaveLength(1)
-      expect(sent[0]?.model).toBe("gpt-4.1-mini")
-      const [sources, user, ...rest] = sent[0]?.messages ?? []
+      expect(sent).toHaveLength(2)
+      expect(isPlanning(sent[0])).toBe(true)
+      expect(sent[1]?.model).toBe("gpt-4.1-mini")
+      const [sources, user, ...rest] = sent[1]?.messages ?? []
       expect(rest).toEqual([])
       expect(user).toEqual({ role: "user", content: question })
       expect(sources?.role).toBe("system")
-      for (const [i, url] of urls.entries()) expect(sources?.content).toContain(`[${i + 1}] ${question} (source ${i + 1}) (${url})`)
+      for (const [i, url] of urls.entries()) expect(sources?.content).toContain(`[${i + 1}] tallest building kuala lumpur (source ${i + 1}) (${url})`)
       // Two pages read: the first two results' text is in the prompt, the third's is not.
       expect(sources?.content).toContain(`Simulated page text of ${urls[0]}`)
       expect(sources?.content).toContain(`Simulated page text of ${urls[1]}`)
       expect(sources?.content).not.toContain(`Simulated page text of ${urls[2]}`)
 
-      const tokens = tokenCost(GENERAL, { prompt: 2000, completion: 300 })
-      expect(tokens).toBe(5376)
+      // Both calls' tokens: the planning call's and the answer's.
+      const tokens = tokenCost(GENERAL, { prompt: 4000, completion: 600 })
+      expect(tokens).toBe(10_752)
       const cost = tokens + 1 * PER_SEARCH + 2 * PER_PAGE
-      expect(cost).toBe(34_776)
-      expect(out.usage.cost_myr).toBe("0.034776")
+      expect(cost).toBe(40_152)
+      expect(out.usage.cost_myr).toBe("0.040152")
       const row = yield* expectBilled(who, request_id, cost)
       expect(row).toMatchObject({
         routing_category: "search",
         search_count: 1,
         content_pages: 2,
-        input_tokens: 2000,
-        output_tokens: 300,
+        input_tokens: 4000,
+        output_tokens: 600,
         usage_source: "provider"
       })
     }))

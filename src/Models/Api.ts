@@ -257,6 +257,8 @@ export const ChatCompletionRequest = Schema.Struct({
   store: Schema.optional(Schema.NullOr(Schema.Boolean)),
   metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
   service_tier: Schema.optional(Schema.NullOr(Schema.String)),
+  /** This service's web search, as on responses (an extension of OpenAI's chat). */
+  web_search: Schema.optional(WebSearchConfig),
   tools: Schema.optional(Schema.NullOr(Schema.Array(ChatTool))),
   tool_choice: Schema.optional(Schema.NullOr(ChatToolChoice)),
   parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
@@ -283,6 +285,7 @@ export const ChatCompletion = Schema.Struct({
     message: Schema.Struct({
       role: Schema.Literal("assistant"),
       content: Schema.NullOr(Schema.String),
+      annotations: Schema.optional(Schema.Array(Schema.Unknown)),
       tool_calls: Schema.optional(Schema.Array(Schema.Struct({
         id: Schema.String,
         type: Schema.Literal("function"),

@@ -31,8 +31,8 @@ import { costOf, withSafetyMargin } from "./Prices.js"
 import { CallBilling, SETTLE_RETRY } from "./Billing.js"
 import { RequestLogs } from "./RequestLogs.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
-import type { Citation, SearchPlan, Sources } from "./WebSearch.js"
-import { planSearch, WebSearch } from "./WebSearch.js"
+import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
+import { citedSources, noSources, planSearch, searchEstimate, withPlanning, WebSearch } from "./WebSearch.js"
 import type { Message } from "./Tokens.js"
 import { countText } from "./Tokens.js"
 import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
@@ -79,7 +79,9 @@ export interface CallResult {
   readonly cost: MicroMyr
   readonly latencyMs: number
   readonly route: Route
+  /** The sources the answer cites, and where it cites them. */
   readonly citations: ReadonlyArray<Citation>
+  readonly annotations: ReadonlyArray<Annotation>
 }
 
 export type StreamEvent =
@@ -188,9 +190,12 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           const requestId = yield* currentRequestId
           const startedAt = yield* Clock.currentTimeMillis
           const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
-          const plan = route.search && input.webSearch !== undefined ? Option.some(planSearch(input.webSearch)) : Option.none()
+          const plan = route.search && input.webSearch !== undefined
+            ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
+            : Option.none()
           const inputTokens = countInput(input.upstream, input.capabilities)
-          const searchTokens = Option.match(plan, { onNone: () => 0, onSome: (p) => p.maxContextTokens })
+          const search = searchEstimate(plan)
+          const searchTokens = search.contextTokens
           const explicitCap = input.maxOutputTokens ?? 0
           if (inputTokens + searchTokens + explicitCap > CONTEXT_WINDOW) {
             return yield* new ContextLengthExceeded({
@@ -201,11 +206,12 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             })
           }
           const outputCap = input.maxOutputTokens ?? Math.min(MAX_OUTPUT_TOKENS, CONTEXT_WINDOW - inputTokens - searchTokens)
-          const searches = Option.match(plan, { onNone: () => ({ searches: 0, pages: 0 }), onSome: (p) => ({ searches: p.queries, pages: p.pages }) })
+          const searches = { searches: search.searches, pages: search.pages }
+          // Web search adds its sources to the prompt and its planning calls' tokens to the bill.
           const estimate = costOf(config.prices, route.upstreamModel, {
-            inputTokens: withSafetyMargin(inputTokens + searchTokens),
+            inputTokens: withSafetyMargin(inputTokens + searchTokens + search.planningInputTokens),
             cachedTokens: 0,
-            outputTokens: outputCap,
+            outputTokens: outputCap + search.planningOutputTokens,
             ...searches
           })
           const cap = input.maxTotalCostMyr === undefined ? undefined : fromMyr(input.maxTotalCostMyr)
@@ -267,12 +273,12 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
 
       /** Usage counted with the tokenizer: what was sent, and what came back before the call ended. */
       const estimatedUsage = (p: Prepared, sources: Sources, produced: Answer): Used => ({
-        usage: {
+        usage: withPlanning({
           inputTokens: countInput(providerRequest(p, sources).messages, p.input.capabilities),
           outputTokens: countText(produced.text) + produced.toolCalls.reduce((sum, call) => sum + countToolCall(call), 0),
           reasoningTokens: 0,
           cachedTokens: 0
-        },
+        }, sources),
         source: "estimated",
         sources
       })
@@ -304,6 +310,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             charged = microMyr(yield* billing.capture(p.reservation, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`, logged))
           }
           const createdAt = Math.floor(p.startedAt / 1000)
+          const { annotations, citations } = citedSources(answer.text, used.sources.found)
           return {
             requestId: p.requestId,
             createdAt,
@@ -315,7 +322,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             cost: charged,
             latencyMs,
             route: p.route,
-            citations: used.sources.citations
+            citations,
+            annotations
           } satisfies CallResult
         }).pipe(Effect.orDie, Effect.uninterruptible)
 
@@ -341,7 +349,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       }
       const initial: Progress = {
         upstreamStarted: false,
-        sources: { searches: 0, pages: 0, citations: [] },
+        sources: noSources,
         text: "",
         toolCalls: [],
         logprobs: undefined,
@@ -368,7 +376,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const searchFor = (p: Prepared) =>
         Option.match(p.plan, {
           onNone: () => Effect.succeed(initial.sources),
-          onSome: (plan) => webSearch.run(plan, p.input.messages, p.key.environment === "test")
+          onSome: (plan) =>
+            webSearch.run(plan, p.input.messages, {
+              simulated: p.key.environment === "test",
+              provider: p.provider,
+              model: p.route.upstreamModel,
+              reasoningModel: p.route.reasoningModel
+            })
         })
 
       /** Marks the call settled and settles it, as one step a disconnect cannot split. */
@@ -381,7 +395,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const usedOf = (p: Prepared, sources: Sources, answer: Answer, usage: Option.Option<ProviderUsage>): Used =>
         Option.match(usage, {
           onNone: () => estimatedUsage(p, sources, answer),
-          onSome: (reported) => ({ usage: fromProvider(reported), source: "provider" as const, sources })
+          onSome: (reported) => ({ usage: withPlanning(fromProvider(reported), sources), source: "provider" as const, sources })
         })
 
       /** Search, then the upstream: from here on the call has cost something. */

@@ -166,7 +166,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             effort: payload.reasoning_effort ?? "medium",
             maxOutputTokens: payload.max_completion_tokens ?? payload.max_tokens,
             maxTotalCostMyr: payload.max_total_cost_myr,
-            webSearch: undefined,
+            webSearch: payload.web_search,
             temperature: payload.temperature,
             topP: payload.top_p,
             stop: payload.stop,

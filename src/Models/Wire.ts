@@ -5,6 +5,7 @@ import { toMyrString } from "../Domain/Money.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { ToolCall } from "../Providers/Provider.js"
 import type { CallResult, StreamEvent } from "./Calls.js"
+import type { Annotation } from "./WebSearch.js"
 
 /** Ids of the objects a call returns, derived from its request id so a response leads back to its log. */
 export const idsOf = (requestId: string) => {
@@ -12,12 +13,28 @@ export const idsOf = (requestId: string) => {
   return { response: `resp_${suffix}`, message: `msg_${suffix}`, chat: `chatcmpl-${suffix}` }
 }
 
-const outputMessage = (id: string, text: string, status: "in_progress" | "completed") => ({
+/** The answer's `[n]` markers as OpenAI's Responses annotations. */
+const urlCitations = (annotations: ReadonlyArray<Annotation>) =>
+  annotations.map((a) => ({ type: "url_citation" as const, start_index: a.startIndex, end_index: a.endIndex, url: a.url, title: a.title }))
+
+/** The same, as OpenAI's chat message carries them. */
+const chatUrlCitations = (annotations: ReadonlyArray<Annotation>) =>
+  annotations.map((a) => ({
+    type: "url_citation" as const,
+    url_citation: { start_index: a.startIndex, end_index: a.endIndex, url: a.url, title: a.title }
+  }))
+
+const outputMessage = (
+  id: string,
+  text: string,
+  status: "in_progress" | "completed",
+  annotations: ReadonlyArray<Annotation> = []
+) => ({
   type: "message" as const,
   id,
   status,
   role: "assistant" as const,
-  content: status === "completed" ? [{ type: "output_text" as const, text, annotations: [] }] : []
+  content: status === "completed" ? [{ type: "output_text" as const, text, annotations: urlCitations(annotations) }] : []
 })
 
 const functionCallItem = (id: string, call: ToolCall, status: "in_progress" | "completed") => ({
@@ -38,7 +55,9 @@ type OutputItem = ReturnType<typeof outputMessage> | ReturnType<typeof functionC
 const outputItems = (result: CallResult): ReadonlyArray<OutputItem> => {
   const ids = idsOf(result.requestId)
   const calls = result.toolCalls.map((call, i) => functionCallItem(callItemId(result.requestId, i), call, "completed"))
-  return result.text.length > 0 || calls.length === 0 ? [outputMessage(ids.message, result.text, "completed"), ...calls] : calls
+  return result.text.length > 0 || calls.length === 0
+    ? [outputMessage(ids.message, result.text, "completed", result.annotations), ...calls]
+    : calls
 }
 
 const responsesUsage = (result: CallResult) => ({
@@ -99,6 +118,7 @@ export const chatCompletion = (result: CallResult) => ({
       // OpenAI's answer that only calls tools has no content.
       content: result.text.length === 0 && result.toolCalls.length > 0 ? null : result.text,
       refusal: null,
+      annotations: chatUrlCitations(result.annotations),
       ...(result.toolCalls.length > 0 ? { tool_calls: result.toolCalls } : {})
     },
     logprobs: result.logprobs === undefined ? null : { content: result.logprobs, refusal: null },
@@ -136,7 +156,8 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
     const shell = (status: string) => ({
       id: ids.response, object: "response", created_at: createdAt, status, model: PUBLIC_MODEL, output: [], request_id: requestId
     })
-    const part = (value: string) => ({ type: "output_text", text: value, annotations: [] })
+    const part = (value: string, annotations: ReadonlyArray<Annotation> = []) =>
+      ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
     const messageAt = () => ({ item_id: ids.message, output_index: opened.findIndex((o) => o.kind === "message"), content_index: 0 })
     const callAt = (index: number) => opened.findIndex((o) => o.kind === "call" && o.index === index)
     const openMessage = (): Array<Uint8Array> => {
@@ -159,11 +180,11 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
       for (const [outputIndex, item] of opened.entries()) {
         if (item.kind === "message") {
           const at = messageAt()
-          const done = outputMessage(ids.message, result.text, "completed")
+          const done = outputMessage(ids.message, result.text, "completed", result.annotations)
           items.push(done)
           out.push(
             emit("response.output_text.done", { ...at, text: result.text }),
-            emit("response.content_part.done", { ...at, part: part(result.text) }),
+            emit("response.content_part.done", { ...at, part: part(result.text, result.annotations) }),
             emit("response.output_item.done", { output_index: outputIndex, item: done })
           )
         } else {
@@ -245,7 +266,12 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
         }
         case "Completed":
           return [
-            chunk([{ index: 0, delta: {}, finish_reason: event.result.finishReason }]),
+            chunk([{
+              index: 0,
+              // The citations arrive with the last content chunk, once the whole answer is known.
+              delta: event.result.annotations.length > 0 ? { annotations: chatUrlCitations(event.result.annotations) } : {},
+              finish_reason: event.result.finishReason
+            }]),
             chunk([], { usage: chatUsage(event.result), cost_myr: toMyrString(event.result.cost) }),
             sse("message", "[DONE]")
           ]

@@ -2,6 +2,7 @@ import { createHash } from "node:crypto"
 import { Effect, Option, Stream } from "effect"
 import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "../Models/ContentTokens.js"
 import { countText } from "../Models/Tokens.js"
+import { simulatedPlannerAnswer } from "../Search/Planning.js"
 import type { Completion, ProviderRequest, ProviderShape, StreamPart, TokenLogprob, ToolCall, UpstreamMessage } from "./Provider.js"
 import { exampleOf } from "./SchemaExample.js"
 
@@ -31,6 +32,9 @@ const digestOf = (request: ProviderRequest): string =>
  * given, so citations can be followed end to end.
  */
 const fullAnswer = (request: ProviderRequest): string => {
+  // A web search planning call: queries derived from the prompt, one a line.
+  const planned = simulatedPlannerAnswer(request.messages)
+  if (planned !== undefined) return planned
   const last = request.messages[request.messages.length - 1]
   const user = lastUser(request)
   const question = (user === undefined ? "" : textOf(user)).replace(/\s+/g, " ").trim()

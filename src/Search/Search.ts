@@ -1,8 +1,11 @@
-import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Worker } from "node:worker_threads"
+import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { SearchError } from "../Domain/Errors.js"
+import type { FetchedPage, PageError } from "./Fetch.js"
+import { HostResolver, PageFailed, PageFetcher } from "./Fetch.js"
 
 export interface SearchResult {
   readonly title: string
@@ -13,8 +16,8 @@ export interface SearchResult {
 
 export interface SearchShape {
   readonly search: (query: string, maxResults: number) => Effect.Effect<ReadonlyArray<SearchResult>, SearchError>
-  /** A page's readable text. */
-  readonly fetchPage: (url: string) => Effect.Effect<string, SearchError>
+  /** A page's main text; a page that is refused or fails is the caller's to skip. */
+  readonly readPage: (url: string) => Effect.Effect<string, PageError>
 }
 
 /** Web search: a SearXNG-compatible API when `SEARCH_BASE_URL` is set, else the simulated search. */
@@ -32,7 +35,7 @@ export const simulatedSearch: SearchShape = {
       snippet: `Simulated result ${i + 1} about "${query.slice(0, 120)}".`,
       publishedAt: new Date(Date.UTC(2026, 0, 1 + i)).toISOString()
     }))),
-  fetchPage: (url) => Effect.succeed(`Simulated page text of ${url}. It restates the result in more words.`)
+  readPage: (url) => Effect.succeed(`Simulated page text of ${url}. It restates the result in more words.`)
 }
 
 const SearxResults = Schema.Struct({
@@ -44,27 +47,61 @@ const SearxResults = Schema.Struct({
   }))
 })
 
-const PAGE_TIMEOUT = "10 seconds"
-const MAX_PAGE_CHARS = 20_000
+const SEARCH_TIMEOUT = "10 seconds"
 
-/** Visible text of an HTML page, roughly: scripts, styles and tags removed, whitespace collapsed. */
-const pageText = (html: string): string =>
-  html
-    .replace(/<(script|style|noscript)[\s\S]*?<\/\1>/gi, " ")
-    .replace(/<[^>]+>/g, " ")
-    .replace(/&nbsp;/g, " ")
-    .replace(/&amp;/g, "&")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/\s+/g, " ")
-    .trim()
-    .slice(0, MAX_PAGE_CHARS)
+/**
+ * The worker's entry. Compiled, the JavaScript file; from TypeScript (development
+ * and tests), a bootstrap that registers tsx in the worker first, since a
+ * worker does not inherit the loader its parent was started with.
+ */
+const fromTypeScript = import.meta.url.endsWith(".ts")
+const WORKER: URL | string = fromTypeScript
+  ? `import("tsx/esm/api")` +
+    `.then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./ExtractWorker.ts", import.meta.url).href)}) })`
+  : new URL("./ExtractWorker.js", import.meta.url)
+/** Reading a page is CPU work that grows with it: bounded in time, off the event loop that serves every call. */
+const EXTRACT_TIMEOUT = Duration.seconds(10)
+
+/**
+ * A fetched page's main text (`mainText`: Readability on linkedom; text as it
+ * is), worked out in a worker thread that is ended when it is done or late,
+ * so that a large or hostile page never stalls other requests.
+ */
+const readable = (page: FetchedPage): Effect.Effect<string, PageFailed> =>
+  Effect.async<string, PageFailed>((resume) => {
+    let settled = false
+    const settle = (result: Effect.Effect<string, PageFailed>) => {
+      if (settled) return
+      settled = true
+      resume(result)
+    }
+    const failed = (reason: string) => settle(Effect.fail(new PageFailed({ url: page.url, reason })))
+    const worker = new Worker(WORKER, {
+      workerData: { kind: page.kind, body: page.body },
+      eval: fromTypeScript,
+      resourceLimits: { maxOldGenerationSizeMb: 512 }
+    })
+    worker.once("message", (text: unknown) => {
+      settle(typeof text === "string" ? Effect.succeed(text) : Effect.fail(new PageFailed({ url: page.url, reason: "no text" })))
+      void worker.terminate()
+    })
+    worker.once("error", (error) => failed(`its text could not be read: ${error.message}`))
+    worker.once("exit", (code) => code === 0 ? undefined : failed(`its reader stopped (${code})`))
+    return Effect.promise(() => worker.terminate())
+  }).pipe(
+    Effect.timeoutFail({
+      duration: EXTRACT_TIMEOUT,
+      onTimeout: () => new PageFailed({ url: page.url, reason: `its text took longer than ${Duration.format(EXTRACT_TIMEOUT)} to read` })
+    })
+  )
 
 export const makeSearxng = (baseUrl: string) =>
-  Effect.map(HttpClient.HttpClient, (client): SearchShape => {
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const pages = yield* PageFetcher
     const failed = (what: string) => (error: { readonly message: string }) =>
       new SearchError({ message: `Web search failed (${what}): ${error.message}` })
-    return {
+    const shape: SearchShape = {
       search: (query, maxResults) =>
         client.get(`${baseUrl.replace(/\/+$/, "")}/search`, { urlParams: { q: query, format: "json" } }).pipe(
           Effect.filterOrFail((response) => response.status === 200, (response) =>
@@ -79,23 +116,22 @@ export const makeSearxng = (baseUrl: string) =>
               publishedAt: result.publishedDate
             }))
           ),
-          Effect.timeout(PAGE_TIMEOUT),
+          Effect.timeout(SEARCH_TIMEOUT),
           Effect.catchAll((error) => Effect.fail(error instanceof SearchError ? error : failed("search")(error)))
         ),
-      fetchPage: (url) =>
-        client.execute(HttpClientRequest.get(url)).pipe(
-          Effect.flatMap((response) => response.text),
-          Effect.map(pageText),
-          Effect.timeout(PAGE_TIMEOUT),
-          Effect.catchAll((error) => Effect.fail(failed(`reading ${url}`)(error)))
-        )
+      readPage: (url) => Effect.flatMap(pages.fetch(url), readable)
     }
+    return shape
   })
 
 export const SearchLive = Layer.unwrapEffect(Effect.gen(function*() {
   const config = yield* AppConfig
   if (Option.isSome(config.searchBaseUrl)) {
-    return Layer.effect(Search, makeSearxng(config.searchBaseUrl.value)).pipe(Layer.provide(NodeHttpClient.layerUndici))
+    return Layer.effect(Search, makeSearxng(config.searchBaseUrl.value)).pipe(
+      Layer.provide(NodeHttpClient.layerUndici),
+      Layer.provide(PageFetcher.layer),
+      Layer.provide(HostResolver.system)
+    )
   }
   if (config.production) {
     return yield* Effect.dieMessage("NODE_ENV=production needs SEARCH_BASE_URL: the simulated search does not run in production.")

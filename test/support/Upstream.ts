@@ -18,7 +18,8 @@ export interface UsageNumbers {
 export type Behaviour =
   | {
     readonly kind: "ok"
-    readonly text?: string
+    /** The answer; a function answers each request from its parsed JSON body. */
+    readonly text?: string | ((body: Record<string, unknown>) => string)
     readonly usage?: Partial<UsageNumbers> | "none"
     /** Wait before sending the response headers. */
     readonly delayMs?: number
@@ -161,7 +162,9 @@ const completionOf = (id: string, body: Json, behaviour: OkBehaviour): Completio
     type: "function",
     function: { name: call.name, arguments: call.arguments }
   }))
-  const text = behaviour.text ?? (toolCalls.length > 0 ? "" : `Upstream answer to: ${last.slice(0, 200)}`)
+  const text = typeof behaviour.text === "function"
+    ? behaviour.text(body)
+    : behaviour.text ?? (toolCalls.length > 0 ? "" : `Upstream answer to: ${last.slice(0, 200)}`)
   const streamOptions = body["stream_options"]
   return {
     id,

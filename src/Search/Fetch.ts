@@ -1,0 +1,255 @@
+import { lookup as systemLookup } from "node:dns/promises"
+import type { IncomingMessage } from "node:http"
+import * as http from "node:http"
+import * as https from "node:https"
+import type { LookupFunction } from "node:net"
+import { Context, Duration, Effect, Layer, Schema } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { isIpLiteral, refusedAddress } from "./Address.js"
+
+export interface ResolvedAddress {
+  readonly address: string
+  readonly family: 4 | 6
+}
+
+/**
+ * How host names become addresses for page fetching. The system resolver in
+ * production; tests provide their own to make a name resolve to a private
+ * address without real DNS. Every connection uses exactly the addresses this
+ * returned and that were checked, so a second DNS answer cannot slip in.
+ */
+export class HostResolver extends Context.Tag("nenas/HostResolver")<HostResolver, {
+  readonly lookup: (hostname: string) => Promise<ReadonlyArray<ResolvedAddress>>
+}>() {
+  static readonly system = Layer.succeed(HostResolver, {
+    lookup: async (hostname) =>
+      (await systemLookup(hostname, { all: true, verbatim: true })).map((entry) => ({
+        address: entry.address,
+        family: entry.family === 6 ? 6 as const : 4 as const
+      }))
+  })
+}
+
+/** A page that may not be fetched: its scheme, its address, or what it is. */
+export class PageRefused extends Schema.TaggedError<PageRefused>()("PageRefused", {
+  url: Schema.String,
+  reason: Schema.String
+}) {}
+
+/** A page that could not be fetched: an HTTP error, a network error, or its deadline. */
+export class PageFailed extends Schema.TaggedError<PageFailed>()("PageFailed", {
+  url: Schema.String,
+  reason: Schema.String
+}) {}
+
+export type PageError = PageRefused | PageFailed
+
+export interface FetchedPage {
+  /** Where the page was read from, after redirects. */
+  readonly url: string
+  readonly kind: "html" | "text"
+  readonly body: string
+  /** The body was longer than the cap; `body` is its start. */
+  readonly truncated: boolean
+}
+
+export interface FetchLimits {
+  /** `FETCH_ALLOWED_HOSTS`: `host` (any port) or `host:port`, lower case. */
+  readonly allowedHosts: ReadonlySet<string>
+  /** One page's deadline, redirects and body included. */
+  readonly timeout: Duration.DurationInput
+  readonly maxBytes: number
+  readonly maxRedirects: number
+}
+
+export const PAGE_MAX_BYTES = 2 * 1024 * 1024
+export const PAGE_MAX_REDIRECTS = 3
+export const PAGE_TIMEOUT = Duration.seconds(8)
+
+const MEDIA_TYPES: Record<string, FetchedPage["kind"]> = {
+  "text/html": "html",
+  "application/xhtml+xml": "html",
+  "text/plain": "text"
+}
+
+const defaultPort = (url: URL) => url.protocol === "https:" ? "443" : "80"
+
+const isAllowed = (url: URL, allowed: ReadonlySet<string>): boolean => {
+  const host = url.hostname.toLowerCase()
+  return allowed.has(host) || allowed.has(`${host}:${url.port === "" ? defaultPort(url) : url.port}`)
+}
+
+/** A lookup that answers only the addresses already checked for this host. */
+const pinned = (addresses: ReadonlyArray<ResolvedAddress>): LookupFunction => (_hostname, options, callback) => {
+  const first = addresses[0]
+  if (first === undefined) return callback(new Error("no address"), "", 4)
+  if (options.all === true) return callback(null, addresses.map(({ address, family }) => ({ address, family })))
+  callback(null, first.address, first.family)
+}
+
+type Hop =
+  | { readonly _tag: "Redirect"; readonly location: string }
+  | { readonly _tag: "Body"; readonly kind: FetchedPage["kind"]; readonly body: string; readonly truncated: boolean }
+
+/** The body as text in its declared charset; an unknown label is read as UTF-8, which reads most of the web. */
+const decode = (contentType: string, bytes: Uint8Array): string => {
+  const charset = /charset\s*=\s*"?([\w-]+)/i.exec(contentType)?.[1] ?? "utf-8"
+  try {
+    return new TextDecoder(charset).decode(bytes)
+  } catch {
+    return new TextDecoder("utf-8").decode(bytes)
+  }
+}
+
+/** Reads the body up to `maxBytes`, then stops the transfer. */
+const readCapped = (response: IncomingMessage, maxBytes: number) =>
+  new Promise<{ readonly bytes: Buffer; readonly truncated: boolean }>((resolve, reject) => {
+    const chunks: Array<Buffer> = []
+    let size = 0
+    response.on("data", (chunk: Buffer) => {
+      const room = maxBytes - size
+      if (chunk.length >= room) {
+        chunks.push(chunk.subarray(0, room))
+        size = maxBytes
+        // Settled first: cutting the connection then reports an abort that no longer matters.
+        resolve({ bytes: Buffer.concat(chunks), truncated: true })
+        response.removeAllListeners("data")
+        response.destroy()
+        return
+      }
+      chunks.push(chunk)
+      size += chunk.length
+    })
+    response.once("end", () => resolve({ bytes: Buffer.concat(chunks), truncated: false }))
+    response.once("error", reject)
+    response.once("aborted", () => reject(new Error("the connection was cut")))
+  })
+
+/** One request: a redirect to follow, or the body of an HTML or text page. */
+const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number, signal: AbortSignal) =>
+  new Promise<Hop | PageError>((resolve, reject) => {
+    const client = url.protocol === "https:" ? https : http
+    const request = client.get(url, {
+      agent: false,
+      signal,
+      headers: { "user-agent": "nenas-web-search/1.0", accept: "text/html,application/xhtml+xml,text/plain;q=0.9" },
+      ...(lookup === undefined ? {} : { lookup })
+    }, (response) => {
+      const status = response.statusCode ?? 0
+      const location = response.headers.location
+      if (status >= 300 && status < 400 && location !== undefined) {
+        response.destroy()
+        return resolve({ _tag: "Redirect", location })
+      }
+      if (status < 200 || status >= 300) {
+        response.destroy()
+        return resolve(new PageFailed({ url: url.href, reason: `HTTP ${status}` }))
+      }
+      const contentType = response.headers["content-type"] ?? ""
+      const kind = MEDIA_TYPES[contentType.split(";")[0]?.trim().toLowerCase() ?? ""]
+      if (kind === undefined) {
+        response.destroy()
+        return resolve(new PageRefused({ url: url.href, reason: `not HTML or text (${contentType || "no content type"})` }))
+      }
+      readCapped(response, maxBytes).then(
+        ({ bytes, truncated }) => resolve({ _tag: "Body", kind, body: decode(contentType, bytes), truncated }),
+        reject
+      )
+    })
+    request.once("error", reject)
+  })
+
+/**
+ * Fetches web pages for search without reaching inside the network
+ * (DESIGN.md, web search): http(s) only; every host, the first and each
+ * redirect's, is resolved and refused unless all its addresses are public
+ * (`refusedAddress`) or it is in `FETCH_ALLOWED_HOSTS`; the connection goes to
+ * the addresses checked; at most 3 redirects; only HTML and text; bodies capped.
+ */
+export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLimits) => {
+  /** The lookup to connect with, once the host has passed; `undefined` for an IP literal (no lookup happens). */
+  const admit = (url: URL): Effect.Effect<LookupFunction | undefined, PageError> =>
+    Effect.gen(function*() {
+      if (url.protocol !== "http:" && url.protocol !== "https:") {
+        return yield* new PageRefused({ url: url.href, reason: `the ${url.protocol} scheme is not fetched` })
+      }
+      if (url.username !== "" || url.password !== "") {
+        return yield* new PageRefused({ url: url.href, reason: "URLs with credentials are not fetched" })
+      }
+      const allowed = isAllowed(url, limits.allowedHosts)
+      if (isIpLiteral(url.hostname)) {
+        const refused = allowed ? undefined : refusedAddress(url.hostname)
+        if (refused !== undefined) return yield* new PageRefused({ url: url.href, reason: `${url.hostname} is a ${refused} address` })
+        return undefined
+      }
+      const addresses = yield* Effect.tryPromise({
+        try: () => resolver.lookup(url.hostname),
+        catch: (error) => new PageFailed({ url: url.href, reason: `${url.hostname} did not resolve: ${String(error)}` })
+      })
+      if (addresses.length === 0) return yield* new PageFailed({ url: url.href, reason: `${url.hostname} has no address` })
+      if (!allowed) {
+        for (const { address } of addresses) {
+          const refused = refusedAddress(address)
+          if (refused !== undefined) {
+            return yield* new PageRefused({ url: url.href, reason: `${url.hostname} resolves to ${address}, a ${refused} address` })
+          }
+        }
+      }
+      return pinned(addresses)
+    })
+
+  const hop = (url: URL) =>
+    Effect.flatMap(admit(url), (lookup) =>
+      Effect.flatMap(
+        Effect.tryPromise({
+          try: (signal) => getOnce(url, lookup, limits.maxBytes, signal),
+          catch: (error) => new PageFailed({ url: url.href, reason: error instanceof Error ? error.message : String(error) })
+        }),
+        (result): Effect.Effect<Hop, PageError> => result._tag === "PageFailed" || result._tag === "PageRefused" ? Effect.fail(result) : Effect.succeed(result)
+      ))
+
+  const follow = (url: URL, redirects: number): Effect.Effect<FetchedPage, PageError> =>
+    Effect.flatMap(hop(url), (result) => {
+      if (result._tag === "Body") return Effect.succeed({ url: url.href, kind: result.kind, body: result.body, truncated: result.truncated })
+      if (redirects >= limits.maxRedirects) {
+        return Effect.fail(new PageFailed({ url: url.href, reason: `more than ${limits.maxRedirects} redirects` }))
+      }
+      return Effect.try({
+        try: () => new URL(result.location, url),
+        catch: () => new PageFailed({ url: url.href, reason: `a redirect to an invalid URL (${result.location.slice(0, 200)})` })
+      }).pipe(Effect.flatMap((next) => follow(next, redirects + 1)))
+    })
+
+  const fetch = (raw: string): Effect.Effect<FetchedPage, PageError> =>
+    Effect.try({
+      try: () => new URL(raw),
+      catch: () => new PageRefused({ url: raw.slice(0, 300), reason: "not a URL" })
+    }).pipe(
+      Effect.flatMap((url) => follow(url, 0)),
+      Effect.timeoutFail({
+        duration: limits.timeout,
+        onTimeout: () => new PageFailed({ url: raw.slice(0, 300), reason: `no page within ${Duration.format(limits.timeout)}` })
+      })
+    )
+
+  return { fetch }
+}
+
+export class PageFetcher extends Context.Tag("nenas/PageFetcher")<PageFetcher, {
+  readonly fetch: (url: string) => Effect.Effect<FetchedPage, PageError>
+}>() {
+  /** Limits from configuration; the resolver is the caller's (`HostResolver.system` in the service). */
+  static readonly layer = Layer.effect(
+    PageFetcher,
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      const resolver = yield* HostResolver
+      return makePageFetcher(resolver, {
+        allowedHosts: config.fetchAllowedHosts,
+        timeout: Duration.millis(config.fetchPageTimeoutMs),
+        maxBytes: PAGE_MAX_BYTES,
+        maxRedirects: PAGE_MAX_REDIRECTS
+      })
+    })
+  )
+}

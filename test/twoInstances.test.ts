@@ -6,7 +6,7 @@ import { Context, Effect, Layer } from "effect"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { modelCall, violations } from "./support/Models.js"
-import { ensureBuilt, type ServiceProcess, startService } from "./support/CompiledService.js"
+import { type CompiledService, ensureBuilt, startCompiled } from "./support/CompiledService.js"
 import { topUp, WEBHOOK_SECRET } from "./support/Stripe.js"
 import { developer } from "./support/Wallet.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestServer.js"
@@ -17,8 +17,8 @@ import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestSer
  * balancer: one wallet, one rate limit and one key list for both.
  */
 class Instances extends Context.Tag("test/Instances")<Instances, {
-  readonly a: ServiceProcess
-  readonly b: ServiceProcess
+  readonly a: CompiledService
+  readonly b: CompiledService
 }>() {}
 
 const RPM = 8
@@ -44,8 +44,8 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
     LOG_FORMAT: "json"
   })
   // One after the other: the second finds the migrations applied.
-  const a = yield* startService(env(ports[0]))
-  const b = yield* startService(env(ports[1]))
+  const a = yield* startCompiled(env(ports[0]))
+  const b = yield* startCompiled(env(ports[1]))
   const clock = makeShiftableClock()
   return Context.make(Instances, { a, b }).pipe(
     Context.add(TestServer, { baseUrl: a.baseUrl, databaseUrl: database.url, clock })
@@ -53,7 +53,7 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
 }))
 
 /** Runs `effect` against instance `service` (the support helpers call "the" test server). */
-const on = (service: ServiceProcess) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+const on = (service: CompiledService) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl: service.baseUrl }))
 
 const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 64 }

@@ -2,27 +2,19 @@ import { execFile, spawn } from "node:child_process"
 import { readdir, stat } from "node:fs/promises"
 import { promisify } from "node:util"
 import { Effect } from "effect"
+import { CONFIG_VARIABLES, type Started, waitForHealth } from "./Start.js"
 
-/** The variables of DESIGN.md's table: a child gets only the ones a test gives it. */
-export const CONFIG_VARIABLES = [
-  "PORT", "HOST", "PUBLIC_BASE_URL", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "AUTH_JWKS_URL", "AUTH_ISSUER",
-  "AUTH_AUDIENCE", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "STRIPE_API_URL", "UPSTREAM_BASE_URL",
-  "UPSTREAM_API_KEY", "SEARCH_BASE_URL", "NODE_ENV", "LOG_FORMAT", "METRICS_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT",
-  "RATE_LIMIT_RPM", "RATE_LIMIT_CONCURRENT", "DASHBOARD_URL", "PRICE_TABLE"
-]
-
-export interface ServiceProcess {
+export interface CompiledService {
   readonly baseUrl: string
   /** Everything it printed so far, stdout and stderr. */
   readonly output: () => string
-  readonly exitCode: () => number | null
 }
 
 const ROOT = new URL("../../", import.meta.url)
 
 const newestSource = async (): Promise<number> => {
   let newest = 0
-  for (const dir of ["src", "migrations"]) {
+  for (const dir of ["src", "migrations", "web/src"]) {
     for (const file of await readdir(new URL(dir, ROOT), { recursive: true })) {
       newest = Math.max(newest, (await stat(new URL(`${dir}/${file}`, ROOT))).mtimeMs)
     }
@@ -39,34 +31,29 @@ export const ensureBuilt = Effect.promise(async () => {
 
 /**
  * The compiled service (`node dist/main.js`) as a child process with only
- * `env` configured; killed when the scope closes. Resolves once `/healthz`
- * answers.
+ * `env` configured (`PORT` among it); killed when the scope closes. Resolves
+ * once `/healthz` answers.
  */
-export const startService = (env: Record<string, string>) =>
+export const startCompiled = (env: Record<string, string>) =>
   Effect.acquireRelease(
-    Effect.promise(async (): Promise<ServiceProcess & { readonly kill: () => void }> => {
+    Effect.promise(async (): Promise<CompiledService & { readonly started: Started }> => {
       const childEnv: NodeJS.ProcessEnv = { ...process.env }
       for (const name of CONFIG_VARIABLES) delete childEnv[name]
-      const child = spawn(process.execPath, ["dist/main.js"], {
-        cwd: ROOT,
-        env: { ...childEnv, ...env },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
+      const child = spawn(process.execPath, ["dist/main.js"], { cwd: ROOT, env: { ...childEnv, ...env }, stdio: ["ignore", "pipe", "pipe"] })
       let output = ""
       child.stdout.on("data", (chunk) => (output += chunk))
       child.stderr.on("data", (chunk) => (output += chunk))
-      const baseUrl = `http://127.0.0.1:${env["PORT"]}`
-      const deadline = Date.now() + 90_000
-      while (Date.now() < deadline) {
-        if (child.exitCode !== null) throw new Error(`service exited early (${child.exitCode}):\n${output}`)
-        const up = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(5_000) }).then((r) => r.ok, () => false)
-        if (up) {
-          return { baseUrl, output: () => output, exitCode: () => child.exitCode, kill: () => child.kill("SIGKILL") }
-        }
-        await new Promise((resolve) => setTimeout(resolve, 200))
+      const started: Started = {
+        child,
+        output: () => output,
+        closed: new Promise((resolve) => child.once("close", (code) => resolve(code)))
       }
-      child.kill("SIGKILL")
-      throw new Error(`service did not answer /healthz within 90 s:\n${output}`)
+      const baseUrl = `http://127.0.0.1:${env["PORT"]}`
+      await waitForHealth(baseUrl, started).catch((error: unknown) => {
+        child.kill("SIGKILL")
+        throw error
+      })
+      return { baseUrl, output: started.output, started }
     }),
-    (service) => Effect.sync(service.kill)
+    ({ started }) => Effect.sync(() => started.child.kill("SIGKILL"))
   )

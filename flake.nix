@@ -1,7 +1,7 @@
 {
   description = "nenas: model-routing API with prepaid billing in Malaysian ringgit (development shell)";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-24.05";
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
 
   outputs = { self, nixpkgs }:
     let
@@ -12,9 +12,10 @@
       devShells = forAllSystems (pkgs: {
         default = pkgs.mkShell {
           packages = [
-            pkgs.nodejs_20
-            # For a local server at DATABASE_URL; `npm start` embeds its own PostgreSQL otherwise.
-            pkgs.postgresql_16
+            # Node 22 LTS (the service also runs on Node 20: package.json "engines").
+            pkgs.nodejs_22
+            # PostgreSQL 18, the embedded version, for a local server at DATABASE_URL; `npm start` embeds its own otherwise.
+            pkgs.postgresql_18
             # The rate-limit tests use Redis at 127.0.0.1:6379 (`redis-server --daemonize yes`); REDIS_URL for several instances.
             pkgs.redis
           ];

@@ -32,6 +32,12 @@ export interface AppConfigShape {
   readonly dashboardUrl: string
   readonly businessTimezone: string
   readonly production: boolean
+  /** `LOG_FORMAT`: one JSON object a line, or pretty lines for a terminal. */
+  readonly logFormat: "json" | "pretty"
+  /** `METRICS_TOKEN`: when set, `GET /metrics` requires it as a bearer token. */
+  readonly metricsToken: Option.Option<Redacted.Redacted>
+  /** `OTEL_EXPORTER_OTLP_ENDPOINT`: where traces go over OTLP/HTTP; unset, no tracer runs. */
+  readonly otlpEndpoint: Option.Option<string>
   /** Model, search and page prices; `PRICE_TABLE` (JSON) replaces the documented defaults. */
   readonly prices: PriceTable
   /** How often each instance sweeps lapsed reservations; not an environment setting (tests lengthen it). */
@@ -93,6 +99,11 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.validate({ message: "BUSINESS_TIMEZONE must be an IANA time zone", validation: isValidTimezone })
   ),
   nodeEnv: Config.string("NODE_ENV").pipe(Config.withDefault("development")),
+  logFormat: Config.option(Config.literal("json", "pretty")("LOG_FORMAT")),
+  metricsToken: Config.option(Config.redacted("METRICS_TOKEN")).pipe(
+    Config.map(Option.filter((token) => Redacted.value(token).length > 0))
+  ),
+  otlpEndpoint: nonEmpty("OTEL_EXPORTER_OTLP_ENDPOINT"),
   prices: Config.string("PRICE_TABLE").pipe(
     Config.mapOrFail((json) =>
       Either.mapLeft(
@@ -106,18 +117,44 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   instanceId: nonEmpty("INSTANCE_ID"),
   streamHandoffTimeoutMs: Config.succeed(30_000)
 }).pipe(
-  Config.map(({ dashboardUrl, instanceId, nodeEnv, publicBaseUrl, ...rest }) => {
+  Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, ...rest }) => {
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")
+    const production = nodeEnv === "production"
     return {
       ...rest,
       publicBaseUrl: base,
       // The dashboard the service itself serves (src/Http/Dashboard.ts) unless another is configured.
       dashboardUrl: Option.getOrElse(dashboardUrl, () => `${base}/app`).replace(/\/+$/, ""),
-      production: nodeEnv === "production",
-      instanceId: Option.getOrElse(instanceId, () => `${hostname()}:${rest.port}`)
+      production,
+      instanceId: Option.getOrElse(instanceId, () => `${hostname()}:${rest.port}`),
+      logFormat: Option.getOrElse(logFormat, () => production ? "json" as const : "pretty" as const)
     }
+  }),
+  Config.mapOrFail((config) => {
+    const missing = productionGaps(config)
+    return missing.length === 0 ? Either.right(config) : Either.left(ConfigError.InvalidData(
+      ["NODE_ENV"],
+      `NODE_ENV=production runs no embedded or simulated part; set ${missing.join(", ")}`
+    ))
   })
 )
+
+/**
+ * The variables production lacks: each replaces an embedded or simulated part
+ * (database, model, search, checkout, identity provider) with the real one.
+ */
+export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { readonly production: boolean }) => {
+  if (!config.production) return []
+  const required: ReadonlyArray<readonly [string, Option.Option<unknown>]> = [
+    ["DATABASE_URL", config.databaseUrl],
+    ["UPSTREAM_BASE_URL", config.upstreamBaseUrl],
+    ["SEARCH_BASE_URL", config.searchBaseUrl],
+    ["STRIPE_SECRET_KEY", config.stripeSecretKey],
+    ["STRIPE_WEBHOOK_SECRET", config.stripeWebhookSecret],
+    ["AUTH_JWKS_URL", config.authJwksUrl]
+  ]
+  return required.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
+}
 
 export class AppConfig extends Context.Tag("nenas/AppConfig")<AppConfig, AppConfigShape>() {
   static readonly layer = Layer.effect(AppConfig, appConfig)

@@ -3,6 +3,7 @@ import { Clock, Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { NenasApi } from "../Api.js"
 import { AuthenticationError, ExpiredApiKey, InvalidApiKey, NotFound, RevokedApiKey } from "../Domain/Errors.js"
+import { noteRequestFacts } from "../Http/RequestContext.js"
 import { hashKey, keyPrefix } from "../Keys/ApiKeys.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
@@ -17,7 +18,8 @@ export const DashboardAuthLive = Layer.effect(
     return DashboardAuth.of({
       sessionToken: (token) =>
         identity.verify(Redacted.value(token)).pipe(
-          Effect.flatMap((who) => Effect.orDie(accounts.signIn(who)))
+          Effect.flatMap((who) => Effect.orDie(accounts.signIn(who))),
+          Effect.tap((account) => noteRequestFacts({ accountId: account.id }))
         )
     })
   })
@@ -55,6 +57,7 @@ export const ApiKeyAuthLive = Layer.effect(
             })
           }
           yield* lastUsed.touch(row.id, now)
+          yield* noteRequestFacts({ keyId: row.id, accountId: row.accountId })
           return {
             keyId: row.id,
             accountId: row.accountId,

@@ -7,6 +7,7 @@ import { CurrentAccount } from "../Auth/Api.js"
 import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
+import { Metrics } from "../Observability/Metrics.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
 import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent } from "./DevCheckout.js"
@@ -74,6 +75,9 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
   Effect.gen(function*() {
     const processor = yield* PaymentProcessor
     const payments = yield* Payments
+    const metrics = yield* Metrics
+    // Events that never reached `apply` (no signature, a bad one, a body of the wrong shape) have no trusted type.
+    const rejected = () => Effect.sync(() => metrics.webhookEvents.inc({ type: "unverified", result: "rejected" }))
     return handlers.handle("stripe", () =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -113,10 +117,13 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
               message: `The event's data.object does not have the shape of a ${malformed.eventType.slice(0, 60)} event; ` +
                 "it was kept for an operator and nothing was applied."
             })),
+          Effect.tapErrorTag("SqlError", () => Effect.sync(() => metrics.webhookEvents.inc({ type: event.type, result: "failed" }))),
           Effect.catchTag("SqlError", Effect.die)
         )
+        metrics.webhookEvents.inc({ type: event.type, result: processed ? "processed" : "ignored" })
+        yield* Effect.logInfo("webhook").pipe(Effect.annotateLogs({ eventId: event.id, type: event.type, processed }))
         return { received: true, processed }
-      }))
+      }).pipe(Effect.tapError(rejected)))
   }))
 
 /** The simulated checkout's page and its Pay and Cancel; 404 while Stripe is configured. */

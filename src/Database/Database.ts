@@ -1,12 +1,11 @@
-import { readdir } from "node:fs/promises"
-import { join } from "node:path"
-import { fileURLToPath, pathToFileURL } from "node:url"
 import { NodeContext } from "@effect/platform-node"
 import { Migrator } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Effect, Layer, Option, String as Str } from "effect"
 import pg from "pg"
+import { migrations } from "../../migrations/index.js"
 import { AppConfig } from "../AppConfig.js"
+// Needs no development dependency to load: it resolves the PostgreSQL binaries only when it starts them.
 import { startEmbeddedPostgres } from "./EmbeddedPostgres.js"
 
 const INT8_OID = 20
@@ -22,24 +21,6 @@ const types: pg.CustomTypesConfig = {
   getTypeParser: ((oid: number, format?: "text" | "binary") =>
     oid === INT8_OID ? parseInt8 : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"]
 }
-
-export const migrationsDirectory = fileURLToPath(new URL("../../migrations", import.meta.url))
-
-/**
- * Numbered files `migrations/NNNN_name.ts`, each exporting an Effect. Imported
- * from here rather than by the migrator so that tsx and vitest both load them.
- */
-const loadMigrations: Migrator.Loader = Effect.tryPromise({
-  try: async () => {
-    const files = (await readdir(migrationsDirectory)).filter((file) => /^\d+_\w+\.ts$/.test(file)).sort()
-    return Promise.all(files.map(async (file): Promise<Migrator.ResolvedMigration> => {
-      const [, id = "", name = ""] = /^(\d+)_(\w+)\.ts$/.exec(file) ?? []
-      const module = await import(pathToFileURL(join(migrationsDirectory, file)).href)
-      return [Number(id), name, Effect.succeed(module.default)]
-    }))
-  },
-  catch: (cause) => new Migrator.MigrationError({ reason: "import-error", message: `migrations not loaded: ${String(cause)}` })
-})
 
 /**
  * PostgreSQL from `DATABASE_URL`, or embedded when unset (in `DATA_DIR/pg`; as root, under /var/lib/nenas);
@@ -59,7 +40,7 @@ export const DatabaseLive = Layer.unwrapScoped(
       transformResultNames: Str.snakeToCamel,
       transformQueryNames: Str.camelToSnake
     })
-    const migrations = PgMigrator.layer({ loader: loadMigrations }).pipe(Layer.provide(NodeContext.layer))
-    return Layer.provideMerge(migrations, client)
+    const migrator = PgMigrator.layer({ loader: Migrator.fromRecord(migrations) }).pipe(Layer.provide(NodeContext.layer))
+    return Layer.provideMerge(migrator, client)
   })
 )

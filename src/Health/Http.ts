@@ -1,13 +1,34 @@
-import { HttpApiBuilder } from "@effect/platform"
+import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Option, Redacted } from "effect"
+import { timingSafeEqual } from "node:crypto"
 import { NenasApi } from "../Api.js"
-import { ProviderUnavailable } from "../Domain/Errors.js"
+import { AppConfig } from "../AppConfig.js"
+import { AuthenticationError, ProviderUnavailable } from "../Domain/Errors.js"
+import { Metrics, renderMetrics } from "../Observability/Metrics.js"
+import { WalletRepo } from "../Wallet/Repo.js"
+
+const sameSecret = (given: string, expected: string): boolean => {
+  const a = Buffer.from(given)
+  const b = Buffer.from(expected)
+  return a.length === b.length && timingSafeEqual(a, b)
+}
 
 export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const { metricsToken } = yield* AppConfig
+    const metrics = yield* Metrics
+    const wallet = yield* WalletRepo
     const ok = { status: "ok" as const }
+    const authorized = Effect.gen(function*() {
+      if (Option.isNone(metricsToken)) return
+      const header = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"] ?? ""
+      const given = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : ""
+      if (!sameSecret(given, Redacted.value(metricsToken.value))) {
+        return yield* new AuthenticationError({ message: "GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`." })
+      }
+    })
     return handlers
       .handle("healthz", () => Effect.succeed(ok))
       .handle("readyz", () =>
@@ -20,4 +41,6 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
             new ProviderUnavailable({ message: "The database is unreachable.", retry_after_seconds: 5 })),
           Effect.as(ok)
         ))
+      .handle("metrics", () =>
+        Effect.zipRight(authorized, renderMetrics(wallet.openHolds).pipe(Effect.provideService(Metrics, metrics))))
   }))

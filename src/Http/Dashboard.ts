@@ -1,5 +1,6 @@
 import { FileSystem, HttpApiBuilder, HttpServerRequest, HttpServerResponse, Path } from "@effect/platform"
 import { Effect, Option } from "effect"
+import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { AppConfig } from "../AppConfig.js"
 import { NotFound } from "../Domain/Errors.js"
@@ -7,8 +8,9 @@ import { NotFound } from "../Domain/Errors.js"
 /** The mount point of the web dashboard; `DASHBOARD_URL` defaults to `PUBLIC_BASE_URL` + this. */
 export const DASHBOARD_PATH = "/app"
 
-/** `web/dist`, from `src/Http/` (tsx) as from a compiled `dist/Http/`. */
-export const DASHBOARD_DIST = fileURLToPath(new URL("../../web/dist", import.meta.url))
+/** `web/dist` at the project's root: two folders up from `src/Http/` (tsx), three from the compiled `dist/src/Http/`. */
+const distCandidates = ["../../web/dist", "../../../web/dist"].map((path) => fileURLToPath(new URL(path, import.meta.url)))
+export const DASHBOARD_DIST = distCandidates.find((dir) => existsSync(dir)) ?? distCandidates[0] ?? "web/dist"
 
 /** Vite names every file under `assets/` by its content hash: it never changes, so it is cached for good. */
 const IMMUTABLE = "public, max-age=31536000, immutable"

@@ -25,6 +25,7 @@ import {
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { makeRequestGuard } from "./RequestGuard.js"
+import { noteRequestFacts } from "./RequestContext.js"
 import { CurrentResponseHeaders } from "./ResponseHeaders.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -169,6 +170,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         const requestId = newId("req")
+        yield* noteRequestFacts({ requestId })
         const extraHeaders: Record<string, string> = {}
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
         pauseInsteadOfDestroy(request)

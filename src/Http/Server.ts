@@ -5,6 +5,7 @@ import { Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
+import { ApiKeyAuth } from "../Auth/Api.js"
 import { ApiKeyAuthLive, DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
 import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
 import { BillingLive, DevCheckoutLive, PaymentsServicesLive, WebhooksLive } from "../Billing/Http.js"
@@ -29,6 +30,11 @@ import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
+import { LoggingLive } from "../Observability/Logging.js"
+import { instrumentedProvider, traced } from "../Observability/Instrumented.js"
+import { Metrics } from "../Observability/Metrics.js"
+import { TracingLive } from "../Observability/Tracing.js"
+import { accessLog } from "./AccessLog.js"
 import { DashboardLive } from "./Dashboard.js"
 import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 import { drainDeadline } from "./Shutdown.js"
@@ -36,21 +42,21 @@ import { drainDeadline } from "./Shutdown.js"
 /** Every service the handlers use; each real part is chosen from configuration in its own layer. */
 export const ServicesLive = Layer.mergeAll(
   DashboardAuthLive,
-  ApiKeyAuthLive,
+  traced(ApiKeyAuth, "auth", ApiKeyAuthLive),
   PaymentsServicesLive,
   ReservationSweeper.layerRunning,
   ModelCalls.layer,
   Idempotency.layer,
   CallLimits.layer
 ).pipe(
-  Layer.provideMerge(CallBilling.layer),
+  Layer.provideMerge(traced(CallBilling, "billing", CallBilling.layer)),
   Layer.provideMerge(Layer.mergeAll(
     KeyLastUsed.layer(),
-    WalletRepo.layer,
+    traced(WalletRepo, "wallet", WalletRepo.layer),
     RequestLogs.layer,
     Router.layer,
-    ProviderLive,
-    WebSearch.layer.pipe(Layer.provide(SearchLive))
+    instrumentedProvider(ProviderLive),
+    traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(SearchLive)))
   )),
   Layer.provideMerge(Layer.mergeAll(
     AccountsRepo.layer,
@@ -58,7 +64,8 @@ export const ServicesLive = Layer.mergeAll(
     UsageRepo.layer,
     IdentityProviderLive,
     PaymentProcessorLive,
-    ReservationLeases.layer()
+    ReservationLeases.layer(),
+    Metrics.Default
   )),
   Layer.provideMerge(DatabaseLive)
 )
@@ -78,7 +85,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
 )
 
 /** The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`) and the error encoder. */
-const HttpAppLive = HttpApiBuilder.serve().pipe(
+const HttpAppLive = HttpApiBuilder.serve(accessLog).pipe(
   Layer.provide([
     HttpApiScalar.layer({ path: "/docs" }),
     HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
@@ -116,6 +123,7 @@ export const ServerLive = HttpAppLive.pipe(
   HttpServer.withLogAddress,
   Layer.provide(NodeServerLive),
   Layer.provide(ServicesLive),
-  // No tracer is exported: spans for every request, SQL statement and upstream call would only cost CPU.
-  Layer.provide(Layer.setTracerEnabled(false))
+  // Unless OTEL_EXPORTER_OTLP_ENDPOINT is set, no tracer runs: spans nobody reads would only cost CPU.
+  Layer.provide(TracingLive),
+  Layer.provide(LoggingLive)
 )

@@ -115,6 +115,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>
+  /** Reservations still open, across every instance (for the operator's metrics). */
+  readonly openHolds: Effect.Effect<number, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     WalletRepo,
@@ -196,7 +198,18 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
           `
           if (withIt !== undefined) yield* withIt(reservation)
           return reservation
-        })).pipe(Effect.tap((reservation) => leases.hold(reservation.id)))
+        })).pipe(
+          Effect.tap((reservation) => leases.hold(reservation.id)),
+          Effect.tap((reservation) =>
+            Effect.logInfo("wallet reserve").pipe(Effect.annotateLogs({
+              reservationId: reservation.id,
+              accountId: input.accountId,
+              apiKeyId: input.apiKeyId,
+              requestId: input.requestId,
+              amountMicroMyr: input.amountMicroMyr
+            }))
+          )
+        )
 
       const lockReservation = (reservationId: string) =>
         sql<ReservationRow>`
@@ -222,7 +235,10 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
         withIt?: (capture: Capture) => Effect.Effect<void, SqlError.SqlError>
       ) =>
         sql.withTransaction(Effect.tap(settle(reservationId, amountMicroMyr, description), (done) => withIt === undefined ? Effect.void : withIt(done)))
-          .pipe(Effect.ensuring(leases.drop(reservationId)))
+          .pipe(
+            Effect.ensuring(leases.drop(reservationId)),
+            Effect.tap((done) => Effect.logInfo("wallet capture").pipe(Effect.annotateLogs({ ...done })))
+          )
 
       const settle = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
         Effect.gen(function*() {
@@ -276,7 +292,12 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
           `
           yield* sql`UPDATE reservations SET status = 'released', settled_at = ${at} WHERE id = ${reservation.id}`
           return true
-        })).pipe(Effect.ensuring(leases.drop(reservationId)))
+        })).pipe(
+          Effect.ensuring(leases.drop(reservationId)),
+          Effect.tap((released) =>
+            released ? Effect.logInfo("wallet release").pipe(Effect.annotateLogs({ reservationId })) : Effect.void
+          )
+        )
 
       const post = (input: PostInput) =>
         sql.withTransaction(Effect.gen(function*() {
@@ -303,9 +324,25 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
                     ${input.paymentTransactionId ?? null}, ${input.effectKey}, ${at})
           `
           return true
-        }))
+        })).pipe(Effect.tap((posted) =>
+          posted
+            ? Effect.logInfo("wallet post").pipe(Effect.annotateLogs({
+              accountId: input.accountId,
+              type: input.type,
+              amountMicroMyr: input.amountMicroMyr,
+              effectKey: input.effectKey,
+              paymentTransactionId: input.paymentTransactionId ?? null
+            }))
+            : Effect.void
+        ))
+
+      const openHolds = Effect.map(
+        sql<{ readonly open: number }>`SELECT count(*)::int AS open FROM reservations WHERE status = 'open'`,
+        (rows) => rows[0]?.open ?? 0
+      )
 
       return WalletRepo.of({
+        openHolds,
         wallet: (accountId) =>
           sql<Wallet>`
             SELECT available_micro_myr, reserved_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr

@@ -4,9 +4,11 @@ import { type ChildProcess, execFileSync, spawn } from "node:child_process"
  * The service started as `npm start` starts it (`node --import tsx src/main.ts`),
  * with no configuration at all: embedded PostgreSQL, development sign-in.
  */
-const CONFIG_VARIABLES = [
+export const CONFIG_VARIABLES = [
   "PORT", "HOST", "PUBLIC_BASE_URL", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "AUTH_JWKS_URL", "AUTH_ISSUER",
-  "AUTH_AUDIENCE", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "UPSTREAM_BASE_URL", "SEARCH_BASE_URL", "NODE_ENV"
+  "AUTH_AUDIENCE", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "STRIPE_API_URL", "UPSTREAM_BASE_URL",
+  "UPSTREAM_API_KEY", "SEARCH_BASE_URL", "NODE_ENV", "LOG_FORMAT", "METRICS_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT",
+  "RATE_LIMIT_RPM", "RATE_LIMIT_CONCURRENT", "DASHBOARD_URL", "PRICE_TABLE", "INSTANCE_ID", "FETCH_ALLOWED_HOSTS"
 ]
 
 /** A user other than root to run the service as, or undefined when there is none. */

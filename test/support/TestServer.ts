@@ -1,7 +1,7 @@
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Clock, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import pg from "pg"
 import { inject } from "vitest"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
@@ -90,7 +90,12 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       instanceId: `test:${port}`,
       ...overrides
     })
-    const server = ServerLive.pipe(Layer.provide(config), Layer.provide(Layer.setClock(clock)))
+    const server = ServerLive.pipe(
+      Layer.provide(config),
+      Layer.provide(Layer.setClock(clock)),
+      // A line per request would bury a failing test's output; warnings and errors still show.
+      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
+    )
     return Layer.merge(server, Layer.succeed(TestServer, { baseUrl, databaseUrl: database.url, clock }))
   }))
 

@@ -1,0 +1,14 @@
+import initial from "./0001_initial.js"
+import payments from "./0002_payments.js"
+import settlement from "./0003_settlement.js"
+
+/**
+ * Every migration, by `NNNN_name`, applied in order at start-up. A static
+ * record (not a directory read) so that compiled `dist/`, tsx and vitest load
+ * the same files; a test checks that every file in this folder is listed.
+ */
+export const migrations = {
+  "0001_initial": initial,
+  "0002_payments": payments,
+  "0003_settlement": settlement
+}

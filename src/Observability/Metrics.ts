@@ -1,0 +1,59 @@
+import { Effect } from "effect"
+import { Counter, Gauge, Histogram, Registry } from "prom-client"
+
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+
+/**
+ * The service's Prometheus metrics, one registry per running service (tests
+ * run several in one process). Recording is a synchronous increment: nothing
+ * on a request's path waits for it.
+ */
+export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
+  sync: () => {
+    const registry = new Registry()
+    const registers = [registry]
+    return {
+      registry,
+      requests: new Counter({
+        name: "nenas_http_requests_total",
+        help: "HTTP requests answered, by route pattern, method and status.",
+        labelNames: ["route", "method", "status"] as const,
+        registers
+      }),
+      requestDuration: new Histogram({
+        name: "nenas_http_request_duration_seconds",
+        help: "Time to answer an HTTP request (to the end of a streamed body), by route pattern.",
+        labelNames: ["route"] as const,
+        buckets: LATENCY_BUCKETS,
+        registers
+      }),
+      upstreamLatency: new Histogram({
+        name: "nenas_upstream_latency_seconds",
+        help: "Upstream model latency: to the answer (complete) or to the stream's opening (first_byte).",
+        labelNames: ["phase", "outcome"] as const,
+        buckets: LATENCY_BUCKETS,
+        registers
+      }),
+      webhookEvents: new Counter({
+        name: "nenas_webhook_events_total",
+        help: "Stripe webhook events received, by event type and result (processed, ignored, rejected, failed).",
+        labelNames: ["type", "result"] as const,
+        registers
+      }),
+      walletHoldsOpen: new Gauge({
+        name: "nenas_wallet_holds_open",
+        help: "Open wallet reservations (calls in flight across every instance), read at scrape time.",
+        registers
+      })
+    }
+  }
+}) {}
+
+/** The Prometheus text exposition of every metric, with gauges read now. */
+export const renderMetrics = (readHoldsOpen: Effect.Effect<number, unknown>) =>
+  Effect.gen(function*() {
+    const metrics = yield* Metrics
+    const holds = yield* Effect.either(readHoldsOpen)
+    if (holds._tag === "Right") metrics.walletHoldsOpen.set(holds.right)
+    return yield* Effect.promise(() => metrics.registry.metrics())
+  })

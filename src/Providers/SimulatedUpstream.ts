@@ -1,0 +1,137 @@
+/**
+ * The built-in simulated model behind an OpenAI-compatible
+ * `POST /v1/chat/completions` (plain and streamed), so that instances in
+ * production mode (compose.yaml) run their real upstream client against it.
+ * `node dist/src/Providers/SimulatedUpstream.js`, listening on `HOST:PORT`.
+ */
+import { createServer } from "node:http"
+import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+import { Config, Effect, Layer, Option, Schema, Stream } from "effect"
+import type { Completion, ProviderRequest, StreamPart, ToolChoice, ToolDefinition, UpstreamMessage, ResponseFormat } from "./Provider.js"
+import { simulatedProvider } from "./Simulated.js"
+
+/** The chat-completions fields the simulated model honours; the rest of OpenAI's body is accepted and ignored. */
+const ChatBody = Schema.Struct({
+  model: Schema.String,
+  messages: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  stream: Schema.optional(Schema.Boolean),
+  max_tokens: Schema.optional(Schema.Int),
+  max_completion_tokens: Schema.optional(Schema.Int),
+  tools: Schema.optional(Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown }))),
+  tool_choice: Schema.optional(Schema.Unknown),
+  response_format: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  logprobs: Schema.optional(Schema.Boolean),
+  top_logprobs: Schema.optional(Schema.Int)
+})
+
+const toRequest = (body: typeof ChatBody.Type): ProviderRequest => ({
+  model: body.model,
+  // Forwarded as our own client sent them: the simulated model reads roles, text, images and tool turns.
+  messages: body.messages as unknown as ReadonlyArray<UpstreamMessage>,
+  maxOutputTokens: body.max_completion_tokens ?? body.max_tokens ?? 32_000,
+  reasoningEffort: undefined,
+  reasoningModel: body.max_completion_tokens !== undefined,
+  tools: body.tools as unknown as ReadonlyArray<ToolDefinition> | undefined,
+  toolChoice: body.tool_choice as ToolChoice | undefined,
+  responseFormat: body.response_format as ResponseFormat | undefined,
+  logprobs: body.logprobs,
+  topLogprobs: body.top_logprobs
+})
+
+const usageOf = (completion: Pick<Completion, "usage">) =>
+  Option.match(completion.usage, {
+    onNone: () => undefined,
+    onSome: (usage) => ({
+      prompt_tokens: usage.inputTokens,
+      completion_tokens: usage.outputTokens,
+      total_tokens: usage.inputTokens + usage.outputTokens,
+      prompt_tokens_details: { cached_tokens: usage.cachedTokens },
+      completion_tokens_details: { reasoning_tokens: usage.reasoningTokens }
+    })
+  })
+
+const chunkOf = (id: string, model: string, part: StreamPart) => {
+  const base = { id, object: "chat.completion.chunk", created: Math.floor(Date.now() / 1000), model }
+  switch (part._tag) {
+    case "Delta":
+      return { ...base, choices: [{ index: 0, delta: { content: part.text }, finish_reason: null }] }
+    case "ToolCallDelta":
+      return {
+        ...base,
+        choices: [{
+          index: 0,
+          delta: {
+            tool_calls: [{
+              index: part.index,
+              ...(part.id === undefined ? {} : { id: part.id, type: "function" }),
+              function: { ...(part.name === undefined ? {} : { name: part.name }), arguments: part.arguments }
+            }]
+          },
+          finish_reason: null
+        }]
+      }
+    case "Finish":
+      return { ...base, choices: [{ index: 0, delta: {}, finish_reason: part.finishReason }] }
+    case "Usage":
+      return { ...base, choices: [], usage: usageOf({ usage: Option.some(part.usage) }) }
+  }
+}
+
+const sse = (data: unknown) => new TextEncoder().encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`)
+
+const completions = Effect.gen(function*() {
+  const body = yield* HttpServerRequest.schemaBodyJson(ChatBody)
+  const request = toRequest(body)
+  const id = `chatcmpl-sim${Date.now().toString(36)}`
+  if (body.stream === true) {
+    const parts = yield* simulatedProvider.stream(request)
+    const events = Stream.concat(
+      Stream.map(parts, (part) => sse(chunkOf(id, body.model, part))),
+      Stream.succeed(sse("[DONE]"))
+    )
+    return HttpServerResponse.stream(events, { contentType: "text/event-stream", headers: { "cache-control": "no-cache" } })
+  }
+  const completion = yield* simulatedProvider.complete(request)
+  return yield* HttpServerResponse.json({
+    id,
+    object: "chat.completion",
+    created: Math.floor(Date.now() / 1000),
+    model: body.model,
+    choices: [{
+      index: 0,
+      message: {
+        role: "assistant",
+        content: completion.toolCalls.length > 0 && completion.text === "" ? null : completion.text,
+        ...(completion.toolCalls.length > 0 ? { tool_calls: completion.toolCalls } : {})
+      },
+      logprobs: completion.logprobs === undefined ? null : { content: completion.logprobs },
+      finish_reason: completion.finishReason
+    }],
+    usage: usageOf(completion)
+  })
+}).pipe(
+  Effect.catchTag("ParseError", "RequestError", () =>
+    HttpServerResponse.json(
+      { error: { message: "The body is not a chat completions request.", type: "invalid_request_error" } },
+      { status: 400 }
+    ))
+)
+
+export const SimulatedUpstreamRouter = HttpRouter.empty.pipe(
+  HttpRouter.post("/v1/chat/completions", completions),
+  HttpRouter.get("/healthz", HttpServerResponse.json({ status: "ok" }))
+)
+
+export const SimulatedUpstreamLive = Layer.unwrapEffect(Effect.gen(function*() {
+  const port = yield* Config.port("PORT").pipe(Config.withDefault(8090))
+  const host = yield* Config.string("HOST").pipe(Config.withDefault("127.0.0.1"))
+  return HttpServer.serve(SimulatedUpstreamRouter).pipe(
+    HttpServer.withLogAddress,
+    Layer.provide(NodeHttpServer.layer(createServer, { port, host }))
+  )
+}))
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Layer.launch(SimulatedUpstreamLive).pipe(NodeRuntime.runMain)
+}

@@ -1,7 +1,6 @@
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import pg from "pg"
 import { afterAll, beforeAll, expect, inject, it } from "vitest"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
@@ -17,6 +16,7 @@ import {
   withClient
 } from "../support/ServiceProcess.js"
 import { WEBHOOK_SECRET } from "../support/Stripe.js"
+import { withDatabase } from "../support/TestServer.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
@@ -39,22 +39,12 @@ let dataDir = ""
 let upstream: UpstreamServer
 let service: ServiceProcess | undefined
 
-const admin = async (text: string) => {
-  const client = new pg.Client({ connectionString: inject("adminDatabaseUrl") })
-  await client.connect()
-  try {
-    await client.query(text)
-  } finally {
-    await client.end()
-  }
-}
+const admin = (text: string) => withClient(inject("adminDatabaseUrl"), (client) => client.query(text))
 
 beforeAll(async () => {
   databaseName = `nenas_crash_${randomBase62(10).toLowerCase()}`
   await admin(`CREATE DATABASE "${databaseName}"`)
-  const url = new URL(inject("adminDatabaseUrl"))
-  url.pathname = `/${databaseName}`
-  databaseUrl = url.toString()
+  databaseUrl = withDatabase(inject("adminDatabaseUrl"), databaseName)
   dataDir = await mkdtemp(join(tmpdir(), "nenas-crash-"))
   upstream = await startUpstream({ record: false })
   // Short answers finish before the kill; streams (about 40 chunks, 60 ms apart) are cut by it.

@@ -17,6 +17,7 @@ import {
   waitReady
 } from "../support/ServiceProcess.js"
 import { WEBHOOK_SECRET } from "../support/Stripe.js"
+import { withDatabase } from "../support/TestServer.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
@@ -156,9 +157,7 @@ it(`the service's connections killed ${TERMINATIONS} times mid-load`, async () =
   await admin.connect()
   try {
     await admin.query(`CREATE DATABASE "${name}"`)
-    const url = new URL(inject("adminDatabaseUrl"))
-    url.pathname = `/${name}`
-    const databaseUrl = url.toString()
+    const databaseUrl = withDatabase(inject("adminDatabaseUrl"), name)
     const { keys, service } = await startService(databaseUrl)
     const stop = { done: false }
     const running = load(service.baseUrl, keys, stop)

@@ -1,13 +1,15 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { createWriteStream } from "node:fs"
 import { Effect, Option, Redacted } from "effect"
-import pg from "pg"
 import Stripe from "stripe"
 import { AppConfig } from "../../src/AppConfig.js"
 import { DatabaseLive } from "../../src/Database/Database.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
 import { checkInvariant } from "../../src/Wallet/Invariant.js"
 import { WEBHOOK_SECRET } from "./Stripe.js"
+import { withClient } from "./TestServer.js"
+
+export { withClient }
 
 /**
  * The service as `npm start` runs it, in a child process the test can
@@ -102,17 +104,6 @@ export const liveDeveloper = async (baseUrl: string, email: string, amountSen: n
   if (key.status !== 201) throw new Error(`key: ${key.text}`)
   const balance = await json(baseUrl, "GET", "/dashboard/billing/balance", undefined, token)
   return { token, apiKey: key.body.full_key as string, balance: balance.body }
-}
-
-/** Runs `use` with a client of its own on `databaseUrl`. */
-export const withClient = async <A>(databaseUrl: string, use: (client: pg.Client) => Promise<A>): Promise<A> => {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    return await use(client)
-  } finally {
-    await client.end()
-  }
 }
 
 /** DESIGN.md's invariant for each account: the violations found, empty when it holds everywhere. */

@@ -37,22 +37,25 @@ export class TestServer extends Context.Tag("test/TestServer")<TestServer, {
   readonly clock: ShiftableClock
 }>() {}
 
-const withDatabase = (url: string, database: string): string => {
+export const withDatabase = (url: string, database: string): string => {
   const parsed = new URL(url)
   parsed.pathname = `/${database}`
   return parsed.toString()
 }
 
+/** Runs `use` with a client of its own on `databaseUrl`, closed afterwards. */
+export const withClient = async <A>(databaseUrl: string, use: (client: pg.Client) => Promise<A>): Promise<A> => {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  try {
+    return await use(client)
+  } finally {
+    await client.end()
+  }
+}
+
 const adminQuery = (text: string) =>
-  Effect.promise(async () => {
-    const client = new pg.Client({ connectionString: inject("adminDatabaseUrl") })
-    await client.connect()
-    try {
-      await client.query(text)
-    } finally {
-      await client.end()
-    }
-  })
+  Effect.promise(() => withClient(inject("adminDatabaseUrl"), (client) => client.query(text)))
 
 /** A database of its own for one test file, dropped when the file is done. */
 export const freshDatabase = Effect.acquireRelease(
@@ -101,18 +104,7 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
 
 /** Runs `use` with a client of its own on the test server's database. */
 export const onDatabase = <A>(use: (client: pg.Client) => Promise<A>) =>
-  Effect.gen(function*() {
-    const { databaseUrl } = yield* TestServer
-    return yield* Effect.promise(async () => {
-      const client = new pg.Client({ connectionString: databaseUrl })
-      await client.connect()
-      try {
-        return await use(client)
-      } finally {
-        await client.end()
-      }
-    })
-  })
+  Effect.flatMap(TestServer, ({ databaseUrl }) => Effect.promise(() => withClient(databaseUrl, use)))
 
 /** The rows of one query on the test server's database. */
 export const query = <A extends Record<string, unknown>>(text: string, values: Array<unknown> = []) =>

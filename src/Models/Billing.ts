@@ -8,7 +8,7 @@ import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr, toMyrString } from "../Domain/Money.js"
 import { RESERVATION_LEASE, ReservationLeases, secondsSql } from "../Wallet/Leases.js"
 import type { Reservation, ReserveInput } from "../Wallet/Repo.js"
-import { newReservation, WalletRepo } from "../Wallet/Repo.js"
+import { logCapture, logReserve, newReservation, WalletRepo } from "../Wallet/Repo.js"
 import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import { RequestLogs } from "./RequestLogs.js"
 
@@ -106,12 +106,14 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
             return yield* wallet.reserve(input, (reservation) => logs.open({ ...log, reservationId: reservation.id }))
           }
           yield* leases.hold(fast.id)
+          yield* logReserve(fast)
           return fast
         })
 
       const captureInOneStatement = (reservation: Reservation, amount: MicroMyr, description: string, usage: LoggedUsage) =>
         Effect.gen(function*() {
           const at = new Date(yield* Clock.currentTimeMillis)
+          const ledgerEntryId = newId("le")
           // Locks the reservation, then the wallet: the order every movement of a reservation takes.
           const rows = yield* sql<{ charged: number }>`
             WITH settled AS (
@@ -132,7 +134,7 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
             ), entry AS (
               INSERT INTO ledger_entries
                 (id, account_id, type, amount_micro_myr, balance_after_micro_myr, description, api_key_id, request_id, created_at)
-              SELECT ${newId("le")}, account_id, 'usage', -charged, balance_after, ${description}, api_key_id, request_id, ${at}
+              SELECT ${ledgerEntryId}, account_id, 'usage', -charged, balance_after, ${description}, api_key_id, request_id, ${at}
               FROM billed WHERE charged > 0
             ), logged AS (
               UPDATE request_logs
@@ -145,7 +147,14 @@ export class CallBilling extends Context.Tag("nenas/CallBilling")<CallBilling, {
             )
             SELECT charged FROM billed
           `
-          return rows[0]?.charged
+          const charged = rows[0]?.charged
+          if (charged === undefined) return undefined
+          yield* logCapture({
+            reservationId: reservation.id,
+            chargedMicroMyr: Number(charged),
+            ledgerEntryId: Number(charged) > 0 ? ledgerEntryId : null
+          })
+          return charged
         })
 
       const capture = (reservation: Reservation, amount: MicroMyr, description: string, usage: LoggedUsage) =>

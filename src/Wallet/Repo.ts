@@ -28,6 +28,21 @@ export interface Reservation {
   readonly amountMicroMyr: number
 }
 
+/**
+ * One info line per money movement, with its ids, wherever the movement is
+ * made (here, or in the call's one-statement reserve and capture).
+ */
+export const logReserve = (reservation: Reservation) =>
+  Effect.logInfo("wallet reserve").pipe(Effect.annotateLogs({
+    reservationId: reservation.id,
+    accountId: reservation.accountId,
+    apiKeyId: reservation.apiKeyId,
+    requestId: reservation.requestId,
+    amountMicroMyr: reservation.amountMicroMyr
+  }))
+
+export const logCapture = (capture: Capture) => Effect.logInfo("wallet capture").pipe(Effect.annotateLogs({ ...capture }))
+
 export interface ReserveInput {
   readonly accountId: string
   readonly apiKeyId: string
@@ -200,15 +215,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
           return reservation
         })).pipe(
           Effect.tap((reservation) => leases.hold(reservation.id)),
-          Effect.tap((reservation) =>
-            Effect.logInfo("wallet reserve").pipe(Effect.annotateLogs({
-              reservationId: reservation.id,
-              accountId: input.accountId,
-              apiKeyId: input.apiKeyId,
-              requestId: input.requestId,
-              amountMicroMyr: input.amountMicroMyr
-            }))
-          )
+          Effect.tap(logReserve)
         )
 
       const lockReservation = (reservationId: string) =>
@@ -237,7 +244,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
         sql.withTransaction(Effect.tap(settle(reservationId, amountMicroMyr, description), (done) => withIt === undefined ? Effect.void : withIt(done)))
           .pipe(
             Effect.ensuring(leases.drop(reservationId)),
-            Effect.tap((done) => Effect.logInfo("wallet capture").pipe(Effect.annotateLogs({ ...done })))
+            Effect.tap(logCapture)
           )
 
       const settle = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>

@@ -59,7 +59,7 @@ const WalkServer = Layer.unwrapEffect(Effect.map(Effect.promise(freePort), (port
     Layer.provide(HttpApiBuilder.api(WalkApi).pipe(Layer.provide(WalkLive))),
     Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" })),
     Layer.provide(AppConfig.layerWith({ dashboardUrl: "https://dash.test" })),
-    Layer.merge(Layer.succeed(TestServer, { baseUrl: `http://127.0.0.1:${port}`, databaseUrl: "", clock: undefined as never }))
+    Layer.merge(Layer.succeed(TestServer, { baseUrl: `http://127.0.0.1:${port}`, databaseUrl: "", clock: undefined as never, settled: Effect.void }))
   )))
 
 const expectErrorShape = (reply: { headers: Headers; body: any }) => { // arbitrary JSON body

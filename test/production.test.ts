@@ -180,7 +180,7 @@ describe("tracing", () => {
         Effect.provide(server)
       )
       expect(reply.status).toBe(200)
-      const expected = ["http.server POST", "auth.apiKey", "billing.reserve", "provider.complete", "billing.capture", "sql.execute"]
+      const expected = ["http.server POST", "auth.apiKey", "spending.hold", "provider.complete", "spending.settle", "sql.execute"]
       const deadline = Date.now() + 15_000
       const names = () => receiver.spans().map((span) => span.name)
       while (Date.now() < deadline && !expected.every((name) => names().some((seen) => seen.startsWith(name)))) {

@@ -159,7 +159,7 @@ layer(TestServerWithUpstream({ prices: { ...DEFAULT_PRICES, models: { ...DEFAULT
         yield* log("req_released", released, null)
         yield* log("req_dead_free", null, crashed)
         yield* log("req_alive_free", null, inst.leases.holder)
-        expect(yield* inst.sweeper.sweep).toEqual({ released: 0, captured: 0, closedLogs: 2 })
+        expect(yield* inst.sweeper.sweep).toEqual({ released: 0, captured: 0, grantsReturned: 0, closedLogs: 2 })
         const rows = yield* query<{ requestId: string; status: string }>(
           `SELECT request_id AS "requestId", status FROM request_logs WHERE account_id = $1 ORDER BY request_id`,
           [live.accountId]

@@ -48,9 +48,13 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
   const b = yield* startCompiled(env(ports[1]))
   const clock = makeShiftableClock()
   return Context.make(Instances, { a, b }).pipe(
-    Context.add(TestServer, { baseUrl: a.baseUrl, databaseUrl: database.url, clock })
+    // Processes of their own: what they settled is in the database within a flush interval (20 ms).
+    Context.add(TestServer, { baseUrl: a.baseUrl, databaseUrl: database.url, clock, settled: realSleep(100) })
   )
 }))
+
+/** Real time, whatever clock the test runs on (`it.effect` runs on a TestClock). */
+const realSleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))
 
 /** Runs `effect` against instance `service` (the support helpers call "the" test server). */
 const on = (service: CompiledService) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>

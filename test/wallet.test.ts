@@ -168,6 +168,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
       expect(wallet).toEqual({
         availableMicroMyr: balance - spent,
         reservedMicroMyr: 0,
+        grantedMicroMyr: 0,
         lifetimeTopupMicroMyr: balance,
         lifetimeSpendMicroMyr: spent
       })
@@ -222,6 +223,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
             expect(yield* inst.wallet.wallet(accountId)).toEqual({
               availableMicroMyr: topup - charged - refunded,
               reservedMicroMyr: 0,
+              grantedMicroMyr: 0,
               lifetimeTopupMicroMyr: topup,
               lifetimeSpendMicroMyr: charged
             })
@@ -343,10 +345,10 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
         const r = yield* withDyingInstance((a) => reserve(a, accountId, 4_000_000))
         expect(yield* balances(b, accountId)).toEqual({ available: 6_000_000, reserved: 4_000_000 })
         // Its lease runs 45 s more, but its process is gone: no need to wait for it.
-        expect(yield* b.sweeper.sweep).toEqual({ released: 1, captured: 0, closedLogs: 0 })
+        expect(yield* b.sweeper.sweep).toEqual({ released: 1, captured: 0, grantsReturned: 0, closedLogs: 0 })
         expect(yield* reservationRow(b, r.id)).toMatchObject({ status: "released", capturedMicroMyr: null })
         expect(yield* balances(b, accountId)).toEqual({ available: 10_000_000, reserved: 0 })
-        expect(yield* b.sweeper.sweep).toEqual({ released: 0, captured: 0, closedLogs: 0 })
+        expect(yield* b.sweeper.sweep).toEqual({ released: 0, captured: 0, grantsReturned: 0, closedLogs: 0 })
         yield* expectInvariant(b, accountId)
       }))
 
@@ -358,7 +360,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
         const r = yield* reserve(b, accountId, 4_000_000)
         // Instances' clocks (here both, sharing one) run a minute ahead of the database's: deadlines ignore them.
         clock.advance("61 seconds")
-        expect(yield* c.sweeper.sweep).toEqual({ released: 0, captured: 0, closedLogs: 0 })
+        expect(yield* c.sweeper.sweep).toEqual({ released: 0, captured: 0, grantsReturned: 0, closedLogs: 0 })
         expect((yield* reservationRow(b, r.id))?.status).toBe("open")
         yield* b.wallet.release(r.id)
         yield* expectInvariant(b, accountId)
@@ -389,7 +391,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
         const before = yield* b.wallet.ledger(accountId, { page: 1, limit: 100 })
         const row = yield* reservationRow(b, r.id)
         expect(row).toMatchObject({ status: "captured", capturedMicroMyr: 2_500_000 })
-        expect(yield* b.sweeper.sweep).toEqual({ released: 0, captured: 0, closedLogs: 0 })
+        expect(yield* b.sweeper.sweep).toEqual({ released: 0, captured: 0, grantsReturned: 0, closedLogs: 0 })
         expect(yield* reservationRow(b, r.id)).toEqual(row)
         expect(yield* b.wallet.ledger(accountId, { page: 1, limit: 100 })).toEqual(before)
         expect(yield* balances(b, accountId)).toEqual({ available: 7_500_000, reserved: 0 })
@@ -406,7 +408,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
         yield* query(b, (sql) => sql`UPDATE reservations SET expires_at = now() - interval '1 second' WHERE account_id = ${accountId}`)
         yield* b.leases.drop(forgotten.id)
         expect(yield* b.leases.renew).toBe(1)
-        expect(yield* c.sweeper.sweep).toEqual({ released: 1, captured: 0, closedLogs: 0 })
+        expect(yield* c.sweeper.sweep).toEqual({ released: 1, captured: 0, grantsReturned: 0, closedLogs: 0 })
         expect((yield* reservationRow(b, forgotten.id))?.status).toBe("released")
         expect((yield* reservationRow(b, alive.id))?.status).toBe("open")
         expect(yield* balances(b, accountId)).toEqual({ available: 8_000_000, reserved: 2_000_000 })
@@ -454,7 +456,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
             `)
         yield* log(succeeded, "succeeded", 1_234_567)
         yield* log(pending, "pending", 10_000)
-        expect(yield* b.sweeper.sweep).toEqual({ released: 1, captured: 1, closedLogs: 0 })
+        expect(yield* b.sweeper.sweep).toEqual({ released: 1, captured: 1, grantsReturned: 0, closedLogs: 0 })
 
         expect(yield* reservationRow(b, succeeded.id)).toMatchObject({ status: "captured", capturedMicroMyr: 1_234_567 })
         expect((yield* reservationRow(b, pending.id))?.status).toBe("released")

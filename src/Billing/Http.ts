@@ -9,6 +9,7 @@ import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { WalletRepo } from "../Wallet/Repo.js"
+import { Spending } from "../Wallet/Spending.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
 import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent } from "./DevCheckout.js"
 import { PaymentProcessor } from "./PaymentProcessor.js"
@@ -18,6 +19,7 @@ import { PaymentsRepo } from "./Repo.js"
 export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) =>
   Effect.gen(function*() {
     const wallets = yield* WalletRepo
+    const spending = yield* Spending
     const payments = yield* PaymentsRepo
     const processor = yield* PaymentProcessor
     return handlers
@@ -37,7 +39,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
       .handle("balance", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const wallet = yield* Effect.orDie(wallets.wallet(account.id))
+          const wallet = yield* Effect.orDie(spending.balance(account.id))
           return {
             wallet,
             balance_myr: toMyrNumber(microMyr(wallet.availableMicroMyr)),
@@ -51,6 +53,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
       .handle("transactions", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          yield* Effect.orDie(spending.settled)
           const rows = yield* Effect.orDie(wallets.ledger(account.id, urlParams))
           return {
             ledger: rows.map((row) => ({ ...row, createdAt: row.createdAt.toISOString() })),

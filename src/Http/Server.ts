@@ -15,20 +15,20 @@ import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
-import { CallBilling } from "../Models/Billing.js"
 import { ModelCalls } from "../Models/Calls.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
-import { RequestLogs } from "../Models/RequestLogs.js"
 import { WebSearch } from "../Models/WebSearch.js"
 import { ProviderLive } from "../Providers/Live.js"
 import { Router } from "../Routing/Router.js"
 import { SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
+import { RequestLogs } from "../Usage/RequestLogs.js"
 import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
+import { Spending } from "../Wallet/Spending.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { LoggingLive } from "../Observability/Logging.js"
 import { instrumentedProvider, traced } from "../Observability/Instrumented.js"
@@ -49,11 +49,10 @@ export const ServicesLive = Layer.mergeAll(
   Idempotency.layer,
   CallLimits.layer
 ).pipe(
-  Layer.provideMerge(traced(CallBilling, "billing", CallBilling.layer)),
+  Layer.provideMerge(traced(Spending, "spending", Spending.layer)),
   Layer.provideMerge(Layer.mergeAll(
     KeyLastUsed.layer(),
     traced(WalletRepo, "wallet", WalletRepo.layer),
-    RequestLogs.layer,
     Router.layer,
     instrumentedProvider(ProviderLive),
     traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(SearchLive)))
@@ -64,9 +63,9 @@ export const ServicesLive = Layer.mergeAll(
     UsageRepo.layer,
     IdentityProviderLive,
     PaymentProcessorLive,
-    ReservationLeases.layer(),
     Metrics.Default
   )),
+  Layer.provideMerge(Layer.merge(RequestLogs.layer, ReservationLeases.layer())),
   Layer.provideMerge(DatabaseLive)
 )
 
@@ -122,7 +121,8 @@ export const NodeServerLive = Layer.unwrapEffect(
 export const ServerLive = HttpAppLive.pipe(
   HttpServer.withLogAddress,
   Layer.provide(NodeServerLive),
-  Layer.provide(ServicesLive),
+  // The services stay visible to whoever runs the server: a test reads through them as a handler does.
+  Layer.provideMerge(ServicesLive),
   // Unless OTEL_EXPORTER_OTLP_ENDPOINT is set, no tracer runs: spans nobody reads would only cost CPU.
   Layer.provide(TracingLive),
   Layer.provide(LoggingLive)

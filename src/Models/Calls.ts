@@ -23,14 +23,12 @@ import { Provider } from "../Providers/Provider.js"
 import { simulatedProvider } from "../Providers/Simulated.js"
 import type { Effort, Route } from "../Routing/Router.js"
 import { Router } from "../Routing/Router.js"
-import { WalletRepo } from "../Wallet/Repo.js"
-import type { Reservation } from "../Wallet/Repo.js"
+import type { LoggedUsage, OpenLog } from "../Usage/RequestLogs.js"
+import type { CallHold } from "../Wallet/Spending.js"
+import { Spending } from "../Wallet/Spending.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { WebSearchConfig } from "./Api.js"
 import { costOf, withSafetyMargin } from "./Prices.js"
-import { CallBilling, SETTLE_RETRY } from "./Billing.js"
-import { RequestLogs } from "./RequestLogs.js"
-import type { LoggedUsage, OpenLog } from "./RequestLogs.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
 import { citedSources, noSources, planSearch, searchEstimate, withPlanning, WebSearch } from "./WebSearch.js"
 import type { Message } from "./Tokens.js"
@@ -100,8 +98,8 @@ interface Prepared {
   readonly plan: Option.Option<SearchPlan>
   readonly provider: ProviderShape
   readonly outputCap: number
-  readonly reservation: Reservation | null
-  /** The most this call may be billed: its reservation, and `max_total_cost_myr`. */
+  readonly hold: CallHold
+  /** The most this call may be billed: its hold, and `max_total_cost_myr`. */
   readonly ceiling: number
 }
 
@@ -161,19 +159,16 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const config = yield* AppConfig
       const router = yield* Router
       const provider = yield* Provider
-      const wallet = yield* WalletRepo
-      const billing = yield* CallBilling
-      const logs = yield* RequestLogs
+      const spending = yield* Spending
       const webSearch = yield* WebSearch
       const internal = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
         Effect.catchAll(effect, (error) =>
           isApiError(error) ? Effect.fail(error) : Effect.die(error)) as Effect.Effect<A, Extract<E, ApiError>>
 
-      const openLog = (p: Omit<Prepared, "reservation" | "ceiling">, inputTokens: number): OpenLog => ({
+      const openLog = (p: Omit<Prepared, "hold" | "ceiling">, inputTokens: number): OpenLog => ({
         requestId: p.requestId,
         accountId: p.key.accountId,
         apiKeyId: p.key.keyId,
-        reservationId: null,
         publicModel: PUBLIC_MODEL,
         upstreamModel: p.route.upstreamModel,
         routingCategory: p.route.category,
@@ -231,31 +226,26 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             provider: live ? provider : simulatedProvider
           }
           const log = openLog(base, inputTokens)
-          if (!live) {
-            yield* internal(logs.open(log))
-            return { ...base, reservation: null, ceiling: 0 } satisfies Prepared
-          }
-          const hold = {
-            accountId: key.accountId,
-            apiKeyId: key.keyId,
-            requestId,
-            amountMicroMyr: estimate,
-            monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
-          }
-          // A model priced at nothing runs without a hold, and settles as a call with nothing to charge.
-          const reservation = yield* Effect.if(estimate === 0, {
-            onTrue: () => Effect.as(billing.admitFree(hold, log), null),
-            onFalse: () => billing.reserve(hold, log)
-          }).pipe(
+          // Test keys hold nothing; a model priced at nothing holds nothing, and settles as a call with nothing to charge.
+          const money = live
+            ? {
+              accountId: key.accountId,
+              apiKeyId: key.keyId,
+              requestId,
+              amountMicroMyr: estimate,
+              monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
+            }
+            : null
+          const hold = yield* spending.hold(money, log).pipe(
             Effect.tapError((error) =>
               isApiError(error)
-                ? Effect.flatMap(elapsed(startedAt), (ms) => logs.refused(log, errorMeta(error).code, ms))
+                ? Effect.flatMap(elapsed(startedAt), (ms) => spending.refused(log, errorMeta(error).code, ms))
                 : Effect.void
             ),
             internal
           )
-          const ceiling = reservation === null ? 0 : Math.min(reservation.amountMicroMyr, cap ?? Number.MAX_SAFE_INTEGER)
-          return { ...base, reservation, ceiling } satisfies Prepared
+          const ceiling = Math.min(hold.amountMicroMyr, cap ?? Number.MAX_SAFE_INTEGER)
+          return { ...base, hold, ceiling } satisfies Prepared
         })
 
       const providerRequest = (p: Prepared, sources: Sources): ProviderRequest => ({
@@ -283,11 +273,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         sources
       })
 
-      /** Bills the usage (live keys) and logs it, in one transaction. */
+      /** Bills the usage (live keys) and logs it: queued, written with the next flush. */
       const settleUsed = (p: Prepared, used: Used, answer: Answer) =>
         Effect.gen(function*() {
           const latencyMs = yield* elapsed(p.startedAt)
-          const priced = p.reservation === null ? 0 : costOf(config.prices, p.route.upstreamModel, {
+          const priced = p.hold.source._tag === "None" ? 0 : costOf(config.prices, p.route.upstreamModel, {
             inputTokens: used.usage.inputTokens,
             cachedTokens: used.usage.cachedTokens,
             outputTokens: used.usage.outputTokens,
@@ -303,12 +293,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             costMicroMyr: cost,
             latencyMs
           }
-          let charged = cost
-          if (p.reservation === null) {
-            yield* logs.complete(p.requestId, logged, "succeeded")
-          } else {
-            charged = microMyr(yield* billing.capture(p.reservation, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`, logged))
-          }
+          const charged = microMyr(yield* spending.settle(p.hold, cost, `Model call ${p.requestId} (${PUBLIC_MODEL})`, logged))
           const createdAt = Math.floor(p.startedAt / 1000)
           const { annotations, citations } = citedSources(answer.text, used.sources.found)
           return {
@@ -327,16 +312,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           } satisfies CallResult
         }).pipe(Effect.orDie, Effect.uninterruptible)
 
-      /** Releases the hold and marks the log failed, in one transaction: a crash leaves both or neither. */
+      /** Returns the hold and logs the failure: queued, written together with the next flush. */
       const settleFailed = (p: Prepared, code: string) =>
-        Effect.gen(function*() {
-          const closeLog = logs.fail(p.requestId, code, yield* elapsed(p.startedAt))
-          yield* p.reservation === null ? closeLog : wallet.release(p.reservation.id, closeLog)
-        }).pipe(
-          Effect.retry(SETTLE_RETRY),
-          Effect.catchAllCause((cause) => Effect.logError("settling a failed call failed; the sweeper will", cause)),
-          Effect.uninterruptible
-        )
+        Effect.flatMap(elapsed(p.startedAt), (ms) => spending.fail(p.hold, code, ms)).pipe(Effect.uninterruptible)
 
       interface Progress {
         readonly upstreamStarted: boolean

@@ -40,6 +40,23 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
         labelNames: ["type", "result"] as const,
         registers
       }),
+      settlementQueueDepth: new Gauge({
+        name: "nenas_settlement_queue_depth",
+        help: "Settlements (captures, releases, grant charges, log rows) queued on this instance, not yet written.",
+        registers
+      }),
+      settlementFlushDuration: new Histogram({
+        name: "nenas_settlement_flush_duration_seconds",
+        help: "Time to write one batch of settlements (one transaction), by outcome (ok, error).",
+        labelNames: ["outcome"] as const,
+        buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+        registers
+      }),
+      grantsHeld: new Gauge({
+        name: "nenas_credit_grants_held_micro_myr",
+        help: "Credit this instance holds in grants and has not lent to a call (micro-MYR).",
+        registers
+      }),
       walletHoldsOpen: new Gauge({
         name: "nenas_wallet_holds_open",
         help: "Open wallet reservations (calls in flight across every instance), read at scrape time.",

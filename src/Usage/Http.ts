@@ -4,7 +4,7 @@ import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
-import { WalletRepo } from "../Wallet/Repo.js"
+import { Spending } from "../Wallet/Spending.js"
 import { type LogRow, type SeriesRow, UsageRepo } from "./Repo.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
@@ -77,7 +77,9 @@ const checkRange = (given: Range, { from, to }: Range = given) =>
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* UsageRepo
-    const wallets = yield* WalletRepo
+    const spending = yield* Spending
+    /** Every call this instance answered is written before a read. */
+    const settled = Effect.orDie(spending.settled)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** Logs of deleted keys stay visible; an id the account never had answers 404. */
@@ -109,6 +111,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const to = dateOf(urlParams.to)
           yield* checkRange({ from, to })
           yield* checkKey(account.id, urlParams.api_key_id)
+          yield* settled
           const { rows, total } = yield* Effect.orDie(repo.logs(
             account.id,
             { status: urlParams.status, apiKeyId: urlParams.api_key_id, endpoint: urlParams.endpoint, from, to },
@@ -127,6 +130,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))
           yield* checkRange(given, { from, to })
           yield* checkKey(account.id, urlParams.api_key_id)
+          yield* settled
           return {
             from: from.toISOString(),
             to: to.toISOString(),
@@ -139,8 +143,9 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const account = yield* CurrentAccount
           const at = yield* now
           const days = yield* Effect.orDie(repo.localDays(at, OVERVIEW_DAYS))
+          yield* settled
           const { wallet, today, total, daily, keys } = yield* Effect.all({
-            wallet: Effect.orDie(wallets.wallet(account.id)),
+            wallet: Effect.orDie(spending.balance(account.id)),
             today: Effect.orDie(repo.counters(account.id, days.today, days.tomorrow)),
             total: Effect.orDie(repo.counters(account.id, days.first, days.tomorrow)),
             daily: series(account.id, days.first, days.tomorrow, "day"),

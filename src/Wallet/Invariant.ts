@@ -12,7 +12,9 @@ export interface InvariantReport {
 
 /**
  * DESIGN.md's ledger invariant for one account, read in one snapshot:
- * available + reserved = the sum of the ledger; lifetime top-up = the sum of
+ * available + reserved + granted = the sum of the ledger (what credit
+ * grants hold is kept apart from what calls hold); granted = the sum of the
+ * account's grants; lifetime top-up = the sum of
  * `topup` entries; lifetime spend = minus the sum of `usage` entries;
  * reserved = the sum of open reservations; each entry's balance after = the
  * running sum up to it.
@@ -25,6 +27,8 @@ export const checkInvariant = (accountId: string) =>
       const [row] = yield* sql<{
         available: number
         reserved: number
+        granted: number
+        grantSum: number
         lifetimeTopup: number
         lifetimeSpend: number
         ledgerSum: number
@@ -33,7 +37,8 @@ export const checkInvariant = (accountId: string) =>
         openSum: number
         brokenRunningBalances: number
       }>`
-        SELECT w.available_micro_myr AS available, w.reserved_micro_myr AS reserved,
+        SELECT w.available_micro_myr AS available, w.reserved_micro_myr AS reserved, w.granted_micro_myr AS granted,
+               COALESCE((SELECT SUM(amount_micro_myr) FROM credit_grants WHERE account_id = w.account_id), 0)::bigint AS grant_sum,
                w.lifetime_topup_micro_myr AS lifetime_topup, w.lifetime_spend_micro_myr AS lifetime_spend,
                COALESCE((SELECT SUM(amount_micro_myr) FROM ledger_entries WHERE account_id = w.account_id), 0)::bigint AS ledger_sum,
                COALESCE((SELECT SUM(amount_micro_myr) FROM ledger_entries WHERE account_id = w.account_id AND type = 'topup'), 0)::bigint AS topup_sum,
@@ -51,7 +56,8 @@ export const checkInvariant = (accountId: string) =>
       const expect = (what: string, actual: number, expected: number) => {
         if (actual !== expected) violations.push(`${what}: ${actual}, expected ${expected}`)
       }
-      expect("available + reserved", row.available + row.reserved, row.ledgerSum)
+      expect("available + reserved + granted", row.available + row.reserved + row.granted, row.ledgerSum)
+      expect("granted", row.granted, row.grantSum)
       expect("lifetime top-up", row.lifetimeTopup, row.topupSum)
       expect("lifetime spend", row.lifetimeSpend, -row.usageSum)
       expect("reserved", row.reserved, row.openSum)

@@ -5,7 +5,12 @@ import { type LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as W
 import { accountSuspended, InsufficientBalance, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
-import { RESERVATION_LEASE, ReservationLeases, secondsSql } from "./Leases.js"
+import { RequestLogs } from "../Usage/RequestLogs.js"
+import { holderDead, RESERVATION_LEASE, ReservationLeases, secondsSql } from "./Leases.js"
+import { settleBatch } from "./Settle.js"
+
+/** Where instances ask each other to hand back their grants for an account (the payload). */
+export const GRANT_CHANNEL = "nenas_grants"
 
 /**
  * The prepaid wallet as a bank keeps it. Every movement is one SQL transaction
@@ -92,41 +97,46 @@ export interface LedgerQuery {
 }
 
 interface WalletLockRow extends Wallet {
+  readonly grantedMicroMyr: number
   readonly suspendedAt: Date | null
 }
 
-interface ReservationRow {
-  readonly id: string
-  readonly accountId: string
-  readonly apiKeyId: string
-  readonly requestId: string
-  readonly amountMicroMyr: number
-  readonly status: "open" | "captured" | "released"
-  readonly capturedMicroMyr: number | null
+/** The wallet row as stored: what grants hold is apart from what calls hold. */
+export interface StoredWallet extends Wallet {
+  readonly grantedMicroMyr: number
 }
 
+/** A grant's growth, decided under the wallet's lock from what it holds. */
+export type GrantSizing = (wallet: { readonly availableMicroMyr: number; readonly heldMicroMyr: number }) => number
+
 export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
-  readonly wallet: (accountId: string) => Effect.Effect<Wallet, SqlError.SqlError>
-  /** `withIt` runs in the reservation's transaction (the call's log row is written with it). */
+  /** The row as stored (grants apart); `Spending.balance` is what developers see. */
+  readonly wallet: (accountId: string) => Effect.Effect<StoredWallet, SqlError.SqlError>
+  /** Reserves in one transaction that explains a refusal: balance, suspension, the key's monthly limit. */
   readonly reserve: (
-    input: ReserveInput,
-    withIt?: (reservation: Reservation) => Effect.Effect<void, SqlError.SqlError>
+    input: ReserveInput
   ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
   /**
-   * Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more.
-   * `withIt` runs in the capture's transaction.
+   * Reserves in one statement (a transaction of its own, the wallet row locked
+   * for one round trip): undefined when refused, for `reserve` to explain.
+   * Only for keys without a monthly limit.
    */
-  readonly capture: (
-    reservationId: string,
-    amountMicroMyr: MicroMyr,
-    description: string,
-    withIt?: (capture: Capture) => Effect.Effect<void, SqlError.SqlError>
-  ) => Effect.Effect<Capture, SqlError.SqlError>
-  /** Returns an open reservation whole; true when it was open. `withIt` runs in the release's transaction. */
-  readonly release: (
-    reservationId: string,
-    withIt?: Effect.Effect<void, SqlError.SqlError>
-  ) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly reserveQuickly: (input: ReserveInput) => Effect.Effect<Reservation | undefined, SqlError.SqlError>
+  /** Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more. */
+  readonly capture: (reservationId: string, amountMicroMyr: MicroMyr, description: string) => Effect.Effect<Capture, SqlError.SqlError>
+  /** Returns an open reservation whole; true when it was open. */
+  readonly release: (reservationId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  /**
+   * Grows this process's grant for the account by what `size` decides under
+   * the wallet's lock (available → granted); returns the growth (0: none).
+   * The grant row is created when `create`, and must exist otherwise.
+   */
+  readonly growGrant: (
+    grant: { readonly id: string; readonly accountId: string; readonly create: boolean },
+    size: GrantSizing
+  ) => Effect.Effect<number | "missing", SqlError.SqlError>
+  /** Returns the grants of dead processes to their wallets; how many. */
+  readonly returnDeadGrants: Effect.Effect<number, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>
@@ -139,13 +149,14 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       const sql = yield* SqlClient.SqlClient
       const { businessTimezone } = yield* AppConfig
       const leases = yield* ReservationLeases
+      const logs = yield* RequestLogs
 
       const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
       /** Locks the wallet row: every movement of one account queues here. */
       const lockWallet = (accountId: string) =>
         sql<WalletLockRow>`
-          SELECT w.available_micro_myr, w.reserved_micro_myr, w.lifetime_topup_micro_myr,
+          SELECT w.available_micro_myr, w.reserved_micro_myr, w.granted_micro_myr, w.lifetime_topup_micro_myr,
                  w.lifetime_spend_micro_myr, a.suspended_at
           FROM wallets w JOIN accounts a ON a.id = w.account_id
           WHERE w.account_id = ${accountId}
@@ -168,7 +179,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
             ), 0)::bigint AS held
         `.pipe(Effect.map((rows) => rows[0] ?? { spent: 0, held: 0 }))
 
-      const reserve = (input: ReserveInput, withIt?: (reservation: Reservation) => Effect.Effect<void, SqlError.SqlError>) =>
+      const reserve = (input: ReserveInput) =>
         sql.withTransaction(Effect.gen(function*() {
           if (input.amountMicroMyr <= 0) return yield* Effect.dieMessage("a reservation must be positive")
           const wallet = yield* lockWallet(input.accountId)
@@ -211,95 +222,132 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
                 updated_at = ${at}
             WHERE account_id = ${input.accountId}
           `
-          if (withIt !== undefined) yield* withIt(reservation)
           return reservation
         })).pipe(
           Effect.tap((reservation) => leases.hold(reservation.id)),
           Effect.tap(logReserve)
         )
 
-      const lockReservation = (reservationId: string) =>
-        sql<ReservationRow>`
-          SELECT id, account_id, api_key_id, request_id, amount_micro_myr, status, captured_micro_myr
-          FROM reservations WHERE id = ${reservationId} FOR UPDATE
-        `.pipe(Effect.flatMap((rows) =>
-          rows[0] === undefined ? Effect.dieMessage(`no reservation ${reservationId}`) : Effect.succeed(rows[0])
-        ))
-
-      const existingCapture = (reservation: ReservationRow) =>
-        sql<{ id: string }>`
-          SELECT id FROM ledger_entries WHERE type = 'usage' AND request_id = ${reservation.requestId}
-        `.pipe(Effect.map((rows): Capture => ({
-          reservationId: reservation.id,
-          chargedMicroMyr: reservation.capturedMicroMyr ?? 0,
-          ledgerEntryId: rows[0]?.id ?? null
-        })))
-
-      const capture = (
-        reservationId: string,
-        amountMicroMyr: MicroMyr,
-        description: string,
-        withIt?: (capture: Capture) => Effect.Effect<void, SqlError.SqlError>
-      ) =>
-        sql.withTransaction(Effect.tap(settle(reservationId, amountMicroMyr, description), (done) => withIt === undefined ? Effect.void : withIt(done)))
-          .pipe(
-            Effect.ensuring(leases.drop(reservationId)),
-            Effect.tap(logCapture)
-          )
-
-      const settle = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
+      const reserveQuickly = (input: ReserveInput) =>
         Effect.gen(function*() {
-          const reservation = yield* lockReservation(reservationId)
-          if (reservation.status === "captured") return yield* existingCapture(reservation)
-          const wallet = yield* lockWallet(reservation.accountId)
-          const open = reservation.status === "open"
-          const held = open ? reservation.amountMicroMyr : 0
-          // A reservation the sweeper released (its owner looked dead) is billed late, from what the wallet holds.
-          const ceiling = open ? reservation.amountMicroMyr : Math.min(reservation.amountMicroMyr, Math.max(wallet.availableMicroMyr, 0))
-          const charged = Math.min(Math.max(amountMicroMyr, 0), ceiling)
+          if (input.amountMicroMyr <= 0) return yield* Effect.dieMessage("a reservation must be positive")
           const at = yield* now
-          const available = wallet.availableMicroMyr + held - charged
-          const reserved = wallet.reservedMicroMyr - held
-          yield* sql`
-            UPDATE wallets
-            SET available_micro_myr = ${available}, reserved_micro_myr = ${reserved},
-                lifetime_spend_micro_myr = lifetime_spend_micro_myr + ${charged}, updated_at = ${at}
-            WHERE account_id = ${reservation.accountId}
+          const reservation = newReservation(input)
+          // The UPDATE waits for the wallet row and re-checks the balance on its newest version: no overdraft.
+          const rows = yield* sql<{ held: number }>`
+            WITH debit AS (
+              UPDATE wallets w
+              SET available_micro_myr = w.available_micro_myr - ${input.amountMicroMyr},
+                  reserved_micro_myr = w.reserved_micro_myr + ${input.amountMicroMyr},
+                  updated_at = ${at}
+              FROM accounts a
+              WHERE w.account_id = ${input.accountId} AND a.id = w.account_id
+                AND a.suspended_at IS NULL AND w.available_micro_myr >= ${input.amountMicroMyr}
+              RETURNING w.account_id
+            ), held AS (
+              INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at, holder)
+              SELECT ${reservation.id}, account_id, ${input.apiKeyId}, ${input.requestId}, ${input.amountMicroMyr},
+                     now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second', ${at}, ${leases.holder}
+              FROM debit
+              RETURNING id
+            )
+            SELECT count(*)::int AS held FROM held
           `
-          yield* sql`
-            UPDATE reservations
-            SET status = 'captured', captured_micro_myr = ${charged}, settled_at = COALESCE(settled_at, ${at})
-            WHERE id = ${reservation.id}
-          `
-          if (charged === 0) return { reservationId, chargedMicroMyr: 0, ledgerEntryId: null }
-          const ledgerEntryId = newId("le")
-          yield* sql`
-            INSERT INTO ledger_entries
-              (id, account_id, type, amount_micro_myr, balance_after_micro_myr, description, api_key_id, request_id, created_at)
-            VALUES (${ledgerEntryId}, ${reservation.accountId}, 'usage', ${-charged}, ${available + reserved},
-                    ${description}, ${reservation.apiKeyId}, ${reservation.requestId}, ${at})
-          `
-          return { reservationId, chargedMicroMyr: charged, ledgerEntryId }
+          if (rows[0]?.held !== 1) return undefined
+          yield* leases.hold(reservation.id)
+          yield* logReserve(reservation)
+          return reservation
         })
 
-      const release = (reservationId: string, withIt?: Effect.Effect<void, SqlError.SqlError>) =>
+      const growGrant = (
+        grant: { readonly id: string; readonly accountId: string; readonly create: boolean },
+        size: GrantSizing
+      ) =>
         sql.withTransaction(Effect.gen(function*() {
-          const reservation = yield* lockReservation(reservationId)
-          // The log is closed whatever the reservation's state: a failure settles in one step.
-          if (withIt !== undefined) yield* withIt
-          if (reservation.status !== "open") return false
-          yield* lockWallet(reservation.accountId)
+          const wallet = yield* lockWallet(grant.accountId)
+          if (wallet.suspendedAt !== null) return 0
+          const rows = yield* sql<{ amountMicroMyr: number }>`
+            SELECT amount_micro_myr FROM credit_grants WHERE id = ${grant.id} FOR UPDATE
+          `
+          const held = rows[0]?.amountMicroMyr
+          if (held === undefined && !grant.create) return "missing" as const
+          const growth = Math.floor(size({ availableMicroMyr: wallet.availableMicroMyr, heldMicroMyr: held ?? 0 }))
+          if (growth <= 0 || growth > wallet.availableMicroMyr) return 0
           const at = yield* now
           yield* sql`
             UPDATE wallets
-            SET available_micro_myr = available_micro_myr + ${reservation.amountMicroMyr},
-                reserved_micro_myr = reserved_micro_myr - ${reservation.amountMicroMyr},
+            SET available_micro_myr = available_micro_myr - ${growth}, granted_micro_myr = granted_micro_myr + ${growth},
                 updated_at = ${at}
-            WHERE account_id = ${reservation.accountId}
+            WHERE account_id = ${grant.accountId}
           `
-          yield* sql`UPDATE reservations SET status = 'released', settled_at = ${at} WHERE id = ${reservation.id}`
-          return true
-        })).pipe(
+          yield* held === undefined
+            ? sql`
+              INSERT INTO credit_grants (id, account_id, holder, amount_micro_myr, created_at, updated_at)
+              VALUES (${grant.id}, ${grant.accountId}, ${leases.holder}, ${growth}, ${at}, ${at})
+            `
+            : sql`UPDATE credit_grants SET amount_micro_myr = amount_micro_myr + ${growth}, updated_at = ${at} WHERE id = ${grant.id}`
+          return growth
+        }))
+
+      const returnDeadGrants = Effect.gen(function*() {
+        const dead = yield* sql<{ id: string; accountId: string }>`
+          SELECT id, account_id FROM credit_grants WHERE ${holderDead(sql, "holder", leases.holder)} LIMIT 500
+        `
+        let returned = 0
+        for (const grant of dead) {
+          const done = yield* sql.withTransaction(Effect.gen(function*() {
+            yield* lockWallet(grant.accountId)
+            const rows = yield* sql<{ amountMicroMyr: number }>`
+              DELETE FROM credit_grants WHERE id = ${grant.id} RETURNING amount_micro_myr
+            `
+            const amount = rows[0]?.amountMicroMyr
+            if (amount === undefined) return false
+            yield* sql`
+              UPDATE wallets
+              SET available_micro_myr = available_micro_myr + ${amount}, granted_micro_myr = granted_micro_myr - ${amount}
+              WHERE account_id = ${grant.accountId}
+            `
+            return true
+          }))
+          if (done) returned++
+        }
+        return returned
+      })
+
+      const capture = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
+        Effect.gen(function*() {
+          const at = yield* now
+          const { items: [done] } = yield* settleBatch({
+            items: [{ _tag: "Capture", reservationId, amountMicroMyr, description }],
+            returns: [],
+            logs: [],
+            close: [],
+            at,
+            holder: leases.holder
+          })
+          return { reservationId, chargedMicroMyr: done?.chargedMicroMyr ?? 0, ledgerEntryId: done?.ledgerEntryId ?? null }
+        }).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Effect.provideService(RequestLogs, logs),
+          Effect.ensuring(leases.drop(reservationId)),
+          Effect.tap(logCapture)
+        )
+
+      const release = (reservationId: string) =>
+        Effect.gen(function*() {
+          const at = yield* now
+          const { items: [done] } = yield* settleBatch({
+            items: [{ _tag: "Release", reservationId }],
+            returns: [],
+            logs: [],
+            close: [],
+            at,
+            holder: leases.holder
+          })
+          return done?.released ?? false
+        }).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Effect.provideService(RequestLogs, logs),
           Effect.ensuring(leases.drop(reservationId)),
           Effect.tap((released) =>
             released ? Effect.logInfo("wallet release").pipe(Effect.annotateLogs({ reservationId })) : Effect.void
@@ -327,9 +375,11 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
               (id, account_id, type, amount_micro_myr, balance_after_micro_myr, description,
                payment_transaction_id, effect_key, created_at)
             VALUES (${newId("le")}, ${input.accountId}, ${input.type}, ${input.amountMicroMyr},
-                    ${available + wallet.reservedMicroMyr}, ${input.description},
+                    ${available + wallet.reservedMicroMyr + wallet.grantedMicroMyr}, ${input.description},
                     ${input.paymentTransactionId ?? null}, ${input.effectKey}, ${at})
           `
+          // A debit may leave less than instances hold in grants: they hand them back (and run on exact holds).
+          if (input.amountMicroMyr < 0) yield* sql`SELECT pg_notify(${GRANT_CHANNEL}, ${input.accountId})`
           return true
         })).pipe(Effect.tap((posted) =>
           posted
@@ -351,13 +401,17 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       return WalletRepo.of({
         openHolds,
         wallet: (accountId) =>
-          sql<Wallet>`
-            SELECT available_micro_myr, reserved_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
+          sql<StoredWallet>`
+            SELECT available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
             FROM wallets WHERE account_id = ${accountId}
           `.pipe(Effect.map((rows) =>
-            rows[0] ?? { availableMicroMyr: 0, reservedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 }
+            rows[0] ??
+              { availableMicroMyr: 0, reservedMicroMyr: 0, grantedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 }
           )),
         reserve,
+        reserveQuickly,
+        growGrant,
+        returnDeadGrants,
         capture,
         release,
         post,

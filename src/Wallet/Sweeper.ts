@@ -2,21 +2,24 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { microMyr } from "../Domain/Money.js"
-import { holderDead, MAX_HOLD, ReservationLeases, secondsSql } from "./Leases.js"
+import { RequestLogs } from "../Usage/RequestLogs.js"
+import { holderDead, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 
 export interface SweepResult {
   readonly released: number
-  /** Lapsed reservations whose call had reported its usage: billed, not released. */
+  /** Lapsed reservations whose call's row reported its cost: billed, not released. */
   readonly captured: number
+  /** Credit grants of dead processes, returned to their wallets. */
+  readonly grantsReturned: number
   /** Logs left `pending` by a call that is gone (its reservation settled, or its process dead), now closed. */
   readonly closedLogs: number
 }
 
 /**
  * Settles what calls of dead processes left: reservations whose owner stopped
- * beating (or, whatever the beat, whose lease lapsed), and request logs left
- * `pending`. Every deadline is compared with the database's `now()`. Safe with
+ * beating (or, whatever the beat, whose lease lapsed), their credit grants,
+ * and request logs left `pending`. Every deadline is compared with the database's `now()`. Safe with
  * several instances: each reservation is taken with `FOR UPDATE SKIP LOCKED`
  * and checked again under the lock.
  */
@@ -26,9 +29,15 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
   static readonly make = Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const wallet = yield* WalletRepo
+    const logs = yield* RequestLogs
     const { holder: self } = yield* ReservationLeases
     const lapsed = sql`(expires_at < now() OR ${holderDead(sql, "holder", self)})`
 
+    /**
+     * Settles a lapsed reservation: billed when its call's row says it
+     * reported a cost (a row written before settlement was batched), else
+     * released, its pending row failed: its process died before the call settled.
+     */
     const settle = (reservationId: string) =>
       sql.withTransaction(Effect.gen(function*() {
         const taken = yield* sql`
@@ -37,46 +46,16 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
           FOR UPDATE SKIP LOCKED
         `
         if (taken.length === 0) return "skipped" as const
-        const logs = yield* sql<{ requestId: string; status: string; costMicroMyr: number }>`
-          SELECT request_id, status, cost_micro_myr FROM request_logs WHERE reservation_id = ${reservationId}
-        `
-        const log = logs[0]
-        if (log !== undefined && log.status === "succeeded") {
-          yield* wallet.capture(reservationId, microMyr(log.costMicroMyr), "Model call (settled after its process stopped)")
-          yield* sql`UPDATE request_logs SET status = 'billed', completed_at = now() WHERE request_id = ${log.requestId}`
+        const reported = yield* logs.reportedCost(reservationId)
+        if (reported !== undefined) {
+          yield* wallet.capture(reservationId, microMyr(reported), "Model call (settled after its process stopped)")
+          yield* logs.markBilled(reservationId)
           return "captured" as const
         }
-        yield* wallet.release(reservationId, closeLogOf(reservationId))
+        yield* logs.failReleased(reservationId)
+        yield* wallet.release(reservationId)
         return "released" as const
       }))
-
-    const closeLogOf = (reservationId: string) =>
-      Effect.asVoid(sql`
-        UPDATE request_logs SET status = 'failed', cost_micro_myr = 0, error_code = 'internal_error', completed_at = now()
-        WHERE reservation_id = ${reservationId} AND status = 'pending'
-      `)
-
-    /** Logs whose call can no longer settle them: their reservation is settled, or they hold none and their process is dead. */
-    const closeOrphanLogs = Effect.gen(function*() {
-      const settled = yield* sql`
-        UPDATE request_logs l
-        SET status = CASE WHEN r.status = 'captured' THEN 'billed' ELSE 'failed' END,
-            cost_micro_myr = COALESCE(r.captured_micro_myr, 0),
-            error_code = CASE WHEN r.status = 'captured' THEN l.error_code ELSE 'internal_error' END,
-            completed_at = now()
-        FROM reservations r
-        WHERE l.status = 'pending' AND l.reservation_id = r.id AND r.status <> 'open'
-        RETURNING l.request_id
-      `
-      const unheld = yield* sql`
-        UPDATE request_logs
-        SET status = 'failed', cost_micro_myr = 0, error_code = 'internal_error', completed_at = now()
-        WHERE status = 'pending' AND reservation_id IS NULL
-          AND (${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(MAX_HOLD)} * interval '1 second')
-        RETURNING request_id
-      `
-      return settled.length + unheld.length
-    })
 
     const sweep = Effect.gen(function*() {
       const candidates = yield* sql<{ id: string }>`
@@ -89,8 +68,9 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
         if (outcome === "released") released++
         if (outcome === "captured") captured++
       }
-      const closedLogs = yield* closeOrphanLogs
-      return { released, captured, closedLogs }
+      const grantsReturned = yield* wallet.returnDeadGrants
+      const closedLogs = yield* logs.closeOrphans(self)
+      return { released, captured, grantsReturned, closedLogs }
     })
     return ReservationSweeper.of({ sweep })
   })
@@ -104,9 +84,9 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
       const interval = Duration.millis((yield* AppConfig).reservationSweepIntervalMs)
       const sweeper = yield* ReservationSweeper.make
       yield* sweeper.sweep.pipe(
-        Effect.tap(({ captured, closedLogs, released }) =>
-          released + captured + closedLogs > 0
-            ? Effect.logInfo("settled what dead calls held", { released, captured, closedLogs })
+        Effect.tap(({ captured, closedLogs, grantsReturned, released }) =>
+          released + captured + grantsReturned + closedLogs > 0
+            ? Effect.logInfo("settled what dead calls held", { released, captured, grantsReturned, closedLogs })
             : Effect.void
         ),
         Effect.catchAllCause((cause) => Effect.logWarning("reservation sweep failed", cause)),

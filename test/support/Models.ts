@@ -50,11 +50,16 @@ export const violations = (accountId: string) =>
     return (yield* instance.invariant(accountId)).violations
   }))
 
-/** The wallet's balances in micro-MYR, read from the test database. */
+/**
+ * The wallet's balances in micro-MYR, read from the test database once the
+ * server wrote its settlements, with what credit grants hold counted as
+ * available (an idle account's grants hold no call).
+ */
 export const walletOf = (accountId: string) =>
   Effect.map(
     query<{ available: string; reserved: string; spent: string }>(
-      `SELECT available_micro_myr AS available, reserved_micro_myr AS reserved, lifetime_spend_micro_myr AS spent
+      `SELECT available_micro_myr + granted_micro_myr AS available, reserved_micro_myr AS reserved,
+              lifetime_spend_micro_myr AS spent
        FROM wallets WHERE account_id = $1`,
       [accountId]
     ),

@@ -128,6 +128,8 @@ export const moneyState = (databaseUrl: string) =>
     const count = async (text: string) => Number((await client.query<{ n: string }>(text)).rows[0]?.n ?? 0)
     return {
       openReservations: await count("SELECT count(*) AS n FROM reservations WHERE status = 'open'"),
+      /** Credit grants instances hold (a dead instance's are returned by the sweeper). */
+      grants: await count("SELECT count(*) AS n FROM credit_grants"),
       pendingLogs: await count("SELECT count(*) AS n FROM request_logs WHERE status = 'pending'"),
       negativeWallets: await count("SELECT count(*) AS n FROM wallets WHERE available_micro_myr < 0"),
       billedTwice: await count(

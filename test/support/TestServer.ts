@@ -4,6 +4,7 @@ import { join } from "node:path"
 import { Clock, Context, Duration, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import pg from "pg"
 import { inject } from "vitest"
+import { Spending } from "../../src/Wallet/Spending.js"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
@@ -35,6 +36,8 @@ export class TestServer extends Context.Tag("test/TestServer")<TestServer, {
   readonly baseUrl: string
   readonly databaseUrl: string
   readonly clock: ShiftableClock
+  /** Writes the server's queued settlements, as its handlers do before they read. */
+  readonly settled: Effect.Effect<void>
 }>() {}
 
 export const withDatabase = (url: string, database: string): string => {
@@ -99,12 +102,19 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       // A line per request would bury a failing test's output; warnings and errors still show.
       Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
     )
-    return Layer.merge(server, Layer.succeed(TestServer, { baseUrl, databaseUrl: database.url, clock }))
+    const testServer = Layer.effect(
+      TestServer,
+      Effect.map(Spending, (spending) => ({ baseUrl, databaseUrl: database.url, clock, settled: Effect.orDie(spending.settled) }))
+    )
+    return Layer.provideMerge(testServer, server)
   }))
 
-/** Runs `use` with a client of its own on the test server's database. */
+/**
+ * Runs `use` with a client of its own on the test server's database, once the
+ * server has written what it settled so far (it writes in batches).
+ */
 export const onDatabase = <A>(use: (client: pg.Client) => Promise<A>) =>
-  Effect.flatMap(TestServer, ({ databaseUrl }) => Effect.promise(() => withClient(databaseUrl, use)))
+  Effect.flatMap(TestServer, ({ databaseUrl, settled }) => Effect.zipRight(settled, Effect.promise(() => withClient(databaseUrl, use))))
 
 /** The rows of one query on the test server's database. */
 export const query = <A extends Record<string, unknown>>(text: string, values: Array<unknown> = []) =>

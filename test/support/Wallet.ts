@@ -6,6 +6,7 @@ import { DatabaseLive } from "../../src/Database/Database.js"
 import { newId } from "../../src/Domain/Ids.js"
 import { checkInvariant } from "../../src/Wallet/Invariant.js"
 import { ReservationLeases } from "../../src/Wallet/Leases.js"
+import { RequestLogs } from "../../src/Usage/RequestLogs.js"
 import { WalletRepo } from "../../src/Wallet/Repo.js"
 import { ReservationSweeper } from "../../src/Wallet/Sweeper.js"
 import { call, devToken } from "./Http.js"
@@ -22,6 +23,7 @@ export const walletInstance = (scope: Scope.Scope) =>
     const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
     const layer = Layer.mergeAll(ReservationSweeper.layer, PaymentsRepo.layer).pipe(
       Layer.provideMerge(WalletRepo.layer),
+      Layer.provideMerge(RequestLogs.layer),
       Layer.provideMerge(ReservationLeases.layer()),
       Layer.provideMerge(DatabaseLive),
       Layer.provideMerge(config),

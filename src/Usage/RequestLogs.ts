@@ -1,0 +1,194 @@
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql"
+import { Context, Effect, Layer } from "effect"
+import { holderDead, MAX_HOLD, secondsSql } from "../Wallet/Leases.js"
+import type { LogRow } from "./Repo.js"
+
+/** What a call's row says when it opens: who called, which route, how much input. */
+export interface OpenLog {
+  readonly requestId: string
+  readonly accountId: string
+  readonly apiKeyId: string
+  readonly publicModel: string
+  readonly upstreamModel: string
+  readonly routingCategory: string
+  readonly endpoint: string
+  readonly stream: boolean
+  readonly inputTokens: number
+}
+
+/** What a finished call writes to its row: the fields the dashboard reads, and the pages read. */
+export interface LoggedUsage extends
+  Pick<
+    LogRow,
+    | "inputTokens"
+    | "outputTokens"
+    | "reasoningTokens"
+    | "cachedTokens"
+    | "usageSource"
+    | "searchCount"
+    | "costMicroMyr"
+    | "latencyMs"
+  >
+{
+  readonly contentPages: number
+}
+
+/** One row as a batch writes it: a call still running (`pending`), or its final state. */
+export interface LogWrite extends OpenLog, LoggedUsage {
+  readonly reservationId: string | null
+  readonly status: "pending" | "succeeded" | "failed" | "billed"
+  readonly errorCode: string | null
+  readonly createdAt: Date
+  readonly completedAt: Date | null
+}
+
+const noUsage = (log: OpenLog): LoggedUsage => ({
+  inputTokens: log.inputTokens,
+  outputTokens: 0,
+  reasoningTokens: 0,
+  cachedTokens: 0,
+  usageSource: "provider",
+  searchCount: 0,
+  contentPages: 0,
+  costMicroMyr: 0,
+  latencyMs: 0
+})
+
+/** The row of a call still running. */
+export const pendingRow = (log: OpenLog, reservationId: string | null, createdAt: Date): LogWrite => ({
+  ...log,
+  ...noUsage(log),
+  reservationId,
+  status: "pending",
+  errorCode: null,
+  createdAt,
+  completedAt: null
+})
+
+/** The row of a call that failed, or was refused before it ran: cost 0. */
+export const failedRow = (
+  log: OpenLog,
+  reservationId: string | null,
+  createdAt: Date,
+  errorCode: string,
+  latencyMs: number,
+  completedAt: Date
+): LogWrite => ({
+  ...log,
+  ...noUsage(log),
+  reservationId,
+  status: "failed",
+  errorCode,
+  latencyMs,
+  createdAt,
+  completedAt
+})
+
+/**
+ * The one writer of `request_logs` (DESIGN.md, Request lifecycle). Calls'
+ * rows are written in batches, inside the wallet's settlement transaction:
+ * a short call once, in its final state; a call still running after a second
+ * as `pending` first. A row in its final state is never moved back, except
+ * that a late charge bills a call the sweeper had failed.
+ */
+export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
+  /** Writes (or moves forward) each row; one statement. Run it in the caller's transaction. */
+  readonly write: (rows: ReadonlyArray<LogWrite>, holder: string) => Effect.Effect<void, SqlError.SqlError>
+  /** The cost a `succeeded` row of the reservation's call reported, if any: the sweeper bills it. */
+  readonly reportedCost: (reservationId: string) => Effect.Effect<number | undefined, SqlError.SqlError>
+  /** Marks that row billed, in the transaction that billed it. */
+  readonly markBilled: (reservationId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Fails the pending row of a reservation the sweeper released. */
+  readonly failReleased: (reservationId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Closes rows whose call can no longer settle them (its reservation settled, or its process dead); returns how many. */
+  readonly closeOrphans: (self: string) => Effect.Effect<number, SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.effect(
+    RequestLogs,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+
+      const write = (all: ReadonlyArray<LogWrite>, holder: string) => {
+        // One statement may move a row once: the newest write of each call wins.
+        const rows = [...new Map(all.map((row) => [row.requestId, row])).values()]
+        if (rows.length === 0) return Effect.void
+        const column = <A>(f: (row: LogWrite) => A) => rows.map(f)
+        return Effect.asVoid(sql`
+          INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
+            routing_category, endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens,
+            usage_source, search_count, content_pages, cost_micro_myr, latency_ms, stream, error_code,
+            created_at, completed_at, holder)
+          SELECT *, ${holder}::text FROM unnest(
+            ${column((r) => r.requestId)}::text[], ${column((r) => r.accountId)}::text[],
+            ${column((r) => r.apiKeyId)}::text[], ${column((r) => r.reservationId)}::text[],
+            ${column((r) => r.publicModel)}::text[], ${column((r) => r.upstreamModel)}::text[],
+            ${column((r) => r.routingCategory)}::text[], ${column((r) => r.endpoint)}::text[],
+            ${column((r) => r.status)}::text[], ${column((r) => r.inputTokens)}::int[],
+            ${column((r) => r.outputTokens)}::int[], ${column((r) => r.reasoningTokens)}::int[],
+            ${column((r) => r.cachedTokens)}::int[], ${column((r) => r.usageSource)}::text[],
+            ${column((r) => r.searchCount)}::int[], ${column((r) => r.contentPages)}::int[],
+            ${column((r) => r.costMicroMyr)}::bigint[], ${column((r) => r.latencyMs)}::int[],
+            ${column((r) => r.stream)}::boolean[], ${column((r) => r.errorCode)}::text[],
+            ${column((r) => r.createdAt.toISOString())}::timestamptz[],
+            ${column((r) => r.completedAt?.toISOString() ?? null)}::timestamptz[]
+          )
+          ON CONFLICT (request_id) DO UPDATE
+          SET status = EXCLUDED.status, reservation_id = COALESCE(EXCLUDED.reservation_id, request_logs.reservation_id),
+              input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
+              reasoning_tokens = EXCLUDED.reasoning_tokens, cached_tokens = EXCLUDED.cached_tokens,
+              usage_source = EXCLUDED.usage_source, search_count = EXCLUDED.search_count,
+              content_pages = EXCLUDED.content_pages, cost_micro_myr = EXCLUDED.cost_micro_myr,
+              latency_ms = EXCLUDED.latency_ms, error_code = EXCLUDED.error_code, completed_at = EXCLUDED.completed_at
+          WHERE request_logs.status = 'pending'
+            -- A late charge (the sweeper released the call, taking its process for dead) bills it after all.
+            OR (EXCLUDED.status = 'billed' AND request_logs.status = 'failed')
+        `)
+      }
+
+      const reportedCost = (reservationId: string) =>
+        Effect.map(
+          sql<{ costMicroMyr: number }>`
+            SELECT cost_micro_myr FROM request_logs WHERE reservation_id = ${reservationId} AND status = 'succeeded'
+          `,
+          (rows) => rows[0]?.costMicroMyr
+        )
+
+      const markBilled = (reservationId: string) =>
+        Effect.asVoid(sql`
+          UPDATE request_logs SET status = 'billed', completed_at = now()
+          WHERE reservation_id = ${reservationId} AND status = 'succeeded'
+        `)
+
+      const failReleased = (reservationId: string) =>
+        Effect.asVoid(sql`
+          UPDATE request_logs SET status = 'failed', cost_micro_myr = 0, error_code = 'internal_error', completed_at = now()
+          WHERE reservation_id = ${reservationId} AND status = 'pending'
+        `)
+
+      const closeOrphans = (self: string) =>
+        Effect.gen(function*() {
+          const settled = yield* sql`
+            UPDATE request_logs l
+            SET status = CASE WHEN r.status = 'captured' THEN 'billed' ELSE 'failed' END,
+                cost_micro_myr = COALESCE(r.captured_micro_myr, 0),
+                error_code = CASE WHEN r.status = 'captured' THEN l.error_code ELSE 'internal_error' END,
+                completed_at = now()
+            FROM reservations r
+            WHERE l.status = 'pending' AND l.reservation_id = r.id AND r.status <> 'open'
+            RETURNING l.request_id
+          `
+          const unheld = yield* sql`
+            UPDATE request_logs
+            SET status = 'failed', cost_micro_myr = 0, error_code = 'internal_error', completed_at = now()
+            WHERE status = 'pending' AND reservation_id IS NULL
+              AND (${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(MAX_HOLD)} * interval '1 second')
+            RETURNING request_id
+          `
+          return settled.length + unheld.length
+        })
+
+      return RequestLogs.of({ write, reportedCost, markBilled, failReleased, closeOrphans })
+    })
+  )
+}

@@ -1,6 +1,7 @@
 import initial from "./0001_initial.js"
 import payments from "./0002_payments.js"
 import settlement from "./0003_settlement.js"
+import keyNotify from "./0004_key_notify.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -10,5 +11,6 @@ import settlement from "./0003_settlement.js"
 export const migrations = {
   "0001_initial": initial,
   "0002_payments": payments,
-  "0003_settlement": settlement
+  "0003_settlement": settlement,
+  "0004_key_notify": keyNotify
 }

@@ -1,6 +1,6 @@
 import type { SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Clock, Context, Data, Duration, Effect, Exit, Layer, Option, Stream } from "effect"
+import { Cause, Clock, Context, Data, Duration, Effect, Exit, Layer, Stream } from "effect"
 import { randomBase62 } from "../Domain/Ids.js"
 import { type KeyLookup, KeysRepo } from "./Repo.js"
 
@@ -53,24 +53,18 @@ export class KeyCache extends Context.Tag("nenas/KeyCache")<KeyCache, {
   /** Whether memory answers now (announcements are being heard). */
   readonly listening: Effect.Effect<boolean>
 }>() {
-  /** Remembers lookups when the database client is PostgreSQL's (`PgClient`), which can LISTEN; else every lookup is SQL. */
+  /**
+   * Where LISTEN is impossible (a transaction-pooling proxy, say) the ping is
+   * never heard, and every lookup stays SQL.
+   */
   static readonly layer = (options: Partial<KeyCacheOptions> = {}) =>
     Layer.scoped(
       KeyCache,
       Effect.gen(function*() {
-        const repo = yield* KeysRepo
-        const pg = yield* Effect.serviceOption(PgClient.PgClient)
-        if (Option.isNone(pg)) {
-          yield* Effect.logWarning("API keys are not cached: the database client cannot LISTEN")
-          return uncached(repo)
-        }
-        return yield* remembering(repo, pg.value, { ...defaults, ...options })
+        return yield* remembering(yield* KeysRepo, yield* PgClient.PgClient, { ...defaults, ...options })
       })
     )
 }
-
-const uncached = (repo: KeysRepo["Type"]): KeyCache["Type"] =>
-  KeyCache.of({ lookup: repo.lookup, forgetAccount: () => Effect.void, listening: Effect.succeed(false) })
 
 const remembering = (repo: KeysRepo["Type"], pg: PgClient.PgClient, options: KeyCacheOptions) =>
   Effect.gen(function*() {
@@ -121,6 +115,12 @@ const remembering = (repo: KeysRepo["Type"], pg: PgClient.PgClient, options: Key
         }
       })
 
+    // PgClient's own `notify` sends `NOTIFY channel, $1`, which PostgreSQL refuses: pg_notify takes parameters.
+    const sendPing = pg`SELECT pg_notify(${KEYS_CHANNEL}, ${ping})`.pipe(
+      Effect.timeout(options.reconnectAfter),
+      Effect.catchAll((error) => Effect.logDebug("API key cache: ping not sent", error))
+    )
+
     /**
      * One LISTEN connection, until it stops delivering. The library swallows a
      * dropped listening connection's error, so the ping is what tells.
@@ -136,25 +136,30 @@ const remembering = (repo: KeysRepo["Type"], pg: PgClient.PgClient, options: Key
       )
       const watch = Effect.gen(function*() {
         while (true) {
-          yield* Effect.fork(Effect.ignore(Effect.timeout(pg.notify(KEYS_CHANNEL, ping), options.reconnectAfter)))
+          yield* Effect.fork(sendPing)
           yield* Effect.sleep(options.pingEvery)
           const now = yield* Clock.currentTimeMillis
           if (now - (heardAt ?? startedAt) > reconnectAfter) {
-            return yield* new Deaf({ message: `own ping unheard for ${reconnectAfter} ms` })
+            return yield* new Deaf({ message: `its own ping went unheard for ${reconnectAfter} ms` })
           }
         }
       })
       return yield* Effect.raceFirst(listen, watch)
     })
 
+    /** Warned of the current silence already: a database that stays away is one line, not one a second. */
+    let warned = false
     const relisten = Effect.gen(function*() {
       const exit = yield* Effect.exit(session)
-      const wasHearing = heardAt !== undefined
+      if (heardAt !== undefined) warned = false
       heardAt = undefined
       forgetAll()
-      if (wasHearing) {
-        const cause = Exit.isFailure(exit) ? exit.cause : Cause.empty
-        yield* Effect.logWarning("API key invalidations unheard; lookups go to the database until listening again", cause)
+      if (!warned) {
+        warned = true
+        yield* Effect.logWarning(
+          "API key cache: invalidations unheard; lookups go to the database until it listens again",
+          Exit.isFailure(exit) ? exit.cause : Cause.empty
+        )
       }
       yield* Effect.sleep("1 second")
     })

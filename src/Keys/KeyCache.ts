@@ -61,7 +61,9 @@ export class KeyCache extends Context.Tag("nenas/KeyCache")<KeyCache, {
     Layer.scoped(
       KeyCache,
       Effect.gen(function*() {
-        return yield* remembering(yield* KeysRepo, yield* PgClient.PgClient, { ...defaults, ...options })
+        const repo = yield* KeysRepo
+        const pg = yield* PgClient.PgClient
+        return yield* remembering(repo, pg, { ...defaults, ...options })
       })
     )
 }
@@ -79,9 +81,13 @@ const remembering = (repo: KeysRepo["Type"], pg: PgClient.PgClient, options: Key
     let generation = 0
 
     const hearing = (now: number) => heardAt !== undefined && now - heardAt <= deafAfter
-    const forget = (drop: (hash: string, entry: Entry) => boolean) => {
+    const forgetKey = (hash: string) => {
       generation++
-      for (const [hash, entry] of entries) if (drop(hash, entry)) entries.delete(hash)
+      entries.delete(hash)
+    }
+    const forgetAccount = (accountId: string) => {
+      generation++
+      for (const [hash, entry] of entries) if (entry.accountId === accountId) entries.delete(hash)
     }
     const forgetAll = () => {
       generation++
@@ -105,11 +111,9 @@ const remembering = (repo: KeysRepo["Type"], pg: PgClient.PgClient, options: Key
         } else if (payload.startsWith("ping:")) {
           // Another instance's ping.
         } else if (payload.startsWith("key:")) {
-          const hash = payload.slice("key:".length)
-          forget((h) => h === hash)
+          forgetKey(payload.slice("key:".length))
         } else if (payload.startsWith("account:")) {
-          const accountId = payload.slice("account:".length)
-          forget((_, entry) => entry.accountId === accountId)
+          forgetAccount(payload.slice("account:".length))
         } else {
           forgetAll()
         }
@@ -180,7 +184,7 @@ const remembering = (repo: KeysRepo["Type"], pg: PgClient.PgClient, options: Key
           if (before === generation && hearing(yield* Clock.currentTimeMillis)) remember(hash, found, now)
           return found
         }),
-      forgetAccount: (accountId) => Effect.sync(() => forget((_, entry) => entry.accountId === accountId)),
+      forgetAccount: (accountId) => Effect.sync(() => forgetAccount(accountId)),
       listening: Effect.map(Clock.currentTimeMillis, hearing)
     })
   })

@@ -1,6 +1,7 @@
 import initial from "./0001_initial.js"
 import payments from "./0002_payments.js"
 import settlement from "./0003_settlement.js"
+import keyNotify from "./0004_key_notify.js"
 import creditGrants from "./0005_credit_grants.js"
 
 /**
@@ -12,5 +13,6 @@ export const migrations = {
   "0001_initial": initial,
   "0002_payments": payments,
   "0003_settlement": settlement,
+  "0004_key_notify": keyNotify,
   "0005_credit_grants": creditGrants
 }

@@ -5,8 +5,8 @@ import { NenasApi } from "../Api.js"
 import { AuthenticationError, ExpiredApiKey, InvalidApiKey, NotFound, RevokedApiKey } from "../Domain/Errors.js"
 import { noteRequestFacts } from "../Http/RequestContext.js"
 import { hashKey, keyPrefix } from "../Keys/ApiKeys.js"
+import { KeyCache } from "../Keys/KeyCache.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
-import { KeysRepo } from "../Keys/Repo.js"
 import { ApiKeyAuth, DashboardAuth } from "./Api.js"
 import { IdentityProvider } from "./IdentityProvider.js"
 
@@ -31,7 +31,7 @@ const describe = (key: string): string => key.startsWith("nns_") ? `${keyPrefix(
 export const ApiKeyAuthLive = Layer.effect(
   ApiKeyAuth,
   Effect.gen(function*() {
-    const keys = yield* KeysRepo
+    const keys = yield* KeyCache
     const lastUsed = yield* KeyLastUsed
     return ApiKeyAuth.of({
       apiKey: (token) =>

@@ -13,6 +13,7 @@ import { PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
+import { KeyCache } from "../Keys/KeyCache.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
@@ -52,6 +53,7 @@ export const ServicesLive = Layer.mergeAll(
   Layer.provideMerge(traced(Spending, "spending", Spending.layer)),
   Layer.provideMerge(Layer.mergeAll(
     KeyLastUsed.layer(),
+    KeyCache.layer(),
     traced(WalletRepo, "wallet", WalletRepo.layer),
     Router.layer,
     instrumentedProvider(ProviderLive),

@@ -7,6 +7,7 @@ import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
 import type { ApiKeyRecord } from "./Api.js"
 import { generateKey, hashKey, keyPrefix } from "./ApiKeys.js"
+import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
 import { type KeyRow, KeysRepo } from "./Repo.js"
 
@@ -33,6 +34,7 @@ const toRecord = (row: KeyRow, now: Date, pendingUse: Option.Option<Date>): ApiK
 export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* KeysRepo
+    const cache = yield* KeyCache
     const lastUsed = yield* KeyLastUsed
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     return handlers
@@ -75,6 +77,8 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           const account = yield* CurrentAccount
           const deleted = yield* Effect.orDie(repo.remove(account.id, path.id))
           if (!deleted) return yield* new NotFound({ message: `No API key with id '${path.id}'.`, param: "id" })
+          // Every instance hears of it within moments; this one knows at once.
+          yield* cache.forgetAccount(account.id)
           return { ok: true } as const
         }))
   }))

@@ -1,0 +1,366 @@
+import { SqlClient } from "@effect/sql"
+import { describe, expect, layer } from "@effect/vitest"
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { AccountsRepo } from "../src/Accounts/Repo.js"
+import { AppConfig } from "../src/AppConfig.js"
+import { DatabaseLive } from "../src/Database/Database.js"
+import { freePort } from "../src/Database/EmbeddedPostgres.js"
+import { newId } from "../src/Domain/Ids.js"
+import { Spending } from "../src/Wallet/Spending.js"
+import { ServerLive } from "../src/Http/Server.js"
+import { hashKey } from "../src/Keys/ApiKeys.js"
+import { KeyCache } from "../src/Keys/KeyCache.js"
+import { type KeyLookup, KeysRepo } from "../src/Keys/Repo.js"
+import { call, createKey, type Reply } from "./support/Http.js"
+import { modelCall } from "./support/Models.js"
+import { topUp, webhookOverrides } from "./support/Stripe.js"
+import { freshDatabase, makeShiftableClock, onDatabase, query, TestServer } from "./support/TestServer.js"
+import { developer } from "./support/Wallet.js"
+
+/** The bound the cache promises for a change made anywhere: every instance sees it within a second. */
+const DEADLINE_MS = 1_000
+
+/**
+ * Probes every 50 ms until `done` holds of an answer, and returns the
+ * milliseconds from `since` to the start of the probe that saw it; fails when
+ * no probe started within `DEADLINE_MS` of `since` saw it.
+ */
+const seenWithin = <A, E, R>(since: number, probe: Effect.Effect<A, E, R>, done: (answer: A) => boolean) =>
+  Effect.gen(function*() {
+    while (true) {
+      const startedAt = Date.now()
+      const answer = yield* probe
+      if (done(answer) && startedAt - since <= DEADLINE_MS) return startedAt - since
+      if (startedAt - since > DEADLINE_MS) {
+        return yield* Effect.dieMessage(`not seen within ${DEADLINE_MS} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
+      }
+      yield* Effect.sleep("50 millis")
+    }
+  })
+
+/** The database connections that LISTEN on the key channel (one per listening instance). */
+const listeners = (sql: SqlClient.SqlClient) =>
+  sql<{ pid: number }>`
+    SELECT pid FROM pg_stat_activity
+    WHERE datname = current_database() AND query = 'LISTEN "nenas_keys"' AND pid <> pg_backend_pid()
+  `
+
+/** Runs `statements` in one session with triggers off: a change the database does not announce. */
+const unannounced = (...statements: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SET LOCAL session_replication_role = replica`
+      for (const statement of statements) yield* sql.unsafe(statement)
+    }))
+  })
+
+describe("the API-key cache of one instance", () => {
+  /** Lookups that reached SQL. */
+  let sqlLookups = 0
+  const CountingKeysRepo = Layer.effect(KeysRepo, Effect.map(KeysRepo, (repo) =>
+    KeysRepo.of({
+      ...repo,
+      lookup: (hash) => Effect.zipRight(Effect.sync(() => sqlLookups++), repo.lookup(hash))
+    })))
+  const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
+    DatabaseLive.pipe(Layer.provide(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
+  const TIME_TO_LIVE_MS = 2_000
+  const Parts = KeyCache.layer({ reconnectAfter: "1 second", timeToLive: TIME_TO_LIVE_MS }).pipe(
+    Layer.provide(CountingKeysRepo),
+    Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer)),
+    Layer.provideMerge(Database)
+  )
+
+  layer(Parts, { excludeTestServices: true, timeout: 60_000 })((it) => {
+    const listening = Effect.gen(function*() {
+      const cache = yield* KeyCache
+      const since = Date.now()
+      while (!(yield* cache.listening)) {
+        if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the cache never started listening")
+        yield* Effect.sleep("20 millis")
+      }
+    })
+
+    const newKey = Effect.gen(function*() {
+      const account = yield* (yield* AccountsRepo).signIn({ subject: newId("sub"), email: null, name: null })
+      const secret = newId("secret")
+      const row = yield* (yield* KeysRepo).create({
+        id: newId("key"),
+        accountId: account.id,
+        name: "cached",
+        prefix: "nns_live_abc",
+        environment: "live",
+        keyHash: hashKey(secret),
+        monthlySpendLimitMicroMyr: null,
+        expiresAt: null
+      })
+      return { hash: hashKey(secret), row }
+    })
+
+    /** Looks `hash` up `times` times; returns the answers and how many reached SQL. */
+    const lookups = (hash: Buffer, times: number) =>
+      Effect.gen(function*() {
+        const cache = yield* KeyCache
+        const before = sqlLookups
+        const answers: Array<KeyLookup> = []
+        for (let i = 0; i < times; i++) answers.push(yield* cache.lookup(hash))
+        return { answers, sql: sqlLookups - before }
+      })
+
+    /**
+     * Looks `hash` up until an answer comes from memory: the key's own creation is announced too, and
+     * drops what was remembered before it was heard. Fails when that takes longer than the deadline.
+     */
+    const remembered = (hash: Buffer) => seenWithin(Date.now(), lookups(hash, 1), ({ sql }) => sql === 0)
+
+    it.effect("a remembered lookup costs no SQL; a last-use write drops nothing", () =>
+      Effect.gen(function*() {
+        yield* listening
+        const { hash, row } = yield* newKey
+        yield* remembered(hash)
+        const first = yield* lookups(hash, 50)
+        expect(first.sql).toBe(0)
+        expect(first.answers.every((answer) => answer._tag === "Active" && answer.key.id === row.id)).toBe(true)
+        // Recording a use announces nothing; announcements arrive in commit order, so once a later change to
+        // another key is heard, an announcement of the use would have been heard too.
+        yield* (yield* KeysRepo).recordLastUsed([{ id: row.id, at: new Date() }])
+        const other = yield* newKey
+        yield* remembered(other.hash)
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`UPDATE api_keys SET name = 'renamed' WHERE id = ${other.row.id}`
+        yield* seenWithin(Date.now(), lookups(other.hash, 1), ({ answers }) =>
+          answers[0]?._tag === "Active" && answers[0].key.name === "renamed")
+        expect((yield* lookups(hash, 5)).sql).toBe(0)
+      }))
+
+    it.effect("a remembered unknown key is dropped once the key exists, and a deleted one answers revoked", () =>
+      Effect.gen(function*() {
+        yield* listening
+        const secret = newId("secret")
+        expect(yield* lookups(hashKey(secret), 3)).toMatchObject({ sql: 1, answers: [{ _tag: "Unknown" }, { _tag: "Unknown" }, { _tag: "Unknown" }] })
+        const account = yield* (yield* AccountsRepo).signIn({ subject: newId("sub"), email: null, name: null })
+        const keyId = newId("key")
+        const keys = yield* KeysRepo
+        yield* keys.create({
+          id: keyId,
+          accountId: account.id,
+          name: "late",
+          prefix: "nns_live_abc",
+          environment: "live",
+          keyHash: hashKey(secret),
+          monthlySpendLimitMicroMyr: null,
+          expiresAt: null
+        })
+        yield* seenWithin(Date.now(), lookups(hashKey(secret), 1), ({ answers }) => answers[0]?._tag === "Active")
+        yield* keys.remove(account.id, keyId)
+        yield* seenWithin(Date.now(), lookups(hashKey(secret), 1), ({ answers }) => answers[0]?._tag === "Revoked")
+      }))
+
+    it.effect("a dropped listening connection stops memory from answering, and memory resumes once it listens again", () =>
+      Effect.gen(function*() {
+        yield* listening
+        const { hash, row } = yield* newKey
+        yield* remembered(hash)
+        const sql = yield* SqlClient.SqlClient
+        const [listener] = yield* listeners(sql)
+        expect(listener).toBeDefined()
+        yield* sql`SELECT pg_terminate_backend(${listener?.pid ?? 0})`
+        // Deleted while nobody listens: the announcement is lost, yet the key must not stay valid.
+        const deletedAt = Date.now()
+        yield* (yield* KeysRepo).remove(row.accountId, row.id)
+        yield* seenWithin(deletedAt, lookups(hash, 1), ({ answers }) => answers[0]?._tag === "Revoked")
+        // A new connection listens, and what is remembered from then on costs no SQL again.
+        yield* listening
+        const again = yield* newKey
+        yield* remembered(again.hash)
+        expect((yield* lookups(again.hash, 3)).sql).toBe(0)
+        expect((yield* listeners(sql)).map(({ pid }) => pid)).not.toContain(listener?.pid)
+      }))
+
+    it.effect("an unannounced change is seen once the safety time-to-live passes", () =>
+      Effect.gen(function*() {
+        yield* listening
+        const { hash, row } = yield* newKey
+        const cache = yield* KeyCache
+        yield* remembered(hash)
+        yield* unannounced(`UPDATE api_keys SET name = 'quiet' WHERE id = '${row.id}'`)
+        const changedAt = Date.now()
+        // Served from memory: the database was not asked.
+        const stale = yield* cache.lookup(hash)
+        expect(stale._tag === "Active" && stale.key.name).toBe("cached")
+        while (true) {
+          const found = yield* cache.lookup(hash)
+          if (found._tag === "Active" && found.key.name === "quiet") break
+          if (Date.now() - changedAt > TIME_TO_LIVE_MS + 1_000) return yield* Effect.dieMessage("still remembered after its time-to-live")
+          yield* Effect.sleep("50 millis")
+        }
+      }))
+  })
+})
+
+/** Two instances of the whole service in this process, on one database: each with its own cache and listener. */
+class Instances extends Context.Tag("test/KeyCacheInstances")<Instances, {
+  readonly a: string
+  readonly b: string
+  /** Whether both instances' caches hear the database's announcements. */
+  readonly listening: Effect.Effect<boolean>
+}>() {}
+
+const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
+  const database = yield* freshDatabase
+  // One development identity key for both, as one identity provider would sign for both.
+  const dataDir = yield* Effect.acquireRelease(
+    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-keycache-"))),
+    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
+  )
+  const ports = [yield* Effect.promise(freePort), yield* Effect.promise(freePort)] as const
+  const [a, b] = ports.map((port) => `http://127.0.0.1:${port}`) as [string, string]
+  const clock = makeShiftableClock()
+  const instance = (port: number) =>
+    ServerLive.pipe(
+      Layer.provide(AppConfig.layerWith({
+        ...webhookOverrides,
+        databaseUrl: Option.some(Redacted.make(database.url)),
+        dataDir,
+        host: "127.0.0.1",
+        port,
+        // Behind one load balancer both have one public address (the development sign-in's token issuer).
+        publicBaseUrl: a,
+        dashboardUrl: `${a}/app`,
+        instanceId: `keycache:${port}`
+      })),
+      Layer.provide(Layer.setClock(clock)),
+      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
+    )
+  // One after the other: the second finds the migrations applied.
+  const first = yield* Layer.build(instance(ports[0]))
+  const second = yield* Layer.build(instance(ports[1]))
+  // Reads through the support helpers see what both instances settled.
+  const settled = Effect.orDie(Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled))
+  const listening = Effect.map(
+    Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
+    (both) => both.every(Boolean)
+  )
+  return Context.make(Instances, { a, b, listening }).pipe(
+    Context.add(TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
+  )
+}))
+
+/** Runs `effect` against the instance at `baseUrl` (the support helpers call "the" test server). */
+const on = (baseUrl: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl }))
+
+const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
+
+/** What a reply says, in one word: `200`, or its error code. */
+const outcome = (reply: Reply): string => reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
+
+describe("API keys cached by two instances on one database", () => {
+  layer(InstancesLive, { excludeTestServices: true, timeout: 120_000 })((it) => {
+    /** Both instances listen for key changes before a test remembers anything. */
+    const bothListening = Effect.gen(function*() {
+      const since = Date.now()
+      const { listening } = yield* Instances
+      while (true) {
+        if (yield* listening) return
+        if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the instances never listened")
+        yield* Effect.sleep("50 millis")
+      }
+    })
+
+    /** `probe` answered by both instances until each gives `expected`; both within the deadline from `since`. */
+    const bothSee = (since: number, probe: Effect.Effect<Reply, never, TestServer>, expected: string) =>
+      Effect.flatMap(Instances, ({ a, b }) =>
+        Effect.all([a, b].map((base) => seenWithin(since, on(base)(probe), (reply) => outcome(reply) === expected)), {
+          concurrency: 2
+        }))
+
+    const warm = (probe: Effect.Effect<Reply, never, TestServer>) =>
+      Effect.gen(function*() {
+        const { a, b } = yield* Instances
+        for (const base of [a, b, a, b]) expect(outcome(yield* on(base)(probe))).toBe("200")
+      })
+
+    it.effect("a key deleted through one instance is refused by the other within a second", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("cache-delete@example.com"))
+        const created = yield* on(a)(createKey(token, { name: "doomed", environment: "test" }))
+        const models = call("GET", "/v1/models", { token: created.full_key })
+        yield* warm(models)
+        const deletedAt = Date.now()
+        const deleted = yield* on(a)(call("DELETE", `/dashboard/api-keys/${created.key.id}`, { token }))
+        expect(deleted.status).toBe(200)
+        // The instance that deleted it knows at once; the other within the deadline.
+        expect(outcome(yield* on(a)(models))).toBe("revoked_api_key")
+        const elapsed = yield* seenWithin(deletedAt, on(b)(models), (reply) => outcome(reply) === "revoked_api_key")
+        expect(elapsed).toBeLessThanOrEqual(DEADLINE_MS)
+      }))
+
+    it.effect("an account suspended in the database (as a dispute does) is refused by both within a second, and lifted alike", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a } = yield* Instances
+        const { accountId, token } = yield* on(a)(developer("cache-suspend@example.com"))
+        const created = yield* on(a)(createKey(token, { name: "suspended", environment: "test" }))
+        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        yield* warm(respond)
+        const suspendedAt = Date.now()
+        yield* query("UPDATE accounts SET suspended_at = now() WHERE id = $1", [accountId])
+        const refused = yield* bothSee(suspendedAt, respond, "permission_denied")
+        expect(Math.max(...refused)).toBeLessThanOrEqual(DEADLINE_MS)
+        const liftedAt = Date.now()
+        yield* query("UPDATE accounts SET suspended_at = NULL WHERE id = $1", [accountId])
+        const served = yield* bothSee(liftedAt, respond, "200")
+        expect(Math.max(...served)).toBeLessThanOrEqual(DEADLINE_MS)
+      }))
+
+    it.effect("a key's monthly spend limit and expiry changed in the database are applied by both within a second", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a } = yield* Instances
+        const { token } = yield* on(a)(developer("cache-limit@example.com"))
+        yield* on(a)(topUp(token, 1000))
+        const created = yield* on(a)(createKey(token, { name: "limited", environment: "live", monthly_spend_limit_myr: 100 }))
+        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        yield* warm(respond)
+        const loweredAt = Date.now()
+        yield* query("UPDATE api_keys SET monthly_spend_limit_micro_myr = 0 WHERE id = $1", [created.key.id])
+        const limited = yield* bothSee(loweredAt, respond, "spend_limit_exceeded")
+        expect(Math.max(...limited)).toBeLessThanOrEqual(DEADLINE_MS)
+        const expiredAt = Date.now()
+        yield* query("UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1", [created.key.id])
+        const expired = yield* bothSee(expiredAt, call("GET", "/v1/models", { token: created.full_key }), "expired_api_key")
+        expect(Math.max(...expired)).toBeLessThanOrEqual(DEADLINE_MS)
+      }))
+
+    it.effect("a call authenticated from memory asks the database nothing: a change it does not announce goes unseen", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("cache-memory@example.com"))
+        // A momentary silence (a stalled event loop) would send that instance's lookups to SQL: a few tries.
+        const fromMemory: Array<boolean> = []
+        for (let attempt = 0; attempt < 3 && !fromMemory.includes(true); attempt++) {
+          const created = yield* on(a)(createKey(token, { name: `quiet ${attempt}`, environment: "test" }))
+          const models = call("GET", "/v1/models", { token: created.full_key })
+          // Its creation's own announcement has been heard once a lookup after it is remembered.
+          yield* seenWithin(Date.now(), on(b)(models), (reply) => outcome(reply) === "200")
+          yield* warm(models)
+          yield* onDatabase(async (client) => {
+            await client.query("BEGIN")
+            await client.query("SET LOCAL session_replication_role = replica")
+            await client.query("UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1", [created.key.id])
+            await client.query("COMMIT")
+          })
+          fromMemory.push(outcome(yield* on(b)(models)) === "200")
+        }
+        expect(fromMemory).toContain(true)
+      }))
+  })
+})

@@ -77,6 +77,8 @@ describe("two instances on one database and one Redis", { timeout: 300_000 }, ()
         expect(replies.map((reply) => reply.status)).toEqual([200, 200, 200, 200, 200, 200])
         const billed = replies.reduce((sum, reply) => sum + Math.round(Number(reply.body.usage.cost_myr) * 1_000_000), 0)
         expect(billed).toBeGreaterThan(0)
+        // Each instance writes its calls within a flush interval (20 ms); the other reads them after that.
+        yield* realSleep(100)
         const fromA = yield* on(a)(call("GET", "/dashboard/billing/balance", { token }))
         const fromB = yield* on(b)(call("GET", "/dashboard/billing/balance", { token }))
         expect(fromA.body).toEqual(fromB.body)

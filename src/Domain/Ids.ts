@@ -6,13 +6,25 @@ import { randomBytes } from "node:crypto"
  */
 const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
+/** Random bytes drawn 4 KiB at a time: one system call per about a hundred ids, not one per id. */
+const POOL_BYTES = 4096
+let pool = randomBytes(POOL_BYTES)
+let next = 0
+
+const randomByte = (): number => {
+  if (next === POOL_BYTES) {
+    pool = randomBytes(POOL_BYTES)
+    next = 0
+  }
+  return pool[next++]!
+}
+
 export const randomBase62 = (length: number): string => {
   let out = ""
   while (out.length < length) {
+    const byte = randomByte()
     // 248 = 4 * 62: rejecting bytes at or above it keeps every character equally likely.
-    for (const byte of randomBytes(length * 2)) {
-      if (byte < 248 && out.length < length) out += ALPHABET[byte % 62]
-    }
+    if (byte < 248) out += ALPHABET[byte % 62]
   }
   return out
 }

@@ -23,8 +23,24 @@ export const jsonLineLogger = Logger.make<unknown, void>(({ annotations, cause, 
     record["spans"] = Object.fromEntries(List.toArray(spans).map((span) => [span.label, now - span.startTime]))
   }
   if (!Cause.isEmpty(cause)) record["cause"] = Cause.pretty(cause, { renderErrorCause: true })
-  process.stdout.write(`${JSON.stringify(record)}\n`)
+  write(`${JSON.stringify(record)}\n`)
 })
+
+let corked = false
+const uncork = () => {
+  corked = false
+  process.stdout.uncork()
+}
+
+/** Lines written in one turn of the event loop go out in one system call (Node's cork/uncork). */
+const write = (line: string) => {
+  if (!corked) {
+    corked = true
+    process.stdout.cork()
+    process.nextTick(uncork)
+  }
+  process.stdout.write(line)
+}
 
 /**
  * `LOG_FORMAT`: one JSON object a line for log collectors (production's

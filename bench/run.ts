@@ -107,7 +107,8 @@ const serviceProblems = async (service: Child) => {
 const printProfiles = async (dir: string, peersDir: string) => {
   const files = (await readdir(dir)).filter((file) => file.endsWith(".cpuprofile"))
   process.stdout.write(`\nThe service's CPU profile: ${dir} (${files.join(", ") || "no profile written"})\n`)
-  for (const file of files) {
+  // CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile: thread 0 is the main thread (others: the tsx loader's).
+  for (const file of files.filter((name) => /\.\d+\.0\.\d+\.cpuprofile$/.test(name))) {
     const summary = spawnSync(process.execPath, [join(peersDir, "profile-summary.mjs"), join(dir, file), "--top", "25"], {
       encoding: "utf8"
     })
@@ -141,7 +142,9 @@ const main = async () => {
     // As root the embedded cluster lives outside DATA_DIR.
     if (cluster.layout === "root") await rm(cluster.ownDir, { recursive: true, force: true })
   }
+  let stopping = false
   const interrupted = () => {
+    stopping = true
     log("interrupted: stopping the service, the upstream and peers.mjs")
     void cleanup().finally(() => process.exit(130))
   }
@@ -264,6 +267,7 @@ const main = async () => {
       process.exitCode = 1
     }
   } catch (error) {
+    if (stopping) throw new OneLine("interrupted")
     if (service !== undefined) process.stdout.write(`\nThe service's last output:\n${await tail(service, 8000)}\n`)
     throw error
   } finally {

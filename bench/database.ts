@@ -20,6 +20,8 @@ const STATS_SETTLE_MS = 11_000
 const WRITE_SETTLE_MS = 200
 
 export interface Counters {
+  /** Date.now() of the reading. */
+  readonly at: number
   readonly transactions: number
   readonly walBytes: number
   /** Chat calls the fake upstream has answered since it started. */
@@ -64,7 +66,7 @@ export class DatabaseCounters {
     ])
     const row = rows[0]
     if (row?.transactions === null || row === undefined) throw new Error(`no pg_stat_database row for ${this.database}`)
-    return { transactions: Number(row.transactions), walBytes: Number(row.wal), upstreamCalls: upstreamCalls.requests }
+    return { at: Date.now(), transactions: Number(row.transactions), walBytes: Number(row.wal), upstreamCalls: upstreamCalls.requests }
   }
 
   end() {
@@ -76,26 +78,40 @@ export class DatabaseCounters {
 interface Window {
   readonly before: Counters
   readonly after: Counters
-  /** When the transaction count is complete: `endedAt + STATS_SETTLE_MS`, or the next window's start. */
+  /** When the transaction count is complete: STATS_SETTLE_MS after the window, or the next window's start. */
   settled?: Counters
   readonly settleAt: number
+}
+
+/** What the service does on its own (sweeps, heartbeats), per second. */
+export interface Background {
+  readonly transactionsPerSecond: number
+  readonly walBytesPerSecond: number
 }
 
 export interface WindowTotals {
   readonly windows: number
   readonly calls: number
+  /** Net of the background over the seconds each window was counted. */
   readonly transactions: number
-  /** Transactions visible WRITE_SETTLE_MS after the windows (the rest were still held by backends). */
-  readonly transactionsSeenEarly: number
   readonly walBytes: number
+  /** As read, background included. */
+  readonly rawTransactions: number
+  /** Transactions visible WRITE_SETTLE_MS after the windows, background included (backends still held the rest). */
+  readonly transactionsSeenEarly: number
+  readonly background: Background
 }
 
 /**
- * Readings around each window of one peers.mjs run. Events are handled in
- * order; `finish` waits for the last settled reading.
+ * Readings around each window of one peers.mjs run; the span from `begin`
+ * to the first window (the peers' own targets run, the service idles) gives
+ * the background. Events are handled in order; `finish` waits for the last
+ * settled reading.
  */
 export class WindowTracker {
   private readonly windows: Array<Window> = []
+  private idleFrom: Counters | undefined
+  private background: Background | undefined
   private open: Counters | undefined
   private queue: Promise<void> = Promise.resolve()
   private failure: unknown
@@ -109,10 +125,22 @@ export class WindowTracker {
     })
   }
 
+  /** Before peers.mjs starts, with the service idle and its last window's statistics flushed. */
+  async begin() {
+    this.idleFrom = await this.counters.read()
+  }
+
   /** The service's warm-up began. */
   started() {
     this.enqueue(async () => {
       const now = await this.counters.read()
+      if (this.background === undefined && this.idleFrom !== undefined) {
+        const seconds = Math.max(1, now.at - this.idleFrom.at) / 1000
+        this.background = {
+          transactionsPerSecond: (now.transactions - this.idleFrom.transactions) / seconds,
+          walBytesPerSecond: (now.walBytes - this.idleFrom.walBytes) / seconds
+        }
+      }
       // The previous window's transactions are as complete as they get before this one adds to them.
       for (const window of this.windows) window.settled ??= now
       this.open = now
@@ -127,7 +155,7 @@ export class WindowTracker {
       this.open = undefined
       await sleep(WRITE_SETTLE_MS)
       const after = await this.counters.read()
-      const window: Window = { before, after, settleAt: Date.now() + STATS_SETTLE_MS - WRITE_SETTLE_MS }
+      const window: Window = { before, after, settleAt: after.at + STATS_SETTLE_MS - WRITE_SETTLE_MS }
       this.windows.push(window)
       this.timers.push(setTimeout(() => this.enqueue(() => this.settle(window)), window.settleAt - Date.now()))
     })
@@ -146,13 +174,18 @@ export class WindowTracker {
       await sleep(window.settleAt - Date.now())
       await this.settle(window)
     }
+    const background = this.background ?? { transactionsPerSecond: NaN, walBytesPerSecond: NaN }
     const sum = (pick: (window: Window) => number) => this.windows.reduce((total, window) => total + pick(window), 0)
+    const settled = (w: Window) => w.settled ?? w.after
+    const rawTransactions = sum((w) => settled(w).transactions - w.before.transactions)
     return {
       windows: this.windows.length,
       calls: sum((w) => w.after.upstreamCalls - w.before.upstreamCalls),
-      transactions: sum((w) => (w.settled?.transactions ?? NaN) - w.before.transactions),
+      transactions: rawTransactions - background.transactionsPerSecond * sum((w) => (settled(w).at - w.before.at) / 1000),
+      walBytes: sum((w) => w.after.walBytes - w.before.walBytes) - background.walBytesPerSecond * sum((w) => (w.after.at - w.before.at) / 1000),
+      rawTransactions,
       transactionsSeenEarly: sum((w) => w.after.transactions - w.before.transactions),
-      walBytes: sum((w) => w.after.walBytes - w.before.walBytes)
+      background
     }
   }
 }

@@ -55,29 +55,31 @@ export const stopPeers = () => {
   if (running !== undefined && running.exitCode === null && running.signalCode === null) running.kill("SIGTERM")
 }
 
+/** Lines of peers.mjs's progress that say the same every time: echoed on its first run only. */
+const ROUTINE = /^(node v|plan: |note: only|started \S+ pid|stopped |results: |preflight \S+: HTTP 2\d\d ok)/
+
 /**
  * Runs peers.mjs to its end, echoing its progress (stderr) indented, and tells
- * `tracker` when the service's warm-up starts and its measured seconds end.
+ * `tracker` when the service's warm-up starts and when its measured seconds end.
+ * The service must be its last target, so that nothing runs after its window.
  */
 export const runPeers = async (
   script: string,
   args: ReadonlyArray<string>,
-  options: { readonly cwd: string; readonly out: string; readonly tracker: WindowTracker }
+  options: { readonly cwd: string; readonly out: string; readonly tracker: WindowTracker; readonly quiet: boolean }
 ): Promise<{ readonly exitCode: number; readonly stderr: string }> => {
-  const child = spawn(process.execPath, [script, ...args, "--out", options.out], {
+  const child = spawn(process.execPath, [script, ...args, "--rounds", "1", "--out", options.out], {
     cwd: options.cwd,
     stdio: ["ignore", "ignore", "pipe"]
   })
   running = child
   let stderr = ""
   let scanned = 0
+  let echoed = 0
   let inWindow = false
-  let atLineStart = true
-  const start = new RegExp(`(^|\\n)(\\[\\d+/\\d+\\] )?${TARGET}: warm-up`, "g")
+  const start = new RegExp(`(^|\\n)${TARGET}: warm-up`, "g")
   const end = /\d+ req\/s, p50 /g
   child.stderr.setEncoding("utf8").on("data", (text: string) => {
-    process.stdout.write((atLineStart ? "    " : "") + text.replace(/\n(?=.)/g, "\n    "))
-    atLineStart = text.endsWith("\n")
     stderr += text
     for (;;) {
       const pattern = inWindow ? end : start
@@ -89,6 +91,11 @@ export const runPeers = async (
       else options.tracker.started()
       inWindow = !inWindow
     }
+    const complete = stderr.lastIndexOf("\n") + 1
+    for (const line of stderr.slice(echoed, complete).split("\n")) {
+      if (line.trim() !== "" && !(options.quiet && ROUTINE.test(line))) process.stdout.write(`    ${line}\n`)
+    }
+    echoed = Math.max(echoed, complete)
   })
   const exitCode = await new Promise<number>((resolveExit, reject) => {
     child.once("error", reject)
@@ -99,3 +106,42 @@ export const runPeers = async (
 
 export const readResults = async (out: string): Promise<PeerResults> =>
   JSON.parse(await readFile(out, "utf8")) as PeerResults
+
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b)
+  if (sorted.length === 0) return NaN
+  const mid = sorted.length >> 1
+  return sorted.length % 2 === 1 ? sorted[mid] ?? NaN : ((sorted[mid - 1] ?? NaN) + (sorted[mid] ?? NaN)) / 2
+}
+
+/** Several one-round results as one: per target the medians of the rounds it ran in (as peers.mjs's own --rounds). */
+export const combineRounds = (rounds: ReadonlyArray<PeerResults>): PeerResults => {
+  const names = [...new Set(rounds.flatMap((r) => r.summary.map((s) => s.name)))]
+  const summary = names.map((name): PeerSummary => {
+    const ran = rounds.flatMap((r) => r.summary.filter((s) => s.name === name && s.failed === undefined))
+    const failed = rounds.flatMap((r) => r.summary.filter((s) => s.name === name && s.failed !== undefined))
+    const pick = (key: "rps" | "p50" | "p99" | "cpu" | "hostBusy") => median(ran.map((s) => s[key]))
+    const last = ran.at(-1)
+    return {
+      name,
+      ...(ran.length === 0 ? { failed: failed[0]?.failed ?? "no runs" } : {}),
+      rps: pick("rps"),
+      rpsMin: Math.min(...ran.map((s) => s.rps)),
+      rpsMax: Math.max(...ran.map((s) => s.rps)),
+      p50: pick("p50"),
+      p99: pick("p99"),
+      errs: ran.reduce((total, s) => total + s.errs, 0),
+      cpu: pick("cpu"),
+      hostBusy: pick("hostBusy"),
+      rounds: ran.length,
+      ...(last?.cpuTreeProcs === undefined ? {} : { cpuTreeProcs: last.cpuTreeProcs })
+    }
+  })
+  const targets = names.map((name) => {
+    const all = rounds.flatMap((r) => r.targets.filter((t) => t.name === name))
+    const notes = [...new Set(all.flatMap((t) => t.preflight_notes ?? []))]
+    const failed = all.find((t) => t.failed !== undefined)?.failed
+    return { name, preflight_notes: notes, ...(failed === undefined ? {} : { failed }) }
+  })
+  return { summary, targets }
+}

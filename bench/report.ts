@@ -46,7 +46,6 @@ const find = (results: PeerResults, name: string): PeerSummary | undefined => {
 
 export const perCall = (database: WindowTotals | undefined) => ({
   transactions: database === undefined || database.calls === 0 ? NaN : database.transactions / database.calls,
-  transactionsSeenEarly: database === undefined || database.calls === 0 ? NaN : database.transactionsSeenEarly / database.calls,
   walBytes: database === undefined || database.calls === 0 ? NaN : database.walBytes / database.calls
 })
 
@@ -91,10 +90,13 @@ export const runTable = (outcome: RunOutcome) => {
   }
   if (database !== undefined) {
     const per = perCall(database)
+    const calls = database.calls === 0 ? NaN : database.calls
     lines.push(
       `PostgreSQL per ${TARGET} call: ${fmt(per.transactions, 3)} transactions, ${fmt(per.walBytes, 0)} WAL bytes ` +
         `(${database.calls} calls in ${database.windows} window${database.windows === 1 ? "" : "s"} of warm-up + measurement; ` +
-        `${fmt(per.transactionsSeenEarly, 3)} transactions/call were visible 200 ms after)`
+        `net of the service's background of ${fmt(database.background.transactionsPerSecond, 2)} transactions/s and ` +
+        `${fmt(database.background.walBytesPerSecond, 0)} WAL bytes/s; ${fmt(database.rawTransactions / calls, 3)} transactions/call ` +
+        `with it, ${fmt(database.transactionsSeenEarly / calls, 3)} of them visible 200 ms after)`
     )
   }
   return lines.join("\n")

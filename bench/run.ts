@@ -29,7 +29,8 @@ import { embeddedClusterLocation, freePort } from "../src/Database/EmbeddedPostg
 import type { Account } from "./account.js"
 import { billingCheck, chatCall, createAccount, ensureFunds } from "./account.js"
 import { DatabaseCounters, WindowTracker } from "./database.js"
-import { OneLine, preparePeers, readResults, runPeers, stopPeers, TARGET } from "./peers.js"
+import type { PeerResults } from "./peers.js"
+import { combineRounds, OneLine, preparePeers, readResults, runPeers, stopPeers, TARGET } from "./peers.js"
 import type { Child } from "./processes.js"
 import { isRunning, log, startNode, stopChild, tail, waitHttp } from "./processes.js"
 import type { RunOutcome, RunSpec } from "./report.js"
@@ -210,46 +211,57 @@ const main = async () => {
       log("BENCH_DATABASE_URL: the service's CPU excludes that PostgreSQL's, and WAL bytes count the whole server's writes")
     }
 
+    let first = true
     for (const spec of runs) {
       await ensureFunds(account, fundsPerRun)
       const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}`
-      const out = join(outDir, `${name}.json`)
-      const args = [
-        "--builtins", "direct,floor,portkey,effect",
-        "--effect-project", ROOT,
-        "--target", `${TARGET}=${base}/v1/chat/completions`,
-        "--header", `${TARGET}=Authorization:Bearer ${account.apiKey}`,
-        "--pid", `${TARGET}=${service.pid}`,
-        "--cpu-tree", TARGET,
-        "--upstream-port", String(upstreamPort),
-        "--upstream-pid", String(upstream.pid),
-        "--floor-port", String(await freePort()),
-        "--effect-port", String(await freePort()),
-        "--portkey-port", String(await freePort()),
-        "--connections", String(spec.connections),
-        "--duration", String(durationS),
-        "--warmup", String(warmupS),
-        "--rounds", String(rounds),
-        "--body", BODY,
-        ...(spec.stream ? ["--stream"] : [])
-      ]
-      log(`peers.mjs, ${label(spec)}`)
+      // One peers.mjs per round: the service is its last target, so nothing else reaches the upstream after its window.
       const tracker = new WindowTracker(counters)
-      const { exitCode, stderr } = await runPeers(peersScript, args, { cwd: ROOT, out, tracker })
+      await tracker.begin()
+      const roundResults: Array<PeerResults> = []
+      for (let round = 1; round <= rounds; round++) {
+        const args = [
+          "--builtins", "direct,floor,portkey,effect",
+          "--effect-project", ROOT,
+          "--target", `${TARGET}=${base}/v1/chat/completions`,
+          "--header", `${TARGET}=Authorization:Bearer ${account.apiKey}`,
+          "--pid", `${TARGET}=${service.pid}`,
+          "--cpu-tree", TARGET,
+          "--upstream-port", String(upstreamPort),
+          "--upstream-pid", String(upstream.pid),
+          "--floor-port", String(await freePort()),
+          "--effect-port", String(await freePort()),
+          "--portkey-port", String(await freePort()),
+          "--connections", String(spec.connections),
+          "--duration", String(durationS),
+          "--warmup", String(warmupS),
+          "--body", BODY,
+          ...(spec.stream ? ["--stream"] : [])
+        ]
+        log(`peers.mjs, ${label(spec)}, round ${round} of ${rounds}`)
+        const out = join(outDir, `${name}-${round}.json`)
+        const { exitCode, stderr } = await runPeers(peersScript, args, { cwd: ROOT, out, tracker, quiet: !first })
+        first = false
+        const results = await readResults(out).catch(() => undefined)
+        if (results === undefined) {
+          throw new Error(`peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`)
+        }
+        if (exitCode !== 0) failures.push(`${label(spec)}, round ${round}: peers.mjs exited with ${exitCode}`)
+        for (const target of results.targets) {
+          if (target.failed !== undefined) failures.push(`${label(spec)}, round ${round}: ${target.name} ${target.failed}`)
+        }
+        roundResults.push(results)
+        if (!isRunning(service)) throw new Error(`the service exited during the run:\n${await tail(service)}`)
+      }
       const database = await tracker.finish().catch((error: unknown) => {
         log(`PostgreSQL readings failed: ${String(error)}`)
         return undefined
       })
-      const results = await readResults(out).catch(() => undefined)
-      if (results === undefined) {
-        throw new Error(`peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`)
-      }
-      if (exitCode !== 0) failures.push(`${label(spec)}: peers.mjs exited with ${exitCode}`)
-      for (const target of results.targets) if (target.failed !== undefined) failures.push(`${label(spec)}: ${target.name} ${target.failed}`)
-      const outcome: RunOutcome = { spec, results, database }
+      const outcome: RunOutcome = { spec, results: combineRounds(roundResults), database }
       outcomes.push(outcome)
-      process.stdout.write(`\n${label(spec)}: ${rounds} round(s) of ${durationS} s per target (medians)\n${runTable(outcome)}\n\n`)
-      if (!isRunning(service)) throw new Error(`the service exited during the run:\n${await tail(service)}`)
+      process.stdout.write(
+        `\n${label(spec)}: ${rounds} round(s) of ${durationS} s per target after ${warmupS} s warm-up (medians)\n${runTable(outcome)}\n\n`
+      )
     }
 
     const billing = await billingCheck(account, BODY)

@@ -83,17 +83,17 @@ interface Window {
   readonly settleAt: number
 }
 
-/** What the service does on its own (sweeps, heartbeats), per second. */
+/** The transactions the service makes on its own (sweeps, heartbeats), per second. */
 export interface Background {
   readonly transactionsPerSecond: number
-  readonly walBytesPerSecond: number
 }
 
 export interface WindowTotals {
   readonly windows: number
   readonly calls: number
-  /** Net of the background over the seconds each window was counted. */
+  /** Net of the background over the seconds each window's count spans (to its settled reading). */
   readonly transactions: number
+  /** As read WRITE_SETTLE_MS after each window (the idle WAL rate swings with autovacuum: it is not subtracted). */
   readonly walBytes: number
   /** As read, background included. */
   readonly rawTransactions: number
@@ -136,10 +136,7 @@ export class WindowTracker {
       const now = await this.counters.read()
       if (this.background === undefined && this.idleFrom !== undefined) {
         const seconds = Math.max(1, now.at - this.idleFrom.at) / 1000
-        this.background = {
-          transactionsPerSecond: (now.transactions - this.idleFrom.transactions) / seconds,
-          walBytesPerSecond: (now.walBytes - this.idleFrom.walBytes) / seconds
-        }
+        this.background = { transactionsPerSecond: (now.transactions - this.idleFrom.transactions) / seconds }
       }
       // The previous window's transactions are as complete as they get before this one adds to them.
       for (const window of this.windows) window.settled ??= now
@@ -174,7 +171,7 @@ export class WindowTracker {
       await sleep(window.settleAt - Date.now())
       await this.settle(window)
     }
-    const background = this.background ?? { transactionsPerSecond: NaN, walBytesPerSecond: NaN }
+    const background = this.background ?? { transactionsPerSecond: NaN }
     const sum = (pick: (window: Window) => number) => this.windows.reduce((total, window) => total + pick(window), 0)
     const settled = (w: Window) => w.settled ?? w.after
     const rawTransactions = sum((w) => settled(w).transactions - w.before.transactions)
@@ -182,7 +179,7 @@ export class WindowTracker {
       windows: this.windows.length,
       calls: sum((w) => w.after.upstreamCalls - w.before.upstreamCalls),
       transactions: rawTransactions - background.transactionsPerSecond * sum((w) => (settled(w).at - w.before.at) / 1000),
-      walBytes: sum((w) => w.after.walBytes - w.before.walBytes) - background.walBytesPerSecond * sum((w) => (w.after.at - w.before.at) / 1000),
+      walBytes: sum((w) => w.after.walBytes - w.before.walBytes),
       rawTransactions,
       transactionsSeenEarly: sum((w) => w.after.transactions - w.before.transactions),
       background

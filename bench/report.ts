@@ -94,9 +94,8 @@ export const runTable = (outcome: RunOutcome) => {
     lines.push(
       `PostgreSQL per ${TARGET} call: ${fmt(per.transactions, 3)} transactions, ${fmt(per.walBytes, 0)} WAL bytes ` +
         `(${database.calls} calls in ${database.windows} window${database.windows === 1 ? "" : "s"} of warm-up + measurement; ` +
-        `net of the service's background of ${fmt(database.background.transactionsPerSecond, 2)} transactions/s and ` +
-        `${fmt(database.background.walBytesPerSecond, 0)} WAL bytes/s; ${fmt(database.rawTransactions / calls, 3)} transactions/call ` +
-        `with it, ${fmt(database.transactionsSeenEarly / calls, 3)} of them visible 200 ms after)`
+        `transactions net of the service's idle ${fmt(database.background.transactionsPerSecond, 2)}/s: ` +
+        `${fmt(database.rawTransactions / calls, 3)}/call with them, ${fmt(database.transactionsSeenEarly / calls, 3)} of these visible 200 ms after)`
     )
   }
   return lines.join("\n")

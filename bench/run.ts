@@ -3,7 +3,7 @@
  * peer benchmark (`../shared/bench/peers.mjs`) per setting: 32 and 1
  * connections, plain and streamed chat completions. The peers are the fake
  * upstream called directly, a minimal Node proxy, the leanest Effect gateway
- * and Portkey; the service runs its whole billed path (API key, rate limits,
+ * and Portkey; the service (compiled, as production runs it) runs its whole billed path (API key, rate limits,
  * reservation, request log, upstream call, capture) on embedded PostgreSQL
  * with its default durable commits.
  *
@@ -108,7 +108,7 @@ const serviceProblems = async (service: Child) => {
 const printProfiles = async (dir: string, peersDir: string) => {
   const files = (await readdir(dir)).filter((file) => file.endsWith(".cpuprofile"))
   process.stdout.write(`\nThe service's CPU profile: ${dir} (${files.join(", ") || "no profile written"})\n`)
-  // CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile: thread 0 is the main thread (others: the tsx loader's).
+  // CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile: thread 0 is the main thread.
   for (const file of files.filter((name) => /\.\d+\.0\.\d+\.cpuprofile$/.test(name))) {
     const summary = spawnSync(process.execPath, [join(peersDir, "profile-summary.mjs"), join(dir, file), "--top", "25"], {
       encoding: "utf8"
@@ -179,7 +179,10 @@ const main = async () => {
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
     const nodeArgs = profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`]
-    service = startNode("the service", [...nodeArgs, "--import", "tsx", "src/main.ts"], {
+    // The compiled service, as production runs it (`npm run build`'s TypeScript half; incremental).
+    const built = spawnSync("npx", ["tsc", "-b", "tsconfig.build.json"], { cwd: ROOT, encoding: "utf8" })
+    if (built.status !== 0) throw new Error(`tsc -b tsconfig.build.json failed:\n${built.stdout}${built.stderr}`)
+    service = startNode("the service", [...nodeArgs, "dist/main.js"], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
       env: {

@@ -240,7 +240,7 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
   const first = yield* Layer.build(instance(ports[0]))
   const second = yield* Layer.build(instance(ports[1]))
   // Reads through the support helpers see what both instances settled.
-  const settled = Effect.orDie(Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled))
+  const settled = Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled)
   const listening = Effect.map(
     Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
     (both) => both.every(Boolean)

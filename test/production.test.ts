@@ -206,6 +206,10 @@ describe("metrics", () => {
         )
         expect(scraped.text).toContain(`nenas_http_requests_total{route="/metrics",method="GET",status="401"} 1`)
         expect(scraped.text).toMatch(/^nenas_wallet_holds_open 0$/m)
+        // Batched settlement: what waits for the next flush, and how long flushes take.
+        expect(scraped.text).toMatch(/^nenas_settlement_queue_depth \d+$/m)
+        expect(scraped.text).toContain("# TYPE nenas_settlement_flush_duration_seconds histogram")
+        expect(scraped.text).toMatch(/^nenas_credit_grants_held_micro_myr \d+$/m)
         expect(scraped.text).not.toContain("key_abc")
         yield* TestServer
       }))

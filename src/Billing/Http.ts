@@ -53,7 +53,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
       .handle("transactions", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* Effect.orDie(spending.settled)
+          yield* spending.settled
           const rows = yield* Effect.orDie(wallets.ledger(account.id, urlParams))
           return {
             ledger: rows.map((row) => ({ ...row, createdAt: row.createdAt.toISOString() })),

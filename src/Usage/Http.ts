@@ -79,7 +79,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
     const repo = yield* UsageRepo
     const spending = yield* Spending
     /** Every call this instance answered is written before a read. */
-    const settled = Effect.orDie(spending.settled)
+    const settled = spending.settled
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     /** Logs of deleted keys stay visible; an id the account never had answers 404. */

@@ -5,7 +5,7 @@ import { type LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as W
 import { accountSuspended, InsufficientBalance, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
-import { RequestLogs } from "../Usage/RequestLogs.js"
+import { RequestLogs } from "../Logs/RequestLogs.js"
 import { holderDead, RESERVATION_LEASE, ReservationLeases, secondsSql } from "./Leases.js"
 import { settleBatch } from "./Settle.js"
 

@@ -2,8 +2,8 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Effect } from "effect"
 import { newId } from "../Domain/Ids.js"
-import type { LogWrite } from "../Usage/RequestLogs.js"
-import { RequestLogs } from "../Usage/RequestLogs.js"
+import type { LogWrite } from "../Logs/RequestLogs.js"
+import { RequestLogs } from "../Logs/RequestLogs.js"
 
 /**
  * Settlement in batches (DESIGN.md, Money): every capture, release and charge

@@ -8,8 +8,8 @@ import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr, toMyrString } from "../Domain/Money.js"
 import { Metrics } from "../Observability/Metrics.js"
-import type { LoggedUsage, LogWrite, OpenLog } from "../Usage/RequestLogs.js"
-import { failedRow, pendingRow, RequestLogs } from "../Usage/RequestLogs.js"
+import type { LoggedUsage, LogWrite, OpenLog } from "../Logs/RequestLogs.js"
+import { failedRow, pendingRow, RequestLogs } from "../Logs/RequestLogs.js"
 import type { Grant, Pace } from "./Grants.js"
 import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
 import { ReservationLeases } from "./Leases.js"
@@ -83,8 +83,12 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
   readonly fail: (hold: CallHold, errorCode: string, latencyMs: number) => Effect.Effect<void>
   /** A call refused before it held anything: one `failed` row. */
   readonly refused: (log: OpenLog, errorCode: string, latencyMs: number) => Effect.Effect<void>
-  /** Writes everything queued so far; reads that must include this instance's calls run after it. */
-  readonly settled: Effect.Effect<void, SqlError.SqlError>
+  /**
+   * Writes everything queued so far; reads that must include this instance's
+   * calls run after it. A flush the database refuses is left to the retries:
+   * the read goes on with what is written.
+   */
+  readonly settled: Effect.Effect<void>
   /** The balance as developers see it: grants are available money, calls in flight are reserved. */
   readonly balance: (accountId: string) => Effect.Effect<Wallet, SqlError.SqlError>
 }>() {
@@ -129,7 +133,18 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       // ------------------------------------------------------------ flushing
 
       /** What to hand back now: grants asked for, idle ones, and all of them when stopping. */
+      let lastPaceSweep = 0
+      /** Forgets the pace of accounts that have not called for a minute (and hold no grant). */
+      const forgetQuietAccounts = (now: number) => {
+        if (now - lastPaceSweep < 5000) return
+        lastPaceSweep = now
+        for (const [accountId, pace] of paces) {
+          if (now - pace.windowStart > 60_000 && !grants.has(accountId)) paces.delete(accountId)
+        }
+      }
+
       const handBacks = (now: number) => {
+        forgetQuietAccounts(now)
         const returns: Array<GrantReturn> = []
         const close: Array<Grant> = []
         for (const grant of grants.values()) {
@@ -478,9 +493,13 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
           enqueue({ log: failedRow(log, null, new Date(now - latencyMs), errorCode, latencyMs, at) })
         })
 
+      const settled = flush.pipe(
+        Effect.catchAllCause((cause) => Effect.logWarning("settlements could not be written before a read", cause))
+      )
+
       const balance = (accountId: string) =>
         Effect.gen(function*() {
-          yield* flush
+          yield* settled
           const stored = yield* wallets.wallet(accountId)
           const inFlight = grants.get(accountId)?.inFlight ?? 0
           return {
@@ -491,7 +510,7 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
           } satisfies Wallet
         })
 
-      return Spending.of({ hold, settle, fail, refused, settled: flush, balance })
+      return Spending.of({ hold, settle, fail, refused, settled, balance })
     })
   )
 }

@@ -2,8 +2,8 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { microMyr } from "../Domain/Money.js"
-import { RequestLogs } from "../Usage/RequestLogs.js"
-import { holderDead, ReservationLeases } from "./Leases.js"
+import { RequestLogs } from "../Logs/RequestLogs.js"
+import { holderDead, MAX_HOLD, ReservationLeases, secondsSql } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 
 export interface SweepResult {
@@ -69,7 +69,9 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
         if (outcome === "captured") captured++
       }
       const grantsReturned = yield* wallet.returnDeadGrants
-      const closedLogs = yield* logs.closeOrphans(self)
+      const closedLogs = yield* logs.closeOrphans(
+        sql`(${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(MAX_HOLD)} * interval '1 second')`
+      )
       return { released, captured, grantsReturned, closedLogs }
     })
     return ReservationSweeper.of({ sweep })

@@ -104,7 +104,7 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
     )
     const testServer = Layer.effect(
       TestServer,
-      Effect.map(Spending, (spending) => ({ baseUrl, databaseUrl: database.url, clock, settled: Effect.orDie(spending.settled) }))
+      Effect.map(Spending, (spending) => ({ baseUrl, databaseUrl: database.url, clock, settled: spending.settled }))
     )
     return Layer.provideMerge(testServer, server)
   }))

@@ -1,8 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql"
+import type { SqlError, Statement } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
-import { holderDead, MAX_HOLD, secondsSql } from "../Wallet/Leases.js"
-import type { LogRow } from "./Repo.js"
 
 /** What a call's row says when it opens: who called, which route, how much input. */
 export interface OpenLog {
@@ -18,20 +16,16 @@ export interface OpenLog {
 }
 
 /** What a finished call writes to its row: the fields the dashboard reads, and the pages read. */
-export interface LoggedUsage extends
-  Pick<
-    LogRow,
-    | "inputTokens"
-    | "outputTokens"
-    | "reasoningTokens"
-    | "cachedTokens"
-    | "usageSource"
-    | "searchCount"
-    | "costMicroMyr"
-    | "latencyMs"
-  >
-{
+export interface LoggedUsage {
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+  readonly cachedTokens: number
+  readonly usageSource: "provider" | "estimated"
+  readonly searchCount: number
   readonly contentPages: number
+  readonly costMicroMyr: number
+  readonly latencyMs: number
 }
 
 /** One row as a batch writes it: a call still running (`pending`), or its final state. */
@@ -101,8 +95,13 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
   readonly markBilled: (reservationId: string) => Effect.Effect<void, SqlError.SqlError>
   /** Fails the pending row of a reservation the sweeper released. */
   readonly failReleased: (reservationId: string) => Effect.Effect<void, SqlError.SqlError>
-  /** Closes rows whose call can no longer settle them (its reservation settled, or its process dead); returns how many. */
-  readonly closeOrphans: (self: string) => Effect.Effect<number, SqlError.SqlError>
+  /**
+   * Closes rows whose call can no longer settle them: its reservation is
+   * settled, or it holds none and `gone` (an SQL condition on the row, from
+   * the sweeper: its process is dead, or it is older than any call) holds;
+   * returns how many.
+   */
+  readonly closeOrphans: (gone: Statement.Fragment) => Effect.Effect<number, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     RequestLogs,
@@ -166,7 +165,7 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
           WHERE reservation_id = ${reservationId} AND status = 'pending'
         `)
 
-      const closeOrphans = (self: string) =>
+      const closeOrphans = (gone: Statement.Fragment) =>
         Effect.gen(function*() {
           const settled = yield* sql`
             UPDATE request_logs l
@@ -181,8 +180,7 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
           const unheld = yield* sql`
             UPDATE request_logs
             SET status = 'failed', cost_micro_myr = 0, error_code = 'internal_error', completed_at = now()
-            WHERE status = 'pending' AND reservation_id IS NULL
-              AND (${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(MAX_HOLD)} * interval '1 second')
+            WHERE status = 'pending' AND reservation_id IS NULL AND ${gone}
             RETURNING request_id
           `
           return settled.length + unheld.length

@@ -443,12 +443,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             yield* Effect.addFinalizer(onEnd(p, progress))
             const usage = yield* Ref.make<Option.Option<ProviderUsage>>(Option.none())
             const finish = yield* Ref.make<FinishReason>("stop")
+            const none: ReadonlyArray<StreamEvent> = []
             const deltas = parts.pipe(
-              Stream.mapEffect((part): Effect.Effect<Option.Option<StreamEvent>> => {
+              Stream.mapConcatEffect((part): Effect.Effect<ReadonlyArray<StreamEvent>> => {
                 switch (part._tag) {
                   case "Delta":
                     return Ref.modify(progress, (s) => [
-                      Option.some<StreamEvent>({ _tag: "Delta", text: part.text, logprobs: part.logprobs }),
+                      [{ _tag: "Delta", text: part.text, logprobs: part.logprobs }],
                       {
                         ...s,
                         text: s.text + part.text,
@@ -458,15 +459,14 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                   case "ToolCallDelta":
                     return Ref.modify(progress, (s) => {
                       const [event, next] = foldToolCall(p, s, part)
-                      return [Option.some(event), next]
+                      return [[event], next]
                     })
                   case "Finish":
-                    return Effect.as(Ref.set(finish, part.finishReason), Option.none())
+                    return Effect.as(Ref.set(finish, part.finishReason), none)
                   case "Usage":
-                    return Effect.as(Ref.set(usage, Option.some(part.usage)), Option.none())
+                    return Effect.as(Ref.set(usage, Option.some(part.usage)), none)
                 }
-              }),
-              Stream.filterMap((event) => event)
+              })
             )
             const completed = Effect.gen(function*() {
               const s = yield* Ref.get(progress)

@@ -129,6 +129,10 @@ export const chatCompletion = (result: CallResult) => ({
 })
 
 const encoder = new TextEncoder()
+/** An event's lines as one write (none for an event that writes nothing). */
+const joined = (parts: ReadonlyArray<Uint8Array>): ReadonlyArray<Uint8Array> =>
+  parts.length <= 1 ? parts : [Buffer.concat(parts)]
+
 const sse = (event: string, data: unknown): Uint8Array =>
   encoder.encode(Sse.encoder.write({ _tag: "Event", event, id: undefined, data: typeof data === "string" ? data : JSON.stringify(data) }))
 
@@ -202,7 +206,8 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
       out.push(emit("response.completed", { response: responsesOutput(result, items) }))
       return out
     }
-    const body = Stream.map(events, (event): Array<Uint8Array> => {
+    const body = Stream.mapConcat(events, (event) => joined(eventParts(event)))
+    function eventParts(event: StreamEvent): Array<Uint8Array> {
       switch (event._tag) {
         case "Delta": {
           text += event.text
@@ -230,8 +235,8 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
             response: { ...shell("failed"), output_text: text, error: toErrorBody(event.error, requestId, dashboardUrl).error }
           })]
       }
-    })
-    return Stream.concat(Stream.fromIterable(start), Stream.flattenIterables(body))
+    }
+    return Stream.concat(Stream.fromIterable(start), body)
   })
 
 /**
@@ -247,7 +252,8 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
       sse("message", { id: idsOf(requestId).chat, object: "chat.completion.chunk", created: createdAt, model: PUBLIC_MODEL, choices, ...extra })
     const first = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }])
     const started = new Set<number>()
-    const body = Stream.map(events, (event): Array<Uint8Array> => {
+    const body = Stream.mapConcat(events, (event) => joined(eventParts(event)))
+    function eventParts(event: StreamEvent): Array<Uint8Array> {
       switch (event._tag) {
         case "Delta":
           return [chunk([{
@@ -278,6 +284,6 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
         case "Failed":
           return [sse("message", { error: toErrorBody(event.error, requestId, dashboardUrl).error })]
       }
-    })
-    return Stream.concat(Stream.make(first), Stream.flattenIterables(body))
+    }
+    return Stream.concat(Stream.make(first), body)
   })

@@ -272,11 +272,13 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         let finished = false
         return events(response).pipe(
           Stream.takeWhile((event) => event.data !== "[DONE]"),
-          Stream.mapEffect((event) => partsOf(event.data)),
-          Stream.flattenIterables,
-          Stream.tap((part) => Effect.sync(() => {
-            if (part._tag === "Finish") finished = true
-          })),
+          // One stage per event (a stream stage costs more than the event's own work).
+          Stream.mapConcatEffect((event) =>
+            Effect.map(partsOf(event.data), (parts) => {
+              if (parts.some((part) => part._tag === "Finish")) finished = true
+              return parts
+            })
+          ),
           // After the finish reason the answer is whole: a connection lost before `[DONE]` costs nothing but the usage chunk.
           Stream.catchAll((error) => finished ? Stream.empty : Stream.fail(error)),
           Stream.concat(Stream.suspend(() =>
@@ -290,7 +292,7 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
 
     const stream = (request: ProviderRequest): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> =>
       Effect.gen(function*() {
-        const deadline = Effect.zipRight(Effect.sleep(total), Effect.fail(timedOut("finish")))
+        const deadline = Effect.zipRight(Effect.sleep(total), Effect.failSync(() => timedOut("finish")))
         const response = yield* send(request, true)
         if (!isEventStream(response)) {
           return yield* unavailable(

@@ -99,6 +99,13 @@ const externalDatabase = async (serverUrl: string) => {
   }
 }
 
+/** Fails when a process the runs need has exited (a crash, or someone else's kill). */
+const ensureRunning = async (child: Child) => {
+  if (isRunning(child)) return
+  const how = child.process.signalCode === null ? `code ${child.process.exitCode}` : `signal ${child.process.signalCode}`
+  throw new Error(`${child.name} (pid ${child.pid}) exited during the run (${how}); its last output:\n${await tail(child)}`)
+}
+
 /** The service's log lines at warning level or above (JSON or pretty format). */
 const serviceProblems = async (service: Child) => {
   const text = await readFile(service.logFile, "utf8").catch(() => "")
@@ -219,6 +226,7 @@ const main = async () => {
       await ensureFunds(account, fundsPerRun)
       const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}`
       // One peers.mjs per round: the service is its last target, so nothing else reaches the upstream after its window.
+      await ensureRunning(upstream)
       const tracker = new WindowTracker(counters)
       await tracker.begin()
       const roundResults: Array<PeerResults> = []
@@ -245,6 +253,8 @@ const main = async () => {
         const out = join(outDir, `${name}-${round}.json`)
         const { exitCode, stderr } = await runPeers(peersScript, args, { cwd: ROOT, out, tracker, quiet: !first })
         first = false
+        await ensureRunning(upstream)
+        await ensureRunning(service)
         const results = await readResults(out).catch(() => undefined)
         if (results === undefined) {
           throw new Error(`peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`)
@@ -254,7 +264,6 @@ const main = async () => {
           if (target.failed !== undefined) failures.push(`${label(spec)}, round ${round}: ${target.name} ${target.failed}`)
         }
         roundResults.push(results)
-        if (!isRunning(service)) throw new Error(`the service exited during the run:\n${await tail(service)}`)
       }
       const database = await tracker.finish().catch((error: unknown) => {
         log(`PostgreSQL readings failed: ${String(error)}`)

@@ -15,6 +15,8 @@ export interface Grant {
   pending: number
   /** Being handed back: no call reserves from it until it is gone. */
   closing: boolean
+  /** Another instance waits for this one to answer its request (a flush that touches the row). */
+  asked: boolean
   growing: boolean
   /** The row exists in the database (its first growth committed). */
   stored: boolean
@@ -29,6 +31,7 @@ export const newGrant = (id: string, accountId: string, now: number): Grant => (
   inFlight: 0,
   pending: 0,
   closing: false,
+  asked: false,
   growing: false,
   stored: false,
   lastHoldAt: now

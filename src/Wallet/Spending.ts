@@ -132,7 +132,6 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
 
       // ------------------------------------------------------------ flushing
 
-      /** What to hand back now: grants asked for, idle ones, and all of them when stopping. */
       let lastPaceSweep = 0
       /** Forgets the pace of accounts that have not called for a minute (and hold no grant). */
       const forgetQuietAccounts = (now: number) => {
@@ -143,6 +142,7 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
         }
       }
 
+      /** What to hand back now: grants asked for, idle ones, and all of them when stopping. */
       const handBacks = (now: number) => {
         forgetQuietAccounts(now)
         const returns: Array<GrantReturn> = []
@@ -152,9 +152,12 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
           const idle = now - grant.lastHoldAt >= GRANT_IDLE_MS
           if (stopping || idle) grant.closing = true
           if (!grant.closing) continue
-          // Even 0: the row's updated_at tells a waiting instance this one answered.
-          returns.push({ grantId: grant.id, accountId: grant.accountId, amountMicroMyr: grant.remaining })
-          grant.remaining = 0
+          // Even 0 when asked: the row's updated_at tells the waiting instance this one answered.
+          if (grant.remaining > 0 || grant.asked) {
+            returns.push({ grantId: grant.id, accountId: grant.accountId, amountMicroMyr: grant.remaining })
+            grant.remaining = 0
+            grant.asked = false
+          }
           if (grant.inFlight === 0) close.push(grant)
         }
         return { returns, close }
@@ -178,7 +181,10 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
                 queue = [...taken, ...queue]
                 for (const back of returns) {
                   const grant = grants.get(back.accountId)
-                  if (grant?.id === back.grantId) grant.remaining += back.amountMicroMyr
+                  if (grant?.id === back.grantId) {
+                    grant.remaining += back.amountMicroMyr
+                    grant.asked = true
+                  }
                 }
                 metrics.settlementFlushDuration.observe({ outcome: "error" }, (performance.now() - started) / 1000)
               })
@@ -228,7 +234,8 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
         if (failures < ISOLATE_AFTER) {
           yield* write(taken, due, returns, close, now)
         } else {
-          yield* write([], due, returns, close, now)
+          // Nothing of `taken` is written by this first one: should it fail, `taken` waits for the next flush too.
+          yield* write([], due, returns, close, now).pipe(Effect.onError(() => Effect.sync(() => void (queue = [...taken, ...queue]))))
           let refused: SqlError.SqlError | undefined = undefined
           for (const q of taken) {
             const exit = yield* Effect.either(write([q], [], [], [], now))
@@ -279,7 +286,10 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       const handBack = (accountId: string, now: number) => {
         paceOf(accountId, now).noGrantUntil = now + GRANT_COOLDOWN_MS
         const grant = grants.get(accountId)
-        if (grant !== undefined) grant.closing = true
+        if (grant !== undefined) {
+          grant.closing = true
+          grant.asked = true
+        }
       }
 
       if (Option.isSome(pg)) {

@@ -1,7 +1,7 @@
 import { PgClient } from "@effect/sql-pg"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Context, Duration, Effect, Either, Fiber, Layer, Option, Runtime, Schedule, Stream } from "effect"
+import { Cause, Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Runtime, Schedule, Stream } from "effect"
 import type { PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { InsufficientBalance } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
@@ -235,13 +235,15 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
           yield* write(taken, due, returns, close, now)
         } else {
           // Nothing of `taken` is written by this first one: should it fail, `taken` waits for the next flush too.
-          yield* write([], due, returns, close, now).pipe(Effect.onError(() => Effect.sync(() => void (queue = [...taken, ...queue]))))
-          let refused: SqlError.SqlError | undefined = undefined
-          for (const q of taken) {
-            const exit = yield* Effect.either(write([q], [], [], [], now))
-            if (Either.isLeft(exit)) refused = exit.left
+          if (due.length > 0 || returns.length > 0 || close.length > 0) {
+            yield* write([], due, returns, close, now).pipe(Effect.onError(() => Effect.sync(() => void (queue = [...taken, ...queue]))))
           }
-          if (refused !== undefined) return yield* refused
+          let refused: Cause.Cause<SqlError.SqlError> | undefined = undefined
+          for (const q of taken) {
+            const exit = yield* Effect.exit(write([q], [], [], [], now))
+            if (Exit.isFailure(exit)) refused = exit.cause
+          }
+          if (refused !== undefined) return yield* Effect.failCause(refused)
         }
         metrics.settlementQueueDepth.set(queue.length)
         let held = 0
@@ -252,11 +254,13 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       // Uninterruptible: a reader that goes away mid-flush (its client disconnected) must not drop what the flush took.
       const flush = flushLock.withPermits(1)(Effect.uninterruptible(flushOnce))
 
+      // Any failure, a defect included (a connection killed mid-transaction can fail its rollback as one), is
+      // retried: the loop itself must never stop while the process lives.
       const tick = Effect.gen(function*() {
-        const exit = yield* Effect.either(flush)
-        if (Either.isLeft(exit)) {
+        const exit = yield* Effect.exit(flush)
+        if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
           failures++
-          yield* Effect.logWarning("settlement flush failed; it is retried", exit.left)
+          yield* Effect.logWarning("settlement flush failed; it is retried", exit.cause)
           // A database outage: back off up to a second; every settlement stays queued, in order.
           yield* Effect.sleep(Duration.millis(Math.min(1000, 20 * 2 ** Math.min(failures, 6))))
         } else {

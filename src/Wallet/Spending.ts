@@ -297,9 +297,13 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       }
 
       if (Option.isSome(pg)) {
+        // Listens again a second after the connection fails; meanwhile a refused call elsewhere waits at most
+        // RECLAIM_WAIT_MS for this instance, and idle grants come back by themselves.
         yield* pg.value.listen(GRANT_CHANNEL).pipe(
           Stream.runForEach((accountId) => Effect.flatMap(nowMs, (now) => Effect.sync(() => handBack(accountId, now)))),
-          Effect.catchAllCause((cause) => Effect.logWarning("listening for grant requests stopped", cause)),
+          Effect.catchAllCause((cause) => Effect.logWarning("listening for grant requests stopped; listening again", cause)),
+          Effect.zipRight(Effect.sleep("1 second")),
+          Effect.forever,
           Effect.forkScoped
         )
       }

@@ -84,7 +84,8 @@ describe("no request stalls the service", () => {
     for (const run of results["emptyWallet"] ?? []) expect(run.status).toBe(402)
     for (const run of results["deep"] ?? []) expect(run.status).toBe(400)
     for (const runs of Object.values(results)) for (const run of runs) expect(run.ms).toBeLessThan(BOUND_MS)
-    expect(probes.length).toBeGreaterThan(10)
+    // /healthz answered again and again while the big bodies ran (they take well under a second each now).
+    expect(probes.length).toBeGreaterThanOrEqual(5)
     expect(Math.max(...probes)).toBeLessThan(BOUND_MS)
   }, 300_000)
 })

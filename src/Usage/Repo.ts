@@ -1,6 +1,7 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
+import type { LoggedUsage } from "../Logs/RequestLogs.js"
 import type { Granularity, LogStatus } from "./Api.js"
 
 type GranularityValue = typeof Granularity.Type
@@ -8,7 +9,8 @@ type GranularityValue = typeof Granularity.Type
 /** How many buckets one usage series may have, by granularity (31 days hourly, a leap year daily). */
 export const MAX_BUCKETS: Readonly<Record<GranularityValue, number>> = { hour: 744, day: 366 }
 
-export interface LogRow {
+/** A log row as the dashboard reads it: the usage a finished call wrote (`LoggedUsage`), and what called. */
+export interface LogRow extends LoggedUsage {
   readonly requestId: string
   readonly apiKeyId: string
   readonly publicModel: string
@@ -17,15 +19,6 @@ export interface LogRow {
   readonly status: typeof LogStatus.Type
   readonly routingCategory: string | null
   readonly errorCode: string | null
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-  readonly cachedTokens: number
-  readonly usageSource: "provider" | "estimated"
-  readonly searchCount: number
-  readonly contentPages: number
-  readonly costMicroMyr: number
-  readonly latencyMs: number
   readonly createdAt: Date
 }
 

@@ -7,19 +7,20 @@ import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import { holderDead, RESERVATION_LEASE, ReservationLeases, secondsSql } from "./Leases.js"
-import { settleBatch } from "./Settle.js"
+import { type SettleItem, settleBatch } from "./Settle.js"
 
 /** Where instances ask each other to hand back their grants for an account (the payload). */
 export const GRANT_CHANNEL = "nenas_grants"
 
 /**
  * The prepaid wallet as a bank keeps it. Every movement is one SQL transaction
- * that locks the wallet row first, so movements of one account are serialized:
- * - `reserve` moves available → reserved before a live call runs;
+ * that locks the wallet row, so movements of one account are serialized:
+ * - `reserve`/`reserveQuickly` move available → reserved before a live call runs;
+ * - `growGrant` moves available → granted (a credit grant: `Spending.ts`);
  * - `capture` moves reserved → spent (a `usage` entry) and returns the rest;
- * - `release` returns a reservation whole;
+ * - `release` returns a reservation whole (the last two as batches of one: `Settle.ts`);
  * - `post` credits or debits for payments, once per effect key.
- * Invariant: available + reserved = the sum of the ledger (see Invariant.ts).
+ * Invariant: available + reserved + granted = the sum of the ledger (see Invariant.ts).
  */
 
 export type Wallet = typeof WalletSchema.Type
@@ -314,41 +315,25 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
         return returned
       })
 
+      /** One capture or release, as a batch of one (one copy of the settlement rules: `Settle.ts`). */
+      const settleOne = (item: SettleItem & { readonly _tag: "Capture" | "Release" }) =>
+        Effect.flatMap(now, (at) =>
+          settleBatch({ items: [item], returns: [], logs: [], close: [], at, holder: leases.holder })).pipe(
+            Effect.map(({ items: [done] }) => done ?? { chargedMicroMyr: 0, ledgerEntryId: null, released: false }),
+            Effect.provideService(SqlClient.SqlClient, sql),
+            Effect.provideService(RequestLogs, logs),
+            Effect.ensuring(leases.drop(item.reservationId))
+          )
+
       const capture = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
-        Effect.gen(function*() {
-          const at = yield* now
-          const { items: [done] } = yield* settleBatch({
-            items: [{ _tag: "Capture", reservationId, amountMicroMyr, description }],
-            returns: [],
-            logs: [],
-            close: [],
-            at,
-            holder: leases.holder
-          })
-          return { reservationId, chargedMicroMyr: done?.chargedMicroMyr ?? 0, ledgerEntryId: done?.ledgerEntryId ?? null }
-        }).pipe(
-          Effect.provideService(SqlClient.SqlClient, sql),
-          Effect.provideService(RequestLogs, logs),
-          Effect.ensuring(leases.drop(reservationId)),
+        settleOne({ _tag: "Capture", reservationId, amountMicroMyr, description }).pipe(
+          Effect.map((done): Capture => ({ reservationId, chargedMicroMyr: done.chargedMicroMyr, ledgerEntryId: done.ledgerEntryId })),
           Effect.tap(logCapture)
         )
 
       const release = (reservationId: string) =>
-        Effect.gen(function*() {
-          const at = yield* now
-          const { items: [done] } = yield* settleBatch({
-            items: [{ _tag: "Release", reservationId }],
-            returns: [],
-            logs: [],
-            close: [],
-            at,
-            holder: leases.holder
-          })
-          return done?.released ?? false
-        }).pipe(
-          Effect.provideService(SqlClient.SqlClient, sql),
-          Effect.provideService(RequestLogs, logs),
-          Effect.ensuring(leases.drop(reservationId)),
+        settleOne({ _tag: "Release", reservationId }).pipe(
+          Effect.map((done) => done.released),
           Effect.tap((released) =>
             released ? Effect.logInfo("wallet release").pipe(Effect.annotateLogs({ reservationId })) : Effect.void
           )

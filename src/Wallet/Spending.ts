@@ -58,8 +58,6 @@ interface Queued {
   readonly log?: LogWrite | undefined
   /** What a grant charge moved from the grant's `pending`. */
   readonly grant?: { readonly grant: Grant; readonly amount: number } | undefined
-  /** When the requestId's row was written pending and this is not its final write. */
-  readonly running?: Running | undefined
 }
 
 /**
@@ -535,4 +533,3 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
 
 const reservationIdOf = (hold: CallHold) => hold.source._tag === "Reservation" ? hold.source.reservation.id : null
 
-export { logCapture }

@@ -1,6 +1,6 @@
 import { hostname } from "node:os"
 import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
-import { DEFAULT_PRICES, PriceTable } from "./Models/Prices.js"
+import { DEFAULT_PRICES, PriceTable } from "./Domain/Prices.js"
 
 /** Every setting of DESIGN.md's configuration table, read once at start-up. */
 export interface AppConfigShape {

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import OpenAI from "openai"
-import { countMessages, countText } from "../src/Models/Tokens.js"
+import { countMessages, countText } from "../src/Domain/Tokens.js"
 import { call } from "./support/Http.js"
 import { caller, TestServerWithUpstream, violations } from "./support/Models.js"
 import { answering, isPlanning } from "./support/Search.js"

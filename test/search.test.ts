@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
 import { toMyrString } from "../src/Domain/Money.js"
-import { costOf, DEFAULT_PRICES } from "../src/Models/Prices.js"
+import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { answering, Internal, isPlanning, Searx } from "./support/Search.js"
 import { query } from "./support/TestServer.js"

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { countTokens } from "gpt-tokenizer"
-import { countMessages, countText } from "../src/Models/Tokens.js"
+import { countMessages, countText } from "../src/Domain/Tokens.js"
 
 const exact = (text: string) => countTokens(text, { disallowedSpecial: new Set<string>() })
 

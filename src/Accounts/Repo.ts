@@ -1,8 +1,7 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
-import type { Account } from "../Auth/Api.js"
+import type { Account, Identity } from "./Account.js"
 import { newId } from "../Domain/Ids.js"
-import type { Identity } from "../Auth/IdentityProvider.js"
 
 interface AccountRow {
   readonly id: string

@@ -10,14 +10,8 @@ import {
   wire
 } from "../Domain/Errors.js"
 import { SqlString } from "../Domain/Strict.js"
+import type { Account } from "../Accounts/Account.js"
 
-/** The signed-in developer account. */
-export interface Account {
-  readonly id: string
-  readonly subject: string
-  readonly email: string | null
-  readonly suspended: boolean
-}
 
 export class CurrentAccount extends Context.Tag("nenas/CurrentAccount")<CurrentAccount, Account>() {}
 

@@ -13,16 +13,11 @@ import {
   type JWTVerifyGetKey,
   SignJWT
 } from "jose"
+import type { Identity } from "../Accounts/Account.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"
 
-/** What a verified session token tells us about the developer. */
-export interface Identity {
-  readonly subject: string
-  readonly email: string | null
-  readonly name: string | null
-}
 
 /** The development identity provider's own keys and token issuer. */
 export interface DevIdentity {

@@ -4,6 +4,7 @@ import { DashboardAuth } from "../Auth/Api.js"
 import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 import { SqlString } from "../Domain/Strict.js"
+import { LedgerEntry, LedgerType, Wallet } from "../Wallet/Api.js"
 
 export const TOPUP_OPTIONS_SEN = [1000, 2500, 5000, 10000, 25000, 50000] as const
 
@@ -17,13 +18,6 @@ export const CheckoutResponse = Schema.Struct({
   transaction_id: Schema.String
 })
 
-export const Wallet = Schema.Struct({
-  availableMicroMyr: Schema.Int,
-  reservedMicroMyr: Schema.Int,
-  lifetimeTopupMicroMyr: Schema.Int,
-  lifetimeSpendMicroMyr: Schema.Int
-}).annotations({ identifier: "Wallet" })
-
 export const Balance = Schema.Struct({
   wallet: Wallet,
   balance_myr: Schema.Number,
@@ -34,17 +28,6 @@ export const Balance = Schema.Struct({
   /** True while a payment dispute is open: live model calls answer permission_denied until it closes. */
   account_suspended: Schema.Boolean
 })
-
-export const LedgerType = Schema.Literal("topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment")
-
-export const LedgerEntry = Schema.Struct({
-  id: Schema.String,
-  type: LedgerType,
-  amountMicroMyr: Schema.Int,
-  balanceAfterMicroMyr: Schema.Int,
-  description: Schema.String,
-  createdAt: Schema.String
-}).annotations({ identifier: "LedgerEntry" })
 
 export const TransactionsParams = Schema.Struct({ ...PageParams.fields, type: Schema.optional(LedgerType) })
 

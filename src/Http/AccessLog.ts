@@ -3,7 +3,7 @@ import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect, Exit } from "effect"
 import { NenasApi } from "../Api.js"
 import { Metrics } from "../Observability/Metrics.js"
-import { CurrentRequestFacts, type RequestFacts } from "./RequestContext.js"
+import { CurrentRequestFacts, type RequestFacts } from "../Request/Context.js"
 
 interface RoutePattern {
   readonly method: string

@@ -9,7 +9,7 @@ import {
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import type { Server } from "node:http"
 import type { Duplex } from "node:stream"
-import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
+import { Cause, Effect, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
   type ApiError,
@@ -25,8 +25,7 @@ import {
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { makeRequestGuard } from "./RequestGuard.js"
-import { noteRequestFacts } from "./RequestContext.js"
-import { CurrentResponseHeaders } from "./ResponseHeaders.js"
+import { CurrentResponseHeaders, noteRequestFacts } from "../Request/Context.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
 const OVERSIZE_MESSAGE = "The request body exceeds 8 MiB."
@@ -223,6 +222,3 @@ export const answerParserErrors = (server: Server, dashboardUrl: string): void =
     )
   })
 }
-
-/** The request id of the request being served (the `X-Request-Id` it answers with). */
-export const currentRequestId = FiberRef.get(CurrentRequestId)

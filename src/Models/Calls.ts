@@ -6,7 +6,7 @@ import type { ApiError } from "../Domain/Errors.js"
 import { ContextLengthExceeded, errorMeta, InternalError, InvalidRequest, isApiError } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
-import { currentRequestId } from "../Http/ErrorMiddleware.js"
+import { currentRequestId } from "../Request/Context.js"
 import type {
   Capabilities,
   FinishReason,
@@ -28,12 +28,12 @@ import type { CallHold } from "../Wallet/Spending.js"
 import { Spending } from "../Wallet/Spending.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "./Api.js"
 import type { WebSearchConfig } from "./Api.js"
-import { costOf, withSafetyMargin } from "./Prices.js"
+import { costOf, withSafetyMargin } from "../Domain/Prices.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
 import { citedSources, noSources, planSearch, searchEstimate, withPlanning, WebSearch } from "./WebSearch.js"
-import type { Message } from "./Tokens.js"
-import { countText } from "./Tokens.js"
-import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
+import type { Message } from "../Domain/Tokens.js"
+import { countText } from "../Domain/Tokens.js"
+import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "../Providers/ContentTokens.js"
 
 export type Endpoint = "/v1/responses" | "/v1/chat/completions"
 

@@ -11,7 +11,7 @@ import type {
 } from "../Providers/Provider.js"
 import type { ChatCompletionRequest, ResponsesBody } from "./Api.js"
 import { CHAT_NOT_IMPLEMENTED, RESPONSES_NOT_IMPLEMENTED } from "./Api.js"
-import type { Message } from "./Tokens.js"
+import type { Message } from "../Domain/Tokens.js"
 
 /**
  * A request's conversation in the upstream's chat shape (images and tool turns

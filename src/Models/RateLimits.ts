@@ -5,7 +5,7 @@ import { Context, Duration, Effect, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { RateLimitExceeded } from "../Domain/Errors.js"
-import { addResponseHeaders } from "../Http/ResponseHeaders.js"
+import { addResponseHeaders } from "../Request/Context.js"
 
 const seconds = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toSeconds(duration)))
 

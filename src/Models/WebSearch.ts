@@ -6,8 +6,8 @@ import { Search, simulatedSearch } from "../Search/Search.js"
 import type { ReadResult } from "../Search/Planning.js"
 import { DIGEST_PAGE_BOUND_CHARS, DIGEST_RESULT_CHARS, parseQueries, planningMessages } from "../Search/Planning.js"
 import type { Citation as CitationSchema, WebSearchConfig } from "./Api.js"
-import type { Message } from "./Tokens.js"
-import { countMessages, countText } from "./Tokens.js"
+import type { Message } from "../Domain/Tokens.js"
+import { countMessages, countText } from "../Domain/Tokens.js"
 
 /** One planning call and what follows it: its queries, and the pages it may read. */
 export interface SearchRound {

@@ -2,7 +2,7 @@ import type { Effect, Option, Stream } from "effect"
 import { Context } from "effect"
 import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Effort } from "../Routing/Router.js"
-import type { Message } from "../Models/Tokens.js"
+import type { Message } from "../Domain/Tokens.js"
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter"
 

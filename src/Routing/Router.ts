@@ -1,6 +1,6 @@
 import { Context, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import type { Message } from "../Models/Tokens.js"
+import type { Message } from "../Domain/Tokens.js"
 
 export type Effort = "low" | "medium" | "high"
 export type Category = "general" | "reasoning" | "search"

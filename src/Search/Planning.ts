@@ -1,4 +1,4 @@
-import type { Message } from "../Models/Tokens.js"
+import type { Message } from "../Domain/Tokens.js"
 
 /**
  * The planning call (DESIGN.md, web search): the model reads the conversation

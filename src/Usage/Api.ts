@@ -1,7 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { Wallet } from "../Billing/Api.js"
+import { Wallet } from "../Wallet/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"

@@ -1,7 +1,7 @@
 import { type Context, Effect, Exit, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { Provider, type ProviderShape } from "../Providers/Provider.js"
-import { Metrics } from "./Metrics.js"
+import { Provider, type ProviderShape } from "./Provider.js"
+import { Metrics } from "../Observability/Metrics.js"
 
 type AnyFunction = (...args: ReadonlyArray<unknown>) => unknown
 

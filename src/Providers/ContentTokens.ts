@@ -1,6 +1,6 @@
 import { imageSize } from "image-size"
-import type { ResponseFormat, ToolCall, ToolDefinition, UpstreamMessage, UpstreamPart } from "../Providers/Provider.js"
-import { countText } from "./Tokens.js"
+import type { ResponseFormat, ToolCall, ToolDefinition, UpstreamMessage, UpstreamPart } from "./Provider.js"
+import { countText } from "../Domain/Tokens.js"
 
 /**
  * Token counts for what is not plain text, built on the string counter of

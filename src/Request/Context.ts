@@ -1,0 +1,36 @@
+import { Effect, FiberRef } from "effect"
+import { CurrentRequestId } from "../Domain/Errors.js"
+
+/** What the access log learns about a request as it is served: never a key, a token or a prompt. */
+export interface RequestFacts {
+  requestId?: string
+  keyId?: string
+  accountId?: string
+}
+
+/** The access log gives each request its own record; the error middleware and authentication fill it in. */
+export const CurrentRequestFacts: FiberRef.FiberRef<RequestFacts | undefined> = FiberRef.unsafeMake<
+  RequestFacts | undefined
+>(undefined)
+
+export const noteRequestFacts = (facts: RequestFacts) =>
+  Effect.map(FiberRef.get(CurrentRequestFacts), (record) => {
+    if (record !== undefined) Object.assign(record, facts)
+  })
+
+/**
+ * Headers a handler adds to whatever response its request ends with, the
+ * error middleware's error bodies included (a 429 carries its
+ * `X-RateLimit-*`). The middleware gives each request its own record.
+ */
+export const CurrentResponseHeaders: FiberRef.FiberRef<Record<string, string> | undefined> = FiberRef.unsafeMake<
+  Record<string, string> | undefined
+>(undefined)
+
+export const addResponseHeaders = (headers: Record<string, string>) =>
+  Effect.map(FiberRef.get(CurrentResponseHeaders), (record) => {
+    if (record !== undefined) Object.assign(record, headers)
+  })
+
+/** The request id of the request being served (the `X-Request-Id` it answers with). */
+export const currentRequestId = FiberRef.get(CurrentRequestId)

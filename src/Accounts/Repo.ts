@@ -1,5 +1,5 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import type { Account, Identity } from "./Account.js"
 import { newId } from "../Domain/Ids.js"
 
@@ -20,6 +20,15 @@ const toAccount = (row: AccountRow): Account => ({
 export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo, {
   /** The account of a signed-in developer; created, with an empty wallet, on first sign-in. */
   readonly signIn: (identity: Identity) => Effect.Effect<Account, SqlError.SqlError>
+  /**
+   * Locks the account's row until the caller's SQL transaction ends, so that
+   * decisions about one account (its suspension) read their facts one at a time.
+   */
+  readonly lock: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Refuses the account's model calls; an account already suspended keeps its first suspension time. */
+  readonly suspend: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Lifts a suspension; an account not suspended is left as it is. */
+  readonly reinstate: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     AccountsRepo,
@@ -49,7 +58,15 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
             const created = yield* find(identity.subject)
             if (created === undefined) return yield* Effect.dieMessage("account vanished after creation")
             return toAccount(created)
-          })
+          }),
+        // The lock an UPDATE of the row takes: inserts referencing the account (its key) are not held up.
+        lock: (accountId) => Effect.asVoid(sql`SELECT 1 FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`),
+        suspend: (accountId) =>
+          Effect.flatMap(Clock.currentTimeMillis, (ms) =>
+            sql`
+              UPDATE accounts SET suspended_at = COALESCE(suspended_at, ${new Date(ms)}) WHERE id = ${accountId}
+            `).pipe(Effect.asVoid),
+        reinstate: (accountId) => Effect.asVoid(sql`UPDATE accounts SET suspended_at = NULL WHERE id = ${accountId}`)
       })
     })
   )

@@ -1,5 +1,6 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, Layer, Option, ParseResult, Schema } from "effect"
+import { AccountsRepo } from "../Accounts/Repo.js"
 import { InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
@@ -98,6 +99,18 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const sql = yield* SqlClient.SqlClient
       const repo = yield* PaymentsRepo
       const wallet = yield* WalletRepo
+      const accounts = yield* AccountsRepo
+
+      /**
+       * Suspended exactly while a dispute whose funds were withdrawn is open. The
+       * account is locked before its disputes are read: events of two payments then decide in turn.
+       */
+      const updateSuspension = (accountId: string) =>
+        Effect.gen(function*() {
+          yield* accounts.lock(accountId)
+          const disputed = yield* repo.hasWithdrawnDispute(accountId)
+          yield* disputed ? accounts.suspend(accountId) : accounts.reinstate(accountId)
+        })
 
       /** Brings a paid transaction's ledger in line with every fact known about it. */
       const reconcile = (transaction: PaymentTransaction) =>
@@ -143,7 +156,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
             }))
             changed = changed || debited || reversed
           }
-          yield* repo.updateSuspension(transaction.accountId)
+          yield* updateSuspension(transaction.accountId)
           return changed
         })
 

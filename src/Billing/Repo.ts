@@ -68,8 +68,8 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
   readonly recordDispute: (fact: DisputeFact) => Q<boolean>
   /** The disputes of a payment, now linked to its account. */
   readonly claimDisputes: (transaction: PaymentTransaction) => Q<ReadonlyArray<DisputeRow>>
-  /** Suspended exactly while a dispute whose funds were withdrawn is open (an inquiry suspends nothing). */
-  readonly updateSuspension: (accountId: string) => Q<void>
+  /** An open dispute of the account whose funds Stripe withdrew (an inquiry withdraws nothing). */
+  readonly hasWithdrawnDispute: (accountId: string) => Q<boolean>
   /** Records a webhook event; false when its id was seen before. */
   readonly recordEvent: (id: string, type: string, payload: unknown) => Q<boolean>
   /** Keeps an event that could not be applied (`processed_at` null), for an operator to look at. */
@@ -197,15 +197,15 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
                OR (${transaction.chargeId}::text IS NOT NULL AND charge_id = ${transaction.chargeId})
             RETURNING id, amount_micro_myr, status, funds_withdrawn, funds_reinstated
           `,
-        updateSuspension: (accountId) =>
-          Effect.flatMap(now, (at) =>
-            sql`
-              UPDATE accounts
-              SET suspended_at = CASE
-                WHEN EXISTS (SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open' AND funds_withdrawn)
-                THEN COALESCE(suspended_at, ${at}) END
-              WHERE id = ${accountId}
-            `),
+        hasWithdrawnDispute: (accountId) =>
+          Effect.map(
+            sql<{ disputed: boolean }>`
+              SELECT EXISTS (
+                SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open' AND funds_withdrawn
+              ) AS disputed
+            `,
+            (rows) => rows[0]?.disputed ?? false
+          ),
         recordEvent: (id, type, payload) =>
           Effect.flatMap(now, (at) =>
             sql`

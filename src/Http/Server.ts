@@ -26,8 +26,8 @@ import { ProviderLive } from "../Providers/Live.js"
 import { Router } from "../Routing/Router.js"
 import { SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
+import { RequestLogReads } from "../Logs/Reads.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
-import { UsageRepo } from "../Usage/Repo.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { Spending } from "../Wallet/Spending.js"
@@ -63,7 +63,7 @@ export const ServicesLive = Layer.mergeAll(
   Layer.provideMerge(Layer.mergeAll(
     AccountsRepo.layer,
     KeysRepo.layer,
-    UsageRepo.layer,
+    RequestLogReads.layer,
     IdentityProviderLive,
     PaymentProcessorLive,
     Metrics.Default

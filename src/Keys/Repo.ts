@@ -44,12 +44,21 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   readonly lookup: (keyHash: Buffer) => Effect.Effect<KeyLookup, SqlError.SqlError>
   /** Records when keys were last used, many keys in one statement. */
   readonly recordLastUsed: (uses: ReadonlyArray<{ readonly id: string; readonly at: Date }>) => Effect.Effect<void, SqlError.SqlError>
+  /** Whether the key is, or was before its deletion, one of the account's keys. */
+  readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  /** The account's keys, and those of them not past `expires_at` at `at`. */
+  readonly counts: (
+    accountId: string,
+    at: Date
+  ) => Effect.Effect<{ readonly total: number; readonly active: number }, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     KeysRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const columns = sql.literal(keyColumns)
+      const first = <A>(rows: ReadonlyArray<A>) =>
+        rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
       return KeysRepo.of({
         create: (key) =>
           sql.withTransaction(Effect.gen(function*() {
@@ -102,7 +111,18 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             UPDATE api_keys AS k SET last_used_at = GREATEST(k.last_used_at, u.at)
             FROM jsonb_to_recordset(${JSON.stringify(uses)}::jsonb) AS u(id text, at timestamptz)
             WHERE k.id = u.id
-          `.pipe(Effect.asVoid)
+          `.pipe(Effect.asVoid),
+        isAccountKey: (accountId, keyId) =>
+          sql<{ found: boolean }>`
+            SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId})
+              OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
+          `.pipe(Effect.flatMap(first), Effect.map((row) => row.found)),
+        counts: (accountId, at) =>
+          sql<{ total: number; active: number }>`
+            SELECT count(*)::int AS total,
+              (count(*) FILTER (WHERE expires_at IS NULL OR expires_at > ${at}::timestamptz))::int AS active
+            FROM api_keys WHERE account_id = ${accountId}
+          `.pipe(Effect.flatMap(first))
       })
     })
   )

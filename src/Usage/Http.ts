@@ -3,9 +3,10 @@ import { Clock, DateTime, Duration, Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
-import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
+import { KeysRepo } from "../Keys/Repo.js"
+import { type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
-import { type LogRow, type SeriesRow, UsageRepo } from "./Repo.js"
+import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
 /** Overview totals and series: the last 30 local days, today included. */
@@ -76,7 +77,8 @@ const checkRange = (given: Range, { from, to }: Range = given) =>
 
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
   Effect.gen(function*() {
-    const repo = yield* UsageRepo
+    const requestLogs = yield* RequestLogReads
+    const keys = yield* KeysRepo
     const spending = yield* Spending
     /** Every call this instance answered is written before a read. */
     const settled = spending.settled
@@ -85,12 +87,12 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
     /** Logs of deleted keys stay visible; an id the account never had answers 404. */
     const checkKey = (accountId: string, keyId: string | undefined) =>
       keyId === undefined ? Effect.void : Effect.flatMap(
-        Effect.orDie(repo.isAccountKey(accountId, keyId)),
+        Effect.orDie(keys.isAccountKey(accountId, keyId)),
         (found) => found ? Effect.void : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
       )
 
     const series = (accountId: string, from: Date, to: Date, granularity: typeof Granularity.Type, apiKeyId?: string) =>
-      repo.series(accountId, { from, to, granularity, apiKeyId }).pipe(
+      requestLogs.series(accountId, { from, to, granularity, apiKeyId }).pipe(
         Effect.map((rows) => rows.map(toSeriesPoint)),
         Effect.catchTags({
           TooManyBuckets: ({ limit }) =>
@@ -112,7 +114,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           yield* checkRange({ from, to })
           yield* checkKey(account.id, urlParams.api_key_id)
           yield* settled
-          const { rows, total } = yield* Effect.orDie(repo.logs(
+          const { rows, total } = yield* Effect.orDie(requestLogs.logs(
             account.id,
             { status: urlParams.status, apiKeyId: urlParams.api_key_id, endpoint: urlParams.endpoint, from, to },
             { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit }
@@ -142,22 +144,22 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const at = yield* now
-          const days = yield* Effect.orDie(repo.localDays(at, OVERVIEW_DAYS))
+          const days = yield* Effect.orDie(requestLogs.localDays(at, OVERVIEW_DAYS))
           yield* settled
-          const { wallet, today, total, daily, keys } = yield* Effect.all({
+          const { wallet, today, total, daily, keyCounts } = yield* Effect.all({
             wallet: Effect.orDie(spending.balance(account.id)),
-            today: Effect.orDie(repo.counters(account.id, days.today, days.tomorrow)),
-            total: Effect.orDie(repo.counters(account.id, days.first, days.tomorrow)),
+            today: Effect.orDie(requestLogs.counters(account.id, days.today, days.tomorrow)),
+            total: Effect.orDie(requestLogs.counters(account.id, days.first, days.tomorrow)),
             daily: series(account.id, days.first, days.tomorrow, "day"),
-            keys: Effect.orDie(repo.keyCounts(account.id, at))
+            keyCounts: Effect.orDie(keys.counts(account.id, at))
           }, { concurrency: "unbounded" })
           return {
             wallet,
             today_usage: today,
             total_usage: total,
             daily_series: daily,
-            api_key_count: keys.total,
-            active_api_key_count: keys.active
+            api_key_count: keyCounts.total,
+            active_api_key_count: keyCounts.active
           }
         }))
   }))

@@ -1,16 +1,17 @@
 /** The dashboard API, typed as the service's Api.ts files declare it, over fetch with the session token. */
 
-export interface ApiErrorBody {
-  readonly message: string
-  readonly type: string
-  readonly code: string
-  readonly param: string | null
-  readonly request_id: string
-  readonly guidance: string | null
-  readonly action_url: string | null
-  readonly retryable: boolean
-  readonly retry_after_seconds?: number
-}
+// Type-only: the schemas' types are erased, so none of the server's code (nor effect) reaches the bundle.
+import type { Schema } from "effect"
+import type * as BillingApi from "../../src/Billing/Api.js"
+import type { ErrorBody } from "../../src/Domain/Errors.js"
+import type * as KeysApi from "../../src/Keys/Api.js"
+import type * as UsageApi from "../../src/Usage/Api.js"
+import type * as WalletApi from "../../src/Wallet/Api.js"
+
+/** What a schema's JSON looks like in the browser: its encoded side (a decoded date, say, arrives as a string). */
+type Json<S extends Schema.Schema.Any> = Schema.Schema.Encoded<S>
+
+export type ApiErrorBody = Json<typeof ErrorBody>["error"]
 
 /** A failed call: the spec's error body, or one made up when the body was not it (a network failure). */
 export class ApiError extends Error {
@@ -78,132 +79,41 @@ export const request = async <A>(path: string, options: RequestOptions = {}): Pr
   throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again; if it persists, check the service's log.")
 }
 
-// ---- the shapes of src/*/Api.ts --------------------------------------------
+// ---- the shapes of src/*/Api.ts, as JSON -----------------------------------
 
+/** Served at /app/config.json by src/Http/Dashboard.ts, which declares no schema for it. */
 export interface ClientConfig {
   readonly identity: "development" | "external"
   readonly checkout: "simulated" | "stripe"
   readonly business_timezone: string
 }
 
-export interface Wallet {
-  readonly availableMicroMyr: number
-  readonly reservedMicroMyr: number
-  readonly lifetimeTopupMicroMyr: number
-  readonly lifetimeSpendMicroMyr: number
-}
+/**
+ * Every member of a union of strings, in the order given; the compiler refuses
+ * a list that misses one, so a value the server adds shows up here.
+ */
+const allOf = <T extends string>() =>
+  <const L extends ReadonlyArray<T>>(
+    list: L & ([Exclude<T, L[number]>] extends [never] ? unknown : { readonly missing: Exclude<T, L[number]> })
+  ): ReadonlyArray<T> => list
 
-export interface Balance {
-  readonly wallet: Wallet
-  readonly topup_options_sen: ReadonlyArray<number>
-  readonly account_suspended: boolean
-}
+export type Wallet = Json<typeof WalletApi.Wallet>
+export type Balance = Json<typeof BillingApi.Balance>
+export type LedgerType = Json<typeof WalletApi.LedgerType>
+export const LEDGER_TYPES = allOf<LedgerType>()(["topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment"])
+export type LedgerEntry = Json<typeof WalletApi.LedgerEntry>
+export type TransactionsPage = Json<typeof BillingApi.TransactionsPage>
+export type CheckoutResponse = Json<typeof BillingApi.CheckoutResponse>
 
-export type LedgerType = "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
-export const LEDGER_TYPES: ReadonlyArray<LedgerType> = ["topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment"]
+export type ApiKey = Json<typeof KeysApi.ApiKeyRecord>
+export type CreatedKey = Json<typeof KeysApi.CreateApiKeyResponse>
 
-export interface LedgerEntry {
-  readonly id: string
-  readonly type: LedgerType
-  readonly amountMicroMyr: number
-  readonly balanceAfterMicroMyr: number
-  readonly description: string
-  readonly createdAt: string
-}
-
-export interface TransactionsPage {
-  readonly ledger: ReadonlyArray<LedgerEntry>
-  readonly page: number
-  readonly limit: number
-}
-
-export interface CheckoutResponse {
-  readonly url: string
-  readonly session_id: string
-  readonly transaction_id: string
-}
-
-export interface ApiKey {
-  readonly id: string
-  readonly name: string
-  readonly prefix: string
-  readonly environment: "live" | "test"
-  readonly status: "active" | "expired"
-  readonly created_at: string
-  readonly last_used_at: string | null
-  readonly monthly_spend_limit_micro_myr: number | null
-  readonly expires_at: string | null
-}
-
-export interface CreatedKey {
-  readonly key: ApiKey
-  readonly full_key: string
-  readonly warning: string
-}
-
-export type LogStatus = "pending" | "succeeded" | "failed" | "billed"
-export const LOG_STATUSES: ReadonlyArray<LogStatus> = ["pending", "succeeded", "failed", "billed"]
-
-export interface LogEntry {
-  readonly requestId: string
-  readonly apiKeyId: string
-  readonly publicModel: string
-  readonly endpoint: string
-  readonly stream: boolean
-  readonly status: LogStatus
-  readonly routingCategory: string | null
-  readonly errorCode: string | null
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-  readonly cachedTokens: number
-  readonly usageSource: "provider" | "estimated"
-  readonly searchCount: number
-  readonly contentPages: number
-  readonly costMicroMyr: number
-  readonly latencyMs: number
-  readonly createdAt: string
-}
-
-export interface LogsPage {
-  readonly logs: ReadonlyArray<LogEntry>
-  readonly total: number
-  readonly has_more: boolean
-}
-
-export type Granularity = "hour" | "day"
-
-export interface SeriesPoint {
-  readonly bucket: string
-  readonly requests: number
-  readonly costMicroMyr: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-}
-
-export interface UsageSeries {
-  readonly from: string
-  readonly to: string
-  readonly granularity: Granularity
-  readonly series: ReadonlyArray<SeriesPoint>
-}
-
-export interface UsageCounters {
-  readonly requests: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-  readonly searchCount: number
-  readonly contentPages: number
-  readonly costMicroMyr: number
-}
-
-export interface Overview {
-  readonly wallet: Wallet
-  readonly today_usage: UsageCounters
-  readonly total_usage: UsageCounters
-  readonly daily_series: ReadonlyArray<SeriesPoint>
-  readonly api_key_count: number
-  readonly active_api_key_count: number
-}
+export type LogStatus = Json<typeof UsageApi.LogStatus>
+export const LOG_STATUSES = allOf<LogStatus>()(["pending", "succeeded", "failed", "billed"])
+export type LogEntry = Json<typeof UsageApi.LogEntry>
+export type LogsPage = Json<typeof UsageApi.LogsPage>
+export type Granularity = Json<typeof UsageApi.Granularity>
+export type SeriesPoint = Json<typeof UsageApi.SeriesPoint>
+export type UsageSeries = Json<typeof UsageApi.UsageSeries>
+export type UsageCounters = Json<typeof UsageApi.UsageCounters>
+export type Overview = Json<typeof UsageApi.Overview>

@@ -1,13 +1,15 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import type { LoggedUsage } from "../Logs/RequestLogs.js"
-import type { Granularity, LogStatus } from "./Api.js"
+import type { LoggedUsage, LogWrite } from "./RequestLogs.js"
 
-type GranularityValue = typeof Granularity.Type
+export type LogStatus = LogWrite["status"]
+
+/** The width of a usage series' buckets. */
+export type Granularity = "hour" | "day"
 
 /** How many buckets one usage series may have, by granularity (31 days hourly, a leap year daily). */
-export const MAX_BUCKETS: Readonly<Record<GranularityValue, number>> = { hour: 744, day: 366 }
+export const MAX_BUCKETS: Readonly<Record<Granularity, number>> = { hour: 744, day: 366 }
 
 /** A log row as the dashboard reads it: the usage a finished call wrote (`LoggedUsage`), and what called. */
 export interface LogRow extends LoggedUsage {
@@ -16,14 +18,14 @@ export interface LogRow extends LoggedUsage {
   readonly publicModel: string
   readonly endpoint: string
   readonly stream: boolean
-  readonly status: typeof LogStatus.Type
+  readonly status: LogStatus
   readonly routingCategory: string | null
   readonly errorCode: string | null
   readonly createdAt: Date
 }
 
 export interface LogFilter {
-  readonly status?: typeof LogStatus.Type | undefined
+  readonly status?: LogStatus | undefined
   readonly apiKeyId?: string | undefined
   readonly endpoint?: string | undefined
   /** Inclusive. */
@@ -49,7 +51,7 @@ export interface SeriesQuery {
   readonly from: Date
   /** Exclusive; after `from`. */
   readonly to: Date
-  readonly granularity: GranularityValue
+  readonly granularity: Granularity
   readonly apiKeyId?: string | undefined
 }
 
@@ -78,13 +80,11 @@ const logColumns = `request_id, api_key_id, public_model, endpoint, stream, stat
   cost_micro_myr, latency_ms, created_at`
 
 /**
- * Reads of request logs for the dashboard. Local times (day and hour buckets)
- * are in the business time zone; buckets are computed on local timestamps, so
- * a day bucket starts at local midnight.
+ * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
+ * Local times (day and hour buckets) are in the business time zone; buckets
+ * are computed on local timestamps, so a day bucket starts at local midnight.
  */
-export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
-  /** Whether the key is, or was before its deletion, one of the account's keys. */
-  readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean, SqlError.SqlError>
+export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<RequestLogReads, {
   /** One page of logs, newest first, and how many match the filter. */
   readonly logs: (
     accountId: string,
@@ -97,22 +97,18 @@ export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
     query: SeriesQuery
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
   readonly counters: (accountId: string, from: Date, to: Date) => Effect.Effect<Counters, SqlError.SqlError>
-  /** The account's keys, and those of them not past `expires_at` at `at`. */
-  readonly keyCounts: (
-    accountId: string,
-    at: Date
-  ) => Effect.Effect<{ readonly total: number; readonly active: number }, SqlError.SqlError>
+  /** The business time zone's days around `at`, the `days`th last of them first. */
   readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
-    UsageRepo,
+    RequestLogReads,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const timeZone = (yield* AppConfig).businessTimezone
       const first = <A>(rows: ReadonlyArray<A>) =>
         rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
       const local = (at: Date) => sql`(${at}::timestamptz AT TIME ZONE ${timeZone}::text)`
-      const step = (granularity: GranularityValue) => sql.literal(granularity === "hour" ? "interval '1 hour'" : "interval '1 day'")
+      const step = (granularity: Granularity) => sql.literal(granularity === "hour" ? "interval '1 hour'" : "interval '1 day'")
 
       /** The first and last local bucket starts of a range, as local timestamps. */
       const firstBucket = ({ from, granularity }: SeriesQuery) => sql`date_trunc(${granularity}::text, ${local(from)})`
@@ -124,13 +120,7 @@ export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
             / extract(epoch FROM ${step(query.granularity)}))::bigint + 1 AS count
         `.pipe(Effect.flatMap(first), Effect.map((row) => row.count))
 
-      return UsageRepo.of({
-        isAccountKey: (accountId, keyId) =>
-          sql<{ found: boolean }>`
-            SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId})
-              OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
-          `.pipe(Effect.flatMap(first), Effect.map((row) => row.found)),
-
+      return RequestLogReads.of({
         logs: (accountId, filter, page) => {
           const where = sql.and([
             sql`account_id = ${accountId}`,
@@ -199,13 +189,6 @@ export class UsageRepo extends Context.Tag("nenas/UsageRepo")<UsageRepo, {
               COALESCE(sum(cost_micro_myr), 0)::bigint AS cost_micro_myr
             FROM request_logs
             WHERE account_id = ${accountId} AND created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz
-          `.pipe(Effect.flatMap(first)),
-
-        keyCounts: (accountId, at) =>
-          sql<{ total: number; active: number }>`
-            SELECT count(*)::int AS total,
-              (count(*) FILTER (WHERE expires_at IS NULL OR expires_at > ${at}::timestamptz))::int AS active
-            FROM api_keys WHERE account_id = ${accountId}
           `.pipe(Effect.flatMap(first)),
 
         localDays: (at, days) =>

@@ -23,6 +23,7 @@ import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
 import { WebSearch } from "../Models/WebSearch.js"
 import { ProviderLive } from "../Providers/Live.js"
+import { TestKeyProviderLive } from "../Providers/Simulated.js"
 import { Router } from "../Routing/Router.js"
 import { SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
@@ -58,6 +59,7 @@ export const ServicesLive = Layer.mergeAll(
     traced(WalletRepo, "wallet", WalletRepo.layer),
     Router.layer,
     instrumentedProvider(ProviderLive),
+    TestKeyProviderLive,
     traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(SearchLive)))
   )),
   Layer.provideMerge(Layer.mergeAll(

@@ -127,5 +127,8 @@ export interface ProviderShape {
 /** The configured model provider: the upstream when `UPSTREAM_BASE_URL` is set, else the simulated model. */
 export class Provider extends Context.Tag("nenas/Provider")<Provider, ProviderShape>() {}
 
+/** The model test keys call: the simulated model, whatever the upstream; they cost nothing, so they must never reach it. */
+export class TestKeyProvider extends Context.Tag("nenas/TestKeyProvider")<TestKeyProvider, ProviderShape>() {}
+
 export const finishReasonOf = (value: unknown): FinishReason =>
   value === "length" || value === "tool_calls" || value === "content_filter" ? value : "stop"

@@ -1,9 +1,10 @@
 import { createHash } from "node:crypto"
-import { Effect, Option, Stream } from "effect"
+import { Effect, Layer, Option, Stream } from "effect"
 import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
 import { countText } from "../Domain/Tokens.js"
 import { simulatedPlannerAnswer } from "../Search/Planning.js"
 import type { Completion, ProviderRequest, ProviderShape, StreamPart, TokenLogprob, ToolCall, UpstreamMessage } from "./Provider.js"
+import { TestKeyProvider } from "./Provider.js"
 import { exampleOf } from "./SchemaExample.js"
 
 const textOf = (message: UpstreamMessage): string =>
@@ -141,3 +142,6 @@ export const simulatedProvider: ProviderShape = {
       return Stream.fromIterable(parts)
     })
 }
+
+/** Test keys always call the built-in model. */
+export const TestKeyProviderLive = Layer.succeed(TestKeyProvider, simulatedProvider)

@@ -1,0 +1,152 @@
+import { Option } from "effect"
+import type { ApiKeyPrincipal } from "../Auth/Api.js"
+import type { ApiError } from "../Domain/Errors.js"
+import type { MicroMyr } from "../Domain/Money.js"
+import type { Message } from "../Domain/Tokens.js"
+import type {
+  Capabilities,
+  FinishReason,
+  ProviderRequest,
+  ProviderShape,
+  ProviderUsage,
+  TokenLogprob,
+  ToolCall,
+  UpstreamMessage
+} from "../Providers/Provider.js"
+import type { Effort, Route } from "../Routing/Router.js"
+import type { CallHold } from "../Wallet/Spending.js"
+import type { WebSearchConfig } from "./Api.js"
+import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
+import { noSources } from "./WebSearch.js"
+
+/** A model call's vocabulary: what comes in, what goes out, and what it carries while it runs. */
+
+export type Endpoint = "/v1/responses" | "/v1/chat/completions"
+
+/** A model call, whichever endpoint it came through. */
+export interface CallInput {
+  readonly endpoint: Endpoint
+  /** The text of the conversation, for routing and search. */
+  readonly messages: ReadonlyArray<Message>
+  /** The conversation as the upstream takes it: images and tool turns included. */
+  readonly upstream: ReadonlyArray<UpstreamMessage>
+  readonly capabilities: Capabilities
+  readonly effort: Effort
+  readonly maxOutputTokens: number | undefined
+  readonly maxTotalCostMyr: number | undefined
+  readonly webSearch: typeof WebSearchConfig.Type | undefined
+  readonly temperature?: number | null | undefined
+  readonly topP?: number | null | undefined
+  readonly stop?: string | ReadonlyArray<string> | null | undefined
+  readonly user?: string | undefined
+  readonly stream: boolean
+  /** The field that names the prompt in errors: `input` or `messages`. */
+  readonly inputParam: string
+}
+
+export interface CallUsage {
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+  readonly cachedTokens: number
+}
+
+export interface CallResult {
+  readonly requestId: string
+  /** Unix seconds. */
+  readonly createdAt: number
+  readonly text: string
+  readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
+  readonly finishReason: FinishReason
+  readonly usage: CallUsage
+  readonly cost: MicroMyr
+  readonly latencyMs: number
+  readonly route: Route
+  /** The sources the answer cites, and where it cites them. */
+  readonly citations: ReadonlyArray<Citation>
+  readonly annotations: ReadonlyArray<Annotation>
+}
+
+export type StreamEvent =
+  | { readonly _tag: "Delta"; readonly text: string; readonly logprobs?: ReadonlyArray<TokenLogprob> | undefined }
+  | { readonly _tag: "ToolCallDelta"; readonly index: number; readonly id: string; readonly name: string; readonly arguments: string }
+  | { readonly _tag: "Completed"; readonly result: CallResult }
+  | { readonly _tag: "Failed"; readonly error: ApiError }
+
+/** A call accepted and paid for in advance: what runs, and what it may cost at most. */
+export interface HeldCall {
+  readonly input: CallInput
+  readonly key: ApiKeyPrincipal
+  readonly requestId: string
+  readonly startedAt: number
+  readonly route: Route
+  readonly plan: Option.Option<SearchPlan>
+  readonly provider: ProviderShape
+  readonly outputCap: number
+  readonly hold: CallHold
+  /** The most this call may be billed: its hold, and `max_total_cost_myr`. */
+  readonly ceiling: number
+}
+
+/** What the model answered: text, tool calls, and logprobs when asked for. */
+export interface Answer {
+  readonly text: string
+  readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
+  readonly finishReason: FinishReason
+}
+
+/** What the call used: from the upstream, or counted by us when it did not say. */
+export interface Used {
+  readonly usage: CallUsage
+  readonly source: "provider" | "estimated"
+  readonly sources: Sources
+}
+
+/** How far a call got: read by whoever settles it, including the finalizer of a client gone away. */
+export interface Progress {
+  readonly upstreamStarted: boolean
+  readonly sources: Sources
+  readonly text: string
+  /** Tool calls so far, by their index in the answer. */
+  readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
+  /** What a stream's `Finish` part said, and the usage its `Usage` part reported. */
+  readonly finishReason: FinishReason
+  readonly reportedUsage: Option.Option<ProviderUsage>
+  readonly settled: boolean
+}
+
+export const notStarted: Progress = {
+  upstreamStarted: false,
+  sources: noSources,
+  text: "",
+  toolCalls: [],
+  logprobs: undefined,
+  finishReason: "stop",
+  reportedUsage: Option.none(),
+  settled: false
+}
+
+/** The answer produced so far, ending for `finishReason`. */
+export const answerSoFar = (progress: Progress, finishReason: FinishReason): Answer => ({
+  text: progress.text,
+  toolCalls: progress.toolCalls,
+  logprobs: progress.logprobs,
+  finishReason
+})
+
+/** The request the upstream gets: the caller's conversation after the sources, at the held output cap. */
+export const providerRequest = (call: HeldCall, sources: Sources): ProviderRequest => ({
+  model: call.route.upstreamModel,
+  ...call.input.capabilities,
+  messages: sources.message === undefined ? call.input.upstream : [sources.message, ...call.input.upstream],
+  maxOutputTokens: call.outputCap,
+  reasoningEffort: call.route.reasoningModel ? call.input.effort : undefined,
+  reasoningModel: call.route.reasoningModel,
+  temperature: call.input.temperature ?? undefined,
+  topP: call.input.topP ?? undefined,
+  stop: call.input.stop,
+  user: call.input.user
+})

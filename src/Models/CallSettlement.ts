@@ -1,0 +1,131 @@
+import { Cause, Clock, Effect, Exit, Option, Ref } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { errorMeta, isApiError } from "../Domain/Errors.js"
+import type { MicroMyr } from "../Domain/Money.js"
+import { microMyr } from "../Domain/Money.js"
+import { countText } from "../Domain/Tokens.js"
+import type { LoggedUsage } from "../Logs/RequestLogs.js"
+import { countToolCall } from "../Providers/ContentTokens.js"
+import type { ProviderUsage } from "../Providers/Provider.js"
+import { Spending } from "../Wallet/Spending.js"
+import { PUBLIC_MODEL } from "./Api.js"
+import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./Call.js"
+import { answerSoFar, providerRequest } from "./Call.js"
+import { billedCost, countInput } from "./Estimate.js"
+import type { Sources } from "./WebSearch.js"
+import { citedSources, withPlanning } from "./WebSearch.js"
+
+/** The error code a failed call is logged with. */
+export const codeOf = (cause: Cause.Cause<unknown>): string =>
+  Option.match(Cause.failureOption(cause), {
+    onNone: () => "internal_error",
+    onSome: (error) => isApiError(error) ? errorMeta(error).code : "internal_error"
+  })
+
+export const elapsed = (startedAt: number) => Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, now - startedAt))
+
+/** Usage as the upstream reported it, its parts never above their wholes. */
+const fromProvider = (usage: ProviderUsage): CallUsage => ({
+  inputTokens: usage.inputTokens,
+  outputTokens: usage.outputTokens,
+  reasoningTokens: Math.min(usage.reasoningTokens, usage.outputTokens),
+  cachedTokens: Math.min(usage.cachedTokens, usage.inputTokens)
+})
+
+/** Usage counted with the tokenizer: what was sent, and what came back before the call ended. */
+const estimatedUsage = (call: HeldCall, sources: Sources, produced: Answer): Used => ({
+  usage: withPlanning({
+    inputTokens: countInput(providerRequest(call, sources).messages, call.input.capabilities),
+    outputTokens: countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0),
+    reasoningTokens: 0,
+    cachedTokens: 0
+  }, sources),
+  source: "estimated",
+  sources
+})
+
+/** What the call used: the upstream's usage when it reported one, else ours. */
+export const usedOf = (call: HeldCall, sources: Sources, answer: Answer, reported: Option.Option<ProviderUsage>): Used =>
+  Option.match(reported, {
+    onNone: () => estimatedUsage(call, sources, answer),
+    onSome: (usage) => ({ usage: withPlanning(fromProvider(usage), sources), source: "provider" as const, sources })
+  })
+
+const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, latencyMs: number): CallResult => {
+  const { annotations, citations } = citedSources(answer.text, used.sources.found)
+  return {
+    requestId: call.requestId,
+    createdAt: Math.floor(call.startedAt / 1000),
+    text: answer.text,
+    toolCalls: answer.toolCalls,
+    logprobs: answer.logprobs,
+    finishReason: answer.finishReason,
+    usage: used.usage,
+    cost,
+    latencyMs,
+    route: call.route,
+    citations,
+    annotations
+  }
+}
+
+/**
+ * How a held call ends: billed for what it used (never above its ceiling) or
+ * its hold returned, and logged either way. Each runs uninterruptibly; the
+ * wallet writes them with its next flush.
+ */
+export const makeSettlement = Effect.gen(function*() {
+  const { prices } = yield* AppConfig
+  const spending = yield* Spending
+
+  /** Bills the usage (live keys) and logs it. */
+  const settleUsed = (call: HeldCall, used: Used, answer: Answer) =>
+    Effect.gen(function*() {
+      const latencyMs = yield* elapsed(call.startedAt)
+      const holdsNothing = call.hold.source._tag === "None"
+      const cost = billedCost(prices, call.route.upstreamModel, holdsNothing ? null : {
+        inputTokens: used.usage.inputTokens,
+        cachedTokens: used.usage.cachedTokens,
+        outputTokens: used.usage.outputTokens,
+        searches: used.sources.searches,
+        pages: used.sources.pages
+      }, call.ceiling)
+      const logged: LoggedUsage = {
+        ...used.usage,
+        usageSource: used.source,
+        searchCount: used.sources.searches,
+        contentPages: used.sources.pages,
+        costMicroMyr: cost,
+        latencyMs
+      }
+      const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged)
+      return resultOf(call, answer, used, microMyr(charged), latencyMs)
+    }).pipe(Effect.orDie, Effect.uninterruptible)
+
+  /** Returns the hold and logs the failure. */
+  const settleFailed = (call: HeldCall, code: string) =>
+    Effect.flatMap(elapsed(call.startedAt), (ms) => spending.fail(call.hold, code, ms)).pipe(Effect.uninterruptible)
+
+  /** Marks the call settled and settles it, as one step a disconnect cannot split. */
+  const settleOnce = <A>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A>) =>
+    Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (current) => ({ ...current, settled: true })), settle))
+
+  /** The end of a call that did not settle itself: a client gone after the upstream started pays for what was produced. */
+  const settleAbandoned = (call: HeldCall, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
+    if (progress.settled) return Effect.void
+    if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && progress.upstreamStarted) {
+      const answer = answerSoFar(progress, "stop")
+      // Billed as we counted what was produced so far.
+      return Effect.asVoid(Effect.ignore(settleUsed(call, usedOf(call, progress.sources, answer, Option.none()), answer)))
+    }
+    return settleFailed(call, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
+  }
+
+  /** A call's last word, whatever its exit: it settles unless it settled itself. */
+  const settleOnExit = (call: HeldCall, progress: Ref.Ref<Progress>) => <A, E>(exit: Exit.Exit<A, E>) =>
+    Effect.flatMap(Ref.get(progress), (current) => settleAbandoned(call, current, exit))
+
+  return { settleUsed, settleFailed, settleOnce, settleOnExit }
+})
+
+export type Settlement = Effect.Effect.Success<typeof makeSettlement>

@@ -1,0 +1,136 @@
+import { Either } from "effect"
+import { ContextLengthExceeded, InvalidRequest } from "../Domain/Errors.js"
+import type { MicroMyr } from "../Domain/Money.js"
+import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
+import type { BilledUsage, PriceTable } from "../Domain/Prices.js"
+import { costOf, withSafetyMargin } from "../Domain/Prices.js"
+import { countResponseFormat, countTools, countUpstreamMessages } from "../Providers/ContentTokens.js"
+import type { Capabilities, UpstreamMessage } from "../Providers/Provider.js"
+import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS } from "./Api.js"
+
+/**
+ * The decisions a call makes before it runs and when it settles (DESIGN.md,
+ * Money): how much output it may ask for, what it may cost at most, whether
+ * `max_total_cost_myr` allows that, and what it is billed at the end. Plain
+ * functions of their inputs, so they are tested without a database.
+ */
+
+/** The input as the model reads it: the turns (images included), the tool definitions and the answer's schema. */
+export const countInput = (messages: ReadonlyArray<UpstreamMessage>, capabilities: Capabilities): number =>
+  countUpstreamMessages(messages) + countTools(capabilities.tools) + countResponseFormat(capabilities.responseFormat)
+
+/** The most a call's web search may add: sources in the prompt, planning calls, searches and pages (`searchEstimate`). */
+export interface SearchAllowance {
+  readonly contextTokens: number
+  readonly planningInputTokens: number
+  readonly planningOutputTokens: number
+  readonly searches: number
+  readonly pages: number
+}
+
+export interface EstimateInput {
+  readonly prices: PriceTable
+  readonly upstreamModel: string
+  /** The input counted with our tokenizer (`countInput`). */
+  readonly inputTokens: number
+  readonly search: SearchAllowance
+  /** `max_output_tokens` (or chat's `max_tokens`) when given. */
+  readonly maxOutputTokens: number | undefined
+  readonly maxTotalCostMyr: number | undefined
+  /** The field that names the prompt in errors: `input` or `messages`. */
+  readonly inputParam: string
+}
+
+/** A call that may run: its output cap, the most it may cost, and the caller's own cap on that. */
+export interface Estimate {
+  readonly outputCap: number
+  readonly worstCase: MicroMyr
+  readonly costCap: MicroMyr | undefined
+}
+
+/**
+ * The output cap: as asked, else what the context window leaves after the input
+ * and the sources, at most `MAX_OUTPUT_TOKENS`. Input, sources and asked output
+ * that do not fit the window are refused.
+ */
+export const outputCapFor = (
+  input: Pick<EstimateInput, "inputTokens" | "search" | "maxOutputTokens" | "inputParam">
+): Either.Either<number, ContextLengthExceeded> => {
+  const searchTokens = input.search.contextTokens
+  const asked = input.maxOutputTokens ?? 0
+  if (input.inputTokens + searchTokens + asked > CONTEXT_WINDOW) {
+    return Either.left(
+      new ContextLengthExceeded({
+        message: `The input is ${input.inputTokens} tokens${searchTokens > 0 ? `, web search may add ${searchTokens}` : ""}${
+          asked > 0 ? ` and ${asked} output tokens were asked for` : ""
+        }; the model's context window is ${CONTEXT_WINDOW} tokens.`,
+        param: input.inputParam
+      })
+    )
+  }
+  return Either.right(input.maxOutputTokens ?? Math.min(MAX_OUTPUT_TOKENS, CONTEXT_WINDOW - input.inputTokens - searchTokens))
+}
+
+/**
+ * The most a call may cost: its input and the sources with the tokenizer's
+ * safety margin, its whole output cap, and web search's planning calls,
+ * searches and pages.
+ */
+export const worstCaseCost = (
+  prices: PriceTable,
+  upstreamModel: string,
+  inputTokens: number,
+  outputCap: number,
+  search: SearchAllowance
+): MicroMyr =>
+  costOf(prices, upstreamModel, {
+    inputTokens: withSafetyMargin(inputTokens + search.contextTokens + search.planningInputTokens),
+    cachedTokens: 0,
+    outputTokens: outputCap + search.planningOutputTokens,
+    searches: search.searches,
+    pages: search.pages
+  })
+
+/** `max_total_cost_myr` in micro-MYR, when given. */
+export const costCapOf = (maxTotalCostMyr: number | undefined): MicroMyr | undefined =>
+  maxTotalCostMyr === undefined ? undefined : fromMyr(maxTotalCostMyr)
+
+/** A call that may cost more than `max_total_cost_myr` is refused before it holds anything, saying how the estimate was made. */
+export const withinCostCap = (
+  worstCase: MicroMyr,
+  costCap: MicroMyr | undefined,
+  breakdown: { readonly inputTokens: number; readonly outputCap: number; readonly search: SearchAllowance }
+): Either.Either<void, InvalidRequest> => {
+  if (costCap === undefined || worstCase <= costCap) return Either.void
+  const { search } = breakdown
+  return Either.left(
+    new InvalidRequest({
+      message: `This request may cost up to RM ${toMyrString(worstCase)}, above max_total_cost_myr (RM ${toMyrString(costCap)}).`,
+      param: "max_total_cost_myr",
+      guidance: `The estimated maximum cost is RM ${toMyrString(worstCase)} (${breakdown.inputTokens} input tokens with a safety margin, ${breakdown.outputCap} output tokens${
+        search.searches > 0 ? `, ${search.searches} searches, ${search.pages} pages` : ""
+      }). Raise max_total_cost_myr to at least ${toMyrString(worstCase)}, or lower max_output_tokens.`
+    })
+  )
+}
+
+/** The estimate of a call, or why it may not run: too long for the context window, or above its cost cap. */
+export const estimateCall = (input: EstimateInput): Either.Either<Estimate, ContextLengthExceeded | InvalidRequest> =>
+  Either.gen(function*() {
+    const outputCap = yield* outputCapFor(input)
+    const worstCase = worstCaseCost(input.prices, input.upstreamModel, input.inputTokens, outputCap, input.search)
+    const costCap = costCapOf(input.maxTotalCostMyr)
+    yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search })
+    return { outputCap, worstCase, costCap }
+  })
+
+/** The most a call may be billed: what it holds, and `max_total_cost_myr`. */
+export const ceilingOf = (heldMicroMyr: number, costCap: MicroMyr | undefined): number =>
+  Math.min(heldMicroMyr, costCap ?? Number.MAX_SAFE_INTEGER)
+
+/**
+ * What a call is billed: its usage priced, never above its ceiling; nothing when
+ * it held nothing (`usage` null: a test key, or a model priced at nothing).
+ */
+export const billedCost = (prices: PriceTable, upstreamModel: string, usage: BilledUsage | null, ceiling: number): MicroMyr =>
+  microMyr(Math.min(usage === null ? 0 : costOf(prices, upstreamModel, usage), ceiling))

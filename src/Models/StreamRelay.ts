@@ -1,0 +1,129 @@
+import { Cause, Effect, Exit, FiberId, Option, Ref, type Scope, Stream } from "effect"
+import type { ApiError } from "../Domain/Errors.js"
+import { errorMeta, InternalError, isApiError } from "../Domain/Errors.js"
+import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Providers/Provider.js"
+import type { HeldCall, Progress, StreamEvent } from "./Call.js"
+import { answerSoFar } from "./Call.js"
+import type { Settlement } from "./CallSettlement.js"
+import { usedOf } from "./CallSettlement.js"
+
+/**
+ * Relays a streamed call's upstream parts to its client as events, keeping
+ * what was produced (text, tool calls, finish reason, reported usage) in the
+ * call's progress, and settles it: on the last part, on a failure mid-way, or,
+ * when the client goes away, in the finalizer.
+ */
+
+/** Who settles a started stream: a watchdog until the relay attaches, the relay after. */
+export type Handoff = "waiting" | "attached" | "abandoned"
+
+/** A streamed call whose upstream has started answering, not yet relayed. */
+export interface StartedStream {
+  readonly call: HeldCall
+  readonly progress: Ref.Ref<Progress>
+  readonly parts: Stream.Stream<StreamPart, ProviderError>
+  readonly handoff: Ref.Ref<Handoff>
+}
+
+const asApiError = (cause: Cause.Cause<unknown>): ApiError =>
+  Option.match(Cause.failureOption(cause), {
+    onNone: () => new InternalError({ message: "Internal server error." }),
+    onSome: (error) => isApiError(error) ? error : new InternalError({ message: "Internal server error." })
+  })
+
+/** A tool call fragment folded into the calls so far; the event names the call in full (id and name), as clients need. */
+const foldToolCall = (requestId: string, progress: Progress, part: ToolCallDelta): readonly [StreamEvent, Progress] => {
+  const calls = [...progress.toolCalls]
+  const previous = calls[part.index]
+  const id = previous?.id ?? part.id ?? `call_${requestId.replace(/^req_/, "")}_${part.index}`
+  const name = (previous?.function.name ?? "") + (previous === undefined ? part.name ?? "" : "")
+  calls[part.index] = { id, type: "function", function: { name, arguments: (previous?.function.arguments ?? "") + part.arguments } }
+  // An upstream that skips an index leaves no hole: calls are kept dense, in order.
+  const toolCalls = calls.filter((call): call is ToolCall => call !== undefined)
+  const event: StreamEvent = { _tag: "ToolCallDelta", index: toolCalls.indexOf(calls[part.index] as ToolCall), id, name, arguments: part.arguments }
+  return [event, { ...progress, toolCalls }]
+}
+
+/** One upstream part: the client events it becomes, and the progress after it. */
+export const relayPart = (
+  requestId: string,
+  progress: Progress,
+  part: StreamPart
+): readonly [ReadonlyArray<StreamEvent>, Progress] => {
+  switch (part._tag) {
+    case "Delta": {
+      const logprobs = part.logprobs === undefined ? progress.logprobs : [...(progress.logprobs ?? []), ...part.logprobs]
+      return [[{ _tag: "Delta", text: part.text, logprobs: part.logprobs }], { ...progress, text: progress.text + part.text, logprobs }]
+    }
+    case "ToolCallDelta": {
+      const [event, next] = foldToolCall(requestId, progress, part)
+      return [[event], next]
+    }
+    case "Finish":
+      return [[], { ...progress, finishReason: part.finishReason }]
+    case "Usage":
+      return [[], { ...progress, reportedUsage: Option.some(part.usage) }]
+  }
+}
+
+/**
+ * Until the stream runs and attaches its finalizer, a watchdog owns the
+ * settlement: a stream dropped before it ran (its request interrupted in
+ * between) is settled, not left held.
+ */
+export const watchHandoff = (settlement: Settlement, call: HeldCall, progress: Ref.Ref<Progress>, timeoutMs: number) =>
+  Effect.gen(function*() {
+    const handoff = yield* Ref.make<Handoff>("waiting")
+    yield* Effect.sleep(timeoutMs).pipe(
+      Effect.zipRight(Ref.modify(handoff, (state) => state === "waiting" ? [true, "abandoned" as const] : [false, state])),
+      Effect.flatMap((dropped) => dropped ? settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none)) : Effect.void),
+      Effect.forkDaemon
+    )
+    return handoff
+  })
+
+/** The last event: the call settled for what it used, and its result. */
+const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
+  Effect.gen(function*() {
+    const current = yield* Ref.get(progress)
+    const answer = answerSoFar(current, current.finishReason)
+    const used = usedOf(call, current.sources, answer, current.reportedUsage)
+    const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer))
+    return { _tag: "Completed", result } satisfies StreamEvent
+  })
+
+/** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
+const failed = (settlement: Settlement, { call, progress }: StartedStream, cause: Cause.Cause<unknown>) =>
+  Effect.gen(function*() {
+    const error = asApiError(cause)
+    if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
+      yield* Effect.logError("model call stream failed", cause)
+    }
+    const current = yield* Ref.get(progress)
+    // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced.
+    if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
+      const answer = answerSoFar(current, "stop")
+      yield* settlement.settleOnce(progress, settlement.settleUsed(call, usedOf(call, current.sources, answer, current.reportedUsage), answer))
+    } else {
+      yield* settlement.settleOnce(progress, settlement.settleFailed(call, errorMeta(error).code))
+    }
+    return { _tag: "Failed", error } satisfies StreamEvent
+  })
+
+/** The client's events: one per upstream text or tool-call part, then `Completed` or `Failed`. */
+export const relay = (settlement: Settlement, started: StartedStream): Stream.Stream<StreamEvent> =>
+  Stream.unwrapScoped(Effect.gen(function*(): Effect.fn.Return<Stream.Stream<StreamEvent>, never, Scope.Scope> {
+    const { call, handoff, parts, progress } = started
+    const attached = yield* Ref.modify(handoff, (state) => state === "waiting" ? [true, "attached" as const] : [false, state])
+    if (!attached) {
+      const abandoned: StreamEvent = { _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }
+      return Stream.succeed(abandoned)
+    }
+    yield* Effect.addFinalizer(settlement.settleOnExit(call, progress))
+    const events = parts.pipe(
+      Stream.mapConcatEffect((part) => Ref.modify(progress, (current) => relayPart(call.requestId, current, part)))
+    )
+    return Stream.concat(events, Stream.fromEffect(completed(settlement, started))).pipe(
+      Stream.catchAllCause((cause) => Stream.fromEffect(failed(settlement, started, cause)))
+    )
+  }))

@@ -204,6 +204,21 @@ const unpaid = (amountSen: number) => ({ amountSen, paid: false })
 const topup1000: Entry = ["topup", 10_000_000, 10_000_000]
 const chargeback1000: Entry = ["chargeback", -10_000_000, 0]
 const reversal1000: Entry = ["chargeback_reversal", 10_000_000, 10_000_000]
+const twoDisputesLedger: ReadonlyArray<Entry> = [
+  topup1000,
+  ["topup", 25_000_000, 35_000_000],
+  ["chargeback", -10_000_000, 25_000_000],
+  ["chargeback", -25_000_000, 0],
+  reversal1000
+]
+const refundThenChargeback: ReadonlyArray<Entry> = [topup1000, ["refund", -4_000_000, 6_000_000], ["chargeback", -10_000_000, -4_000_000]]
+const belowZeroLedger: ReadonlyArray<Entry> = [
+  topup1000,
+  ["topup", 10_000_000, 20_000_000],
+  ["refund", -10_000_000, 10_000_000],
+  ["refund", -5_000_000, 5_000_000],
+  ["chargeback", -10_000_000, -5_000_000]
+]
 
 /**
  * Disputes that differ only in their events, their order and what follows:
@@ -281,22 +296,10 @@ const disputeScenarios: ReadonlyArray<DisputeScenario> = [
       step.suspended,
       step.ack(fact.closed(0, 0, "won"), true),
       step.suspended,
-      step.money(1000 * SEN, 3500 * SEN, [
-        topup1000,
-        ["topup", 25_000_000, 35_000_000],
-        ["chargeback", -10_000_000, 25_000_000],
-        ["chargeback", -25_000_000, 0],
-        reversal1000
-      ]),
+      step.money(1000 * SEN, 3500 * SEN, twoDisputesLedger),
       step.ack(fact.closed(1, 1, "lost"), true),
       step.notSuspended,
-      step.money(1000 * SEN, 3500 * SEN, [
-        topup1000,
-        ["topup", 25_000_000, 35_000_000],
-        ["chargeback", -10_000_000, 25_000_000],
-        ["chargeback", -25_000_000, 0],
-        reversal1000
-      ])
+      step.money(1000 * SEN, 3500 * SEN, twoDisputesLedger)
     ]
   },
   {
@@ -369,11 +372,11 @@ const disputeScenarios: ReadonlyArray<DisputeScenario> = [
     steps: [
       step.ack(fact.refunded(0, 400), true),
       step.ack(fact.created(0, 0), true),
-      step.money(-4_000_000, 1000 * SEN, [topup1000, ["refund", -4_000_000, 6_000_000], ["chargeback", -10_000_000, -4_000_000]]),
+      step.money(-4_000_000, 1000 * SEN, refundThenChargeback),
       step.suspended,
       step.ack(fact.closed(0, 0, "lost"), true),
       // The balance in MYR, -4, is checked with the money.
-      step.money(-4_000_000, 1000 * SEN, [topup1000, ["refund", -4_000_000, 6_000_000], ["chargeback", -10_000_000, -4_000_000]])
+      step.money(-4_000_000, 1000 * SEN, refundThenChargeback)
     ]
   },
   {
@@ -384,22 +387,9 @@ const disputeScenarios: ReadonlyArray<DisputeScenario> = [
       step.ack(fact.refunded(0, 1000), true),
       step.ack(fact.refunded(1, 500), true),
       step.ack(fact.created(1, 0), true),
-      step.money(-5_000_000, 2000 * SEN, [
-        topup1000,
-        ["topup", 10_000_000, 20_000_000],
-        ["refund", -10_000_000, 10_000_000],
-        ["refund", -5_000_000, 5_000_000],
-        ["chargeback", -10_000_000, -5_000_000]
-      ]),
+      step.money(-5_000_000, 2000 * SEN, belowZeroLedger),
       step.topUp(2500),
-      step.money(20_000_000, 4500 * SEN, [
-        topup1000,
-        ["topup", 10_000_000, 20_000_000],
-        ["refund", -10_000_000, 10_000_000],
-        ["refund", -5_000_000, 5_000_000],
-        ["chargeback", -10_000_000, -5_000_000],
-        ["topup", 25_000_000, 20_000_000]
-      ])
+      step.money(20_000_000, 4500 * SEN, [...belowZeroLedger, ["topup", 25_000_000, 20_000_000]])
     ]
   }
 ]

@@ -2,19 +2,12 @@ import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../src/Domain/Ids.js"
-import {
-  invariantViolations,
-  liveDeveloper,
-  type ServiceProcess,
-  spawnService,
-  stopService,
-  waitReady,
-  withClient
-} from "./support/ServiceProcess.js"
+import { fundedDeveloper } from "./support/Fetch.js"
+import { invariantViolations } from "./support/Money.js"
+import { type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
 import { WEBHOOK_SECRET } from "./support/Stripe.js"
-import { withDatabase } from "./support/TestServer.js"
+import { withClient, withDatabase } from "./support/TestServer.js"
 import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
 
 /**
@@ -35,21 +28,21 @@ const db = <A>(text: string, values: Array<unknown> = []) =>
   withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)
 
 const start = async (identity: string) => {
-  const port = await freePort()
-  const service = spawnService({
-    DATABASE_URL: databaseUrl,
-    REDIS_URL: "redis://127.0.0.1:6379",
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    DATA_DIR: dataDir,
-    INSTANCE_ID: identity,
-    UPSTREAM_BASE_URL: upstream.baseUrl,
-    STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-    RATE_LIMIT_CONCURRENT: "1000",
-    RATE_LIMIT_RPM: "100000"
-  }, join(dataDir, `${identity}.log`))
+  const service = await startService({
+    env: {
+      DATABASE_URL: databaseUrl,
+      REDIS_URL: "redis://127.0.0.1:6379",
+      HOST: "127.0.0.1",
+      DATA_DIR: dataDir,
+      INSTANCE_ID: identity,
+      UPSTREAM_BASE_URL: upstream.baseUrl,
+      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
+      RATE_LIMIT_CONCURRENT: "1000",
+      RATE_LIMIT_RPM: "100000"
+    },
+    until: "ready"
+  })
   services.push(service)
-  await waitReady(service.baseUrl)
   return service
 }
 
@@ -86,7 +79,7 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     // Usage above what each call reserves: every success is billed exactly its hold, so exactly K fit.
     const [a, b] = [await start("grants-a"), await start("grants-b")]
     const email = `grants-race-${randomBase62(6)}@example.com`
-    const dev = await liveDeveloper(a.baseUrl, email, 2_500)
+    const dev = await fundedDeveloper(a.baseUrl, email, 2_500, "signed webhook")
     const accountId = (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
     // A warm-up on both instances: the account calls often, so each instance takes a grant for it.
     upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 60_000 } })
@@ -149,7 +142,7 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     // SIGTERM on one instance: it exits 0, every call it answered is written, and it holds no grant any more.
     upstream.setBehaviour({ kind: "ok", delayMs: 20 })
     const busyEmail = `grants-term-${randomBase62(6)}@example.com`
-    const busy = await liveDeveloper(a.baseUrl, busyEmail, 10_000)
+    const busy = await fundedDeveloper(a.baseUrl, busyEmail, 10_000, "signed webhook")
     let running = true
     const answered: Array<string> = []
     const workers = Promise.all(Array.from({ length: 12 }, async () => {
@@ -164,9 +157,7 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
       "SELECT count(*)::int AS n FROM credit_grants WHERE holder IN (SELECT id FROM instances WHERE identity = 'grants-a')"
     )
     expect(grantsBefore[0]?.n, "under load, instance a holds a grant").toBeGreaterThan(0)
-    const exited = new Promise<number | null>((resolve) => a.child.once("exit", (code) => resolve(code)))
-    a.child.kill("SIGTERM")
-    expect(await exited).toBe(0)
+    expect(await stopService(a)).toBe(0)
     running = false
     await workers
     expect(answered.length).toBeGreaterThan(10)

@@ -4,6 +4,7 @@ import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../src/Domain/Prices.j
 import { countMessages, type Message } from "../src/Domain/Tokens.js"
 import { createKey, type Reply } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
+import { DONE, parseSse, sseJson } from "./support/Sse.js"
 import { query, TestServer } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 
@@ -159,9 +160,8 @@ const eventually = (condition: () => boolean, what: string) =>
 
 /** The cost a streamed answer reports: chat's usage chunk, or responses' `response.completed`. */
 const streamedCost = (path: Path, text: string): number => {
-  for (const line of text.split("\n")) {
-    if (!line.startsWith("data: ") || line === "data: [DONE]") continue
-    const data = JSON.parse(line.slice("data: ".length)) as Record<string, unknown>
+  for (const data of sseJson<Record<string, unknown>>(parseSse(text))) {
+    if (data === DONE) continue
     if (path === CHAT && typeof data["cost_myr"] === "string") return microOf(data["cost_myr"])
     if (path === RESPONSES && data["type"] === "response.completed") {
       const response = data["response"] as { usage: { cost_myr: string } }

@@ -4,6 +4,7 @@ import { toMyrString } from "../src/Domain/Money.js"
 import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { answering, Internal, isPlanning, Searx } from "./support/Search.js"
+import { parseSse, sseJson } from "./support/Sse.js"
 import { query } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 
@@ -61,14 +62,6 @@ const logOf = (requestId: string) =>
     ),
     (rows) => rows[0]
   )
-
-/** The data of each server-sent event, parsed; `[DONE]` as a string. */
-const sseData = (text: string): Array<any> =>
-  text.split("\n\n").flatMap((block) => {
-    const data = block.split("\n").filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("\n")
-    if (data === "") return []
-    return [data === "[DONE]" ? data : JSON.parse(data)]
-  })
 
 const reset = Effect.gen(function*() {
   const searx = yield* Searx
@@ -301,7 +294,7 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const { accountId, apiKey } = yield* caller("search-stream@example.com", { sen: 1000 })
       const webSearch = { mode: "on", max_searches: 1, max_results: 4 }
 
-      const responses = sseData((yield* modelCall(apiKey, "/v1/responses", { input: "Floods?", stream: true, web_search: webSearch })).text)
+      const responses = sseJson(parseSse((yield* modelCall(apiKey, "/v1/responses", { input: "Floods?", stream: true, web_search: webSearch })).text))
       const completed = responses.find((e) => e.type === "response.completed")
       expect(completed?.response.output_text).toBe(text)
       expect(completed?.response.citations.map((c: Citation) => c.index)).toEqual([1, 3])
@@ -311,12 +304,12 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       expect(responses.find((e) => e.type === "response.output_item.done")?.item.content[0].annotations).toEqual(done?.part.annotations)
       expect(completed?.response.output[0].content[0].annotations).toEqual(done?.part.annotations)
 
-      const chat = sseData((yield* modelCall(apiKey, "/v1/chat/completions", {
+      const chat = sseJson(parseSse((yield* modelCall(apiKey, "/v1/chat/completions", {
         model: "svc/nenas-flash",
         messages: [{ role: "user", content: "Floods?" }],
         stream: true,
         web_search: webSearch
-      })).text)
+      })).text))
       const content = chat.filter((c) => c !== "[DONE]" && c.choices?.[0]?.delta?.content !== undefined).map((c) => c.choices[0].delta.content).join("")
       expect(content).toBe(text)
       const withAnnotations = chat.filter((c) => c !== "[DONE]" && c.choices?.[0]?.delta?.annotations !== undefined)

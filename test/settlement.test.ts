@@ -11,6 +11,7 @@ import { Idempotency } from "../src/Models/Idempotency.js"
 import { DEFAULT_PRICES } from "../src/Domain/Prices.js"
 import { ReservationLeases } from "../src/Wallet/Leases.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
+import { isDone, parseSse } from "./support/Sse.js"
 import { query, TestServer } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 import { walletInstance } from "./support/Wallet.js"
@@ -61,7 +62,7 @@ layer(TestServerWithUpstream({ prices: { ...DEFAULT_PRICES, models: { ...DEFAULT
       expect(plain.status, plain.text).toBe(200)
       const streamed = yield* modelCall(live.apiKey, "/v1/chat/completions", chat({ stream: true }))
       expect(streamed.status, streamed.text).toBe(200)
-      expect(streamed.text).toContain("[DONE]")
+      expect(parseSse(streamed.text).some(isDone), streamed.text).toBe(true)
       const logs = yield* query<{ status: string; costMicroMyr: string; reservationId: string | null }>(
         `SELECT status, cost_micro_myr AS "costMicroMyr", reservation_id AS "reservationId" FROM request_logs WHERE account_id = $1`,
         [live.accountId]

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
-import { isRoot, linesOf, nobody, type RunAs, type Started, startService, stopService, waitForHealth } from "./support/Start.js"
+import { isRoot, linesOf, nobody, type RunAs, type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
 
 // arbitrary JSON: each check below names the fields it expects
 const json = async (response: Response): Promise<{ status: number; body: any }> => ({
@@ -34,7 +34,7 @@ const layouts = [
 ] as const
 
 describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, skip, clusterOf }) => {
-  const children: Array<Started> = []
+  const children: Array<ServiceProcess> = []
   let dataDir = ""
   let ownDir = ""
   afterAll(async () => {
@@ -58,14 +58,13 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
       await makeDataDir(runAs)
       const port = await freePort()
       const base = `http://127.0.0.1:${port}`
-      const start = () => {
-        const started = startService({ port, dataDir, runAs })
+      const start = async (until: "healthy" | "spawned" = "healthy") => {
+        const started = await startService({ port, env: { DATA_DIR: dataDir }, runAs, until })
         children.push(started)
         return started
       }
 
-      const first = start()
-      await waitForHealth(base, first)
+      const first = await start()
       const clusterDir = await clusterOf(dataDir)
       if (runAs === undefined && isRoot()) {
         // Nothing of PostgreSQL's in DATA_DIR, whose mode is left as it was.
@@ -106,35 +105,31 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
         return listed.body.keys.map((k: { id: string }) => k.id)
       }
 
-      expect(await stopService(first.child)).toBe(0)
+      expect(await stopService(first)).toBe(0)
       // The embedded server removes its pid file when it has shut down.
       await expect(stat(pidFile)).rejects.toThrow()
 
       // A lock file naming a live process that is not this cluster's server (a pid reused after a reboot) is stale.
       await writeFile(pidFile, `${process.pid}\n${clusterDir}\n0\n${pgPort}\n`)
-      const second = start()
-      await waitForHealth(base, second)
+      const second = await start()
       const listed = await json(await fetch(`${base}/dashboard/api-keys`, { headers: auth }))
       expect(listed.body.keys.map((k: { id: string }) => k.id)).toEqual([created.body.key.id])
       // Last use from before the restart was written at shutdown.
       expect(listed.body.keys[0].last_used_at).not.toBeNull()
 
       // Killed outright, the service leaves its PostgreSQL orphaned; the next start reclaims it.
-      const killed = new Promise((resolve) => second.child.once("exit", resolve))
-      second.child.kill("SIGKILL")
-      await killed
-      const third = start()
-      await waitForHealth(base, third)
+      await stopService(second, "SIGKILL")
+      const third = await start()
       expect(await keyIds()).toEqual([created.body.key.id])
-      expect(await stopService(third.child)).toBe(0)
+      expect(await stopService(third)).toBe(0)
       await expect(stat(pidFile)).rejects.toThrow()
 
       // A cluster of another major version is refused, in one line that says what to do.
       const versionFile = join(clusterDir, "PG_VERSION")
       const version = await readFile(versionFile, "utf8")
       await writeFile(versionFile, "16\n")
-      const older = start()
-      expect(await older.closed).toBe(1)
+      const older = await start("spawned")
+      expect((await older.closed).code).toBe(1)
       expect(linesOf(older.output())).toEqual([
         expect.stringMatching(/^nenas: .* was made by PostgreSQL 16 and this install has PostgreSQL \d+: upgrade it with pg_upgrade/)
       ])
@@ -143,11 +138,10 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
       // Without its DATA_DIR, the service starts with an empty database, in the same place.
       await rm(dataDir, { recursive: true, force: true })
       await makeDataDir(runAs)
-      const fresh = start()
-      await waitForHealth(base, fresh)
+      const fresh = await start()
       expect(await clusterOf(dataDir)).toBe(clusterDir)
       expect(await keyIds()).toEqual([])
-      expect(await stopService(fresh.child)).toBe(0)
+      expect(await stopService(fresh)).toBe(0)
       await expect(stat(pidFile)).rejects.toThrow()
     },
     600_000 // six starts; generous for a loaded machine

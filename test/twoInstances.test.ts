@@ -4,9 +4,9 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer } from "effect"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
+import { type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { modelCall, violations } from "./support/Models.js"
-import { type CompiledService, ensureBuilt, startCompiled } from "./support/CompiledService.js"
 import { topUp, WEBHOOK_SECRET } from "./support/Stripe.js"
 import { developer } from "./support/Wallet.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestServer.js"
@@ -17,22 +17,27 @@ import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestSer
  * balancer: one wallet, one rate limit and one key list for both.
  */
 class Instances extends Context.Tag("test/Instances")<Instances, {
-  readonly a: CompiledService
-  readonly b: CompiledService
+  readonly a: ServiceProcess
+  readonly b: ServiceProcess
 }>() {}
 
 const RPM = 8
 
+/** The compiled service in a child process, killed when the scope closes. */
+const compiled = (port: number, env: Record<string, string>) =>
+  Effect.acquireRelease(
+    Effect.promise(() => startService({ from: "compiled", port, env })),
+    (service) => Effect.promise(() => stopService(service, "SIGKILL"))
+  )
+
 const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
-  yield* ensureBuilt
   const database = yield* freshDatabase
   const dataDir = yield* Effect.acquireRelease(
     Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-two-"))),
     (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
   )
   const ports = [yield* Effect.promise(freePort), yield* Effect.promise(freePort)] as const
-  const env = (port: number) => ({
-    PORT: String(port),
+  const env = {
     // Behind one load balancer both have one public address (the development sign-in's token issuer).
     PUBLIC_BASE_URL: `http://127.0.0.1:${ports[0]}`,
     DATABASE_URL: database.url,
@@ -42,10 +47,10 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
     STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
     RATE_LIMIT_RPM: String(RPM),
     LOG_FORMAT: "json"
-  })
+  }
   // One after the other: the second finds the migrations applied.
-  const a = yield* startCompiled(env(ports[0]))
-  const b = yield* startCompiled(env(ports[1]))
+  const a = yield* compiled(ports[0], env)
+  const b = yield* compiled(ports[1], env)
   const clock = makeShiftableClock()
   return Context.make(Instances, { a, b }).pipe(
     // Processes of their own: what they settled is in the database within a flush interval (20 ms).
@@ -57,7 +62,7 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
 const realSleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))
 
 /** Runs `effect` against instance `service` (the support helpers call "the" test server). */
-const on = (service: CompiledService) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+const on = (service: ServiceProcess) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl: service.baseUrl }))
 
 const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 64 }

@@ -8,6 +8,7 @@ import type { Message } from "../src/Domain/Tokens.js"
 import { countMessages, countText } from "../src/Domain/Tokens.js"
 import type { Reply } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
+import { readSse, type SseEvent, sseJson } from "./support/Sse.js"
 import { query, TestServer } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 
@@ -277,28 +278,12 @@ const expectErrorReply = (
 // ---------------------------------------------------------------------------
 // Streams
 
-interface SseEvent {
-  readonly event: string | undefined
-  readonly data: string
-}
-
 interface StreamReply {
   readonly status: number
   readonly headers: Headers
   readonly requestId: string
   readonly events: ReadonlyArray<SseEvent>
 }
-
-const parseEvents = (text: string): Array<SseEvent> =>
-  text.split(/\r?\n\r?\n/).filter((block) => block.trim().length > 0).map((block) => {
-    let event: string | undefined
-    const data: Array<string> = []
-    for (const line of block.split(/\r?\n/)) {
-      if (line.startsWith("event:")) event = line.slice(6).trim()
-      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""))
-    }
-    return { event, data: data.join("\n") }
-  })
 
 /**
  * A streamed call read with fetch. With `abortAfter`, the client reads until
@@ -318,26 +303,12 @@ const streamCall = (apiKey: string, path: Path, json: unknown, abortAfter?: (eve
           signal: controller.signal
         })
         const requestId = response.headers.get("x-request-id") ?? ""
-        if (response.body === null) return { status: response.status, headers: response.headers, requestId, events: [] }
-        const reader = response.body.getReader()
-        const decoder = new TextDecoder()
-        let text = ""
-        while (true) {
-          const { done, value } = await reader.read()
-          if (done) break
-          text += decoder.decode(value, { stream: true })
-          if (abortAfter !== undefined) {
-            const complete = text.slice(0, Math.max(0, text.lastIndexOf("\n\n")))
-            if (abortAfter(parseEvents(complete))) {
-              controller.abort()
-              await reader.cancel().catch(() => undefined)
-              return { status: response.status, headers: response.headers, requestId, events: parseEvents(complete) }
-            }
-          }
-        }
-        return { status: response.status, headers: response.headers, requestId, events: parseEvents(text) }
+        const events = await readSse(response, abortAfter)
+        return { status: response.status, headers: response.headers, requestId, events }
       } finally {
         clearTimeout(timer)
+        // The client goes away, if it has not read to the end.
+        controller.abort()
       }
     })
   })
@@ -370,8 +341,7 @@ interface ResponsesEvent {
   }
 }
 
-const chatChunks = (events: ReadonlyArray<SseEvent>): Array<ChatChunk | "[DONE]"> =>
-  events.map((e) => e.data === "[DONE]" ? "[DONE]" : JSON.parse(e.data) as ChatChunk)
+const chatChunks = (events: ReadonlyArray<SseEvent>) => sseJson<ChatChunk>(events)
 
 const responsesEvents = (events: ReadonlyArray<SseEvent>): Array<ResponsesEvent> =>
   events.map((e) => JSON.parse(e.data) as ResponsesEvent)

@@ -128,6 +128,296 @@ const expectNotSuspended = (fullKey: string) =>
 
 const nowSeconds = Effect.map(TestServer, ({ clock }) => Math.floor(clock.unsafeCurrentTimeMillis() / 1000))
 
+/**
+ * What a dispute scenario's steps act on: a developer with a live key (to see
+ * the suspension by), the case's payments and disputes by position (each
+ * number names one dispute id), and the event delivered last.
+ */
+interface Play {
+  readonly dev: Effect.Effect.Success<ReturnType<typeof setup>>
+  readonly fullKey: string
+  readonly payment: (p: number) => Payment
+  readonly disputeId: (d: number) => string
+  last: object | undefined
+}
+
+type Fact = (play: Play) => object
+type Step = (play: Play) => Effect.Effect<unknown, never, TestServer>
+
+const disputeFacts = (play: Play, p: number, d: number) => {
+  const payment = play.payment(p)
+  return { disputeId: play.disputeId(d), chargeId: payment.chargeId, paymentIntentId: payment.paymentIntentId, amountSen: payment.amountSen }
+}
+
+const fact = {
+  completed: (p: number): Fact => (play) => events.checkoutCompleted(play.payment(p)),
+  refunded: (p: number, amountRefundedSen: number): Fact => (play) => refund(play.payment(p), amountRefundedSen),
+  created: (p: number, d: number, amountSen?: number): Fact => (play) => disputeCreated(play.payment(p), play.disputeId(d), amountSen),
+  /** A dispute opened as an inquiry (`warning_needs_response`). */
+  inquiry: (p: number, d: number): Fact => (play) => events.disputeCreated({ ...disputeFacts(play, p, d), status: "warning_needs_response" }),
+  withdrawn: (p: number, d: number): Fact => (play) => events.fundsWithdrawn(disputeFacts(play, p, d)),
+  reinstated: (p: number, d: number): Fact => (play) => events.fundsReinstated(disputeFacts(play, p, d)),
+  closed: (p: number, d: number, status: "won" | "lost" | "warning_closed", amountSen?: number): Fact => (play) =>
+    disputeClosed(play.payment(p), play.disputeId(d), status, amountSen)
+}
+
+/** The suspension, on a model call and as the dashboard reads it from the balance. */
+const suspension = (suspended: boolean): Step => (play) =>
+  Effect.gen(function*() {
+    yield* suspended ? expectSuspended(play.fullKey) : expectNotSuspended(play.fullKey)
+    const balance = yield* call("GET", "/dashboard/billing/balance", { token: play.dev.token })
+    expect(balance.body.account_suspended).toBe(suspended)
+  })
+
+const step = {
+  /** Delivers the fact and expects 200 with `processed`. */
+  ack: (fact: Fact, processed: boolean): Step => (play) =>
+    Effect.suspend(() => {
+      play.last = fact(play)
+      return expectAck(play.last, processed)
+    }),
+  /** The event delivered last, again (same id): Stripe's retry. */
+  again: (processed: boolean): Step => (play) => expectAck(play.last ?? {}, processed),
+  suspended: suspension(true),
+  notSuspended: suspension(false),
+  /** The wallet, the ledger (oldest first), the invariant, and the balance in MYR. */
+  money: (available: number, lifetimeTopup: number, ledger: ReadonlyArray<Entry>): Step => (play) =>
+    Effect.gen(function*() {
+      yield* play.dev.expectMoney({ available, lifetimeTopup, ledger })
+      const balance = yield* call("GET", "/dashboard/billing/balance", { token: play.dev.token })
+      expect(balance.body.balance_myr).toBe(available / 1_000_000)
+    }),
+  topUp: (amountSen: number): Step => (play) => topUp(play.dev.token, amountSen)
+}
+
+interface DisputeScenario {
+  readonly name: string
+  readonly email: string
+  /** Top-ups made before the first step (`paid`), or checkouts nothing has paid yet. */
+  readonly payments: ReadonlyArray<{ readonly amountSen: number; readonly paid: boolean }>
+  readonly steps: ReadonlyArray<Step>
+}
+
+const paid = (amountSen: number) => ({ amountSen, paid: true })
+const unpaid = (amountSen: number) => ({ amountSen, paid: false })
+
+const topup1000: Entry = ["topup", 10_000_000, 10_000_000]
+const chargeback1000: Entry = ["chargeback", -10_000_000, 0]
+const reversal1000: Entry = ["chargeback_reversal", 10_000_000, 10_000_000]
+const twoDisputesLedger: ReadonlyArray<Entry> = [
+  topup1000,
+  ["topup", 25_000_000, 35_000_000],
+  ["chargeback", -10_000_000, 25_000_000],
+  ["chargeback", -25_000_000, 0],
+  reversal1000
+]
+const refundThenChargeback: ReadonlyArray<Entry> = [topup1000, ["refund", -4_000_000, 6_000_000], ["chargeback", -10_000_000, -4_000_000]]
+const belowZeroLedger: ReadonlyArray<Entry> = [
+  topup1000,
+  ["topup", 10_000_000, 20_000_000],
+  ["refund", -10_000_000, 10_000_000],
+  ["refund", -5_000_000, 5_000_000],
+  ["chargeback", -10_000_000, -5_000_000]
+]
+
+/**
+ * Disputes that differ only in their events, their order and what follows:
+ * every step delivered is acknowledged with its `processed`; the suspension
+ * is checked on a model call and on the dashboard's balance; money is the
+ * wallet, the ledger, the balance in MYR and the invariant.
+ */
+const disputeScenarios: ReadonlyArray<DisputeScenario> = [
+  {
+    name: "created debits a chargeback and suspends; closed won credits it back and lifts the suspension",
+    email: "webhook-dispute-won@example.com",
+    payments: [paid(1000)],
+    steps: [
+      step.notSuspended,
+      step.ack(fact.created(0, 0), true),
+      step.again(false),
+      step.ack(fact.created(0, 0), false),
+      step.money(0, 1000 * SEN, [topup1000, chargeback1000]),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "won"), true),
+      step.ack(fact.closed(0, 0, "won"), false),
+      step.money(1000 * SEN, 1000 * SEN, [topup1000, chargeback1000, reversal1000]),
+      step.notSuspended
+    ]
+  },
+  {
+    name: "closed lost keeps the chargeback and lifts the suspension",
+    email: "webhook-dispute-lost@example.com",
+    payments: [paid(2500)],
+    steps: [
+      step.ack(fact.created(0, 0), true),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "lost"), true),
+      // A close after a close changes nothing (a closed dispute stays closed).
+      step.ack(fact.closed(0, 0, "won"), false),
+      step.money(0, 2500 * SEN, [["topup", 25_000_000, 25_000_000], ["chargeback", -25_000_000, 0]]),
+      step.notSuspended
+    ]
+  },
+  {
+    name: "a dispute delivered before the checkout completion is applied when the completion arrives",
+    email: "webhook-dispute-before-paid@example.com",
+    payments: [unpaid(1000)],
+    steps: [
+      step.ack(fact.created(0, 0), true),
+      step.money(0, 0, []),
+      step.ack(fact.completed(0), true),
+      step.money(0, 1000 * SEN, [topup1000, chargeback1000]),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "won"), true),
+      step.money(1000 * SEN, 1000 * SEN, [topup1000, chargeback1000, reversal1000]),
+      step.notSuspended
+    ]
+  },
+  {
+    name: "a dispute created and closed (lost) before the checkout completion: debited, never suspended",
+    email: "webhook-dispute-closed-before-paid@example.com",
+    payments: [unpaid(1000)],
+    steps: [
+      step.ack(fact.created(0, 0), true),
+      step.ack(fact.closed(0, 0, "lost"), true),
+      step.notSuspended,
+      step.ack(fact.completed(0), true),
+      step.money(0, 1000 * SEN, [topup1000, chargeback1000]),
+      step.notSuspended
+    ]
+  },
+  {
+    name: "with two open disputes, the account stays suspended until both close",
+    email: "webhook-two-disputes@example.com",
+    payments: [paid(1000), paid(2500)],
+    steps: [
+      step.ack(fact.created(0, 0), true),
+      step.ack(fact.created(1, 1), true),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "won"), true),
+      step.suspended,
+      step.money(1000 * SEN, 3500 * SEN, twoDisputesLedger),
+      step.ack(fact.closed(1, 1, "lost"), true),
+      step.notSuspended,
+      step.money(1000 * SEN, 3500 * SEN, twoDisputesLedger)
+    ]
+  },
+  {
+    name: "two disputes on one charge: closing one keeps the account suspended",
+    email: "webhook-two-disputes-one-charge@example.com",
+    payments: [paid(1000)],
+    steps: [
+      step.ack(fact.created(0, 0, 400), true),
+      step.ack(fact.created(0, 1, 600), true),
+      step.ack(fact.closed(0, 1, "warning_closed", 600), true),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "won", 400), true),
+      step.notSuspended,
+      step.money(400 * SEN, 1000 * SEN, [
+        topup1000,
+        ["chargeback", -4_000_000, 6_000_000],
+        ["chargeback", -6_000_000, 0],
+        ["chargeback_reversal", 4_000_000, 4_000_000]
+      ])
+    ]
+  },
+  {
+    name: "an inquiry moves no money and suspends nothing, opened or closed",
+    email: "webhook-inquiry@example.com",
+    payments: [paid(1000)],
+    steps: [
+      step.ack(fact.inquiry(0, 0), true),
+      step.again(false),
+      step.notSuspended,
+      step.ack(fact.closed(0, 0, "warning_closed"), true),
+      step.notSuspended,
+      step.money(1000 * SEN, 1000 * SEN, [topup1000])
+    ]
+  },
+  {
+    name: "an inquiry that becomes a dispute debits once on funds_withdrawn; funds_reinstated credits once; the close lifts the suspension",
+    email: "webhook-inquiry-escalated@example.com",
+    payments: [paid(1000)],
+    steps: [
+      step.ack(fact.inquiry(0, 0), true),
+      step.ack(fact.withdrawn(0, 0), true),
+      // Another event saying the same thing moves nothing more.
+      step.ack(fact.withdrawn(0, 0), false),
+      step.ack(fact.created(0, 0), false),
+      step.suspended,
+      step.ack(fact.reinstated(0, 0), true),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "won"), true),
+      step.notSuspended,
+      step.money(1000 * SEN, 1000 * SEN, [topup1000, chargeback1000, reversal1000])
+    ]
+  },
+  {
+    name: "funds_reinstated before anything else about the dispute: debited and credited once, never suspended",
+    email: "webhook-reinstated-first@example.com",
+    payments: [paid(1000)],
+    steps: [
+      step.ack(fact.reinstated(0, 0), true),
+      step.ack(fact.created(0, 0), false),
+      step.ack(fact.withdrawn(0, 0), false),
+      step.ack(fact.closed(0, 0, "won"), true),
+      step.notSuspended,
+      step.money(1000 * SEN, 1000 * SEN, [topup1000, chargeback1000, reversal1000])
+    ]
+  },
+  {
+    name: "a refund then a dispute on the same top-up take available below 0; the invariant holds",
+    email: "webhook-negative@example.com",
+    payments: [paid(1000)],
+    steps: [
+      step.ack(fact.refunded(0, 400), true),
+      step.ack(fact.created(0, 0), true),
+      step.money(-4_000_000, 1000 * SEN, refundThenChargeback),
+      step.suspended,
+      step.ack(fact.closed(0, 0, "lost"), true),
+      // The balance in MYR, -4, is checked with the money.
+      step.money(-4_000_000, 1000 * SEN, refundThenChargeback)
+    ]
+  },
+  {
+    name: "a dispute on one top-up after a full refund of another goes negative; a later top-up brings it back",
+    email: "webhook-negative-two@example.com",
+    payments: [paid(1000), paid(1000)],
+    steps: [
+      step.ack(fact.refunded(0, 1000), true),
+      step.ack(fact.refunded(1, 500), true),
+      step.ack(fact.created(1, 0), true),
+      step.money(-5_000_000, 2000 * SEN, belowZeroLedger),
+      step.topUp(2500),
+      step.money(20_000_000, 4500 * SEN, [...belowZeroLedger, ["topup", 25_000_000, 20_000_000]])
+    ]
+  }
+]
+
+const missing = (what: string): never => {
+  throw new Error(what)
+}
+
+/** Plays a scenario on a developer of its own. */
+const play = (scenario: DisputeScenario) =>
+  Effect.gen(function*() {
+    const dev = yield* setup(scenario.email)
+    const { full_key } = yield* createKey(dev.token)
+    const payments: Array<Payment> = []
+    for (const { amountSen, paid } of scenario.payments) {
+      payments.push(paid ? yield* topUp(dev.token, amountSen) : yield* pendingPayment(dev.token, amountSen))
+    }
+    const disputeIds = new Map<number, string>()
+    const state: Play = {
+      dev,
+      fullKey: full_key,
+      payment: (p) => payments[p] ?? missing(`${scenario.name}: no payment ${p}`),
+      disputeId: (d) => disputeIds.get(d) ?? disputeIds.set(d, `dp_${randomBase62(24)}`).get(d) ?? "",
+      last: undefined
+    }
+    for (const s of scenario.steps) yield* s(state)
+  })
+
 layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe webhooks", (it) => {
   describe("signatures", () => {
     const refusals: ReadonlyArray<readonly [string, (event: object) => Effect.Effect<Reply, never, TestServer>]> = [
@@ -475,55 +765,7 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
   })
 
   describe("disputes", () => {
-    it.scoped("created debits a chargeback and suspends; closed won credits it back and lifts the suspension", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-dispute-won@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 1000)
-        yield* expectNotSuspended(full_key)
-        const disputeId = `dp_${randomBase62(24)}`
-        const created = disputeCreated(payment, disputeId)
-        yield* expectAck(created, true)
-        yield* expectAck(created, false)
-        yield* expectAck(disputeCreated(payment, disputeId), false)
-        yield* dev.expectMoney({
-          available: 0,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0]]
-        })
-        yield* expectSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
-        yield* expectAck(disputeClosed(payment, disputeId, "won"), false)
-        yield* dev.expectMoney({
-          available: 1000 * SEN,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["chargeback", -10_000_000, 0],
-            ["chargeback_reversal", 10_000_000, 10_000_000]
-          ]
-        })
-        yield* expectNotSuspended(full_key)
-      }))
-
-    it.scoped("closed lost keeps the chargeback and lifts the suspension", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-dispute-lost@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 2500)
-        const disputeId = `dp_${randomBase62(24)}`
-        yield* expectAck(disputeCreated(payment, disputeId), true)
-        yield* expectSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, disputeId, "lost"), true)
-        // A close after a close changes nothing (a closed dispute stays closed).
-        yield* expectAck(disputeClosed(payment, disputeId, "won"), false)
-        yield* dev.expectMoney({
-          available: 0,
-          lifetimeTopup: 2500 * SEN,
-          ledger: [["topup", 25_000_000, 25_000_000], ["chargeback", -25_000_000, 0]]
-        })
-        yield* expectNotSuspended(full_key)
-      }))
+    for (const scenario of disputeScenarios) it.scoped(scenario.name, () => play(scenario))
 
     it.scoped("closed (won) delivered before created ends as in order, and the account is not suspended", () =>
       Effect.gen(function*() {
@@ -555,122 +797,6 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         })
         expect(actual).toEqual(expected)
         expect((yield* inOrder.inst.invariant(inOrder.accountId)).violations).toEqual([])
-      }))
-
-    it.scoped("a dispute delivered before the checkout completion is applied when the completion arrives", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-dispute-before-paid@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* pendingPayment(dev.token, 1000)
-        const disputeId = `dp_${randomBase62(24)}`
-        yield* expectAck(disputeCreated(payment, disputeId), true)
-        yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
-        yield* expectAck(events.checkoutCompleted(payment), true)
-        yield* dev.expectMoney({
-          available: 0,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0]]
-        })
-        yield* expectSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
-        yield* dev.expectMoney({
-          available: 1000 * SEN,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["chargeback", -10_000_000, 0],
-            ["chargeback_reversal", 10_000_000, 10_000_000]
-          ]
-        })
-        yield* expectNotSuspended(full_key)
-      }))
-
-    it.scoped("a dispute created and closed (lost) before the checkout completion: debited, never suspended", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-dispute-closed-before-paid@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* pendingPayment(dev.token, 1000)
-        const disputeId = `dp_${randomBase62(24)}`
-        yield* expectAck(disputeCreated(payment, disputeId), true)
-        yield* expectAck(disputeClosed(payment, disputeId, "lost"), true)
-        yield* expectNotSuspended(full_key)
-        yield* expectAck(events.checkoutCompleted(payment), true)
-        yield* dev.expectMoney({
-          available: 0,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0]]
-        })
-        yield* expectNotSuspended(full_key)
-      }))
-
-    it.scoped("with two open disputes, the account stays suspended until both close", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-two-disputes@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const p1 = yield* topUp(dev.token, 1000)
-        const p2 = yield* topUp(dev.token, 2500)
-        const d1 = `dp_${randomBase62(24)}`
-        const d2 = `dp_${randomBase62(24)}`
-        yield* expectAck(disputeCreated(p1, d1), true)
-        yield* expectAck(disputeCreated(p2, d2), true)
-        yield* expectSuspended(full_key)
-        // The dashboard reads the suspension from the balance.
-        const suspended = () =>
-          Effect.map(call("GET", "/dashboard/billing/balance", { token: dev.token }), (reply) => reply.body.account_suspended)
-        expect(yield* suspended()).toBe(true)
-        yield* expectAck(disputeClosed(p1, d1, "won"), true)
-        yield* expectSuspended(full_key)
-        expect(yield* suspended()).toBe(true)
-        yield* dev.expectMoney({
-          available: 1000 * SEN,
-          lifetimeTopup: 3500 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["topup", 25_000_000, 35_000_000],
-            ["chargeback", -10_000_000, 25_000_000],
-            ["chargeback", -25_000_000, 0],
-            ["chargeback_reversal", 10_000_000, 10_000_000]
-          ]
-        })
-        yield* expectAck(disputeClosed(p2, d2, "lost"), true)
-        yield* expectNotSuspended(full_key)
-        expect(yield* suspended()).toBe(false)
-        yield* dev.expectMoney({
-          available: 1000 * SEN,
-          lifetimeTopup: 3500 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["topup", 25_000_000, 35_000_000],
-            ["chargeback", -10_000_000, 25_000_000],
-            ["chargeback", -25_000_000, 0],
-            ["chargeback_reversal", 10_000_000, 10_000_000]
-          ]
-        })
-      }))
-
-    it.scoped("two disputes on one charge: closing one keeps the account suspended", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-two-disputes-one-charge@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 1000)
-        const d1 = `dp_${randomBase62(24)}`
-        const d2 = `dp_${randomBase62(24)}`
-        yield* expectAck(disputeCreated(payment, d1, 400), true)
-        yield* expectAck(disputeCreated(payment, d2, 600), true)
-        yield* expectAck(disputeClosed(payment, d2, "warning_closed", 600), true)
-        yield* expectSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, d1, "won", 400), true)
-        yield* expectNotSuspended(full_key)
-        yield* dev.expectMoney({
-          available: 400 * SEN,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["chargeback", -4_000_000, 6_000_000],
-            ["chargeback", -6_000_000, 0],
-            ["chargeback_reversal", 4_000_000, 4_000_000]
-          ]
-        })
       }))
   })
 
@@ -752,67 +878,6 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       })
     }))
 
-  describe("disputes as Stripe moves money", () => {
-    const facts = (p: Payment, disputeId: string) =>
-      ({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen: p.amountSen })
-
-    it.scoped("an inquiry moves no money and suspends nothing, opened or closed", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-inquiry@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 1000)
-        const disputeId = `dp_${randomBase62(24)}`
-        const inquiry = events.disputeCreated({ ...facts(payment, disputeId), status: "warning_needs_response" })
-        yield* expectAck(inquiry, true)
-        yield* expectAck(inquiry, false)
-        yield* expectNotSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, disputeId, "warning_closed"), true)
-        yield* expectNotSuspended(full_key)
-        yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
-      }))
-
-    it.scoped("an inquiry that becomes a dispute debits once on funds_withdrawn; funds_reinstated credits once; the close lifts the suspension", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-inquiry-escalated@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 1000)
-        const disputeId = `dp_${randomBase62(24)}`
-        yield* expectAck(events.disputeCreated({ ...facts(payment, disputeId), status: "warning_needs_response" }), true)
-        yield* expectAck(events.fundsWithdrawn(facts(payment, disputeId)), true)
-        // Another event saying the same thing moves nothing more.
-        yield* expectAck(events.fundsWithdrawn(facts(payment, disputeId)), false)
-        yield* expectAck(events.disputeCreated(facts(payment, disputeId)), false)
-        yield* expectSuspended(full_key)
-        yield* expectAck(events.fundsReinstated(facts(payment, disputeId)), true)
-        yield* expectSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
-        yield* expectNotSuspended(full_key)
-        yield* dev.expectMoney({
-          available: 1000 * SEN,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0], ["chargeback_reversal", 10_000_000, 10_000_000]]
-        })
-      }))
-
-    it.scoped("funds_reinstated before anything else about the dispute: debited and credited once, never suspended", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-reinstated-first@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 1000)
-        const disputeId = `dp_${randomBase62(24)}`
-        yield* expectAck(events.fundsReinstated(facts(payment, disputeId)), true)
-        yield* expectAck(events.disputeCreated(facts(payment, disputeId)), false)
-        yield* expectAck(events.fundsWithdrawn(facts(payment, disputeId)), false)
-        yield* expectAck(disputeClosed(payment, disputeId, "won"), true)
-        yield* expectNotSuspended(full_key)
-        yield* dev.expectMoney({
-          available: 1000 * SEN,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [["topup", 10_000_000, 10_000_000], ["chargeback", -10_000_000, 0], ["chargeback_reversal", 10_000_000, 10_000_000]]
-        })
-      }))
-  })
-
   describe("checkout sessions are matched by their id", () => {
     it.scoped("a completion naming a transaction whose stored session is another answers 500, credits nothing, and the right session still pays", () =>
       Effect.gen(function*() {
@@ -873,72 +938,4 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       yield* expectAck(event, false)
       yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
     }))
-
-  describe("negative balances", () => {
-    it.scoped("a refund then a dispute on the same top-up take available below 0; the invariant holds", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-negative@example.com")
-        const { full_key } = yield* createKey(dev.token)
-        const payment = yield* topUp(dev.token, 1000)
-        yield* expectAck(refund(payment, 400), true)
-        const disputeId = `dp_${randomBase62(24)}`
-        yield* expectAck(disputeCreated(payment, disputeId), true)
-        yield* dev.expectMoney({
-          available: -4_000_000,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["refund", -4_000_000, 6_000_000],
-            ["chargeback", -10_000_000, -4_000_000]
-          ]
-        })
-        yield* expectSuspended(full_key)
-        yield* expectAck(disputeClosed(payment, disputeId, "lost"), true)
-        yield* dev.expectMoney({
-          available: -4_000_000,
-          lifetimeTopup: 1000 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["refund", -4_000_000, 6_000_000],
-            ["chargeback", -10_000_000, -4_000_000]
-          ]
-        })
-        const balance = yield* call("GET", "/dashboard/billing/balance", { token: dev.token })
-        expect(balance.body.balance_myr).toBe(-4)
-      }))
-
-    it.scoped("a dispute on one top-up after a full refund of another goes negative; a later top-up brings it back", () =>
-      Effect.gen(function*() {
-        const dev = yield* setup("webhook-negative-two@example.com")
-        const a = yield* topUp(dev.token, 1000)
-        const b = yield* topUp(dev.token, 1000)
-        yield* expectAck(refund(a, 1000), true)
-        yield* expectAck(refund(b, 500), true)
-        yield* expectAck(disputeCreated(b, `dp_${randomBase62(24)}`), true)
-        yield* dev.expectMoney({
-          available: -5_000_000,
-          lifetimeTopup: 2000 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["topup", 10_000_000, 20_000_000],
-            ["refund", -10_000_000, 10_000_000],
-            ["refund", -5_000_000, 5_000_000],
-            ["chargeback", -10_000_000, -5_000_000]
-          ]
-        })
-        yield* topUp(dev.token, 2500)
-        yield* dev.expectMoney({
-          available: 20_000_000,
-          lifetimeTopup: 4500 * SEN,
-          ledger: [
-            ["topup", 10_000_000, 10_000_000],
-            ["topup", 10_000_000, 20_000_000],
-            ["refund", -10_000_000, 10_000_000],
-            ["refund", -5_000_000, 5_000_000],
-            ["chargeback", -10_000_000, -5_000_000],
-            ["topup", 25_000_000, 20_000_000]
-          ]
-        })
-      }))
-  })
 })

@@ -4,19 +4,13 @@ import { join } from "node:path"
 import { afterAll, beforeAll, expect, inject, it } from "vitest"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
-import {
-  accountIds,
-  invariantViolations,
-  liveDeveloper,
-  moneyState,
-  type ServiceProcess,
-  spawnService,
-  stopService,
-  waitReady,
-  withClient
-} from "../support/ServiceProcess.js"
+import { fundedDeveloper } from "../support/Fetch.js"
+import { accountIds, invariantViolations, moneyState } from "../support/Money.js"
+import { answering, type ServiceProcess, startService, type StartOptions, stopService } from "../support/ServiceProcess.js"
+import { SMOKE } from "../support/Smoke.js"
+import { isDone, parseSse } from "../support/Sse.js"
 import { WEBHOOK_SECRET } from "../support/Stripe.js"
-import { withDatabase } from "../support/TestServer.js"
+import { withClient, withDatabase } from "../support/TestServer.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
@@ -28,7 +22,6 @@ import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
  * answered in the last flush interval before the kill may go unbilled (never
  * twice): the test counts them and how long before the kill they answered.
  */
-const SMOKE = process.env["RELIABILITY_SMOKE"] === "1"
 const KILLS = SMOKE ? 1 : 3
 const ACCOUNTS = SMOKE ? 3 : 6
 const WORKERS = SMOKE ? 8 : 16
@@ -88,7 +81,7 @@ const callOnce = async (baseUrl: string, apiKey: string, stream: boolean): Promi
     return {
       stream,
       status: reply.status,
-      answered: reply.status === 200 && (!stream || text.includes("[DONE]")),
+      answered: reply.status === 200 && (!stream || parseSse(text).some(isDone)),
       requestId: reply.headers.get("x-request-id"),
       at: Date.now()
     }
@@ -110,23 +103,23 @@ const load = (baseUrl: string, keys: ReadonlyArray<string>, stop: { done: boolea
   })).then((all) => all.flat())
 
 it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold within 10 s of its start`, async () => {
-  const port = await freePort()
-  const env = {
-    DATABASE_URL: databaseUrl,
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    DATA_DIR: dataDir,
-    UPSTREAM_BASE_URL: upstream.baseUrl,
-    STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-    RATE_LIMIT_CONCURRENT: "1000",
-    RATE_LIMIT_RPM: "100000"
+  const options: StartOptions = {
+    port: await freePort(),
+    env: {
+      DATABASE_URL: databaseUrl,
+      HOST: "127.0.0.1",
+      DATA_DIR: dataDir,
+      UPSTREAM_BASE_URL: upstream.baseUrl,
+      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
+      RATE_LIMIT_CONCURRENT: "1000",
+      RATE_LIMIT_RPM: "100000"
+    },
+    until: "ready"
   }
-  const logFile = join(dataDir, "service.log")
-  service = spawnService(env, logFile)
-  await waitReady(service.baseUrl)
+  service = await startService(options)
   const keys: Array<string> = []
   for (let i = 0; i < ACCOUNTS; i++) {
-    keys.push((await liveDeveloper(service.baseUrl, `crash-${i}-${randomBase62(6)}@example.com`, 10_000)).apiKey)
+    keys.push((await fundedDeveloper(service.baseUrl, `crash-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook")).apiKey)
   }
 
   const report: Array<Record<string, number>> = []
@@ -141,7 +134,8 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     const outcomes = await running
     const held = await moneyState(databaseUrl)
 
-    service = spawnService(env, logFile)
+    // Spawned, not awaited: the money is watched while it starts.
+    service = await startService({ ...options, until: "spawned" })
     const spawnedAt = service.spawnedAt
     let resolvedAt = 0
     let state = held
@@ -153,7 +147,7 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
       }
       await new Promise((resolve) => setTimeout(resolve, 100))
     }
-    const readyAt = await waitReady(service.baseUrl)
+    const readyAt = await answering(service, "ready")
     // "Its start": the moment it serves (/readyz 200). Spawning includes loading TypeScript, which on a busy
     // machine takes longer than the recovery itself; both are reported.
     const recoveryMs = resolvedAt === 0 ? Number.POSITIVE_INFINITY : Math.max(0, resolvedAt - readyAt)

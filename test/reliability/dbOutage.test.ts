@@ -4,18 +4,13 @@ import { join } from "node:path"
 import { Effect, Exit, Redacted, Scope } from "effect"
 import pg from "pg"
 import { afterAll, beforeAll, expect, inject, it } from "vitest"
-import { freePort, startEmbeddedPostgres } from "../../src/Database/EmbeddedPostgres.js"
+import { startEmbeddedPostgres } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
-import {
-  accountIds,
-  invariantViolations,
-  liveDeveloper,
-  moneyState,
-  type ServiceProcess,
-  spawnService,
-  stopService,
-  waitReady
-} from "../support/ServiceProcess.js"
+import { fundedDeveloper } from "../support/Fetch.js"
+import { accountIds, invariantViolations, moneyState } from "../support/Money.js"
+import { type ServiceProcess, startService, stopService } from "../support/ServiceProcess.js"
+import { SMOKE } from "../support/Smoke.js"
+import { isDone, parseSse } from "../support/Sse.js"
 import { WEBHOOK_SECRET } from "../support/Stripe.js"
 import { withDatabase } from "../support/TestServer.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
@@ -27,7 +22,6 @@ import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
  * none is half-applied, the service recovers by itself, and `/readyz`
  * reflects the outage.
  */
-const SMOKE = process.env["RELIABILITY_SMOKE"] === "1"
 const WORKERS = SMOKE ? 4 : 12
 const TERMINATIONS = SMOKE ? 3 : 10
 const ACCOUNTS = 3
@@ -69,7 +63,7 @@ const callOnce = async (baseUrl: string, apiKey: string, stream: boolean): Promi
       signal: AbortSignal.timeout(60_000)
     })
     const text = await reply.text()
-    if (reply.status === 200) return { status: 200, streamFailed: stream && !text.includes("[DONE]") }
+    if (reply.status === 200) return { status: 200, streamFailed: stream && !parseSse(text).some(isDone) }
     const body = JSON.parse(text) as { error: { code: string; retryable: boolean } }
     return { status: reply.status, code: body.error.code, retryable: body.error.retryable }
   } catch {
@@ -123,23 +117,23 @@ const expectWhole = async (databaseUrl: string, outcomes: ReadonlyArray<Outcome>
   return ms
 }
 
-const startService = async (databaseUrl: string) => {
-  const port = await freePort()
-  const service = spawnService({
-    DATABASE_URL: databaseUrl,
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    DATA_DIR: dataDir,
-    UPSTREAM_BASE_URL: upstream.baseUrl,
-    STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-    RATE_LIMIT_CONCURRENT: "1000",
-    RATE_LIMIT_RPM: "100000"
-  }, join(dataDir, `service-${port}.log`))
+const startFunded = async (databaseUrl: string) => {
+  const service = await startService({
+    env: {
+      DATABASE_URL: databaseUrl,
+      HOST: "127.0.0.1",
+      DATA_DIR: dataDir,
+      UPSTREAM_BASE_URL: upstream.baseUrl,
+      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
+      RATE_LIMIT_CONCURRENT: "1000",
+      RATE_LIMIT_RPM: "100000"
+    },
+    until: "ready"
+  })
   services.push(service)
-  await waitReady(service.baseUrl, 120_000)
   const keys: Array<string> = []
   for (let i = 0; i < ACCOUNTS; i++) {
-    keys.push((await liveDeveloper(service.baseUrl, `outage-${i}-${randomBase62(6)}@example.com`, 10_000)).apiKey)
+    keys.push((await fundedDeveloper(service.baseUrl, `outage-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook")).apiKey)
   }
   return { service, keys }
 }
@@ -160,7 +154,7 @@ it(`the service's connections killed ${TERMINATIONS} times mid-load`, async () =
   try {
     await admin.query(`CREATE DATABASE "${name}"`)
     const databaseUrl = withDatabase(inject("adminDatabaseUrl"), name)
-    const { keys, service } = await startService(databaseUrl)
+    const { keys, service } = await startFunded(databaseUrl)
     const stop = { done: false }
     const running = load(service.baseUrl, keys, stop)
     let killed = 0
@@ -191,7 +185,7 @@ it("an embedded PostgreSQL stopped and started again mid-load: /readyz says so, 
   try {
     const database = await Effect.runPromise(Scope.extend(startEmbeddedPostgres(join(dataDir, "db"), "nenas"), scope))
     const databaseUrl = Redacted.value(database.url)
-    const { keys, service } = await startService(databaseUrl)
+    const { keys, service } = await startFunded(databaseUrl)
     const stop = { done: false }
     const running = load(service.baseUrl, keys, stop)
     await sleep(SMOKE ? 1_000 : 2_000)

@@ -4,7 +4,7 @@ import fc from "fast-check"
 import { isErrorBody } from "../support/ErrorBody.js"
 import { createKey, devToken } from "../support/Http.js"
 import { query, TestServer, TestServerLive } from "../support/TestServer.js"
-import { SMOKE } from "../support/Service.js"
+import { SMOKE } from "../support/Smoke.js"
 
 /**
  * Fuzzing (issue 13): generated bad requests across every endpoint — wrong

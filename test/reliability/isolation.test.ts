@@ -5,7 +5,7 @@ import { call, createKey } from "../support/Http.js"
 import { topUp, webhookOverrides } from "../support/Stripe.js"
 import { TestServerLive } from "../support/TestServer.js"
 import { developer } from "../support/Wallet.js"
-import { SMOKE } from "../support/Service.js"
+import { SMOKE } from "../support/Smoke.js"
 
 /**
  * Isolation (issue 13): two developers, each with keys, money and logs.

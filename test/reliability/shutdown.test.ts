@@ -3,7 +3,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { DRAIN_DEADLINE_MS } from "../../src/Http/Shutdown.js"
-import { fundedDeveloper, get, killGroup, type Service, SMOKE, startService } from "../support/Service.js"
+import { fetchJson, fundedDeveloper } from "../support/Fetch.js"
+import { type ServiceProcess, startService, stopService } from "../support/ServiceProcess.js"
+import { SMOKE } from "../support/Smoke.js"
+import { parseSse } from "../support/Sse.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
@@ -54,10 +57,10 @@ const nodePidUnder = async (npmPid: number): Promise<number> => {
 
 describe("graceful shutdown", () => {
   let upstream: UpstreamServer | undefined
-  const services: Array<Service> = []
+  const services: Array<ServiceProcess> = []
   const dirs: Array<string> = []
   afterAll(async () => {
-    for (const service of services) killGroup(service)
+    for (const service of services) await stopService(service, "SIGKILL")
     await upstream?.close()
     for (const dir of dirs) await rm(dir, { recursive: true, force: true })
   })
@@ -69,14 +72,14 @@ describe("graceful shutdown", () => {
       const dataDir = await mkdtemp(join(tmpdir(), "nenas-shutdown-"))
       dirs.push(dataDir)
       // The embedded database (no DATABASE_URL), as `npm start` runs by default: Ctrl-C must not reach it.
-      const env = { DATA_DIR: dataDir, UPSTREAM_BASE_URL: upstream.baseUrl, UPSTREAM_API_KEY: "sk-test" }
-      const service = await startService(env)
+      const env = { DATA_DIR: dataDir, UPSTREAM_BASE_URL: upstream.baseUrl, UPSTREAM_API_KEY: "sk-test", LOG_FORMAT: "json" }
+      const service = await startService({ from: "npm start", env })
       services.push(service)
-      const dev = await fundedDeveloper(service.base, `shutdown-${signal}-${group}@example.com`)
+      const dev = await fundedDeveloper(service.baseUrl, `shutdown-${signal}-${group}@example.com`, 10_000, "simulated checkout")
       const before = upstream.requests.length
       const calls = [
-        ...Array.from({ length: CALLS }, () => plainCall(service.base, dev.key)),
-        ...Array.from({ length: CALLS }, () => streamedCall(service.base, dev.key))
+        ...Array.from({ length: CALLS }, () => plainCall(service.baseUrl, dev.apiKey)),
+        ...Array.from({ length: CALLS }, () => streamedCall(service.baseUrl, dev.apiKey))
       ]
       // Every call has reached the upstream (and holds its reservation) before the signal.
       while (upstream.requests.length - before < 2 * CALLS) await new Promise((resolve) => setTimeout(resolve, 20))
@@ -90,33 +93,29 @@ describe("graceful shutdown", () => {
       console.log(`${name}: ${2 * CALLS} calls answered; exited ${code} after ${stoppedIn} ms (deadline ${DRAIN_DEADLINE_MS} ms)`)
 
       for (const result of results) expect(result.status, result.text.slice(0, 300)).toBe(200)
-      for (const result of results.slice(CALLS)) expect(result.text).toContain("response.completed")
+      for (const result of results.slice(CALLS)) expect(parseSse(result.text).map((e) => e.event)).toContain("response.completed")
       expect(code, service.output().slice(-3_000)).toBe(0)
       expect(stoppedIn).toBeLessThan(DRAIN_DEADLINE_MS + 15_000)
       // PostgreSQL stopped cleanly, by the service: a clean stop removes its pid file.
       await expect(stat(join(dataDir, "pg", "postmaster.pid"))).rejects.toThrow()
 
       // Started again on the same data: every call is billed, nothing is still held.
-      const again = await startService(env)
+      const again = await startService({ from: "npm start", env })
       services.push(again)
-      const session = await fetch(`${again.base}/dev/session`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ email: `shutdown-${signal}-${group}@example.com` })
-      }).then((r) => r.json() as Promise<{ token: string }>)
-      const logs = await get(again.base, "/dashboard/logs?limit=200", session.token)
+      const session = await fetchJson(again.baseUrl, "POST", "/dev/session", { json: { email: `shutdown-${signal}-${group}@example.com` } })
+      const logs = await fetchJson(again.baseUrl, "GET", "/dashboard/logs?limit=200", { token: session.body.token })
       expect(logs.body.logs).toHaveLength(2 * CALLS)
       for (const log of logs.body.logs) {
         expect(log.status).toBe("billed")
         expect(log.costMicroMyr).toBeGreaterThan(0)
       }
-      const balance = await get(again.base, "/dashboard/billing/balance", session.token)
+      const balance = await fetchJson(again.baseUrl, "GET", "/dashboard/billing/balance", { token: session.body.token })
       expect(balance.body.wallet.reservedMicroMyr).toBe(0)
       expect(balance.body.wallet.lifetimeSpendMicroMyr).toBe(
         logs.body.logs.reduce((sum: number, log: { costMicroMyr: number }) => sum + log.costMicroMyr, 0)
       )
-      process.kill(-(again.child.pid ?? 0), "SIGTERM")
-      expect((await again.exited).code).toBe(0)
+      // SIGTERM to its process group.
+      expect(await stopService(again)).toBe(0)
     }, 240_000)
   }
 })

@@ -2,7 +2,9 @@ import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { killGroup, post, type Service, SMOKE, startService } from "../support/Service.js"
+import { fetchJson } from "../support/Fetch.js"
+import { type ServiceProcess, startService, stopService } from "../support/ServiceProcess.js"
+import { SMOKE } from "../support/Smoke.js"
 
 /**
  * Stall (issue 13): while pathological requests are answered — a 1 MB
@@ -22,21 +24,22 @@ const percentile = (values: ReadonlyArray<number>, p: number) => {
 }
 
 describe("no request stalls the service", () => {
-  let service: Service | undefined
+  let service: ServiceProcess | undefined
   let dataDir = ""
   afterAll(async () => {
-    killGroup(service)
+    if (service !== undefined) await stopService(service, "SIGKILL")
     if (dataDir !== "") await rm(dataDir, { recursive: true, force: true })
   })
 
   it("a 1 MB one-word prompt and a 10,000-deep body are answered quickly, and /healthz keeps answering", async () => {
     dataDir = await mkdtemp(join(tmpdir(), "nenas-stall-"))
-    service = await startService({ DATA_DIR: dataDir })
-    const base = service.base
-    const session = (await post(base, "/dev/session", { email: "stall@example.com" })).body.token as string
-    const testKey = (await post(base, "/dashboard/api-keys", { name: "stall", environment: "test" }, session)).body.full_key as string
+    service = await startService({ from: "npm start", env: { DATA_DIR: dataDir, LOG_FORMAT: "json" } })
+    const base = service.baseUrl
+    const post = async (path: string, json: unknown, token?: string) => (await fetchJson(base, "POST", path, { json, token })).body
+    const session = (await post("/dev/session", { email: "stall@example.com" })).token as string
+    const testKey = (await post("/dashboard/api-keys", { name: "stall", environment: "test" }, session)).full_key as string
     // A live key with an empty wallet: the count runs before the balance is checked.
-    const liveKey = (await post(base, "/dashboard/api-keys", { name: "stall live" }, session)).body.full_key as string
+    const liveKey = (await post("/dashboard/api-keys", { name: "stall live" }, session)).full_key as string
 
     // Built before probing starts: the probe runs in this process too.
     const oneWord = JSON.stringify({ input: "a".repeat(1024 * 1024), max_output_tokens: 16 })

@@ -1,156 +1,189 @@
-import { type ChildProcess, spawn } from "node:child_process"
-import { createWriteStream } from "node:fs"
-import { Effect, Option, Redacted } from "effect"
-import Stripe from "stripe"
-import { AppConfig } from "../../src/AppConfig.js"
-import { DatabaseLive } from "../../src/Database/Database.js"
-import { randomBase62 } from "../../src/Domain/Ids.js"
-import { checkInvariant } from "../../src/Wallet/Invariant.js"
-import { WEBHOOK_SECRET } from "./Stripe.js"
-import { withClient } from "./TestServer.js"
-
-export { withClient }
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
+import { readdir, stat } from "node:fs/promises"
+import { promisify } from "node:util"
+import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 
 /**
- * The service as `npm start` runs it, in a child process the test can
- * SIGKILL: for scenarios where the process itself dies.
+ * The service in a child process, for what needs a process of its own: a
+ * start, a kill, a signal, two instances on one database. (`TestServer` runs
+ * it inside the test process.) Start two instances one after the other: the
+ * second finds the migrations applied.
  */
 export interface ServiceProcess {
   readonly child: ChildProcess
+  readonly port: number
   readonly baseUrl: string
+  /** `npm start` runs in a process group of its own: signals go to the group. */
+  readonly group: boolean
   /** Milliseconds since the epoch when it was spawned. */
   readonly spawnedAt: number
+  /** Everything it printed so far, stdout and stderr. */
+  readonly output: () => string
+  /** Resolves when the process has exited: its code (null when a signal ended it) and that signal. */
+  readonly exited: Promise<Exit>
+  /** Resolves when it has exited and its output is all read. */
+  readonly closed: Promise<Exit>
 }
 
-export const spawnService = (env: Record<string, string>, logFile: string): ServiceProcess => {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
-    cwd: new URL("../..", import.meta.url).pathname,
-    env: { ...process.env, NODE_ENV: "development", ...env },
+export interface Exit {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+}
+
+export interface StartOptions {
+  /**
+   * What runs: `source` is `node --import tsx src/main.ts` (what `npm start`
+   * runs); `compiled` is `node dist/main.js`, built first when stale;
+   * `npm start` is npm itself in a process group of its own, as a terminal or
+   * a container runtime runs it, so a signal can go to the whole group.
+   */
+  readonly from?: "source" | "compiled" | "npm start"
+  /** Configuration. None is inherited from the test's environment: a bare start is `npm start` with nothing set. */
+  readonly env?: Record<string, string>
+  /** Default a free port. */
+  readonly port?: number
+  /** Default the project's root. */
+  readonly cwd?: string
+  /** A user to run as (when the tests run as root); `HOME` is then `DATA_DIR`. */
+  readonly runAs?: RunAs | undefined
+  /**
+   * Resolve once `/healthz` answers 200 (`healthy`, the default), once
+   * `/readyz` does (`ready`), or at once (`spawned`): for a start that is
+   * expected to fail, or that is measured while it happens.
+   */
+  readonly until?: "healthy" | "ready" | "spawned"
+  readonly timeoutMs?: number
+}
+
+const ROOT = new URL("../../", import.meta.url)
+
+/** What configures the service: removed from the test's environment before a start. */
+const CONFIG_VARIABLES = [
+  "PORT", "HOST", "PUBLIC_BASE_URL", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "AUTH_JWKS_URL", "AUTH_ISSUER",
+  "AUTH_AUDIENCE", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "STRIPE_API_URL", "UPSTREAM_BASE_URL",
+  "UPSTREAM_API_KEY", "SEARCH_BASE_URL", "NODE_ENV", "LOG_FORMAT", "METRICS_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT",
+  "RATE_LIMIT_RPM", "RATE_LIMIT_CONCURRENT", "DASHBOARD_URL", "PRICE_TABLE", "INSTANCE_ID", "FETCH_ALLOWED_HOSTS"
+]
+
+const COMMANDS = {
+  source: [process.execPath, ["--import", "tsx", "src/main.ts"]],
+  compiled: [process.execPath, ["dist/main.js"]],
+  "npm start": ["npm", ["start", "--silent"]]
+} as const
+
+/** Starts the service as a child process; see `StartOptions`. A start that does not get where `until` asks is killed. */
+export const startService = async (options: StartOptions = {}): Promise<ServiceProcess> => {
+  const from = options.from ?? "source"
+  if (from === "compiled") await ensureBuilt()
+  const port = options.port ?? await freePort()
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  for (const name of CONFIG_VARIABLES) delete env[name]
+  Object.assign(env, options.env, { PORT: String(port) })
+  if (options.runAs !== undefined && env["DATA_DIR"] !== undefined) env["HOME"] = env["DATA_DIR"]
+  const [command, args] = COMMANDS[from]
+  const child = spawn(command, args, {
+    cwd: options.cwd ?? ROOT.pathname,
+    env,
+    ...options.runAs,
+    detached: from === "npm start",
     stdio: ["ignore", "pipe", "pipe"]
   })
-  const log = createWriteStream(logFile, { flags: "a" })
-  child.stdout?.pipe(log)
-  child.stderr?.pipe(log)
-  return { child, baseUrl: `http://127.0.0.1:${env["PORT"]}`, spawnedAt: Date.now() }
-}
-
-/** Waits until `/readyz` answers 200; returns when it did (ms since the epoch). */
-export const waitReady = async (baseUrl: string, timeoutMs = 60_000): Promise<number> => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    try {
-      const reply = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(2_000) })
-      if (reply.status === 200) return Date.now()
-    } catch {
-      // Not listening yet.
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50))
+  const spawnedAt = Date.now()
+  let output = ""
+  child.stdout?.on("data", (chunk) => (output += chunk))
+  child.stderr?.on("data", (chunk) => (output += chunk))
+  const ended = (event: "exit" | "close") =>
+    new Promise<Exit>((resolve) => child.once(event, (code, signal) => resolve({ code, signal })))
+  const service: ServiceProcess = {
+    child,
+    port,
+    baseUrl: `http://127.0.0.1:${port}`,
+    group: from === "npm start",
+    spawnedAt,
+    output: () => output,
+    exited: ended("exit"),
+    closed: ended("close")
   }
-  throw new Error(`${baseUrl} was not ready within ${timeoutMs} ms`)
-}
-
-export const stopService = (service: ServiceProcess, signal: NodeJS.Signals = "SIGTERM") =>
-  new Promise<void>((resolve) => {
-    if (service.child.exitCode !== null || service.child.signalCode !== null) return resolve()
-    service.child.once("exit", () => resolve())
-    service.child.kill(signal)
-  })
-
-export const json = async (baseUrl: string, method: string, path: string, body?: unknown, token?: string) => {
-  const reply = await fetch(`${baseUrl}${path}`, {
-    method,
-    headers: {
-      ...(body === undefined ? {} : { "content-type": "application/json" }),
-      ...(token === undefined ? {} : { authorization: `Bearer ${token}` })
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    signal: AbortSignal.timeout(30_000)
-  })
-  const text = await reply.text()
-  return { status: reply.status, body: text === "" ? undefined : JSON.parse(text), text }
-}
-
-/** A developer with a live key and a wallet topped up with `amountSen` through a signed Stripe completion. */
-export const liveDeveloper = async (baseUrl: string, email: string, amountSen: number) => {
-  const { token } = (await json(baseUrl, "POST", "/dev/session", { email })).body as { token: string }
-  const checkout = await json(baseUrl, "POST", "/dashboard/billing/checkout", { amount_sen: amountSen }, token)
-  if (checkout.status !== 200) throw new Error(`checkout: ${checkout.text}`)
-  const event = {
-    id: `evt_${randomBase62(24)}`,
-    object: "event",
-    type: "checkout.session.completed",
-    data: {
-      object: {
-        id: checkout.body.session_id,
-        object: "checkout.session",
-        payment_status: "paid",
-        amount_total: amountSen,
-        currency: "myr",
-        client_reference_id: checkout.body.transaction_id,
-        metadata: { transaction_id: checkout.body.transaction_id },
-        payment_intent: `pi_${randomBase62(24)}`
-      }
-    }
+  const until = options.until ?? "healthy"
+  if (until === "spawned") return service
+  try {
+    await answering(service, until, options.timeoutMs)
+  } catch (error) {
+    await stopService(service, "SIGKILL")
+    throw error
   }
-  const payload = JSON.stringify(event)
-  const signature = Stripe.webhooks.generateTestHeaderString({ payload, secret: WEBHOOK_SECRET })
-  const paid = await fetch(`${baseUrl}/billing/stripe/webhook`, {
-    method: "POST",
-    headers: { "content-type": "application/json", "stripe-signature": signature },
-    body: payload
-  })
-  if (paid.status !== 200) throw new Error(`top-up: ${paid.status} ${await paid.text()}`)
-  const key = await json(baseUrl, "POST", "/dashboard/api-keys", { name: "load", environment: "live" }, token)
-  if (key.status !== 201) throw new Error(`key: ${key.text}`)
-  const balance = await json(baseUrl, "GET", "/dashboard/billing/balance", undefined, token)
-  return { token, apiKey: key.body.full_key as string, balance: balance.body }
+  return service
 }
-
-/** DESIGN.md's invariant for each account: the violations found, empty when it holds everywhere. */
-export const invariantViolations = (databaseUrl: string, accountIds: ReadonlyArray<string>) =>
-  Effect.runPromise(
-    Effect.forEach(accountIds, (id) => Effect.map(checkInvariant(id), (r) => r.violations.map((v) => `${id}: ${v}`))).pipe(
-      Effect.map((all) => all.flat()),
-      Effect.provide(DatabaseLive),
-      Effect.provide(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)) })),
-      Effect.scoped,
-      Effect.orDie
-    )
-  )
 
 /**
- * What money a crash or an outage may have left unsettled, and what would be
- * wrong however it is settled: open holds, pending logs, negative wallets,
- * requests billed twice, logs whose status disagrees with the ledger.
+ * Waits until `/healthz` (`healthy`) or `/readyz` (`ready`) answers 200;
+ * resolves with when it did (ms since the epoch). Fails, with what the
+ * service printed, when it exits first or does not answer in time.
  */
-export const moneyState = (databaseUrl: string) =>
-  withClient(databaseUrl, async (client) => {
-    const count = async (text: string) => Number((await client.query<{ n: string }>(text)).rows[0]?.n ?? 0)
-    return {
-      openReservations: await count("SELECT count(*) AS n FROM reservations WHERE status = 'open'"),
-      /** Credit grants instances hold (a dead instance's are returned by the sweeper). */
-      grants: await count("SELECT count(*) AS n FROM credit_grants"),
-      pendingLogs: await count("SELECT count(*) AS n FROM request_logs WHERE status = 'pending'"),
-      negativeWallets: await count("SELECT count(*) AS n FROM wallets WHERE available_micro_myr < 0"),
-      billedTwice: await count(
-        "SELECT count(*) AS n FROM (SELECT request_id FROM ledger_entries WHERE type = 'usage' GROUP BY request_id HAVING count(*) > 1) t"
-      ),
-      // A billed log's cost is its usage entry; a failed one has none.
-      logLedgerMismatches: await count(`
-        SELECT count(*) AS n FROM request_logs l
-        LEFT JOIN ledger_entries e ON e.type = 'usage' AND e.request_id = l.request_id
-        WHERE (l.status = 'billed' AND COALESCE(-e.amount_micro_myr, 0) <> l.cost_micro_myr)
-           OR (l.status = 'failed' AND e.id IS NOT NULL)
-      `),
-      // A captured reservation's charge is its usage entry.
-      captureMismatches: await count(`
-        SELECT count(*) AS n FROM reservations r
-        LEFT JOIN ledger_entries e ON e.type = 'usage' AND e.request_id = r.request_id
-        WHERE (r.status = 'captured' AND COALESCE(-e.amount_micro_myr, 0) <> r.captured_micro_myr)
-           OR (r.status = 'released' AND e.id IS NOT NULL)
-      `)
+export const answering = async (service: ServiceProcess, what: "healthy" | "ready", timeoutMs = 120_000): Promise<number> => {
+  const url = `${service.baseUrl}${what === "healthy" ? "/healthz" : "/readyz"}`
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (service.child.exitCode !== null || service.child.signalCode !== null) {
+      throw new Error(`service exited early:\n${service.output()}`)
     }
-  })
+    const ok = await fetch(url, { signal: AbortSignal.timeout(5_000) }).then((r) => r.status === 200, () => false)
+    if (ok) return Date.now()
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error(`${url} did not answer 200 within ${timeoutMs} ms:\n${service.output()}`)
+}
 
-export const accountIds = (databaseUrl: string) =>
-  withClient(databaseUrl, async (client) => (await client.query<{ id: string }>("SELECT id FROM accounts")).rows.map((r) => r.id))
+/**
+ * Sends `signal` (to the whole process group for `npm start`) unless the
+ * process has exited; resolves with its exit code once it has.
+ */
+export const stopService = async (service: ServiceProcess, signal: NodeJS.Signals = "SIGTERM"): Promise<number | null> => {
+  const { child } = service
+  if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
+    try {
+      process.kill(service.group ? -child.pid : child.pid, signal)
+    } catch {
+      // Gone in the meantime.
+    }
+  }
+  return (await service.exited).code
+}
+
+const newestSource = async (): Promise<number> => {
+  let newest = 0
+  for (const dir of ["src", "migrations", "web/src"]) {
+    for (const file of await readdir(new URL(dir, ROOT), { recursive: true })) {
+      newest = Math.max(newest, (await stat(new URL(`${dir}/${file}`, ROOT))).mtimeMs)
+    }
+  }
+  return newest
+}
+
+/** `npm run build` when `dist/main.js` is missing or older than a source it is compiled from. */
+const ensureBuilt = async () => {
+  const built = await stat(new URL("dist/main.js", ROOT)).then((s) => s.mtimeMs, () => 0)
+  if (built > 0 && (await newestSource()) <= built) return
+  await promisify(execFile)("npm", ["run", "build"], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 })
+}
+
+/** A user other than root to run the service as. */
+export interface RunAs {
+  readonly uid: number
+  readonly gid: number
+}
+
+export const isRoot = () => process.getuid?.() === 0
+
+/** `nobody`, the unprivileged user every Unix has, to run the service as when the tests run as root; undefined when there is none. */
+export const nobody = (): RunAs | undefined => {
+  try {
+    const id = (flag: string) => Number(execFileSync("id", [flag, "nobody"], { encoding: "utf8" }).trim())
+    return { uid: id("-u"), gid: id("-g") }
+  } catch {
+    return undefined
+  }
+}
+
+/** What a failed start printed, as its non-empty lines. */
+export const linesOf = (output: string) => output.split("\n").filter((line) => line.trim() !== "")

@@ -1,7 +1,7 @@
 import { createServer } from "node:http"
 import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { type Clock, Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
@@ -10,7 +10,7 @@ import { DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
 import { ApiKeyAuthLive } from "../Keys/Authentication.js"
 import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
 import { BillingLive, DevCheckoutLive, PaymentsServicesLive, WebhooksLive } from "../Billing/Http.js"
-import { PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
+import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
@@ -25,7 +25,7 @@ import { WebSearch } from "../Models/WebSearch.js"
 import { ProviderLive } from "../Providers/Live.js"
 import { TestKeyProviderLive } from "../Providers/Simulated.js"
 import { Router } from "../Routing/Router.js"
-import { SearchLive } from "../Search/Search.js"
+import { type Search, SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
 import { RequestLogReads } from "../Logs/Reads.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
@@ -35,6 +35,7 @@ import { Spending } from "../Wallet/Spending.js"
 import { ReservationSweeper } from "../Wallet/Sweeper.js"
 import { LoggingLive } from "../Observability/Logging.js"
 import { instrumentedProvider, traced } from "../Providers/Instrumented.js"
+import type { Provider, TestKeyProvider } from "../Providers/Provider.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { TracingLive } from "../Observability/Tracing.js"
 import { accessLog } from "./AccessLog.js"
@@ -42,37 +43,76 @@ import { DashboardLive } from "./Dashboard.js"
 import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 import { drainDeadline } from "./Shutdown.js"
 
-/** Every service the handlers use; each real part is chosen from configuration in its own layer. */
-export const ServicesLive = Layer.mergeAll(
-  DashboardAuthLive,
-  traced(ApiKeyAuth, "auth", ApiKeyAuthLive),
-  PaymentsServicesLive,
-  ReservationSweeper.layerRunning,
-  ModelCalls.layer,
-  Idempotency.layer,
-  CallLimits.layer
-).pipe(
-  Layer.provideMerge(traced(Spending, "spending", Spending.layer)),
-  Layer.provideMerge(Layer.mergeAll(
-    KeyLastUsed.layer(),
-    KeyCache.layer(),
-    traced(WalletRepo, "wallet", WalletRepo.layer),
-    Router.layer,
-    instrumentedProvider(ProviderLive),
-    TestKeyProviderLive,
-    traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(SearchLive)))
-  )),
-  Layer.provideMerge(Layer.mergeAll(
-    AccountsRepo.layer,
-    KeysRepo.layer,
-    RequestLogReads.layer,
-    IdentityProviderLive,
-    PaymentProcessorLive,
-    Metrics.Default
-  )),
-  Layer.provideMerge(Layer.merge(RequestLogs.layer, ReservationLeases.layer())),
-  Layer.provideMerge(DatabaseLive)
-)
+/**
+ * Parts a test may replace with a Layer of its own (a scripted provider, a
+ * fixed router, canned search, an in-memory checkout); absent ones are chosen
+ * from configuration as in production. `clock` replaces the server's `Clock`.
+ */
+export interface ServerOverrides {
+  readonly provider?: Layer.Layer<Provider>
+  /** The model test keys call (the simulated model unless replaced). */
+  readonly testKeyProvider?: Layer.Layer<TestKeyProvider>
+  readonly router?: Layer.Layer<Router>
+  readonly search?: Layer.Layer<Search>
+  readonly paymentProcessor?: Layer.Layer<PaymentProcessor>
+  /**
+   * Calls settle through `Spending`'s own SQL (`Wallet/Settle.ts`), so a
+   * replacement must keep the SQL tables (a wrapper around `WalletRepo.layer`
+   * that injects faults, say); an in-memory repository is refused at start.
+   */
+  readonly walletRepo?: Layer.Layer<WalletRepo, never, Layer.Layer.Context<typeof WalletRepo.layer>>
+  readonly clock?: Clock.Clock
+}
+
+/** Set on `Wallet/RepoTest.ts`'s repositories (a global symbol, so production code does not import test code). */
+const IN_MEMORY_WALLET = Symbol.for("nenas/WalletRepo/inMemory")
+
+/** `layer` itself, refusing to start on an in-memory repository: captures written in SQL would find no reservation. */
+const sqlWalletRepo = (layer: Layer.Layer<WalletRepo, never, Layer.Layer.Context<typeof WalletRepo.layer>>) =>
+  Layer.effect(
+    WalletRepo,
+    Effect.flatMap(WalletRepo, (repo) =>
+      IN_MEMORY_WALLET in repo
+        ? Effect.dieMessage(
+          "makeServer: an in-memory WalletRepo cannot run under the server: Spending settles calls in SQL (Wallet/Settle.ts)."
+        )
+        : Effect.succeed(repo))
+  ).pipe(Layer.provide(layer))
+
+/** Every service the handlers use; each real part is chosen from configuration in its own layer, unless overridden. */
+export const makeServices = (overrides: ServerOverrides = {}) =>
+  Layer.mergeAll(
+    DashboardAuthLive,
+    traced(ApiKeyAuth, "auth", ApiKeyAuthLive),
+    PaymentsServicesLive,
+    ReservationSweeper.layerRunning,
+    ModelCalls.layer,
+    Idempotency.layer,
+    CallLimits.layer
+  ).pipe(
+    Layer.provideMerge(traced(Spending, "spending", Spending.layer)),
+    Layer.provideMerge(Layer.mergeAll(
+      KeyLastUsed.layer(),
+      KeyCache.layer(),
+      traced(WalletRepo, "wallet", overrides.walletRepo === undefined ? WalletRepo.layer : sqlWalletRepo(overrides.walletRepo)),
+      overrides.router ?? Router.layer,
+      instrumentedProvider(overrides.provider ?? ProviderLive),
+      overrides.testKeyProvider ?? TestKeyProviderLive,
+      traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(overrides.search ?? SearchLive)))
+    )),
+    Layer.provideMerge(Layer.mergeAll(
+      AccountsRepo.layer,
+      KeysRepo.layer,
+      RequestLogReads.layer,
+      IdentityProviderLive,
+      overrides.paymentProcessor ?? PaymentProcessorLive,
+      Metrics.Default
+    )),
+    Layer.provideMerge(Layer.merge(RequestLogs.layer, ReservationLeases.layer())),
+    Layer.provideMerge(DatabaseLive)
+  )
+
+export const ServicesLive = makeServices()
 
 const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   Layer.provide([
@@ -119,16 +159,23 @@ export const NodeServerLive = Layer.unwrapEffect(
 )
 
 /**
- * The whole service. The services (and so the database and its migrations)
- * are built before the server listens: a request accepted earlier would wait
- * for the app with no answer.
+ * The whole service, with `overrides` in place of the parts they name. The
+ * services (and so the database and its migrations) are built before the
+ * server listens: a request accepted earlier would wait for the app with no
+ * answer.
  */
-export const ServerLive = HttpAppLive.pipe(
-  HttpServer.withLogAddress,
-  Layer.provide(NodeServerLive),
-  // The services stay visible to whoever runs the server: a test reads through them as a handler does.
-  Layer.provideMerge(ServicesLive),
-  // Unless OTEL_EXPORTER_OTLP_ENDPOINT is set, no tracer runs: spans nobody reads would only cost CPU.
-  Layer.provide(TracingLive),
-  Layer.provide(LoggingLive)
-)
+export const makeServer = (overrides: ServerOverrides = {}) => {
+  const server = HttpAppLive.pipe(
+    HttpServer.withLogAddress,
+    Layer.provide(NodeServerLive),
+    // The services stay visible to whoever runs the server: a test reads through them as a handler does.
+    Layer.provideMerge(makeServices(overrides)),
+    // Unless OTEL_EXPORTER_OTLP_ENDPOINT is set, no tracer runs: spans nobody reads would only cost CPU.
+    Layer.provide(TracingLive),
+    Layer.provide(LoggingLive)
+  )
+  return overrides.clock === undefined ? server : Layer.provide(server, Layer.setClock(overrides.clock))
+}
+
+/** The whole service as production runs it. */
+export const ServerLive = makeServer()

@@ -8,7 +8,7 @@ import { Spending } from "../../src/Wallet/Spending.js"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
-import { ServerLive } from "../../src/Http/Server.js"
+import { makeServer, type ServerOverrides } from "../../src/Http/Server.js"
 
 /** Real time plus an offset a test can move forward: the server's `Clock`. */
 export interface ShiftableClock extends Clock.Clock {
@@ -77,9 +77,10 @@ const tempDir = Effect.acquireRelease(
 
 /**
  * The whole service, as `npm start` composes it, on a free loopback port with
- * its own database; `overrides` replace configuration values.
+ * its own database; `overrides` replace configuration values, and `parts`
+ * replace services with test Layers (`makeServer`'s overrides).
  */
-export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
+export const TestServerLive = (overrides: Partial<AppConfigShape> = {}, parts: ServerOverrides = {}) =>
   Layer.unwrapScoped(Effect.gen(function*() {
     const database = yield* freshDatabase
     const dataDir = yield* tempDir
@@ -96,7 +97,7 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}) =>
       instanceId: `test:${port}`,
       ...overrides
     })
-    const server = ServerLive.pipe(
+    const server = makeServer(parts).pipe(
       Layer.provide(config),
       Layer.provide(Layer.setClock(clock)),
       // A line per request would bury a failing test's output; warnings and errors still show.

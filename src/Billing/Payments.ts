@@ -1,9 +1,10 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Context, Data, Effect, Layer, Option, ParseResult, Schema } from "effect"
+import { Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
+import { KeyCache } from "../Keys/KeyCache.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { CURRENCY } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
@@ -89,6 +90,9 @@ const requireMyr = (currency: string | null | undefined, event: StripeEvent) =>
  * dispute before the completed checkout) are stored and applied when it is, so
  * every delivery order ends in the same state.
  */
+/** The accounts whose suspension the event being applied decided (`apply` gives each event its own set). */
+const SuspensionsDecided = FiberRef.unsafeMake<Set<string> | undefined>(undefined)
+
 export class Payments extends Context.Tag("nenas/Payments")<Payments, {
   /** True when the event changed anything; false for duplicates and types we do not handle. */
   readonly apply: (event: StripeEvent) => Effect.Effect<boolean, InternalError | MalformedEvent | SqlError.SqlError>
@@ -100,6 +104,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const repo = yield* PaymentsRepo
       const wallet = yield* WalletRepo
       const accounts = yield* AccountsRepo
+      const keyCache = yield* KeyCache
 
       /**
        * Suspended exactly while a dispute whose funds were withdrawn is open. The
@@ -110,6 +115,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           yield* accounts.lock(accountId)
           const disputed = yield* repo.hasWithdrawnDispute(accountId)
           yield* disputed ? accounts.suspend(accountId) : accounts.reinstate(accountId)
+          yield* Effect.map(FiberRef.get(SuspensionsDecided), (decided) => decided?.add(accountId))
         })
 
       /** Brings a paid transaction's ledger in line with every fact known about it. */
@@ -273,11 +279,16 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         apply: (event) => {
           const handle = Object.hasOwn(handlers, event.type) ? handlers[event.type] : undefined
           if (handle === undefined) return Effect.succeed(false)
+          const decided = new Set<string>()
           return sql.withTransaction(Effect.gen(function*() {
             // The event's row is written first: a concurrent twin waits on it, then sees a duplicate.
             if (!(yield* repo.recordEvent(event.id, event.type, event))) return false
             return yield* handle(event)
           })).pipe(
+            Effect.locally(SuspensionsDecided, decided),
+            // Committed: this instance's cached keys follow at once (others on the database's announcement),
+            // so a call right after the webhook's answer sees the account as it now is.
+            Effect.tap(() => Effect.forEach(decided, keyCache.forgetAccount, { discard: true })),
             // Its effects rolled back; the event is kept, unprocessed, for an operator (a redelivery tries again).
             Effect.tapErrorTag("MalformedEvent", () => repo.keepUnprocessed(event.id, event.type, event))
           )

@@ -51,7 +51,8 @@ export const ServicesLive = Layer.mergeAll(
   Idempotency.layer,
   CallLimits.layer
 ).pipe(
-  Layer.provideMerge(traced(Spending, "spending", Spending.layer)),
+  // Accounts open their wallets through WalletRepo.
+  Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
   Layer.provideMerge(Layer.mergeAll(
     KeyLastUsed.layer(),
     KeyCache.layer(),
@@ -61,7 +62,6 @@ export const ServicesLive = Layer.mergeAll(
     traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(SearchLive)))
   )),
   Layer.provideMerge(Layer.mergeAll(
-    AccountsRepo.layer,
     KeysRepo.layer,
     UsageRepo.layer,
     IdentityProviderLive,

@@ -13,8 +13,9 @@ import { type Reservation, type ReserveInput, reserveStatements } from "./Reserv
 import { type SettleItem, settleBatch } from "./Settle.js"
 
 /**
- * The prepaid wallet as a bank keeps it. Every movement is one SQL transaction
- * that locks the wallet row (`Lock.ts`), so movements of one account are serialized:
+ * The prepaid wallet as a bank keeps it. `open` makes the row at an account's
+ * first sign-in. Every movement is one SQL transaction that locks the wallet
+ * row (`Lock.ts`), so movements of one account are serialized:
  * - `reserve`/`reserveQuickly` move available → reserved before a live call runs (`Reserve.ts`);
  * - `growGrant` moves available → granted (a credit grant: `GrantRows.ts`, `GrantPool.ts`);
  * - `capture` moves reserved → spent (a `usage` entry) and returns the rest;
@@ -67,6 +68,8 @@ export interface StoredWallet extends Wallet {
 export type { GrantSizing, GrantsAsked } from "./GrantRows.js"
 
 export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
+  /** Makes the account's empty wallet, unless it has one; inside the caller's transaction when there is one. */
+  readonly open: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
   /** The row as stored (grants apart); `Spending.balance` is what developers see. */
   readonly wallet: (accountId: string) => Effect.Effect<StoredWallet, SqlError.SqlError>
   /** Reserves in one transaction that explains a refusal: balance, suspension, the key's monthly limit. */
@@ -182,6 +185,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       return WalletRepo.of({
         ...reserveStatements(sql, leases, businessTimezone),
         ...grantStatements(sql, leases.holder),
+        open: (accountId) => Effect.asVoid(sql`INSERT INTO wallets (account_id) VALUES (${accountId}) ON CONFLICT (account_id) DO NOTHING`),
         openHolds,
         wallet: (accountId) =>
           sql<StoredWallet>`

@@ -26,6 +26,8 @@ const RECLAIM_WAIT_MS = 1000
  * queued and written in batches, one transaction at most `FLUSH_INTERVAL`
  * apart, never on the call's path. Reads of the wallet, ledger and logs go
  * through `settled` first, so they include every call this instance answered.
+ * The grants live in `GrantPool.ts`, the batches in `SettlementQueue.ts`; this
+ * is the façade the call path uses.
  */
 export class Spending extends Context.Tag("nenas/Spending")<Spending, {
   /** Holds the call's maximum (`input`; null for a test key, which holds nothing). */
@@ -93,7 +95,7 @@ const hold = (calls: Calls, input: ReserveInput | null, log: OpenLog) =>
     }
     const grant = calls.pool.lend(input, now)
     if (grant !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant })
-    return admitted(input.amountMicroMyr, { _tag: "Reservation", reservation: yield* reserve(calls, input, now) })
+    return admitted(input.amountMicroMyr, { _tag: "Reservation", reservation: yield* holdInReservation(calls, input, now) })
   })
 
 /** A call priced at nothing (a free local model) holds nothing, but a negative balance still blocks it. */
@@ -109,7 +111,7 @@ const refuseNegativeBalance = (calls: Calls, accountId: string) =>
   })
 
 /** A reservation of the call's own: in one round trip when it may, else one that explains a refusal. */
-const reserve = (calls: Calls, input: ReserveInput, now: number) =>
+const holdInReservation = (calls: Calls, input: ReserveInput, now: number) =>
   Effect.gen(function*() {
     if (input.monthlySpendLimitMicroMyr === null) {
       const quick = yield* calls.wallets.reserveQuickly(input)

@@ -18,7 +18,7 @@ import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
 import { topUp, webhookOverrides } from "./support/Stripe.js"
 import { freshDatabase, makeShiftableClock, onDatabase, query, TestServer } from "./support/TestServer.js"
-import { developer } from "./support/Wallet.js"
+import { developer, WalletRepoLive } from "./support/Wallet.js"
 
 /** The bound the cache promises for a change made anywhere: every instance sees it within a second. */
 const DEADLINE_MS = 1_000
@@ -67,11 +67,11 @@ describe("the API-key cache of one instance", () => {
       lookup: (hash) => Effect.zipRight(Effect.sync(() => sqlLookups++), repo.lookup(hash))
     })))
   const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
-    DatabaseLive.pipe(Layer.provide(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
+    DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
   const TIME_TO_LIVE_MS = 2_000
   const Parts = KeyCache.layer({ reconnectAfter: "1 second", timeToLive: TIME_TO_LIVE_MS }).pipe(
     Layer.provide(CountingKeysRepo),
-    Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer)),
+    Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(WalletRepoLive))),
     Layer.provideMerge(Database)
   )
 

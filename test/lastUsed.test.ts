@@ -9,11 +9,12 @@ import { hashKey } from "../src/Keys/ApiKeys.js"
 import { KeyLastUsed } from "../src/Keys/LastUsed.js"
 import { KeysRepo } from "../src/Keys/Repo.js"
 import { freshDatabase } from "./support/TestServer.js"
+import { WalletRepoLive } from "./support/Wallet.js"
 
 const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
-  DatabaseLive.pipe(Layer.provide(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
+  DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
 
-const Repos = Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provideMerge(Database))
+const Repos = Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(WalletRepoLive), Layer.provideMerge(Database))
 
 layer(Repos, { excludeTestServices: true })("last_used_at", (it) => {
   const makeKey = Effect.gen(function*() {

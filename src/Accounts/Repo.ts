@@ -2,6 +2,7 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Clock, Context, Effect, Layer } from "effect"
 import type { Account, Identity } from "./Account.js"
 import { newId } from "../Domain/Ids.js"
+import { WalletRepo } from "../Wallet/Repo.js"
 
 interface AccountRow {
   readonly id: string
@@ -34,6 +35,7 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
     AccountsRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const wallets = yield* WalletRepo
       const find = (subject: string) =>
         sql<AccountRow>`
           SELECT id, subject, email, suspended_at FROM accounts WHERE subject = ${subject}
@@ -47,7 +49,8 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
             ON CONFLICT (subject) DO NOTHING
             RETURNING id
           `
-          if (inserted.length > 0) yield* sql`INSERT INTO wallets (account_id) VALUES (${id})`
+          // Inside this transaction: the account never exists without its wallet.
+          if (inserted.length > 0) yield* wallets.open(id)
         }))
       return AccountsRepo.of({
         signIn: (identity) =>

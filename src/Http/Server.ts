@@ -90,7 +90,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     Idempotency.layer,
     CallLimits.layer
   ).pipe(
-    Layer.provideMerge(traced(Spending, "spending", Spending.layer)),
+    // Accounts open their wallets through WalletRepo.
+    Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
     Layer.provideMerge(Layer.mergeAll(
       KeyLastUsed.layer(),
       KeyCache.layer(),
@@ -101,7 +102,6 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(overrides.search ?? SearchLive)))
     )),
     Layer.provideMerge(Layer.mergeAll(
-      AccountsRepo.layer,
       KeysRepo.layer,
       RequestLogReads.layer,
       IdentityProviderLive,

@@ -4,7 +4,8 @@ import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { IdempotencyConflict } from "../Domain/Errors.js"
-import { holderDead, LEASE_RENEWAL, RESERVATION_LEASE, ReservationLeases, secondsSql } from "../Wallet/Leases.js"
+import { holderDead, secondsSql } from "../Wallet/Instances.js"
+import { LEASE_RENEWAL, RESERVATION_LEASE, ReservationLeases } from "../Wallet/Leases.js"
 
 export const RETENTION = Duration.hours(24)
 

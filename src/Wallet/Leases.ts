@@ -1,8 +1,10 @@
 import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { newId } from "../Domain/Ids.js"
+import { beat, markStopped, registerInstance, secondsSql } from "./Instances.js"
+
+// Models/Idempotency.ts leases its records on the same clock and the same heartbeats.
 
 /** How long a reservation outlives its owner's last renewal, whatever its owner's heartbeat says. */
 export const RESERVATION_LEASE = Duration.seconds(45)
@@ -10,16 +12,11 @@ export const RESERVATION_LEASE = Duration.seconds(45)
 export const LEASE_RENEWAL = Duration.seconds(2)
 /** Every how many beats it also renews the reservations it holds (their lease is long: a row each is not free). */
 const BEATS_PER_RENEWAL = 5
-/** A process that has not beaten for this long is dead: three beats missed. */
-export const DEAD_AFTER = Duration.seconds(6)
 /**
  * The longest this process renews one reservation: longer than any call may
  * run, so a reservation its call forgot still lapses and is swept.
  */
 export const MAX_HOLD = Duration.minutes(15)
-
-/** `now() + d` in SQL: every deadline is the database's clock, never an instance's. */
-export const secondsSql = (d: Duration.DurationInput) => Duration.toMillis(d) / 1000
 
 /**
  * This process (one row in `instances`, beating every `LEASE_RENEWAL` with the
@@ -43,12 +40,11 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         const sql = yield* SqlClient.SqlClient
         const { instanceId } = yield* AppConfig
         const holder = newId("ins")
-        yield* register(sql, holder, instanceId)
+        yield* registerInstance(sql, holder, instanceId)
         /** Each held reservation and when it was taken. */
         const held = new Map<string, number>()
-        const beat = sql`UPDATE instances SET heartbeat_at = now() WHERE id = ${holder}`
         const renew = Effect.gen(function*() {
-          yield* beat
+          yield* beat(sql, holder)
           const now = yield* Clock.currentTimeMillis
           for (const [id, since] of held) if (now - since > Duration.toMillis(MAX_HOLD)) held.delete(id)
           if (held.size === 0) return 0
@@ -65,13 +61,10 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         const tick = Effect.suspend((): Effect.Effect<unknown> =>
           ++beats % BEATS_PER_RENEWAL === 0
             ? renew
-            : beat.pipe(Effect.catchAllCause((cause) => Effect.logWarning("instance heartbeat failed", cause)))
+            : beat(sql, holder).pipe(Effect.catchAllCause((cause) => Effect.logWarning("instance heartbeat failed", cause)))
         )
         yield* tick.pipe(Effect.repeat(Schedule.spaced(renewal)), Effect.forkScoped)
-        // A clean stop is a death too: what this process still holds is released by the next sweep.
-        yield* Effect.addFinalizer(() =>
-          Effect.ignore(sql`UPDATE instances SET heartbeat_at = '-infinity' WHERE id = ${holder}`)
-        )
+        yield* Effect.addFinalizer(() => Effect.ignore(markStopped(sql, holder)))
         return ReservationLeases.of({
           holder,
           hold: (id) => Effect.map(Clock.currentTimeMillis, (now) => void held.set(id, now)),
@@ -81,23 +74,3 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
       })
     )
 }
-
-/** Registers this process; earlier processes with its identity are dead from now on. */
-const register = (sql: SqlClient.SqlClient, holder: string, identity: string): Effect.Effect<void, SqlError.SqlError> =>
-  sql.withTransaction(Effect.gen(function*() {
-    yield* sql`UPDATE instances SET heartbeat_at = '-infinity' WHERE identity = ${identity} AND id <> ${holder}`
-    yield* sql`INSERT INTO instances (id, identity, started_at, heartbeat_at) VALUES (${holder}, ${identity}, now(), now())`
-    // Rows of processes dead for a day only slow the lookups down.
-    yield* sql`DELETE FROM instances WHERE heartbeat_at < now() - interval '1 day'`
-  }))
-
-/**
- * SQL: true when the process named by `holder` (a column) is dead — no beat
- * within `DEAD_AFTER`, or replaced by a process with its identity. `self` is
- * never dead to itself (its beat may be late after a database outage).
- */
-export const holderDead = (sql: SqlClient.SqlClient, holder: string, self: string) =>
-  sql`(${sql.literal(holder)} IS NOT NULL AND ${sql.literal(holder)} <> ${self} AND NOT EXISTS (
-    SELECT 1 FROM instances i
-    WHERE i.id = ${sql.literal(holder)} AND i.heartbeat_at > now() - ${secondsSql(DEAD_AFTER)} * interval '1 second'
-  ))`

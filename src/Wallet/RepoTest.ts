@@ -14,7 +14,8 @@ import type {
   ReserveInput,
   StoredWallet
 } from "./Repo.js"
-import { newReservation, WalletRepo } from "./Repo.js"
+import { WalletRepo } from "./Repo.js"
+import { newReservation } from "./Reserve.js"
 
 /**
  * `WalletRepo` in memory, for tests that decide things about money without
@@ -53,6 +54,8 @@ interface MemoryGrant {
   readonly accountId: string
   readonly holder: string
   amountMicroMyr: number
+  /** When its row was last written: a grant written after a request for it has answered. */
+  updatedAt: Date
 }
 
 interface MemoryEntry extends LedgerEntryRow {
@@ -282,7 +285,7 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
     })
 
   const growGrant = (grant: { readonly id: string; readonly accountId: string; readonly create: boolean }, size: GrantSizing) =>
-    Effect.sync((): number | "missing" => {
+    Effect.flatMap(now, (at) => Effect.sync((): number | "missing" => {
       const wallet = store.walletOf(grant.accountId)
       if (wallet.suspended) return 0
       const held = grants.get(grant.id)
@@ -291,10 +294,25 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
       if (growth <= 0 || growth > wallet.availableMicroMyr) return 0
       wallet.availableMicroMyr -= growth
       wallet.grantedMicroMyr += growth
-      if (held === undefined) grants.set(grant.id, { id: grant.id, accountId: grant.accountId, holder, amountMicroMyr: growth })
-      else held.amountMicroMyr += growth
+      if (held === undefined) grants.set(grant.id, { id: grant.id, accountId: grant.accountId, holder, amountMicroMyr: growth, updatedAt: at })
+      else Object.assign(held, { amountMicroMyr: held.amountMicroMyr + growth, updatedAt: at })
       return growth
+    }))
+
+  const othersGrants = (accountId: string) =>
+    [...grants.values()].filter((grant) => grant.accountId === accountId && grant.holder !== holder)
+
+  /** Asks the other instances for the account's grants back (recorded in `grantRequests`; nobody listens). */
+  const askForGrants = (accountId: string) =>
+    Effect.map(now, (askedAt) => {
+      store.notify(accountId)
+      return { others: othersGrants(accountId).length, askedAt }
     })
+
+  const unansweredGrants = (accountId: string, askedAt: Date) =>
+    Effect.sync(() => othersGrants(accountId).filter((grant) => grant.updatedAt < askedAt).length)
+
+  const open = (accountId: string) => Effect.sync(() => store.open(accountId))
 
   const returnDeadGrants = Effect.sync(() => {
     let returned = 0
@@ -361,7 +379,10 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
   const openHolds = Effect.sync(() => [...reservations.values()].filter((r) => r.status === "open").length)
 
   return Object.assign(
-    WalletRepo.of({ wallet, reserve, reserveQuickly, capture, release, growGrant, returnDeadGrants, post, ledger, openHolds }),
+    WalletRepo.of({
+      open, wallet, reserve, reserveQuickly, capture, release, growGrant, returnDeadGrants, askForGrants, unansweredGrants,
+      post, ledger, openHolds
+    }),
     { [IN_MEMORY]: true }
   )
 }

@@ -3,7 +3,8 @@ import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { microMyr } from "../Domain/Money.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
-import { holderDead, MAX_HOLD, ReservationLeases, secondsSql } from "./Leases.js"
+import { holderDead, secondsSql } from "./Instances.js"
+import { MAX_HOLD, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 
 export interface SweepResult {

@@ -13,6 +13,13 @@ import { call, devToken } from "./Http.js"
 import { query, TestServer } from "./TestServer.js"
 
 /**
+ * The wallet repository with what it needs (request logs, this process's
+ * leases), on a database layer's SqlClient and AppConfig: what AccountsRepo
+ * opens new accounts' wallets with.
+ */
+export const WalletRepoLive = WalletRepo.layer.pipe(Layer.provide(Layer.merge(RequestLogs.layer, ReservationLeases.layer())))
+
+/**
  * A second service instance's money parts (wallet, leases, sweeper, payments
  * repository) on the test server's database, as another process would have
  * them. Closing `scope` stops its lease renewals: the instance has died.

@@ -1,0 +1,272 @@
+import { PgClient } from "@effect/sql-pg"
+import type { Scope } from "effect"
+import { Effect, Option, Runtime, Stream } from "effect"
+import { newId } from "../Domain/Ids.js"
+import { GRANT_CHANNEL, type GrantToGrow } from "./GrantRows.js"
+import type { Grant, Pace } from "./Grants.js"
+import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
+import { WalletRepo } from "./Repo.js"
+import type { ReserveInput } from "./Reserve.js"
+import type { GrantReturn } from "./Settle.js"
+
+/** A grant no call has reserved from for this long is handed back. */
+const GRANT_IDLE_MS = 5000
+/** After a request to hand grants back (a call was refused), no grant for the account for this long. */
+const GRANT_COOLDOWN_MS = 10_000
+/** An account that has not called for this long (and holds no grant) has its pace forgotten... */
+const PACE_FORGOTTEN_AFTER_MS = 60_000
+/** ... looked for at most this often. */
+const PACE_SWEEP_EVERY_MS = 5000
+
+/** What the next flush writes for the grants: parts handed back, and grants to delete once empty. */
+export interface HandBacks {
+  readonly returns: ReadonlyArray<GrantReturn>
+  readonly close: ReadonlyArray<Grant>
+}
+
+/**
+ * The credit grants this instance lends to calls in memory (DESIGN.md, Money),
+ * one per account that calls often, and the pace of each account's calls that
+ * sizes them. A grant grows in the background (`WalletRepo.growGrant`); the
+ * settlement queue writes what its calls were charged and hands it back when
+ * it idles, when another instance asks (`GRANT_CHANNEL`), and at shutdown.
+ */
+export interface GrantPool {
+  /**
+   * Counts the call into its account's pace. For a key without a monthly limit
+   * (one with a limit is counted in the database, call by call), starts growing
+   * the account's grant when its pace asks, and lends the call's amount from it
+   * when it holds enough; undefined when the call must reserve.
+   */
+  readonly lend: (input: ReserveInput, now: number) => Grant | undefined
+  /** A call on `grant` settled: `charged` waits for the flush, the rest of `held` is lent again. */
+  readonly charge: (grant: Grant, held: number, charged: number) => void
+  /** A call on `grant` failed: all it held is lent again. */
+  readonly giveBack: (grant: Grant, held: number) => void
+  /** Someone (another instance, a debit, a call refused here) needs the account's grant: hand it back, take none for a while. */
+  readonly handBack: (accountId: string, now: number) => void
+  /** Whether this instance holds a grant for the account. */
+  readonly holds: (accountId: string) => boolean
+  /** What calls in flight hold of the account's grant. */
+  readonly inFlight: (accountId: string) => number
+  /** What grants hold that no call holds yet, all accounts together. */
+  readonly unlent: () => number
+  /** What to hand back now: grants asked for, idle ones, and all of them when stopping. */
+  readonly takeHandBacks: (now: number) => HandBacks
+  /** A flush that wrote nothing: its hand-backs are this instance's again, and still owed. */
+  readonly unwritten: (returns: ReadonlyArray<GrantReturn>) => void
+  /** A flush wrote `amount` of `grant`'s charges. */
+  readonly chargeWritten: (grant: Grant, amount: number) => void
+  /** A flush written: empty closed grants are gone, and so are those the sweeper returned (`missing`). */
+  readonly written: (close: ReadonlyArray<Grant>, missing: ReadonlySet<string>) => Effect.Effect<void>
+  /** No more growth; every grant closes. Waits (briefly) for growths still committing, which would leave a grant behind. */
+  readonly stop: Effect.Effect<void>
+}
+
+/** The pool's state, and what it needs to grow grants. */
+interface Pool {
+  readonly grants: Map<string, Grant>
+  readonly paces: Map<string, Pace>
+  readonly wallets: WalletRepo["Type"]
+  readonly nowMs: Effect.Effect<number>
+  readonly fork: (effect: Effect.Effect<void>) => void
+  stopping: boolean
+  lastPaceSweep: number
+}
+
+/** The pool, listening for other instances' requests to hand grants back (on PostgreSQL). */
+export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo> = Effect.gen(function*() {
+  const runtime = yield* Effect.runtime<never>()
+  const clock = yield* Effect.clock
+  const pool: Pool = {
+    grants: new Map(),
+    paces: new Map(),
+    wallets: yield* WalletRepo,
+    nowMs: clock.currentTimeMillis,
+    fork: (effect) => void Runtime.runFork(runtime)(effect),
+    stopping: false,
+    lastPaceSweep: 0
+  }
+  yield* listen(pool)
+  return {
+    lend: (input, now) => lend(pool, input, now),
+    charge,
+    giveBack,
+    handBack: (accountId, now) => handBack(pool, accountId, now),
+    holds: (accountId) => pool.grants.has(accountId),
+    inFlight: (accountId) => pool.grants.get(accountId)?.inFlight ?? 0,
+    unlent: () => [...pool.grants.values()].reduce((sum, grant) => sum + grant.remaining, 0),
+    takeHandBacks: (now) => takeHandBacks(pool, now),
+    unwritten: (returns) => unwritten(pool, returns),
+    chargeWritten: (grant, amount) => void (grant.pending -= amount),
+    written: (close, missing) => written(pool, close, missing),
+    stop: stop(pool)
+  }
+})
+
+/** Listens again a second after the connection fails; meanwhile a refused call elsewhere waits a little for this instance, and idle grants come back by themselves. */
+const listen = (pool: Pool) =>
+  Effect.gen(function*() {
+    const pg = yield* Effect.serviceOption(PgClient.PgClient)
+    if (Option.isNone(pg)) return
+    yield* pg.value.listen(GRANT_CHANNEL).pipe(
+      Stream.runForEach((accountId) => Effect.flatMap(pool.nowMs, (now) => Effect.sync(() => handBack(pool, accountId, now)))),
+      Effect.catchAllCause((cause) => Effect.logWarning("listening for grant requests stopped; listening again", cause)),
+      Effect.zipRight(Effect.sleep("1 second")),
+      Effect.forever,
+      Effect.forkScoped
+    )
+  })
+
+const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
+  let pace = pool.paces.get(accountId)
+  if (pace === undefined) {
+    pace = newPace(now)
+    pool.paces.set(accountId, pace)
+  }
+  return pace
+}
+
+const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined => {
+  const pace = paceOf(pool, input.accountId, now)
+  notePace(pace, input.amountMicroMyr, now)
+  if (input.monthlySpendLimitMicroMyr !== null) return undefined
+  const grant = pool.grants.get(input.accountId)
+  if (!pool.stopping && wantsGrant(pace, grant, now)) startGrowing(pool, input.accountId, pace, now)
+  if (grant === undefined || grant.closing || grant.remaining < input.amountMicroMyr) return undefined
+  grant.remaining -= input.amountMicroMyr
+  grant.inFlight += input.amountMicroMyr
+  grant.lastHoldAt = now
+  return grant
+}
+
+const charge = (grant: Grant, held: number, charged: number) => {
+  grant.inFlight -= held
+  grant.remaining += held - charged
+  grant.pending += charged
+}
+
+const giveBack = (grant: Grant, held: number) => {
+  grant.inFlight -= held
+  grant.remaining += held
+}
+
+const handBack = (pool: Pool, accountId: string, now: number) => {
+  paceOf(pool, accountId, now).noGrantUntil = now + GRANT_COOLDOWN_MS
+  const grant = pool.grants.get(accountId)
+  if (grant !== undefined) {
+    grant.closing = true
+    grant.asked = true
+  }
+}
+
+/** Forgets `grant` unless a newer grant for its account took its place. */
+const forget = (pool: Pool, grant: Grant) => {
+  if (pool.grants.get(grant.accountId) === grant) pool.grants.delete(grant.accountId)
+}
+
+/** Starts growing the account's grant in the background, creating it first when there is none. */
+const startGrowing = (pool: Pool, accountId: string, pace: Pace, now: number) => {
+  let grant = pool.grants.get(accountId)
+  if (grant === undefined) {
+    grant = newGrant(newId("gr"), accountId, now)
+    pool.grants.set(accountId, grant)
+  }
+  grant.growing = true
+  pool.fork(grow(pool, grant, pace))
+}
+
+/** Grows `grant` (marked growing by the caller) by what the wallet affords at the account's pace. */
+const grow = (pool: Pool, grant: Grant, pace: Pace) =>
+  Effect.gen(function*() {
+    const row: GrantToGrow = { id: grant.id, accountId: grant.accountId, create: !grant.stored }
+    const result = yield* pool.wallets.growGrant(row, (wallet) =>
+      grantGrowth({
+        spendPerSecond: pace.spendPerSecond,
+        estimate: pace.lastEstimate,
+        remaining: grant.remaining,
+        heldMicroMyr: wallet.heldMicroMyr,
+        availableMicroMyr: wallet.availableMicroMyr
+      }))
+    if (result === "missing") {
+      forget(pool, grant)
+    } else if (result > 0) {
+      grant.stored = true
+      grant.remaining += result
+    } else {
+      // The wallet is low: calls reserve one by one for a while.
+      pace.noGrantUntil = (yield* pool.nowMs) + 1000
+      if (!grant.stored) forget(pool, grant)
+    }
+  }).pipe(
+    Effect.catchAllCause((cause) =>
+      Effect.zipRight(
+        Effect.sync(() => {
+          if (!grant.stored) forget(pool, grant)
+        }),
+        Effect.logWarning("growing a credit grant failed", cause)
+      )
+    ),
+    Effect.ensuring(Effect.sync(() => void (grant.growing = false)))
+  )
+
+/** Forgets the pace of accounts that have not called for a minute (and hold no grant). */
+const forgetQuietAccounts = (pool: Pool, now: number) => {
+  if (now - pool.lastPaceSweep < PACE_SWEEP_EVERY_MS) return
+  pool.lastPaceSweep = now
+  for (const [accountId, pace] of pool.paces) {
+    if (now - pace.windowStart > PACE_FORGOTTEN_AFTER_MS && !pool.grants.has(accountId)) pool.paces.delete(accountId)
+  }
+}
+
+const takeHandBacks = (pool: Pool, now: number): HandBacks => {
+  forgetQuietAccounts(pool, now)
+  const returns: Array<GrantReturn> = []
+  const close: Array<Grant> = []
+  for (const grant of pool.grants.values()) {
+    if (!grant.stored) continue
+    const idle = now - grant.lastHoldAt >= GRANT_IDLE_MS
+    if (pool.stopping || idle) grant.closing = true
+    if (!grant.closing) continue
+    // Even 0 when asked: the row's updated_at tells the waiting instance this one answered.
+    if (grant.remaining > 0 || grant.asked) {
+      returns.push({ grantId: grant.id, accountId: grant.accountId, amountMicroMyr: grant.remaining })
+      grant.remaining = 0
+      grant.asked = false
+    }
+    if (grant.inFlight === 0) close.push(grant)
+  }
+  return { returns, close }
+}
+
+const unwritten = (pool: Pool, returns: ReadonlyArray<GrantReturn>) => {
+  for (const back of returns) {
+    const grant = pool.grants.get(back.accountId)
+    if (grant?.id === back.grantId) {
+      grant.remaining += back.amountMicroMyr
+      grant.asked = true
+    }
+  }
+}
+
+const written = (pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<string>) =>
+  Effect.gen(function*() {
+    for (const grant of close) {
+      if (grant.inFlight === 0 && grant.pending === 0 && grant.remaining === 0) forget(pool, grant)
+    }
+    for (const grant of [...pool.grants.values()]) {
+      if (!missing.has(grant.id)) continue
+      // The sweeper returned it (this process looked dead): calls on it were billed late; take no more from it.
+      pool.grants.delete(grant.accountId)
+      yield* Effect.logWarning("a credit grant was returned by another instance's sweeper").pipe(
+        Effect.annotateLogs({ grantId: grant.id, accountId: grant.accountId })
+      )
+    }
+  })
+
+const stop = (pool: Pool) =>
+  Effect.gen(function*() {
+    pool.stopping = true
+    const growing = () => [...pool.grants.values()].some((grant) => grant.growing)
+    for (let waits = 0; waits < 100 && growing(); waits++) yield* Effect.sleep("10 millis")
+  })

@@ -1,0 +1,161 @@
+import type { SqlClient, SqlError } from "@effect/sql"
+import { Clock, Effect } from "effect"
+import { accountSuspended, InsufficientBalance, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
+import { newId } from "../Domain/Ids.js"
+import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
+import { secondsSql } from "./Instances.js"
+import { RESERVATION_LEASE, type ReservationLeases } from "./Leases.js"
+import { type LockedWallet, lockWallet } from "./Lock.js"
+
+/**
+ * Reservations taken (DESIGN.md, Money): a live call's maximum moved from
+ * available to reserved before it runs. Both ways of taking one — the exact
+ * one that explains a refusal, and the quick one of one round trip — write it
+ * with the same statement, `debitAndHold`.
+ */
+
+export interface Reservation {
+  readonly id: string
+  readonly accountId: string
+  readonly apiKeyId: string
+  readonly requestId: string
+  readonly amountMicroMyr: number
+}
+
+/**
+ * One info line per money movement, with its ids, wherever the movement is
+ * made (here, or in the call's one-statement reserve and capture).
+ */
+export const logReserve = (reservation: Reservation) =>
+  Effect.logInfo("wallet reserve").pipe(Effect.annotateLogs({
+    reservationId: reservation.id,
+    accountId: reservation.accountId,
+    apiKeyId: reservation.apiKeyId,
+    requestId: reservation.requestId,
+    amountMicroMyr: reservation.amountMicroMyr
+  }))
+
+export interface ReserveInput {
+  readonly accountId: string
+  readonly apiKeyId: string
+  /** The call's request id; one reservation per request. */
+  readonly requestId: string
+  readonly amountMicroMyr: MicroMyr
+  /** The key's limit per `BUSINESS_TIMEZONE` month; null for none. */
+  readonly monthlySpendLimitMicroMyr: number | null
+}
+
+/** A new reservation for `input`; its lease runs from the database's now() when it is written. */
+export const newReservation = (input: ReserveInput): Reservation => ({
+  id: newId("rsv"),
+  accountId: input.accountId,
+  apiKeyId: input.apiKeyId,
+  requestId: input.requestId,
+  amountMicroMyr: input.amountMicroMyr
+})
+
+export interface ReserveStatements {
+  readonly reserve: (
+    input: ReserveInput
+  ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
+  readonly reserveQuickly: (input: ReserveInput) => Effect.Effect<Reservation | undefined, SqlError.SqlError>
+}
+
+/** The reserve statements of this process (`leases.holder`), months counted in `businessTimezone`. */
+export const reserveStatements = (
+  sql: SqlClient.SqlClient,
+  leases: ReservationLeases["Type"],
+  businessTimezone: string
+): ReserveStatements => {
+  const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+  const monthToDate = (apiKeyId: string, at: Date) =>
+    sql<{ spent: number; held: number }>`
+      SELECT
+        COALESCE((
+          SELECT -SUM(amount_micro_myr) FROM ledger_entries
+          WHERE api_key_id = ${apiKeyId} AND type = 'usage'
+            AND created_at >= date_trunc('month', ${at}::timestamptz AT TIME ZONE ${businessTimezone}::text)
+                              AT TIME ZONE ${businessTimezone}::text
+        ), 0)::bigint AS spent,
+        COALESCE((
+          SELECT SUM(amount_micro_myr) FROM reservations WHERE api_key_id = ${apiKeyId} AND status = 'open'
+        ), 0)::bigint AS held
+    `.pipe(Effect.map((rows) => rows[0] ?? { spent: 0, held: 0 }))
+
+  /**
+   * The one reserve statement: moves `amount` available → reserved and writes
+   * the reservation, unless the account is suspended or the wallet holds less.
+   * Its UPDATE waits for the wallet row and checks on its newest version: no
+   * overdraft. False when refused (nothing written).
+   */
+  const debitAndHold = (reservation: Reservation, at: Date) =>
+    sql<{ held: number }>`
+      WITH debit AS (
+        UPDATE wallets w
+        SET available_micro_myr = w.available_micro_myr - ${reservation.amountMicroMyr},
+            reserved_micro_myr = w.reserved_micro_myr + ${reservation.amountMicroMyr},
+            updated_at = ${at}
+        FROM accounts a
+        WHERE w.account_id = ${reservation.accountId} AND a.id = w.account_id
+          AND a.suspended_at IS NULL AND w.available_micro_myr >= ${reservation.amountMicroMyr}
+        RETURNING w.account_id
+      ), held AS (
+        INSERT INTO reservations (id, account_id, api_key_id, request_id, amount_micro_myr, expires_at, created_at, holder)
+        SELECT ${reservation.id}, account_id, ${reservation.apiKeyId}, ${reservation.requestId}, ${reservation.amountMicroMyr},
+               now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second', ${at}, ${leases.holder}
+        FROM debit
+        RETURNING id
+      )
+      SELECT count(*)::int AS held FROM held
+    `.pipe(Effect.map((rows) => rows[0]?.held === 1))
+
+  /** A reservation written: this process renews its lease until the call settles. */
+  const held = (reservation: Reservation) =>
+    leases.hold(reservation.id).pipe(Effect.zipRight(logReserve(reservation)), Effect.as(reservation))
+
+  /** Why `input` may not reserve now, read under the wallet's lock; nothing when it may. */
+  const refusal = (input: ReserveInput, wallet: LockedWallet, at: Date) =>
+    Effect.gen(function*() {
+      if (wallet.suspendedAt !== null) return yield* accountSuspended()
+      if (wallet.availableMicroMyr < input.amountMicroMyr) {
+        return yield* new InsufficientBalance({
+          message: `This request may cost up to RM ${toMyrString(input.amountMicroMyr)}, and the wallet holds RM ${
+            toMyrString(microMyr(Math.max(wallet.availableMicroMyr, 0)))
+          } available.`
+        })
+      }
+      if (input.monthlySpendLimitMicroMyr === null) return
+      const { held, spent } = yield* monthToDate(input.apiKeyId, at)
+      if (spent + held + input.amountMicroMyr > input.monthlySpendLimitMicroMyr) {
+        return yield* new SpendLimitExceeded({
+          message: `This key's monthly spend limit is RM ${
+            toMyrString(microMyr(input.monthlySpendLimitMicroMyr))
+          }; it has spent RM ${toMyrString(microMyr(spent))} this month, RM ${
+            toMyrString(microMyr(held))
+          } is held for calls in flight, and this request may cost up to RM ${toMyrString(input.amountMicroMyr)}.`
+        })
+      }
+    })
+
+  const reserve = (input: ReserveInput) =>
+    sql.withTransaction(Effect.gen(function*() {
+      if (input.amountMicroMyr <= 0) return yield* Effect.dieMessage("a reservation must be positive")
+      const wallet = yield* lockWallet(sql, input.accountId)
+      const at = yield* now
+      yield* refusal(input, wallet, at)
+      const reservation = newReservation(input)
+      // Under the lock only a suspension committed since the check can refuse it.
+      if (!(yield* debitAndHold(reservation, at))) return yield* accountSuspended()
+      return reservation
+    })).pipe(Effect.flatMap(held))
+
+  const reserveQuickly = (input: ReserveInput) =>
+    Effect.gen(function*() {
+      if (input.amountMicroMyr <= 0) return yield* Effect.dieMessage("a reservation must be positive")
+      const reservation = newReservation(input)
+      return (yield* debitAndHold(reservation, yield* now)) ? yield* held(reservation) : undefined
+    })
+
+  return { reserve, reserveQuickly }
+}

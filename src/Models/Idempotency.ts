@@ -22,7 +22,7 @@ export type Outcome =
   | { readonly _tag: "Claimed" }
   | { readonly _tag: "Replay"; readonly status: number; readonly body: string }
 
-interface RecordRow {
+export interface RecordRow {
   readonly endpoint: string
   readonly requestHash: Uint8Array
   readonly requestId: string
@@ -31,8 +31,37 @@ interface RecordRow {
   readonly responseBody: string | null
 }
 
-const hashOf = (endpoint: string, body: unknown): Buffer =>
+export const hashOf = (endpoint: string, body: unknown): Buffer =>
   createHash("sha256").update(endpoint).update("\n").update(JSON.stringify(body)).digest()
+
+/**
+ * A key already claimed, by this request's twin or another: a different request
+ * is a conflict; the same one still running is a retryable conflict; a finished
+ * one is replayed with its stored status and body.
+ */
+export const judgeExisting = (
+  input: Pick<Claim, "key" | "endpoint">,
+  hash: Uint8Array,
+  existing: RecordRow
+): Effect.Effect<Outcome, IdempotencyConflict> => {
+  if (existing.endpoint !== input.endpoint || !Buffer.from(hash).equals(Buffer.from(existing.requestHash))) {
+    return new IdempotencyConflict({
+      message: `The Idempotency-Key "${input.key}" was already used with a different request (${existing.endpoint}).`,
+      param: "Idempotency-Key",
+      guidance: "Use a new Idempotency-Key for a different request."
+    })
+  }
+  if (existing.status === "running" || existing.responseStatus === null || existing.responseBody === null) {
+    return new IdempotencyConflict({
+      message: `A request with the Idempotency-Key "${input.key}" is still running (${existing.requestId}).`,
+      param: "Idempotency-Key",
+      retryable: true,
+      retry_after_seconds: 1,
+      guidance: "Wait for the first request to finish, then retry to receive its result."
+    })
+  }
+  return Effect.succeed({ _tag: "Replay", status: existing.responseStatus, body: existing.responseBody })
+}
 
 /**
  * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
@@ -98,23 +127,7 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
           const existing = rows[0]
           // Freed between our insert and this read (the first call failed): try again.
           if (existing === undefined) return yield* claim(input)
-          if (existing.endpoint !== input.endpoint || !hash.equals(Buffer.from(existing.requestHash))) {
-            return yield* new IdempotencyConflict({
-              message: `The Idempotency-Key "${input.key}" was already used with a different request (${existing.endpoint}).`,
-              param: "Idempotency-Key",
-              guidance: "Use a new Idempotency-Key for a different request."
-            })
-          }
-          if (existing.status === "running" || existing.responseStatus === null || existing.responseBody === null) {
-            return yield* new IdempotencyConflict({
-              message: `A request with the Idempotency-Key "${input.key}" is still running (${existing.requestId}).`,
-              param: "Idempotency-Key",
-              retryable: true,
-              retry_after_seconds: 1,
-              guidance: "Wait for the first request to finish, then retry to receive its result."
-            })
-          }
-          return { _tag: "Replay", status: existing.responseStatus, body: existing.responseBody } as const
+          return yield* judgeExisting(input, hash, existing)
         })
 
       const sweep = Effect.flatMap(Clock.currentTimeMillis, (at) =>

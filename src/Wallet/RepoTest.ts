@@ -16,6 +16,7 @@ import type {
 } from "./Repo.js"
 import { WalletRepo } from "./Repo.js"
 import { newReservation } from "./Reserve.js"
+import { captureInto } from "./Settle.js"
 
 /**
  * `WalletRepo` in memory, for tests that decide things about money without
@@ -248,19 +249,7 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
           return { reservationId, chargedMicroMyr: r.capturedMicroMyr ?? 0, ledgerEntryId: posted?.id ?? null }
         }
         const wallet = store.walletOf(r.accountId)
-        const asked = Math.max(amountMicroMyr, 0)
-        let charged: number
-        if (r.status === "open") {
-          charged = Math.min(asked, r.amountMicroMyr)
-          wallet.availableMicroMyr += r.amountMicroMyr - charged
-          wallet.reservedMicroMyr -= r.amountMicroMyr
-        } else {
-          // Released already (its holder looked dead): billed late, from what the wallet holds.
-          charged = Math.min(asked, r.amountMicroMyr, Math.max(wallet.availableMicroMyr, 0))
-          wallet.availableMicroMyr -= charged
-        }
-        r.status = "captured"
-        r.capturedMicroMyr = charged
+        const charged = captureInto(wallet, r, amountMicroMyr)
         wallet.lifetimeSpendMicroMyr += charged
         const ledgerEntryId = charged === 0 ? null : store.append(r.accountId, {
           type: "usage",

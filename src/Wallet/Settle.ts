@@ -227,6 +227,33 @@ const bill = (applied: Applied, wallet: WalletRow, charged: number, description:
   return id
 }
 
+/**
+ * The capture rule, once for the SQL and the in-memory wallet: an open hold is
+ * charged at most its amount and the rest returns to available; a hold already
+ * released (its process looked dead) is billed late, from what the wallet
+ * holds. Returns the charge; the reservation is then captured.
+ */
+export const captureInto = (
+  wallet: { availableMicroMyr: number; reservedMicroMyr: number },
+  reservation: { status: "open" | "captured" | "released"; readonly amountMicroMyr: number; capturedMicroMyr: number | null },
+  amountMicroMyr: number
+): number => {
+  const asked = Math.max(amountMicroMyr, 0)
+  const open = reservation.status === "open"
+  const charged = open
+    ? Math.min(asked, reservation.amountMicroMyr)
+    : Math.min(asked, reservation.amountMicroMyr, Math.max(wallet.availableMicroMyr, 0))
+  if (open) {
+    wallet.availableMicroMyr += reservation.amountMicroMyr - charged
+    wallet.reservedMicroMyr -= reservation.amountMicroMyr
+  } else {
+    wallet.availableMicroMyr -= charged
+  }
+  reservation.status = "captured"
+  reservation.capturedMicroMyr = charged
+  return charged
+}
+
 const billed = (applied: Applied, log: LogWrite | undefined, charged: number) => {
   if (log !== undefined) applied.logRows.push({ ...log, status: "billed", costMicroMyr: charged })
 }
@@ -239,19 +266,7 @@ const capture = (applied: Applied, item: SettleItem & { readonly _tag: "Capture"
     return { chargedMicroMyr: r.capturedMicroMyr ?? 0, ledgerEntryId: null, released: false }
   }
   const wallet = walletOf(applied, r.accountId)
-  const asked = Math.max(item.amountMicroMyr, 0)
-  let charged: number
-  if (r.status === "open") {
-    charged = Math.min(asked, r.amountMicroMyr)
-    wallet.availableMicroMyr += r.amountMicroMyr - charged
-    wallet.reservedMicroMyr -= r.amountMicroMyr
-  } else {
-    // Released by the sweeper (its process looked dead): billed late, from what the wallet holds.
-    charged = Math.min(asked, r.amountMicroMyr, Math.max(wallet.availableMicroMyr, 0))
-    wallet.availableMicroMyr -= charged
-  }
-  r.status = "captured"
-  r.capturedMicroMyr = charged
+  const charged = captureInto(wallet, r, item.amountMicroMyr)
   r.changed = true
   billed(applied, item.log, charged)
   return { chargedMicroMyr: charged, ledgerEntryId: bill(applied, wallet, charged, item.description, r.apiKeyId, r.requestId), released: false }

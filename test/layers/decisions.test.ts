@@ -6,6 +6,7 @@ import { AppConfig } from "../../src/AppConfig.js"
 import { disputeFacts } from "../../src/Billing/Payments.js"
 import { type ApiError, errorClasses, InvalidRequest, RateLimitExceeded } from "../../src/Domain/Errors.js"
 import { errorResponse, toApiError } from "../../src/Http/ErrorMiddleware.js"
+import { hashOf, judgeExisting, type RecordRow } from "../../src/Models/Idempotency.js"
 import type { RouteInput } from "../../src/Routing/Router.js"
 import { decideRoute, Router } from "../../src/Routing/Router.js"
 import * as RouterTest from "../../src/Routing/RouterTest.js"
@@ -190,4 +191,62 @@ describe("webhook event semantics: what a dispute event says about Stripe's mone
       if (facts.fundsReinstated) expect(facts.fundsWithdrawn).toBe(true)
     }
   })
+})
+
+describe("idempotency rules: a key already claimed", () => {
+  const body = { model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }] }
+  const claim = { key: "k-1", endpoint: "/v1/chat/completions" }
+  const hash = hashOf(claim.endpoint, body)
+  const record = (fields: Partial<RecordRow>): RecordRow => ({
+    endpoint: claim.endpoint,
+    requestHash: hash,
+    requestId: "req_first",
+    status: "completed",
+    responseStatus: 200,
+    responseBody: "{\"id\":\"chatcmpl-1\"}",
+    ...fields
+  })
+  const cases: ReadonlyArray<{
+    readonly name: string
+    readonly existing: RecordRow
+    readonly expected: { readonly replay: { status: number; body: string } } | { readonly conflict: RegExp; readonly retryable: boolean }
+  }> = [
+    { name: "the same request, finished: its stored answer again", existing: record({}), expected: { replay: { status: 200, body: "{\"id\":\"chatcmpl-1\"}" } } },
+    {
+      name: "the same request, finished with an error: the stored error again",
+      existing: record({ responseStatus: 402, responseBody: "{\"error\":{}}" }),
+      expected: { replay: { status: 402, body: "{\"error\":{}}" } }
+    },
+    {
+      name: "the same request, still running: a conflict to retry",
+      existing: record({ status: "running", responseStatus: null, responseBody: null }),
+      expected: { conflict: /still running \(req_first\)/, retryable: true }
+    },
+    {
+      name: "another body under the key: a conflict not to retry",
+      existing: record({ requestHash: hashOf(claim.endpoint, { ...body, temperature: 1 }) }),
+      expected: { conflict: /different request/, retryable: false }
+    },
+    {
+      name: "another endpoint under the key: a conflict not to retry",
+      existing: record({ endpoint: "/v1/responses" }),
+      expected: { conflict: /different request \(\/v1\/responses\)/, retryable: false }
+    }
+  ]
+  for (const { name, existing, expected } of cases) {
+    it.effect(name, () =>
+      Effect.gen(function*() {
+        const outcome = yield* Effect.either(judgeExisting(claim, hash, existing))
+        if ("replay" in expected) {
+          if (outcome._tag !== "Right") return expect.fail(`expected a replay, got ${outcome.left.message}`)
+          expect(outcome.right).toEqual({ _tag: "Replay", ...expected.replay })
+          return
+        }
+        if (outcome._tag !== "Left") return expect.fail(`expected a conflict, got ${JSON.stringify(outcome)}`)
+        expect(outcome.left._tag).toBe("IdempotencyConflict")
+        expect(outcome.left.message).toMatch(expected.conflict)
+        expect(outcome.left.retryable === true).toBe(expected.retryable)
+        expect(outcome.left.param).toBe("Idempotency-Key")
+      }))
+  }
 })

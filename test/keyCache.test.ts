@@ -12,7 +12,9 @@ import { newId } from "../src/Domain/Ids.js"
 import { Spending } from "../src/Wallet/Spending.js"
 import { ServerLive } from "../src/Http/Server.js"
 import { hashKey } from "../src/Keys/ApiKeys.js"
-import { KeyCache } from "../src/Keys/KeyCache.js"
+import { Listener, LISTEN_APPLICATION_NAME } from "../src/Database/Listener.js"
+import { KEYS_CHANNEL, KeyCache } from "../src/Keys/KeyCache.js"
+import { Metrics } from "../src/Observability/Metrics.js"
 import { type KeyLookup, KeysRepo } from "../src/Keys/Repo.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
@@ -41,11 +43,11 @@ const seenWithin = <A, E, R>(since: number, probe: Effect.Effect<A, E, R>, done:
     }
   })
 
-/** The database connections that LISTEN on the key channel (one per listening instance). */
+/** The database connections that LISTEN (one per listening instance, on every channel). */
 const listeners = (sql: SqlClient.SqlClient) =>
   sql<{ pid: number }>`
     SELECT pid FROM pg_stat_activity
-    WHERE datname = current_database() AND query = 'LISTEN "nenas_keys"' AND pid <> pg_backend_pid()
+    WHERE datname = current_database() AND application_name = ${LISTEN_APPLICATION_NAME} AND pid <> pg_backend_pid()
   `
 
 /** Runs `statements` in one session with triggers off: a change the database does not announce. */
@@ -69,8 +71,9 @@ describe("the API-key cache of one instance", () => {
   const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
     DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
   const TIME_TO_LIVE_MS = 2_000
-  const Parts = KeyCache.layer({ reconnectAfter: "1 second", timeToLive: TIME_TO_LIVE_MS }).pipe(
+  const Parts = KeyCache.layer({ timeToLive: TIME_TO_LIVE_MS }).pipe(
     Layer.provide(CountingKeysRepo),
+    Layer.provideMerge(Layer.merge(Listener.layer({ channels: [KEYS_CHANNEL] }), Metrics.Default)),
     Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(WalletRepoLive))),
     Layer.provideMerge(Database)
   )

@@ -12,9 +12,10 @@ import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
 import { BillingLive, DevCheckoutLive, PaymentsServicesLive, WebhooksLive } from "../Billing/Http.js"
 import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
+import { Listener } from "../Database/Listener.js"
 import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
-import { KeyCache } from "../Keys/KeyCache.js"
+import { KEYS_CHANNEL, KeyCache } from "../Keys/KeyCache.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
@@ -29,6 +30,7 @@ import { type Search, SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
 import { RequestLogReads } from "../Logs/Reads.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
+import { GRANT_CHANNEL } from "../Wallet/GrantRows.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { Spending } from "../Wallet/Spending.js"
@@ -79,6 +81,14 @@ const sqlWalletRepo = (layer: Layer.Layer<WalletRepo, never, Layer.Layer.Context
         : Effect.succeed(repo))
   ).pipe(Layer.provide(layer))
 
+/** The instance's one LISTEN connection, on every channel it listens on, its state in the metrics. */
+const ListenerLive = Layer.unwrapEffect(Effect.map(Metrics, (metrics) =>
+  Listener.layer({
+    channels: [KEYS_CHANNEL, GRANT_CHANNEL],
+    onConnected: (connected) => metrics.listenConnected.set(connected ? 1 : 0),
+    onReconnect: () => metrics.listenReconnects.inc()
+  })))
+
 /** Every service the handlers use; each real part is chosen from configuration in its own layer, unless overridden. */
 export const makeServices = (overrides: ServerOverrides = {}) =>
   Layer.mergeAll(
@@ -101,6 +111,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       overrides.testKeyProvider ?? TestKeyProviderLive,
       traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(overrides.search ?? SearchLive)))
     )),
+    // The key cache and the grant pool hear the database through it.
+    Layer.provideMerge(ListenerLive),
     Layer.provideMerge(Layer.mergeAll(
       KeysRepo.layer,
       RequestLogReads.layer,

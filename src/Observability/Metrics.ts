@@ -57,6 +57,22 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
         help: "Credit this instance holds in grants and has not lent to a call (micro-MYR).",
         registers
       }),
+      listenConnected: new Gauge({
+        name: "nenas_listen_connected",
+        help: "1 while this instance's LISTEN connection hears the database's announcements (key changes, grant requests), else 0.",
+        registers
+      }),
+      listenReconnects: new Counter({
+        name: "nenas_listen_reconnects_total",
+        help: "Times this instance's LISTEN connection was lost and made again.",
+        registers
+      }),
+      keyLookups: new Counter({
+        name: "nenas_key_lookups_total",
+        help: "API key lookups, by where they were answered (memory, database).",
+        labelNames: ["source"] as const,
+        registers
+      }),
       walletHoldsOpen: new Gauge({
         name: "nenas_wallet_holds_open",
         help: "Open wallet reservations (calls in flight across every instance), read at scrape time.",

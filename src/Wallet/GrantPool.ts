@@ -1,6 +1,6 @@
-import { PgClient } from "@effect/sql-pg"
 import type { Scope } from "effect"
-import { Effect, Option, Runtime, Stream } from "effect"
+import { Effect, Option, Runtime } from "effect"
+import { Listener } from "../Database/Listener.js"
 import { newId } from "../Domain/Ids.js"
 import { GRANT_CHANNEL, type GrantToGrow } from "./GrantRows.js"
 import type { Grant, Pace } from "./Grants.js"
@@ -69,25 +69,36 @@ interface Pool {
   readonly paces: Map<string, Pace>
   readonly wallets: WalletRepo["Type"]
   readonly nowMs: Effect.Effect<number>
+  /** The same clock, for what runs outside a fiber (an announcement heard). */
+  readonly now: () => number
   readonly fork: (effect: Effect.Effect<void>) => void
+  /** Whether the pool may lend from its grants now (`mayLend`). */
+  readonly listening: () => boolean
   stopping: boolean
   lastPaceSweep: number
 }
 
-/** The pool, listening for other instances' requests to hand grants back (on PostgreSQL). */
+/**
+ * The pool, listening for other instances' requests to hand grants back
+ * through the instance's `Listener` (on PostgreSQL). Without a listener (the
+ * in-memory wallet of the tests, one instance) it always lends.
+ */
 export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo> = Effect.gen(function*() {
   const runtime = yield* Effect.runtime<never>()
   const clock = yield* Effect.clock
+  const listener = yield* Effect.serviceOption(Listener)
   const pool: Pool = {
     grants: new Map(),
     paces: new Map(),
     wallets: yield* WalletRepo,
     nowMs: clock.currentTimeMillis,
+    now: () => clock.unsafeCurrentTimeMillis(),
     fork: (effect) => void Runtime.runFork(runtime)(effect),
+    listening: Option.match(listener, { onNone: () => () => true, onSome: (heard) => heard.hearing }),
     stopping: false,
     lastPaceSweep: 0
   }
-  yield* listen(pool)
+  if (Option.isSome(listener)) yield* listen(pool, listener.value)
   return {
     lend: (input, now) => lend(pool, input, now),
     charge,
@@ -104,19 +115,23 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
   }
 })
 
-/** Listens again a second after the connection fails; meanwhile a refused call elsewhere waits a little for this instance, and idle grants come back by themselves. */
-const listen = (pool: Pool) =>
+/**
+ * Another instance's request for the account's grants is heard on
+ * `GRANT_CHANNEL`. On every (re)connection of the listener, requests may have
+ * been missed: every grant is handed back, and none lends again (a new grant
+ * may grow once asked for).
+ */
+const listen = (pool: Pool, listener: Listener["Type"]) =>
   Effect.gen(function*() {
-    const pg = yield* Effect.serviceOption(PgClient.PgClient)
-    if (Option.isNone(pg)) return
-    yield* pg.value.listen(GRANT_CHANNEL).pipe(
-      Stream.runForEach((accountId) => Effect.flatMap(pool.nowMs, (now) => Effect.sync(() => handBack(pool, accountId, now)))),
-      Effect.catchAllCause((cause) => Effect.logWarning("listening for grant requests stopped; listening again", cause)),
-      Effect.zipRight(Effect.sleep("1 second")),
-      Effect.forever,
-      Effect.forkScoped
-    )
+    yield* listener.on(GRANT_CHANNEL, (accountId) => handBack(pool, accountId, pool.now()))
+    yield* listener.onHeardAgain(() => handBackAll(pool))
   })
+
+/**
+ * Whether the pool may lend from its grants: only while it hears the other
+ * instances' requests for them (and a debit's), else every call reserves in SQL.
+ */
+const mayLend = (pool: Pool): boolean => pool.listening()
 
 const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
   let pace = pool.paces.get(accountId)
@@ -131,6 +146,8 @@ const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined =
   const pace = paceOf(pool, input.accountId, now)
   notePace(pace, input.amountMicroMyr, now)
   if (input.monthlySpendLimitMicroMyr !== null) return undefined
+  // Deaf, a request for the grant would go unheard: no lending, and no growing a grant to lend from.
+  if (!mayLend(pool)) return undefined
   const grant = pool.grants.get(input.accountId)
   if (!pool.stopping && wantsGrant(pace, grant, now)) startGrowing(pool, input.accountId, pace, now)
   if (grant === undefined || grant.closing || grant.remaining < input.amountMicroMyr) return undefined
@@ -155,6 +172,14 @@ const handBack = (pool: Pool, accountId: string, now: number) => {
   paceOf(pool, accountId, now).noGrantUntil = now + GRANT_COOLDOWN_MS
   const grant = pool.grants.get(accountId)
   if (grant !== undefined) {
+    grant.closing = true
+    grant.asked = true
+  }
+}
+
+/** Requests may have gone unheard: every grant closes, what it has not lent goes back with the next flush. */
+const handBackAll = (pool: Pool) => {
+  for (const grant of pool.grants.values()) {
     grant.closing = true
     grant.asked = true
   }

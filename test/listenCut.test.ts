@@ -211,7 +211,7 @@ describe("two instances after every database connection is cut", () => {
         expect(afterA.map(outcome)).toEqual(Array.from({ length: 16 }, () => "200"))
         expect(yield* grantsOf(dev.accountId, identityOf(a)), "A holds a grant again").toBeGreaterThan(0)
         // Calls outlast the second a refused call waits for grants to come back: only A's grant can free the money.
-        upstream.setBehaviour({ kind: "ok", delayMs: 1_500, usage: { completion_tokens: 10 } })
+        upstream.setBehaviour({ kind: "ok", delayMs: 3_000, usage: { completion_tokens: 10 } })
         const afterB = yield* burst(b, dev.apiKey, calls)
         const answeredMs = Date.now() - cutAt
         expect(afterB.map(outcome)).toEqual(Array.from({ length: calls }, () => "200"))

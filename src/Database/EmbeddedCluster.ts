@@ -207,6 +207,50 @@ const runnableBinaries = async (clusterDir: string): Promise<{ binaries: Binarie
   return { binaries, runAs, major }
 }
 
+/** What `ROOT_STATE_DIR/<hash>/nenas.json` records: the cluster's id and the DATA_DIR it serves. */
+interface Marker {
+  readonly cluster?: string
+  readonly dataDir?: string
+}
+
+const CLUSTER_FOLDER = /^[0-9a-f]{16}$/
+const REMOVING = /^[0-9a-f]{16}\.removing-/
+
+/**
+ * Under `ROOT_STATE_DIR`, removes each cluster whose recorded DATA_DIR no
+ * longer exists: nothing can ever open it again (its credentials went with
+ * the DATA_DIR). One still served by a running service is left for a later
+ * start; an orphaned server on it is stopped first. A folder is renamed aside
+ * before it is deleted, so a concurrent start never sees half of one, and a
+ * deletion cut short is finished by the next sweep. Folders without a record
+ * (a start under way, or an older version's) are left alone. Resolves with the
+ * folders removed; a failure on one folder leaves it for the next sweep.
+ */
+export const removeAbandonedClusters = async (): Promise<ReadonlyArray<string>> => {
+  const removed: Array<string> = []
+  const names = await readdir(ROOT_STATE_DIR).catch(() => [])
+  for (const name of names) {
+    const ownDir = join(ROOT_STATE_DIR, name)
+    try {
+      if (REMOVING.test(name)) {
+        await rm(ownDir, { recursive: true, force: true })
+        continue
+      }
+      if (!CLUSTER_FOLDER.test(name)) continue
+      const marker = await readFile(join(ownDir, "nenas.json"), "utf8").then((text) => JSON.parse(text) as Marker, () => undefined)
+      if (marker?.dataDir === undefined || (await exists(marker.dataDir))) continue
+      await reclaimOrphan(join(ownDir, "pg"))
+      const aside = join(ROOT_STATE_DIR, `${name}.removing-${process.pid}-${randomBase62(6)}`)
+      await rename(ownDir, aside)
+      await rm(aside, { recursive: true, force: true })
+      removed.push(ownDir)
+    } catch {
+      // Served by a live service, or taken by a concurrent sweep: left as it is.
+    }
+  }
+  return removed
+}
+
 /** A cluster ready to start: the binaries, the user they run as, the cluster and the folder they run in. */
 export interface ReadyCluster {
   readonly binaries: Binaries
@@ -222,6 +266,7 @@ export interface ReadyCluster {
  */
 export const readyCluster = async (dataDir: string, credentials: Required<Credentials>): Promise<ReadyCluster> => {
   const location = await embeddedClusterLocation(dataDir)
+  if (isRoot()) await removeAbandonedClusters()
   const { clusterDir } = location
   const cwd = dirname(clusterDir)
   const { binaries, major, runAs } = await runnableBinaries(clusterDir)
@@ -234,16 +279,18 @@ export const readyCluster = async (dataDir: string, credentials: Required<Creden
   // For root, the marker says which DATA_DIR's credentials the cluster was made for.
   const marker = join(location.ownDir, "nenas.json")
   const ours = location.layout === "data-dir" ||
-    (await readFile(marker, "utf8").then((text) => (JSON.parse(text) as Credentials).cluster === credentials.cluster, () => false))
+    (await readFile(marker, "utf8").then((text) => (JSON.parse(text) as Marker).cluster === credentials.cluster, () => false))
   if (await exists(join(clusterDir, "PG_VERSION"))) {
     await reclaimOrphan(clusterDir)
     if (!ours) await rm(clusterDir, { recursive: true, force: true }) // its DATA_DIR was removed: start afresh
   }
   if (!(await exists(join(clusterDir, "PG_VERSION")))) {
-    await initialise(binaries, clusterDir, credentials, runAs, cwd)
     if (location.layout === "root") {
-      await writeFile(marker, JSON.stringify({ cluster: credentials.cluster, dataDir }), { mode: 0o600 })
+      // Written first: a start cut short during initdb still leaves a folder that names its DATA_DIR, for the sweep.
+      const record: Marker = { cluster: credentials.cluster, dataDir }
+      await writeFile(marker, JSON.stringify(record), { mode: 0o600 })
     }
+    await initialise(binaries, clusterDir, credentials, runAs, cwd)
   }
   const clusterMajor = (await readFile(join(clusterDir, "PG_VERSION"), "utf8")).trim()
   if (clusterMajor !== major) {

@@ -68,8 +68,25 @@ const processInfo = async (pid: number) => {
 }
 
 /**
- * A service that was killed (SIGKILL, a crash) leaves its PostgreSQL running,
- * orphaned, and holding the cluster. Such an orphan is stopped so that this
+ * The service a server's parent runs for, while it runs: the supervisor's
+ * owner as long as the supervisor is still its child (a supervisor whose
+ * service died is handed to init), or a node parent (what earlier versions
+ * started PostgreSQL from); none for an orphan.
+ */
+const ownerOf = async (parentPid: number): Promise<number | undefined> => {
+  if (parentPid <= 1) return undefined
+  const parent = await processInfo(parentPid)
+  if (parent.args.startsWith(SUPERVISOR_TITLE)) {
+    const owner = Number(/owner=(\d+)/.exec(parent.args)?.[1])
+    return parent.parent === owner ? owner : undefined
+  }
+  return /node/.test(parent.args) ? parentPid : undefined
+}
+
+/**
+ * A service that was killed (SIGKILL, a crash) leaves its PostgreSQL running
+ * until its supervisor has stopped it (within 2 s; for earlier versions,
+ * forever) and holding the cluster. Such an orphan is stopped so that this
  * start can take over; a cluster whose owner is still running is left alone.
  * A lock file naming a live process that is not this cluster's server (its pid
  * reused after a reboot or in a new container) is stale, and removed.
@@ -84,10 +101,10 @@ export const reclaimOrphan = async (clusterDir: string): Promise<void> => {
     await rm(lockFile, { force: true })
     return
   }
-  const parent = server.parent > 1 ? await processInfo(server.parent) : undefined
-  if (parent !== undefined && server.parent !== process.pid && /node/.test(parent.args)) {
+  const owner = await ownerOf(server.parent)
+  if (owner !== undefined && owner !== process.pid) {
     throw new StartFailure(
-      `the embedded database in ${clusterDir} belongs to another running process (pid ${server.parent}): ` +
+      `the embedded database in ${clusterDir} belongs to another running process (pid ${owner}): ` +
         "stop it, or give this one another DATA_DIR"
     )
   }
@@ -159,6 +176,7 @@ export const runToEnd = (binaries: Binaries, binary: string, args: Array<string>
 
 /** A running PostgreSQL; `stop` is its fast shutdown, resolved when it has exited. */
 export interface EmbeddedServer {
+  /** The supervisor's pid (PostgreSQL's is in the cluster's `postmaster.pid`). */
   readonly pid: () => number | undefined
   readonly stop: () => Promise<void>
   /** Starts the stopped server again on the same port (the reliability suite restarts the database). */
@@ -184,20 +202,81 @@ export const serverOf = (first: ChildProcess, restart: () => Promise<ChildProces
 
 class PortTaken extends Error {}
 
-/** Starts the server, resolved once it accepts connections; its log keeps being drained (and dropped) after. */
+/** Names the supervisor in `ps` (with its owner's pid), so that a later start can tell whose server it is. */
+export const SUPERVISOR_TITLE = "nenas-postgres-supervisor"
+/** What the supervisor prints when PostgreSQL's binary cannot be started at all, followed by the error's code. */
+const SPAWN_FAILED = `${SUPERVISOR_TITLE}: cannot run postgres:`
+
+/**
+ * The supervisor, a small node program between the service and PostgreSQL.
+ * It holds the read end of a pipe whose only writer is the service: when the
+ * service is gone, however it died (SIGKILL included), the pipe ends and the
+ * supervisor stops PostgreSQL, fast shutdown first, then immediate, then
+ * SIGKILL, so that nothing of it outlives the service by 2 s. Signals from
+ * the service (its own `stop`) are passed on as they are. It exits as
+ * PostgreSQL does. Given with `-e`: no file to find, whatever user runs it
+ * and whether the service runs from source or compiled.
+ */
+const SUPERVISOR = `
+const { spawn } = require("node:child_process")
+const { command, args, uid, gid, title } = JSON.parse(process.argv[1])
+process.title = title
+process.stderr.on("error", () => {})
+const server = spawn(command, args, { uid, gid, stdio: ["ignore", "ignore", "inherit"] })
+const forwarded = ["SIGINT", "SIGTERM", "SIGQUIT"]
+for (const signal of forwarded) process.on(signal, () => server.kill(signal))
+server.on("error", (error) => {
+  process.stderr.write(${JSON.stringify(SPAWN_FAILED)} + " " + (error.code || error.message) + "\\n")
+  process.exit(127)
+})
+server.on("exit", (code, signal) => {
+  if (signal === null) process.exit(code === null ? 1 : code)
+  for (const name of forwarded) process.removeAllListeners(name)
+  process.kill(process.pid, signal)
+})
+let orphaned = false
+const serviceGone = () => {
+  if (orphaned) return
+  orphaned = true
+  server.kill("SIGINT")
+  setTimeout(() => server.kill("SIGQUIT"), 600).unref()
+  setTimeout(() => server.kill("SIGKILL"), 1400).unref()
+}
+process.stdin.on("end", serviceGone)
+process.stdin.on("error", serviceGone)
+process.stdin.resume()
+`
+
+/** The supervisor's environment: PostgreSQL's, without a loader (tsx) the service may have been started with. */
+const supervisorEnv = () => {
+  const env: NodeJS.ProcessEnv = childEnv()
+  delete env["NODE_OPTIONS"]
+  return env
+}
+
+/**
+ * Starts the server under its supervisor, resolved once it accepts
+ * connections; its log keeps being drained (and dropped) after.
+ */
 export const startServer = (binaries: Binaries, clusterDir: string, port: number, runAs: RunAs, cwd: string) =>
   new Promise<ChildProcess>((resolveStart, reject) => {
-    const child = spawn(binaries.postgres, [
-      "-D", clusterDir,
-      "-p", String(port),
-      "-c", "listen_addresses=127.0.0.1",
-      "-c", "unix_socket_directories="
+    const args = ["-D", clusterDir, "-p", String(port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="]
+    const plan = { command: binaries.postgres, args, ...runAs, title: `${SUPERVISOR_TITLE} owner=${process.pid} ${clusterDir}` }
+    const child = spawn(process.execPath, ["-e", SUPERVISOR, JSON.stringify(plan)], {
+      cwd,
+      env: supervisorEnv(),
+      // Its stdin is the pipe it watches; PostgreSQL's log comes on its stderr.
+      stdio: ["pipe", "ignore", "pipe"],
       // A process group of its own: Ctrl-C (SIGINT to the terminal's foreground group) and `kill -TERM -PGID`
-      // would stop PostgreSQL at once, under the calls still draining. It is stopped only by us, after the drain.
-    ], { ...runAs, cwd, env: childEnv(), stdio: ["ignore", "ignore", "pipe"], detached: true })
+      // would stop PostgreSQL at once, under the calls still draining. It is stopped only by us, after the drain,
+      // or by the supervisor when we are gone.
+      detached: true
+    })
+    // Nothing is ever written: the pipe only ends, when this process does.
+    child.stdin?.on("error", () => {})
     let log = ""
     let ready = false
-    child.stderr.on("data", (chunk) => {
+    child.stderr?.on("data", (chunk) => {
       if (ready) return
       log = (log + chunk).slice(-16_000)
       if (log.includes("database system is ready to accept connections")) {
@@ -205,10 +284,15 @@ export const startServer = (binaries: Binaries, clusterDir: string, port: number
         resolveStart(child)
       }
     })
-    child.once("error", (error) => reject(new StartFailure(explainSpawn(binaries.postgres, binaries, error, runAs))))
+    child.once("error", (error) => reject(new StartFailure(explainSpawn(process.execPath, binaries, error, {}))))
     child.once("close", (code, signal) => {
       if (ready) return
-      if (/could not bind|Address already in use/.test(log)) reject(new PortTaken(explainLog(log, clusterDir, "postgres")))
+      const notRun = new RegExp(`${SPAWN_FAILED} (\\S+)`).exec(log)
+      if (notRun !== null) {
+        const error: NodeJS.ErrnoException = new Error(notRun[1])
+        error.code = notRun[1]
+        reject(new StartFailure(explainSpawn(binaries.postgres, binaries, error, runAs)))
+      } else if (/could not bind|Address already in use/.test(log)) reject(new PortTaken(explainLog(log, clusterDir, "postgres")))
       else if (code === null) reject(new StartFailure(`PostgreSQL was stopped by ${signal} while starting: start again`))
       else reject(new StartFailure(explainLog(log, clusterDir, "postgres")))
     })

@@ -8,6 +8,7 @@ import {
 } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import type { Server } from "node:http"
+import type { Socket } from "node:net"
 import type { Duplex } from "node:stream"
 import { Cause, Effect, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
@@ -155,6 +156,41 @@ const pauseInsteadOfDestroy = (request: HttpServerRequest.HttpServerRequest): vo
   }
 }
 
+/** After a 413, how long the connection is still read (nginx's `lingering_time`), how long it may be silent, and how much is read. */
+const LINGER_MS = 30_000
+const LINGER_IDLE_MS = 5_000
+const LINGER_MAX_BYTES = 64 * 1024 * 1024
+
+/**
+ * A 413 is answered before the body is read. Closing the socket then, with
+ * the body still arriving, makes the kernel reset the connection, and a client
+ * still sending sees EPIPE or ECONNRESET instead of the answer. So, as
+ * nginx's lingering close does, the answer is followed by our FIN only, and
+ * what the client still sends is read and dropped until it closes its side,
+ * falls silent, or passes the bounds above; then the socket is closed.
+ */
+const lingerAfterAnswer = (request: HttpServerRequest.HttpServerRequest): void => {
+  const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+  // Node closes a `Connection: close` connection with `destroySoon` once the answer is written.
+  incoming.socket.destroySoon = function(this: Socket) {
+    let discarded = 0
+    const close = () => {
+      clearTimeout(deadline)
+      this.destroy()
+    }
+    const deadline = setTimeout(close, LINGER_MS).unref()
+    this.setTimeout(LINGER_IDLE_MS, close)
+    this.once("end", close)
+    this.once("close", () => clearTimeout(deadline))
+    incoming.on("data", (chunk: Buffer) => {
+      discarded += chunk.length
+      if (discarded > LINGER_MAX_BYTES) close()
+    })
+    incoming.resume()
+    this.end()
+  }
+}
+
 /**
  * The API-level middleware: gives every request an id (`X-Request-Id`), caps
  * bodies at 8 MiB, and turns every failure — typed errors, schema decode
@@ -197,6 +233,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
           )
         const withId = HttpServerResponse.setHeaders(response, { ...extraHeaders, "x-request-id": requestId })
         // An oversize or refused body may be left unread: the connection cannot carry another request.
+        if (response.status === 413) lingerAfterAnswer(request)
         return response.status === 413 || refused ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
       })
   })

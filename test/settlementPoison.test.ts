@@ -1,9 +1,9 @@
 import { execFile } from "node:child_process"
 import { resolve } from "node:path"
 import { promisify } from "node:util"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, SqlError } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { AppConfig } from "../src/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Database.js"
 import { newId } from "../src/Domain/Ids.js"
@@ -32,8 +32,11 @@ const raw = <A>(text: string, values: Array<unknown> = []) =>
   Effect.flatMap(TestServer, ({ databaseUrl }) =>
     Effect.promise(() => withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)))
 
-/** A pool that lends nothing: the test's grants are rows it makes itself, and their charges are counted here. */
-const testPool = (): GrantPool => ({
+/**
+ * A pool that lends nothing: the test's grants are rows it makes itself. It hands back what `closing` grants
+ * have not lent, and takes back what a flush did not write, as `GrantPool` does.
+ */
+const testPool = (closing: ReadonlyArray<Grant> = []): GrantPool => ({
   lend: () => undefined,
   charge: () => undefined,
   giveBack: () => undefined,
@@ -41,28 +44,57 @@ const testPool = (): GrantPool => ({
   holds: () => false,
   inFlight: () => 0,
   unlent: () => 0,
-  takeHandBacks: () => ({ returns: [], close: [] }),
-  unwritten: () => undefined,
+  takeHandBacks: () => {
+    const returns = closing.filter((grant) => grant.remaining > 0).map((grant) => {
+      const back = { grantId: grant.id, accountId: grant.accountId, amountMicroMyr: grant.remaining }
+      grant.remaining = 0
+      return back
+    })
+    return { returns, close: [] }
+  },
+  unwritten: (returns) => {
+    for (const back of returns) {
+      const grant = closing.find((g) => g.id === back.grantId)
+      if (grant !== undefined) grant.remaining += back.amountMicroMyr
+    }
+  },
   chargeWritten: (grant, amount) => void (grant.pending -= amount),
   written: () => Effect.void,
   stop: Effect.void
 })
 
+/** The SqlClient, except that a transaction can be made to lose its COMMIT's answer: committed, yet failed. */
+const losingCommits = (sql: SqlClient.SqlClient, lose: { next: boolean }): SqlClient.SqlClient =>
+  new Proxy(sql, {
+    get: (target, property, receiver) =>
+      property !== "withTransaction"
+        ? Reflect.get(target, property, receiver)
+        : <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+          Effect.flatMap(target.withTransaction(effect), (value) => {
+            if (!lose.next) return Effect.succeed(value)
+            lose.next = false
+            return Effect.fail(new SqlError.SqlError({ cause: new Error("Connection terminated unexpectedly"), message: "lost after COMMIT" }))
+          })
+  })
+
 /** Another process's settlement parts on the test database: its queue, what it runs on, its metrics. */
-const settlementInstance = Effect.gen(function*() {
-  const { databaseUrl } = yield* TestServer
-  const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
-  const parts = Layer.mergeAll(RequestLogs.layer, ReservationLeases.layer(), Metrics.Default).pipe(
-    Layer.provideMerge(DatabaseLive),
-    Layer.provideMerge(config)
-  )
-  const context = yield* Layer.build(parts)
-  const queue = yield* makeSettlementQueue(testPool()).pipe(Effect.provide(context))
-  const leases = context.unsafeMap.get(ReservationLeases.key) as ReservationLeases["Type"]
-  const metrics = context.unsafeMap.get(Metrics.key) as Metrics
-  const run = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient | RequestLogs>) => Effect.provide(effect, context)
-  return { queue, holder: leases.holder, metrics, run }
-})
+const settlementInstance = (options: { readonly closing?: ReadonlyArray<Grant>; readonly lose?: { next: boolean } } = {}) =>
+  Effect.gen(function*() {
+    const { databaseUrl } = yield* TestServer
+    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
+    const parts = Layer.mergeAll(RequestLogs.layer, ReservationLeases.layer(), Metrics.Default).pipe(
+      Layer.provideMerge(DatabaseLive),
+      Layer.provideMerge(config)
+    )
+    const context = yield* Layer.build(parts)
+    const sql = Context.get(context, SqlClient.SqlClient)
+    const queueContext = Context.add(context, SqlClient.SqlClient, losingCommits(sql, options.lose ?? { next: false }))
+      const queue = yield* makeSettlementQueue(testPool(options.closing)).pipe(Effect.provide(queueContext))
+    const leases = context.unsafeMap.get(ReservationLeases.key) as ReservationLeases["Type"]
+    const metrics = context.unsafeMap.get(Metrics.key) as Metrics
+    const run = <A, E>(effect: Effect.Effect<A, E, SqlClient.SqlClient | RequestLogs>) => Effect.provide(effect, context)
+    return { queue, holder: leases.holder, metrics, run }
+  })
 
 /** A grant of `amount` held by `holder` for the account, taken from its wallet as `growGrant` takes it. */
 const grantRow = (accountId: string, holder: string, amount: number) =>
@@ -144,7 +176,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement that 
   it.scoped("a grant charge and a hand-back retried after a commit whose answer was lost are written once", () =>
     Effect.gen(function*() {
       const dev = yield* caller("poison-ambiguous@example.com", { sen: 1000 })
-      const instance = yield* settlementInstance
+      const instance = yield* settlementInstance()
       const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
       const charge = grantCharge(grant, dev.keyId, 7_000)
       // The first write committed (its usage entry is there), but its answer never reached the queue.
@@ -179,10 +211,39 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement that 
       expect(yield* violations(dev.accountId)).toEqual([])
     }))
 
+  it.scoped("a flush whose COMMIT answer was lost is retried whole and moves nothing twice: its charge, its hand-back", () =>
+    Effect.gen(function*() {
+      const dev = yield* caller("poison-lost-commit@example.com", { sen: 1000 })
+      const lose = { next: false }
+      const closing: Array<Grant> = []
+      const instance = yield* settlementInstance({ closing, lose })
+      const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
+      const charge = grantCharge(grant, dev.keyId, 7_000)
+      // What no call holds of the grant (100 000 - 7 000 charged) is handed back with the same flush.
+      grant.remaining = 93_000
+      closing.push(grant)
+      instance.queue.enqueue(charge.queued)
+      lose.next = true
+      // The flush that writes them (this one, or the queue's own tick) commits and fails; a later one writes them again.
+      yield* Effect.exit(instance.queue.flush)
+      expect(lose.next).toBe(false)
+      yield* instance.queue.flush
+      expect((yield* usageEntries(charge.requestId)).map((e) => Number(e.amount))).toEqual([7_000])
+      expect(yield* grantAmount(grant.id)).toBe(0)
+      // Nothing of the grant came back to it in memory: what it handed back is the wallet's.
+      expect({ remaining: grant.remaining, pending: grant.pending }).toEqual({ remaining: 0, pending: 0 })
+      const wallet = yield* raw<{ available: string; granted: string }>(
+        `SELECT available_micro_myr AS available, granted_micro_myr AS granted FROM wallets WHERE account_id = $1`,
+        [dev.accountId]
+      )
+      expect(wallet).toEqual([{ available: String(10_000_000 - 7_000), granted: "0" }])
+      expect(yield* violations(dev.accountId)).toEqual([])
+    }))
+
   it.scoped("usage of 3e9 tokens is clamped to what an integer column holds, counted and written with its charge", () =>
     Effect.gen(function*() {
       const dev = yield* caller("poison-huge@example.com", { sen: 1000 })
-      const instance = yield* settlementInstance
+      const instance = yield* settlementInstance()
       const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
       const charge = grantCharge(grant, dev.keyId, 9_000, { outputTokens: 3e9, inputTokens: 12 })
       instance.queue.enqueue(charge.queued)
@@ -200,7 +261,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement that 
   it.scoped("a settlement the database keeps refusing is parked, its hold back in the wallet; the rest flows, the counter resets, and the replay bills it", () =>
     Effect.gen(function*() {
       const dev = yield* caller("poison-parked@example.com", { sen: 1000 })
-      const instance = yield* settlementInstance
+      const instance = yield* settlementInstance()
       const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
       const poisoned = grantCharge(grant, dev.keyId, 11_000)
       // A refusal nothing in the queue can cure: this call's log row breaks a rule of the table.

@@ -52,6 +52,18 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
         buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
         registers
       }),
+      settlementParked: new Counter({
+        name: "nenas_settlement_parked_total",
+        help: "Settlements the database kept refusing, parked in settlement_parked for `npm run settlement:replay`, by kind.",
+        labelNames: ["kind"] as const,
+        registers
+      }),
+      settlementClamped: new Counter({
+        name: "nenas_settlement_clamped_total",
+        help: "Settlement values out of their column's range (e.g. tokens over 2^31 - 1), clamped before writing, by field.",
+        labelNames: ["field"] as const,
+        registers
+      }),
       grantsHeld: new Gauge({
         name: "nenas_credit_grants_held_micro_myr",
         help: "Credit this instance holds in grants and has not lent to a call (micro-MYR).",

@@ -4,6 +4,8 @@ import { Effect } from "effect"
 import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
+import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
+import { lockRows, withRepeatedEntries, writeEntries, writeRows } from "./SettleRows.js"
 
 /**
  * Settlement in batches (DESIGN.md, Money): every capture, release and charge
@@ -12,7 +14,18 @@ import { RequestLogs } from "../Logs/RequestLogs.js"
  * Locks are taken in one order — reservations, wallets, grants, each by id —
  * as every other movement takes them. A single movement (the sweeper's
  * release, a test's capture) is a batch of one: there is one copy of the rules.
+ * The rows' locks and statements are in `SettleRows.ts`.
  */
+
+/** What a call without a reservation of its own is charged: at most `amount`, one `usage` entry for its request. */
+interface Charge {
+  readonly accountId: string
+  readonly apiKeyId: string
+  readonly requestId: string
+  readonly amountMicroMyr: number
+  readonly description: string
+  readonly log?: LogWrite | undefined
+}
 
 export type SettleItem =
   /** Bills up to `amount` from a reservation (never more than it held) and returns the rest. */
@@ -26,16 +39,9 @@ export type SettleItem =
   /** Returns a reservation whole. */
   | { readonly _tag: "Release"; readonly reservationId: string; readonly log?: LogWrite | undefined }
   /** Bills a call reserved in memory from this instance's grant. */
-  | {
-    readonly _tag: "GrantCharge"
-    readonly grantId: string
-    readonly accountId: string
-    readonly apiKeyId: string
-    readonly requestId: string
-    readonly amountMicroMyr: number
-    readonly description: string
-    readonly log?: LogWrite | undefined
-  }
+  | ({ readonly _tag: "GrantCharge"; readonly grantId: string } & Charge)
+  /** Bills a call whose hold went back to its wallet (a parked grant charge, replayed): from what the wallet holds. */
+  | ({ readonly _tag: "LateCharge" } & Charge)
 
 /** Part of a grant handed back to its wallet. */
 export interface GrantReturn {
@@ -44,9 +50,20 @@ export interface GrantReturn {
   readonly amountMicroMyr: number
 }
 
+/**
+ * A hand-back as the queue writes it: numbered, in the order taken, so that
+ * one retried after a commit whose answer was lost is recognised (the grant
+ * row keeps the last number written) and hands nothing back twice.
+ */
+export interface NumberedReturn extends GrantReturn {
+  /** Absent: its writer makes sure it is written once (a parked charge's, by its parked row). */
+  readonly seq?: number | undefined
+}
+
 export interface Batch {
   readonly items: ReadonlyArray<SettleItem>
-  readonly returns: ReadonlyArray<GrantReturn>
+  /** In the order they were numbered. */
+  readonly returns: ReadonlyArray<NumberedReturn>
   /** Rows of calls that move no money: still running, test keys, refusals, failures on a grant. */
   readonly logs: ReadonlyArray<LogWrite>
   /** Grants to delete once empty (idle, or this instance stopping). */
@@ -71,47 +88,15 @@ export interface BatchOutcome {
   readonly missingGrants: ReadonlySet<string>
 }
 
-interface ReservationRow {
-  readonly id: string
-  readonly accountId: string
-  readonly apiKeyId: string
-  readonly requestId: string
-  readonly amountMicroMyr: number
-  status: "open" | "captured" | "released"
-  capturedMicroMyr: number | null
-  changed?: boolean
-}
-
-interface WalletRow {
-  readonly accountId: string
-  availableMicroMyr: number
-  reservedMicroMyr: number
-  grantedMicroMyr: number
-  lifetimeSpendMicroMyr: number
-  changed?: boolean
-}
-
-interface GrantRow {
-  readonly id: string
-  amountMicroMyr: number
-  changed?: boolean
-}
-
-interface Entry {
-  readonly id: string
-  readonly accountId: string
-  readonly amountMicroMyr: number
-  readonly balanceAfterMicroMyr: number
-  readonly description: string
-  readonly apiKeyId: string
-  readonly requestId: string
-}
-
 const nothing: ItemOutcome = { chargedMicroMyr: 0, ledgerEntryId: null, released: false }
 
-const unique = (values: Iterable<string>) => [...new Set(values)].sort()
-
-/** Runs `batch` in one transaction; the caller retries the whole batch when it fails. */
+/**
+ * Runs `batch` in one transaction; the caller retries the whole batch when it
+ * fails. Every item is safe to write again after a commit whose answer was
+ * lost: a capture finds its reservation captured, a release finds it
+ * released, a charge finds its call's `usage` entry, a hand-back its number,
+ * and log rows only move forward.
+ */
 export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.SqlError, SqlClient.SqlClient | RequestLogs> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -122,57 +107,9 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
       yield* writeRows(sql, batch, locked)
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
-      const items = yield* withRepeatedEntries(sql, applied)
+      const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))
-  })
-
-/** The rows a batch moves, locked in one order — reservations, wallets, grants, each by id. */
-interface Locked {
-  readonly reservations: Map<string, ReservationRow>
-  readonly wallets: Map<string, WalletRow>
-  readonly grants: Map<string, GrantRow>
-  readonly missingGrants: ReadonlySet<string>
-}
-
-const lockRows = (sql: SqlClient.SqlClient, batch: Batch) =>
-  Effect.gen(function*() {
-    const reservationIds = unique(batch.items.flatMap((i) => i._tag === "GrantCharge" ? [] : [i.reservationId]))
-    const reservations = new Map<string, ReservationRow>()
-    if (reservationIds.length > 0) {
-      const rows = yield* sql<ReservationRow>`
-        SELECT id, account_id, api_key_id, request_id, amount_micro_myr, status, captured_micro_myr
-        FROM reservations WHERE id = ANY(${reservationIds}::text[]) ORDER BY id FOR UPDATE
-      `
-      for (const row of rows) reservations.set(row.id, { ...row })
-    }
-    const accountIds = unique([
-      ...[...reservations.values()].map((r) => r.accountId),
-      ...batch.items.flatMap((i) => i._tag === "GrantCharge" ? [i.accountId] : []),
-      ...batch.returns.map((r) => r.accountId)
-    ])
-    const wallets = new Map<string, WalletRow>()
-    if (accountIds.length > 0) {
-      const rows = yield* sql<WalletRow>`
-        SELECT account_id, available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_spend_micro_myr
-        FROM wallets WHERE account_id = ANY(${accountIds}::text[]) ORDER BY account_id FOR UPDATE
-      `
-      for (const row of rows) wallets.set(row.accountId, { ...row })
-    }
-    const grantIds = unique([
-      ...batch.items.flatMap((i) => i._tag === "GrantCharge" ? [i.grantId] : []),
-      ...batch.returns.map((r) => r.grantId),
-      ...batch.close
-    ])
-    const grants = new Map<string, GrantRow>()
-    if (grantIds.length > 0) {
-      const rows = yield* sql<GrantRow>`
-        SELECT id, amount_micro_myr FROM credit_grants WHERE id = ANY(${grantIds}::text[]) ORDER BY id FOR UPDATE
-      `
-      for (const row of rows) grants.set(row.id, { ...row })
-    }
-    const missingGrants = new Set(grantIds.filter((id) => !grants.has(id)))
-    return { reservations, wallets, grants, missingGrants } satisfies Locked
   })
 
 /** The batch applied to its locked rows in memory: what changed, and what to write besides. */
@@ -195,7 +132,10 @@ const apply = (batch: Batch, locked: Locked): Applied => {
         applied.outcomes.push(release(applied, item))
         break
       case "GrantCharge":
-        applied.outcomes.push(grantCharge(applied, item))
+        applied.outcomes.push(charge(applied, item, applied.grants.get(item.grantId)))
+        break
+      case "LateCharge":
+        applied.outcomes.push(charge(applied, item, undefined))
         break
     }
   }
@@ -224,6 +164,7 @@ const bill = (applied: Applied, wallet: WalletRow, charged: number, description:
     apiKeyId,
     requestId
   })
+  applied.posted.set(requestId, { id, chargedMicroMyr: charged })
   return id
 }
 
@@ -284,12 +225,17 @@ const release = (applied: Applied, item: SettleItem & { readonly _tag: "Release"
   return { ...nothing, released: true }
 }
 
-const grantCharge = (applied: Applied, item: SettleItem & { readonly _tag: "GrantCharge" }): ItemOutcome => {
+/** A charge from `grant` (undefined: from the wallet), once per call: a retry finds the call's entry and moves nothing. */
+const charge = (applied: Applied, item: Charge, grant: GrantRow | undefined): ItemOutcome => {
+  const posted = applied.posted.get(item.requestId)
+  if (posted !== undefined) {
+    billed(applied, item.log, posted.chargedMicroMyr)
+    return { chargedMicroMyr: posted.chargedMicroMyr, ledgerEntryId: posted.id, released: false }
+  }
   const wallet = walletOf(applied, item.accountId)
-  const grant = applied.grants.get(item.grantId)
   const asked = Math.max(item.amountMicroMyr, 0)
   const fromGrant = Math.min(asked, grant?.amountMicroMyr ?? 0)
-  // A grant the sweeper returned: what it no longer covers is billed late, from what the wallet holds.
+  // A grant the sweeper returned (or none): what it no longer covers is billed late, from what the wallet holds.
   const late = Math.min(asked - fromGrant, Math.max(wallet.availableMicroMyr, 0))
   if (grant !== undefined) {
     grant.amountMicroMyr -= fromGrant
@@ -306,9 +252,11 @@ const grantCharge = (applied: Applied, item: SettleItem & { readonly _tag: "Gran
   }
 }
 
-const handBack = (applied: Applied, back: GrantReturn) => {
+const handBack = (applied: Applied, back: NumberedReturn) => {
   const grant = applied.grants.get(back.grantId)
-  if (grant === undefined) return
+  // Written already (a retry after a commit whose answer was lost): hand nothing back twice.
+  if (grant === undefined || (back.seq !== undefined && back.seq <= grant.returnedSeq)) return
+  if (back.seq !== undefined) grant.returnedSeq = back.seq
   const amount = Math.min(back.amountMicroMyr, grant.amountMicroMyr)
   const wallet = walletOf(applied, back.accountId)
   grant.amountMicroMyr -= amount
@@ -316,68 +264,3 @@ const handBack = (applied: Applied, back: GrantReturn) => {
   wallet.grantedMicroMyr -= amount
   wallet.availableMicroMyr += amount
 }
-
-/** One statement per table for the rows the batch changed; grants closed and empty are deleted. */
-const writeRows = (sql: SqlClient.SqlClient, batch: Batch, locked: Locked) =>
-  Effect.gen(function*() {
-    const changedReservations = [...locked.reservations.values()].filter((r) => r.changed)
-    if (changedReservations.length > 0) {
-      yield* sql`
-        UPDATE reservations r
-        SET status = v.status, captured_micro_myr = v.captured, settled_at = COALESCE(r.settled_at, ${batch.at})
-        FROM unnest(${changedReservations.map((r) => r.id)}::text[], ${changedReservations.map((r) => r.status)}::text[],
-                    ${changedReservations.map((r) => r.capturedMicroMyr)}::bigint[]) AS v(id, status, captured)
-        WHERE r.id = v.id
-      `
-    }
-    const changedWallets = [...locked.wallets.values()].filter((w) => w.changed)
-    if (changedWallets.length > 0) {
-      yield* sql`
-        UPDATE wallets w
-        SET available_micro_myr = v.available, reserved_micro_myr = v.reserved, granted_micro_myr = v.granted,
-            lifetime_spend_micro_myr = v.spent, updated_at = ${batch.at}
-        FROM unnest(${changedWallets.map((w) => w.accountId)}::text[], ${changedWallets.map((w) => w.availableMicroMyr)}::bigint[],
-                    ${changedWallets.map((w) => w.reservedMicroMyr)}::bigint[], ${changedWallets.map((w) => w.grantedMicroMyr)}::bigint[],
-                    ${changedWallets.map((w) => w.lifetimeSpendMicroMyr)}::bigint[]) AS v(account_id, available, reserved, granted, spent)
-        WHERE w.account_id = v.account_id
-      `
-    }
-    const changedGrants = [...locked.grants.values()].filter((g) => g.changed)
-    if (changedGrants.length > 0) {
-      yield* sql`
-        UPDATE credit_grants g SET amount_micro_myr = v.amount, updated_at = ${batch.at}
-        FROM unnest(${changedGrants.map((g) => g.id)}::text[], ${changedGrants.map((g) => g.amountMicroMyr)}::bigint[]) AS v(id, amount)
-        WHERE g.id = v.id
-      `
-    }
-    const emptied = batch.close.filter((id) => locked.grants.get(id)?.amountMicroMyr === 0)
-    if (emptied.length > 0) yield* sql`DELETE FROM credit_grants WHERE id = ANY(${emptied}::text[])`
-  })
-
-const writeEntries = (sql: SqlClient.SqlClient, at: Date, entries: ReadonlyArray<Entry>) =>
-  entries.length === 0 ? Effect.void : Effect.asVoid(sql`
-    INSERT INTO ledger_entries
-      (id, account_id, type, amount_micro_myr, balance_after_micro_myr, description, api_key_id, request_id, created_at)
-    SELECT v.id, v.account_id, 'usage', v.amount, v.balance_after, v.description, v.api_key_id, v.request_id, ${at}
-    FROM unnest(${entries.map((e) => e.id)}::text[], ${entries.map((e) => e.accountId)}::text[],
-                ${entries.map((e) => e.amountMicroMyr)}::bigint[], ${entries.map((e) => e.balanceAfterMicroMyr)}::bigint[],
-                ${entries.map((e) => e.description)}::text[], ${entries.map((e) => e.apiKeyId)}::text[],
-                ${entries.map((e) => e.requestId)}::text[])
-      WITH ORDINALITY AS v(id, account_id, amount, balance_after, description, api_key_id, request_id, n)
-    ORDER BY v.n
-  `)
-
-/** The outcomes, a repeated capture answering with the entry its first capture posted. */
-const withRepeatedEntries = (sql: SqlClient.SqlClient, applied: Applied) =>
-  Effect.gen(function*() {
-    if (applied.repeated.size === 0) return applied.outcomes
-    const posted = new Map<string, string>()
-    const rows = yield* sql<{ id: string; requestId: string }>`
-      SELECT id, request_id FROM ledger_entries WHERE type = 'usage' AND request_id = ANY(${[...applied.repeated.values()]}::text[])
-    `
-    for (const row of rows) posted.set(row.requestId, row.id)
-    return applied.outcomes.map((outcome, index) => {
-      const requestId = applied.repeated.get(index)
-      return requestId === undefined ? outcome : { ...outcome, ledgerEntryId: posted.get(requestId) ?? null }
-    })
-  })

@@ -2,15 +2,18 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import type { Scope } from "effect"
 import { Cause, Context, Duration, Effect, Exit, Fiber, Runtime, Schedule } from "effect"
+import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { pendingRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type CallHold, reservationIdOf } from "./CallHold.js"
+import { type Anomaly, clampItem, clampLog } from "./Clamp.js"
 import type { GrantPool } from "./GrantPool.js"
 import type { Grant } from "./Grants.js"
 import { ReservationLeases } from "./Leases.js"
+import { failureText, kindOf, park, requestIdOf } from "./Parked.js"
 import { logCapture } from "./Repo.js"
-import type { Batch, BatchOutcome, GrantReturn, SettleItem } from "./Settle.js"
+import type { Batch, BatchOutcome, NumberedReturn, SettleItem } from "./Settle.js"
 import { settleBatch } from "./Settle.js"
 
 /** Settlements are written at most this far apart (DESIGN.md: 20 ms). */
@@ -21,6 +24,10 @@ const FLUSH_AT_DEPTH = 512
 const PENDING_AFTER_MS = 1000
 /** After this many failed flushes in a row, settlements are written one by one: one the database refuses does not hold back the rest. */
 const ISOLATE_AFTER = 3
+/** A settlement the database refused this many times, written alone, is parked (`Parked.ts`). */
+const PARK_AFTER = 3
+/** A refused settlement is tried alone again after this long, doubled each time (so parked about a second after it was first refused). */
+const RETRY_ALONE_AFTER_MS = 250
 
 /** One settlement waiting for the flush: money to move, a log row, or both. */
 export interface Queued {
@@ -35,7 +42,11 @@ export interface Queued {
  * entries and log rows wait here and are written in one transaction at most
  * `FLUSH_INTERVAL` apart, never on a call's path, with what the grant pool
  * hands back. A failed flush keeps everything, in order, for the next one;
- * at shutdown everything is written and every grant handed back.
+ * every item is safe to write twice (`settleBatch`). After `ISOLATE_AFTER`
+ * failures in a row each settlement is written alone; one the database
+ * refuses is then retried alone, beside the batches, and parked after
+ * `PARK_AFTER` refusals. At shutdown everything is written and every grant
+ * handed back.
  */
 export interface SettlementQueue {
   /** A call admitted: written as `pending` if it runs longer than `PENDING_AFTER_MS`. */
@@ -45,11 +56,25 @@ export interface SettlementQueue {
   readonly enqueue: (entry: Queued) => void
   /** Writes everything queued so far (one flush at a time; a reader that goes away does not stop it). */
   readonly flush: Effect.Effect<void, SqlError.SqlError>
+  /** Failed flushes in a row (0 once one succeeds), and settlements refused so far and retried alone. */
+  readonly health: () => { readonly failures: number; readonly refused: number }
 }
 
 interface Running {
   readonly hold: CallHold
   written: boolean
+}
+
+/** A settlement the database refused, written alone: retried alone, later and later, then parked. */
+interface Refused {
+  readonly entry: Queued
+  /** Its id in `settlement_parked`, the same for every try at parking it. */
+  readonly parkedId: string
+  readonly firstFailedAt: Date
+  attempts: number
+  lastFailedAt: Date
+  error: string
+  nextTryAt: number
 }
 
 /** The queue's state, and what a flush needs. */
@@ -63,15 +88,19 @@ interface Queue {
   readonly nowMs: Effect.Effect<number>
   readonly running: Map<string, Running>
   entries: Array<Queued>
+  /** Hand-backs taken but not written: written as they are, in their order, before any newer one. */
+  returns: Array<NumberedReturn>
+  nextReturn: number
+  refused: Array<Refused>
   /** Failed flushes in a row. */
   failures: number
 }
 
-/** What one flush takes: the queue, calls due a `pending` row, the grants' hand-backs. */
+/** What one write takes: settlements, calls due a `pending` row, the grants' hand-backs. */
 interface Taken {
   readonly entries: ReadonlyArray<Queued>
   readonly due: ReadonlyArray<Running>
-  readonly returns: ReadonlyArray<GrantReturn>
+  readonly returns: ReadonlyArray<NumberedReturn>
   readonly close: ReadonlyArray<Grant>
 }
 
@@ -89,6 +118,9 @@ export const makeSettlementQueue = (
       nowMs: (yield* Effect.clock).currentTimeMillis,
       running: new Map(),
       entries: [],
+      returns: [],
+      nextReturn: 1,
+      refused: [],
       failures: 0
     }
     const lock = yield* Effect.makeSemaphore(1)
@@ -96,7 +128,7 @@ export const makeSettlementQueue = (
     const flush = lock.withPermits(1)(Effect.uninterruptible(flushOnce(queue)))
     const runtime = yield* Effect.runtime<never>()
     const loop = yield* flushForever(queue, flush)
-    yield* Effect.addFinalizer(() => flushAtShutdown(queue, flush, loop))
+    yield* Effect.addFinalizer(() => flushAtShutdown(queue, flush, lock, loop))
     return {
       track: (hold) => {
         queue.running.set(hold.log.requestId, { hold, written: false })
@@ -108,7 +140,8 @@ export const makeSettlementQueue = (
         queue.metrics.settlementQueueDepth.set(queue.entries.length)
         if (queue.entries.length >= FLUSH_AT_DEPTH) Runtime.runFork(runtime)(Effect.ignore(flush))
       },
-      flush
+      flush,
+      health: () => ({ failures: queue.failures, refused: queue.refused.length })
     }
   })
 
@@ -131,8 +164,13 @@ const flushForever = (queue: Queue, flush: Effect.Effect<void, SqlError.SqlError
   return tick.pipe(Effect.repeat(Schedule.spaced(FLUSH_INTERVAL)), Effect.interruptible, Effect.forkScoped)
 }
 
-/** At shutdown (after the server drained its calls): write everything, hand every grant back. */
-const flushAtShutdown = (queue: Queue, flush: Effect.Effect<void, SqlError.SqlError>, loop: Fiber.Fiber<unknown, unknown>) =>
+/** At shutdown (after the server drained its calls): write everything, park what is still refused, hand every grant back. */
+const flushAtShutdown = (
+  queue: Queue,
+  flush: Effect.Effect<void, SqlError.SqlError>,
+  lock: Effect.Semaphore,
+  loop: Fiber.Fiber<unknown, unknown>
+) =>
   Effect.gen(function*() {
     yield* Fiber.interrupt(loop)
     yield* queue.pool.stop
@@ -140,7 +178,14 @@ const flushAtShutdown = (queue: Queue, flush: Effect.Effect<void, SqlError.SqlEr
       Effect.retry(Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(8)))),
       Effect.catchAllCause((cause) => Effect.logError("the last settlements could not be written", cause))
     )
-    if (queue.entries.length > 0) yield* Effect.logError("settlements left unwritten at shutdown", { queued: queue.entries.length })
+    if (queue.refused.length > 0) {
+      // No time left to try them again: parked now, their holds given back, and the grants they kept open closed.
+      const now = yield* queue.nowMs
+      yield* lock.withPermits(1)(Effect.forEach([...queue.refused], (refused) => parkRefused(queue, refused, now)))
+      yield* Effect.ignore(flush)
+    }
+    const left = queue.entries.length + queue.refused.length
+    if (left > 0) yield* Effect.logError("settlements left unwritten at shutdown", { queued: left })
   })
 
 const flushOnce = (queue: Queue) =>
@@ -149,45 +194,147 @@ const flushOnce = (queue: Queue) =>
     const entries = queue.entries
     queue.entries = []
     const due = [...queue.running.values()].filter((r) => !r.written && now - r.hold.startedAt.getTime() >= PENDING_AFTER_MS)
-    const { close, returns } = queue.pool.takeHandBacks(now)
-    if (entries.length === 0 && due.length === 0 && returns.length === 0) return
-    const taken: Taken = { entries, due, returns, close }
-    yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeOneByOne(queue, taken, now)
-    queue.metrics.settlementQueueDepth.set(queue.entries.length)
+    const handBacks = queue.pool.takeHandBacks(now)
+    const returns = [...queue.returns, ...handBacks.returns.map((back) => ({ ...back, seq: queue.nextReturn++ }))]
+    queue.returns = []
+    if (entries.length > 0 || due.length > 0 || returns.length > 0) {
+      const taken: Taken = { entries, due, returns, close: handBacks.close }
+      yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeOneByOne(queue, taken, now)
+    }
+    yield* retryRefused(queue, now)
+    queue.metrics.settlementQueueDepth.set(queue.entries.length + queue.refused.length)
     queue.metrics.grantsHeld.set(queue.pool.unlent())
   })
 
-/** After repeated failures: each settlement in a transaction of its own, so one the database refuses holds back no other. */
+/** The SQLSTATE of a database's refusal, unless it says the connection, the server or the transaction's luck failed. */
+const refusalOf = (cause: Cause.Cause<unknown>): string | undefined => {
+  for (const failure of Cause.failures(cause)) {
+    const inner = typeof failure === "object" && failure !== null && "cause" in failure ? failure.cause : undefined
+    const code = typeof inner === "object" && inner !== null && "code" in inner ? inner.code : undefined
+    // 08 connection, 40 deadlock or serialization, 53 resources, 55 lock not available, 57 shutdown, 58 and XX the server.
+    if (typeof code === "string" && code.length === 5 && !/^(08|40|53|55|57|58|XX)/.test(code)) return code
+  }
+  return undefined
+}
+
+const alone = (entry: Queued): Taken => ({ entries: [entry], due: [], returns: [], close: [] })
+
+/**
+ * After repeated failures: each settlement in a transaction of its own. One the database refuses is set
+ * aside (`retryRefused`); the flush fails only when nothing was written and the database did not answer.
+ */
 const writeOneByOne = (queue: Queue, taken: Taken, now: number) =>
   Effect.gen(function*() {
-    // Nothing of `entries` is written by this first one: should it fail, `entries` waits for the next flush too.
+    const seen: { written: boolean; unanswered: Cause.Cause<SqlError.SqlError> | undefined } = { written: false, unanswered: undefined }
+    const tried = (exit: Exit.Exit<unknown, SqlError.SqlError>) => {
+      if (Exit.isSuccess(exit)) seen.written = true
+      else if (refusalOf(exit.cause) === undefined) seen.unanswered = exit.cause
+    }
     if (taken.due.length > 0 || taken.returns.length > 0 || taken.close.length > 0) {
-      yield* write(queue, { ...taken, entries: [] }, now).pipe(
-        Effect.onError(() => Effect.sync(() => void (queue.entries = [...taken.entries, ...queue.entries])))
-      )
+      tried(yield* Effect.exit(write(queue, { ...taken, entries: [] }, now)))
     }
-    let refused: Cause.Cause<SqlError.SqlError> | undefined = undefined
+    const kept: Array<Queued> = []
     for (const entry of taken.entries) {
-      const exit = yield* Effect.exit(write(queue, { entries: [entry], due: [], returns: [], close: [] }, now))
-      if (Exit.isFailure(exit)) refused = exit.cause
+      const exit = yield* Effect.exit(write(queue, alone(entry), now, false))
+      tried(exit)
+      if (Exit.isSuccess(exit)) continue
+      if (refusalOf(exit.cause) === undefined) kept.push(entry)
+      else refuse(queue, entry, exit.cause, now)
     }
-    if (refused !== undefined) return yield* Effect.failCause(refused)
+    // Not refused, only not written (the database did not answer): first in line again.
+    queue.entries = [...kept, ...queue.entries]
+    if (!seen.written && seen.unanswered !== undefined) return yield* Effect.failCause(seen.unanswered)
   })
 
-const batchOf = (taken: Taken, now: number, holder: string): Batch => {
+const refuse = (queue: Queue, entry: Queued, cause: Cause.Cause<unknown>, now: number) => {
+  const at = new Date(now)
+  queue.refused.push({
+    entry,
+    parkedId: newId("sp"),
+    firstFailedAt: at,
+    attempts: 1,
+    lastFailedAt: at,
+    error: failureText(cause),
+    nextTryAt: now + RETRY_ALONE_AFTER_MS
+  })
+}
+
+/** Refused settlements whose time has come, each alone: written, refused again (parked after `PARK_AFTER`), or left for later. */
+const retryRefused = (queue: Queue, now: number) =>
+  Effect.gen(function*() {
+    for (const refused of [...queue.refused]) {
+      if (refused.nextTryAt > now) continue
+      const exit = yield* Effect.exit(write(queue, alone(refused.entry), now, false))
+      if (Exit.isSuccess(exit)) {
+        queue.refused = queue.refused.filter((other) => other !== refused)
+        continue
+      }
+      const backOff = RETRY_ALONE_AFTER_MS * 2 ** Math.min(refused.attempts, 4)
+      refused.nextTryAt = now + backOff
+      if (refusalOf(exit.cause) === undefined) continue
+      refused.attempts++
+      refused.lastFailedAt = new Date(now)
+      refused.error = failureText(exit.cause)
+      if (refused.attempts >= PARK_AFTER) yield* parkRefused(queue, refused, now)
+    }
+  })
+
+/** Parks a settlement: its hold goes back to the wallet, and this instance forgets it (the grant's charge, the lease). */
+const parkRefused = (queue: Queue, refused: Refused, now: number) =>
+  Effect.gen(function*() {
+    const { entry } = refused
+    const settlement = { item: entry.item, log: entry.log }
+    const exit = yield* Effect.exit(
+      park({
+        id: refused.parkedId,
+        settlement,
+        error: refused.error,
+        attempts: refused.attempts,
+        firstFailedAt: refused.firstFailedAt,
+        lastFailedAt: new Date(now),
+        holder: queue.leases.holder
+      }).pipe(Effect.provide(queue.context))
+    )
+    if (Exit.isFailure(exit)) {
+      return yield* Effect.logWarning("a refused settlement could not be parked; it is tried again", exit.cause).pipe(
+        Effect.annotateLogs({ requestId: requestIdOf(settlement) })
+      )
+    }
+    queue.refused = queue.refused.filter((other) => other !== refused)
+    if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount)
+    if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
+    const kind = kindOf(settlement)
+    queue.metrics.settlementParked.inc({ kind })
+    yield* Effect.logError("settlement parked: the database kept refusing it; its hold went back to the wallet").pipe(
+      Effect.annotateLogs({
+        requestId: requestIdOf(settlement),
+        parkedId: refused.parkedId,
+        kind,
+        attempts: refused.attempts,
+        error: refused.error,
+        replay: `DATABASE_URL=... npm run settlement:replay -- ${refused.parkedId}`
+      })
+    )
+  })
+
+/** The batch `taken` writes, its values clamped to what the columns hold (each change an anomaly). */
+const batchOf = (taken: Taken, now: number, holder: string, anomalies: Array<Anomaly>): Batch => {
   const items: Array<SettleItem> = []
-  const logs: Array<LogWrite> = taken.due.map((r) => pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt))
+  const logs: Array<LogWrite> = taken.due.map((r) =>
+    clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies)
+  )
   for (const entry of taken.entries) {
-    if (entry.item !== undefined) items.push(entry.item)
-    if (entry.log !== undefined) logs.push(entry.log)
+    if (entry.item !== undefined) items.push(clampItem(entry.item, anomalies))
+    if (entry.log !== undefined) logs.push(clampLog(entry.log, anomalies))
   }
   return { items, returns: taken.returns, logs, close: taken.close.map((grant) => grant.id), at: new Date(now), holder }
 }
 
-/** Writes `taken` in one transaction; on failure puts everything back for the next flush. */
-const write = (queue: Queue, taken: Taken, now: number) =>
+/** Writes `taken` in one transaction; on failure, unless `alone`, puts everything back for the next flush. */
+const write = (queue: Queue, taken: Taken, now: number, putBack = true) =>
   Effect.gen(function*() {
-    const batch = batchOf(taken, now, queue.leases.holder)
+    const anomalies: Array<Anomaly> = []
+    const batch = batchOf(taken, now, queue.leases.holder, anomalies)
     const started = performance.now()
     const observe = (outcome: "ok" | "error") =>
       queue.metrics.settlementFlushDuration.observe({ outcome }, (performance.now() - started) / 1000)
@@ -195,16 +342,25 @@ const write = (queue: Queue, taken: Taken, now: number) =>
       Effect.provide(queue.context),
       Effect.onError(() =>
         Effect.sync(() => {
-          // Nothing was written: it all waits for the next flush, in its order.
-          queue.entries = [...taken.entries, ...queue.entries]
-          queue.pool.unwritten(taken.returns)
           observe("error")
+          if (!putBack) return
+          // It waits for the next flush, in its order. A hand-back goes back as it is, never into the grant:
+          // the commit may have happened (its answer lost), and its number makes a second write a no-op.
+          queue.entries = [...taken.entries, ...queue.entries]
+          queue.returns = [...taken.returns, ...queue.returns]
         })
       )
     )
     observe("ok")
     yield* afterWrite(queue, taken, batch, outcome)
+    yield* recordAnomalies(queue, anomalies)
   })
+
+const recordAnomalies = (queue: Queue, anomalies: ReadonlyArray<Anomaly>) =>
+  Effect.forEach(anomalies, (anomaly) => {
+    queue.metrics.settlementClamped.inc({ field: anomaly.field })
+    return Effect.logWarning("settlement value out of range, clamped").pipe(Effect.annotateLogs({ ...anomaly }))
+  }, { discard: true })
 
 /** What a written batch settles in memory: rows no longer due, leases dropped, grants' charges written. */
 const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutcome) =>
@@ -212,7 +368,7 @@ const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutc
     for (const r of taken.due) r.written = true
     for (const entry of taken.entries) {
       if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount)
-      if (entry.item !== undefined && entry.item._tag !== "GrantCharge") yield* queue.leases.drop(entry.item.reservationId)
+      if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
     }
     for (const [index, item] of batch.items.entries()) {
       const done = outcome.items[index]

@@ -55,8 +55,6 @@ export interface AppConfigShape {
   readonly ipCheckoutsPerMinute: number
   /** `TRUSTED_PROXIES`: addresses or CIDR ranges whose `X-Forwarded-For` names the client; unset, the socket's peer is the client. */
   readonly trustedProxies: ReadonlyArray<string>
-  /** `UPSTREAM_IMAGE_URLS`: `pass` forwards image URLs as they came; `inline` fetches them through the page guard and sends `data:` URLs. */
-  readonly upstreamImageUrls: "pass" | "inline"
 }
 
 const nonEmpty = (name: string) =>
@@ -129,8 +127,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   trustedProxies: Config.string("TRUSTED_PROXIES").pipe(
     Config.withDefault(""),
     Config.map((value) => value.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0))
-  ),
-  upstreamImageUrls: Config.literal("pass", "inline")("UPSTREAM_IMAGE_URLS").pipe(Config.withDefault("pass" as const))
+  )
 }).pipe(
   Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, ...rest }) => {
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")

@@ -1,8 +1,10 @@
 import { connect } from "node:net"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Context, Effect, Either, Layer, Option } from "effect"
+import { AppConfig } from "../src/AppConfig.js"
+import { randomBase62 } from "../src/Domain/Ids.js"
 import { HEADERS_TIMEOUT_MS, makeNodeServer, REQUEST_TIMEOUT_MS } from "../src/Http/Server.js"
-import { clientAddress, parseRanges } from "../src/Request/IpLimits.js"
+import { clientAddress, IpLimits, parseRanges } from "../src/Request/IpLimits.js"
 import { expectClientError } from "./support/ErrorBody.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -68,6 +70,28 @@ describe("the client address behind proxies", () => {
     expect(clientAddress("10.0.0.2", "garbage", trusted)).toBe("10.0.0.2")
     expect(parseRanges(["10.0.0.0/8", "not-an-address"])).toEqual({ invalid: "not-an-address" })
   })
+})
+
+describe("per-address limits in Redis", () => {
+  it.effect("two instances count one address together: the third checkout of two allowed is refused by either", () =>
+    Effect.gen(function*() {
+      const config = AppConfig.layerWith({ redisUrl: Option.some("redis://127.0.0.1:6379"), ipCheckoutsPerMinute: 2, ipAuthFailuresPerMinute: 1 })
+      const instance = IpLimits.layer.pipe(Layer.provide(config))
+      const first = yield* Layer.build(instance).pipe(Effect.map((context) => Context.get(context, IpLimits)))
+      const second = yield* Layer.build(instance).pipe(Effect.map((context) => Context.get(context, IpLimits)))
+      // An address of its own: runs of this test do not share a window.
+      const address = `test-${randomBase62(12)}`
+      yield* first.take("checkouts", address)
+      yield* second.take("checkouts", address)
+      const refused = yield* Effect.either(first.take("checkouts", address))
+      expect(Either.isLeft(refused) && refused.left).toMatchObject({ _tag: "RateLimitExceeded" })
+      expect(Either.isLeft(refused) && refused.left.retry_after_seconds).toBeGreaterThanOrEqual(1)
+      // Checking counts nothing; counting a failure on one instance refuses on the other.
+      yield* second.check("authFailures", address)
+      yield* second.check("authFailures", address)
+      yield* first.count("authFailures", address)
+      expect(Either.isLeft(yield* Effect.either(second.check("authFailures", address)))).toBe(true)
+    }).pipe(Effect.scoped))
 })
 
 layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckoutsPerMinute: 3 }), {

@@ -49,6 +49,12 @@ export interface AppConfigShape {
   readonly instanceId: string
   /** How long a streamed call's settlement waits for its stream to start before settling it as abandoned; not an environment setting. */
   readonly streamHandoffTimeoutMs: number
+  /** `IP_AUTH_FAILURES_PER_MINUTE`: failed API-key authentications one client address may make a minute before it is refused. */
+  readonly ipAuthFailuresPerMinute: number
+  /** `IP_CHECKOUTS_PER_MINUTE`: checkout sessions one client address may create a minute. */
+  readonly ipCheckoutsPerMinute: number
+  /** `TRUSTED_PROXIES`: addresses or CIDR ranges whose `X-Forwarded-For` names the client; unset, the socket's peer is the client. */
+  readonly trustedProxies: ReadonlyArray<string>
 }
 
 const nonEmpty = (name: string) =>
@@ -115,7 +121,13 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   ),
   reservationSweepIntervalMs: Config.succeed(2_000),
   instanceId: nonEmpty("INSTANCE_ID"),
-  streamHandoffTimeoutMs: Config.succeed(30_000)
+  streamHandoffTimeoutMs: Config.succeed(30_000),
+  ipAuthFailuresPerMinute: Config.integer("IP_AUTH_FAILURES_PER_MINUTE").pipe(Config.withDefault(60)),
+  ipCheckoutsPerMinute: Config.integer("IP_CHECKOUTS_PER_MINUTE").pipe(Config.withDefault(20)),
+  trustedProxies: Config.string("TRUSTED_PROXIES").pipe(
+    Config.withDefault(""),
+    Config.map((value) => value.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0))
+  )
 }).pipe(
   Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, ...rest }) => {
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")

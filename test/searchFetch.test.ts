@@ -28,6 +28,15 @@ describe("refusedAddress", () => {
     ["224.0.0.1", "multicast"],
     ["255.255.255.255", "broadcast"],
     ["64:ff9b::7f00:1", "rfc6052"], // NAT64 of 127.0.0.1
+    // Every IPv6 form that carries an IPv4 address, whatever the address inside
+    ["::7f00:1", "ipv4Compatible"], // ::/96: http://[::127.0.0.1] is 127.0.0.1
+    ["::808:808", "ipv4Compatible"],
+    ["::ffff:8.8.8.8", "ipv4Mapped"],
+    ["::ffff:0:808:808", "rfc6145"],
+    ["64:ff9b::808:808", "rfc6052"],
+    ["64:ff9b:1::808:808", "rfc6052"],
+    ["2002:808:808::1", "6to4"],
+    ["2001:0:4136:e378:8000:63bf:3fff:fdd2", "teredo"],
     ["8.8.8.8", undefined],
     ["1.1.1.1", undefined],
     ["2001:4860:4860::8888", undefined],
@@ -89,7 +98,8 @@ const Resolver = fixedResolver({
   "intranet.test": [{ address: "10.0.0.7", family: 4 }],
   "metadata.test": [{ address: "169.254.169.254", family: 4 }],
   "mixed.test": [{ address: "93.184.216.34", family: 4 }, { address: "192.168.0.10", family: 4 }],
-  "v6.test": [{ address: "::1", family: 6 }]
+  "v6.test": [{ address: "::1", family: 6 }],
+  "public.test": [{ address: "93.184.216.34", family: 4 }]
 })
 
 const fetcherWith = (allowed: ReadonlyArray<string>) =>
@@ -149,6 +159,36 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
         expect(error?.reason, name).toMatch(/resolves to/)
       }
       expect(internal.hits.length).toBe(before)
+    }))
+
+  it.effect("refuses [::127.0.0.1] and the other embedded-IPv4 literals on the default port, and never connects", () =>
+    Effect.gen(function*() {
+      const fetcher = yield* fetcherWith([])
+      for (const host of ["[::127.0.0.1]", "[::7f00:1]", "[::a00:1]", "[::ffff:7f00:1]", "[64:ff9b::127.0.0.1]", "[2002:7f00:1::]"]) {
+        const error = yield* failureOf(fetcher.fetch(`http://${host}/`))
+        expect(error, host).toMatchObject({ _tag: "PageRefused" })
+        expect(error?.reason, host).toMatch(/address/)
+      }
+    }))
+
+  it.effect("keeps to ports 80 and 443: a public host's :22 is refused before any connection; an allowed host:port is reached", () =>
+    Effect.gen(function*() {
+      const { pages } = yield* Servers
+      const port = new URL(pages.baseUrl).port
+      const fetcher = yield* fetcherWith([`pages.test:${port}`])
+      const before = pages.hits.length
+      for (const url of ["http://public.test:22/", "https://public.test:8443/x", `http://public.test:${port}/page/x`, "http://93.184.216.34:22/"]) {
+        const error = yield* failureOf(fetcher.fetch(url))
+        expect(error, url).toMatchObject({ _tag: "PageRefused" })
+        expect(error?.reason, url).toMatch(/^port \d+ is not fetched/)
+      }
+      // A redirect to another port is checked as well.
+      const unlisted = yield* fetcherWith([pages.host])
+      const redirected = yield* failureOf(unlisted.fetch(`${pages.baseUrl}/redirect?to=${encodeURIComponent("http://public.test:22/")}`))
+      expect(redirected?.reason).toMatch(/^port 22 is not fetched/)
+      expect(pages.hits.length).toBe(before + 1)
+      // FETCH_ALLOWED_HOSTS names test servers with their ports: those are fetched.
+      expect((yield* fetcher.fetch(`http://pages.test:${port}/page/plain.txt`)).kind).toBe("text")
     }))
 
   it.effect("refuses schemes other than http(s), and URLs with credentials", () =>

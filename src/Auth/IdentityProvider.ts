@@ -42,6 +42,28 @@ const DEV_TOKEN_TTL_SECONDS = 24 * 60 * 60
 
 const stringClaim = (value: unknown): string | null => typeof value === "string" && value.length > 0 ? value : null
 
+/** What is wrong with a refused token, in words that name nothing of the identity provider's set-up. */
+const sessionTokenProblem = (error: unknown): string => {
+  const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : ""
+  switch (code) {
+    case "ERR_JWT_EXPIRED":
+      return "it has expired"
+    case "ERR_JWT_CLAIM_VALIDATION_FAILED":
+      return "its claims are not valid for this service"
+    case "ERR_JWS_SIGNATURE_VERIFICATION_FAILED":
+    case "ERR_JWKS_NO_MATCHING_KEY":
+    case "ERR_JWKS_MULTIPLE_MATCHING_KEYS":
+      return "its signature does not verify"
+    case "ERR_JWS_INVALID":
+    case "ERR_JWT_INVALID":
+    case "ERR_JOSE_ALG_NOT_ALLOWED":
+    case "ERR_JOSE_NOT_SUPPORTED":
+      return "it is not a valid token"
+    default:
+      return "it could not be verified"
+  }
+}
+
 /** The one verification path, for the development keys and a real provider's JWKS alike. */
 const makeVerifier = (
   keys: JWTVerifyGetKey,
@@ -63,11 +85,14 @@ const makeVerifier = (
           ...(options.issuer === undefined ? {} : { issuer: options.issuer }),
           ...(options.audience === undefined ? {} : { audience: options.audience })
         }),
-      catch: (error) =>
-        new AuthenticationError({
-          message: `Invalid session token: ${error instanceof Error ? error.message : "verification failed"}.`
-        })
-    })
+      catch: (error) => error
+    }).pipe(Effect.catchAll((error) =>
+      // jose's messages can name the JWKS URL or the expected issuer: logged, answered in generic words.
+      Effect.zipRight(
+        Effect.logInfo(`session token refused: ${error instanceof Error ? error.message : String(error)}`),
+        Effect.fail(new AuthenticationError({ message: `Invalid session token: ${sessionTokenProblem(error)}.` }))
+      )
+    ))
     const subject = stringClaim(payload.sub)
     if (subject === null) {
       return yield* new AuthenticationError({ message: "Invalid session token: it has no `sub` claim." })

@@ -1,7 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 import { SqlString } from "../Domain/Strict.js"
 import { LedgerEntry, LedgerType, Wallet } from "../Wallet/Api.js"
@@ -45,6 +45,7 @@ export class BillingApi extends HttpApiGroup.make("billing")
       .setPayload(CheckoutRequest)
       .addSuccess(CheckoutResponse)
       .addError(wire(BillingError))
+      .addError(wire(RateLimitExceeded))
   )
   .add(HttpApiEndpoint.get("balance", "/dashboard/billing/balance").addSuccess(Balance))
   .add(

@@ -8,6 +8,7 @@ import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
 import { Metrics } from "../Observability/Metrics.js"
+import { IpLimits } from "../Request/IpLimits.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { Spending } from "../Wallet/Spending.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
@@ -22,10 +23,13 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     const spending = yield* Spending
     const payments = yield* PaymentsRepo
     const processor = yield* PaymentProcessor
+    const ipLimits = yield* IpLimits
     return handlers
       .handle("checkout", ({ payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          // Each session costs a call to the payment processor and a pending row: limited per client address.
+          yield* ipLimits.take("checkouts", yield* ipLimits.client)
           const transactionId = yield* Effect.orDie(payments.createPending(account.id, payload.amount_sen))
           const session = yield* processor.createCheckout({
             transactionId,

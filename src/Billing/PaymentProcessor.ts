@@ -53,12 +53,12 @@ const returnUrls = (config: AppConfigShape) => ({
   cancel_url: `${config.dashboardUrl}/billing?checkout=cancelled`
 })
 
+/** Stripe's own message can name its API host or our account's details: logged in full, answered in generic words. */
 const stripeFailure = (error: unknown) =>
-  new BillingError({
-    message: `The payment processor did not create a checkout session (${
-      error instanceof Error ? error.message : "unknown error"
-    }); nothing was charged.`
-  })
+  Effect.zipRight(
+    Effect.logWarning("Stripe did not create a checkout session", error),
+    Effect.fail(new BillingError({ message: "The payment processor did not create a checkout session; nothing was charged." }))
+  )
 
 const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhookSecret: Redacted.Redacted<string>) => {
   const stripe = makeStripeClient(secretKey, config.stripeApiUrl)
@@ -84,12 +84,15 @@ const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhoo
             ...(input.email === null ? {} : { customer_email: input.email }),
             ...returnUrls(config)
           }, { idempotencyKey: `checkout-${input.transactionId}` }),
-        catch: stripeFailure
-      }).pipe(Effect.flatMap((session) =>
-        session.url === null || session.url === undefined
-          ? Effect.fail(stripeFailure(new Error("the session has no url")))
-          : Effect.succeed({ sessionId: session.id, url: session.url })
-      ))
+        catch: (error) => error
+      }).pipe(
+        Effect.flatMap((session) =>
+          session.url === null || session.url === undefined
+            ? Effect.fail(new Error("the session has no url"))
+            : Effect.succeed({ sessionId: session.id, url: session.url })
+        ),
+        Effect.catchAll(stripeFailure)
+      )
   })
 }
 

@@ -29,7 +29,7 @@ export const make = () => {
       if (state.unreachable) {
         return Effect.fail(
           new BillingError({
-            message: "The payment processor did not create a checkout session (connection refused); nothing was charged."
+            message: "The payment processor did not create a checkout session; nothing was charged."
           })
         )
       }

@@ -1,6 +1,8 @@
 import { HttpApi, type HttpApiGroup, HttpServerRequest } from "@effect/platform"
 import { Effect, Option } from "effect"
+import { ApiKeyAuth } from "../Auth/Api.js"
 import { InvalidRequest } from "../Domain/Errors.js"
+import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>
@@ -27,15 +29,26 @@ const nulInUrl = (url: string): Option.Option<InvalidRequest> => {
     : Option.none()
 }
 
-/** Method and path patterns of the endpoints whose payload is a JSON body. */
-const jsonEndpoints = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>): ReadonlyArray<{ readonly method: string; readonly path: RegExp }> => {
-  const found: Array<{ method: string; path: RegExp }> = []
+interface EndpointPattern {
+  readonly method: string
+  readonly path: RegExp
+  /** Its payload is a JSON body. */
+  readonly json: boolean
+  /** It takes an API key (`ApiKeyAuth`). */
+  readonly apiKey: boolean
+}
+
+/** Method and path patterns of the endpoints that take a JSON body or an API key. */
+const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>): ReadonlyArray<EndpointPattern> => {
+  const found: Array<EndpointPattern> = []
   HttpApi.reflect(api, {
     onGroup: () => {},
-    onEndpoint: ({ endpoint, payloads }) => {
-      if (endpoint.method === "GET" || payloads.size === 0) return
+    onEndpoint: ({ endpoint, middleware, payloads }) => {
+      const json = endpoint.method !== "GET" && payloads.size > 0
+      const apiKey = [...middleware].some((tag) => tag.key === ApiKeyAuth.key)
+      if (!json && !apiKey) return
       const pattern = endpoint.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[^/]+/g, "[^/]+")
-      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`) })
+      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey })
     }
   })
   return found
@@ -44,16 +57,18 @@ const jsonEndpoints = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.An
 /**
  * Refuses, before any handler reads it, what would stall or break one: NUL in
  * the URL, a multipart body (none is accepted, and an unterminated one never
- * ends), a JSON endpoint's body of another type, and JSON nested deeper than
- * MAX_JSON_DEPTH. Every refusal is an `invalid_request`; the body is read once
- * here (under the caller's body size limit) and kept for the handler.
+ * ends), a request to an API-key endpoint without a valid key (checked before
+ * its body is read), a JSON endpoint's body of another type, and JSON nested
+ * deeper than MAX_JSON_DEPTH. Every refusal is the spec's error; the body is
+ * read once here (under the caller's body size limit) and kept for the handler.
  */
 export const makeRequestGuard = Effect.gen(function*() {
   const { api } = yield* HttpApi.Api
-  const endpoints = jsonEndpoints(api)
-  const takesJson = (request: HttpServerRequest.HttpServerRequest): boolean => {
+  const endpoints = endpointsOf(api)
+  const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : Effect.void
+  const endpointOf = (request: HttpServerRequest.HttpServerRequest): EndpointPattern | undefined => {
     const path = request.url.split("?", 1)[0] ?? ""
-    return endpoints.some((endpoint) => endpoint.method === request.method && endpoint.path.test(path))
+    return endpoints.find((endpoint) => endpoint.method === request.method && endpoint.path.test(path))
   }
   return Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
@@ -63,7 +78,9 @@ export const makeRequestGuard = Effect.gen(function*() {
     if (type?.startsWith("multipart/")) {
       return yield* new InvalidRequest({ message: "Multipart bodies are not accepted; send Content-Type: application/json." })
     }
-    if (!takesJson(request) || !hasBody(request)) return
+    const endpoint = endpointOf(request)
+    if (endpoint?.apiKey === true) yield* authenticate
+    if (endpoint?.json !== true || !hasBody(request)) return
     if (type !== undefined && !isJson(type)) {
       return yield* new InvalidRequest({
         message: `Content-Type ${type.slice(0, 100)} is not accepted here; send Content-Type: application/json.`

@@ -25,6 +25,7 @@ import { CallLimits } from "../Models/RateLimits.js"
 import { WebSearch } from "../Models/WebSearch.js"
 import { ProviderLive } from "../Providers/Live.js"
 import { TestKeyProviderLive } from "../Providers/Simulated.js"
+import { IpLimits } from "../Request/IpLimits.js"
 import { Router } from "../Routing/Router.js"
 import { type Search, SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
@@ -114,6 +115,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     // The key cache and the grant pool hear the database through it.
     Layer.provideMerge(ListenerLive),
     Layer.provideMerge(Layer.mergeAll(
+      IpLimits.layer,
       KeysRepo.layer,
       RequestLogReads.layer,
       IdentityProviderLive,
@@ -161,10 +163,23 @@ const HttpAppLive = HttpApiBuilder.serve(accessLog).pipe(
   Layer.provide(ApiLive)
 )
 
+/** A whole request, body included, must arrive within this; Node's default is 300 s. */
+export const REQUEST_TIMEOUT_MS = 60_000
+/** Its headers within this; Node's default is 60 s. */
+export const HEADERS_TIMEOUT_MS = 10_000
+
+/**
+ * A Node HTTP server that drops clients sending too slowly (holding a
+ * connection open costs us, not them). Node checks these every
+ * `connectionsCheckingInterval`, 30 s by default: once a second keeps them close to their values.
+ */
+export const makeNodeServer = () =>
+  createServer({ requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: HEADERS_TIMEOUT_MS, connectionsCheckingInterval: 1_000 })
+
 /** The Node HTTP server on `HOST:PORT`; stopping, it drains in-flight calls up to a deadline. */
 export const NodeServerLive = Layer.unwrapEffect(
   Effect.map(AppConfig, ({ dashboardUrl, host, port }) => {
-    const server = createServer()
+    const server = makeNodeServer()
     answerParserErrors(server, dashboardUrl)
     return Layer.provideMerge(drainDeadline(server), NodeHttpServer.layer(() => server, { port, host }))
   })

@@ -1,13 +1,66 @@
-import { Clock, Effect, Layer, Redacted } from "effect"
-import { ApiKeyAuth } from "../Auth/Api.js"
-import { AuthenticationError, ExpiredApiKey, InvalidApiKey, RevokedApiKey } from "../Domain/Errors.js"
+import { HttpServerRequest } from "@effect/platform"
+import { Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
+import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
+import {
+  AuthenticationError,
+  CurrentRequestId,
+  ExpiredApiKey,
+  InvalidApiKey,
+  type RateLimitExceeded,
+  RevokedApiKey
+} from "../Domain/Errors.js"
 import { noteRequestFacts } from "../Request/Context.js"
+import { IpLimits } from "../Request/IpLimits.js"
 import { hashKey, keyPrefix } from "./ApiKeys.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
 
 /** A hint that names the key without revealing it, as OpenAI's "sk-abc***" does. */
 const describe = (key: string): string => key.startsWith("nns_") ? `${keyPrefix(key)}…` : "(not a nenas key)"
+
+type AuthFailure = AuthenticationError | InvalidApiKey | ExpiredApiKey | RevokedApiKey
+
+/**
+ * The outcome of authenticating a request's key before its body was read
+ * (`authenticateBeforeBody`), for the API's own middleware to answer with
+ * instead of looking the key up again. Marked with the request id and the
+ * key, so that it never answers for another request or another key.
+ */
+const EarlyOutcome = FiberRef.unsafeMake<
+  { readonly requestId: string; readonly key: string; readonly exit: Exit.Exit<ApiKeyPrincipal, AuthFailure> } | undefined
+>(undefined)
+
+const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: string) =>
+  Effect.gen(function*() {
+    if (key.length === 0) {
+      return yield* new AuthenticationError({
+        message: "Missing API key. Send `Authorization: Bearer <API_KEY>`."
+      })
+    }
+    const found = yield* Effect.orDie(keys.lookup(hashKey(key)))
+    if (found._tag === "Revoked") {
+      return yield* new RevokedApiKey({ message: `The API key ${describe(key)} was deleted.` })
+    }
+    if (found._tag === "Unknown") {
+      return yield* new InvalidApiKey({ message: `Invalid API key provided: ${describe(key)}` })
+    }
+    const now = new Date(yield* Clock.currentTimeMillis)
+    const { key: row } = found
+    if (row.expiresAt !== null && row.expiresAt <= now) {
+      return yield* new ExpiredApiKey({
+        message: `The API key ${row.prefix}… expired at ${row.expiresAt.toISOString()}.`
+      })
+    }
+    yield* lastUsed.touch(row.id, now)
+    yield* noteRequestFacts({ keyId: row.id, accountId: row.accountId })
+    return {
+      keyId: row.id,
+      accountId: row.accountId,
+      environment: row.environment,
+      monthlySpendLimitMicroMyr: row.monthlySpendLimitMicroMyr,
+      accountSuspended: found.accountSuspended
+    }
+  })
 
 export const ApiKeyAuthLive = Layer.effect(
   ApiKeyAuth,
@@ -18,35 +71,51 @@ export const ApiKeyAuthLive = Layer.effect(
       apiKey: (token) =>
         Effect.gen(function*() {
           const key = Redacted.value(token)
-          if (key.length === 0) {
-            return yield* new AuthenticationError({
-              message: "Missing API key. Send `Authorization: Bearer <API_KEY>`."
-            })
+          const early = yield* FiberRef.get(EarlyOutcome)
+          if (early !== undefined && early.key === key && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
+            return yield* early.exit
           }
-          const found = yield* Effect.orDie(keys.lookup(hashKey(key)))
-          if (found._tag === "Revoked") {
-            return yield* new RevokedApiKey({ message: `The API key ${describe(key)} was deleted.` })
-          }
-          if (found._tag === "Unknown") {
-            return yield* new InvalidApiKey({ message: `Invalid API key provided: ${describe(key)}` })
-          }
-          const now = new Date(yield* Clock.currentTimeMillis)
-          const { key: row } = found
-          if (row.expiresAt !== null && row.expiresAt <= now) {
-            return yield* new ExpiredApiKey({
-              message: `The API key ${row.prefix}… expired at ${row.expiresAt.toISOString()}.`
-            })
-          }
-          yield* lastUsed.touch(row.id, now)
-          yield* noteRequestFacts({ keyId: row.id, accountId: row.accountId })
-          return {
-            keyId: row.id,
-            accountId: row.accountId,
-            environment: row.environment,
-            monthlySpendLimitMicroMyr: row.monthlySpendLimitMicroMyr,
-            accountSuspended: found.accountSuspended
-          }
+          return yield* lookupWith(keys, lastUsed, key)
         })
     })
   })
 )
+
+/**
+ * Authenticates the request's API key before anything reads its body, so
+ * that a request without a valid key costs a lookup, not 8 MiB of reading.
+ * A client address that failed `IP_AUTH_FAILURES_PER_MINUTE` times this
+ * minute is refused (429) before its key is even looked up, a valid key
+ * included: the refusal must cost nothing, and only a lookup tells a valid key
+ * from a guess. The API's middleware then answers with this outcome.
+ */
+export const makeAuthenticateBeforeBody = Effect.gen(function*() {
+  // Looked up, not required: the error middleware also serves APIs without keys (tests' small APIs).
+  const [keys, lastUsed, limits] = yield* Effect.all([
+    Effect.serviceOption(KeyCache),
+    Effect.serviceOption(KeyLastUsed),
+    Effect.serviceOption(IpLimits)
+  ])
+  if (Option.isNone(keys) || Option.isNone(lastUsed) || Option.isNone(limits)) {
+    return yield* Effect.dieMessage("API-key endpoints need KeyCache, KeyLastUsed and IpLimits under the error middleware.")
+  }
+  return authenticating(keys.value, lastUsed.value, limits.value)
+})
+
+const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], limits: IpLimits["Type"]) =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const address = yield* limits.client
+    yield* limits.check("authFailures", address)
+    // As the platform's bearer decoding reads it (HttpApiBuilder.securityDecode).
+    const key = (request.headers["authorization"] ?? "").slice("Bearer ".length)
+    const exit = yield* Effect.exit(lookupWith(keys, lastUsed, key))
+    const requestId = yield* FiberRef.get(CurrentRequestId)
+    yield* FiberRef.set(EarlyOutcome, { requestId, key, exit })
+    if (Exit.isFailure(exit)) yield* limits.count("authFailures", address)
+    yield* exit
+  }).pipe(Effect.withSpan("auth.before_body")) satisfies Effect.Effect<
+    void,
+    AuthFailure | RateLimitExceeded,
+    HttpServerRequest.HttpServerRequest
+  >

@@ -113,7 +113,8 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
           const before = generation
           const found = yield* repo.lookup(keyHash)
           // A drop announced while SQL answered may be newer than the answer: then it is not remembered.
-          if (before === generation && listener.hearing()) remember(hash, found, now)
+          // Unknown keys never are: anyone can send endless new ones, which would push real keys out.
+          if (found._tag !== "Unknown" && before === generation && listener.hearing()) remember(hash, found, now)
           return found
         }),
       forgetAccount: (accountId) => Effect.sync(() => forgetAccount(accountId)),

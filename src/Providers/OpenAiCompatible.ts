@@ -127,12 +127,23 @@ const UpstreamError = Schema.parseJson(Schema.Struct({
 }))
 const decodeUpstreamError = Schema.decodeUnknownOption(UpstreamError)
 
-/** The upstream's own words for a refusal: OpenAI's `error.message`, else the body's start. */
+/** Any URL in an upstream's words: its own, or one inside the network, is not the caller's to see. */
+const URLS = /\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>)\]]*/gi
+
+/** The upstream's own words for a refusal (OpenAI's `error.message`, else the body's start), without URLs. */
 const upstreamMessage = (text: string): { readonly message: string; readonly code: unknown } =>
   Option.match(decodeUpstreamError(text), {
-    onNone: () => ({ message: text.slice(0, 500), code: undefined }),
-    onSome: ({ error }) => ({ message: (error.message ?? text).slice(0, 500), code: error.code })
+    onNone: () => ({ message: text.slice(0, 500).replace(URLS, "[url]"), code: undefined }),
+    onSome: ({ error }) => ({ message: (error.message ?? text).slice(0, 500).replace(URLS, "[url]"), code: error.code })
   })
+
+/**
+ * Fails with `error` after logging `detail` in full: what the upstream said
+ * can name internal hosts, so the caller gets generic words and the operator
+ * the rest.
+ */
+const reported = <E>(error: E, detail: unknown) =>
+  Effect.zipRight(Effect.logWarning(`model provider: ${String(detail)}`), Effect.fail(error))
 
 const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many tokens|prompt is too long|input is too long/i
 
@@ -144,14 +155,15 @@ const statusError = (response: HttpClientResponse.HttpClientResponse) =>
   Effect.flatMap(
     Effect.orElseSucceed(response.text, () => ""),
     (text): Effect.Effect<never, ProviderError> => {
-      const detail = text.length > 0 ? `: ${text.slice(0, 200)}` : ""
+      const detail = text.length > 0 ? `: ${text.slice(0, 2000)}` : ""
       if (response.status === 429) {
-        return Effect.fail(unavailable(`The model provider is rate limiting requests (HTTP 429)${detail}`, {
-          retry_after_seconds: retryAfterSeconds(response)
-        }))
+        return reported(
+          unavailable("The model provider is rate limiting requests (HTTP 429).", { retry_after_seconds: retryAfterSeconds(response) }),
+          `HTTP 429${detail}`
+        )
       }
       if (response.status >= 500 || response.status === 408 || response.status < 400) {
-        return Effect.fail(unavailable(`The model provider failed (HTTP ${response.status})${detail}`))
+        return reported(unavailable(`The model provider failed (HTTP ${response.status}).`), `HTTP ${response.status}${detail}`)
       }
       if (response.status === 401 || response.status === 403) {
         return Effect.zipRight(
@@ -196,9 +208,9 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         Effect.retry({ times: 1, while: isConnectFailure }),
         Effect.timeoutFail({ duration: firstByte, onTimeout: () => timedOut("start answering") }),
         Effect.catchTag("RequestError", (error) =>
-          Effect.fail(unavailable(`The model provider could not be reached: ${error.message}`))),
+          reported(unavailable("The model provider could not be reached."), error.message)),
         Effect.catchTag("ResponseError", (error) =>
-          Effect.fail(unavailable(`The model provider answered badly: ${error.message}`))),
+          reported(unavailable("The model provider answered badly."), error.message)),
         Effect.flatMap((response) => response.status >= 200 && response.status < 300 ? Effect.succeed(response) : statusError(response))
       )
     }
@@ -222,7 +234,7 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           }
         }),
         Effect.catchTags({
-          ResponseError: (error) => Effect.fail(unavailable(`The model provider's answer broke off: ${error.message}`)),
+          ResponseError: (error) => reported(unavailable("The model provider's answer broke off."), error.message),
           ParseError: () => Effect.fail(unavailable("The model provider's answer was not a chat completion."))
         }),
         Effect.timeoutFail({ duration: total, onTimeout: () => timedOut("finish") })
@@ -233,7 +245,7 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         Effect.mapError(decodeChunk(data), () => unavailable("The model provider sent a malformed stream chunk.")),
         (chunk): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> => {
           if (chunk.error !== undefined && chunk.error !== null) {
-            return Effect.fail(unavailable(`The model provider failed mid-stream: ${JSON.stringify(chunk.error).slice(0, 200)}`))
+            return reported(unavailable("The model provider failed mid-stream."), `error chunk: ${JSON.stringify(chunk.error).slice(0, 2000)}`)
           }
           const parts: Array<StreamPart> = []
           for (const choice of chunk.choices) {
@@ -260,7 +272,7 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
       response.stream.pipe(
         Stream.decodeText(),
         Stream.pipeThroughChannel(Sse.makeChannel<HttpClientError.ResponseError, unknown>()),
-        Stream.catchAll((error) => Stream.fail(unavailable(`The model provider's stream broke off: ${error.message}`)))
+        Stream.catchAll((error) => Stream.fromEffect(reported(unavailable("The model provider's stream broke off."), error.message)))
       )
 
     /**

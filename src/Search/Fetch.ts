@@ -72,6 +72,9 @@ const MEDIA_TYPES: Record<string, FetchedPage["kind"]> = {
   "text/plain": "text"
 }
 
+/** `URL.port` is empty for the scheme's default port; these are the others a page may be on. */
+const WEB_PORTS: ReadonlySet<string> = new Set(["80", "443"])
+
 const defaultPort = (url: URL) => url.protocol === "https:" ? "443" : "80"
 
 const isAllowed = (url: URL, allowed: ReadonlySet<string>): boolean => {
@@ -161,9 +164,9 @@ const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number,
 
 /**
  * Fetches web pages for search without reaching inside the network
- * (DESIGN.md, web search): http(s) only; every host, the first and each
+ * (DESIGN.md, web search): http(s) only, on ports 80 and 443; every host, the first and each
  * redirect's, is resolved and refused unless all its addresses are public
- * (`refusedAddress`) or it is in `FETCH_ALLOWED_HOSTS`; the connection goes to
+ * (`refusedAddress`) or it is in `FETCH_ALLOWED_HOSTS` (which also lifts the port rule); the connection goes to
  * the addresses checked; at most 3 redirects; only HTML and text; bodies capped.
  */
 export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLimits) => {
@@ -177,9 +180,14 @@ export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLim
         return yield* new PageRefused({ url: url.href, reason: "URLs with credentials are not fetched" })
       }
       const allowed = isAllowed(url, limits.allowedHosts)
+      // Other ports reach what is not a web site (SSH, databases, admin consoles) even on a public address.
+      const portRefused = !allowed && url.port !== "" && !WEB_PORTS.has(url.port)
+        ? new PageRefused({ url: url.href, reason: `port ${url.port} is not fetched (only 80 and 443)` })
+        : undefined
       if (isIpLiteral(url.hostname)) {
         const refused = allowed ? undefined : refusedAddress(url.hostname)
         if (refused !== undefined) return yield* new PageRefused({ url: url.href, reason: `${url.hostname} is a ${refused} address` })
+        if (portRefused !== undefined) return yield* portRefused
         return undefined
       }
       const addresses = yield* Effect.tryPromise({
@@ -195,6 +203,7 @@ export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLim
           }
         }
       }
+      if (portRefused !== undefined) return yield* portRefused
       return pinned(addresses)
     })
 

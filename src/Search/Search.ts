@@ -99,8 +99,12 @@ export const makeSearxng = (baseUrl: string) =>
   Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
     const pages = yield* PageFetcher
-    const failed = (what: string) => (error: { readonly message: string }) =>
-      new SearchError({ message: `Web search failed (${what}): ${error.message}` })
+    // The search API's errors name SEARCH_BASE_URL: logged in full, answered in generic words.
+    const failed = (error: { readonly message: string }) =>
+      Effect.zipRight(
+        Effect.logWarning(`web search failed: ${error.message}`),
+        Effect.fail(new SearchError({ message: "Web search failed: the search API could not be used." }))
+      )
     const shape: SearchShape = {
       search: (query, maxResults) =>
         client.get(`${baseUrl.replace(/\/+$/, "")}/search`, { urlParams: { q: query, format: "json" } }).pipe(
@@ -117,7 +121,7 @@ export const makeSearxng = (baseUrl: string) =>
             }))
           ),
           Effect.timeout(SEARCH_TIMEOUT),
-          Effect.catchAll((error) => Effect.fail(error instanceof SearchError ? error : failed("search")(error)))
+          Effect.catchAll((error) => error instanceof SearchError ? Effect.fail(error) : failed(error))
         ),
       readPage: (url) => Effect.flatMap(pages.fetch(url), readable)
     }

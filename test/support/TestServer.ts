@@ -95,6 +95,9 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}, parts: S
       publicBaseUrl: baseUrl,
       dashboardUrl: `${baseUrl}/app`,
       instanceId: `test:${port}`,
+      // Every test request comes from 127.0.0.1: per-address limits are tested where a test sets them.
+      ipAuthFailuresPerMinute: 1_000_000,
+      ipCheckoutsPerMinute: 1_000_000,
       ...overrides
     })
     const server = makeServer(parts).pipe(

@@ -156,13 +156,13 @@ const pauseInsteadOfDestroy = (request: HttpServerRequest.HttpServerRequest): vo
   }
 }
 
-/** After a 413, how long the connection is still read (nginx's `lingering_time`), how long it may be silent, and how much is read. */
+/** After an early refusal, how long the connection is still read (nginx's `lingering_time`), how long it may be silent, and how much is read. */
 const LINGER_MS = 30_000
 const LINGER_IDLE_MS = 5_000
 const LINGER_MAX_BYTES = 64 * 1024 * 1024
 
 /**
- * A 413 is answered before the body is read. Closing the socket then, with
+ * A 413 (or a refused API key) is answered before the body is read. Closing the socket then, with
  * the body still arriving, makes the kernel reset the connection, and a client
  * still sending sees EPIPE or ECONNRESET instead of the answer. So, as
  * nginx's lingering close does, the answer is followed by our FIN only, and
@@ -233,8 +233,10 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
           )
         const withId = HttpServerResponse.setHeaders(response, { ...extraHeaders, "x-request-id": requestId })
         // An oversize or refused body may be left unread: the connection cannot carry another request.
-        if (response.status === 413) lingerAfterAnswer(request)
-        return response.status === 413 || refused ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
+        const unread = response.status === 413 || refused
+        // A refusal before the body (a bad API key, an oversize body) must reach a client still sending it.
+        if (unread) lingerAfterAnswer(request)
+        return unread ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
       })
   })
 )

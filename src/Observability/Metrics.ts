@@ -57,6 +57,11 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
         help: "Credit this instance holds in grants and has not lent to a call (micro-MYR).",
         registers
       }),
+      billingShortfall: new Counter({
+        name: "nenas_billing_shortfall_micro_myr_total",
+        help: "Cost of answers given that the wallet could not pay (micro-MYR): a stream whose hold was taken back while this instance stalled.",
+        registers
+      }),
       walletHoldsOpen: new Gauge({
         name: "nenas_wallet_holds_open",
         help: "Open wallet reservations (calls in flight across every instance), read at scrape time.",

@@ -5,6 +5,7 @@ import { newId } from "../Domain/Ids.js"
 import { GRANT_CHANNEL, type GrantToGrow } from "./GrantRows.js"
 import type { Grant, Pace } from "./Grants.js"
 import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
+import { type FenceView, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
 import type { GrantReturn } from "./Settle.js"
@@ -70,20 +71,27 @@ interface Pool {
   readonly wallets: WalletRepo["Type"]
   readonly nowMs: Effect.Effect<number>
   readonly fork: (effect: Effect.Effect<void>) => void
+  /** This process's own heartbeat: grants are lent only while it is fresh. */
+  readonly fence: FenceView
+  /** The fence's epoch the grants were lent in: after a lapse they may have been taken back. */
+  epoch: number
   stopping: boolean
   lastPaceSweep: number
 }
 
 /** The pool, listening for other instances' requests to hand grants back (on PostgreSQL). */
-export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo> = Effect.gen(function*() {
+export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo | ReservationLeases> = Effect.gen(function*() {
   const runtime = yield* Effect.runtime<never>()
   const clock = yield* Effect.clock
+  const { fence } = yield* ReservationLeases
   const pool: Pool = {
     grants: new Map(),
     paces: new Map(),
     wallets: yield* WalletRepo,
     nowMs: clock.currentTimeMillis,
     fork: (effect) => void Runtime.runFork(runtime)(effect),
+    fence,
+    epoch: fence.epoch(),
     stopping: false,
     lastPaceSweep: 0
   }
@@ -127,10 +135,28 @@ const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
   return pace
 }
 
+/**
+ * This instance's own heartbeat is fresh (DESIGN.md, Faults): no other
+ * instance can have judged it dead and taken its grants back.
+ */
+const beatFresh = (pool: Pool): boolean => pool.fence.fresh()
+
+/** Whether the pool may lend (or grow) grants now; every condition of lending is here. */
+const mayLend = (pool: Pool): boolean => beatFresh(pool)
+
+/** After a lapse of this instance's beat, another's sweeper may have returned its grants: none lends again; each is handed back. */
+const closeAfterLapse = (pool: Pool) => {
+  const epoch = pool.fence.epoch()
+  if (epoch === pool.epoch) return
+  pool.epoch = epoch
+  for (const grant of pool.grants.values()) grant.closing = true
+}
+
 const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined => {
   const pace = paceOf(pool, input.accountId, now)
   notePace(pace, input.amountMicroMyr, now)
-  if (input.monthlySpendLimitMicroMyr !== null) return undefined
+  if (input.monthlySpendLimitMicroMyr !== null || !mayLend(pool)) return undefined
+  closeAfterLapse(pool)
   const grant = pool.grants.get(input.accountId)
   if (!pool.stopping && wantsGrant(pace, grant, now)) startGrowing(pool, input.accountId, pace, now)
   if (grant === undefined || grant.closing || grant.remaining < input.amountMicroMyr) return undefined
@@ -221,6 +247,7 @@ const forgetQuietAccounts = (pool: Pool, now: number) => {
 
 const takeHandBacks = (pool: Pool, now: number): HandBacks => {
   forgetQuietAccounts(pool, now)
+  closeAfterLapse(pool)
   const returns: Array<GrantReturn> = []
   const close: Array<Grant> = []
   for (const grant of pool.grants.values()) {

@@ -34,7 +34,7 @@ const raw = <A>(text: string, values: Array<unknown> = []) =>
 
 /**
  * A pool that lends nothing: the test's grants are rows it makes itself. It hands back what `closing` grants
- * have not lent, and takes back what a flush did not write, as `GrantPool` does.
+ * have not lent, as `GrantPool` does.
  */
 const testPool = (closing: ReadonlyArray<Grant> = []): GrantPool => ({
   lend: () => undefined,
@@ -51,12 +51,6 @@ const testPool = (closing: ReadonlyArray<Grant> = []): GrantPool => ({
       return back
     })
     return { returns, close: [] }
-  },
-  unwritten: (returns) => {
-    for (const back of returns) {
-      const grant = closing.find((g) => g.id === back.grantId)
-      if (grant !== undefined) grant.remaining += back.amountMicroMyr
-    }
   },
   chargeWritten: (grant, amount) => void (grant.pending -= amount),
   written: () => Effect.void,

@@ -7,6 +7,7 @@ import { countText } from "../Domain/Tokens.js"
 import type { LoggedUsage } from "../Logs/RequestLogs.js"
 import { countToolCall } from "../Providers/ContentTokens.js"
 import type { ProviderUsage } from "../Providers/Provider.js"
+import type { WhenShort } from "../Wallet/PayNow.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./Call.js"
@@ -78,8 +79,13 @@ export const makeSettlement = Effect.gen(function*() {
   const { prices } = yield* AppConfig
   const spending = yield* Spending
 
-  /** Bills the usage (live keys) and logs it. */
-  const settleUsed = (call: HeldCall, used: Used, answer: Answer) =>
+  /**
+   * Bills the usage (live keys) and logs it, before the answer goes out. A
+   * call whose hold was taken back while this instance stalled is paid from
+   * the wallet first (`Spending.settle`): `refuse` fails the call when the
+   * wallet cannot pay it, `bill what it can` bills what it holds.
+   */
+  const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort) =>
     Effect.gen(function*() {
       const latencyMs = yield* elapsed(call.startedAt)
       const holdsNothing = call.hold.source._tag === "None"
@@ -98,16 +104,23 @@ export const makeSettlement = Effect.gen(function*() {
         costMicroMyr: cost,
         latencyMs
       }
-      const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged)
+      const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort)
       return resultOf(call, answer, used, microMyr(charged), latencyMs)
-    }).pipe(Effect.orDie, Effect.uninterruptible)
+    }).pipe(Effect.uninterruptible)
+
+  /** A stream's end (its answer already under way), or a call whose client left: billed, never refused. */
+  const settleUsed = (call: HeldCall, used: Used, answer: Answer) =>
+    bill(call, used, answer, "bill what it can").pipe(Effect.orDie)
+
+  /** A non-streamed answer, before it goes out: `insufficient_balance` instead when it cannot be paid. */
+  const settleAnswer = (call: HeldCall, used: Used, answer: Answer) => bill(call, used, answer, "refuse")
 
   /** Returns the hold and logs the failure. */
   const settleFailed = (call: HeldCall, code: string) =>
     Effect.flatMap(elapsed(call.startedAt), (ms) => spending.fail(call.hold, code, ms)).pipe(Effect.uninterruptible)
 
   /** Marks the call settled and settles it, as one step a disconnect cannot split. */
-  const settleOnce = <A>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A>) =>
+  const settleOnce = <A, E>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A, E>) =>
     Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (current) => ({ ...current, settled: true })), settle))
 
   /** The end of a call that did not settle itself: a client gone after the upstream started pays for what was produced. */
@@ -125,7 +138,7 @@ export const makeSettlement = Effect.gen(function*() {
   const settleOnExit = (call: HeldCall, progress: Ref.Ref<Progress>) => <A, E>(exit: Exit.Exit<A, E>) =>
     Effect.flatMap(Ref.get(progress), (current) => settleAbandoned(call, current, exit))
 
-  return { settleUsed, settleFailed, settleOnce, settleOnExit }
+  return { settleUsed, settleAnswer, settleFailed, settleOnce, settleOnExit }
 })
 
 export type Settlement = Effect.Effect.Success<typeof makeSettlement>

@@ -85,6 +85,11 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
         labelNames: ["source"] as const,
         registers
       }),
+      billingShortfall: new Counter({
+        name: "nenas_billing_shortfall_micro_myr_total",
+        help: "Cost of answers given that the wallet could not pay (micro-MYR): a stream whose hold was taken back while this instance stalled.",
+        registers
+      }),
       walletHoldsOpen: new Gauge({
         name: "nenas_wallet_holds_open",
         help: "Open wallet reservations (calls in flight across every instance), read at scrape time.",

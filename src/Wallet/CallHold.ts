@@ -17,6 +17,12 @@ export interface CallHold {
   readonly startedAt: Date
   readonly amountMicroMyr: number
   readonly source: HoldSource
+  /**
+   * This process's fence epoch when the hold was taken (`Fence.ts`): if its
+   * beat lapsed since, another instance may have taken the hold back, and the
+   * call pays before it answers.
+   */
+  readonly epoch: number
 }
 
 /** The reservation the call's log row names, when it holds one. */

@@ -5,6 +5,7 @@ import { newId } from "../Domain/Ids.js"
 import { GRANT_CHANNEL, type GrantToGrow } from "./GrantRows.js"
 import type { Grant, Pace } from "./Grants.js"
 import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
+import { type FenceView, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
 import type { GrantReturn } from "./Settle.js"
@@ -53,8 +54,6 @@ export interface GrantPool {
   readonly unlent: () => number
   /** What to hand back now: grants asked for, idle ones, and all of them when stopping. */
   readonly takeHandBacks: (now: number) => HandBacks
-  /** A flush that wrote nothing: its hand-backs are this instance's again, and still owed. */
-  readonly unwritten: (returns: ReadonlyArray<GrantReturn>) => void
   /** A flush wrote `amount` of `grant`'s charges. */
   readonly chargeWritten: (grant: Grant, amount: number) => void
   /** A flush written: empty closed grants are gone, and so are those the sweeper returned (`missing`). */
@@ -74,6 +73,10 @@ interface Pool {
   readonly fork: (effect: Effect.Effect<void>) => void
   /** Whether the pool may lend from its grants now (`mayLend`). */
   readonly listening: () => boolean
+  /** This process's own heartbeat: grants are lent only while it is fresh. */
+  readonly fence: FenceView
+  /** The fence's epoch the grants were lent in: after a lapse they may have been taken back. */
+  epoch: number
   stopping: boolean
   lastPaceSweep: number
 }
@@ -81,12 +84,13 @@ interface Pool {
 /**
  * The pool, listening for other instances' requests to hand grants back
  * through the instance's `Listener` (on PostgreSQL). Without a listener (the
- * in-memory wallet of the tests, one instance) it always lends.
+ * in-memory wallet of the tests, one instance) it lends while its beat is fresh.
  */
-export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo> = Effect.gen(function*() {
+export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo | ReservationLeases> = Effect.gen(function*() {
   const runtime = yield* Effect.runtime<never>()
   const clock = yield* Effect.clock
   const listener = yield* Effect.serviceOption(Listener)
+  const { fence } = yield* ReservationLeases
   const pool: Pool = {
     grants: new Map(),
     paces: new Map(),
@@ -95,6 +99,8 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
     now: () => clock.unsafeCurrentTimeMillis(),
     fork: (effect) => void Runtime.runFork(runtime)(effect),
     listening: Option.match(listener, { onNone: () => () => true, onSome: (heard) => heard.hearing }),
+    fence,
+    epoch: fence.epoch(),
     stopping: false,
     lastPaceSweep: 0
   }
@@ -108,7 +114,6 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
     inFlight: (accountId) => pool.grants.get(accountId)?.inFlight ?? 0,
     unlent: () => [...pool.grants.values()].reduce((sum, grant) => sum + grant.remaining, 0),
     takeHandBacks: (now) => takeHandBacks(pool, now),
-    unwritten: (returns) => unwritten(pool, returns),
     chargeWritten: (grant, amount) => void (grant.pending -= amount),
     written: (close, missing) => written(pool, close, missing),
     stop: stop(pool)
@@ -127,12 +132,6 @@ const listen = (pool: Pool, listener: Listener["Type"]) =>
     yield* listener.onHeardAgain(() => handBackAll(pool))
   })
 
-/**
- * Whether the pool may lend from its grants: only while it hears the other
- * instances' requests for them (and a debit's), else every call reserves in SQL.
- */
-const mayLend = (pool: Pool): boolean => pool.listening()
-
 const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
   let pace = pool.paces.get(accountId)
   if (pace === undefined) {
@@ -142,12 +141,32 @@ const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
   return pace
 }
 
+/**
+ * This instance's own heartbeat is fresh (DESIGN.md, Faults): no other
+ * instance can have judged it dead and taken its grants back.
+ */
+const beatFresh = (pool: Pool): boolean => pool.fence.fresh()
+
+/**
+ * Whether the pool may lend (or grow) grants now; every condition of lending is here:
+ * it hears the other instances' requests for its grants (and a debit's), and its own beat is fresh.
+ */
+const mayLend = (pool: Pool): boolean => pool.listening() && beatFresh(pool)
+
+/** After a lapse of this instance's beat, another's sweeper may have returned its grants: none lends again; each is handed back. */
+const closeAfterLapse = (pool: Pool) => {
+  const epoch = pool.fence.epoch()
+  if (epoch === pool.epoch) return
+  pool.epoch = epoch
+  for (const grant of pool.grants.values()) grant.closing = true
+}
+
 const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined => {
   const pace = paceOf(pool, input.accountId, now)
   notePace(pace, input.amountMicroMyr, now)
-  if (input.monthlySpendLimitMicroMyr !== null) return undefined
-  // Deaf, a request for the grant would go unheard: no lending, and no growing a grant to lend from.
-  if (!mayLend(pool)) return undefined
+  // Deaf, or stale, a request for the grant would go unheard or a sweeper may have taken it: no lending, and no growing.
+  if (input.monthlySpendLimitMicroMyr !== null || !mayLend(pool)) return undefined
+  closeAfterLapse(pool)
   const grant = pool.grants.get(input.accountId)
   if (!pool.stopping && wantsGrant(pace, grant, now)) startGrowing(pool, input.accountId, pace, now)
   if (grant === undefined || grant.closing || grant.remaining < input.amountMicroMyr) return undefined
@@ -246,6 +265,7 @@ const forgetQuietAccounts = (pool: Pool, now: number) => {
 
 const takeHandBacks = (pool: Pool, now: number): HandBacks => {
   forgetQuietAccounts(pool, now)
+  closeAfterLapse(pool)
   const returns: Array<GrantReturn> = []
   const close: Array<Grant> = []
   for (const grant of pool.grants.values()) {
@@ -262,16 +282,6 @@ const takeHandBacks = (pool: Pool, now: number): HandBacks => {
     if (grant.inFlight === 0) close.push(grant)
   }
   return { returns, close }
-}
-
-const unwritten = (pool: Pool, returns: ReadonlyArray<GrantReturn>) => {
-  for (const back of returns) {
-    const grant = pool.grants.get(back.accountId)
-    if (grant?.id === back.grantId) {
-      grant.remaining += back.amountMicroMyr
-      grant.asked = true
-    }
-  }
 }
 
 const written = (pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<string>) =>

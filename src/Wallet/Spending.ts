@@ -1,13 +1,16 @@
-import type { SqlError } from "@effect/sql"
-import { Context, Duration, Effect, Either, Layer } from "effect"
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Context, Duration, Effect, Either, Layer, Schedule } from "effect"
 import type { PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { InsufficientBalance } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr, toMyrString } from "../Domain/Money.js"
 import type { LoggedUsage, LogWrite, OpenLog } from "../Logs/RequestLogs.js"
-import { failedRow } from "../Logs/RequestLogs.js"
+import { failedRow, RequestLogs } from "../Logs/RequestLogs.js"
+import { Metrics } from "../Observability/Metrics.js"
 import { type CallHold, reservationIdOf } from "./CallHold.js"
 import { type GrantPool, makeGrantPool } from "./GrantPool.js"
+import { ReservationLeases } from "./Leases.js"
+import { payNow, type WhenShort } from "./PayNow.js"
 import type { Wallet } from "./Repo.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
@@ -35,8 +38,21 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
     input: ReserveInput | null,
     log: OpenLog
   ) => Effect.Effect<CallHold, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
-  /** Bills `amount` (at most the hold) and logs the usage; returns the cost billed. Written with the next flush. */
-  readonly settle: (hold: CallHold, amount: MicroMyr, description: string, usage: LoggedUsage) => Effect.Effect<number>
+  /**
+   * Bills `amount` (at most the hold) and logs the usage; returns the cost
+   * billed. Written with the next flush — unless this instance's beat lapsed
+   * since the hold was taken (its hold may have been taken back): then it is
+   * paid now, from the wallet if need be, before the caller answers; when the
+   * wallet cannot pay it, `refuse` fails (the hold returned, the call logged
+   * failed) and `bill what it can` bills what it holds and records the shortfall.
+   */
+  readonly settle: (
+    hold: CallHold,
+    amount: MicroMyr,
+    description: string,
+    usage: LoggedUsage,
+    whenShort: WhenShort
+  ) => Effect.Effect<number, InsufficientBalance>
   /** Returns the hold whole and logs the failure (cost 0). */
   readonly fail: (hold: CallHold, errorCode: string, latencyMs: number) => Effect.Effect<void>
   /** A call refused before it held anything: one `failed` row. */
@@ -57,13 +73,23 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       const pool = yield* makeGrantPool
       // Made after the pool: its finalizer (the last flush, every grant handed back) runs before the pool stops listening.
       const queue = yield* makeSettlementQueue(pool)
-      const calls: Calls = { wallets, pool, queue, nowMs: (yield* Effect.clock).currentTimeMillis }
+      const sql = yield* SqlClient.SqlClient
+      const calls: Calls = {
+        wallets,
+        pool,
+        queue,
+        nowMs: (yield* Effect.clock).currentTimeMillis,
+        sql,
+        context: Context.make(SqlClient.SqlClient, sql).pipe(Context.add(RequestLogs, yield* RequestLogs)),
+        leases: yield* ReservationLeases,
+        metrics: yield* Metrics
+      }
       const settled = queue.flush.pipe(
         Effect.catchAllCause((cause) => Effect.logWarning("settlements could not be written before a read", cause))
       )
       return Spending.of({
         hold: (input, log) => hold(calls, input, log),
-        settle: (held, amount, description, usage) => settle(calls, held, amount, description, usage),
+        settle: (held, amount, description, usage, whenShort) => settle(calls, held, amount, description, usage, whenShort),
         fail: (held, errorCode, latencyMs) => fail(calls, held, errorCode, latencyMs),
         refused: (log, errorCode, latencyMs) => refused(calls, log, errorCode, latencyMs),
         settled,
@@ -80,14 +106,22 @@ interface Calls {
   readonly queue: SettlementQueue
   /** This service's clock, whoever calls it. */
   readonly nowMs: Effect.Effect<number>
+  readonly sql: SqlClient.SqlClient
+  /** What a payment before answering runs on. */
+  readonly context: Context.Context<SqlClient.SqlClient | RequestLogs>
+  /** This process's heartbeat (`fence`) and the reservations it renews. */
+  readonly leases: ReservationLeases["Type"]
+  readonly metrics: Metrics
 }
 
 const hold = (calls: Calls, input: ReserveInput | null, log: OpenLog) =>
   Effect.gen(function*() {
     const now = yield* calls.nowMs
     const startedAt = new Date(now)
+    // Read before the hold is taken: a lapse while it is taken counts against it.
+    const epoch = calls.leases.fence.epoch()
     const admitted = (amountMicroMyr: number, source: CallHold["source"]) =>
-      calls.queue.track({ log, startedAt, amountMicroMyr, source })
+      calls.queue.track({ log, startedAt, amountMicroMyr, source, epoch })
     if (input === null) return admitted(0, { _tag: "None" })
     if (input.amountMicroMyr === 0) {
       yield* refuseNegativeBalance(calls, input.accountId)
@@ -141,9 +175,9 @@ const reclaimAndRetry = (calls: Calls, input: ReserveInput, now: number) =>
     return attempt
   }).pipe(Effect.flatMap(Either.match({ onLeft: Effect.fail, onRight: Effect.succeed })))
 
-const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: string, usage: LoggedUsage) =>
-  Effect.map(calls.nowMs, (now) => {
-    calls.queue.finish(held)
+const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: string, usage: LoggedUsage, whenShort: WhenShort) =>
+  Effect.gen(function*() {
+    const now = yield* calls.nowMs
     const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
     const log: LogWrite = {
       ...held.log,
@@ -155,6 +189,11 @@ const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: str
       createdAt: held.startedAt,
       completedAt: new Date(now)
     }
+    if (held.source._tag !== "None" && !calls.leases.fence.intact(held.epoch)) {
+      const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now })
+      if (paid !== undefined) return paid
+    }
+    calls.queue.finish(held)
     const { source } = held
     switch (source._tag) {
       case "None":
@@ -178,6 +217,66 @@ const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: str
       }
     }
     return charged
+  })
+
+/** A payment before answering that could not be written is retried briefly, then left to the flush. */
+const PAY_NOW_RETRIES = Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(4)))
+
+/**
+ * The call's hold may have been taken back (this instance's beat lapsed since
+ * it was taken): the call is paid now, before its answer goes out. The charge;
+ * undefined when the database could not be reached (the flush bills it, late).
+ */
+const payBeforeAnswering = (
+  calls: Calls,
+  held: CallHold,
+  bill: { amount: number; description: string; log: LogWrite; whenShort: WhenShort; now: number }
+) =>
+  Effect.gen(function*() {
+    const { requestId } = held.log
+    const refusedLog = failedRow(held.log, reservationIdOf(held), held.startedAt, "insufficient_balance", bill.log.latencyMs, new Date(bill.now))
+    const outcome = yield* payNow(calls.sql, {
+      hold: held,
+      amountMicroMyr: bill.amount,
+      description: bill.description,
+      log: bill.log,
+      refusedLog,
+      whenShort: bill.whenShort,
+      at: new Date(bill.now),
+      holder: calls.leases.holder
+    }).pipe(Effect.provide(calls.context), Effect.retry(PAY_NOW_RETRIES), Effect.either)
+    if (Either.isLeft(outcome)) {
+      yield* Effect.logWarning("a call could not be paid before answering; the next flush bills it", outcome.left).pipe(
+        Effect.annotateLogs({ requestId })
+      )
+      return undefined
+    }
+    const paid = outcome.right
+    calls.queue.finish(held)
+    const { source } = held
+    if (source._tag === "Reservation") yield* calls.leases.drop(source.reservation.id)
+    if (paid._tag === "Refused") {
+      if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr)
+      yield* Effect.logWarning("a call whose hold was taken back while this instance stalled was refused: the wallet cannot pay it")
+        .pipe(Effect.annotateLogs({ requestId, costMicroMyr: bill.amount, availableMicroMyr: paid.availableMicroMyr }))
+      return yield* new InsufficientBalance({
+        message: `This request cost RM ${toMyrString(microMyr(bill.amount))}, and the wallet holds RM ${
+          toMyrString(microMyr(paid.availableMicroMyr))
+        } available.`
+      })
+    }
+    if (source._tag === "Grant") {
+      calls.pool.charge(source.grant, held.amountMicroMyr, paid.chargedMicroMyr)
+      calls.pool.chargeWritten(source.grant, paid.chargedMicroMyr)
+    }
+    const noted = { requestId, costMicroMyr: bill.amount, chargedMicroMyr: paid.chargedMicroMyr, shortfallMicroMyr: paid.shortfallMicroMyr }
+    if (paid.shortfallMicroMyr > 0) {
+      calls.metrics.billingShortfall.inc(paid.shortfallMicroMyr)
+      yield* Effect.logError("billing shortfall: an answer given that the wallet could not pay in full").pipe(Effect.annotateLogs(noted))
+    } else {
+      yield* Effect.logInfo("a call paid before answering: this instance's beat lapsed while it ran").pipe(Effect.annotateLogs(noted))
+    }
+    return paid.chargedMicroMyr
   })
 
 const fail = (calls: Calls, held: CallHold, errorCode: string, latencyMs: number) =>

@@ -17,12 +17,15 @@ export interface SweepResult {
   readonly closedLogs: number
 }
 
+const nothing: SweepResult = { released: 0, captured: 0, grantsReturned: 0, closedLogs: 0 }
+
 /**
  * Settles what calls of dead processes left: reservations whose owner stopped
  * beating (or, whatever the beat, whose lease lapsed), their credit grants,
  * and request logs left `pending`. Every deadline is compared with the database's `now()`. Safe with
  * several instances: each reservation is taken with `FOR UPDATE SKIP LOCKED`
- * and checked again under the lock.
+ * and checked again under the lock. A sweeper whose own beat is not fresh
+ * (or was stale less than `DEAD_AFTER` ago) declares nobody dead.
  */
 export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<ReservationSweeper, {
   readonly sweep: Effect.Effect<SweepResult, SqlError.SqlError>
@@ -31,7 +34,7 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
     const sql = yield* SqlClient.SqlClient
     const wallet = yield* WalletRepo
     const logs = yield* RequestLogs
-    const { holder: self } = yield* ReservationLeases
+    const { fence, holder: self } = yield* ReservationLeases
     const lapsed = sql`(expires_at < now() OR ${holderDead(sql, "holder", self)})`
 
     /**
@@ -59,6 +62,9 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
       }))
 
     const sweep = Effect.gen(function*() {
+      // Stale itself (a stall, a freeze, a database that stopped answering), it cannot tell a dead peer from its own lapse.
+      // `holderDead` checks it again in SQL, by the database's clock, for a sweep that stalls after this.
+      if (!fence.mayJudge()) return nothing
       const candidates = yield* sql<{ id: string }>`
         SELECT id FROM reservations WHERE status = 'open' AND ${lapsed} ORDER BY expires_at LIMIT 500
       `

@@ -3,6 +3,7 @@ import payments from "./0002_payments.js"
 import settlement from "./0003_settlement.js"
 import keyNotify from "./0004_key_notify.js"
 import creditGrants from "./0005_credit_grants.js"
+import accountsIssuer from "./0007_accounts_issuer.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -14,5 +15,6 @@ export const migrations = {
   "0002_payments": payments,
   "0003_settlement": settlement,
   "0004_key_notify": keyNotify,
-  "0005_credit_grants": creditGrants
+  "0005_credit_grants": creditGrants,
+  "0007_accounts_issuer": accountsIssuer
 }

@@ -86,7 +86,7 @@ describe("the API-key cache of one instance", () => {
     })
 
     const newKey = Effect.gen(function*() {
-      const account = yield* (yield* AccountsRepo).signIn({ subject: newId("sub"), email: null, name: null })
+      const account = yield* (yield* AccountsRepo).signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
       const secret = newId("secret")
       const row = yield* (yield* KeysRepo).create({
         id: newId("key"),
@@ -142,7 +142,7 @@ describe("the API-key cache of one instance", () => {
         yield* listening
         const secret = newId("secret")
         expect(yield* lookups(hashKey(secret), 3)).toMatchObject({ sql: 1, answers: [{ _tag: "Unknown" }, { _tag: "Unknown" }, { _tag: "Unknown" }] })
-        const account = yield* (yield* AccountsRepo).signIn({ subject: newId("sub"), email: null, name: null })
+        const account = yield* (yield* AccountsRepo).signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
         const keyId = newId("key")
         const keys = yield* KeysRepo
         yield* keys.create({

@@ -1,5 +1,11 @@
+import { spawnSync } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
+import { parse } from "yaml"
 import { appConfig } from "../src/AppConfig.js"
 import { APP_CSP, corsPolicy } from "../src/Http/SecurityHeaders.js"
 import { call } from "./support/Http.js"
@@ -147,3 +153,84 @@ describe("a JWKS without an issuer and an audience to check", () => {
     await expect(fetch(`${service.baseUrl}/healthz`)).rejects.toThrow()
   }, 60_000)
 })
+
+// ---------------------------------------------------------------------------
+// compose.yaml: every secret and real part required, images pinned.
+// ---------------------------------------------------------------------------
+
+const ROOT = fileURLToPath(new URL("../", import.meta.url))
+const COMPOSE_TEXT = readFileSync(join(ROOT, "compose.yaml"), "utf8")
+
+/** What `docker compose config` must refuse to go without, and a value that satisfies it. */
+const REQUIRED: Record<string, string> = {
+  UPSTREAM_BASE_URL: "https://upstream.example/v1",
+  METRICS_TOKEN: "metrics-secret",
+  AUTH_JWKS_URL: "https://idp.example/.well-known/jwks.json",
+  AUTH_ISSUER: "https://idp.example/",
+  AUTH_AUDIENCE: "nenas",
+  POSTGRES_PASSWORD: "generated-database-password",
+  SEARXNG_SECRET: "generated-searxng-secret",
+  STRIPE_SECRET_KEY: "sk_test_x",
+  STRIPE_WEBHOOK_SECRET: "whsec_x"
+}
+
+/**
+ * A Compose CLI that can run `config` without a daemon: the v2 plugin, or Debian's
+ * `docker-compose` 1.29 (which does not know the top-level `name`, so it gets the file without it).
+ */
+const composeCli = ((): { readonly command: string; readonly args: ReadonlyArray<string>; readonly v1: boolean } | null => {
+  const works = (command: string, args: ReadonlyArray<string>) => spawnSync(command, [...args, "version"], { stdio: "ignore" }).status === 0
+  if (works("docker", ["compose"])) return { command: "docker", args: ["compose"], v1: false }
+  if (works("docker-compose", [])) return { command: "docker-compose", args: [], v1: true }
+  return null
+})()
+
+const composeConfig = (env: Record<string, string>) => {
+  if (composeCli === null) throw new Error("no Compose CLI")
+  const dir = mkdtempSync(join(tmpdir(), "nenas-compose-"))
+  try {
+    const file = join(dir, "compose.yaml")
+    writeFileSync(file, composeCli.v1 ? COMPOSE_TEXT.replace(/^name: .*$/m, "") : COMPOSE_TEXT)
+    const result = spawnSync(
+      composeCli.command,
+      [...composeCli.args, "--project-directory", ROOT, "-p", "nenas", "-f", file, "config"],
+      { env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: dir, ...env }, encoding: "utf8" }
+    )
+    return { status: result.status, output: `${result.stdout}${result.stderr}` }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+describe("compose.yaml", () => {
+  it("requires (${VAR:?}) the upstream, METRICS_TOKEN, the identity provider and generated secrets", () => {
+    for (const name of Object.keys(REQUIRED)) {
+      expect(COMPOSE_TEXT, name).toMatch(new RegExp(`\\$\\{${name}:\\?[^}]+\\}`))
+      // No default anywhere that would let it start without one.
+      expect(COMPOSE_TEXT, name).not.toMatch(new RegExp(`\\$\\{${name}:-`))
+    }
+    expect(COMPOSE_TEXT).not.toContain("nenas:nenas@")
+    expect(readFileSync(join(ROOT, "deploy/searxng/settings.yml"), "utf8")).not.toContain("change-me-in-production")
+  })
+
+  it("pins every image to a version", () => {
+    const document = parse(COMPOSE_TEXT, { merge: true }) as { services: Record<string, { image?: string }> }
+    for (const [name, service] of Object.entries(document.services)) {
+      expect(service.image, name).toMatch(/^[\w./-]+:\d[\w.-]*$/)
+    }
+    expect(readFileSync(join(ROOT, "Dockerfile"), "utf8")).toMatch(/^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-/m)
+  })
+
+  it.skipIf(composeCli === null)("`compose config` fails without each required variable and names it", () => {
+    const complete = composeConfig(REQUIRED)
+    expect(complete.status, complete.output).toBe(0)
+    for (const name of Object.keys(REQUIRED)) {
+      const { [name]: _missing, ...others } = REQUIRED
+      const refused = composeConfig(others)
+      expect(refused.status, `${name}: ${refused.output}`).not.toBe(0)
+      expect(refused.output, name).toContain(name)
+    }
+  }, 120_000)
+})
+
+if (composeCli === null) console.warn("No Compose CLI (docker compose or docker-compose): `compose config` not run; the ${VAR:?} forms were checked in the file.")

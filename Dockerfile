@@ -2,7 +2,8 @@
 # nenas in production: compiled JavaScript on Node LTS, production dependencies only, as a non-root user.
 # Build: docker build -t nenas .   Run: see compose.yaml (PostgreSQL, Redis, two instances behind Caddy).
 
-ARG NODE_IMAGE=node:22-bookworm-slim
+# Pinned: a rebuild gets the same base until this line changes.
+ARG NODE_IMAGE=node:22.21.1-bookworm-slim
 
 # Compiles the service (and the dashboard) with every development dependency.
 FROM ${NODE_IMAGE} AS build
@@ -13,7 +14,8 @@ COPY tsconfig.json tsconfig.build.json main.ts ./
 COPY src ./src
 COPY migrations ./migrations
 COPY web ./web
-RUN npm run build
+# No source maps in the image: the dashboard's would be served under /app/assets with its full sources.
+RUN npm run build && find dist web/dist -name '*.map' -delete
 
 # Production dependencies only: no tsx, no embedded PostgreSQL, no test tools.
 FROM ${NODE_IMAGE} AS deps
@@ -38,4 +40,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 8080) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # Exec form: node itself receives SIGTERM (no shell in between) and drains in-flight calls before it exits.
 STOPSIGNAL SIGTERM
-CMD ["node", "--enable-source-maps", "dist/main.js"]
+CMD ["node", "dist/main.js"]

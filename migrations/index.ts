@@ -4,6 +4,7 @@ import settlement from "./0003_settlement.js"
 import keyNotify from "./0004_key_notify.js"
 import creditGrants from "./0005_credit_grants.js"
 import settlementParked from "./0006_settlement_parked.js"
+import accountsIssuer from "./0007_accounts_issuer.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -16,5 +17,6 @@ export const migrations = {
   "0003_settlement": settlement,
   "0004_key_notify": keyNotify,
   "0005_credit_grants": creditGrants,
-  "0006_settlement_parked": settlementParked
+  "0006_settlement_parked": settlementParked,
+  "0007_accounts_issuer": accountsIssuer
 }

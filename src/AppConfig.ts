@@ -29,6 +29,13 @@ export interface AppConfigShape {
   readonly authJwksUrl: Option.Option<string>
   readonly authIssuer: Option.Option<string>
   readonly authAudience: Option.Option<string>
+  /**
+   * `AUTH_AUTHORIZE_URL`: the identity provider's authorization endpoint; the dashboard's sign-in
+   * button starts an implicit-flow redirect there (client id = `AUTH_AUDIENCE`) with a state and nonce.
+   */
+  readonly authAuthorizeUrl: Option.Option<string>
+  /** `DEV_AUTH`: `1` turns the development identity provider on off loopback, `0` turns it off; unset, loopback decides. */
+  readonly devAuth: Option.Option<boolean>
   readonly dashboardUrl: string
   readonly businessTimezone: string
   readonly production: boolean
@@ -99,6 +106,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   authJwksUrl: nonEmpty("AUTH_JWKS_URL"),
   authIssuer: nonEmpty("AUTH_ISSUER"),
   authAudience: nonEmpty("AUTH_AUDIENCE"),
+  authAuthorizeUrl: nonEmpty("AUTH_AUTHORIZE_URL"),
+  devAuth: Config.option(Config.literal("1", "0")("DEV_AUTH")).pipe(Config.map(Option.map((flag) => flag === "1"))),
   dashboardUrl: nonEmpty("DASHBOARD_URL"),
   businessTimezone: Config.string("BUSINESS_TIMEZONE").pipe(
     Config.withDefault("Asia/Kuala_Lumpur"),
@@ -148,8 +157,35 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
       ["NODE_ENV"],
       `NODE_ENV=production runs no embedded or simulated part; set ${missing.join(", ")}`
     ))
-  })
+  }),
+  Config.mapOrFail((config) =>
+    Option.match(identityConfigProblem(config), {
+      onNone: () => Either.right(config),
+      onSome: ([name, message]) => Either.left(ConfigError.InvalidData([name], message))
+    })
+  )
 )
+
+/**
+ * What is wrong with the identity settings, in one line naming the variables: a JWKS shared by
+ * several applications signs tokens for all of them, so whom a token was issued for must be checked.
+ */
+export const identityConfigProblem = (
+  config: Pick<AppConfigShape, "authJwksUrl" | "authIssuer" | "authAudience" | "devAuth" | "production">
+): Option.Option<readonly [string, string]> => {
+  const missing = [["AUTH_ISSUER", config.authIssuer], ["AUTH_AUDIENCE", config.authAudience]] as const
+  const unset = missing.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
+  if (Option.isSome(config.authJwksUrl) && unset.length > 0) {
+    return Option.some([
+      "AUTH_JWKS_URL",
+      `AUTH_JWKS_URL is set without ${unset.join(" and ")}: set ${unset.join(" and ")} too, so that tokens issued for another application or tenant are refused`
+    ])
+  }
+  if (config.production && Option.contains(config.devAuth, true)) {
+    return Option.some(["DEV_AUTH", "DEV_AUTH=1 is refused when NODE_ENV=production: the development identity provider signs anyone in"])
+  }
+  return Option.none()
+}
 
 /**
  * The variables production lacks: each replaces an embedded or simulated part

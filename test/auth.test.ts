@@ -16,9 +16,18 @@ import {
   SignJWT
 } from "jose"
 import { AppConfig } from "../src/AppConfig.js"
-import { DEV_AUDIENCE, IdentityConfigError, IdentityProvider, IdentityProviderLive } from "../src/Auth/IdentityProvider.js"
+import {
+  CLOCK_TOLERANCE_SECONDS,
+  DEV_ACCOUNT_ISSUER,
+  DEV_AUDIENCE,
+  IdentityConfigError,
+  identityMode,
+  IdentityProvider,
+  IdentityProviderLive
+} from "../src/Auth/IdentityProvider.js"
+import { AccountsRepo } from "../src/Accounts/Repo.js"
 import { call, createKey, devToken, type Reply } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 
 // ---------------------------------------------------------------------------
 // A test identity provider: an RS256 key pair whose public half is served as a
@@ -42,8 +51,8 @@ interface Claims {
   readonly email?: string | undefined
   readonly issuer?: string
   readonly audience?: string
-  /** Seconds since the epoch. */
-  readonly exp?: number
+  /** Seconds since the epoch; `null` leaves the claim out. */
+  readonly exp?: number | null
 }
 
 const nowSeconds = () => Math.floor(Date.now() / 1000)
@@ -56,7 +65,7 @@ const signToken = (key: CryptoKey | Uint8Array, claims: Claims = {}, alg: string
       .setIssuer(claims.issuer ?? ISSUER)
       .setAudience(claims.audience ?? AUDIENCE)
       .setIssuedAt()
-      .setExpirationTime(claims.exp ?? nowSeconds() + 10 * 60)
+    if (claims.exp !== null) jwt.setExpirationTime(claims.exp ?? nowSeconds() + 10 * 60)
     if (claims.sub !== undefined) jwt.setSubject(claims.sub)
     return jwt.sign(key)
   })
@@ -177,6 +186,34 @@ layer(IdpServerLive, { excludeTestServices: true })("session tokens from a confi
       expectAuthenticationError(yield* listKeys(token))
     }))
 
+  it.effect("a token without exp is refused", () =>
+    Effect.gen(function*() {
+      const token = yield* goodToken("idp|no-exp", { exp: null })
+      const reply = yield* listKeys(token)
+      expectAuthenticationError(reply)
+      expect(reply.body.error.message).toContain("exp")
+    }))
+
+  it.effect("a token expired beyond the clock tolerance (at most 60 s) is refused; one within it is accepted", () =>
+    Effect.gen(function*() {
+      expect(CLOCK_TOLERANCE_SECONDS).toBeLessThanOrEqual(60)
+      expectAuthenticationError(yield* listKeys(yield* goodToken("idp|late", { exp: nowSeconds() - 61 })))
+      const withinTolerance = yield* goodToken("idp|late", { exp: nowSeconds() - CLOCK_TOLERANCE_SECONDS + 10 })
+      expect((yield* listKeys(withinTolerance)).status).toBe(200)
+    }))
+
+  it.effect("the right JWKS, another issuer, the victim's sub: refused, and the victim's keys stay unseen", () =>
+    Effect.gen(function*() {
+      const victim = yield* goodToken("shared|victim")
+      const { key } = yield* createKey(victim, { name: "victim key" })
+      for (const claims of [{ issuer: "https://other-tenant.test/" }, { audience: "another-app" }]) {
+        const forged = yield* goodToken("shared|victim", claims)
+        const reply = yield* listKeys(forged)
+        expectAuthenticationError(reply)
+        expect(reply.text).not.toContain(key.id)
+      }
+    }))
+
   it.effect("a token signed by another key with the same kid is refused", () =>
     Effect.gen(function*() {
       const { privateKey: otherKey } = yield* Effect.promise(() => generateKeyPair(ALG))
@@ -271,6 +308,38 @@ layer(TestServerLive(), { excludeTestServices: true })("the development identity
       expect(payload["email"]).toBe("auth-jwks@example.com")
     }))
 
+  it.effect("accounts are keyed by issuer and subject: another issuer's same sub is another account", () =>
+    Effect.gen(function*() {
+      const accounts = yield* AccountsRepo
+      const subject = "shared-subject"
+      const first = yield* accounts.signIn({ issuer: "https://tenant-a.test/", subject, email: null, name: null })
+      const other = yield* accounts.signIn({ issuer: "https://tenant-b.test/", subject, email: null, name: null })
+      const again = yield* accounts.signIn({ issuer: "https://tenant-a.test/", subject, email: null, name: null })
+      expect(other.id).not.toBe(first.id)
+      expect(again.id).toBe(first.id)
+      expect([first.issuer, other.issuer]).toEqual(["https://tenant-a.test/", "https://tenant-b.test/"])
+    }))
+
+  it.effect("an account from before issuers were recorded is claimed by its first sign-in, once, and keeps its keys", () =>
+    Effect.gen(function*() {
+      const token = yield* devToken("legacy@example.com")
+      const { key } = yield* createKey(token, { name: "legacy key" })
+      // What migration 0007 leaves for an existing account: its row, with no issuer.
+      yield* query("UPDATE accounts SET issuer = NULL WHERE subject = $1", ["dev|legacy@example.com"])
+      const accounts = yield* AccountsRepo
+      const identity = { issuer: DEV_ACCOUNT_ISSUER, subject: "dev|legacy@example.com", email: null, name: null }
+      // Two first sign-ins at once: one claims the row, the other finds it; neither makes a second account.
+      const [one, two] = yield* Effect.all([accounts.signIn(identity), accounts.signIn(identity)], { concurrency: 2 })
+      expect(two?.id).toBe(one?.id)
+      const reply = yield* listKeys(yield* devToken("legacy@example.com"))
+      expect(reply.body.keys.map((k: { id: string }) => k.id)).toEqual([key.id])
+      const rows = yield* query<{ issuer: string | null }>(
+        "SELECT issuer FROM accounts WHERE subject = $1",
+        ["dev|legacy@example.com"]
+      )
+      expect(rows).toEqual([{ issuer: DEV_ACCOUNT_ISSUER }])
+    }))
+
   it.effect("POST /dev/session requires a valid email", () =>
     Effect.gen(function*() {
       for (const json of [{}, { email: "not-an-email" }]) {
@@ -281,6 +350,21 @@ layer(TestServerLive(), { excludeTestServices: true })("the development identity
         expect(reply.body.error.param).toBe("email")
         expect(reply.body.error.request_id).toBe(reply.headers.get("x-request-id"))
       }
+    }))
+})
+
+layer(TestServerLive({ host: "0.0.0.0" }), { excludeTestServices: true })("listening on every interface", (it) => {
+  it.effect("the development sign-in is refused, and says why", () =>
+    Effect.gen(function*() {
+      const session = yield* call("POST", "/dev/session", { json: { email: "anyone@example.com" } })
+      expect(session.status, session.text).toBe(404)
+      expect(session.body.error.code).toBe("not_found")
+      expect(session.body.error.message).toContain("0.0.0.0")
+      expect(session.body.error.message).toContain("DEV_AUTH=1")
+      expect((yield* call("GET", "/dev/.well-known/jwks.json")).status).toBe(404)
+      expectAuthenticationError(yield* listKeys("eyJhbGciOiJFUzI1NiJ9.e30.c2ln"))
+      const config = yield* call("GET", "/app/config.json")
+      expect(config.body.identity).toBe("off")
     }))
 })
 
@@ -301,15 +385,59 @@ describe("IdentityProviderLive in production", () => {
       expect(error instanceof IdentityConfigError && error.message).toContain("AUTH_JWKS_URL")
     }))
 
-  it.scoped("builds with AUTH_JWKS_URL set, with the development provider off", () =>
+  it.scoped("builds with AUTH_JWKS_URL, AUTH_ISSUER and AUTH_AUDIENCE set, with the development provider off", () =>
     Effect.gen(function*() {
       const dataDir = yield* tempDir
       const context = yield* build({
         production: true,
         authJwksUrl: Option.some("https://idp.test/.well-known/jwks.json"),
+        authIssuer: Option.some(ISSUER),
+        authAudience: Option.some(AUDIENCE),
         dataDir
       })
       const provider = Context.get(context, IdentityProvider)
       expect(Option.isNone(provider.dev)).toBe(true)
     }))
+
+  it.scoped("refuses AUTH_JWKS_URL without AUTH_ISSUER and AUTH_AUDIENCE, naming what is missing", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir
+      const jwks = { authJwksUrl: Option.some("https://idp.test/.well-known/jwks.json"), dataDir }
+      for (const [overrides, missing] of [
+        [{ authIssuer: Option.none(), authAudience: Option.none() }, ["AUTH_ISSUER", "AUTH_AUDIENCE"]],
+        [{ authIssuer: Option.some(ISSUER), authAudience: Option.none() }, ["AUTH_AUDIENCE"]],
+        [{ authIssuer: Option.none(), authAudience: Option.some(AUDIENCE) }, ["AUTH_ISSUER"]]
+      ] as const) {
+        for (const production of [true, false]) {
+          const error = yield* Effect.flip(build({ ...jwks, ...overrides, production }))
+          expect(error._tag).toBe("IdentityConfigError")
+          for (const name of missing) expect(error.message).toContain(name)
+        }
+      }
+    }))
+})
+
+describe("identityMode: when the development identity provider is on", () => {
+  const base = { authJwksUrl: Option.none<string>(), devAuth: Option.none<boolean>(), production: false }
+  const cases: ReadonlyArray<readonly [string, Partial<typeof base> & { host: string }, "development" | "external" | "off"]> = [
+    ["IPv4 loopback", { host: "127.0.0.1" }, "development"],
+    ["another 127/8 address", { host: "127.0.0.2" }, "development"],
+    ["IPv6 loopback", { host: "::1" }, "development"],
+    ["bracketed IPv6 loopback", { host: "[::1]" }, "development"],
+    ["localhost", { host: "localhost" }, "development"],
+    ["every IPv4 interface", { host: "0.0.0.0" }, "off"],
+    ["every IPv6 interface", { host: "::" }, "off"],
+    ["a private address", { host: "10.0.0.5" }, "off"],
+    ["a host name", { host: "api.example.com" }, "off"],
+    ["IPv4-mapped loopback", { host: "::ffff:127.0.0.1" }, "development"],
+    ["DEV_AUTH=1 off loopback", { host: "0.0.0.0", devAuth: Option.some(true) }, "development"],
+    ["DEV_AUTH=0 on loopback", { host: "127.0.0.1", devAuth: Option.some(false) }, "off"],
+    ["production, even with DEV_AUTH=1", { host: "127.0.0.1", devAuth: Option.some(true), production: true }, "off"],
+    ["a configured provider", { host: "127.0.0.1", authJwksUrl: Option.some("https://idp.test/jwks.json") }, "external"]
+  ]
+  for (const [name, config, expected] of cases) {
+    it(name, () => {
+      expect(identityMode({ ...base, ...config })._tag).toBe(expected)
+    })
+  }
 })

@@ -89,7 +89,7 @@ describe("the API-key cache of one instance", () => {
     })
 
     const newKey = Effect.gen(function*() {
-      const account = yield* (yield* AccountsRepo).signIn({ subject: newId("sub"), email: null, name: null })
+      const account = yield* (yield* AccountsRepo).signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
       const secret = newId("secret")
       const row = yield* (yield* KeysRepo).create({
         id: newId("key"),
@@ -146,7 +146,7 @@ describe("the API-key cache of one instance", () => {
         const secret = newId("secret")
         // Remembering unknown keys would let a stream of made-up keys push real ones out of memory.
         expect(yield* lookups(hashKey(secret), 3)).toMatchObject({ sql: 3, answers: [{ _tag: "Unknown" }, { _tag: "Unknown" }, { _tag: "Unknown" }] })
-        const account = yield* (yield* AccountsRepo).signIn({ subject: newId("sub"), email: null, name: null })
+        const account = yield* (yield* AccountsRepo).signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
         const keyId = newId("key")
         const keys = yield* KeysRepo
         yield* keys.create({

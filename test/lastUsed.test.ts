@@ -20,7 +20,7 @@ layer(Repos, { excludeTestServices: true })("last_used_at", (it) => {
   const makeKey = Effect.gen(function*() {
     const accounts = yield* AccountsRepo
     const keys = yield* KeysRepo
-    const account = yield* accounts.signIn({ subject: newId("sub"), email: null, name: null })
+    const account = yield* accounts.signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
     return yield* keys.create({
       id: newId("key"),
       accountId: account.id,

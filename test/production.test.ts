@@ -35,7 +35,9 @@ describe("NODE_ENV=production", () => {
         SEARCH_BASE_URL: "https://search.example",
         STRIPE_SECRET_KEY: "sk_test_x",
         STRIPE_WEBHOOK_SECRET: "whsec_x",
-        AUTH_JWKS_URL: "https://idp.example/jwks.json"
+        AUTH_JWKS_URL: "https://idp.example/jwks.json",
+        AUTH_ISSUER: "https://idp.example/",
+        AUTH_AUDIENCE: "nenas"
       })
       expect(Either.isRight(result)).toBe(true)
       if (Either.isRight(result)) expect(result.right.logFormat).toBe("json")
@@ -69,6 +71,7 @@ const Service = Schema.Struct({
   build: Schema.optional(Schema.String),
   command: Schema.optional(Schema.Array(Schema.String)),
   init: Schema.optional(Schema.Boolean),
+  profiles: Schema.optional(Schema.Array(Schema.String)),
   restart: Schema.optional(Schema.Literal("no", "always", "on-failure", "unless-stopped")),
   environment: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   ports: Schema.optional(Schema.Array(Schema.String)),

@@ -12,7 +12,8 @@ export default defineConfig({
   build: {
     outDir: "dist",
     emptyOutDir: true,
-    sourcemap: true,
+    // No source maps: they would hand out the dashboard's sources under /app/assets (`npx vite web` still has them).
+    sourcemap: false,
     // The charting library is most of the weight; its own chunk stays cached across app releases.
     rollupOptions: { output: { manualChunks: { react: ["react", "react-dom", "react-router"], charts: ["recharts"] } } },
     chunkSizeWarningLimit: 600

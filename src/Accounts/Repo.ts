@@ -6,6 +6,7 @@ import { WalletRepo } from "../Wallet/Repo.js"
 
 interface AccountRow {
   readonly id: string
+  readonly issuer: string | null
   readonly subject: string
   readonly email: string | null
   readonly suspendedAt: Date | null
@@ -13,13 +14,18 @@ interface AccountRow {
 
 const toAccount = (row: AccountRow): Account => ({
   id: row.id,
+  issuer: row.issuer,
   subject: row.subject,
   email: row.email,
   suspended: row.suspendedAt !== null
 })
 
 export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo, {
-  /** The account of a signed-in developer; created, with an empty wallet, on first sign-in. */
+  /**
+   * The account of a signed-in developer, keyed by issuer and subject; created, with an empty
+   * wallet, on first sign-in. An account made before issuers were recorded is claimed by the
+   * first verified sign-in with its subject (from the provider configured now).
+   */
   readonly signIn: (identity: Identity) => Effect.Effect<Account, SqlError.SqlError>
   /**
    * Locks the account's row until the caller's SQL transaction ends, so that
@@ -36,17 +42,25 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const wallets = yield* WalletRepo
-      const find = (subject: string) =>
+      const find = (identity: Identity) =>
         sql<AccountRow>`
-          SELECT id, subject, email, suspended_at FROM accounts WHERE subject = ${subject}
+          SELECT id, issuer, subject, email, suspended_at FROM accounts
+          WHERE issuer = ${identity.issuer} AND subject = ${identity.subject}
+        `.pipe(Effect.map((rows) => rows[0]))
+      // A concurrent claim waits on the row and then finds its issuer set: it claims nothing and finds the account.
+      const claimLegacy = (identity: Identity) =>
+        sql<AccountRow>`
+          UPDATE accounts SET issuer = ${identity.issuer}
+          WHERE issuer IS NULL AND subject = ${identity.subject}
+          RETURNING id, issuer, subject, email, suspended_at
         `.pipe(Effect.map((rows) => rows[0]))
       const create = (identity: Identity) =>
         sql.withTransaction(Effect.gen(function*() {
           const id = newId("acct")
           const inserted = yield* sql<{ id: string }>`
-            INSERT INTO accounts (id, subject, email, name)
-            VALUES (${id}, ${identity.subject}, ${identity.email}, ${identity.name})
-            ON CONFLICT (subject) DO NOTHING
+            INSERT INTO accounts (id, issuer, subject, email, name)
+            VALUES (${id}, ${identity.issuer}, ${identity.subject}, ${identity.email}, ${identity.name})
+            ON CONFLICT (issuer, subject) DO NOTHING
             RETURNING id
           `
           // Inside this transaction: the account never exists without its wallet.
@@ -55,10 +69,14 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
       return AccountsRepo.of({
         signIn: (identity) =>
           Effect.gen(function*() {
-            const existing = yield* find(identity.subject)
+            const existing = yield* find(identity)
             if (existing !== undefined) return toAccount(existing)
+            const claimed = yield* claimLegacy(identity)
+            if (claimed !== undefined) return toAccount(claimed)
+            const claimedMeanwhile = yield* find(identity)
+            if (claimedMeanwhile !== undefined) return toAccount(claimedMeanwhile)
             yield* create(identity)
-            const created = yield* find(identity.subject)
+            const created = yield* find(identity)
             if (created === undefined) return yield* Effect.dieMessage("account vanished after creation")
             return toAccount(created)
           }),

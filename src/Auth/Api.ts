@@ -54,7 +54,7 @@ export const Jwks = Schema.Struct({
   keys: Schema.Array(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
 })
 
-/** The development identity provider: present only when `AUTH_JWKS_URL` is unset. */
+/** The development identity provider: on only when `AUTH_JWKS_URL` is unset and the service listens on loopback (or `DEV_AUTH=1`), never in production. */
 export class DevIdentityApi extends HttpApiGroup.make("devIdentity")
   .add(
     HttpApiEndpoint.post("createSession", "/dev/session")
@@ -70,6 +70,6 @@ export class DevIdentityApi extends HttpApiGroup.make("devIdentity")
   )
   .annotate(
     OpenApi.Description,
-    "Development identity provider: issues dashboard session tokens when AUTH_JWKS_URL is unset (never in production)."
+    "Development identity provider: issues dashboard session tokens when AUTH_JWKS_URL is unset, on a loopback listen address or with DEV_AUTH=1 (never in production)."
   )
 {}

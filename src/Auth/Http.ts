@@ -24,10 +24,8 @@ export const DashboardAuthLive = Layer.effect(
 
 export const DevIdentityLive = HttpApiBuilder.group(NenasApi, "devIdentity", (handlers) =>
   Effect.gen(function*() {
-    const { dev } = yield* IdentityProvider
-    const notConfigured = new NotFound({
-      message: "The development identity provider is off: an identity provider is configured."
-    })
+    const { dev, devOffReason } = yield* IdentityProvider
+    const notConfigured = new NotFound({ message: devOffReason })
     return handlers
       .handle("createSession", ({ payload }) =>
         Option.match(dev, {

@@ -13,8 +13,9 @@ import {
   type JWTVerifyGetKey,
   SignJWT
 } from "jose"
+import ipaddr from "ipaddr.js"
 import type { Identity } from "../Accounts/Account.js"
-import { AppConfig } from "../AppConfig.js"
+import { AppConfig, type AppConfigShape, identityConfigProblem } from "../AppConfig.js"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"
 
@@ -27,8 +28,10 @@ export interface DevIdentity {
 
 export class IdentityProvider extends Context.Tag("nenas/IdentityProvider")<IdentityProvider, {
   readonly verify: (token: string) => Effect.Effect<Identity, AuthenticationError>
-  /** Present only when no identity provider is configured. */
+  /** Present only when the development identity provider is on (see `identityMode`). */
   readonly dev: Option.Option<DevIdentity>
+  /** Why the development identity provider is off, for the answer `/dev/session` gives. */
+  readonly devOffReason: string
 }>() {}
 
 export class IdentityConfigError extends Data.TaggedError("IdentityConfigError")<{ readonly message: string }> {}
@@ -37,6 +40,13 @@ export class IdentityConfigError extends Data.TaggedError("IdentityConfigError")
 const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 
 export const DEV_AUDIENCE = "nenas-dashboard"
+/**
+ * The issuer the development provider's accounts are keyed by: not its tokens' `iss`
+ * (`PUBLIC_BASE_URL/dev`, which moves with the port), so its accounts survive a new port.
+ */
+export const DEV_ACCOUNT_ISSUER = "nenas:dev"
+/** Seconds a token's `exp`, `nbf` and `iat` may be off by: clocks drift, a minute at most. */
+export const CLOCK_TOLERANCE_SECONDS = 30
 const DEV_ALGORITHM = "ES256"
 const DEV_TOKEN_TTL_SECONDS = 24 * 60 * 60
 
@@ -67,7 +77,7 @@ const sessionTokenProblem = (error: unknown): string => {
 /** The one verification path, for the development keys and a real provider's JWKS alike. */
 const makeVerifier = (
   keys: JWTVerifyGetKey,
-  options: { readonly issuer: string | undefined; readonly audience: string | undefined }
+  options: { readonly issuer: string; readonly audience: string; readonly accountIssuer: string }
 ) =>
 (token: string): Effect.Effect<Identity, AuthenticationError> =>
   Effect.gen(function*() {
@@ -82,8 +92,11 @@ const makeVerifier = (
         jwtVerify(token, keys, {
           algorithms: ALGORITHMS,
           currentDate: new Date(now),
-          ...(options.issuer === undefined ? {} : { issuer: options.issuer }),
-          ...(options.audience === undefined ? {} : { audience: options.audience })
+          issuer: options.issuer,
+          audience: options.audience,
+          // Without `exp` a token would sign in for ever; without `sub` it names no account.
+          requiredClaims: ["exp", "sub"],
+          clockTolerance: CLOCK_TOLERANCE_SECONDS
         }),
       catch: (error) => error
     }).pipe(Effect.catchAll((error) =>
@@ -97,7 +110,12 @@ const makeVerifier = (
     if (subject === null) {
       return yield* new AuthenticationError({ message: "Invalid session token: it has no `sub` claim." })
     }
-    return { subject, email: stringClaim(payload["email"]), name: stringClaim(payload["name"]) }
+    return {
+      issuer: options.accountIssuer,
+      subject,
+      email: stringClaim(payload["email"]),
+      name: stringClaim(payload["name"])
+    }
   })
 
 interface StoredKey {
@@ -147,34 +165,97 @@ const makeDev = (dataDir: string, issuer: string) =>
         })
     }
     return IdentityProvider.of({
-      verify: makeVerifier(createLocalJWKSet(jwks), { issuer, audience: DEV_AUDIENCE }),
-      dev: Option.some(dev)
+      verify: makeVerifier(createLocalJWKSet(jwks), { issuer, audience: DEV_AUDIENCE, accountIssuer: DEV_ACCOUNT_ISSUER }),
+      dev: Option.some(dev),
+      devOffReason: ""
     })
   })
 
+/** Whether `host` (the listen address) is reachable only from this machine. */
+export const isLoopbackHost = (host: string): boolean => {
+  const bare = host.replace(/^\[(.*)\]$/, "$1").toLowerCase()
+  if (bare === "localhost") return true
+  return ipaddr.isValid(bare) && ipaddr.process(bare).range() === "loopback"
+}
+
+/** Which identity provider signs developers in. */
+export type IdentityMode =
+  | { readonly _tag: "external"; readonly jwksUrl: string }
+  | { readonly _tag: "development" }
+  | { readonly _tag: "off"; readonly reason: string }
+
 /**
- * The identity provider at `AUTH_JWKS_URL` (issuer and audience checked when
- * set), or the development one when unset — refused under NODE_ENV=production.
+ * `AUTH_JWKS_URL` when set; else the development provider, which signs anyone in by email: only on
+ * a loopback listen address unless `DEV_AUTH=1` (or `0`) says otherwise, and never in production.
+ */
+export const identityMode = (
+  config: Pick<AppConfigShape, "authJwksUrl" | "devAuth" | "host" | "production">
+): IdentityMode => {
+  if (Option.isSome(config.authJwksUrl)) return { _tag: "external", jwksUrl: config.authJwksUrl.value }
+  if (config.production) {
+    return { _tag: "off", reason: "NODE_ENV=production refuses the development identity provider." }
+  }
+  if (Option.isSome(config.devAuth)) {
+    return config.devAuth.value
+      ? { _tag: "development" }
+      : { _tag: "off", reason: "DEV_AUTH=0 turns the development identity provider off." }
+  }
+  return isLoopbackHost(config.host) ? { _tag: "development" } : {
+    _tag: "off",
+    reason:
+      `The development identity provider is off: the service listens on ${config.host}, not loopback. Set AUTH_JWKS_URL, or DEV_AUTH=1 to allow it.`
+  }
+}
+
+const signInOff = (reason: string) =>
+  IdentityProvider.of({
+    verify: () =>
+      Effect.fail(new AuthenticationError({ message: `No identity provider signs developers in. ${reason}` })),
+    dev: Option.none(),
+    devOffReason: reason
+  })
+
+/**
+ * The identity provider at `AUTH_JWKS_URL`, whose tokens must name `AUTH_ISSUER` and
+ * `AUTH_AUDIENCE`, or the development one where `identityMode` allows it.
  */
 export const IdentityProviderLive = Layer.effect(
   IdentityProvider,
   Effect.gen(function*() {
     const config = yield* AppConfig
-    if (Option.isSome(config.authJwksUrl)) {
-      const keys = createRemoteJWKSet(new URL(config.authJwksUrl.value))
-      return IdentityProvider.of({
-        verify: makeVerifier(keys, {
-          issuer: Option.getOrUndefined(config.authIssuer),
-          audience: Option.getOrUndefined(config.authAudience)
-        }),
-        dev: Option.none()
-      })
+    const mode = identityMode(config)
+    switch (mode._tag) {
+      case "external": {
+        const problem = identityConfigProblem(config)
+        if (Option.isSome(problem) || Option.isNone(config.authIssuer) || Option.isNone(config.authAudience)) {
+          return yield* new IdentityConfigError({
+            message: Option.match(problem, {
+              onNone: () => "AUTH_JWKS_URL needs AUTH_ISSUER and AUTH_AUDIENCE.",
+              onSome: ([, message]) => message
+            })
+          })
+        }
+        const keys = createRemoteJWKSet(new URL(mode.jwksUrl))
+        return IdentityProvider.of({
+          verify: makeVerifier(keys, {
+            issuer: config.authIssuer.value,
+            audience: config.authAudience.value,
+            accountIssuer: config.authIssuer.value
+          }),
+          dev: Option.none(),
+          devOffReason: "The development identity provider is off: an identity provider is configured (AUTH_JWKS_URL)."
+        })
+      }
+      case "development":
+        return yield* makeDev(config.dataDir, `${config.publicBaseUrl}/dev`)
+      case "off":
+        if (config.production) {
+          return yield* new IdentityConfigError({
+            message: "AUTH_JWKS_URL must be set when NODE_ENV=production: the development identity provider is refused."
+          })
+        }
+        yield* Effect.logWarning(mode.reason)
+        return signInOff(mode.reason)
     }
-    if (config.production) {
-      return yield* new IdentityConfigError({
-        message: "AUTH_JWKS_URL must be set when NODE_ENV=production: the development identity provider is refused."
-      })
-    }
-    return yield* makeDev(config.dataDir, `${config.publicBaseUrl}/dev`)
   })
 )

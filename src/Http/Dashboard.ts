@@ -3,6 +3,7 @@ import { Effect, Option } from "effect"
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { AppConfig } from "../AppConfig.js"
+import { identityMode } from "../Auth/IdentityProvider.js"
 import { NotFound } from "../Domain/Errors.js"
 
 /** The mount point of the web dashboard; `DASHBOARD_URL` defaults to `PUBLIC_BASE_URL` + this. */
@@ -50,8 +51,17 @@ export const DashboardLive = HttpApiBuilder.Router.use((router) =>
     const config = yield* AppConfig
     const root = DASHBOARD_DIST
     // What the page needs before sign-in: which sign-in to offer, and the zone that decides day buckets.
+    const identity = identityMode(config)._tag
     const clientConfig = {
-      identity: Option.isSome(config.authJwksUrl) ? "external" : "development",
+      identity,
+      // The implicit-flow redirect the sign-in button starts (OIDC: an id_token's audience is the client id).
+      authorize: identity === "external" && Option.isSome(config.authAuthorizeUrl) && Option.isSome(config.authAudience)
+        ? {
+          url: config.authAuthorizeUrl.value,
+          client_id: config.authAudience.value,
+          redirect_uri: `${config.dashboardUrl}/`
+        }
+        : null,
       checkout: Option.isSome(config.stripeSecretKey) ? "stripe" : "simulated",
       business_timezone: config.businessTimezone
     }
@@ -73,10 +83,11 @@ export const DashboardLive = HttpApiBuilder.Router.use((router) =>
       const file = path.join(root, relative)
       // A second guard after joining: whatever the path said, only files inside the build are read.
       const inside = file.startsWith(root + path.sep)
-      if (inside && relative !== "" && (yield* isFile(file))) {
+      if (inside && relative !== "" && !relative.endsWith(".map") && (yield* isFile(file))) {
         return yield* serve(file, relative.startsWith("assets/") ? IMMUTABLE : REVALIDATE)
       }
-      if (relative.startsWith("assets/")) {
+      // Source maps would hand out the dashboard's sources: a build that still has them does not serve them.
+      if (relative.startsWith("assets/") || relative.endsWith(".map")) {
         return yield* Effect.fail(new NotFound({ message: `No dashboard asset ${pathname}.` }))
       }
       return yield* serve(path.join(root, "index.html"), REVALIDATE)

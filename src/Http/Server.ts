@@ -44,6 +44,7 @@ import { TracingLive } from "../Observability/Tracing.js"
 import { accessLog } from "./AccessLog.js"
 import { DashboardLive } from "./Dashboard.js"
 import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
+import { sandboxedDocs, securityHeaders } from "./SecurityHeaders.js"
 import { drainDeadline } from "./Shutdown.js"
 
 /**
@@ -142,26 +143,22 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   ])
 )
 
-/** The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`) and the error encoder. */
-const HttpAppLive = HttpApiBuilder.serve(accessLog).pipe(
-  Layer.provide([
-    HttpApiScalar.layer({ path: "/docs" }),
-    HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
-    DashboardLive,
-    HttpApiBuilder.middlewareCors({ exposedHeaders: [
-      "x-request-id",
-      "retry-after",
-      "idempotent-replayed",
-      "x-ratelimit-limit-requests",
-      "x-ratelimit-remaining-requests",
-      "x-ratelimit-reset-requests",
-      "x-ratelimit-limit-concurrent",
-      "x-ratelimit-remaining-concurrent"
-    ] }),
-    ErrorMiddlewareLive
-  ]),
-  Layer.provide(ApiLive)
-)
+/**
+ * The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`)
+ * and the error encoder; security headers and CORS (`SecurityHeaders.ts`) outermost, on every answer.
+ */
+const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
+  HttpApiBuilder.serve((app) => sandboxedDocs(securityHeaders(config)(accessLog(app)))).pipe(
+    Layer.provide([
+      // No fonts from Scalar's CDN: the docs' CSP allows nothing off this origin.
+      HttpApiScalar.layer({ path: "/docs", scalar: { withDefaultFonts: false } }),
+      HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
+      DashboardLive,
+      ErrorMiddlewareLive
+    ]),
+    Layer.provide(ApiLive)
+  )
+))
 
 /** A whole request, body included, must arrive within this; Node's default is 300 s. */
 export const REQUEST_TIMEOUT_MS = 60_000

@@ -83,7 +83,10 @@ export const request = async <A>(path: string, options: RequestOptions = {}): Pr
 
 /** Served at /app/config.json by src/Http/Dashboard.ts, which declares no schema for it. */
 export interface ClientConfig {
-  readonly identity: "development" | "external"
+  /** `off`: no identity provider, and the development one is off (not on loopback, or DEV_AUTH=0). */
+  readonly identity: "development" | "external" | "off"
+  /** Where the sign-in button sends the browser (an implicit-flow authorization endpoint), when configured. */
+  readonly authorize: { readonly url: string; readonly client_id: string; readonly redirect_uri: string } | null
   readonly checkout: "simulated" | "stripe"
   readonly business_timezone: string
 }

@@ -16,18 +16,82 @@ const readStored = (): string | null => {
   }
 }
 
-/** A token handed over in the URL fragment by an identity provider's redirect (`#id_token=…`). */
-export const takeTokenFromFragment = (): string | null => {
+/** The nonce of a sign-in this tab started, kept until the provider's redirect comes back. */
+const NONCE_KEY = "nenas.signin.nonce"
+
+const base64url = (bytes: Uint8Array): string =>
+  btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")
+
+/** A JWT's claims, unverified (the service verifies it): what the page may show before using it. */
+export const tokenClaims = (token: string): Record<string, unknown> | null => {
+  const payload = token.split(".")[1]
+  if (payload === undefined) return null
+  try {
+    const json = atob(payload.replace(/-/g, "+").replace(/_/g, "/"))
+    const bytes = Uint8Array.from(json, (char) => char.charCodeAt(0))
+    const claims: unknown = JSON.parse(new TextDecoder().decode(bytes))
+    return typeof claims === "object" && claims !== null ? claims as Record<string, unknown> : null
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Sends the browser to the identity provider's sign-in with a fresh nonce as both
+ * `state` and `nonce`; only a redirect carrying it back is accepted (`takeTokenFromFragment`).
+ */
+export const startProviderSignIn = (authorize: NonNullable<ClientConfig["authorize"]>): void => {
+  const nonce = base64url(crypto.getRandomValues(new Uint8Array(32)))
+  window.sessionStorage.setItem(NONCE_KEY, nonce)
+  const url = new URL(authorize.url)
+  for (const [name, value] of Object.entries({
+    response_type: "id_token",
+    response_mode: "fragment",
+    client_id: authorize.client_id,
+    redirect_uri: authorize.redirect_uri,
+    scope: "openid email profile",
+    state: nonce,
+    nonce
+  })) url.searchParams.set(name, value)
+  window.location.assign(url.toString())
+}
+
+export type FragmentToken =
+  | { readonly kind: "none" }
+  | { readonly kind: "accepted"; readonly token: string }
+  | { readonly kind: "ignored"; readonly reason: string }
+
+/**
+ * A token handed over in the URL fragment by the provider's redirect (`#id_token=…&state=…`).
+ * Accepted only when `state` is the nonce this tab stored before the redirect and the token's
+ * `nonce` claim is the same: a link someone else made would sign this browser into their account.
+ */
+export const takeTokenFromFragment = (): FragmentToken => {
   const params = new URLSearchParams(window.location.hash.replace(/^#/, ""))
   const token = params.get("id_token") ?? params.get("access_token") ?? params.get("token")
-  if (token === null || token === "") return null
+  if (token === null || token === "") return { kind: "none" }
   // The fragment must not stay in the address bar or the history.
   window.history.replaceState(window.history.state, "", window.location.pathname + window.location.search)
-  return token
+  const expected = window.sessionStorage.getItem(NONCE_KEY)
+  if (expected === null || params.get("state") !== expected) {
+    return { kind: "ignored", reason: "A sign-in link was ignored: it was not started from this browser. Sign in again." }
+  }
+  // The state is spent either way: a nonce signs in once.
+  window.sessionStorage.removeItem(NONCE_KEY)
+  if (tokenClaims(token)?.["nonce"] !== expected) {
+    return { kind: "ignored", reason: "A sign-in link was ignored: its token was not issued for this sign-in. Sign in again." }
+  }
+  return { kind: "accepted", token }
 }
+
+// Read once per page load: React may call a state initialiser twice, and reading spends the fragment.
+let fragmentRead: FragmentToken | undefined
+const handedToken = (): FragmentToken => (fragmentRead ??= takeTokenFromFragment())
 
 interface Session {
   readonly token: string | null
+  /** Why a token in the address was not used, to show on the sign-in page. */
+  readonly notice: string | null
   readonly config: ClientConfig | null
   readonly signIn: (token: string) => void
   readonly signOut: () => void
@@ -36,15 +100,16 @@ interface Session {
 const SessionContext = createContext<Session | null>(null)
 
 export const SessionProvider = ({ children }: { children: ReactNode }) => {
+  const [handed] = useState(handedToken)
   const [token, setToken] = useState<string | null>(() => {
-    const handed = takeTokenFromFragment()
-    if (handed !== null) window.sessionStorage.setItem(STORAGE_KEY, handed)
-    return handed ?? readStored()
+    if (handed.kind !== "accepted") return readStored()
+    window.sessionStorage.setItem(STORAGE_KEY, handed.token)
+    return handed.token
   })
   const [config, setConfig] = useState<ClientConfig | null>(null)
   useEffect(() => {
     request<ClientConfig>("/app/config.json").then(setConfig, () =>
-      setConfig({ identity: "development", checkout: "simulated", business_timezone: "Asia/Kuala_Lumpur" })
+      setConfig({ identity: "development", authorize: null, checkout: "simulated", business_timezone: "Asia/Kuala_Lumpur" })
     )
   }, [])
   const signIn = useCallback((next: string) => {
@@ -55,7 +120,8 @@ export const SessionProvider = ({ children }: { children: ReactNode }) => {
     window.sessionStorage.removeItem(STORAGE_KEY)
     setToken(null)
   }, [])
-  const value = useMemo(() => ({ token, config, signIn, signOut }), [token, config, signIn, signOut])
+  const notice = handed.kind === "ignored" ? handed.reason : null
+  const value = useMemo(() => ({ token, notice, config, signIn, signOut }), [token, notice, config, signIn, signOut])
   return <SessionContext.Provider value={value}>{children}</SessionContext.Provider>
 }
 

@@ -1,0 +1,236 @@
+import { spawnSync } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { describe, expect, it, layer } from "@effect/vitest"
+import { ConfigProvider, Effect, Either } from "effect"
+import { parse } from "yaml"
+import { appConfig } from "../src/AppConfig.js"
+import { APP_CSP, corsPolicy } from "../src/Http/SecurityHeaders.js"
+import { call } from "./support/Http.js"
+import { linesOf, startService } from "./support/ServiceProcess.js"
+import { TestServer, TestServerLive } from "./support/TestServer.js"
+
+/**
+ * Issue 28's headers and CORS on a running service, and its refusal to start
+ * with a JWKS but no issuer or audience to check tokens against.
+ */
+
+const FOREIGN = "https://evil.example"
+
+/** A browser's CORS preflight for `method` on `path` from `origin`. */
+const preflight = (path: string, origin: string, method = "POST") =>
+  call("OPTIONS", path, {
+    headers: { origin, "access-control-request-method": method, "access-control-request-headers": "authorization,content-type" }
+  })
+
+layer(TestServerLive(), { excludeTestServices: true })("security headers and CORS", (it) => {
+  it.effect("every answer has nosniff and no-referrer; /app has the strict CSP; /docs is sandboxed", () =>
+    Effect.gen(function*() {
+      for (const path of ["/app/", "/app/config.json", "/docs", "/v1/models", "/dashboard/api-keys", "/healthz", "/no-such-route"]) {
+        const reply = yield* call("GET", path)
+        expect(reply.headers.get("x-content-type-options"), path).toBe("nosniff")
+        expect(reply.headers.get("referrer-policy"), path).toBe("no-referrer")
+        expect(reply.headers.get("content-security-policy"), path).toContain("frame-ancestors 'none'")
+      }
+      const app = (yield* call("GET", "/app/config.json")).headers.get("content-security-policy") ?? ""
+      expect(app).toBe(APP_CSP)
+      for (const directive of ["default-src 'self'", "frame-ancestors 'none'", "object-src 'none'", "base-uri 'none'"]) {
+        expect(app).toContain(directive)
+      }
+      const docs = yield* call("GET", "/docs")
+      expect(docs.status).toBe(200)
+      const docsPolicy = docs.headers.get("content-security-policy") ?? ""
+      // An opaque origin: the docs' scripts cannot read the dashboard's sessionStorage.
+      expect(docsPolicy).toMatch(/(^|; )sandbox allow-scripts( |;)/)
+      expect(docsPolicy).not.toContain("allow-same-origin")
+    }))
+
+  it.effect("/v1 answers any origin; /dashboard only the dashboard's; /metrics and the docs none", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      const models = yield* call("GET", "/v1/models", { headers: { origin: FOREIGN } })
+      expect(models.headers.get("access-control-allow-origin")).toBe("*")
+      expect(models.headers.get("access-control-expose-headers")).toContain("x-request-id")
+      const foreign = yield* call("GET", "/dashboard/api-keys", { headers: { origin: FOREIGN } })
+      expect(foreign.headers.get("access-control-allow-origin")).toBeNull()
+      expect(foreign.headers.get("vary")).toContain("Origin")
+      const own = yield* call("GET", "/dashboard/api-keys", { headers: { origin: baseUrl } })
+      expect(own.headers.get("access-control-allow-origin")).toBe(baseUrl)
+      for (const path of ["/metrics", "/openapi.json", "/docs", "/healthz"]) {
+        const reply = yield* call("GET", path, { headers: { origin: FOREIGN } })
+        expect(reply.headers.get("access-control-allow-origin"), path).toBeNull()
+      }
+    }))
+
+  it.effect("a preflight from a foreign origin on /dashboard is refused; the dashboard's own and /v1's are allowed", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      for (const path of ["/dashboard/api-keys", "/dashboard/billing/checkout", "/dev/session", "/metrics"]) {
+        const refused = yield* preflight(path, FOREIGN)
+        expect(refused.status, path).toBe(403)
+        expect(refused.body.error.code).toBe("permission_denied")
+        expect(refused.body.error.request_id).toBe(refused.headers.get("x-request-id"))
+        expect(refused.headers.get("access-control-allow-origin"), path).toBeNull()
+        expect(refused.headers.get("access-control-allow-methods"), path).toBeNull()
+      }
+      const own = yield* preflight("/dashboard/api-keys", baseUrl, "DELETE")
+      expect(own.status).toBe(204)
+      expect(own.headers.get("access-control-allow-origin")).toBe(baseUrl)
+      expect(own.headers.get("access-control-allow-methods")).toContain("DELETE")
+      expect(own.headers.get("access-control-allow-headers")).toBe("authorization,content-type")
+      const api = yield* preflight("/v1/chat/completions", FOREIGN)
+      expect(api.status).toBe(204)
+      expect(api.headers.get("access-control-allow-origin")).toBe("*")
+    }))
+})
+
+describe("corsPolicy", () => {
+  const cases = [
+    ["/v1/chat/completions", "any"],
+    ["/v1", "any"],
+    ["/v1x", "none"],
+    ["/dashboard/api-keys", "dashboard"],
+    ["/dev/session", "dashboard"],
+    ["/dev/checkout/cs_1", "none"],
+    ["/metrics", "none"],
+    ["/billing/stripe/webhook", "none"],
+    ["/app/", "none"]
+  ] as const
+  for (const [path, policy] of cases) it(`${path}: ${policy}`, () => expect(corsPolicy(path)).toBe(policy))
+})
+
+describe("a JWKS without an issuer and an audience to check", () => {
+  const configFrom = (env: Record<string, string>) =>
+    Effect.either(Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+
+  it.effect("is refused by the configuration, in one line naming what is missing", () =>
+    Effect.gen(function*() {
+      const jwks = { AUTH_JWKS_URL: "https://idp.example/.well-known/jwks.json" }
+      for (const [env, missing] of [
+        [jwks, ["AUTH_ISSUER", "AUTH_AUDIENCE"]],
+        [{ ...jwks, AUTH_ISSUER: "https://idp.example/" }, ["AUTH_AUDIENCE"]],
+        [{ ...jwks, AUTH_AUDIENCE: "nenas" }, ["AUTH_ISSUER"]]
+      ] as const) {
+        const result = yield* configFrom(env)
+        expect(Either.isLeft(result)).toBe(true)
+        const message = Either.isLeft(result) ? String(result.left) : ""
+        expect(message.split("\n")).toHaveLength(1)
+        for (const name of missing) expect(message).toContain(name)
+      }
+      const complete = yield* configFrom({ ...jwks, AUTH_ISSUER: "https://idp.example/", AUTH_AUDIENCE: "nenas" })
+      expect(Either.isRight(complete)).toBe(true)
+    }))
+
+  it.effect("DEV_AUTH=1 is refused in production", () =>
+    Effect.gen(function*() {
+      const result = yield* configFrom({
+        NODE_ENV: "production",
+        DEV_AUTH: "1",
+        DATABASE_URL: "postgres://db/nenas",
+        UPSTREAM_BASE_URL: "https://upstream.example/v1",
+        SEARCH_BASE_URL: "https://search.example",
+        STRIPE_SECRET_KEY: "sk_test_x",
+        STRIPE_WEBHOOK_SECRET: "whsec_x",
+        AUTH_JWKS_URL: "https://idp.example/jwks.json",
+        AUTH_ISSUER: "https://idp.example/",
+        AUTH_AUDIENCE: "nenas"
+      })
+      expect(Either.isLeft(result) && String(result.left)).toContain("DEV_AUTH")
+    }))
+
+  it("stops the service at start, with a line naming AUTH_ISSUER and AUTH_AUDIENCE", async () => {
+    const service = await startService({
+      env: { AUTH_JWKS_URL: "https://idp.example/.well-known/jwks.json", DATA_DIR: "/nonexistent/never-created" },
+      until: "spawned"
+    })
+    const exit = await service.closed
+    expect(exit.code, service.output()).not.toBe(0)
+    const named = linesOf(service.output()).filter((line) => line.includes("AUTH_ISSUER") && line.includes("AUTH_AUDIENCE"))
+    expect(named, service.output()).toHaveLength(1)
+    // It stopped before listening: nothing answers on its port.
+    await expect(fetch(`${service.baseUrl}/healthz`)).rejects.toThrow()
+  }, 60_000)
+})
+
+// ---------------------------------------------------------------------------
+// compose.yaml: every secret and real part required, images pinned.
+// ---------------------------------------------------------------------------
+
+const ROOT = fileURLToPath(new URL("../", import.meta.url))
+const COMPOSE_TEXT = readFileSync(join(ROOT, "compose.yaml"), "utf8")
+
+/** What `docker compose config` must refuse to go without, and a value that satisfies it. */
+const REQUIRED: Record<string, string> = {
+  UPSTREAM_BASE_URL: "https://upstream.example/v1",
+  METRICS_TOKEN: "metrics-secret",
+  AUTH_JWKS_URL: "https://idp.example/.well-known/jwks.json",
+  AUTH_ISSUER: "https://idp.example/",
+  AUTH_AUDIENCE: "nenas",
+  POSTGRES_PASSWORD: "generated-database-password",
+  SEARXNG_SECRET: "generated-searxng-secret",
+  STRIPE_SECRET_KEY: "sk_test_x",
+  STRIPE_WEBHOOK_SECRET: "whsec_x"
+}
+
+/**
+ * A Compose CLI that can run `config` without a daemon: the v2 plugin, or Debian's
+ * `docker-compose` 1.29 (which does not know the top-level `name`, so it gets the file without it).
+ */
+const composeCli = ((): { readonly command: string; readonly args: ReadonlyArray<string>; readonly v1: boolean } | null => {
+  const works = (command: string, args: ReadonlyArray<string>) => spawnSync(command, [...args, "version"], { stdio: "ignore" }).status === 0
+  if (works("docker", ["compose"])) return { command: "docker", args: ["compose"], v1: false }
+  if (works("docker-compose", [])) return { command: "docker-compose", args: [], v1: true }
+  return null
+})()
+
+const composeConfig = (env: Record<string, string>) => {
+  if (composeCli === null) throw new Error("no Compose CLI")
+  const dir = mkdtempSync(join(tmpdir(), "nenas-compose-"))
+  try {
+    const file = join(dir, "compose.yaml")
+    writeFileSync(file, composeCli.v1 ? COMPOSE_TEXT.replace(/^name: .*$/m, "") : COMPOSE_TEXT)
+    const result = spawnSync(
+      composeCli.command,
+      [...composeCli.args, "--project-directory", ROOT, "-p", "nenas", "-f", file, "config"],
+      { env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: dir, ...env }, encoding: "utf8" }
+    )
+    return { status: result.status, output: `${result.stdout}${result.stderr}` }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+describe("compose.yaml", () => {
+  it("requires (${VAR:?}) the upstream, METRICS_TOKEN, the identity provider and generated secrets", () => {
+    for (const name of Object.keys(REQUIRED)) {
+      expect(COMPOSE_TEXT, name).toMatch(new RegExp(`\\$\\{${name}:\\?[^}]+\\}`))
+      // No default anywhere that would let it start without one.
+      expect(COMPOSE_TEXT, name).not.toMatch(new RegExp(`\\$\\{${name}:-`))
+    }
+    expect(COMPOSE_TEXT).not.toContain("nenas:nenas@")
+    expect(readFileSync(join(ROOT, "deploy/searxng/settings.yml"), "utf8")).not.toContain("change-me-in-production")
+  })
+
+  it("pins every image to a version", () => {
+    const document = parse(COMPOSE_TEXT, { merge: true }) as { services: Record<string, { image?: string }> }
+    for (const [name, service] of Object.entries(document.services)) {
+      expect(service.image, name).toMatch(/^[\w./-]+:\d[\w.-]*$/)
+    }
+    expect(readFileSync(join(ROOT, "Dockerfile"), "utf8")).toMatch(/^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-/m)
+  })
+
+  it.skipIf(composeCli === null)("`compose config` fails without each required variable and names it", () => {
+    const complete = composeConfig(REQUIRED)
+    expect(complete.status, complete.output).toBe(0)
+    for (const name of Object.keys(REQUIRED)) {
+      const { [name]: _missing, ...others } = REQUIRED
+      const refused = composeConfig(others)
+      expect(refused.status, `${name}: ${refused.output}`).not.toBe(0)
+      expect(refused.output, name).toContain(name)
+    }
+  }, 120_000)
+})
+
+if (composeCli === null) console.warn("No Compose CLI (docker compose or docker-compose): `compose config` not run; the ${VAR:?} forms were checked in the file.")

@@ -54,12 +54,19 @@ const stringClaim = (value: unknown): string | null => typeof value === "string"
 
 /** What is wrong with a refused token, in words that name nothing of the identity provider's set-up. */
 const sessionTokenProblem = (error: unknown): string => {
-  const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : ""
+  const fields: { readonly code?: unknown; readonly claim?: unknown; readonly reason?: unknown } =
+    typeof error === "object" && error !== null ? error : {}
+  const code = String(fields.code ?? "")
   switch (code) {
     case "ERR_JWT_EXPIRED":
       return "it has expired"
-    case "ERR_JWT_CLAIM_VALIDATION_FAILED":
-      return "its claims are not valid for this service"
+    case "ERR_JWT_CLAIM_VALIDATION_FAILED": {
+      // The claim's name tells the developer what to fix; the expected value (our issuer, audience) stays unsaid.
+      const claim = typeof fields.claim === "string" && /^[a-z]{2,5}$/.test(fields.claim) ? fields.claim : null
+      const missing = fields.reason === "missing"
+      if (claim === null) return "its claims are not valid for this service"
+      return missing ? `its \`${claim}\` claim is missing` : `its \`${claim}\` claim is not valid for this service`
+    }
     case "ERR_JWS_SIGNATURE_VERIFICATION_FAILED":
     case "ERR_JWKS_NO_MATCHING_KEY":
     case "ERR_JWKS_MULTIPLE_MATCHING_KEYS":

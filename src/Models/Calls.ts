@@ -126,7 +126,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 simulated: call.key.environment === "test",
                 provider: call.provider,
                 model: call.route.upstreamModel,
-                reasoningModel: call.route.reasoningModel
+                reasoningModel: call.route.reasoningModel,
+                // What the search spent so far is the call's: a call cut mid-search is billed for it.
+                spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
               })
           })
           yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true }))

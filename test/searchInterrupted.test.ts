@@ -20,7 +20,7 @@ const TestServerWithSearch = Layer.unwrapEffect(Effect.map(Searx, (searx) =>
     fetchPageTimeoutMs: 60_000
   }))).pipe(Layer.provideMerge(Searx.layer))
 
-interface LogRow {
+type LogRow = {
   readonly request_id: string
   readonly status: string
   readonly upstream_model: string

@@ -1,5 +1,5 @@
 import { expect, it } from "@effect/vitest"
-import { Effect, Exit, FiberSet, Ref, Scope, TestClock } from "effect"
+import { Effect, Exit, FiberSet, Option, Ref, Scope, TestClock } from "effect"
 import { watchHandoff } from "../src/Models/StreamRelay.js"
 
 /**
@@ -21,6 +21,16 @@ it.effect("a stream still waiting for its relay when the service stops is abando
   Effect.gen(function*() {
     const { abandoned, handoff, scope } = yield* watched
     yield* Scope.close(scope, Exit.void)
+    expect(yield* Ref.get(abandoned)).toBe(1)
+    expect(yield* Ref.get(handoff)).toBe("abandoned")
+  }))
+
+it.live("watched from an uninterruptible region, as the call path forks it: still abandoned at once when the service stops", () =>
+  Effect.gen(function*() {
+    const { abandoned, handoff, scope } = yield* Effect.uninterruptible(watched)
+    // Real time: a watchdog that cannot be interrupted would hold the stop for its whole 30 s.
+    const stopped = yield* Effect.timeoutOption(Scope.close(scope, Exit.void), "5 seconds")
+    expect(Option.isSome(stopped), "the stop waited for the watchdog's deadline").toBe(true)
     expect(yield* Ref.get(abandoned)).toBe(1)
     expect(yield* Ref.get(handoff)).toBe("abandoned")
   }))

@@ -79,8 +79,8 @@ export const watchHandoff = <X>(abandon: Effect.Effect<void>, timeoutMs: number,
     const abandonIfWaiting = Ref.modify(handoff, (state) => state === "waiting" ? [true, "abandoned" as const] : [false, state]).pipe(
       Effect.flatMap((dropped) => dropped ? abandon : Effect.void)
     )
-    // Timed out or interrupted, the check and the settlement run whole.
-    yield* watch(Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(Effect.sleep(timeoutMs))), abandonIfWaiting)))
+    // The call path forks it uninterruptible: only the wait may be interrupted; the check and the settlement run whole.
+    yield* watch(Effect.uninterruptible(Effect.zipRight(Effect.exit(Effect.interruptible(Effect.sleep(timeoutMs))), abandonIfWaiting)))
     return handoff
   })
 

@@ -15,7 +15,8 @@ import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
  * on fibers of their own, so that a client that gives up can retry and get
  * the answer. Shutdown waits for them (up to its deadline) before the
  * wallet's last flush: each is billed, and its answer kept for the retry —
- * those whose client went away and that outlive the server included.
+ * those whose client went away and that outlive the server included. One
+ * still running at the deadline is interrupted, and billed for what it sent.
  */
 let databaseUrl = ""
 let databaseName = ""
@@ -59,7 +60,7 @@ afterAll(async () => {
 })
 
 describe("SIGTERM with idempotent calls in flight", () => {
-  it("every one is billed and its answer kept, those whose client left and that outlive the server's close included", async () => {
+  it("every one is billed and its answer kept, those whose client left and that outlive the server's close included; one still running at the deadline is cut then and billed for what it sent", async () => {
     const service = await startService({
       env: { DATABASE_URL: databaseUrl, DATA_DIR: dataDir, UPSTREAM_BASE_URL: upstream.baseUrl, LOG_FORMAT: "json" }
     })
@@ -68,42 +69,50 @@ describe("SIGTERM with idempotent calls in flight", () => {
     const [account] = await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = 'shutdown-idempotent@example.com'")
     const accountId = account?.id ?? ""
 
+    // One whose upstream never answers: shutdown stops waiting for it at the drain deadline, and it is billed for what it sent.
+    upstream.setBehaviour({ kind: "hang" })
+    const gaveUp = new AbortController()
+    const hanging = idempotentCall(service.baseUrl, dev.apiKey, "hangs", gaveUp.signal)
+    await arrived(1)
     // Three calls whose clients give up; they run on, and answer 4 s after the others.
     upstream.setBehaviour({ kind: "ok", text: "Left behind, but answered.", delayMs: 5_000 })
-    const gaveUp = new AbortController()
     const leaving = ["left-1", "left-2", "left-3"].map((key) => idempotentCall(service.baseUrl, dev.apiKey, key, gaveUp.signal))
-    await arrived(3)
+    await arrived(4)
     gaveUp.abort()
     // Three whose clients wait.
     upstream.setBehaviour({ kind: "ok", text: "Waited for, and answered.", delayMs: 1_000 })
     const waiting = ["wait-1", "wait-2", "wait-3"].map((key) => idempotentCall(service.baseUrl, dev.apiKey, key, AbortSignal.timeout(60_000)))
-    await arrived(6)
+    await arrived(7)
 
     const signalledAt = Date.now()
     process.kill(service.child.pid ?? 0, "SIGTERM")
     const answers = await Promise.all(waiting)
     const { code } = await service.exited
     const stoppedIn = Date.now() - signalledAt
-    for (const left of await Promise.all(leaving)) expect(left.status).toBe(0)
+    for (const left of await Promise.all([hanging, ...leaving])) expect(left.status).toBe(0)
     for (const answer of answers) expect(answer.status, answer.text.slice(0, 300)).toBe(200)
     expect(code, service.output().slice(-3_000)).toBe(0)
+    // It waited for the hanging call until the deadline, not longer.
+    expect(stoppedIn).toBeGreaterThanOrEqual(DRAIN_DEADLINE_MS - 1_000)
     expect(stoppedIn).toBeLessThan(DRAIN_DEADLINE_MS + 10_000)
 
-    const logs = await db<{ status: string; cost: string }>(
-      "SELECT status, cost_micro_myr AS cost FROM request_logs WHERE account_id = $1",
+    const logs = await db<{ status: string; cost: string; source: string; code: string | null }>(
+      "SELECT status, cost_micro_myr AS cost, usage_source AS source, error_code AS code FROM request_logs WHERE account_id = $1",
       [accountId]
     )
-    expect(logs).toHaveLength(6)
+    expect(logs).toHaveLength(7)
     for (const log of logs) {
-      expect(log.status).toBe("billed")
+      expect(log.status, `${JSON.stringify(log)}; stopped after ${stoppedIn} ms`).toBe("billed")
       expect(Number(log.cost)).toBeGreaterThan(0)
     }
+    // The cut call is billed as counted (the prompt it sent); the answered ones as the upstream reported.
+    expect(logs.filter((log) => log.source === "estimated")).toHaveLength(1)
     const records = await db<{ key: string; status: string; response_status: number | null }>(
       "SELECT idempotency_key AS key, status, response_status FROM idempotency_records ORDER BY idempotency_key"
     )
     expect(records.map((record) => [record.key, record.status, record.response_status])).toEqual(
       ["left-1", "left-2", "left-3", "wait-1", "wait-2", "wait-3"].map((key) => [key, "completed", 200])
-    )
+    ) // the cut call answered nothing: its key is free
     const [wallet] = await db<{ reserved: string; spent: string }>(
       "SELECT reserved_micro_myr AS reserved, lifetime_spend_micro_myr AS spent FROM wallets WHERE account_id = $1",
       [accountId]

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, type Fiber, FiberSet, Layer, Schedule } from "effect"
+import { Cause, Clock, Context, Duration, Effect, type Fiber, FiberSet, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { IdempotencyConflict } from "../Domain/Errors.js"
 import { holderDead, secondsSql } from "../Wallet/Instances.js"
@@ -74,8 +74,9 @@ export const judgeExisting = (
 /**
  * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
  * claims it; a finished one is replayed; one still running, or a different
- * body, is a conflict. Only successes are kept: a failed call costs nothing,
- * so its key is freed and a retry runs again. A billed call's answer is never
+ * body, is a conflict. Only successes are kept: a failed call's key is freed
+ * and a retry runs again (a failed call costs nothing, unless shutdown cut it
+ * after its upstream started: then it is billed for what it sent). A billed call's answer is never
  * lost to its record: the write is retried, in the background once the answer
  * has gone out, and the record's lease is renewed until it is written, so a
  * retry with the key answers 409 until then and the answer after, and never
@@ -177,12 +178,17 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
       /** The rest of a completion's tries, after its answer went out; the lease is renewed until they end. */
       const writeLate = (requestId: string, write: Effect.Effect<void, SqlError.SqlError>) => {
         unwritten.set(requestId, write)
-        return FiberSet.run(lateWrites, write.pipe(
-          Effect.retry(inBackground),
-          Effect.zipRight(Effect.logInfo(`idempotency record of ${requestId} written after its answer`)),
-          Effect.catchAllCause((cause) =>
-            Effect.logError(`idempotency record of ${requestId} could not be written: a retry with its key may run again`, cause)),
-          Effect.ensuring(Effect.zipRight(Effect.sync(() => unwritten.delete(requestId)), release(requestId)))
+        const done = Effect.zipRight(Effect.sync(() => unwritten.delete(requestId)), release(requestId))
+        // Forked from the call's exit (uninterruptible): only the tries may be interrupted, at shutdown, which tries once more.
+        return FiberSet.run(lateWrites, Effect.interruptible(Effect.retry(write, inBackground)).pipe(
+          Effect.matchCauseEffect({
+            onSuccess: () => Effect.zipRight(Effect.logInfo(`idempotency record of ${requestId} written after its answer`), done),
+            onFailure: (cause) =>
+              Cause.isInterruptedOnly(cause) ? Effect.void : Effect.zipRight(
+                Effect.logError(`idempotency record of ${requestId} could not be written: a retry with its key may run again`, cause),
+                done
+              )
+          })
         ))
       }
 
@@ -224,11 +230,12 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
           const waitMs = Math.max(0, (drainDeadline ?? now + UNDRAINED_GRACE_MS) - now)
           const size = yield* FiberSet.size(calls)
           if (size > 0) yield* Effect.logInfo(`stopping: ${size} calls running on without their client`)
-          yield* Effect.timeout(FiberSet.awaitEmpty(calls), Duration.millis(waitMs)).pipe(Effect.ignore)
+          // A finalizer is uninterruptible: the waits are made interruptible, or their deadlines would not cut them.
+          yield* Effect.timeout(Effect.interruptible(FiberSet.awaitEmpty(calls)), Duration.millis(waitMs)).pipe(Effect.ignore)
           yield* FiberSet.clear(calls)
           yield* FiberSet.clear(lateWrites)
           yield* Effect.forEach([...unwritten.entries()], ([requestId, write]) =>
-            write.pipe(
+            Effect.interruptible(write).pipe(
               Effect.timeout(LAST_TRY),
               Effect.catchAllCause((cause) =>
                 Effect.logError(`idempotency record of ${requestId} could not be written before stopping`, cause))

@@ -1,5 +1,6 @@
 import type { Server } from "node:http"
-import { Effect, Layer } from "effect"
+import { Clock, Effect, Layer } from "effect"
+import { Idempotency } from "../Models/Idempotency.js"
 
 /**
  * How long in-flight calls may take to finish after SIGTERM or SIGINT. Then
@@ -11,16 +12,19 @@ export const DRAIN_DEADLINE_MS = 25_000
 
 /**
  * Released before the server's own `close` (which waits for every connection):
- * idle keep-alive connections go at once, the rest at the deadline.
+ * idle keep-alive connections go at once, the rest at the deadline. Calls
+ * that run on without their client (idempotent ones) have the same deadline.
  */
 export const drainDeadline = (server: Server) =>
-  Layer.scopedDiscard(Effect.addFinalizer(() =>
-    Effect.gen(function*() {
-      yield* Effect.logInfo(`stopping: in-flight calls have ${DRAIN_DEADLINE_MS / 1000} s to finish`)
-      server.closeIdleConnections()
-      setTimeout(() => server.closeAllConnections(), DRAIN_DEADLINE_MS).unref()
-    })
-  ))
+  Layer.scopedDiscard(Effect.flatMap(Idempotency, (idempotency) =>
+    Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* Effect.logInfo(`stopping: in-flight calls have ${DRAIN_DEADLINE_MS / 1000} s to finish`)
+        yield* idempotency.drainBy((yield* Clock.currentTimeMillis) + DRAIN_DEADLINE_MS)
+        server.closeIdleConnections()
+        setTimeout(() => server.closeAllConnections(), DRAIN_DEADLINE_MS).unref()
+      })
+    )))
 
 /**
  * `kill -TERM -PGID` (systemd, container runtimes) and Ctrl-C reach node

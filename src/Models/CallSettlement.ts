@@ -14,7 +14,7 @@ import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./
 import { answerSoFar, providerRequest } from "./Call.js"
 import { billedCost, countInput } from "./Estimate.js"
 import type { Sources } from "./WebSearch.js"
-import { citedSources, withPlanning } from "./WebSearch.js"
+import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
 
 /** The error code a failed call is logged with. */
 export const codeOf = (cause: Cause.Cause<unknown>): string =>
@@ -41,6 +41,13 @@ const estimatedUsage = (call: HeldCall, sources: Sources, produced: Answer): Use
     reasoningTokens: 0,
     cachedTokens: 0
   }, sources),
+  source: "estimated",
+  sources
+})
+
+/** A call cut before its upstream call, after its search spent something: the search alone, as we counted it. */
+const searchOnly = (sources: Sources): Used => ({
+  usage: withPlanning({ inputTokens: 0, outputTokens: 0, reasoningTokens: 0, cachedTokens: 0 }, sources),
   source: "estimated",
   sources
 })
@@ -123,13 +130,19 @@ export const makeSettlement = Effect.gen(function*() {
   const settleOnce = <A, E>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A, E>) =>
     Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (current) => ({ ...current, settled: true })), settle))
 
-  /** The end of a call that did not settle itself: a client gone after the upstream started pays for what was produced. */
+  /**
+   * The end of a call that did not settle itself: a client gone (or a deadline) after the upstream started pays
+   * for what was produced; before it, after web search spent something, for the search.
+   */
   const settleAbandoned = (call: HeldCall, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
     if (progress.settled) return Effect.void
-    if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause) && progress.upstreamStarted) {
+    if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)) {
       const answer = answerSoFar(progress, "stop")
       // Billed as we counted what was produced so far.
-      return Effect.asVoid(Effect.ignore(settleUsed(call, usedOf(call, progress.sources, answer, Option.none()), answer)))
+      if (progress.upstreamStarted) {
+        return Effect.asVoid(Effect.ignore(settleUsed(call, usedOf(call, progress.sources, answer, Option.none()), answer)))
+      }
+      if (searchSpent(progress.sources)) return Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answer)))
     }
     return settleFailed(call, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
   }

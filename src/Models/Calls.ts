@@ -1,4 +1,4 @@
-import { Clock, Context, Effect, Exit, Layer, Option, Ref, type Stream } from "effect"
+import { Clock, Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref, type Stream } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -52,7 +52,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
   /** Fails before the first byte as `complete` does; afterwards failures are `Failed` events. */
   readonly stream: (input: CallInput) => Effect.Effect<Stream.Stream<StreamEvent>, ApiError, CurrentApiKey>
 }>() {
-  static readonly layer = Layer.effect(
+  static readonly layer = Layer.scoped(
     ModelCalls,
     Effect.gen(function*() {
       const config = yield* AppConfig
@@ -62,6 +62,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       // Test keys always use the built-in model, cost nothing and never touch the wallet.
       const providers = { live: yield* Provider, test: yield* TestKeyProvider }
       const settlement = yield* makeSettlement
+      // Streams' handoff watchdogs: closed (so they settle what they hold) before the wallet's last flush.
+      const watchdogs = yield* FiberSet.make<void>()
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
       const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number) => {
@@ -126,7 +128,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 simulated: call.key.environment === "test",
                 provider: call.provider,
                 model: call.route.upstreamModel,
-                reasoningModel: call.route.reasoningModel
+                reasoningModel: call.route.reasoningModel,
+                // What the search spent so far is the call's: a call cut mid-search is billed for it.
+                spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
               })
           })
           yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true }))
@@ -159,7 +163,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               const { answer: parts } = yield* restore(begin(call, progress, call.provider.stream)).pipe(
                 Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause)))
               )
-              const handoff = yield* watchHandoff(settlement, call, progress, config.streamHandoffTimeoutMs)
+              const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
+              const handoff = yield* watchHandoff(abandon, config.streamHandoffTimeoutMs, (watchdog) => FiberSet.run(watchdogs, watchdog))
               return { call, progress, parts, handoff }
             })
           ),

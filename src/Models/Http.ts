@@ -82,10 +82,10 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         const body = yield* run.pipe(
           Effect.onExit((exit) =>
             Exit.isSuccess(exit)
-              ? Effect.orDie(idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value))
-              : Effect.orDie(idempotency.abandon(key.keyId, claimKey, requestId))
+              ? idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
+              : idempotency.abandon(key.keyId, claimKey, requestId)
           ),
-          Effect.forkDaemon,
+          idempotency.detach,
           Effect.flatMap(Fiber.join)
         )
         return respond(body, false)

@@ -1,13 +1,21 @@
 import { createHash } from "node:crypto"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { Cause, Clock, Context, Duration, Effect, type Fiber, FiberSet, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { IdempotencyConflict } from "../Domain/Errors.js"
 import { holderDead, secondsSql } from "../Wallet/Instances.js"
-import { LEASE_RENEWAL, RESERVATION_LEASE, ReservationLeases } from "../Wallet/Leases.js"
+import { LEASE_RENEWAL, MAX_HOLD, RESERVATION_LEASE, ReservationLeases } from "../Wallet/Leases.js"
 
 export const RETENTION = Duration.hours(24)
+/** Tries of a record's completion on the call's path (back-off doubling from 50 ms); then it is retried in the background. */
+export const COMPLETION_TRIES = 4
+/** The longest the background retries a completion, the record's lease renewed meanwhile: as long as a call may hold money. */
+const COMPLETION_RETRY_FOR = MAX_HOLD
+/** How long calls run on at shutdown when no drain deadline was set (a test closing its server, say). */
+const UNDRAINED_GRACE_MS = 25_000
+/** Each unwritten completion's last try at shutdown. */
+const LAST_TRY = Duration.seconds(2)
 
 export interface Claim {
   readonly apiKeyId: string
@@ -66,20 +74,26 @@ export const judgeExisting = (
 /**
  * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
  * claims it; a finished one is replayed; one still running, or a different
- * body, is a conflict. Only successes are kept: a failed call costs nothing,
- * so its key is freed and a retry runs again.
+ * body, is a conflict. Only successes are kept: a failed call's key is freed
+ * and a retry runs again (a failed call costs nothing, unless shutdown cut it
+ * after its upstream started: then it is billed for what it sent). A billed call's answer is never
+ * lost to its record: the write is retried, in the background once the answer
+ * has gone out, and the record's lease is renewed until it is written, so a
+ * retry with the key answers 409 until then and the answer after, and never
+ * runs the call again. Calls run on without their client (`detach`); shutdown
+ * waits for them up to its deadline, then interrupts them (they settle), before
+ * the wallet's last flush.
  */
 export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
   readonly claim: (claim: Claim) => Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError>
-  /** Stores the answer of the call that holds the key; a call whose key was taken over stores nothing. */
-  readonly complete: (
-    apiKeyId: string,
-    key: string,
-    requestId: string,
-    status: number,
-    body: string
-  ) => Effect.Effect<void, SqlError.SqlError>
-  readonly abandon: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Stores the answer of the call that holds the key; a call whose key was taken over stores nothing. Never fails. */
+  readonly complete: (apiKeyId: string, key: string, requestId: string, status: number, body: string) => Effect.Effect<void>
+  /** Frees the key of a call that failed. Never fails: a record left behind lapses with its lease. */
+  readonly abandon: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void>
+  /** Runs a call on whether or not its client waits; shutdown settles it before the last flush. */
+  readonly detach: <A, E, R>(call: Effect.Effect<A, E, R>) => Effect.Effect<Fiber.RuntimeFiber<A, E>, never, R>
+  /** Shutdown began: detached calls may run until `deadlineMs` (this service's clock), then they are interrupted. */
+  readonly drainBy: (deadlineMs: number) => Effect.Effect<void>
 }>() {
   static readonly layer = Layer.scoped(
     Idempotency,
@@ -90,7 +104,7 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
       // Records written before leases existed: running after the longest call could take means dead.
       const legacyStaleAfterMs = upstreamTotalTimeoutMs + 60_000
       const lease = sql`now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second'`
-      /** Request ids of the records this process's calls hold; their leases are renewed while they run. */
+      /** Request ids of the records this process's calls hold; their leases are renewed until written or freed. */
       const running = new Set<string>()
 
       const claim = (input: Claim): Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError> =>
@@ -149,19 +163,94 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
       ))
       const release = (requestId: string) => Effect.sync(() => void running.delete(requestId))
 
+      /** Calls running on without their client, and completions written after their answer went out. */
+      const calls = yield* FiberSet.make<unknown, unknown>()
+      const lateWrites = yield* FiberSet.make<void, never>()
+      /** Completions not yet written, by request id: the last try at shutdown writes them. */
+      const unwritten = new Map<string, Effect.Effect<void, SqlError.SqlError>>()
+      let drainDeadline: number | undefined
+
+      const onPath = Schedule.intersect(Schedule.exponential("50 millis"), Schedule.recurs(COMPLETION_TRIES - 1))
+      const inBackground = Schedule.union(Schedule.exponential("500 millis"), Schedule.spaced("5 seconds")).pipe(
+        Schedule.upTo(COMPLETION_RETRY_FOR)
+      )
+
+      /** The rest of a completion's tries, after its answer went out; the lease is renewed until they end. */
+      const writeLate = (requestId: string, write: Effect.Effect<void, SqlError.SqlError>) => {
+        unwritten.set(requestId, write)
+        const done = Effect.zipRight(Effect.sync(() => unwritten.delete(requestId)), release(requestId))
+        // Forked from the call's exit (uninterruptible): only the tries may be interrupted, at shutdown, which tries once more.
+        return FiberSet.run(lateWrites, Effect.interruptible(Effect.retry(write, inBackground)).pipe(
+          Effect.matchCauseEffect({
+            onSuccess: () => Effect.zipRight(Effect.logInfo(`idempotency record of ${requestId} written after its answer`), done),
+            onFailure: (cause) =>
+              Cause.isInterruptedOnly(cause) ? Effect.void : Effect.zipRight(
+                Effect.logError(`idempotency record of ${requestId} could not be written: a retry with its key may run again`, cause),
+                done
+              )
+          })
+        ))
+      }
+
+      const complete = (apiKeyId: string, key: string, requestId: string, status: number, body: string) => {
+        const write = Effect.asVoid(sql`
+          UPDATE idempotency_records
+          SET status = 'completed', response_status = ${status}, response_body = ${body}, lease_expires_at = NULL
+          WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
+        `)
+        return write.pipe(
+          Effect.retry(onPath),
+          Effect.zipRight(release(requestId)),
+          Effect.catchAllCause((cause) =>
+            Effect.zipRight(
+              Effect.logWarning(`idempotency record of ${requestId} not written yet; its answer goes out, the write goes on`, cause),
+              writeLate(requestId, write)
+            )),
+          Effect.asVoid,
+          Effect.uninterruptible
+        )
+      }
+
+      const abandon = (apiKeyId: string, key: string, requestId: string) =>
+        Effect.asVoid(sql`
+          DELETE FROM idempotency_records
+          WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
+        `).pipe(
+          Effect.retry(onPath),
+          // Nothing was billed: a record left behind lapses with its lease, and a retry then runs again.
+          Effect.catchAllCause((cause) => Effect.logWarning(`idempotency record of ${requestId} not freed; it lapses with its lease`, cause)),
+          Effect.ensuring(release(requestId)),
+          Effect.uninterruptible
+        )
+
+      // Shutdown, before the wallet's last flush: calls finish (or are interrupted, and settle), then unwritten records get a last try.
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          const waitMs = Math.max(0, (drainDeadline ?? now + UNDRAINED_GRACE_MS) - now)
+          const size = yield* FiberSet.size(calls)
+          if (size > 0) yield* Effect.logInfo(`stopping: ${size} calls running on without their client`)
+          // A finalizer is uninterruptible: the waits are made interruptible, or their deadlines would not cut them.
+          yield* Effect.timeout(Effect.interruptible(FiberSet.awaitEmpty(calls)), Duration.millis(waitMs)).pipe(Effect.ignore)
+          yield* FiberSet.clear(calls)
+          yield* FiberSet.clear(lateWrites)
+          yield* Effect.forEach([...unwritten.entries()], ([requestId, write]) =>
+            Effect.interruptible(write).pipe(
+              Effect.timeout(LAST_TRY),
+              Effect.catchAllCause((cause) =>
+                Effect.logError(`idempotency record of ${requestId} could not be written before stopping`, cause))
+            ), { discard: true })
+        })
+      )
+
       return {
         claim,
-        complete: (apiKeyId, key, requestId, status, body) =>
-          Effect.asVoid(sql`
-            UPDATE idempotency_records
-            SET status = 'completed', response_status = ${status}, response_body = ${body}, lease_expires_at = NULL
-            WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
-          `).pipe(Effect.ensuring(release(requestId))),
-        abandon: (apiKeyId, key, requestId) =>
-          Effect.asVoid(sql`
-            DELETE FROM idempotency_records
-            WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
-          `).pipe(Effect.ensuring(release(requestId)))
+        complete,
+        abandon,
+        detach: (call) => FiberSet.run(calls, call),
+        drainBy: (deadlineMs: number) => Effect.sync(() => {
+          drainDeadline = deadlineMs
+        })
       }
     })
   )

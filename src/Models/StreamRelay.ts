@@ -1,4 +1,4 @@
-import { Cause, Effect, Exit, FiberId, Option, Ref, type Scope, Stream } from "effect"
+import { Cause, Effect, Option, Ref, type Scope, Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.js"
 import { errorMeta, InternalError, isApiError } from "../Domain/Errors.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Providers/Provider.js"
@@ -69,16 +69,18 @@ export const relayPart = (
 /**
  * Until the stream runs and attaches its finalizer, a watchdog owns the
  * settlement: a stream dropped before it ran (its request interrupted in
- * between) is settled, not left held.
+ * between) is `abandon`ed, not left held. The watchdog runs on `watch` (the
+ * service's fibers): interrupted at shutdown, it abandons a stream still
+ * waiting then, before the wallet's last flush.
  */
-export const watchHandoff = (settlement: Settlement, call: HeldCall, progress: Ref.Ref<Progress>, timeoutMs: number) =>
+export const watchHandoff = <X>(abandon: Effect.Effect<void>, timeoutMs: number, watch: (watchdog: Effect.Effect<void>) => Effect.Effect<X>) =>
   Effect.gen(function*() {
     const handoff = yield* Ref.make<Handoff>("waiting")
-    yield* Effect.sleep(timeoutMs).pipe(
-      Effect.zipRight(Ref.modify(handoff, (state) => state === "waiting" ? [true, "abandoned" as const] : [false, state])),
-      Effect.flatMap((dropped) => dropped ? settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none)) : Effect.void),
-      Effect.forkDaemon
+    const abandonIfWaiting = Ref.modify(handoff, (state) => state === "waiting" ? [true, "abandoned" as const] : [false, state]).pipe(
+      Effect.flatMap((dropped) => dropped ? abandon : Effect.void)
     )
+    // The call path forks it uninterruptible: only the wait may be interrupted; the check and the settlement run whole.
+    yield* watch(Effect.uninterruptible(Effect.zipRight(Effect.exit(Effect.interruptible(Effect.sleep(timeoutMs))), abandonIfWaiting)))
     return handoff
   })
 

@@ -55,6 +55,13 @@ export interface Sources {
 const NO_USAGE: PlanningUsage = { inputTokens: 0, outputTokens: 0, reasoningTokens: 0, cachedTokens: 0 }
 export const noSources: Sources = { searches: 0, pages: 0, found: [], planning: NO_USAGE }
 
+/** What a search has cost so far: searches sent, pages read, planning calls' tokens (a call sent, not yet answered: its prompt). */
+export type SearchSpent = Pick<Sources, "searches" | "pages" | "planning">
+
+/** Whether a search has spent anything upstream: from the first planning call sent on, it has. */
+export const searchSpent = (spent: SearchSpent): boolean =>
+  spent.searches > 0 || spent.pages > 0 || spent.planning.inputTokens > 0 || spent.planning.outputTokens > 0
+
 /** Characters kept per result and per page in the sources message; a token is at least one character, so these bound tokens too. */
 const TITLE_CHARS = 200
 const URL_CHARS = 300
@@ -206,6 +213,8 @@ export interface SearchCall {
   readonly provider: ProviderShape
   readonly model: string
   readonly reasoningModel: boolean
+  /** Told after each step (planning call sent or answered, search sent, page read): a call cut mid-search is billed for it. */
+  readonly spent: (sofar: SearchSpent) => Effect.Effect<void>
 }
 
 const addUsage = (a: PlanningUsage, b: PlanningUsage): PlanningUsage => ({
@@ -238,12 +247,18 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
     const results: Array<ReadResult & { readonly publishedAt: string | null }> = []
     const seen = new Set<string>()
     let planning = NO_USAGE
+    // A planning call sent and not yet answered: its prompt was paid for already.
+    let planningSent = NO_USAGE
+    let searchesSent = 0
     let pagesRead = 0
     let pagesPlanned = 0
+    const tell = Effect.suspend(() => call.spent({ searches: searchesSent, pages: pagesRead, planning: addUsage(planning, planningSent) }))
     for (const [round, budget] of plan.rounds.entries()) {
       if (budget.queries <= 0) continue
       const earlier = round === 0 ? undefined : { queries: queriesRun, results }
       const prompt = planningMessages(messages, budget.queries, today, earlier)
+      planningSent = { ...NO_USAGE, inputTokens: countMessages(prompt) }
+      yield* tell
       const answer = yield* call.provider.complete({
         model: call.model,
         messages: prompt,
@@ -252,11 +267,20 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         reasoningModel: call.reasoningModel
       })
       planning = addUsage(planning, planningUsageOf(prompt, answer.text, answer.usage))
+      planningSent = NO_USAGE
+      yield* tell
       const written = parseQueries(answer.text, budget.queries + queriesRun.length)
         .filter((query) => !queriesRun.some((done) => done.toLowerCase() === query.toLowerCase()))
         .slice(0, budget.queries)
       const queries = written.length > 0 ? written : round === 0 ? [lastQuestion(messages) || "news"] : []
-      const found = yield* Effect.forEach(queries, (query) => engine.search(query, plan.maxResults), { concurrency: 3 })
+      const found = yield* Effect.forEach(queries, (query) =>
+        Effect.zipRight(
+          Effect.suspend(() => {
+            searchesSent += 1
+            return tell
+          }),
+          engine.search(query, plan.maxResults)
+        ), { concurrency: 3 })
       queriesRun.push(...queries)
       const fresh: Array<SearchResult> = []
       for (const result of found.flatMap((list) => list.slice(0, plan.maxResults))) {
@@ -266,11 +290,18 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         fresh.push(result)
       }
       // Pages are read concurrently, each with its deadline; one that fails is skipped, not retried with another.
-      // A round may read what earlier rounds left unread of theirs.
+      // A round may read what earlier rounds left unread of theirs. Each page read counts as it arrives.
       pagesPlanned += budget.pages
       const toRead = fresh.slice(0, Math.max(0, pagesPlanned - pagesRead))
       const read = yield* Effect.forEach(toRead, (result) =>
         engine.readPage(result.url).pipe(
+          Effect.tap((text) =>
+            Effect.suspend(() => {
+              if (text.length === 0) return Effect.void
+              pagesRead += 1
+              return tell
+            })
+          ),
           Effect.tapError((error) => Effect.logInfo(`web page skipped: ${error.url}: ${error.reason}`)),
           Effect.option
         ), { concurrency: Math.max(1, toRead.length) })
@@ -278,7 +309,6 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         const text = read[i]
         return text !== undefined && Option.isSome(text) && text.value.length > 0 ? [[result.url, text.value] as const] : []
       }))
-      pagesRead += pages.size
       results.push(...fresh.map((result) => ({ ...result, page: pages.get(result.url) })))
     }
     const accessedAt = new Date(yield* Clock.currentTimeMillis).toISOString()

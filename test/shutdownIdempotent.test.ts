@@ -110,9 +110,11 @@ describe("SIGTERM with idempotent calls in flight", () => {
     const records = await db<{ key: string; status: string; response_status: number | null }>(
       "SELECT idempotency_key AS key, status, response_status FROM idempotency_records ORDER BY idempotency_key"
     )
-    expect(records.map((record) => [record.key, record.status, record.response_status])).toEqual(
-      ["left-1", "left-2", "left-3", "wait-1", "wait-2", "wait-3"].map((key) => [key, "completed", 200])
-    ) // the cut call answered nothing: its key is free
+    // The cut call was billed for what it sent: its key keeps a non-retryable 504, so a retry never runs it again.
+    expect(records.map((record) => [record.key, record.status, record.response_status])).toEqual([
+      ["hangs", "completed", 504],
+      ...["left-1", "left-2", "left-3", "wait-1", "wait-2", "wait-3"].map((key) => [key, "completed", 200])
+    ])
     const [wallet] = await db<{ reserved: string; spent: string }>(
       "SELECT reserved_micro_myr AS reserved, lifetime_spend_micro_myr AS spent FROM wallets WHERE account_id = $1",
       [accountId]
@@ -130,6 +132,9 @@ describe("SIGTERM with idempotent calls in flight", () => {
     const retry = await idempotentCall(again.baseUrl, dev.apiKey, "left-2", AbortSignal.timeout(30_000))
     expect(retry.status, retry.text).toBe(200)
     expect(JSON.parse(retry.text).output_text).toBe("Left behind, but answered.")
+    const cutRetry = await idempotentCall(again.baseUrl, dev.apiKey, "hangs", AbortSignal.timeout(30_000))
+    expect(cutRetry.status, cutRetry.text).toBe(504)
+    expect(JSON.parse(cutRetry.text).error).toMatchObject({ code: "provider_timeout", retryable: false })
     expect(upstream.requests.length).toBe(before)
     expect(await stopService(again)).toBe(0)
   }, 180_000)

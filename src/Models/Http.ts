@@ -1,10 +1,10 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect, Exit, Fiber, Schema, Scope, Stream } from "effect"
+import { Cause, Effect, Exit, Fiber, Schema, Scope, Stream } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
-import { InvalidRequest } from "../Domain/Errors.js"
+import { httpStatus, InvalidRequest, ProviderTimeout, toErrorBody } from "../Domain/Errors.js"
 import { currentRequestId } from "../Request/Context.js"
 import { requireActiveAccount } from "./Access.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
@@ -80,11 +80,20 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         if (outcome._tag === "Replay") return respond(outcome.body, true, outcome.status)
         // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
         const body = yield* run.pipe(
-          Effect.onExit((exit) =>
-            Exit.isSuccess(exit)
-              ? idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
-              : idempotency.abandon(key.keyId, claimKey, requestId)
-          ),
+          Effect.onExit((exit) => {
+            if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
+            if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)
+            // Cut by shutdown's deadline after it may have run (and been billed): a retry must not run it again.
+            const cut = new ProviderTimeout({
+              message: `The request with this Idempotency-Key was cut off when the service stopped (${requestId}); ` +
+                "work already done upstream was billed.",
+              retryable: false,
+              guidance: "Send a new Idempotency-Key to run the request again."
+            })
+            return idempotency.complete(
+              key.keyId, claimKey, requestId, httpStatus(cut), JSON.stringify(toErrorBody(cut, requestId, dashboardUrl))
+            )
+          }),
           idempotency.detach,
           Effect.flatMap(Fiber.join)
         )

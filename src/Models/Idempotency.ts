@@ -74,9 +74,10 @@ export const judgeExisting = (
 /**
  * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
  * claims it; a finished one is replayed; one still running, or a different
- * body, is a conflict. Only successes are kept: a failed call's key is freed
- * and a retry runs again (a failed call costs nothing, unless shutdown cut it
- * after its upstream started: then it is billed for what it sent). A billed call's answer is never
+ * body, is a conflict. Successes are kept; a failed call's key is freed and a
+ * retry runs again (a failed call costs nothing). A call cut by shutdown's
+ * deadline may have been billed for what it sent: it keeps a non-retryable 504
+ * (`Http.ts`), so a retry never runs it twice. A billed call's answer is never
  * lost to its record: the write is retried, in the background once the answer
  * has gone out, and the record's lease is renewed until it is written, so a
  * retry with the key answers 409 until then and the answer after, and never

@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 import { PUBLIC_MODEL } from "../src/Models/Api.js"
 import { COMPLETION_TRIES } from "../src/Models/Idempotency.js"
 import type { Reply } from "./support/Http.js"
@@ -130,5 +130,26 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("an idempotent ca
       expect(yield* completionWritesTried).toBe(COMPLETION_TRIES + 5)
       yield* expectBilledOnce(accountId, first)
       yield* query(`DROP TRIGGER test_refuse_completion ON idempotency_records`)
+    }))
+
+  it.effect("a key taken over while its call ran (its process looked dead): the call is not billed; it answers a retryable 409", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      upstream.reset()
+      upstream.setBehaviour({ kind: "ok", text: "Late, and taken over.", delayMs: 1_500 })
+      const { accountId, apiKey, keyId } = yield* caller("idem-taken-over@example.com", { sen: 1000 })
+      const body = { model: PUBLIC_MODEL, input: "Name a river in Pahang." }
+      const running = yield* Effect.fork(modelCall(apiKey, RESPONSES, body, { "Idempotency-Key": "taken-over" }))
+      while (upstream.requests.length === 0) yield* Effect.sleep("20 millis")
+      // What a retry on a live instance does once the holder's beat is stale: the record becomes the retry's.
+      yield* query(`UPDATE idempotency_records SET request_id = 'req_the_retry' WHERE api_key_id = $1`, [keyId])
+      const late = yield* Fiber.join(running)
+      expect(late.status, late.text).toBe(409)
+      expect(late.body.error).toMatchObject({ code: "idempotency_conflict", retryable: true })
+      const rows = yield* billedRows(accountId)
+      expect(rows.map((row) => [row.status, Number(row.cost_micro_myr)])).toEqual([["failed", 0]])
+      expect(yield* walletOf(accountId)).toMatchObject({ reserved: 0, spent: 0 })
+      expect(yield* recordOf(keyId), "the retry's record is left as it is").toMatchObject({ status: "running" })
+      expect(yield* violations(accountId)).toEqual([])
     }))
 })

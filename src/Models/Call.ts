@@ -1,6 +1,6 @@
-import { Option } from "effect"
+import { type Effect, Option } from "effect"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
-import type { ApiError } from "../Domain/Errors.js"
+import type { ApiError, IdempotencyConflict } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import type { Message } from "../Domain/Tokens.js"
 import type {
@@ -42,6 +42,11 @@ export interface CallInput {
   readonly stream: boolean
   /** The field that names the prompt in errors: `input` or `messages`. */
   readonly inputParam: string
+  /**
+   * An idempotent call confirms it still holds its key just before it is billed:
+   * one whose key another instance took over while this one stalled is not billed twice.
+   */
+  readonly confirmBeforeBilling?: Effect.Effect<void, IdempotencyConflict> | undefined
 }
 
 export interface CallUsage {

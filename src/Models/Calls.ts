@@ -146,8 +146,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             const progress = yield* Ref.make(notStarted)
             return yield* restore(begin(call, progress, (request) => call.provider.complete(request))).pipe(
               Effect.flatMap(({ answer, sources }) =>
-                settlement.settleOnce(progress, settlement.settleAnswer(call, usedOf(call, sources, answer, answer.usage), answer))
-              ),
+                Effect.zipRight(
+                  input.confirmBeforeBilling ?? Effect.void,
+                  settlement.settleOnce(progress, settlement.settleAnswer(call, usedOf(call, sources, answer, answer.usage), answer))
+                )),
               Effect.onExit(settlement.settleOnExit(call, progress))
             )
           })

@@ -60,14 +60,14 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
     const answer = (call: Call, input: CallInput) =>
       Effect.gen(function*() {
         const key = yield* CurrentApiKey
-        const run = Effect.map(calls.complete(input), (result) => JSON.stringify(call.render(result)))
+        const runOf = (callInput: CallInput) => Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
         const respond = (body: string, replayed: boolean, status = 200) =>
           HttpServerResponse.text(body, {
             status,
             contentType: "application/json",
             headers: replayed ? { "idempotent-replayed": "true" } : {}
           })
-        if (call.idempotencyKey === undefined) return respond(yield* run, false)
+        if (call.idempotencyKey === undefined) return respond(yield* runOf(input), false)
         const claimKey = call.idempotencyKey
         const requestId = yield* currentRequestId
         const outcome = yield* idempotency.claim({
@@ -79,7 +79,8 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         }).pipe(Effect.catchTag("SqlError", Effect.die))
         if (outcome._tag === "Replay") return respond(outcome.body, true, outcome.status)
         // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
-        const body = yield* run.pipe(
+        const confirmed = { ...input, confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) }
+        const body = yield* runOf(confirmed).pipe(
           Effect.onExit((exit) => {
             if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
             if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)

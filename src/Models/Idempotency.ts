@@ -90,6 +90,11 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
   /** Stores the answer of the call that holds the key; a call whose key was taken over stores nothing. Never fails. */
   readonly complete: (apiKeyId: string, key: string, requestId: string, status: number, body: string) => Effect.Effect<void>
   /** Frees the key of a call that failed. Never fails: a record left behind lapses with its lease. */
+  /**
+   * Still this request's key, running: its lease is renewed. A key taken over
+   * (this process looked dead) answers 409, so that the call is not billed twice.
+   */
+  readonly confirm: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void, IdempotencyConflict>
   readonly abandon: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void>
   /** Runs a call on whether or not its client waits; shutdown settles it before the last flush. */
   readonly detach: <A, E, R>(call: Effect.Effect<A, E, R>) => Effect.Effect<Fiber.RuntimeFiber<A, E>, never, R>
@@ -224,6 +229,27 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
           Effect.uninterruptible
         )
 
+      const confirm = (apiKeyId: string, key: string, requestId: string) =>
+        sql<{ held: number }>`
+          UPDATE idempotency_records SET lease_expires_at = ${lease}
+          WHERE api_key_id = ${apiKeyId} AND idempotency_key = ${key} AND request_id = ${requestId} AND status = 'running'
+          RETURNING 1 AS held
+        `.pipe(
+          Effect.retry(onPath),
+          // The database unreachable: the call is billed as it would have been; only a takeover is refused.
+          Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`idempotency record of ${requestId} not confirmed`, cause), [{ held: 1 }])),
+          Effect.flatMap((rows) =>
+            rows.length > 0 ? Effect.void : new IdempotencyConflict({
+              message: `The Idempotency-Key "${key}" was taken over by a retry while this request stalled (${requestId}); ` +
+                "it is answered by that retry and billed once.",
+              param: "Idempotency-Key",
+              retryable: true,
+              retry_after_seconds: 1,
+              guidance: "Retry with the same Idempotency-Key to receive the result of the request that took it over."
+            })
+          )
+        )
+
       // Shutdown, before the wallet's last flush: calls finish (or are interrupted, and settle), then unwritten records get a last try.
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {
@@ -247,6 +273,7 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
       return {
         claim,
         complete,
+        confirm,
         abandon,
         detach: (call) => FiberSet.run(calls, call),
         drainBy: (deadlineMs: number) => Effect.sync(() => {

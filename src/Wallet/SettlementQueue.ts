@@ -362,6 +362,19 @@ const recordAnomalies = (queue: Queue, anomalies: ReadonlyArray<Anomaly>) =>
     return Effect.logWarning("settlement value out of range, clamped").pipe(Effect.annotateLogs({ ...anomaly }))
   }, { discard: true })
 
+/** An answer whose hold was taken back (this instance judged dead), billed late and short: an anomaly for the operator. */
+const noteShortfall = (queue: Queue, item: Exclude<SettleItem, { readonly _tag: "Release" }>, chargedMicroMyr: number) => {
+  const shortfallMicroMyr = item.amountMicroMyr - chargedMicroMyr
+  queue.metrics.billingShortfall.inc(shortfallMicroMyr)
+  return Effect.logError("billing shortfall: a call answered before its settlement was written, billed late from a wallet that could not pay it in full")
+    .pipe(Effect.annotateLogs({
+      requestId: item._tag === "Capture" ? item.log?.requestId : item.requestId,
+      costMicroMyr: item.amountMicroMyr,
+      chargedMicroMyr,
+      shortfallMicroMyr
+    }))
+}
+
 /** What a written batch settles in memory: rows no longer due, leases dropped, grants' charges written. */
 const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutcome) =>
   Effect.gen(function*() {
@@ -374,6 +387,9 @@ const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutc
       const done = outcome.items[index]
       if (item._tag === "Capture" && done !== undefined) {
         yield* logCapture({ reservationId: item.reservationId, chargedMicroMyr: done.chargedMicroMyr, ledgerEntryId: done.ledgerEntryId })
+      }
+      if (item._tag !== "Release" && done !== undefined && done.chargedMicroMyr < item.amountMicroMyr) {
+        yield* noteShortfall(queue, item, done.chargedMicroMyr)
       }
     }
     yield* queue.pool.written(taken.close, outcome.missingGrants)

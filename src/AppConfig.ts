@@ -56,10 +56,12 @@ export interface AppConfigShape {
   readonly instanceId: string
   /** How long a streamed call's settlement waits for its stream to start before settling it as abandoned; not an environment setting. */
   readonly streamHandoffTimeoutMs: number
-  /** `IP_AUTH_FAILURES_PER_MINUTE`: failed API-key authentications one client address may make a minute before it is refused. */
+  /** `IP_AUTH_FAILURES_PER_MINUTE`: failed authentications (API keys and dashboard session tokens) one client address may make a minute before it is refused. */
   readonly ipAuthFailuresPerMinute: number
   /** `IP_CHECKOUTS_PER_MINUTE`: checkout sessions one client address may create a minute. */
   readonly ipCheckoutsPerMinute: number
+  /** `IP_DEV_SESSIONS_PER_MINUTE`: development identity provider sessions (`POST /dev/session`) one client address may create a minute. */
+  readonly ipDevSessionsPerMinute: number
   /** `TRUSTED_PROXIES`: addresses or CIDR ranges whose `X-Forwarded-For` names the client; unset, the socket's peer is the client. */
   readonly trustedProxies: ReadonlyArray<string>
 }
@@ -133,6 +135,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   streamHandoffTimeoutMs: Config.succeed(30_000),
   ipAuthFailuresPerMinute: Config.integer("IP_AUTH_FAILURES_PER_MINUTE").pipe(Config.withDefault(60)),
   ipCheckoutsPerMinute: Config.integer("IP_CHECKOUTS_PER_MINUTE").pipe(Config.withDefault(20)),
+  ipDevSessionsPerMinute: Config.integer("IP_DEV_SESSIONS_PER_MINUTE").pipe(Config.withDefault(20)),
   trustedProxies: Config.string("TRUSTED_PROXIES").pipe(
     Config.withDefault(""),
     Config.map((value) => value.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0))

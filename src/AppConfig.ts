@@ -18,6 +18,11 @@ export interface AppConfigShape {
   readonly upstreamModelReasoning: string
   readonly upstreamFirstByteTimeoutMs: number
   readonly upstreamTotalTimeoutMs: number
+  /**
+   * `UPSTREAM_IMAGE_URLS`: `pass` sends remote image URLs to the upstream as they came; `inline` fetches
+   * them through the fetch guard and sends `data:` URLs, so a self-hosted upstream fetches nothing itself.
+   */
+  readonly upstreamImageUrls: "pass" | "inline"
   readonly searchBaseUrl: Option.Option<string>
   /** `FETCH_ALLOWED_HOSTS`: `host` or `host:port` entries, lower case, that page fetching may reach although they are not public. */
   readonly fetchAllowedHosts: ReadonlySet<string>
@@ -95,6 +100,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   upstreamModelReasoning: Config.string("UPSTREAM_MODEL_REASONING").pipe(Config.withDefault("o4-mini")),
   upstreamFirstByteTimeoutMs: Config.integer("UPSTREAM_FIRST_BYTE_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
   upstreamTotalTimeoutMs: Config.integer("UPSTREAM_TOTAL_TIMEOUT_MS").pipe(Config.withDefault(600_000)),
+  upstreamImageUrls: Config.literal("pass", "inline")("UPSTREAM_IMAGE_URLS").pipe(Config.withDefault("pass" as const)),
   searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
   fetchAllowedHosts: Config.string("FETCH_ALLOWED_HOSTS").pipe(
     Config.withDefault(""),

@@ -18,6 +18,11 @@ export interface AppConfigShape {
   readonly upstreamModelReasoning: string
   readonly upstreamFirstByteTimeoutMs: number
   readonly upstreamTotalTimeoutMs: number
+  /**
+   * `UPSTREAM_IMAGE_URLS`: `pass` sends remote image URLs to the upstream as they came; `inline` fetches
+   * them through the fetch guard and sends `data:` URLs, so a self-hosted upstream fetches nothing itself.
+   */
+  readonly upstreamImageUrls: "pass" | "inline"
   readonly searchBaseUrl: Option.Option<string>
   /** `FETCH_ALLOWED_HOSTS`: `host` or `host:port` entries, lower case, that page fetching may reach although they are not public. */
   readonly fetchAllowedHosts: ReadonlySet<string>
@@ -56,10 +61,12 @@ export interface AppConfigShape {
   readonly instanceId: string
   /** How long a streamed call's settlement waits for its stream to start before settling it as abandoned; not an environment setting. */
   readonly streamHandoffTimeoutMs: number
-  /** `IP_AUTH_FAILURES_PER_MINUTE`: failed API-key authentications one client address may make a minute before it is refused. */
+  /** `IP_AUTH_FAILURES_PER_MINUTE`: failed authentications (API keys and dashboard session tokens) one client address may make a minute before it is refused. */
   readonly ipAuthFailuresPerMinute: number
   /** `IP_CHECKOUTS_PER_MINUTE`: checkout sessions one client address may create a minute. */
   readonly ipCheckoutsPerMinute: number
+  /** `IP_DEV_SESSIONS_PER_MINUTE`: development identity provider sessions (`POST /dev/session`) one client address may create a minute. */
+  readonly ipDevSessionsPerMinute: number
   /** `TRUSTED_PROXIES`: addresses or CIDR ranges whose `X-Forwarded-For` names the client; unset, the socket's peer is the client. */
   readonly trustedProxies: ReadonlyArray<string>
 }
@@ -93,6 +100,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   upstreamModelReasoning: Config.string("UPSTREAM_MODEL_REASONING").pipe(Config.withDefault("o4-mini")),
   upstreamFirstByteTimeoutMs: Config.integer("UPSTREAM_FIRST_BYTE_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
   upstreamTotalTimeoutMs: Config.integer("UPSTREAM_TOTAL_TIMEOUT_MS").pipe(Config.withDefault(600_000)),
+  upstreamImageUrls: Config.literal("pass", "inline")("UPSTREAM_IMAGE_URLS").pipe(Config.withDefault("pass" as const)),
   searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
   fetchAllowedHosts: Config.string("FETCH_ALLOWED_HOSTS").pipe(
     Config.withDefault(""),
@@ -133,6 +141,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   streamHandoffTimeoutMs: Config.succeed(30_000),
   ipAuthFailuresPerMinute: Config.integer("IP_AUTH_FAILURES_PER_MINUTE").pipe(Config.withDefault(60)),
   ipCheckoutsPerMinute: Config.integer("IP_CHECKOUTS_PER_MINUTE").pipe(Config.withDefault(20)),
+  ipDevSessionsPerMinute: Config.integer("IP_DEV_SESSIONS_PER_MINUTE").pipe(Config.withDefault(20)),
   trustedProxies: Config.string("TRUSTED_PROXIES").pipe(
     Config.withDefault(""),
     Config.map((value) => value.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0))

@@ -6,6 +6,7 @@ import {
   InvalidApiKey,
   InvalidRequest,
   NotFound,
+  RateLimitExceeded,
   RevokedApiKey,
   wire
 } from "../Domain/Errors.js"
@@ -26,9 +27,9 @@ export interface ApiKeyPrincipal {
 
 export class CurrentApiKey extends Context.Tag("nenas/CurrentApiKey")<CurrentApiKey, ApiKeyPrincipal>() {}
 
-/** `Authorization: Bearer <SESSION_TOKEN>` on `/dashboard/*`. */
+/** `Authorization: Bearer <SESSION_TOKEN>` on `/dashboard/*`; an address past its failed authentications gets 429. */
 export class DashboardAuth extends HttpApiMiddleware.Tag<DashboardAuth>()("DashboardAuth", {
-  failure: wire(AuthenticationError),
+  failure: Schema.Union(wire(AuthenticationError), wire(RateLimitExceeded)),
   provides: CurrentAccount,
   security: { sessionToken: HttpApiSecurity.bearer }
 }) {}
@@ -62,6 +63,7 @@ export class DevIdentityApi extends HttpApiGroup.make("devIdentity")
       .addSuccess(DevSessionResponse)
       .addError(wire(InvalidRequest))
       .addError(wire(NotFound))
+      .addError(wire(RateLimitExceeded))
   )
   .add(
     HttpApiEndpoint.get("jwks", "/dev/.well-known/jwks.json")

@@ -27,6 +27,7 @@ import { ProviderLive } from "../Providers/Live.js"
 import { TestKeyProviderLive } from "../Providers/Simulated.js"
 import { IpLimits } from "../Request/IpLimits.js"
 import { Router } from "../Routing/Router.js"
+import { ImageFetcher } from "../Search/ImageFetch.js"
 import { type Search, SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
 import { RequestLogReads } from "../Logs/Reads.js"
@@ -111,6 +112,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       overrides.router ?? Router.layer,
       instrumentedProvider(overrides.provider ?? ProviderLive),
       overrides.testKeyProvider ?? TestKeyProviderLive,
+      ImageFetcher.layer,
       traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(overrides.search ?? SearchLive)))
     )),
     // The key cache and the grant pool hear the database through it.

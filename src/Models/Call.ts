@@ -30,6 +30,8 @@ export interface CallInput {
   readonly messages: ReadonlyArray<Message>
   /** The conversation as the upstream takes it: images and tool turns included. */
   readonly upstream: ReadonlyArray<UpstreamMessage>
+  /** Remote image URLs in `upstream`, each with the param of its first use; absent, none. */
+  readonly remoteImages?: ReadonlyMap<string, string> | undefined
   readonly capabilities: Capabilities
   readonly effort: Effort
   readonly maxOutputTokens: number | undefined

@@ -10,6 +10,7 @@ import type { ProviderError, ProviderRequest } from "../Providers/Provider.js"
 import { Provider, TestKeyProvider } from "../Providers/Provider.js"
 import type { Route } from "../Routing/Router.js"
 import { Router } from "../Routing/Router.js"
+import { ImageFetcher } from "../Search/ImageFetch.js"
 import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
@@ -17,6 +18,7 @@ import type { CallInput, CallResult, HeldCall, Progress, StreamEvent } from "./C
 import { notStarted, providerRequest } from "./Call.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
+import { inlineRemoteImages } from "./RemoteImages.js"
 import { relay, watchHandoff } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 
@@ -59,6 +61,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const router = yield* Router
       const spending = yield* Spending
       const webSearch = yield* WebSearch
+      const images = yield* ImageFetcher
       // Test keys always use the built-in model, cost nothing and never touch the wallet.
       const providers = { live: yield* Provider, test: yield* TestKeyProvider }
       const settlement = yield* makeSettlement
@@ -118,9 +121,17 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           } satisfies HeldCall
         })
 
-      /** Search, then the upstream: from here on the call has cost something. */
+      /**
+       * Remote images, then search, then the upstream: from here on the call has cost something. Images are
+       * inlined once the call is held (a caller who cannot pay has nothing fetched), and only for the upstream:
+       * test keys' built-in model fetches nothing.
+       */
       const begin = <A>(call: HeldCall, progress: Ref.Ref<Progress>, ask: (request: ProviderRequest) => Effect.Effect<A, ProviderError>) =>
         Effect.gen(function*() {
+          const remote = call.input.remoteImages
+          const upstream = config.upstreamImageUrls === "inline" && call.key.environment === "live" && remote !== undefined
+            ? yield* inlineRemoteImages(images, call.input.upstream, remote)
+            : call.input.upstream
           const sources = yield* Option.match(call.plan, {
             onNone: () => Effect.succeed(noSources),
             onSome: (plan) =>
@@ -134,7 +145,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               })
           })
           yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true }))
-          return { sources, answer: yield* ask(providerRequest(call, sources)) }
+          return { sources, answer: yield* ask(providerRequest({ ...call, input: { ...call.input, upstream } }, sources)) }
         })
 
       // Between the reservation and the hook that settles it, nothing may interrupt: a reservation no hook

@@ -24,7 +24,12 @@ export interface Conversation {
   readonly capabilities: Capabilities
   /** A Responses `web_search` tool: web search runs (`mode: on`). */
   readonly webSearchTool: boolean
+  /** Each remote image URL, with the param of its first use (for `UPSTREAM_IMAGE_URLS=inline`). */
+  readonly remoteImages: ReadonlyMap<string, string>
 }
+
+/** Remote image URLs met while parsing, each with the param of its first use; `false` where images are refused. */
+type ImageSink = Map<string, string> | false
 
 type InputError = UnsupportedInput | InvalidRequest
 type Json = { readonly [key: string]: unknown }
@@ -38,7 +43,7 @@ const ROLES: ReadonlySet<string> = new Set(["system", "developer", "user", "assi
 const DETAILS: ReadonlySet<string> = new Set(["low", "high", "auto"])
 
 /** An image reference: an https URL or a `data:` URL, forwarded byte for byte. */
-const imagePart = (url: unknown, detail: unknown, path: string): Effect.Effect<UpstreamPart, InputError> => {
+const imagePart = (url: unknown, detail: unknown, path: string, remote: Map<string, string>): Effect.Effect<UpstreamPart, InputError> => {
   if (typeof url !== "string" || url.length === 0) return invalid("An image needs a URL: https or a data: URL.", path)
   if (!/^https:\/\//i.test(url) && !/^data:image\/[a-z0-9.+-]+(;[^,]*)?,/i.test(url)) {
     return invalid("An image URL must be an https URL or a data:image/... URL.", path)
@@ -47,42 +52,43 @@ const imagePart = (url: unknown, detail: unknown, path: string): Effect.Effect<U
     return invalid(`Expected detail "low", "high" or "auto", actual ${JSON.stringify(detail)}.`, path.replace(/\.(image_url|url)$/, ".detail"))
   }
   const known = detail === "low" || detail === "high" || detail === "auto" ? detail : undefined
+  if (/^https:/i.test(url) && !remote.has(url)) remote.set(url, path)
   return Effect.succeed({ type: "image_url", image_url: known === undefined ? { url } : { url, detail: known } })
 }
 
 /** A content part: text, or (where `images`) an image in chat's or Responses' shape; anything else is named and refused. */
-const partOf = (part: Json, path: string, images: boolean): Effect.Effect<UpstreamPart, InputError> => {
+const partOf = (part: Json, path: string, images: ImageSink): Effect.Effect<UpstreamPart, InputError> => {
   const type = part["type"]
   if (typeof type === "string" && TEXT_PARTS.has(type)) {
     return typeof part["text"] === "string"
       ? Effect.succeed({ type: "text", text: part["text"] })
       : invalid("A text part needs a string 'text'.", `${path}.text`)
   }
-  if (images && type === "image_url") {
+  if (images !== false && type === "image_url") {
     const image = part["image_url"]
     return isRecord(image)
-      ? imagePart(image["url"], image["detail"], `${path}.image_url.url`)
-      : imagePart(image, undefined, `${path}.image_url`)
+      ? imagePart(image["url"], image["detail"], `${path}.image_url.url`, images)
+      : imagePart(image, undefined, `${path}.image_url`, images)
   }
-  if (images && type === "input_image") {
+  if (images !== false && type === "input_image") {
     if (part["image_url"] === undefined && part["file_id"] !== undefined) {
       return Effect.fail(new UnsupportedInput({ message: "Images by file_id are not supported; send an https or data: URL.", param: path }))
     }
-    return imagePart(part["image_url"], part["detail"], `${path}.image_url`)
+    return imagePart(part["image_url"], part["detail"], `${path}.image_url`, images)
   }
   return Effect.fail(new UnsupportedInput({
-    message: `Content parts of type '${String(type)}' are not supported here; text${images ? " and images are" : " is"} accepted.`,
+    message: `Content parts of type '${String(type)}' are not supported here; text${images !== false ? " and images are" : " is"} accepted.`,
     param: path
   }))
 }
 
-const partsOf = (content: ReadonlyArray<Json>, path: string, images: boolean) =>
+const partsOf = (content: ReadonlyArray<Json>, path: string, images: ImageSink) =>
   Effect.forEach(content, (part, j) => partOf(part, `${path}[${j}]`, images))
 
 const textOfParts = (parts: ReadonlyArray<UpstreamPart>): string => parts.map((p) => p.type === "text" ? p.text : "").join("")
 
 /** Content as the upstream takes it: a string stays a string; parts are checked, images kept. */
-const contentOf = (content: string | ReadonlyArray<Json>, path: string, images: boolean) =>
+const contentOf = (content: string | ReadonlyArray<Json>, path: string, images: ImageSink) =>
   typeof content === "string"
     ? Effect.succeed<string | ReadonlyArray<UpstreamPart>>(content)
     : Effect.map(partsOf(content, path, images), (parts): string | ReadonlyArray<UpstreamPart> =>
@@ -184,6 +190,7 @@ export const responsesConversation = (body: ResponsesBody) =>
   Effect.gen(function*() {
     yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
     const upstream: Array<UpstreamMessage> = []
+    const remoteImages = new Map<string, string>()
     if (typeof body.instructions === "string" && body.instructions.length > 0) {
       upstream.push({ role: "system", content: body.instructions })
     }
@@ -226,7 +233,7 @@ export const responsesConversation = (body: ResponsesBody) =>
       }
       if (item.content === undefined) return yield* invalid("A message needs 'content'.", `${path}.content`)
       const role = item.role as Message["role"]
-      const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant")
+      const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant" && remoteImages)
       upstream.push(role === "assistant" ? { role, content: plain(content) } : { role, content })
     }
     // Items and messages do not map one to one (instructions, merged calls): the check names the input.
@@ -277,7 +284,8 @@ export const responsesConversation = (body: ResponsesBody) =>
         ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
         ...(responseFormat === undefined || responseFormat.type === "text" ? {} : { responseFormat })
       },
-      webSearchTool
+      webSearchTool,
+      remoteImages
     } satisfies Conversation
   })
 
@@ -286,6 +294,7 @@ export const chatConversation = (body: ChatCompletionRequest) =>
   Effect.gen(function*() {
     yield* refuseNotImplemented(body, CHAT_NOT_IMPLEMENTED)
     const upstream: Array<UpstreamMessage> = []
+    const remoteImages = new Map<string, string>()
     for (const [i, message] of body.messages.entries()) {
       const path = `messages[${i}]`
       const content = message.content ?? null
@@ -316,7 +325,7 @@ export const chatConversation = (body: ChatCompletionRequest) =>
         }
         default: {
           if (content === null) return yield* invalid("A message needs 'content'.", `${path}.content`)
-          upstream.push({ role: message.role, content: yield* contentOf(content, `${path}.content`, true) })
+          upstream.push({ role: message.role, content: yield* contentOf(content, `${path}.content`, remoteImages) })
         }
       }
     }
@@ -350,6 +359,7 @@ export const chatConversation = (body: ChatCompletionRequest) =>
         ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
         ...(responseFormat === undefined ? {} : { responseFormat })
       },
-      webSearchTool: false
+      webSearchTool: false,
+      remoteImages
     } satisfies Conversation
   })

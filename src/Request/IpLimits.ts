@@ -6,7 +6,7 @@ import { AppConfig } from "../AppConfig.js"
 import { RateLimitExceeded } from "../Domain/Errors.js"
 
 /** What is counted per client address, each over one minute. */
-export type IpRule = "authFailures" | "checkouts"
+export type IpRule = "authFailures" | "checkouts" | "devSessions"
 
 const WINDOW_MS = 60_000
 
@@ -138,7 +138,8 @@ export const clientAddress = (
 
 /**
  * Per-client-address limits on what costs us before anyone is known: failed
- * API-key authentication and checkout creation. A fixed one-minute window,
+ * authentication (API keys and dashboard session tokens), checkout creation
+ * and development sign-ins. A fixed one-minute window,
  * in memory, or in Redis when `REDIS_URL` is set so that every instance
  * counts together.
  */
@@ -161,7 +162,8 @@ export class IpLimits extends Context.Tag("nenas/IpLimits")<IpLimits, {
       }
       const limits: Record<IpRule, { readonly limit: number; readonly what: string }> = {
         authFailures: { limit: config.ipAuthFailuresPerMinute, what: "failed authentications" },
-        checkouts: { limit: config.ipCheckoutsPerMinute, what: "checkout sessions" }
+        checkouts: { limit: config.ipCheckoutsPerMinute, what: "checkout sessions" },
+        devSessions: { limit: config.ipDevSessionsPerMinute, what: "development sessions" }
       }
       const refusal = (rule: IpRule, resetsInMs: number) =>
         new RateLimitExceeded({

@@ -90,9 +90,30 @@ const pinned = (addresses: ReadonlyArray<ResolvedAddress>): LookupFunction => (_
   callback(null, first.address, first.family)
 }
 
+/** What a guarded GET asks for, and which answers it takes. */
+export interface Wanted {
+  readonly accept: string
+  readonly userAgent: string
+  /** Whether a body of this media type (lower case, no parameters) is read; another is refused unread. */
+  readonly admits: (mediaType: string) => boolean
+  /** What an answer of another type is not, for the refusal's reason ("HTML or text"). */
+  readonly what: string
+}
+
+/** A body read through the guard: its URL after redirects, its Content-Type, and its bytes up to the cap. */
+export interface Fetched {
+  readonly url: string
+  readonly contentType: string
+  readonly bytes: Buffer
+  /** The body was longer than the cap; `bytes` is its start. */
+  readonly truncated: boolean
+}
+
 type Hop =
   | { readonly _tag: "Redirect"; readonly location: string }
-  | { readonly _tag: "Body"; readonly kind: FetchedPage["kind"]; readonly body: string; readonly truncated: boolean }
+  | { readonly _tag: "Body"; readonly contentType: string; readonly bytes: Buffer; readonly truncated: boolean }
+
+const mediaTypeOf = (contentType: string): string => contentType.split(";")[0]?.trim().toLowerCase() ?? ""
 
 /** The body as text in its declared charset; an unknown label is read as UTF-8, which reads most of the web. */
 const decode = (contentType: string, bytes: Uint8Array): string => {
@@ -128,14 +149,14 @@ const readCapped = (response: IncomingMessage, maxBytes: number) =>
     response.once("aborted", () => reject(new Error("the connection was cut")))
   })
 
-/** One request: a redirect to follow, or the body of an HTML or text page. */
-const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number, signal: AbortSignal) =>
+/** One request: a redirect to follow, or a body of a type `wanted` admits. */
+const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number, wanted: Wanted, signal: AbortSignal) =>
   new Promise<Hop | PageError>((resolve, reject) => {
     const client = url.protocol === "https:" ? https : http
     const request = client.get(url, {
       agent: false,
       signal,
-      headers: { "user-agent": "nenas-web-search/1.0", accept: "text/html,application/xhtml+xml,text/plain;q=0.9" },
+      headers: { "user-agent": wanted.userAgent, accept: wanted.accept },
       ...(lookup === undefined ? {} : { lookup })
     }, (response) => {
       const status = response.statusCode ?? 0
@@ -149,13 +170,12 @@ const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number,
         return resolve(new PageFailed({ url: url.href, reason: `HTTP ${status}` }))
       }
       const contentType = response.headers["content-type"] ?? ""
-      const kind = MEDIA_TYPES[contentType.split(";")[0]?.trim().toLowerCase() ?? ""]
-      if (kind === undefined) {
+      if (!wanted.admits(mediaTypeOf(contentType))) {
         response.destroy()
-        return resolve(new PageRefused({ url: url.href, reason: `not HTML or text (${contentType || "no content type"})` }))
+        return resolve(new PageRefused({ url: url.href, reason: `not ${wanted.what} (${contentType || "no content type"})` }))
       }
       readCapped(response, maxBytes).then(
-        ({ bytes, truncated }) => resolve({ _tag: "Body", kind, body: decode(contentType, bytes), truncated }),
+        ({ bytes, truncated }) => resolve({ _tag: "Body", contentType, bytes, truncated }),
         reject
       )
     })
@@ -163,13 +183,14 @@ const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number,
   })
 
 /**
- * Fetches web pages for search without reaching inside the network
- * (DESIGN.md, web search): http(s) only, on ports 80 and 443; every host, the first and each
- * redirect's, is resolved and refused unless all its addresses are public
- * (`refusedAddress`) or it is in `FETCH_ALLOWED_HOSTS` (which also lifts the port rule); the connection goes to
- * the addresses checked; at most 3 redirects; only HTML and text; bodies capped.
+ * GETs without reaching inside the network (DESIGN.md, web search): http(s)
+ * only, on ports 80 and 443; every host, the first and each redirect's, is
+ * resolved and refused unless all its addresses are public (`refusedAddress`)
+ * or it is in `FETCH_ALLOWED_HOSTS` (which also lifts the port rule); the
+ * connection goes to the addresses checked; at most `maxRedirects` redirects;
+ * only the media types `wanted` admits; bodies capped.
  */
-export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLimits) => {
+export const makeGuardedFetch = (resolver: HostResolver["Type"], limits: FetchLimits, wanted: Wanted) => {
   /** The lookup to connect with, once the host has passed; `undefined` for an IP literal (no lookup happens). */
   const admit = (url: URL): Effect.Effect<LookupFunction | undefined, PageError> =>
     Effect.gen(function*() {
@@ -211,15 +232,17 @@ export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLim
     Effect.flatMap(admit(url), (lookup) =>
       Effect.flatMap(
         Effect.tryPromise({
-          try: (signal) => getOnce(url, lookup, limits.maxBytes, signal),
+          try: (signal) => getOnce(url, lookup, limits.maxBytes, wanted, signal),
           catch: (error) => new PageFailed({ url: url.href, reason: error instanceof Error ? error.message : String(error) })
         }),
         (result): Effect.Effect<Hop, PageError> => result._tag === "PageFailed" || result._tag === "PageRefused" ? Effect.fail(result) : Effect.succeed(result)
       ))
 
-  const follow = (url: URL, redirects: number): Effect.Effect<FetchedPage, PageError> =>
+  const follow = (url: URL, redirects: number): Effect.Effect<Fetched, PageError> =>
     Effect.flatMap(hop(url), (result) => {
-      if (result._tag === "Body") return Effect.succeed({ url: url.href, kind: result.kind, body: result.body, truncated: result.truncated })
+      if (result._tag === "Body") {
+        return Effect.succeed({ url: url.href, contentType: result.contentType, bytes: result.bytes, truncated: result.truncated })
+      }
       if (redirects >= limits.maxRedirects) {
         return Effect.fail(new PageFailed({ url: url.href, reason: `more than ${limits.maxRedirects} redirects` }))
       }
@@ -229,7 +252,7 @@ export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLim
       }).pipe(Effect.flatMap((next) => follow(next, redirects + 1)))
     })
 
-  const fetch = (raw: string): Effect.Effect<FetchedPage, PageError> =>
+  const fetch = (raw: string): Effect.Effect<Fetched, PageError> =>
     Effect.try({
       try: () => new URL(raw),
       catch: () => new PageRefused({ url: raw.slice(0, 300), reason: "not a URL" })
@@ -241,6 +264,26 @@ export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLim
       })
     )
 
+  return { fetch }
+}
+
+const PAGES: Wanted = {
+  accept: "text/html,application/xhtml+xml,text/plain;q=0.9",
+  userAgent: "nenas-web-search/1.0",
+  admits: (mediaType) => MEDIA_TYPES[mediaType] !== undefined,
+  what: "HTML or text"
+}
+
+/** Fetches web pages for search through the guard (`makeGuardedFetch`): only HTML and text, decoded. */
+export const makePageFetcher = (resolver: HostResolver["Type"], limits: FetchLimits) => {
+  const guarded = makeGuardedFetch(resolver, limits, PAGES)
+  const fetch = (raw: string): Effect.Effect<FetchedPage, PageError> =>
+    Effect.map(guarded.fetch(raw), ({ bytes, contentType, truncated, url }) => ({
+      url,
+      kind: MEDIA_TYPES[mediaTypeOf(contentType)] ?? "text",
+      body: decode(contentType, bytes),
+      truncated
+    }))
   return { fetch }
 }
 

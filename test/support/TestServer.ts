@@ -98,6 +98,7 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}, parts: S
       // Every test request comes from 127.0.0.1: per-address limits are tested where a test sets them.
       ipAuthFailuresPerMinute: 1_000_000,
       ipCheckoutsPerMinute: 1_000_000,
+      ipDevSessionsPerMinute: 1_000_000,
       ...overrides
     })
     const server = makeServer(parts).pipe(

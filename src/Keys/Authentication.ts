@@ -1,5 +1,5 @@
 import { HttpServerRequest } from "@effect/platform"
-import { Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
+import { Cause, Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
 import {
   AuthenticationError,
@@ -112,7 +112,8 @@ const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], l
     const exit = yield* Effect.exit(lookupWith(keys, lastUsed, key))
     const requestId = yield* FiberRef.get(CurrentRequestId)
     yield* FiberRef.set(EarlyOutcome, { requestId, key, exit })
-    if (Exit.isFailure(exit)) yield* limits.count("authFailures", address)
+    // Only a refused key counts: a lookup that failed (the database away) says nothing of the client.
+    if (Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))) yield* limits.count("authFailures", address)
     yield* exit
   }).pipe(Effect.withSpan("auth.before_body")) satisfies Effect.Effect<
     void,

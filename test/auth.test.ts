@@ -1,4 +1,3 @@
-import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
@@ -27,6 +26,7 @@ import {
 } from "../src/Auth/IdentityProvider.js"
 import { AccountsRepo } from "../src/Accounts/Repo.js"
 import { call, createKey, devToken, type Reply } from "./support/Http.js"
+import { loopbackServer } from "./support/Idp.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 
 // ---------------------------------------------------------------------------
@@ -97,24 +97,14 @@ const IdpServerLive = Layer.unwrapScoped(Effect.gen(function*() {
   const publicJwk = { ...(yield* Effect.promise(() => exportJWK(publicKey))), kid: KID, alg: ALG, use: "sig" }
   const jwks = JSON.stringify({ keys: [publicJwk] })
   let requests = 0
-  const server = yield* Effect.acquireRelease(
-    Effect.async<ReturnType<typeof createServer>>((resume) => {
-      const http = createServer((req, res) => {
-        requests += 1
-        if (req.url === "/.well-known/jwks.json") {
-          res.writeHead(200, { "content-type": "application/json" }).end(jwks)
-        } else {
-          res.writeHead(404).end()
-        }
-      })
-      http.listen(0, "127.0.0.1", () => resume(Effect.succeed(http)))
-    }),
-    (http) =>
-      Effect.async<void>((resume) => {
-        http.closeAllConnections()
-        http.close(() => resume(Effect.void))
-      })
-  )
+  const server = yield* loopbackServer((req, res) => {
+    requests += 1
+    if (req.url === "/.well-known/jwks.json") {
+      res.writeHead(200, { "content-type": "application/json" }).end(jwks)
+    } else {
+      res.writeHead(404).end()
+    }
+  })
   const { port } = server.address() as AddressInfo
   const jwksUrl = `http://127.0.0.1:${port}/.well-known/jwks.json`
   return Layer.merge(

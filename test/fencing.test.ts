@@ -1,15 +1,11 @@
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import pg from "pg"
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { randomBase62 } from "../src/Domain/Ids.js"
 import { fundedDeveloper } from "./support/Fetch.js"
 import { invariantViolations } from "./support/Money.js"
-import { linesOf, type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
-import { WEBHOOK_SECRET } from "./support/Stripe.js"
-import { withClient, withDatabase } from "./support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
+import { processBed, sleep } from "./support/ProcessBed.js"
+import { linesOf, stopService } from "./support/ServiceProcess.js"
+import { withClient } from "./support/TestServer.js"
 
 /**
  * Fencing (DESIGN.md, Faults), on the service in child processes: an
@@ -19,33 +15,9 @@ import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
  * `INSTANCE_ID` of a live one refuses to start, naming the conflict in one
  * line, while the identity of a killed one can be taken at once.
  */
-let databaseUrl = ""
-let databaseName = ""
-let dataDir = ""
-let upstream: UpstreamServer
-const services: Array<ServiceProcess> = []
-
-const admin = (text: string) => withClient(inject("adminDatabaseUrl"), (client) => client.query(text))
-const db = <A>(text: string, values: Array<unknown> = []) =>
-  withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-const envFor = (identity: string) => ({
-  DATABASE_URL: databaseUrl,
-  HOST: "127.0.0.1",
-  DATA_DIR: dataDir,
-  INSTANCE_ID: identity,
-  UPSTREAM_BASE_URL: upstream.baseUrl,
-  STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-  RATE_LIMIT_CONCURRENT: "1000",
-  RATE_LIMIT_RPM: "100000"
-})
-
-const start = async (identity: string) => {
-  const service = await startService({ env: envFor(identity), until: "ready" })
-  services.push(service)
-  return service
-}
+const bed = processBed({ name: "fence", upstream: { record: false }, setup: ({ upstream }) => upstream.setBehaviour({ kind: "ok", delayMs: 20 }) })
+const { db } = bed
+const start = (identity: string) => bed.start({ INSTANCE_ID: identity })
 
 /** The live process of `identity`: its id in `instances`. */
 const holderOf = async (identity: string) =>
@@ -97,22 +69,6 @@ const waitFor = async (what: string, check: () => Promise<boolean>, timeoutMs: n
   throw new Error(`${what}: not within ${timeoutMs} ms`)
 }
 
-beforeAll(async () => {
-  databaseName = `nenas_fence_${randomBase62(10).toLowerCase()}`
-  await admin(`CREATE DATABASE "${databaseName}"`)
-  databaseUrl = withDatabase(inject("adminDatabaseUrl"), databaseName)
-  dataDir = await mkdtemp(join(tmpdir(), "nenas-fence-"))
-  upstream = await startUpstream({ record: false })
-  upstream.setBehaviour({ kind: "ok", delayMs: 20 })
-}, 120_000)
-
-afterAll(async () => {
-  for (const service of services) await stopService(service, "SIGKILL")
-  await upstream?.close()
-  await admin(`DROP DATABASE IF EXISTS "${databaseName}" WITH (FORCE)`)
-  await rm(dataDir, { recursive: true, force: true })
-})
-
 describe("fencing", { timeout: 180_000 }, () => {
   it("a paused heartbeat: no lending from grants and no peer declared dead; both again once it beats", async () => {
     const a = await start("fence-a")
@@ -129,7 +85,7 @@ describe("fencing", { timeout: 180_000 }, () => {
     await sleep(1_000)
 
     // The beat waits for this lock: to the instance, the database stopped taking its beats.
-    const blocker = new pg.Client({ connectionString: databaseUrl })
+    const blocker = new pg.Client({ connectionString: bed.databaseUrl })
     await blocker.connect()
     await blocker.query("BEGIN")
     await blocker.query("SELECT 1 FROM instances WHERE id = $1 FOR UPDATE", [holder])
@@ -142,7 +98,7 @@ describe("fencing", { timeout: 180_000 }, () => {
       const peer = `ins_deadpeer${randomBase62(6)}`
       peerReservation = `rsv_deadpeer${randomBase62(6)}`
       await db("INSERT INTO instances (id, identity, started_at, heartbeat_at) VALUES ($1, $1, now() - interval '2 minutes', now() - interval '1 minute')", [peer])
-      await withClient(databaseUrl, async (client) => {
+      await withClient(bed.databaseUrl, async (client) => {
         await client.query("BEGIN")
         await client.query(
           "UPDATE wallets SET available_micro_myr = available_micro_myr - 1000, reserved_micro_myr = reserved_micro_myr + 1000 WHERE account_id = $1",
@@ -188,14 +144,13 @@ describe("fencing", { timeout: 180_000 }, () => {
     const after = (await resumed).filter((c) => c.status === 200)
     expect((await reserved(after.map((c) => c.requestId))).size, "lending from grants resumed").toBeLessThan(after.length)
     await sleep(500)
-    expect(await invariantViolations(databaseUrl, [accountId])).toEqual([])
+    expect(await invariantViolations(bed.databaseUrl, [accountId])).toEqual([])
   })
 
   it("a second process with the INSTANCE_ID of a live one refuses to start and names it; a killed one's identity is free", async () => {
-    const a = services.find((s) => s.child.exitCode === null) ?? await start("fence-a")
+    const a = bed.services.find((s) => s.child.exitCode === null) ?? await start("fence-a")
     const holder = await holderOf("fence-a")
-    const twin = await startService({ env: envFor("fence-a"), until: "spawned" })
-    services.push(twin)
+    const twin = await bed.launch({ env: bed.env({ INSTANCE_ID: "fence-a" }), until: "spawned" })
     const exit = await Promise.race([twin.closed, sleep(30_000).then(() => ({ code: "still running after 30 s" }))])
     expect(exit.code, twin.output()).not.toBe(0)
     expect(exit.code, twin.output()).not.toBeNull()

@@ -1,14 +1,9 @@
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { randomBase62 } from "../src/Domain/Ids.js"
 import { fundedDeveloper } from "./support/Fetch.js"
 import { invariantViolations } from "./support/Money.js"
-import { type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
-import { WEBHOOK_SECRET } from "./support/Stripe.js"
-import { withClient, withDatabase } from "./support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
+import { processBed } from "./support/ProcessBed.js"
+import { stopService } from "./support/ServiceProcess.js"
 
 /**
  * Credit grants and batched settlement across two service processes on one
@@ -17,34 +12,9 @@ import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
  * grant is decided again after the grant comes back, and a stopped instance
  * writes everything and hands its grants back.
  */
-let databaseUrl = ""
-let databaseName = ""
-let dataDir = ""
-let upstream: UpstreamServer
-const services: Array<ServiceProcess> = []
-
-const admin = (text: string) => withClient(inject("adminDatabaseUrl"), (client) => client.query(text))
-const db = <A>(text: string, values: Array<unknown> = []) =>
-  withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)
-
-const start = async (identity: string) => {
-  const service = await startService({
-    env: {
-      DATABASE_URL: databaseUrl,
-      REDIS_URL: "redis://127.0.0.1:6379",
-      HOST: "127.0.0.1",
-      DATA_DIR: dataDir,
-      INSTANCE_ID: identity,
-      UPSTREAM_BASE_URL: upstream.baseUrl,
-      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-      RATE_LIMIT_CONCURRENT: "1000",
-      RATE_LIMIT_RPM: "100000"
-    },
-    until: "ready"
-  })
-  services.push(service)
-  return service
-}
+const bed = processBed({ name: "grants", upstream: { record: false } })
+const { db } = bed
+const start = (identity: string) => bed.start({ REDIS_URL: "redis://127.0.0.1:6379", INSTANCE_ID: identity })
 
 const chat = async (baseUrl: string, apiKey: string) => {
   const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
@@ -59,21 +29,6 @@ const chat = async (baseUrl: string, apiKey: string) => {
 
 const micro = (myr: string) => Math.round(Number(myr) * 1_000_000)
 
-beforeAll(async () => {
-  databaseName = `nenas_grants_${randomBase62(10).toLowerCase()}`
-  await admin(`CREATE DATABASE "${databaseName}"`)
-  databaseUrl = withDatabase(inject("adminDatabaseUrl"), databaseName)
-  dataDir = await mkdtemp(join(tmpdir(), "nenas-grants-"))
-  upstream = await startUpstream({ record: false })
-}, 120_000)
-
-afterAll(async () => {
-  for (const service of services) await stopService(service, "SIGKILL")
-  await upstream?.close()
-  await admin(`DROP DATABASE IF EXISTS "${databaseName}" WITH (FORCE)`)
-  await rm(dataDir, { recursive: true, force: true })
-})
-
 describe("credit grants on two instances", { timeout: 300_000 }, () => {
   it("200 concurrent calls across both on a wallet that affords K: exactly K billed, never an overdraft, the invariant holds throughout", async () => {
     // Usage above what each call reserves: every success is billed exactly its hold, so exactly K fit.
@@ -82,7 +37,7 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     const dev = await fundedDeveloper(a.baseUrl, email, 2_500, "signed webhook")
     const accountId = (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
     // A warm-up on both instances: the account calls often, so each instance takes a grant for it.
-    upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 60_000 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 60_000 } })
     const warm = await Promise.all(Array.from({ length: 40 }, (_, i) => chat(i % 2 === 0 ? a.baseUrl : b.baseUrl, dev.apiKey)))
     for (const reply of warm) expect(reply.status).toBe(200)
     const hold = micro(warm[0]!.body.cost_myr!)
@@ -92,14 +47,14 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     const k = Math.floor(balance / hold)
     expect(k, `K for a hold of ${hold}`).toBeGreaterThanOrEqual(40)
     expect(k).toBeLessThan(180)
-    upstream.setBehaviour({ kind: "ok", delayMs: 300, usage: { completion_tokens: 60_000 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 300, usage: { completion_tokens: 60_000 } })
 
     // The invariant, sampled from a third connection all through the race.
     let sampling = true
     const sampled: Array<ReadonlyArray<string>> = []
     const sampler = (async () => {
       while (sampling) {
-        sampled.push(await invariantViolations(databaseUrl, [accountId]))
+        sampled.push(await invariantViolations(bed.databaseUrl, [accountId]))
         const [wallet] = await db<{ available: string }>("SELECT available_micro_myr AS available FROM wallets WHERE account_id = $1", [accountId])
         if (Number(wallet?.available) < 0) sampled.push([`available ${wallet?.available} < 0`])
         await new Promise((resolve) => setTimeout(resolve, 20))
@@ -137,10 +92,10 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     expect(Number(books?.available)).toBe(balance - k * hold)
     expect(Number(books?.available)).toBeLessThan(hold)
     expect(Number(books?.reserved)).toBe(0)
-    expect(await invariantViolations(databaseUrl, [accountId])).toEqual([])
+    expect(await invariantViolations(bed.databaseUrl, [accountId])).toEqual([])
 
     // SIGTERM on one instance: it exits 0, every call it answered is written, and it holds no grant any more.
-    upstream.setBehaviour({ kind: "ok", delayMs: 20 })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 20 })
     const busyEmail = `grants-term-${randomBase62(6)}@example.com`
     const busy = await fundedDeveloper(a.baseUrl, busyEmail, 10_000, "signed webhook")
     let running = true
@@ -172,7 +127,7 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     )
     expect(left[0]).toEqual({ grants: 0, open: 0 })
     const busyAccount = await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [busyEmail])
-    expect(await invariantViolations(databaseUrl, busyAccount.map((r) => r.id))).toEqual([])
+    expect(await invariantViolations(bed.databaseUrl, busyAccount.map((r) => r.id))).toEqual([])
     await stopService(b)
   })
 })

@@ -1,16 +1,10 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../src/Accounts/Repo.js"
 import { AppConfig } from "../src/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Database.js"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { newId } from "../src/Domain/Ids.js"
-import { Spending } from "../src/Wallet/Spending.js"
-import { ServerLive } from "../src/Http/Server.js"
 import { hashKey } from "../src/Keys/ApiKeys.js"
 import { Listener, LISTEN_APPLICATION_NAME } from "../src/Database/Listener.js"
 import { KEYS_CHANNEL, KeyCache } from "../src/Keys/KeyCache.js"
@@ -18,8 +12,9 @@ import { Metrics } from "../src/Observability/Metrics.js"
 import { type KeyLookup, KeysRepo } from "../src/Keys/Repo.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
-import { topUp, webhookOverrides } from "./support/Stripe.js"
-import { freshDatabase, makeShiftableClock, onDatabase, query, TestServer } from "./support/TestServer.js"
+import { topUp } from "./support/Stripe.js"
+import { freshDatabase, onDatabase, query, TestServer } from "./support/TestServer.js"
+import { twoInstances } from "./support/TwoInstances.js"
 import { developer, WalletRepoLive } from "./support/Wallet.js"
 
 /** The bound the cache promises for a change made anywhere: every instance sees it within a second. */
@@ -215,36 +210,7 @@ class Instances extends Context.Tag("test/KeyCacheInstances")<Instances, {
 }>() {}
 
 const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
-  const database = yield* freshDatabase
-  // One development identity key for both, as one identity provider would sign for both.
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-keycache-"))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-  const ports = [yield* Effect.promise(freePort), yield* Effect.promise(freePort)] as const
-  const [a, b] = ports.map((port) => `http://127.0.0.1:${port}`) as [string, string]
-  const clock = makeShiftableClock()
-  const instance = (port: number) =>
-    ServerLive.pipe(
-      Layer.provide(AppConfig.layerWith({
-        ...webhookOverrides,
-        databaseUrl: Option.some(Redacted.make(database.url)),
-        dataDir,
-        host: "127.0.0.1",
-        port,
-        // Behind one load balancer both have one public address (the development sign-in's token issuer).
-        publicBaseUrl: a,
-        dashboardUrl: `${a}/app`,
-        instanceId: `keycache:${port}`
-      })),
-      Layer.provide(Layer.setClock(clock)),
-      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
-    )
-  // One after the other: the second finds the migrations applied.
-  const first = yield* Layer.build(instance(ports[0]))
-  const second = yield* Layer.build(instance(ports[1]))
-  // Reads through the support helpers see what both instances settled.
-  const settled = Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled)
+  const { a, b, clock, database, first, second, settled } = yield* twoInstances("keycache")
   const listening = Effect.map(
     Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
     (both) => both.every(Boolean)

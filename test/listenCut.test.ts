@@ -1,17 +1,11 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { Context, Effect, Fiber, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { Context, Effect, Fiber, Layer, Option } from "effect"
 import { inject } from "vitest"
-import { AppConfig } from "../src/AppConfig.js"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { ServerLive } from "../src/Http/Server.js"
-import { Spending } from "../src/Wallet/Spending.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall, violations } from "./support/Models.js"
-import { deliverEvent, events, topUp, webhookOverrides } from "./support/Stripe.js"
-import { freshDatabase, makeShiftableClock, query, TestServer, withClient } from "./support/TestServer.js"
+import { deliverEvent, events, topUp } from "./support/Stripe.js"
+import { query, TestServer, withClient } from "./support/TestServer.js"
+import { twoInstances } from "./support/TwoInstances.js"
 import { Upstream } from "./support/Upstream.js"
 import { developer } from "./support/Wallet.js"
 
@@ -33,39 +27,12 @@ class Instances extends Context.Tag("test/ListenCutInstances")<Instances, {
 }>() {}
 
 const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
-  const database = yield* freshDatabase
   const upstream = yield* Upstream
-  // One development identity key for both, as one identity provider would sign for both.
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-listencut-"))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-  const ports = [yield* Effect.promise(freePort), yield* Effect.promise(freePort)] as const
-  const [a, b] = ports.map((port) => `http://127.0.0.1:${port}`) as [string, string]
-  const clock = makeShiftableClock()
-  const instance = (port: number) =>
-    ServerLive.pipe(
-      Layer.provide(AppConfig.layerWith({
-        ...webhookOverrides,
-        databaseUrl: Option.some(Redacted.make(database.url)),
-        upstreamBaseUrl: Option.some(upstream.baseUrl),
-        dataDir,
-        host: "127.0.0.1",
-        port,
-        // Behind one load balancer both have one public address (the development sign-in's token issuer).
-        publicBaseUrl: a,
-        dashboardUrl: `${a}/app`,
-        instanceId: `listencut:${port}`,
-        rateLimitRpm: 100_000,
-        rateLimitConcurrent: 1_000
-      })),
-      Layer.provide(Layer.setClock(clock)),
-      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
-    )
-  // One after the other: the second finds the migrations applied.
-  const first = yield* Layer.build(instance(ports[0]))
-  const second = yield* Layer.build(instance(ports[1]))
-  const settled = Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled)
+  const { a, b, clock, database, settled } = yield* twoInstances("listencut", {
+    upstreamBaseUrl: Option.some(upstream.baseUrl),
+    rateLimitRpm: 100_000,
+    rateLimitConcurrent: 1_000
+  })
   return Context.make(Instances, { a, b, databaseName: database.name }).pipe(
     Context.add(TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
   )

@@ -1,19 +1,16 @@
 import { describe, expect, it } from "@effect/vitest"
 import { createServer } from "node:http"
 import { readdir, readFile } from "node:fs/promises"
-import { ConfigProvider, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
+import { Effect, Either, Layer, Option, Redacted, Schema } from "effect"
 import { parse } from "yaml"
 import { migrations } from "../migrations/index.js"
-import { appConfig } from "../src/AppConfig.js"
+import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
 const root = new URL("../", import.meta.url)
 const text = (path: string) => Effect.promise(() => readFile(new URL(path, root), "utf8"))
-
-const configFrom = (env: Record<string, string>) =>
-  Effect.either(Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
 
 describe("NODE_ENV=production", () => {
   it.effect("refuses every embedded and simulated part, naming each missing variable in one message", () =>
@@ -28,17 +25,7 @@ describe("NODE_ENV=production", () => {
 
   it.effect("starts with every real part configured, logging JSON by default", () =>
     Effect.gen(function*() {
-      const result = yield* configFrom({
-        NODE_ENV: "production",
-        DATABASE_URL: "postgres://db/nenas",
-        UPSTREAM_BASE_URL: "https://upstream.example/v1",
-        SEARCH_BASE_URL: "https://search.example",
-        STRIPE_SECRET_KEY: "sk_test_x",
-        STRIPE_WEBHOOK_SECRET: "whsec_x",
-        AUTH_JWKS_URL: "https://idp.example/jwks.json",
-        AUTH_ISSUER: "https://idp.example/",
-        AUTH_AUDIENCE: "nenas"
-      })
+      const result = yield* configFrom(PRODUCTION_ENV)
       expect(Either.isRight(result)).toBe(true)
       if (Either.isRight(result)) expect(result.right.logFormat).toBe("json")
     }))

@@ -4,10 +4,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { ConfigProvider, Effect, Either } from "effect"
+import { Effect, Either } from "effect"
 import { parse } from "yaml"
-import { appConfig } from "../src/AppConfig.js"
 import { APP_CSP, corsPolicy } from "../src/Http/SecurityHeaders.js"
+import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
 import { call } from "./support/Http.js"
 import { linesOf, startService } from "./support/ServiceProcess.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -102,9 +102,6 @@ describe("corsPolicy", () => {
 })
 
 describe("a JWKS without an issuer and an audience to check", () => {
-  const configFrom = (env: Record<string, string>) =>
-    Effect.either(Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
-
   it.effect("is refused by the configuration, in one line naming what is missing", () =>
     Effect.gen(function*() {
       const jwks = { AUTH_JWKS_URL: "https://idp.example/.well-known/jwks.json" }
@@ -125,18 +122,7 @@ describe("a JWKS without an issuer and an audience to check", () => {
 
   it.effect("DEV_AUTH=1 is refused in production", () =>
     Effect.gen(function*() {
-      const result = yield* configFrom({
-        NODE_ENV: "production",
-        DEV_AUTH: "1",
-        DATABASE_URL: "postgres://db/nenas",
-        UPSTREAM_BASE_URL: "https://upstream.example/v1",
-        SEARCH_BASE_URL: "https://search.example",
-        STRIPE_SECRET_KEY: "sk_test_x",
-        STRIPE_WEBHOOK_SECRET: "whsec_x",
-        AUTH_JWKS_URL: "https://idp.example/jwks.json",
-        AUTH_ISSUER: "https://idp.example/",
-        AUTH_AUDIENCE: "nenas"
-      })
+      const result = yield* configFrom({ ...PRODUCTION_ENV, DEV_AUTH: "1" })
       expect(Either.isLeft(result) && String(result.left)).toContain("DEV_AUTH")
     }))
 

@@ -1,14 +1,9 @@
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest"
-import { randomBase62 } from "../src/Domain/Ids.js"
+import { describe, expect, it } from "vitest"
 import { DRAIN_DEADLINE_MS } from "../src/Http/Shutdown.js"
 import { fundedDeveloper } from "./support/Fetch.js"
 import { invariantViolations } from "./support/Money.js"
-import { type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
-import { withClient, withDatabase } from "./support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
+import { processBed } from "./support/ProcessBed.js"
+import { stopService } from "./support/ServiceProcess.js"
 
 /**
  * SIGTERM while idempotent calls are in flight (issue 21, item 6): they run
@@ -18,15 +13,8 @@ import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
  * those whose client went away and that outlive the server included. One
  * still running at the deadline is interrupted, and billed for what it sent.
  */
-let databaseUrl = ""
-let databaseName = ""
-let dataDir = ""
-let upstream: UpstreamServer
-const services: Array<ServiceProcess> = []
-
-const admin = (text: string) => withClient(inject("adminDatabaseUrl"), (client) => client.query(text))
-const db = <A>(text: string, values: Array<unknown> = []) =>
-  withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)
+const bed = processBed({ name: "shutidem" })
+const { db } = bed
 
 const idempotentCall = (baseUrl: string, apiKey: string, key: string, signal: AbortSignal) =>
   fetch(`${baseUrl}/v1/responses`, {
@@ -38,49 +26,31 @@ const idempotentCall = (baseUrl: string, apiKey: string, key: string, signal: Ab
 
 const arrived = async (count: number) => {
   const deadline = Date.now() + 30_000
-  while (upstream.requests.length < count) {
-    if (Date.now() > deadline) throw new Error(`${upstream.requests.length} of ${count} calls reached the upstream`)
+  while (bed.upstream.requests.length < count) {
+    if (Date.now() > deadline) throw new Error(`${bed.upstream.requests.length} of ${count} calls reached the upstream`)
     await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
 
-beforeAll(async () => {
-  databaseName = `nenas_shutidem_${randomBase62(10).toLowerCase()}`
-  await admin(`CREATE DATABASE "${databaseName}"`)
-  databaseUrl = withDatabase(inject("adminDatabaseUrl"), databaseName)
-  dataDir = await mkdtemp(join(tmpdir(), "nenas-shutidem-"))
-  upstream = await startUpstream()
-}, 120_000)
-
-afterAll(async () => {
-  for (const service of services) await stopService(service, "SIGKILL")
-  await upstream?.close()
-  await admin(`DROP DATABASE IF EXISTS "${databaseName}" WITH (FORCE)`)
-  await rm(dataDir, { recursive: true, force: true })
-})
-
 describe("SIGTERM with idempotent calls in flight", () => {
   it("every one is billed and its answer kept, those whose client left and that outlive the server's close included; one still running at the deadline is cut then and billed for what it sent", async () => {
-    const service = await startService({
-      env: { DATABASE_URL: databaseUrl, DATA_DIR: dataDir, UPSTREAM_BASE_URL: upstream.baseUrl, LOG_FORMAT: "json" }
-    })
-    services.push(service)
+    const service = await bed.launch({ env: { ...bed.core(), LOG_FORMAT: "json" } })
     const dev = await fundedDeveloper(service.baseUrl, "shutdown-idempotent@example.com", 1_000, "simulated checkout")
     const [account] = await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = 'shutdown-idempotent@example.com'")
     const accountId = account?.id ?? ""
 
     // One whose upstream never answers: shutdown stops waiting for it at the drain deadline, and it is billed for what it sent.
-    upstream.setBehaviour({ kind: "hang" })
+    bed.upstream.setBehaviour({ kind: "hang" })
     const gaveUp = new AbortController()
     const hanging = idempotentCall(service.baseUrl, dev.apiKey, "hangs", gaveUp.signal)
     await arrived(1)
     // Three calls whose clients give up; they run on, and answer 4 s after the others.
-    upstream.setBehaviour({ kind: "ok", text: "Left behind, but answered.", delayMs: 5_000 })
+    bed.upstream.setBehaviour({ kind: "ok", text: "Left behind, but answered.", delayMs: 5_000 })
     const leaving = ["left-1", "left-2", "left-3"].map((key) => idempotentCall(service.baseUrl, dev.apiKey, key, gaveUp.signal))
     await arrived(4)
     gaveUp.abort()
     // Three whose clients wait.
-    upstream.setBehaviour({ kind: "ok", text: "Waited for, and answered.", delayMs: 1_000 })
+    bed.upstream.setBehaviour({ kind: "ok", text: "Waited for, and answered.", delayMs: 1_000 })
     const waiting = ["wait-1", "wait-2", "wait-3"].map((key) => idempotentCall(service.baseUrl, dev.apiKey, key, AbortSignal.timeout(60_000)))
     await arrived(7)
 
@@ -121,21 +91,18 @@ describe("SIGTERM with idempotent calls in flight", () => {
     )
     expect(Number(wallet?.reserved)).toBe(0)
     expect(Number(wallet?.spent)).toBe(logs.reduce((sum, log) => sum + Number(log.cost), 0))
-    expect(await invariantViolations(databaseUrl, [accountId])).toEqual([])
+    expect(await invariantViolations(bed.databaseUrl, [accountId])).toEqual([])
 
     // Started again: a retry of a call whose client left gets its answer, and nothing runs again.
-    const again = await startService({
-      env: { DATABASE_URL: databaseUrl, DATA_DIR: dataDir, UPSTREAM_BASE_URL: upstream.baseUrl }
-    })
-    services.push(again)
-    const before = upstream.requests.length
+    const again = await bed.launch({ env: bed.core() })
+    const before = bed.upstream.requests.length
     const retry = await idempotentCall(again.baseUrl, dev.apiKey, "left-2", AbortSignal.timeout(30_000))
     expect(retry.status, retry.text).toBe(200)
     expect(JSON.parse(retry.text).output_text).toBe("Left behind, but answered.")
     const cutRetry = await idempotentCall(again.baseUrl, dev.apiKey, "hangs", AbortSignal.timeout(30_000))
     expect(cutRetry.status, cutRetry.text).toBe(504)
     expect(JSON.parse(cutRetry.text).error).toMatchObject({ code: "provider_timeout", retryable: false })
-    expect(upstream.requests.length).toBe(before)
+    expect(bed.upstream.requests.length).toBe(before)
     expect(await stopService(again)).toBe(0)
   }, 180_000)
 })

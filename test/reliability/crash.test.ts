@@ -1,17 +1,13 @@
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { afterAll, beforeAll, expect, inject, it } from "vitest"
+import { expect, it } from "vitest"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
 import { fundedDeveloper } from "../support/Fetch.js"
 import { accountIds, invariantViolations, moneyState } from "../support/Money.js"
-import { answering, type ServiceProcess, startService, type StartOptions, stopService } from "../support/ServiceProcess.js"
+import { postChat, processBed } from "../support/ProcessBed.js"
+import { answering, type StartOptions, stopService } from "../support/ServiceProcess.js"
 import { SMOKE } from "../support/Smoke.js"
 import { isDone, parseSse } from "../support/Sse.js"
-import { WEBHOOK_SECRET } from "../support/Stripe.js"
-import { withClient, withDatabase } from "../support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
+import { withClient } from "../support/TestServer.js"
 
 /**
  * Crash: the service in a child process under load (live calls in flight,
@@ -28,30 +24,13 @@ const WORKERS = SMOKE ? 8 : 16
 const LOAD_MS = SMOKE ? 1_500 : 2_500
 const RECOVERY_LIMIT_MS = 10_000
 
-let databaseUrl = ""
-let databaseName = ""
-let dataDir = ""
-let upstream: UpstreamServer
-let service: ServiceProcess | undefined
-
-const admin = (text: string) => withClient(inject("adminDatabaseUrl"), (client) => client.query(text))
-
-beforeAll(async () => {
-  databaseName = `nenas_crash_${randomBase62(10).toLowerCase()}`
-  await admin(`CREATE DATABASE "${databaseName}"`)
-  databaseUrl = withDatabase(inject("adminDatabaseUrl"), databaseName)
-  dataDir = await mkdtemp(join(tmpdir(), "nenas-crash-"))
-  upstream = await startUpstream({ record: false })
+const bed = processBed({
+  name: "crash",
+  upstream: { record: false },
+  stopSignal: "SIGTERM",
   // Short answers finish before the kill (often enough that each account runs on credit grants); streams (about
   // 40 chunks, 60 ms apart) are cut by it.
-  upstream.setBehaviour({ kind: "ok", delayMs: 30, chunkDelayMs: 60, text: "word ".repeat(64) })
-})
-
-afterAll(async () => {
-  if (service !== undefined) await stopService(service)
-  await upstream?.close()
-  await admin(`DROP DATABASE IF EXISTS "${databaseName}" WITH (FORCE)`)
-  await rm(dataDir, { recursive: true, force: true })
+  setup: ({ upstream }) => upstream.setBehaviour({ kind: "ok", delayMs: 30, chunkDelayMs: 60, text: "word ".repeat(64) })
 })
 
 interface Outcome {
@@ -66,17 +45,12 @@ interface Outcome {
 
 const callOnce = async (baseUrl: string, apiKey: string, stream: boolean): Promise<Outcome> => {
   try {
-    const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
-      body: JSON.stringify({
-        model: "svc/nenas-flash",
-        messages: [{ role: "user", content: "Tell me about durian." }],
-        max_tokens: 200,
-        stream
-      }),
-      signal: AbortSignal.timeout(30_000)
-    })
+    const reply = await postChat(baseUrl, apiKey, {
+      model: "svc/nenas-flash",
+      messages: [{ role: "user", content: "Tell me about durian." }],
+      max_tokens: 200,
+      stream
+    }, 30_000)
     const text = await reply.text()
     return {
       stream,
@@ -105,18 +79,10 @@ const load = (baseUrl: string, keys: ReadonlyArray<string>, stop: { done: boolea
 it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold within 10 s of its start`, async () => {
   const options: StartOptions = {
     port: await freePort(),
-    env: {
-      DATABASE_URL: databaseUrl,
-      HOST: "127.0.0.1",
-      DATA_DIR: dataDir,
-      UPSTREAM_BASE_URL: upstream.baseUrl,
-      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-      RATE_LIMIT_CONCURRENT: "1000",
-      RATE_LIMIT_RPM: "100000"
-    },
+    env: bed.env(),
     until: "ready"
   }
-  service = await startService(options)
+  let service = await bed.launch(options)
   const keys: Array<string> = []
   for (let i = 0; i < ACCOUNTS; i++) {
     keys.push((await fundedDeveloper(service.baseUrl, `crash-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook")).apiKey)
@@ -127,20 +93,20 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     const stop = { done: false }
     const running = load(service.baseUrl, keys, stop)
     await new Promise((resolve) => setTimeout(resolve, LOAD_MS))
-    const before = await moneyState(databaseUrl)
+    const before = await moneyState(bed.databaseUrl)
     await stopService(service, "SIGKILL")
     const killedAt = Date.now()
     stop.done = true
     const outcomes = await running
-    const held = await moneyState(databaseUrl)
+    const held = await moneyState(bed.databaseUrl)
 
     // Spawned, not awaited: the money is watched while it starts.
-    service = await startService({ ...options, until: "spawned" })
+    service = await bed.launch({ ...options, until: "spawned" })
     const spawnedAt = service.spawnedAt
     let resolvedAt = 0
     let state = held
     while (Date.now() - spawnedAt < RECOVERY_LIMIT_MS + 60_000) {
-      state = await moneyState(databaseUrl)
+      state = await moneyState(bed.databaseUrl)
       if (state.openReservations === 0 && state.pendingLogs === 0 && state.grants === 0) {
         resolvedAt = Date.now()
         break
@@ -152,13 +118,13 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     // machine takes longer than the recovery itself; both are reported.
     const recoveryMs = resolvedAt === 0 ? Number.POSITIVE_INFINITY : Math.max(0, resolvedAt - readyAt)
     // When the new process registered itself (the first thing it does with the database), in ms since the epoch.
-    const registeredAt = await withClient(databaseUrl, async (client) =>
+    const registeredAt = await withClient(bed.databaseUrl, async (client) =>
       Number((await client.query<{ at: string }>("SELECT (extract(epoch FROM max(started_at)) * 1000)::bigint AS at FROM instances")).rows[0]?.at)
     )
     // Settlements are written in batches: a call answered in the last flush interval before the kill may be lost,
     // and is then never billed (never billed twice). Which answered calls have no billed row?
     const answered = outcomes.filter((o) => o.answered && o.requestId !== null)
-    const billedIds = await withClient(databaseUrl, async (client) =>
+    const billedIds = await withClient(bed.databaseUrl, async (client) =>
       new Set((await client.query<{ request_id: string }>(
         "SELECT request_id FROM request_logs WHERE request_id = ANY($1) AND status = 'billed'",
         [answered.map((o) => o.requestId)]
@@ -200,7 +166,7 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     })
     // Every caller answered in full was billed: its log is billed.
     expect(outcomes.filter((o) => o.status !== "cut" && o.status !== 200 && o.status !== 429)).toEqual([])
-    expect(await invariantViolations(databaseUrl, await accountIds(databaseUrl))).toEqual([])
+    expect(await invariantViolations(bed.databaseUrl, await accountIds(bed.databaseUrl))).toEqual([])
   }
 
   // The survivor serves and bills.

@@ -1,19 +1,17 @@
-import { chmod, mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
+import { chmod } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect, Exit, Redacted, Scope } from "effect"
 import pg from "pg"
-import { afterAll, beforeAll, expect, inject, it } from "vitest"
+import { expect, inject, it } from "vitest"
 import { startEmbeddedPostgres } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
 import { fundedDeveloper } from "../support/Fetch.js"
 import { accountIds, invariantViolations, moneyState } from "../support/Money.js"
-import { type ServiceProcess, startService, stopService } from "../support/ServiceProcess.js"
+import { processBed, sleep } from "../support/ProcessBed.js"
+import { stopService } from "../support/ServiceProcess.js"
 import { SMOKE } from "../support/Smoke.js"
 import { isDone, parseSse } from "../support/Sse.js"
-import { WEBHOOK_SECRET } from "../support/Stripe.js"
 import { withDatabase } from "../support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
  * Database outage: the service's connections are killed (`pg_terminate_backend`)
@@ -28,22 +26,16 @@ const ACCOUNTS = 3
 /** DESIGN.md's retryable codes a call may answer while its database is away. */
 const RETRYABLE = new Set(["internal_error", "provider_unavailable", "provider_timeout", "billing_error"])
 
-let upstream: UpstreamServer
-let dataDir = ""
-const services: Array<ServiceProcess> = []
-
-beforeAll(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "nenas-outage-"))
-  // As root, the embedded PostgreSQL runs as the `postgres` user, which must reach its directory inside this one.
-  await chmod(dataDir, 0o755)
-  upstream = await startUpstream({ record: false })
-  upstream.setBehaviour({ kind: "ok", delayMs: 100, chunkDelayMs: 20, text: "word ".repeat(24) })
-})
-
-afterAll(async () => {
-  for (const service of services) await stopService(service)
-  await upstream?.close()
-  await rm(dataDir, { recursive: true, force: true })
+const bed = processBed({
+  name: "outage",
+  database: false,
+  upstream: { record: false },
+  stopSignal: "SIGTERM",
+  setup: async ({ dataDir, upstream }) => {
+    // As root, the embedded PostgreSQL runs as the `postgres` user, which must reach its directory inside this one.
+    await chmod(dataDir, 0o755)
+    upstream.setBehaviour({ kind: "ok", delayMs: 100, chunkDelayMs: 20, text: "word ".repeat(24) })
+  }
 })
 
 interface Outcome {
@@ -77,8 +69,6 @@ const load = (baseUrl: string, keys: ReadonlyArray<string>, stop: { done: boolea
     for (let i = 0; !stop.done; i++) outcomes.push(await callOnce(baseUrl, keys[(w + i) % keys.length]!, (w + i) % 3 === 0))
     return outcomes
   })).then((all) => all.flat())
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const readyStatus = async (baseUrl: string) => {
   try {
@@ -118,19 +108,7 @@ const expectWhole = async (databaseUrl: string, outcomes: ReadonlyArray<Outcome>
 }
 
 const startFunded = async (databaseUrl: string) => {
-  const service = await startService({
-    env: {
-      DATABASE_URL: databaseUrl,
-      HOST: "127.0.0.1",
-      DATA_DIR: dataDir,
-      UPSTREAM_BASE_URL: upstream.baseUrl,
-      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-      RATE_LIMIT_CONCURRENT: "1000",
-      RATE_LIMIT_RPM: "100000"
-    },
-    until: "ready"
-  })
-  services.push(service)
+  const service = await bed.start({ DATABASE_URL: databaseUrl })
   const keys: Array<string> = []
   for (let i = 0; i < ACCOUNTS; i++) {
     keys.push((await fundedDeveloper(service.baseUrl, `outage-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook")).apiKey)
@@ -183,7 +161,7 @@ it(`the service's connections killed ${TERMINATIONS} times mid-load`, async () =
 it("an embedded PostgreSQL stopped and started again mid-load: /readyz says so, and the service recovers by itself", async () => {
   const scope = Effect.runSync(Scope.make())
   try {
-    const database = await Effect.runPromise(Scope.extend(startEmbeddedPostgres(join(dataDir, "db"), "nenas"), scope))
+    const database = await Effect.runPromise(Scope.extend(startEmbeddedPostgres(join(bed.dataDir, "db"), "nenas"), scope))
     const databaseUrl = Redacted.value(database.url)
     const { keys, service } = await startFunded(databaseUrl)
     const stop = { done: false }

@@ -1,18 +1,12 @@
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { afterAll, beforeAll, expect, inject, it } from "vitest"
+import { expect, it } from "vitest"
 import { randomBase62 } from "../../src/Domain/Ids.js"
 import { DEFAULT_PRICES } from "../../src/Domain/Prices.js"
 import { billedCost } from "../../src/Models/Estimate.js"
 import { fundedDeveloper } from "../support/Fetch.js"
 import { invariantViolations, moneyState } from "../support/Money.js"
-import { type ServiceProcess, startService, stopService } from "../support/ServiceProcess.js"
+import { postChat, processBed, sleep } from "../support/ProcessBed.js"
 import { SMOKE } from "../support/Smoke.js"
 import { isDone, parseSse } from "../support/Sse.js"
-import { WEBHOOK_SECRET } from "../support/Stripe.js"
-import { withClient, withDatabase } from "../support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
  * A frozen instance (DESIGN.md, Faults). Two instances, A and B, on one
@@ -30,36 +24,18 @@ const IN_FLIGHT = 10
 /** Long enough for B's sweeper (every 2 s) to find A silent for 6 s. */
 const DEAD_WAIT_LIMIT_MS = 30_000
 
-let databaseUrl = ""
-let databaseName = ""
-let dataDir = ""
-let upstream: UpstreamServer
-const services: Array<ServiceProcess> = []
-
-const admin = (text: string) => withClient(inject("adminDatabaseUrl"), (client) => client.query(text))
-const db = <A>(text: string, values: Array<unknown> = []) =>
-  withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const bed = processBed({
+  name: "frozen",
+  upstream: { record: false },
+  // A frozen process resumed first, so that the kill ends it.
+  beforeStop: (service) => {
+    if (service.child.pid !== undefined) process.kill(service.child.pid, "SIGCONT")
+  }
+})
+const { db } = bed
 const micro = (myr: string) => Math.round(Number(myr) * 1_000_000)
 
-const start = async (identity: string) => {
-  const service = await startService({
-    env: {
-      DATABASE_URL: databaseUrl,
-      HOST: "127.0.0.1",
-      DATA_DIR: dataDir,
-      INSTANCE_ID: identity,
-      LOG_FORMAT: "json",
-      UPSTREAM_BASE_URL: upstream.baseUrl,
-      STRIPE_WEBHOOK_SECRET: WEBHOOK_SECRET,
-      RATE_LIMIT_CONCURRENT: "1000",
-      RATE_LIMIT_RPM: "100000"
-    },
-    until: "ready"
-  })
-  services.push(service)
-  return service
-}
+const start = (identity: string) => bed.start({ INSTANCE_ID: identity, LOG_FORMAT: "json" })
 
 interface Outcome {
   readonly stream: boolean
@@ -74,18 +50,13 @@ interface Outcome {
 
 const call = async (baseUrl: string, apiKey: string, stream: boolean, maxTokens: number): Promise<Outcome> => {
   try {
-    const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
-      body: JSON.stringify({
-        model: "svc/nenas-flash",
-        messages: [{ role: "user", content: "Tell me about durian." }],
-        max_tokens: maxTokens,
-        stream,
-        ...(stream ? { stream_options: { include_usage: true } } : {})
-      }),
-      signal: AbortSignal.timeout(120_000)
-    })
+    const reply = await postChat(baseUrl, apiKey, {
+      model: "svc/nenas-flash",
+      messages: [{ role: "user", content: "Tell me about durian." }],
+      max_tokens: maxTokens,
+      stream,
+      ...(stream ? { stream_options: { include_usage: true } } : {})
+    }, 120_000)
     const text = await reply.text()
     const requestId = reply.headers.get("x-request-id") ?? ""
     if (stream) {
@@ -123,23 +94,6 @@ const shortfallMetric = async (baseUrl: string) => {
   return Number(line?.split(" ")[1] ?? 0)
 }
 
-beforeAll(async () => {
-  databaseName = `nenas_frozen_${randomBase62(10).toLowerCase()}`
-  await admin(`CREATE DATABASE "${databaseName}"`)
-  databaseUrl = withDatabase(inject("adminDatabaseUrl"), databaseName)
-  dataDir = await mkdtemp(join(tmpdir(), "nenas-frozen-"))
-  upstream = await startUpstream({ record: false })
-})
-
-afterAll(async () => {
-  for (const service of services) {
-    if (service.child.pid !== undefined) process.kill(service.child.pid, "SIGCONT")
-    await stopService(service, "SIGKILL")
-  }
-  await upstream?.close()
-  await admin(`DROP DATABASE IF EXISTS "${databaseName}" WITH (FORCE)`)
-  await rm(dataDir, { recursive: true, force: true })
-})
 
 it(`an instance frozen past the dead mark with calls in flight, the wallet spent meanwhile: every answer billed, ${ROUNDS} rounds`, async () => {
   const a = await start("frozen-a")
@@ -158,7 +112,7 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
     ))[0]?.id ?? ""
 
     // A warm-up burst on A: the account calls often there, so A takes a credit grant for it.
-    upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 500 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 500 } })
     await Promise.all(Array.from({ length: 20 }, () => call(a.baseUrl, dev.apiKey, false, 30_000)))
     for (let waits = 0; waits < 50 && (await db("SELECT 1 FROM credit_grants WHERE holder = $1 AND account_id = $2", [holderA, accountId])).length === 0; waits++) {
       await sleep(100)
@@ -166,11 +120,11 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
     const grantsAtFreeze = (await db("SELECT 1 FROM credit_grants WHERE holder = $1 AND account_id = $2", [holderA, accountId])).length
 
     // Streams that are under way when A freezes (about 6 s of chunks), then answers the upstream sends while it is frozen.
-    upstream.setBehaviour({ kind: "ok", delayMs: 50, chunkDelayMs: 120, text: "durian ".repeat(70), usage: { completion_tokens: 20_000 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 50, chunkDelayMs: 120, text: "durian ".repeat(70), usage: { completion_tokens: 20_000 } })
     const streams = Array.from({ length: IN_FLIGHT / 2 }, () => call(a.baseUrl, dev.apiKey, true, 30_000))
     await sleep(300)
     // Cheaper than the streams: what B leaves in the wallet pays some of them, not all.
-    upstream.setBehaviour({ kind: "ok", delayMs: 1_500, usage: { completion_tokens: 6_000 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 1_500, usage: { completion_tokens: 6_000 } })
     const plain = Array.from({ length: IN_FLIGHT / 2 }, () => call(a.baseUrl, dev.apiKey, false, 30_000))
     await sleep(700)
     process.kill(pid, "SIGSTOP")
@@ -190,7 +144,7 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
         await sleep(200)
       }
       // B spends the wallet down: calls billed their whole hold, until B refuses.
-      upstream.setBehaviour({ kind: "ok", delayMs: 10, usage: { completion_tokens: 60_000 } })
+      bed.upstream.setBehaviour({ kind: "ok", delayMs: 10, usage: { completion_tokens: 60_000 } })
       for (let burst = 0; burst < 40; burst++) {
         const replies = await Promise.all(Array.from({ length: 8 }, () => call(b.baseUrl, dev.apiKey, false, 30_000)))
         if (replies.some((r) => r.status === 402)) break
@@ -263,7 +217,7 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
         problems.push(`stream ${o.requestId}: status ${o.status}, not answered in full`)
       }
     }
-    const state = await moneyState(databaseUrl)
+    const state = await moneyState(bed.databaseUrl)
     const line = {
       round,
       grantsAtFreeze,
@@ -282,7 +236,7 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
     expect(grantsAtFreeze, "A lent from a credit grant when it froze").toBe(1)
     expect(problems, "every answer billed").toEqual([])
     expect(state).toMatchObject({ negativeWallets: 0, billedTwice: 0, logLedgerMismatches: 0, captureMismatches: 0 })
-    expect(await invariantViolations(databaseUrl, [accountId])).toEqual([])
+    expect(await invariantViolations(bed.databaseUrl, [accountId])).toEqual([])
   }
   // The shortfalls logged are the ones counted: those of the calls in flight at the freeze, and of any call answered
   // just before it whose settlement was then billed late (also logged).

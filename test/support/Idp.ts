@@ -1,4 +1,4 @@
-import { createServer } from "node:http"
+import { createServer, type RequestListener, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { Effect } from "effect"
 import { type CryptoKey, exportJWK, generateKeyPair, SignJWT } from "jose"
@@ -33,40 +33,44 @@ const signWith = (privateKey: CryptoKey, issuer: string, audience: string): Idp[
     .setExpirationTime("10m")
     .sign(privateKey)
 
+/** An HTTP server on a free loopback port, closed (its connections cut) with the scope. */
+export const loopbackServer = (handler: RequestListener) =>
+  Effect.acquireRelease(
+    Effect.async<Server>((resume) => {
+      const http = createServer(handler)
+      http.listen(0, "127.0.0.1", () => resume(Effect.succeed(http)))
+    }),
+    (http) =>
+      Effect.async<void>((resume) => {
+        http.closeAllConnections()
+        http.close(() => resume(Effect.void))
+      })
+  )
+
 /** Starts the provider (stopped with the scope); `subject` and `email` are whom its `/authorize` signs in. */
 export const startIdp = (options: { readonly audience: string; readonly subject: string; readonly email: string }) =>
   Effect.gen(function*() {
     const { privateKey, publicKey } = yield* Effect.promise(() => generateKeyPair(ALG))
     const jwks = JSON.stringify({ keys: [{ ...(yield* Effect.promise(() => exportJWK(publicKey))), kid: KID, alg: ALG, use: "sig" }] })
     let sign: Idp["sign"] = () => Promise.reject(new Error("not listening yet"))
-    const server = yield* Effect.acquireRelease(
-      Effect.async<ReturnType<typeof createServer>>((resume) => {
-        const http = createServer((req, res) => {
-          const url = new URL(req.url ?? "/", "http://idp")
-          if (url.pathname === "/.well-known/jwks.json") {
-            res.writeHead(200, { "content-type": "application/json" }).end(jwks)
-            return
-          }
-          if (url.pathname === "/authorize") {
-            const nonce = url.searchParams.get("nonce") ?? ""
-            const state = url.searchParams.get("state") ?? ""
-            const redirect = url.searchParams.get("redirect_uri") ?? ""
-            void sign({ sub: options.subject, email: options.email, nonce }).then((token) => {
-              const fragment = new URLSearchParams({ id_token: token, state }).toString()
-              res.writeHead(302, { location: `${redirect}#${fragment}` }).end()
-            })
-            return
-          }
-          res.writeHead(404).end()
+    const server = yield* loopbackServer((req, res) => {
+      const url = new URL(req.url ?? "/", "http://idp")
+      if (url.pathname === "/.well-known/jwks.json") {
+        res.writeHead(200, { "content-type": "application/json" }).end(jwks)
+        return
+      }
+      if (url.pathname === "/authorize") {
+        const nonce = url.searchParams.get("nonce") ?? ""
+        const state = url.searchParams.get("state") ?? ""
+        const redirect = url.searchParams.get("redirect_uri") ?? ""
+        void sign({ sub: options.subject, email: options.email, nonce }).then((token) => {
+          const fragment = new URLSearchParams({ id_token: token, state }).toString()
+          res.writeHead(302, { location: `${redirect}#${fragment}` }).end()
         })
-        http.listen(0, "127.0.0.1", () => resume(Effect.succeed(http)))
-      }),
-      (http) =>
-        Effect.async<void>((resume) => {
-          http.closeAllConnections()
-          http.close(() => resume(Effect.void))
-        })
-    )
+        return
+      }
+      res.writeHead(404).end()
+    })
     const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
     const issuer = `${base}/`
     sign = signWith(privateKey, issuer, options.audience)

@@ -15,7 +15,7 @@ import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { CallInput, CallResult, HeldCall, Progress, StreamEvent } from "./Call.js"
-import { notStarted, providerRequest } from "./Call.js"
+import { notStarted, providerRequest, shownRoute } from "./Call.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
@@ -53,7 +53,7 @@ const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, rout
   accountId: key.accountId,
   apiKeyId: key.keyId,
   publicModel: PUBLIC_MODEL,
-  upstreamModel: route.upstreamModel,
+  upstreamModel: shownRoute(route, key.environment).upstreamModel,
   routingCategory: route.category,
   endpoint: input.endpoint,
   stream: input.stream,

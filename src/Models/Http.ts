@@ -24,19 +24,24 @@ export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = [
   "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
 ]
 
+const MODEL_LIST = {
+  object: "list" as const,
+  data: [{
+    id: PUBLIC_MODEL,
+    object: "model" as const,
+    owned_by: "svc",
+    context_window: CONTEXT_WINDOW,
+    max_output_tokens: MAX_OUTPUT_TOKENS,
+    capabilities: CAPABILITIES
+  }]
+}
+
 export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
-  handlers.handle("list", () =>
-    Effect.succeed({
-      object: "list" as const,
-      data: [{
-        id: PUBLIC_MODEL,
-        object: "model" as const,
-        owned_by: "svc",
-        context_window: CONTEXT_WINDOW,
-        max_output_tokens: MAX_OUTPUT_TOKENS,
-        capabilities: CAPABILITIES
-      }]
-    })))
+  Effect.map(CallLimits, (limits) =>
+    // Counted against the key's rate limits like every /v1 call (its slot is held while the list is made).
+    handlers.handle("list", () =>
+      Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
+        Effect.scoped(limits.admit(key.keyId, requestId))).pipe(Effect.as(MODEL_LIST)))))
 
 interface Call {
   readonly endpoint: Endpoint

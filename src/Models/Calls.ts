@@ -180,7 +180,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                   input.confirmBeforeBilling ?? Effect.void,
                   settlement.settleOnce(progress, settlement.settleAnswer(call, usedOf(call, sources, answer, answer.usage), answer))
                 )),
-              Effect.onExit(settlement.settleOnExit(call, progress))
+              Effect.onExit(settlement.settleOnExit(call, progress)),
+              // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.
+              Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
             )
           })
         )

@@ -155,6 +155,18 @@ layer(TestServerWithUpstream({ dashboardUrl: DASH, rateLimitRpm: RPM, rateLimitC
         expect(rows.map((r) => r.upstream_model)).toEqual([SIMULATED_MODEL])
       }))
 
+    it.effect("reasoning.effort low keeps a multi-step prompt on the general route over HTTP; medium lets the router send it to reasoning", () =>
+      Effect.gen(function*() {
+        const { apiKey } = yield* caller("true-low@example.com", { environment: "test" })
+        const input = "Prove step by step that there are infinitely many primes."
+        const low = yield* modelCall(apiKey, RESPONSES, { model: MODEL, input, reasoning: { effort: "low" } })
+        expect(low.body.routing.category, low.text).toBe("general")
+        const chatLow = yield* modelCall(apiKey, CHAT, { model: MODEL, messages: [{ role: "user", content: input }], reasoning_effort: "low" })
+        expect(chatLow.body.choices[0].message.content, chatLow.text).toBeTypeOf("string")
+        const medium = yield* modelCall(apiKey, RESPONSES, { model: MODEL, input })
+        expect(medium.body.routing.category, medium.text).toBe("reasoning")
+      }))
+
     it.effect("chat takes null for the fields OpenAI takes null for, as if absent", () =>
       Effect.gen(function*() {
         const { apiKey } = yield* caller("true-nulls@example.com", { environment: "test" })

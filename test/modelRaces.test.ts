@@ -338,7 +338,7 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
 
       const again = yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: key })
       expectReplayOf(again, first, "replay after completion")
-      expect(requestIdOf(again), "the replay is a request of its own").not.toBe(first.body.request_id)
+      expect(requestIdOf(again), "the replay answers as the first request did: X-Request-Id is its body's request_id").toBe(first.body.request_id)
       // The same request in another spelling: keys reordered, defaults spelled out.
       const respelled = yield* modelCall(apiKey, RESPONSES, { stream: false, input: body.input, model: MODEL }, { [IDEMPOTENCY_KEY]: key })
       expectReplayOf(respelled, first, "replay of the same request spelled differently")
@@ -430,7 +430,7 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       yield* expectBooks(b.accountId, [{ requestId: requestIdOf(fromB), cost: billedOf(CHAT, fromB).cost }])
     }))
 
-  it.effect("a call that fails (upstream 500) frees its Idempotency-Key: the same key and body run again once the upstream works, and bill once", () =>
+  it.effect("a call that fails (upstream 500) keeps its answer under its Idempotency-Key: the same key and body replay the 503 (X-Request-Id the first's), a new key runs, and bills once", () =>
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
@@ -443,14 +443,25 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       const error = expectError(failed, "upstream 500", 503, "provider_unavailable")
       expect(error.retryable).toBe(true)
       expect(replayed(failed)).toBeNull()
-      expect(yield* idempotencyRecords(keyId), "the failed call's key is freed").toEqual([])
+      expect((yield* idempotencyRecords(keyId)).map((r) => [r.status, r.response_status, r.request_id]), "the failure is kept")
+        .toEqual([["completed", 503, requestIdOf(failed)]])
       expect(yield* walletOf(accountId)).toMatchObject({ available: TEN_RM, reserved: 0, spent: 0 })
 
       upstream.setBehaviour({ kind: "ok" })
-      const retried = yield* modelCall(apiKey, RESPONSES, body, headers)
-      expectRan(retried, "retry after the upstream recovered")
-      expectReplayOf(yield* modelCall(apiKey, RESPONSES, body, headers), retried, "replay of the retry")
-      expect(upstream.requests.length, "the failure and the retry").toBe(2)
+      const again = yield* modelCall(apiKey, RESPONSES, body, headers)
+      expect(again.status, again.text).toBe(503)
+      expect(replayed(again)).toBe("true")
+      expect(again.text, "the first answer, byte for byte").toBe(failed.text)
+      expect(again.headers.get("x-request-id"), "the replay's X-Request-Id is the first request's").toBe(requestIdOf(failed))
+      expect(upstream.requests.length, "the replay never reached the upstream").toBe(1)
+
+      const retried = yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: "retry-after-failure-2" })
+      expectRan(retried, "a new key after the upstream recovered")
+      const replay = yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: "retry-after-failure-2" })
+      expectReplayOf(replay, retried, "replay of the retry")
+      expect(replay.headers.get("x-request-id"), "a 200 replay's X-Request-Id is the first request's").toBe(requestIdOf(retried))
+      expect(replay.body.request_id).toBe(requestIdOf(retried))
+      expect(upstream.requests.length, "the failure and the new key's call").toBe(2)
 
       const logs = yield* logsOf(accountId)
       expect(logs.map((log) => [log.request_id, log.status, log.error_code, log.cost])).toEqual([

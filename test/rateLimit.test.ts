@@ -90,7 +90,7 @@ for (const store of STORES) {
     TestServerWithUpstream({ rateLimitRpm: 3, rateLimitConcurrent: 2, ...store.overrides }),
     { excludeTestServices: true }
   )(`requests per minute (${store.name} store)`, (it) => {
-    it.effect("the 4th call within a minute answers 429 with Retry-After; another key has its own budget; /v1/models is not limited", () =>
+    it.effect("the 4th call within a minute answers 429 with Retry-After; another key has its own budget; /v1/models draws on it too", () =>
       Effect.gen(function*() {
         const upstream = yield* Upstream
         upstream.reset()
@@ -123,9 +123,12 @@ for (const store of STORES) {
         }
         expect(yield* logCountOf(keyId), "refused calls leave no log rows").toBe(3)
 
+        // Like every /v1 call: it declares 429, and answers it past the key's budget.
         const models = yield* call("GET", "/v1/models", { token: apiKey })
-        expect(models.status, "GET /v1/models is not rate limited").toBe(200)
-        expect(models.body.data[0].id).toBe(MODEL)
+        expect(expectRateLimited(models, "GET /v1/models past the budget").retry_after_seconds).toBeLessThanOrEqual(60)
+        const otherModels = yield* call("GET", "/v1/models", { token: (yield* createKey(token, { name: "lister", environment: "test" })).full_key })
+        expect(otherModels.status, "another key lists the models").toBe(200)
+        expect(otherModels.body.data[0].id).toBe(MODEL)
 
         const other = yield* createKey(token, { name: "second key", environment: "test" })
         const fresh = expectOk(yield* modelCall(other.full_key, RESPONSES, responsesBody()), "another key of the account")

@@ -120,7 +120,7 @@ layer(TestServerWithUpstream({ prices: { ...DEFAULT_PRICES, models: { ...DEFAULT
         )
         expect(rows).toEqual([{ requestId: "req_second", responseBody: "second" }])
         const replay = yield* claim(store, apiKeyId, "k", "req_third")
-        expect(Either.isRight(replay) && replay.right).toEqual({ _tag: "Replay", status: 200, body: "second" })
+        expect(Either.isRight(replay) && replay.right).toEqual({ _tag: "Replay", status: 200, body: "second", requestId: "req_second" })
       }))
 
     it.scoped("a record whose lease lapsed (nobody renews it) is taken over", () =>

@@ -20,7 +20,9 @@ const fields = {
   param: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null }),
   guidance: Schema.optional(Schema.String),
   retryable: Schema.optional(Schema.Boolean),
-  retry_after_seconds: Schema.optional(Schema.Int)
+  retry_after_seconds: Schema.optional(Schema.Int),
+  /** This error's own dashboard page (a key's edit view, say), relative to `DASHBOARD_URL`; else its code's. */
+  action: Schema.optional(Schema.String)
 }
 
 interface Meta {
@@ -42,7 +44,7 @@ export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("Invali
 })) {}
 export class UnsupportedInput extends Schema.TaggedError<UnsupportedInput>()("UnsupportedInput", fields, meta({
   code: "unsupported_input", status: 400, type: "invalid_request_error", retryable: false,
-  guidance: "Remove the unsupported input; only text input is accepted."
+  guidance: "Remove or replace the input named in `param`: the message says what is not supported there and what is accepted."
 })) {}
 export class NotImplemented extends Schema.TaggedError<NotImplemented>()("NotImplemented", fields, meta({
   code: "not_implemented", status: 400, type: "invalid_request_error", retryable: false,
@@ -78,7 +80,7 @@ export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("Pe
 })) {}
 export class InsufficientBalance extends Schema.TaggedError<InsufficientBalance>()("InsufficientBalance", fields, meta({
   code: "insufficient_balance", status: 402, type: "billing_error", retryable: false,
-  guidance: "Top up the wallet, or lower max_output_tokens to reduce the reservation.", action: "/billing"
+  guidance: "Top up the wallet, or lower the request's output token limit to reduce the reservation.", action: "/billing"
 })) {}
 export class SpendLimitExceeded extends Schema.TaggedError<SpendLimitExceeded>()("SpendLimitExceeded", fields, meta({
   code: "spend_limit_exceeded", status: 402, type: "billing_error", retryable: false,
@@ -175,7 +177,7 @@ export const toErrorBody = (
       param: error.param ?? null,
       request_id: requestId,
       guidance: error.guidance ?? m.guidance,
-      action_url: m.action === undefined ? null : `${dashboardUrl}${m.action}`,
+      action_url: (error.action ?? m.action) === undefined ? null : `${dashboardUrl}${error.action ?? m.action}`,
       retryable: error.retryable ?? m.retryable,
       ...(error.retry_after_seconds === undefined ? {} : { retry_after_seconds: error.retry_after_seconds })
     }
@@ -215,6 +217,16 @@ export const wire = <C extends ErrorClass>(cls: C) => {
     ErrorBody
   >
 }
+
+/** `insufficient_balance`'s guidance, naming the endpoint's own output field (`max_tokens` on chat). */
+export const insufficientBalanceGuidance = (outputField: string): string =>
+  `Top up the wallet, or lower ${outputField} to reduce the reservation.`
+
+/** `insufficient_balance` when the wallet is below zero: a smaller request would not help. */
+export const NEGATIVE_BALANCE_GUIDANCE = "The wallet's balance is negative; top up to bring it above zero, then retry."
+
+/** The dashboard's edit view of one key (the keys page opens the key named in `edit`). */
+export const keyEditAction = (apiKeyId: string): string => `/api-keys?edit=${encodeURIComponent(apiKeyId)}`
 
 /** An endpoint of the contract whose behaviour has not landed yet. */
 export const notImplemented = (what: string) =>

@@ -231,7 +231,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
             Effect.locally(CurrentDashboardUrl, dashboardUrl),
             Effect.locally(CurrentResponseHeaders, extraHeaders)
           )
-        const withId = HttpServerResponse.setHeaders(response, { ...extraHeaders, "x-request-id": requestId })
+        const withId = HttpServerResponse.setHeaders(response, { "x-request-id": requestId, ...extraHeaders })
         // An oversize or refused body may be left unread: the connection cannot carry another request.
         const unread = response.status === 413 || refused
         // A refusal before the body (a bad API key, an oversize body) must reach a client still sending it.

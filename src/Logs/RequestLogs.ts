@@ -42,7 +42,8 @@ const noUsage = (log: OpenLog): LoggedUsage => ({
   outputTokens: 0,
   reasoningTokens: 0,
   cachedTokens: 0,
-  usageSource: "provider",
+  // The input tokens are our count: no provider reported usage for a call that is running, failed or was refused.
+  usageSource: "estimated",
   searchCount: 0,
   contentPages: 0,
   costMicroMyr: 0,

@@ -14,6 +14,7 @@ import type {
   UpstreamMessage
 } from "../Providers/Provider.js"
 import type { Effort, Route } from "../Routing/Router.js"
+import { SIMULATED_MODEL } from "../Providers/Simulated.js"
 import type { CallHold } from "../Wallet/Spending.js"
 import type { WebSearchConfig } from "./Api.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
@@ -157,3 +158,7 @@ export const providerRequest = (call: HeldCall, sources: Sources): ProviderReque
   stop: call.input.stop,
   user: call.input.user
 })
+
+/** The route as the caller is told it: a test key's call ran on the built-in model, whatever upstream the router picked. */
+export const shownRoute = (route: Route, environment: "live" | "test"): Route =>
+  environment === "test" ? { ...route, upstreamModel: SIMULATED_MODEL } : route

@@ -11,7 +11,7 @@ import type { WhenShort } from "../Wallet/PayNow.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./Call.js"
-import { answerSoFar, providerRequest } from "./Call.js"
+import { answerSoFar, providerRequest, shownRoute } from "./Call.js"
 import { billedCost, countInput } from "./Estimate.js"
 import type { Sources } from "./WebSearch.js"
 import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
@@ -71,7 +71,7 @@ const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, la
     usage: used.usage,
     cost,
     latencyMs,
-    route: call.route,
+    route: shownRoute(call.route, call.key.environment),
     citations,
     annotations
   }

@@ -3,7 +3,7 @@ import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
-import { errorMeta, isApiError } from "../Domain/Errors.js"
+import { errorMeta, insufficientBalanceGuidance, InsufficientBalance, isApiError, keyEditAction, SpendLimitExceeded } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import type { OpenLog } from "../Logs/RequestLogs.js"
 import type { ProviderError, ProviderRequest } from "../Providers/Provider.js"
@@ -15,7 +15,7 @@ import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { CallInput, CallResult, HeldCall, Progress, StreamEvent } from "./Call.js"
-import { notStarted, providerRequest } from "./Call.js"
+import { notStarted, providerRequest, shownRoute } from "./Call.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
@@ -29,13 +29,31 @@ const apiErrorsOnly = <A, E extends { readonly _tag: string }>(effect: Effect.Ef
   Effect.catchAll(effect, (error) =>
     isApiError(error) ? Effect.fail(error) : Effect.die(error)) as Effect.Effect<A, Extract<E, ApiError>>
 
+/** The output limit a caller lowers to reserve less, as each endpoint names it. */
+export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
+  "/v1/chat/completions": "max_tokens",
+  "/v1/responses": "max_output_tokens"
+}
+
+/** A refusal that tells this caller what to change: its endpoint's output field, its key's edit view. */
+export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiKeyId: string): ApiError => {
+  if (error._tag === "InsufficientBalance" && error.guidance === undefined) {
+    // Fields by name: an error's `message` is not an own enumerable property, so a spread would drop it.
+    return new InsufficientBalance({ message: error.message, param: error.param, guidance: insufficientBalanceGuidance(OUTPUT_FIELD[endpoint]) })
+  }
+  if (error._tag === "SpendLimitExceeded" && error.action === undefined) {
+    return new SpendLimitExceeded({ message: error.message, param: error.param, guidance: error.guidance, action: keyEditAction(apiKeyId) })
+  }
+  return error
+}
+
 /** The call's log row as it opens: who called, and where the router sent it. */
 const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, route: Route, inputTokens: number): OpenLog => ({
   requestId,
   accountId: key.accountId,
   apiKeyId: key.keyId,
   publicModel: PUBLIC_MODEL,
-  upstreamModel: route.upstreamModel,
+  upstreamModel: shownRoute(route, key.environment).upstreamModel,
   routingCategory: route.category,
   endpoint: input.endpoint,
   stream: input.stream,
@@ -69,7 +87,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const watchdogs = yield* FiberSet.make<void>()
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
-      const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number) => {
+      const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number, endpoint: CallInput["endpoint"]) => {
         // Test keys hold nothing; a model priced at nothing holds nothing, and settles as a call with nothing to charge.
         const money = key.environment === "live"
           ? {
@@ -86,7 +104,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               ? Effect.flatMap(elapsed(startedAt), (ms) => spending.refused(log, errorMeta(error).code, ms))
               : Effect.void
           ),
-          apiErrorsOnly
+          apiErrorsOnly,
+          Effect.mapError((error) => forCaller(error, endpoint, key.keyId))
         )
       }
 
@@ -111,7 +130,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             inputParam: input.inputParam
           })
           const log = openLog(input, key, requestId, route, inputTokens)
-          const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt)
+          const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
           return {
             input, key, requestId, startedAt, route, plan,
             provider: key.environment === "live" ? providers.live : providers.test,
@@ -161,7 +180,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                   input.confirmBeforeBilling ?? Effect.void,
                   settlement.settleOnce(progress, settlement.settleAnswer(call, usedOf(call, sources, answer, answer.usage), answer))
                 )),
-              Effect.onExit(settlement.settleOnExit(call, progress))
+              Effect.onExit(settlement.settleOnExit(call, progress)),
+              // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.
+              Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
             )
           })
         )

@@ -4,8 +4,8 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
-import { httpStatus, InvalidRequest, ProviderTimeout, toErrorBody } from "../Domain/Errors.js"
-import { currentRequestId } from "../Request/Context.js"
+import { httpStatus, InvalidRequest, isApiError, ProviderTimeout, toErrorBody } from "../Domain/Errors.js"
+import { addResponseHeaders, currentRequestId } from "../Request/Context.js"
 import { requireActiveAccount } from "./Access.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
 import type { Capability } from "./Api.js"
@@ -24,19 +24,24 @@ export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = [
   "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
 ]
 
+const MODEL_LIST = {
+  object: "list" as const,
+  data: [{
+    id: PUBLIC_MODEL,
+    object: "model" as const,
+    owned_by: "svc",
+    context_window: CONTEXT_WINDOW,
+    max_output_tokens: MAX_OUTPUT_TOKENS,
+    capabilities: CAPABILITIES
+  }]
+}
+
 export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
-  handlers.handle("list", () =>
-    Effect.succeed({
-      object: "list" as const,
-      data: [{
-        id: PUBLIC_MODEL,
-        object: "model" as const,
-        owned_by: "svc",
-        context_window: CONTEXT_WINDOW,
-        max_output_tokens: MAX_OUTPUT_TOKENS,
-        capabilities: CAPABILITIES
-      }]
-    })))
+  Effect.map(CallLimits, (limits) =>
+    // Counted against the key's rate limits like every /v1 call (its slot is held while the list is made).
+    handlers.handle("list", () =>
+      Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
+        Effect.scoped(limits.admit(key.keyId, requestId))).pipe(Effect.as(MODEL_LIST)))))
 
 interface Call {
   readonly endpoint: Endpoint
@@ -77,12 +82,22 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
           body: call.payload,
           requestId
         }).pipe(Effect.catchTag("SqlError", Effect.die))
-        if (outcome._tag === "Replay") return respond(outcome.body, true, outcome.status)
+        if (outcome._tag === "Replay") {
+          // The replay answers as the first request did: its body quotes that request's id, and so does the header.
+          yield* addResponseHeaders({ "x-request-id": outcome.requestId })
+          return respond(outcome.body, true, outcome.status)
+        }
         // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
         const confirmed = { ...input, confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) }
         const body = yield* runOf(confirmed).pipe(
           Effect.onExit((exit) => {
             if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
+            const failure = Cause.failureOption(exit.cause)
+            // A typed error is the request's answer, kept like a success; only a taken-over key is not ours to write.
+            if (failure._tag === "Some" && isApiError(failure.value) && failure.value._tag !== "IdempotencyConflict") {
+              const body = JSON.stringify(toErrorBody(failure.value, requestId, dashboardUrl))
+              return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
+            }
             if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)
             // Cut by shutdown's deadline after it may have run (and been billed): a retry must not run it again.
             const cut = new ProviderTimeout({

@@ -28,7 +28,8 @@ export interface Claim {
 
 export type Outcome =
   | { readonly _tag: "Claimed" }
-  | { readonly _tag: "Replay"; readonly status: number; readonly body: string }
+  /** `requestId`: the first request's, which its body quotes and its replay answers with as `X-Request-Id`. */
+  | { readonly _tag: "Replay"; readonly status: number; readonly body: string; readonly requestId: string }
 
 export interface RecordRow {
   readonly endpoint: string
@@ -68,14 +69,15 @@ export const judgeExisting = (
       guidance: "Wait for the first request to finish, then retry to receive its result."
     })
   }
-  return Effect.succeed({ _tag: "Replay", status: existing.responseStatus, body: existing.responseBody })
+  return Effect.succeed({ _tag: "Replay", status: existing.responseStatus, body: existing.responseBody, requestId: existing.requestId })
 }
 
 /**
  * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
  * claims it; a finished one is replayed; one still running, or a different
- * body, is a conflict. Successes are kept; a failed call's key is freed and a
- * retry runs again (a failed call costs nothing). A call cut by shutdown's
+ * body, is a conflict. What the first request answered is kept, its typed
+ * errors too (a 402 is replayed, not run and billed after a top-up); only a
+ * defect frees the key (`Http.ts`). A call cut by shutdown's
  * deadline may have been billed for what it sent: it keeps a non-retryable 504
  * (`Http.ts`), so a retry never runs it twice. A billed call's answer is never
  * lost to its record: the write is retried, in the background once the answer
@@ -89,12 +91,12 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
   readonly claim: (claim: Claim) => Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError>
   /** Stores the answer of the call that holds the key; a call whose key was taken over stores nothing. Never fails. */
   readonly complete: (apiKeyId: string, key: string, requestId: string, status: number, body: string) => Effect.Effect<void>
-  /** Frees the key of a call that failed. Never fails: a record left behind lapses with its lease. */
   /**
    * Still this request's key, running: its lease is renewed. A key taken over
    * (this process looked dead) answers 409, so that the call is not billed twice.
    */
   readonly confirm: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void, IdempotencyConflict>
+  /** Frees the key of a call that died (a defect, not an answer). Never fails: a record left behind lapses with its lease. */
   readonly abandon: (apiKeyId: string, key: string, requestId: string) => Effect.Effect<void>
   /** Runs a call on whether or not its client waits; shutdown settles it before the last flush. */
   readonly detach: <A, E, R>(call: Effect.Effect<A, E, R>) => Effect.Effect<Fiber.RuntimeFiber<A, E>, never, R>

@@ -118,6 +118,9 @@ const complete = (request: ProviderRequest): Completion => {
 const CHUNK_WORDS = 3
 const ARGUMENT_CHARS = 16
 
+/** The built-in model's name, as a test key's answer and log row report where it was routed. */
+export const SIMULATED_MODEL = "nenas-simulated"
+
 /** The built-in model: no network, deterministic answers, usage counted with the tokenizer, streamed in small pieces. */
 export const simulatedProvider: ProviderShape = {
   complete: (request) => Effect.sync(() => complete(request)),

@@ -1,5 +1,5 @@
 import { Clock, Effect, Layer } from "effect"
-import { accountSuspended, InsufficientBalance, SpendLimitExceeded } from "../Domain/Errors.js"
+import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 import type { InvariantReport } from "./Invariant.js"
@@ -186,6 +186,12 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
   const refusal = (input: ReserveInput, at: Date): InsufficientBalance | SpendLimitExceeded | ReturnType<typeof accountSuspended> | undefined => {
     const wallet = store.walletOf(input.accountId)
     if (wallet.suspended) return accountSuspended()
+    if (wallet.availableMicroMyr < 0) {
+      return new InsufficientBalance({
+        message: `The wallet's balance is negative (RM ${toMyrString(microMyr(wallet.availableMicroMyr))} available); calls resume after a top-up.`,
+        guidance: NEGATIVE_BALANCE_GUIDANCE
+      })
+    }
     if (wallet.availableMicroMyr < input.amountMicroMyr) {
       return new InsufficientBalance({
         message: `This request may cost up to RM ${toMyrString(input.amountMicroMyr)}, and the wallet holds RM ${

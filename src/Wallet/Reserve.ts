@@ -1,6 +1,6 @@
 import type { SqlClient, SqlError } from "@effect/sql"
 import { Clock, Effect } from "effect"
-import { accountSuspended, InsufficientBalance, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
+import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 import { secondsSql } from "./Instances.js"
@@ -118,6 +118,12 @@ export const reserveStatements = (
   const refusal = (input: ReserveInput, wallet: LockedWallet, at: Date) =>
     Effect.gen(function*() {
       if (wallet.suspendedAt !== null) return yield* accountSuspended()
+      if (wallet.availableMicroMyr < 0) {
+        return yield* new InsufficientBalance({
+          message: `The wallet's balance is negative (RM ${toMyrString(microMyr(wallet.availableMicroMyr))} available); calls resume after a top-up.`,
+          guidance: NEGATIVE_BALANCE_GUIDANCE
+        })
+      }
       if (wallet.availableMicroMyr < input.amountMicroMyr) {
         return yield* new InsufficientBalance({
           message: `This request may cost up to RM ${toMyrString(input.amountMicroMyr)}, and the wallet holds RM ${

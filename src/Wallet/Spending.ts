@@ -1,7 +1,7 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Duration, Effect, Either, Layer, Schedule } from "effect"
 import type { PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
-import { InsufficientBalance } from "../Domain/Errors.js"
+import { InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr, toMyrString } from "../Domain/Money.js"
 import type { LoggedUsage, LogWrite, OpenLog } from "../Logs/RequestLogs.js"
@@ -139,7 +139,8 @@ const refuseNegativeBalance = (calls: Calls, accountId: string) =>
     const balance = stored.availableMicroMyr + stored.grantedMicroMyr
     if (balance < 0) {
       return yield* new InsufficientBalance({
-        message: `The wallet's balance is negative (RM ${toMyrString(microMyr(balance))}); live calls resume after a top-up.`
+        message: `The wallet's balance is negative (RM ${toMyrString(microMyr(balance))}); live calls resume after a top-up.`,
+        guidance: NEGATIVE_BALANCE_GUIDANCE
       })
     }
   })

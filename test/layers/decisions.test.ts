@@ -239,7 +239,8 @@ describe("idempotency rules: a key already claimed", () => {
         const outcome = yield* Effect.either(judgeExisting(claim, hash, existing))
         if ("replay" in expected) {
           if (outcome._tag !== "Right") return expect.fail(`expected a replay, got ${outcome.left.message}`)
-          expect(outcome.right).toEqual({ _tag: "Replay", ...expected.replay })
+          // A replay carries the first request's id, which it answers with as X-Request-Id.
+          expect(outcome.right).toEqual({ _tag: "Replay", ...expected.replay, requestId: "req_first" })
           return
         }
         if (outcome._tag !== "Left") return expect.fail(`expected a conflict, got ${JSON.stringify(outcome)}`)

@@ -20,7 +20,9 @@ const fields = {
   param: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null }),
   guidance: Schema.optional(Schema.String),
   retryable: Schema.optional(Schema.Boolean),
-  retry_after_seconds: Schema.optional(Schema.Int)
+  retry_after_seconds: Schema.optional(Schema.Int),
+  /** A more precise dashboard page than the code's own (one key's, say), relative to `DASHBOARD_URL`. */
+  action: Schema.optional(Schema.String)
 }
 
 interface Meta {
@@ -175,7 +177,7 @@ export const toErrorBody = (
       param: error.param ?? null,
       request_id: requestId,
       guidance: error.guidance ?? m.guidance,
-      action_url: m.action === undefined ? null : `${dashboardUrl}${m.action}`,
+      action_url: (error.action ?? m.action) === undefined ? null : `${dashboardUrl}${error.action ?? m.action}`,
       retryable: error.retryable ?? m.retryable,
       ...(error.retry_after_seconds === undefined ? {} : { retry_after_seconds: error.retry_after_seconds })
     }

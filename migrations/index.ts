@@ -5,6 +5,7 @@ import keyNotify from "./0004_key_notify.js"
 import creditGrants from "./0005_credit_grants.js"
 import settlementParked from "./0006_settlement_parked.js"
 import accountsIssuer from "./0007_accounts_issuer.js"
+import keyManagement from "./0008_key_management.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -18,5 +19,6 @@ export const migrations = {
   "0004_key_notify": keyNotify,
   "0005_credit_grants": creditGrants,
   "0006_settlement_parked": settlementParked,
-  "0007_accounts_issuer": accountsIssuer
+  "0007_accounts_issuer": accountsIssuer,
+  "0008_key_management": keyManagement
 }

@@ -12,6 +12,10 @@ export interface AppConfigShape {
   readonly redisUrl: Option.Option<string>
   readonly rateLimitRpm: number
   readonly rateLimitConcurrent: number
+  /** The most a key may be given (`RATE_LIMIT_RPM_MAX`); unset: `RATE_LIMIT_RPM`. */
+  readonly rateLimitRpmMax: Option.Option<number>
+  /** The most a key may be given (`RATE_LIMIT_CONCURRENT_MAX`); unset: `RATE_LIMIT_CONCURRENT`. */
+  readonly rateLimitConcurrentMax: Option.Option<number>
   readonly upstreamBaseUrl: Option.Option<string>
   readonly upstreamApiKey: Option.Option<Redacted.Redacted>
   readonly upstreamModelGeneral: string
@@ -94,6 +98,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   redisUrl: nonEmpty("REDIS_URL"),
   rateLimitRpm: Config.integer("RATE_LIMIT_RPM").pipe(Config.withDefault(600)),
   rateLimitConcurrent: Config.integer("RATE_LIMIT_CONCURRENT").pipe(Config.withDefault(50)),
+  rateLimitRpmMax: Config.option(Config.integer("RATE_LIMIT_RPM_MAX")),
+  rateLimitConcurrentMax: Config.option(Config.integer("RATE_LIMIT_CONCURRENT_MAX")),
   upstreamBaseUrl: nonEmpty("UPSTREAM_BASE_URL"),
   upstreamApiKey: Config.option(Config.redacted("UPSTREAM_API_KEY")),
   upstreamModelGeneral: Config.string("UPSTREAM_MODEL_GENERAL").pipe(Config.withDefault("gpt-4.1-mini")),

@@ -6,6 +6,7 @@ import {
   InvalidApiKey,
   InvalidRequest,
   NotFound,
+  PermissionDenied,
   RateLimitExceeded,
   RevokedApiKey,
   wire
@@ -23,6 +24,10 @@ export interface ApiKeyPrincipal {
   readonly environment: "live" | "test"
   readonly monthlySpendLimitMicroMyr: number | null
   readonly accountSuspended: boolean
+  /** The key's own requests per minute; null: the operator's default (`RATE_LIMIT_RPM`). */
+  readonly rateLimitRpm?: number | null
+  /** The key's own calls in flight at once; null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
+  readonly rateLimitConcurrent?: number | null
 }
 
 export class CurrentApiKey extends Context.Tag("nenas/CurrentApiKey")<CurrentApiKey, ApiKeyPrincipal>() {}
@@ -36,7 +41,13 @@ export class DashboardAuth extends HttpApiMiddleware.Tag<DashboardAuth>()("Dashb
 
 /** `Authorization: Bearer <API_KEY>` on `/v1/*`. */
 export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeyAuth", {
-  failure: Schema.Union(wire(AuthenticationError), wire(InvalidApiKey), wire(ExpiredApiKey), wire(RevokedApiKey)),
+  failure: Schema.Union(
+    wire(AuthenticationError),
+    wire(InvalidApiKey),
+    wire(ExpiredApiKey),
+    wire(RevokedApiKey),
+    wire(PermissionDenied)
+  ),
   provides: CurrentApiKey,
   security: { apiKey: HttpApiSecurity.bearer }
 }) {}

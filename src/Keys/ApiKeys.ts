@@ -1,4 +1,6 @@
-import { createHash } from "node:crypto"
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto"
+import { Option } from "effect"
+import type { AppConfigShape } from "../AppConfig.js"
 import type { Environment } from "./Api.js"
 import { randomBase62 } from "../Domain/Ids.js"
 
@@ -13,3 +15,55 @@ export const keyPrefix = (key: string): string => key.slice(0, PREFIX_LENGTH)
 export const hashKey = (key: string): Buffer => createHash("sha256").update(key, "utf8").digest()
 
 export const MAX_KEYS_PER_ACCOUNT = 50
+
+/** How long a rotation repeated with its Idempotency-Key answers the same new secret. */
+export const ROTATION_REPEAT_SECONDS = 86_400
+
+const derive = (purpose: string, keyId: string, idempotencyKey: string): Buffer =>
+  createHash("sha256").update(`nenas:rotation:${purpose}:${keyId}:${idempotencyKey}`, "utf8").digest()
+
+/** What identifies a rotation by its Idempotency-Key, stored; it does not reveal the sealing key. */
+export const rotationToken = (keyId: string, idempotencyKey: string): Buffer => derive("token", keyId, idempotencyKey)
+
+/**
+ * The new secret sealed (AES-256-GCM) under a key derived from the
+ * Idempotency-Key, which only the caller holds: the database alone cannot
+ * open it, and a repeat of the rotation can.
+ */
+export const sealSecret = (keyId: string, idempotencyKey: string, secret: string): Buffer => {
+  const iv = randomBytes(12)
+  const cipher = createCipheriv("aes-256-gcm", derive("seal", keyId, idempotencyKey), iv)
+  const body = Buffer.concat([cipher.update(secret, "utf8"), cipher.final()])
+  return Buffer.concat([iv, cipher.getAuthTag(), body])
+}
+
+/** The secret `sealSecret` sealed; undefined when it does not open with this Idempotency-Key. */
+export const openSecret = (keyId: string, idempotencyKey: string, sealed: Buffer): string | undefined => {
+  try {
+    const decipher = createDecipheriv("aes-256-gcm", derive("seal", keyId, idempotencyKey), sealed.subarray(0, 12))
+    decipher.setAuthTag(sealed.subarray(12, 28))
+    return Buffer.concat([decipher.update(sealed.subarray(28)), decipher.final()]).toString("utf8")
+  } catch {
+    return undefined
+  }
+}
+
+type LimitConfig = Pick<AppConfigShape, "rateLimitRpm" | "rateLimitConcurrent" | "rateLimitRpmMax" | "rateLimitConcurrentMax">
+
+/** The most a key may be given: the operator's ceiling, else the default. */
+export const rateLimitCeilings = (config: LimitConfig) => ({
+  rpm: Option.getOrElse(config.rateLimitRpmMax, () => config.rateLimitRpm),
+  concurrent: Option.getOrElse(config.rateLimitConcurrentMax, () => config.rateLimitConcurrent)
+})
+
+/** What a key is held to: its own limits, else the defaults, never above the ceilings (which may have been lowered since). */
+export const effectiveRateLimits = (
+  config: LimitConfig,
+  key: { readonly rateLimitRpm?: number | null; readonly rateLimitConcurrent?: number | null }
+) => {
+  const ceilings = rateLimitCeilings(config)
+  return {
+    rpm: Math.min(key.rateLimitRpm ?? config.rateLimitRpm, ceilings.rpm),
+    concurrent: Math.min(key.rateLimitConcurrent ?? config.rateLimitConcurrent, ceilings.concurrent)
+  }
+}

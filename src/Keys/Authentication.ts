@@ -6,6 +6,8 @@ import {
   CurrentRequestId,
   ExpiredApiKey,
   InvalidApiKey,
+  keyEditAction,
+  PermissionDenied,
   type RateLimitExceeded,
   RevokedApiKey
 } from "../Domain/Errors.js"
@@ -18,7 +20,7 @@ import { KeyLastUsed } from "./LastUsed.js"
 /** A hint that names the key without revealing it, as OpenAI's "sk-abc***" does. */
 const describe = (key: string): string => key.startsWith("nns_") ? `${keyPrefix(key)}…` : "(not a nenas key)"
 
-type AuthFailure = AuthenticationError | InvalidApiKey | ExpiredApiKey | RevokedApiKey
+type AuthFailure = AuthenticationError | InvalidApiKey | ExpiredApiKey | RevokedApiKey | PermissionDenied
 
 /**
  * The outcome of authenticating a request's key before its body was read
@@ -46,6 +48,17 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
     }
     const now = new Date(yield* Clock.currentTimeMillis)
     const { key: row } = found
+    // The previous secret of a rotated key, remembered from within its grace period.
+    if (found.graceUntil !== null && found.graceUntil <= now) {
+      return yield* new RevokedApiKey({ message: `The API key ${describe(key)} was replaced by a rotation.` })
+    }
+    if (row.disabledAt !== null) {
+      return yield* new PermissionDenied({
+        message: `The API key ${row.prefix}… is disabled.`,
+        guidance: "This API key is disabled; enable it again in the dashboard, or use another key.",
+        action: keyEditAction(row.id)
+      })
+    }
     if (row.expiresAt !== null && row.expiresAt <= now) {
       return yield* new ExpiredApiKey({
         message: `The API key ${row.prefix}… expired at ${row.expiresAt.toISOString()}.`
@@ -58,7 +71,9 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
       accountId: row.accountId,
       environment: row.environment,
       monthlySpendLimitMicroMyr: row.monthlySpendLimitMicroMyr,
-      accountSuspended: found.accountSuspended
+      accountSuspended: found.accountSuspended,
+      rateLimitRpm: row.rateLimitRpm,
+      rateLimitConcurrent: row.rateLimitConcurrent
     }
   })
 

@@ -5,8 +5,19 @@ import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
+import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyRecord } from "./Api.js"
-import { generateKey, hashKey, keyPrefix } from "./ApiKeys.js"
+import {
+  effectiveRateLimits,
+  generateKey,
+  hashKey,
+  keyPrefix,
+  openSecret,
+  rateLimitCeilings,
+  ROTATION_REPEAT_SECONDS,
+  rotationToken,
+  sealSecret
+} from "./ApiKeys.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
 import { type KeyRow, KeysRepo } from "./Repo.js"
@@ -16,26 +27,58 @@ const WARNING = "Store this key now: it is shown only once and cannot be recover
 const later = (a: Date | null, b: Option.Option<Date>): Date | null =>
   Option.match(b, { onNone: () => a, onSome: (p) => a === null || p > a ? p : a })
 
-const toRecord = (row: KeyRow, now: Date, pendingUse: Option.Option<Date>): ApiKeyRecord => {
+type Limits = Parameters<typeof effectiveRateLimits>[0]
+
+const statusOf = (row: KeyRow, now: Date): ApiKeyRecord["status"] =>
+  row.disabledAt !== null ? "disabled" : row.expiresAt !== null && row.expiresAt <= now ? "expired" : "active"
+
+const toRecord = (limits: Limits, row: KeyRow, now: Date, pendingUse: Option.Option<Date>): ApiKeyRecord => {
   const lastUsed = later(row.lastUsedAt, pendingUse)
+  const rate = effectiveRateLimits(limits, row)
   return {
     id: row.id,
     name: row.name,
     prefix: row.prefix,
     environment: row.environment,
-    status: row.expiresAt !== null && row.expiresAt <= now ? "expired" : "active",
+    status: statusOf(row, now),
     created_at: row.createdAt.toISOString(),
     last_used_at: lastUsed?.toISOString() ?? null,
     monthly_spend_limit_micro_myr: row.monthlySpendLimitMicroMyr,
-    expires_at: row.expiresAt?.toISOString() ?? null
+    expires_at: row.expiresAt?.toISOString() ?? null,
+    rate_limit_rpm: rate.rpm,
+    rate_limit_concurrent: rate.concurrent
   }
 }
+
+/** A per-key rate limit above the operator's ceiling is refused, naming the field. */
+const withinCeilings = (
+  limits: Limits,
+  asked: { readonly rate_limit_rpm?: number | null | undefined; readonly rate_limit_concurrent?: number | null | undefined }
+) =>
+  Effect.gen(function*() {
+    const ceilings = rateLimitCeilings(limits)
+    if (asked.rate_limit_rpm != null && asked.rate_limit_rpm > ceilings.rpm) {
+      return yield* new InvalidRequest({
+        message: `'rate_limit_rpm' may be at most ${ceilings.rpm} (the operator's ceiling).`,
+        param: "rate_limit_rpm"
+      })
+    }
+    if (asked.rate_limit_concurrent != null && asked.rate_limit_concurrent > ceilings.concurrent) {
+      return yield* new InvalidRequest({
+        message: `'rate_limit_concurrent' may be at most ${ceilings.concurrent} (the operator's ceiling).`,
+        param: "rate_limit_concurrent"
+      })
+    }
+  })
+
+const noSuchKey = (id: string) => new NotFound({ message: `No API key with id '${id}'.`, param: "id" })
 
 export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* KeysRepo
     const cache = yield* KeyCache
     const lastUsed = yield* KeyLastUsed
+    const limits = yield* AppConfig
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     return handlers
       .handle("create", ({ payload }) =>
@@ -46,6 +89,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           if (expiresAt !== null && expiresAt <= at) {
             return yield* new InvalidRequest({ message: "'expires_at' must be in the future.", param: "expires_at" })
           }
+          yield* withinCeilings(limits, payload)
           const fullKey = generateKey(payload.environment)
           const row = yield* repo.create({
             id: newId("key"),
@@ -57,26 +101,85 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             monthlySpendLimitMicroMyr: payload.monthly_spend_limit_myr === undefined
               ? null
               : fromMyr(payload.monthly_spend_limit_myr),
-            expiresAt
+            expiresAt,
+            rateLimitRpm: payload.rate_limit_rpm ?? null,
+            rateLimitConcurrent: payload.rate_limit_concurrent ?? null
           }).pipe(
             Effect.catchTag("TooManyKeys", ({ limit }) =>
               new InvalidRequest({ message: `An account can have at most ${limit} API keys; delete one first.` })),
             Effect.catchTag("SqlError", Effect.die)
           )
-          return { key: toRecord(row, at, Option.none()), full_key: fullKey, warning: WARNING }
+          return { key: toRecord(limits, row, at, Option.none()), full_key: fullKey, warning: WARNING }
         }))
       .handle("list", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const at = yield* now
           const rows = yield* Effect.orDie(repo.list(account.id))
-          return { keys: rows.map((row) => toRecord(row, at, lastUsed.pending(row.id))) }
+          return { keys: rows.map((row) => toRecord(limits, row, at, lastUsed.pending(row.id))) }
+        }))
+      .handle("update", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const at = yield* now
+          const expiresAt = payload.expires_at == null ? payload.expires_at : DateTime.toDate(payload.expires_at)
+          if (expiresAt != null && expiresAt <= at) {
+            return yield* new InvalidRequest({ message: "'expires_at' must be in the future.", param: "expires_at" })
+          }
+          yield* withinCeilings(limits, payload)
+          const limit = payload.monthly_spend_limit_myr
+          const row = yield* Effect.orDie(repo.update(account.id, path.id, {
+            ...(payload.name === undefined ? {} : { name: payload.name }),
+            ...(limit === undefined ? {} : { monthlySpendLimitMicroMyr: limit === null ? null : fromMyr(limit) }),
+            ...(expiresAt === undefined ? {} : { expiresAt }),
+            ...(payload.disabled === undefined ? {} : { disabled: payload.disabled }),
+            ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
+            ...(payload.rate_limit_concurrent === undefined ? {} : { rateLimitConcurrent: payload.rate_limit_concurrent })
+          }))
+          if (row === undefined) return yield* noSuchKey(path.id)
+          // Every instance hears of it through the key's NOTIFY within moments; this one knows at once.
+          yield* cache.forgetAccount(account.id)
+          return toRecord(limits, row, at, lastUsed.pending(row.id))
+        }))
+      .handle("rotate", ({ headers, path, payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const at = yield* now
+          const idempotencyKey = headers["idempotency-key"]
+          const existing = yield* Effect.orDie(repo.list(account.id))
+          const current = existing.find((row) => row.id === path.id)
+          if (current === undefined) return yield* noSuchKey(path.id)
+          const fullKey = generateKey(current.environment)
+          const rotated = yield* Effect.orDie(repo.rotate(account.id, path.id, {
+            keyHash: hashKey(fullKey),
+            prefix: keyPrefix(fullKey),
+            graceSeconds: payload.grace_seconds,
+            repeat: idempotencyKey === undefined ? null : {
+              tokenHash: rotationToken(path.id, idempotencyKey),
+              sealed: sealSecret(path.id, idempotencyKey, fullKey)
+            }
+          }, ROTATION_REPEAT_SECONDS))
+          if (rotated === undefined) return yield* noSuchKey(path.id)
+          const answered = rotated.repeatOf === null || idempotencyKey === undefined
+            ? fullKey
+            : openSecret(path.id, idempotencyKey, rotated.repeatOf)
+          // The token matched, so the seal opens with the same Idempotency-Key; anything else is a broken invariant.
+          if (answered === undefined) return yield* Effect.dieMessage("a repeated rotation's secret did not open")
+          yield* cache.forgetAccount(account.id)
+          return {
+            key: toRecord(limits, rotated.row, at, lastUsed.pending(rotated.row.id)),
+            full_key: answered,
+            previous_key_valid_until: rotated.graceUntil !== null && rotated.graceUntil > at
+              ? rotated.graceUntil.toISOString()
+              : null,
+            warning: WARNING
+          }
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const deleted = yield* Effect.orDie(repo.remove(account.id, path.id))
-          if (!deleted) return yield* new NotFound({ message: `No API key with id '${path.id}'.`, param: "id" })
+          if (!deleted) return yield* noSuchKey(path.id)
           // Every instance hears of it within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)
           return { ok: true } as const

@@ -13,6 +13,29 @@ export interface KeyRow {
   readonly expiresAt: Date | null
   readonly createdAt: Date
   readonly lastUsedAt: Date | null
+  readonly disabledAt: Date | null
+  /** Null: the operator's default (`RATE_LIMIT_RPM`). */
+  readonly rateLimitRpm: number | null
+  /** Null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
+  readonly rateLimitConcurrent: number | null
+}
+
+/** The fields `PATCH /dashboard/api-keys/{id}` may change; an absent field stays as it is. */
+export interface KeyChanges {
+  readonly name?: string
+  readonly monthlySpendLimitMicroMyr?: number | null
+  readonly expiresAt?: Date | null
+  readonly disabled?: boolean
+  readonly rateLimitRpm?: number | null
+  readonly rateLimitConcurrent?: number | null
+}
+
+/** A rotation to write: the new hash, and what lets a repeat with the same Idempotency-Key answer the same secret. */
+export interface Rotation {
+  readonly keyHash: Buffer
+  readonly prefix: string
+  readonly graceSeconds: number
+  readonly repeat: { readonly tokenHash: Buffer; readonly sealed: Buffer } | null
 }
 
 export type NewKey = {
@@ -24,17 +47,26 @@ export type NewKey = {
   readonly keyHash: Buffer
   readonly monthlySpendLimitMicroMyr: number | null
   readonly expiresAt: Date | null
+  /** Absent or null: the operator's defaults. */
+  readonly rateLimitRpm?: number | null
+  readonly rateLimitConcurrent?: number | null
 }
 
 /** What a key hash resolves to when a `/v1` call presents it. */
 export type KeyLookup =
-  | { readonly _tag: "Active"; readonly key: KeyRow; readonly accountSuspended: boolean }
+  | {
+    readonly _tag: "Active"
+    readonly key: KeyRow
+    readonly accountSuspended: boolean
+    /** Set when the hash is the key's previous secret, in its grace period until then. */
+    readonly graceUntil: Date | null
+  }
   | { readonly _tag: "Revoked" }
   | { readonly _tag: "Unknown" }
 
 export class TooManyKeys extends Data.TaggedError("TooManyKeys")<{ readonly limit: number }> {}
 
-const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at"
+const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   readonly create: (key: NewKey) => Effect.Effect<KeyRow, SqlError.SqlError | TooManyKeys>
@@ -46,6 +78,24 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   readonly recordLastUsed: (uses: ReadonlyArray<{ readonly id: string; readonly at: Date }>) => Effect.Effect<void, SqlError.SqlError>
   /** Whether the key is, or was before its deletion, one of the account's keys. */
   readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  /** Applies `changes` to the account's key; undefined when the account has no such key. */
+  readonly update: (accountId: string, keyId: string, changes: KeyChanges) => Effect.Effect<KeyRow | undefined, SqlError.SqlError>
+  /**
+   * Replaces the key's secret (its hash): the replaced one gets a tombstone
+   * and, with a grace period, keeps authenticating until it ends (replacing
+   * any earlier grace secret). Undefined when the account has no such key.
+   * A rotation with the token of the key's last rotation, within
+   * `repeatWindowSeconds` of it, writes nothing and answers what that one sealed.
+   */
+  readonly rotate: (
+    accountId: string,
+    keyId: string,
+    rotation: Rotation,
+    repeatWindowSeconds: number
+  ) => Effect.Effect<
+    { readonly row: KeyRow; readonly repeatOf: Buffer | null; readonly graceUntil: Date | null } | undefined,
+    SqlError.SqlError
+  >
   /** The account's keys, and those of them not past `expires_at` at `at`. */
   readonly counts: (
     accountId: string,
@@ -69,7 +119,7 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             `
             if ((count?.count ?? 0) >= MAX_KEYS_PER_ACCOUNT) return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT })
             const rows = yield* sql<KeyRow>`
-              INSERT INTO api_keys ${sql.insert(key)}
+              INSERT INTO api_keys ${sql.insert({ ...key, rateLimitRpm: key.rateLimitRpm ?? null, rateLimitConcurrent: key.rateLimitConcurrent ?? null })}
               RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}
             `
             const row = rows[0]
@@ -93,15 +143,16 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
           })),
         lookup: (keyHash) =>
           Effect.gen(function*() {
-            const found = yield* sql<KeyRow & { readonly suspendedAt: Date | null }>`
-              SELECT ${columns}, a.suspended_at
+            const found = yield* sql<KeyRow & { readonly suspendedAt: Date | null; readonly graceUntil: Date | null }>`
+              SELECT ${columns}, a.suspended_at,
+                CASE WHEN k.key_hash = ${keyHash} THEN NULL ELSE k.previous_valid_until END AS grace_until
               FROM api_keys k JOIN accounts a ON a.id = k.account_id
-              WHERE k.key_hash = ${keyHash}
+              WHERE k.key_hash = ${keyHash} OR (k.previous_key_hash = ${keyHash} AND k.previous_valid_until > now())
             `
             const row = found[0]
             if (row !== undefined) {
-              const { suspendedAt, ...key } = row
-              return { _tag: "Active", key, accountSuspended: suspendedAt !== null } as const
+              const { graceUntil, suspendedAt, ...key } = row
+              return { _tag: "Active", key, accountSuspended: suspendedAt !== null, graceUntil } as const
             }
             const tombstones = yield* sql`SELECT 1 FROM api_key_tombstones WHERE key_hash = ${keyHash}`
             return tombstones.length > 0 ? { _tag: "Revoked" } as const : { _tag: "Unknown" } as const
@@ -117,6 +168,69 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId})
               OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
           `.pipe(Effect.flatMap(first), Effect.map((row) => row.found)),
+        update: (accountId, keyId, changes) =>
+          Effect.gen(function*() {
+            const set = {
+              ...(changes.name === undefined ? {} : { name: changes.name }),
+              ...(changes.monthlySpendLimitMicroMyr === undefined
+                ? {}
+                : { monthly_spend_limit_micro_myr: changes.monthlySpendLimitMicroMyr }),
+              ...(changes.expiresAt === undefined ? {} : { expires_at: changes.expiresAt }),
+              ...(changes.rateLimitRpm === undefined ? {} : { rate_limit_rpm: changes.rateLimitRpm }),
+              ...(changes.rateLimitConcurrent === undefined ? {} : { rate_limit_concurrent: changes.rateLimitConcurrent })
+            }
+            // Disabling keeps the first moment it was disabled; enabling clears it.
+            const disabled = changes.disabled === undefined
+              ? sql`disabled_at`
+              : changes.disabled
+              ? sql`COALESCE(disabled_at, now())`
+              : sql`NULL`
+            const rows = Object.keys(set).length === 0
+              ? yield* sql<KeyRow>`
+                UPDATE api_keys SET disabled_at = ${disabled} WHERE id = ${keyId} AND account_id = ${accountId}
+                RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}`
+              : yield* sql<KeyRow>`
+                UPDATE api_keys SET ${sql.update(set)}, disabled_at = ${disabled}
+                WHERE id = ${keyId} AND account_id = ${accountId}
+                RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}`
+            return rows[0]
+          }),
+        rotate: (accountId, keyId, rotation, repeatWindowSeconds) =>
+          sql.withTransaction(Effect.gen(function*() {
+            // Locked, so that two concurrent repeats of one rotation cannot both rotate.
+            const locked = yield* sql<{ keyHash: Buffer; repeatOf: Buffer | null; previousValidUntil: Date | null }>`
+              SELECT key_hash, previous_valid_until,
+                CASE WHEN rotation_token_hash = ${rotation.repeat?.tokenHash ?? null}
+                  AND rotated_at > now() - ${repeatWindowSeconds} * interval '1 second'
+                THEN rotation_sealed END AS repeat_of
+              FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} FOR UPDATE
+            `
+            const old = locked[0]
+            if (old === undefined) return undefined
+            if (old.repeatOf !== null) {
+              const same = yield* sql<KeyRow>`SELECT ${columns} FROM api_keys k WHERE k.id = ${keyId}`
+              return { row: yield* first(same), repeatOf: old.repeatOf, graceUntil: old.previousValidUntil }
+            }
+            yield* sql`
+              INSERT INTO api_key_tombstones (key_hash, key_id, account_id)
+              VALUES (${old.keyHash}, ${keyId}, ${accountId}) ON CONFLICT (key_hash) DO NOTHING
+            `
+            const grace = rotation.graceSeconds > 0
+            const rows = yield* sql<KeyRow & { readonly previousValidUntil: Date | null }>`
+              UPDATE api_keys SET
+                key_hash = ${rotation.keyHash},
+                prefix = ${rotation.prefix},
+                previous_key_hash = ${grace ? old.keyHash : null},
+                previous_valid_until = ${grace ? sql`now() + ${rotation.graceSeconds} * interval '1 second'` : null},
+                rotation_token_hash = ${rotation.repeat?.tokenHash ?? null},
+                rotation_sealed = ${rotation.repeat?.sealed ?? null},
+                rotated_at = now()
+              WHERE id = ${keyId}
+              RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}, previous_valid_until
+            `
+            const { previousValidUntil, ...row } = yield* first(rows)
+            return { row, repeatOf: null, graceUntil: previousValidUntil }
+          })),
         counts: (accountId, at) =>
           sql<{ total: number; active: number }>`
             SELECT count(*)::int AS total,

@@ -4,6 +4,8 @@ import { Redis } from "ioredis"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import { AppConfig } from "../AppConfig.js"
+import { CurrentApiKey } from "../Auth/Api.js"
+import { effectiveRateLimits } from "../Keys/ApiKeys.js"
 import { RateLimitExceeded } from "../Domain/Errors.js"
 import { addResponseHeaders } from "../Request/Context.js"
 
@@ -77,9 +79,11 @@ const inFlightInRedis = (url: string) =>
   )
 
 /**
- * Per-key limits of model calls: `RATE_LIMIT_RPM` through `RateLimiter` (a
- * token bucket refilled over a minute) and `RATE_LIMIT_CONCURRENT` calls in
- * flight; in memory, or in Redis when `REDIS_URL` is set, so that every
+ * Per-key limits of model calls: requests per minute through `RateLimiter` (a
+ * token bucket refilled over a minute) and calls in flight, each the key's own
+ * (`rate_limit_rpm`, `rate_limit_concurrent`) or else `RATE_LIMIT_RPM` and
+ * `RATE_LIMIT_CONCURRENT`, never above `RATE_LIMIT_RPM_MAX` and
+ * `RATE_LIMIT_CONCURRENT_MAX`; in memory, or in Redis when `REDIS_URL` is set, so that every
  * instance shares them.
  */
 export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
@@ -89,11 +93,12 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
   static readonly make = (inFlight: InFlightStore) =>
     Effect.gen(function*() {
       const limiter = yield* RateLimiter.RateLimiter
-      const { rateLimitConcurrent, rateLimitRpm, upstreamTotalTimeoutMs } = yield* AppConfig
+      const config = yield* AppConfig
+      const { upstreamTotalTimeoutMs } = config
       // A slot outlives the longest call by a minute.
       const lapseMs = upstreamTotalTimeoutMs + 60_000
 
-      const perMinute = (key: string) =>
+      const perMinute = (key: string, rateLimitRpm: number) =>
         limiter.consume({ algorithm: "token-bucket", key: `rpm:${key}`, limit: rateLimitRpm, window: "1 minute" }).pipe(
           Effect.map(Option.some),
           Effect.catchAll((error) =>
@@ -114,7 +119,7 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
           )
         )
 
-      const slot = (key: string, requestId: string) =>
+      const slot = (key: string, requestId: string, rateLimitConcurrent: number) =>
         Effect.acquireRelease(
           inFlight.take(key, requestId, rateLimitConcurrent, lapseMs),
           (held) => held === undefined ? Effect.void : inFlight.giveBack(key, requestId)
@@ -136,8 +141,15 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
 
       const admit = (apiKeyId: string, requestId: string) =>
         Effect.gen(function*() {
-          const minute = yield* perMinute(apiKeyId)
-          const held = yield* slot(apiKeyId, requestId)
+          // The key's own limits (capped by the operator's ceilings) when the call is that key's, else the defaults.
+          const principal = yield* Effect.serviceOption(CurrentApiKey)
+          const own = Option.filter(principal, (key) => key.keyId === apiKeyId)
+          const { concurrent: rateLimitConcurrent, rpm: rateLimitRpm } = effectiveRateLimits(
+            config,
+            Option.getOrElse(own, () => ({}))
+          )
+          const minute = yield* perMinute(apiKeyId, rateLimitRpm)
+          const held = yield* slot(apiKeyId, requestId, rateLimitConcurrent)
           yield* addResponseHeaders({
             ...Option.match(minute, {
               onNone: () => ({}),

@@ -1,0 +1,318 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { mkdtemp, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { AppConfig } from "../src/AppConfig.js"
+import { freePort } from "../src/Database/EmbeddedPostgres.js"
+import { newId } from "../src/Domain/Ids.js"
+import { ServerLive } from "../src/Http/Server.js"
+import { KeyCache } from "../src/Keys/KeyCache.js"
+import { Spending } from "../src/Wallet/Spending.js"
+import { call, createKey, type Reply } from "./support/Http.js"
+import { modelCall } from "./support/Models.js"
+import { topUp, webhookOverrides } from "./support/Stripe.js"
+import { freshDatabase, makeShiftableClock, query, TestServer } from "./support/TestServer.js"
+import { developer } from "./support/Wallet.js"
+
+/** The issue's bound: a change made through one instance is applied by every instance within a second. */
+const DEADLINE_MS = 1_000
+
+/** Probes every 50 ms until `done` holds; the milliseconds from `since` to the probe that saw it, or a failure past the deadline. */
+const seenWithin = <A, E, R>(since: number, probe: Effect.Effect<A, E, R>, done: (answer: A) => boolean, deadline = DEADLINE_MS) =>
+  Effect.gen(function*() {
+    while (true) {
+      const startedAt = Date.now()
+      const answer = yield* probe
+      if (done(answer) && startedAt - since <= deadline) return startedAt - since
+      if (startedAt - since > deadline) {
+        return yield* Effect.dieMessage(`not seen within ${deadline} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
+      }
+      yield* Effect.sleep("50 millis")
+    }
+  })
+
+/** Two whole services in this process on one database, sharing rate limits through Redis. */
+class Instances extends Context.Tag("test/KeyManagementInstances")<Instances, {
+  readonly a: string
+  readonly b: string
+  readonly listening: Effect.Effect<boolean>
+}>() {}
+
+const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
+  const database = yield* freshDatabase
+  const dataDir = yield* Effect.acquireRelease(
+    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-keymgmt-"))),
+    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
+  )
+  const ports = [yield* Effect.promise(freePort), yield* Effect.promise(freePort)] as const
+  const [a, b] = ports.map((port) => `http://127.0.0.1:${port}`) as [string, string]
+  const clock = makeShiftableClock()
+  const instance = (port: number) =>
+    ServerLive.pipe(
+      Layer.provide(AppConfig.layerWith({
+        ...webhookOverrides,
+        databaseUrl: Option.some(Redacted.make(database.url)),
+        dataDir,
+        host: "127.0.0.1",
+        port,
+        publicBaseUrl: a,
+        dashboardUrl: `${a}/app`,
+        instanceId: `keymgmt:${port}`,
+        redisUrl: Option.some("redis://127.0.0.1:6379"),
+        rateLimitRpmMax: Option.some(1_000)
+      })),
+      Layer.provide(Layer.setClock(clock)),
+      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
+    )
+  const first = yield* Layer.build(instance(ports[0]))
+  const second = yield* Layer.build(instance(ports[1]))
+  const settled = Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled)
+  const listening = Effect.map(
+    Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
+    (both) => both.every(Boolean)
+  )
+  return Context.make(Instances, { a, b, listening }).pipe(
+    Context.add(TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
+  )
+}))
+
+const on = (baseUrl: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl }))
+
+const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
+
+const outcome = (reply: Reply): string => reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
+
+describe("keys managed in place, across two instances", () => {
+  layer(InstancesLive, { excludeTestServices: true, timeout: 120_000 })((it) => {
+    const bothListening = Effect.gen(function*() {
+      const since = Date.now()
+      const { listening } = yield* Instances
+      while (!(yield* listening)) {
+        if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the instances never listened")
+        yield* Effect.sleep("50 millis")
+      }
+    })
+
+    const bothSee = (since: number, probe: Effect.Effect<Reply, never, TestServer>, expected: string, deadline = DEADLINE_MS) =>
+      Effect.flatMap(Instances, ({ a, b }) =>
+        Effect.all(
+          [a, b].map((base) => seenWithin(since, on(base)(probe), (reply) => outcome(reply) === expected, deadline)),
+          { concurrency: 2 }
+        ))
+
+    /** Both instances answer 200 (and so remember the key) before the change under test. */
+    const warm = (probe: Effect.Effect<Reply, never, TestServer>) =>
+      Effect.gen(function*() {
+        const { a, b } = yield* Instances
+        for (const base of [a, b, a, b]) expect(outcome(yield* on(base)(probe))).toBe("200")
+      })
+
+    const patch = (token: string, id: string, json: unknown) => call("PATCH", `/dashboard/api-keys/${id}`, { token, json })
+
+    it.effect("a key disabled through one instance answers permission_denied on both within a second, and enabled serves again", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a } = yield* Instances
+        const { token } = yield* on(a)(developer("km-disable@example.com"))
+        const created = yield* on(a)(createKey(token, { name: "to disable", environment: "test" }))
+        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        yield* warm(respond)
+        const disabledAt = Date.now()
+        const disabled = yield* on(a)(patch(token, created.key.id, { disabled: true }))
+        expect(disabled.status).toBe(200)
+        expect(disabled.body).toMatchObject({ id: created.key.id, status: "disabled", name: "to disable" })
+        const refused = yield* bothSee(disabledAt, respond, "permission_denied")
+        expect(Math.max(...refused)).toBeLessThanOrEqual(DEADLINE_MS)
+        const reply = yield* on(a)(respond)
+        expect(reply.status).toBe(403)
+        expect(reply.body.error.guidance).toContain("disabled")
+        expect(reply.body.error.action_url).toBe(`${a}/app/api-keys?edit=${created.key.id}`)
+        const listed = (yield* on(a)(call("GET", "/dashboard/api-keys", { token }))).body.keys
+        expect(listed.find((key: { id: string }) => key.id === created.key.id).status).toBe("disabled")
+        const enabledAt = Date.now()
+        expect((yield* on(a)(patch(token, created.key.id, { disabled: false }))).body.status).toBe("active")
+        const served = yield* bothSee(enabledAt, respond, "200")
+        expect(Math.max(...served)).toBeLessThanOrEqual(DEADLINE_MS)
+      }))
+
+    it.effect("a monthly limit set below the key's month-to-date spend refuses its next call on both instances", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("km-limit@example.com"))
+        yield* on(a)(topUp(token, 1000))
+        // No limit: its calls may run on a credit grant, without a reservation of their own.
+        const created = yield* on(a)(createKey(token, { name: "unlimited", environment: "live" }))
+        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        yield* warm(respond)
+        yield* (yield* TestServer).settled
+        const [row] = yield* query<{ spent: string }>(
+          "SELECT COALESCE(-SUM(amount_micro_myr), 0)::text AS spent FROM ledger_entries WHERE api_key_id = $1 AND type = 'usage'",
+          [created.key.id]
+        )
+        const spent = Number(row?.spent ?? 0)
+        expect(spent).toBeGreaterThan(1)
+        const limitMicro = Math.floor(spent / 2)
+        const limitedAt = Date.now()
+        const patched = yield* on(b)(patch(token, created.key.id, { monthly_spend_limit_myr: limitMicro / 1_000_000 }))
+        expect(patched.status).toBe(200)
+        expect(patched.body.monthly_spend_limit_micro_myr).toBe(limitMicro)
+        const limited = yield* bothSee(limitedAt, respond, "spend_limit_exceeded")
+        expect(Math.max(...limited)).toBeLessThanOrEqual(DEADLINE_MS)
+        // `null` removes the limit again.
+        expect((yield* on(a)(patch(token, created.key.id, { monthly_spend_limit_myr: null }))).body.monthly_spend_limit_micro_myr)
+          .toBeNull()
+        yield* bothSee(Date.now(), respond, "200")
+      }))
+
+    it.effect("a rotation with a grace period: both secrets work on both instances, then only the new one", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("km-rotate@example.com"))
+        const created = yield* on(a)(createKey(token, { name: "rotated", environment: "test", rate_limit_rpm: 500 }))
+        const old = call("GET", "/v1/models", { token: created.full_key })
+        yield* warm(old)
+        const graceSeconds = 3
+        const rotate = call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, {
+          token,
+          json: { grace_seconds: graceSeconds },
+          headers: { "idempotency-key": newId("idem") }
+        })
+        const rotated = yield* on(b)(rotate)
+        const rotatedAt = Date.now()
+        expect(rotated.status).toBe(200)
+        const fresh: string = rotated.body.full_key
+        expect(fresh).toMatch(/^nns_test_[0-9A-Za-z]{40}$/)
+        expect(fresh).not.toBe(created.full_key)
+        expect(rotated.body.key).toMatchObject({ id: created.key.id, name: "rotated", prefix: fresh.slice(0, 12), rate_limit_rpm: 500 })
+        expect(Date.parse(rotated.body.previous_key_valid_until) - rotatedAt).toBeGreaterThan(1_000)
+        const current = call("GET", "/v1/models", { token: fresh })
+        for (const base of [a, b]) {
+          expect(outcome(yield* on(base)(old))).toBe("200")
+          expect(outcome(yield* on(base)(current))).toBe("200")
+        }
+        // Within the deadline after the grace period ends (with slack for a loaded machine).
+        const revoked = yield* bothSee(rotatedAt + graceSeconds * 1_000, old, "revoked_api_key", DEADLINE_MS + 1_000)
+        // Not before the grace period ends (the database set its end a little before `rotatedAt`).
+        expect(Math.min(...revoked)).toBeGreaterThanOrEqual(-500)
+        for (const base of [a, b]) expect(outcome(yield* on(base)(current))).toBe("200")
+      }))
+
+    it.effect("a rotation repeated with its Idempotency-Key answers the same secret; without grace the old one stops at once", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("km-repeat@example.com"))
+        const created = yield* on(a)(createKey(token, { name: "repeat", environment: "test" }))
+        const old = call("GET", "/v1/models", { token: created.full_key })
+        yield* warm(old)
+        const idempotencyKey = newId("idem")
+        const rotate = call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, {
+          token,
+          json: {},
+          headers: { "idempotency-key": idempotencyKey }
+        })
+        const rotatedAt = Date.now()
+        const first = yield* on(a)(rotate)
+        const again = yield* on(b)(rotate)
+        expect(first.status).toBe(200)
+        expect(again.status).toBe(200)
+        expect(again.body.full_key).toBe(first.body.full_key)
+        expect(first.body.previous_key_valid_until).toBeNull()
+        yield* bothSee(rotatedAt, old, "revoked_api_key")
+        const current = call("GET", "/v1/models", { token: first.body.full_key })
+        for (const base of [a, b]) expect(outcome(yield* on(base)(current))).toBe("200")
+        // The secret is never kept readable: the database holds only its hash and a seal.
+        const [stored] = yield* query<{ text: string }>("SELECT row_to_json(k)::text AS text FROM api_keys k WHERE id = $1", [created.key.id])
+        expect(stored?.text).not.toContain(first.body.full_key.slice(12))
+        // Another Idempotency-Key is another rotation.
+        const other = yield* on(a)(call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, {
+          token,
+          json: { grace_seconds: 60 },
+          headers: { "idempotency-key": newId("idem") }
+        }))
+        expect(other.body.full_key).not.toBe(first.body.full_key)
+      }))
+
+    it.effect("per-key requests per minute are shared by both instances; above the operator's ceiling is refused", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("km-rpm@example.com"))
+        const tooMany = yield* on(a)(call("POST", "/dashboard/api-keys", { token, json: { name: "x", rate_limit_rpm: 1_001 } }))
+        expect(tooMany.status).toBe(400)
+        expect(tooMany.body.error).toMatchObject({ code: "invalid_request", param: "rate_limit_rpm" })
+        const created = yield* on(a)(createKey(token, { name: "slow", environment: "test", rate_limit_rpm: 3 }))
+        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        const answers: Array<string> = []
+        for (const base of [a, b, a, b]) answers.push(outcome(yield* on(base)(respond)))
+        expect(answers).toEqual(["200", "200", "200", "rate_limit_exceeded"])
+        const limited = yield* on(a)(respond)
+        expect(limited.headers.get("x-ratelimit-limit-requests")).toBe("3")
+        // Raised (under the ceiling) through one instance: both apply it.
+        const raised = yield* on(b)(call("PATCH", `/dashboard/api-keys/${created.key.id}`, {
+          token,
+          json: { rate_limit_rpm: 900, rate_limit_concurrent: 2 }
+        }))
+        expect(raised.body).toMatchObject({ rate_limit_rpm: 900, rate_limit_concurrent: 2 })
+        const since = Date.now()
+        yield* bothSee(since, respond, "200")
+        // The concurrency default without an operator ceiling is RATE_LIMIT_CONCURRENT (50): more is refused.
+        const concurrent = yield* on(a)(call("PATCH", `/dashboard/api-keys/${created.key.id}`, { token, json: { rate_limit_concurrent: 51 } }))
+        expect(concurrent.body.error).toMatchObject({ code: "invalid_request", param: "rate_limit_concurrent" })
+      }))
+
+    it.effect("another account's key answers 404; bad input answers the spec's error", () =>
+      Effect.gen(function*() {
+        const { a } = yield* Instances
+        const owner = yield* on(a)(developer("km-owner@example.com"))
+        const stranger = yield* on(a)(developer("km-stranger@example.com"))
+        const created = yield* on(a)(createKey(owner.token, { name: "mine", environment: "test" }))
+        const path = `/dashboard/api-keys/${created.key.id}`
+        const patched = yield* on(a)(call("PATCH", path, { token: stranger.token, json: { disabled: true } }))
+        expect(patched.status).toBe(404)
+        expect(patched.body.error.code).toBe("not_found")
+        const rotated = yield* on(a)(call("POST", `${path}/rotate`, { token: stranger.token, json: {} }))
+        expect(rotated.status).toBe(404)
+        const listed = (yield* on(a)(call("GET", "/dashboard/api-keys", { token: owner.token }))).body.keys
+        expect(listed[0]).toMatchObject({ id: created.key.id, status: "active" })
+        for (
+          const [json, param] of [
+            [{ disabled: "yes" }, "disabled"],
+            [{ monthly_spend_limit_myr: -1 }, "monthly_spend_limit_myr"],
+            [{ expires_at: "2020-01-01T00:00:00Z" }, "expires_at"],
+            [{ name: "" }, "name"],
+            [{ rate_limit_rpm: 0 }, "rate_limit_rpm"]
+          ] as const
+        ) {
+          const reply = yield* on(a)(call("PATCH", path, { token: owner.token, json }))
+          expect(reply.status, JSON.stringify(json)).toBe(400)
+          expect(reply.body.type).toBe("error")
+          expect(reply.body.error.code).toBe("invalid_request")
+          expect(String(reply.body.error.param ?? reply.body.error.message)).toContain(param)
+        }
+        const grace = yield* on(a)(call("POST", `${path}/rotate`, { token: owner.token, json: { grace_seconds: 86_401 } }))
+        expect(grace.status).toBe(400)
+        expect(grace.body.error.code).toBe("invalid_request")
+      }))
+
+    it.effect("/openapi.json lists the new endpoints and fields, with examples", () =>
+      Effect.gen(function*() {
+        const { a } = yield* Instances
+        const document = (yield* on(a)(call("GET", "/openapi.json"))).body
+        expect(document.paths["/dashboard/api-keys/{id}"].patch).toBeDefined()
+        expect(document.paths["/dashboard/api-keys/{id}/rotate"].post).toBeDefined()
+        const text = JSON.stringify(document)
+        for (const field of ["grace_seconds", "rate_limit_rpm", "rate_limit_concurrent", "disabled", "previous_key_valid_until"]) {
+          expect(text).toContain(field)
+        }
+        const schemas = document.components.schemas
+        expect(schemas.UpdateApiKeyRequest.examples?.length ?? 0).toBeGreaterThan(0)
+        expect(schemas.RotateApiKeyRequest.examples?.length ?? 0).toBeGreaterThan(0)
+        expect(schemas.ApiKey.examples?.length ?? 0).toBeGreaterThan(0)
+      }))
+  })
+})

@@ -4,6 +4,7 @@ import { DEFAULT_PRICES, costOf, withSafetyMargin } from "../src/Domain/Prices.j
 import type { Message } from "../src/Domain/Tokens.js"
 import { countMessages } from "../src/Domain/Tokens.js"
 import { toMyrString } from "../src/Domain/Money.js"
+import { SIMULATED_MODEL } from "../src/Providers/Simulated.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { query, TestServer } from "./support/TestServer.js"
@@ -407,8 +408,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
             param: null
           })
           expect(error.retryable).toBe(false)
-          expect(error.action_url).toBe(`${baseUrl}/app/api-keys`)
-          expect(error.action_url.endsWith("/app/api-keys")).toBe(true)
+          // The key's own edit view: its limit is what to raise.
+          expect(error.action_url).toBe(`${baseUrl}/app/api-keys?edit=${keyId}`)
           const log = yield* logOf(reply.headers.get("x-request-id") ?? "")
           expect(log).toMatchObject({
             status: "failed",
@@ -587,8 +588,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
             expect(out.routing.category).toBe("search")
             expect(log.search_count).toBeGreaterThan(0)
           }
+          // Test keys are answered by the simulated model, and say so (not the configured upstream that never ran).
+          expect(log.upstream_model, `${name}: upstream model`).toBe(SIMULATED_MODEL)
+          if (path === RESPONSES) expect(out.routing.upstream_model, `${name}: routing.upstream_model`).toBe(SIMULATED_MODEL)
           if (name === "reasoning responses") {
-            expect(log.upstream_model).toBe(REASONING)
+            expect(out.routing.category).toBe("reasoning")
             expect(out.usage.reasoning_tokens).toBeGreaterThan(0)
           }
         }

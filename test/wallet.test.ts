@@ -250,7 +250,7 @@ layer(TestServerLive({ ...webhookOverrides, reservationSweepIntervalMs: 3_600_00
         expect(yield* balances(full.inst, full.accountId)).toEqual({ available: -4_000_000, reserved: 0 })
         const blocked = yield* Effect.either(reserve(full.inst, full.accountId, 1))
         expect(outcome(blocked)).toBe("InsufficientBalance")
-        expect(Either.isLeft(blocked) && blocked.left.message).toContain("RM 0.000000 available")
+        expect(Either.isLeft(blocked) && blocked.left.message).toContain("balance is negative (RM -4.000000")
         expect(yield* balances(full.inst, full.accountId)).toEqual({ available: -4_000_000, reserved: 0 })
         yield* expectInvariant(full.inst, full.accountId)
 

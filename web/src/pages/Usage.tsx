@@ -15,12 +15,23 @@ const RANGES = [
 type Range = typeof RANGES[number]["value"]
 
 const DAY_MS = 86_400_000
+const HOUR_MS = 3_600_000
+
+/**
+ * Whether the API serves a range by hour: it counts the hours between the
+ * first and last bucket's start, plus one, and caps that at 744 (MAX_BUCKETS
+ * in src/Logs/Reads.ts), so a span of at most 743 hours always fits.
+ */
+export const hourlyAllowed = (from: string | undefined, to: string | undefined): boolean => {
+  if (from === undefined || to === undefined) return true
+  return Date.parse(to) - Date.parse(from) <= 743 * HOUR_MS
+}
 
 export const UsagePage = () => {
   const { config } = useSession()
   const zone = config?.business_timezone ?? "the business time zone"
   const [range, setRange] = useState<Range>("7")
-  const [granularity, setGranularity] = useState<Granularity>("day")
+  const [chosenGranularity, setGranularity] = useState<Granularity>("day")
   const [keyId, setKeyId] = useState("")
   const [customFrom, setCustomFrom] = useState(() => toLocalInput(new Date(Date.now() - 7 * DAY_MS)))
   const [customTo, setCustomTo] = useState(() => toLocalInput(new Date()))
@@ -30,6 +41,9 @@ export const UsagePage = () => {
   const { from, to } = useMemo(() => range === "custom"
     ? { from: fromLocalInput(customFrom), to: fromLocalInput(customTo) }
     : { from: new Date(now - Number(range) * DAY_MS).toISOString(), to: new Date(now).toISOString() }, [range, customFrom, customTo, now])
+  // A range too long for hourly buckets is shown by day, rather than asked of the API and refused.
+  const byHourAllowed = hourlyAllowed(from, to)
+  const granularity: Granularity = byHourAllowed ? chosenGranularity : "day"
   const [usage, reload] = useApi<UsageSeries>("/dashboard/usage", {
     granularity,
     from,
@@ -71,11 +85,11 @@ export const UsagePage = () => {
             </>
           )
           : null}
-        <Field label="Granularity">
+        <Field label="Granularity" {...(byHourAllowed ? {} : { hint: "By hour is offered for ranges up to 30 days." })}>
           {(props) => (
             <select {...props} value={granularity} onChange={(e) => setGranularity(e.target.value === "hour" ? "hour" : "day")}>
               <option value="day">By day</option>
-              <option value="hour">By hour</option>
+              <option value="hour" disabled={!byHourAllowed}>By hour</option>
             </select>
           )}
         </Field>

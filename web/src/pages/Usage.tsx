@@ -2,7 +2,7 @@ import { useMemo, useState } from "react"
 import type { ApiKey, Granularity, UsageSeries } from "../api"
 import { CostChart, RequestsChart, SeriesTable, TokensChart } from "../charts"
 import { Field, Load, MoneyStat, PageHeading, Stat } from "../components"
-import { formatCount, fromLocalInput, toLocalInput } from "../format"
+import { formatCount, fromLocalInput, hourlyAllowed, toLocalInput } from "../format"
 import { useApi, useSession } from "../session"
 
 const RANGES = [
@@ -15,17 +15,6 @@ const RANGES = [
 type Range = typeof RANGES[number]["value"]
 
 const DAY_MS = 86_400_000
-const HOUR_MS = 3_600_000
-
-/**
- * Whether the API serves a range by hour: it counts the hours between the
- * first and last bucket's start, plus one, and caps that at 744 (MAX_BUCKETS
- * in src/Logs/Reads.ts), so a span of at most 743 hours always fits.
- */
-export const hourlyAllowed = (from: string | undefined, to: string | undefined): boolean => {
-  if (from === undefined || to === undefined) return true
-  return Date.parse(to) - Date.parse(from) <= 743 * HOUR_MS
-}
 
 export const UsagePage = () => {
   const { config } = useSession()

@@ -139,6 +139,7 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managi
             expect(newSecret).toMatch(/^nns_test_/)
             expect(newSecret).not.toBe(oldSecret)
             await page.getByRole("heading", { name: /The new secret of “e2e renamed”/ }).waitFor()
+            await page.getByText("The old secret no longer works").waitFor()
             await screenshots(page, "13-api-keys-rotated")
             await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
               .toEqual({ status: 401, code: "revoked_api_key" })

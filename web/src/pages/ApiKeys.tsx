@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
 import { useSearchParams } from "react-router"
-import { ApiError, request, type ApiKey, type CreatedKey } from "../api"
+import { ApiError, request, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading } from "../components"
 import { fromLocalInput } from "../format"
 import { useApi, useSession } from "../session"
@@ -72,7 +72,8 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
 }
 
 /** The full key, once: the API never shows it again. */
-const NewKey = ({ created, onDone, rotated = false }: { created: CreatedKey; onDone: () => void; rotated?: boolean }) => {
+const NewKey = ({ created, onDone }: { created: CreatedKey | RotatedKey; onDone: () => void }) => {
+  const rotated = "previous_key_valid_until" in created
   const [copied, setCopied] = useState<"no" | "yes" | "failed">("no")
   const ref = useRef<HTMLInputElement>(null)
   useEffect(() => ref.current?.select(), [])
@@ -89,6 +90,15 @@ const NewKey = ({ created, onDone, rotated = false }: { created: CreatedKey; onD
     <section className="card new-key" aria-labelledby="new-key-heading">
       <h2 id="new-key-heading">{rotated ? "The new secret of" : "Your new key"} “{created.key.name}”</h2>
       <p className="warning" role="note"><strong>{created.warning}</strong></p>
+      {"previous_key_valid_until" in created
+        ? (
+          <p className="note">
+            {created.previous_key_valid_until === null
+              ? <>The old secret no longer works: calls with it answer <code>revoked_api_key</code>.</>
+              : <>The old secret keeps working until <DateTime iso={created.previous_key_valid_until} />, then answers <code>revoked_api_key</code>.</>}
+          </p>
+        )
+        : null}
       <div className="copy-row">
         <label htmlFor="full-key" className="visually-hidden">Full API key</label>
         <input id="full-key" ref={ref} className="mono" readOnly value={created.full_key} onFocus={(e) => e.target.select()} />
@@ -149,7 +159,7 @@ export const ApiKeysPage = () => {
   const [deleting, setDeleting] = useState<ApiKey | null>(null)
   const [deleted, setDeleted] = useState<ReadonlyArray<ApiKey>>([])
   const [rotating, setRotating] = useState<ApiKey | null>(null)
-  const [rotated, setRotated] = useState<CreatedKey | null>(null)
+  const [rotated, setRotated] = useState<RotatedKey | null>(null)
   // The open edit view is in the URL (`?edit=<id>`), so an error's action_url opens it directly.
   const [params, setParams] = useSearchParams()
   const editId = params.get("edit")
@@ -160,7 +170,7 @@ export const ApiKeysPage = () => {
     <>
       <PageHeading title="API keys" />
       {created === null ? null : <NewKey created={created} onDone={() => setCreated(null)} />}
-      {rotated === null ? null : <NewKey created={rotated} rotated onDone={() => setRotated(null)} />}
+      {rotated === null ? null : <NewKey created={rotated} onDone={() => setRotated(null)} />}
       {editId !== null && keys.data !== undefined && editing === undefined
         ? <div className="error" role="alert"><p className="error-message"><strong>No key of yours has the id <code>{editId}</code>; it may have been deleted.</strong></p></div>
         : null}

@@ -261,13 +261,18 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
             await page.reload()
             await page.getByText("No API keys yet").waitFor()
 
-            // An API error in the page: message, guidance and the action link.
+            // 90 days by hour is over the API's 744 hourly buckets: the page offers it by day instead.
             await page.goto(`${baseUrl}/app/usage`)
             await page.getByLabel("Granularity").selectOption("hour")
             await page.getByLabel("Range").selectOption("90")
+            await expect.poll(() => page.getByLabel("Granularity").inputValue()).toBe("day")
+            expect(await page.getByRole("option", { name: "By hour" }).isDisabled()).toBe(true)
+            // An API error in the page: a custom range over 366 days, by day.
+            await page.getByLabel("Range").selectOption("custom")
+            await page.getByLabel("From").fill("2020-01-01T00:00")
             const alert = page.getByRole("alert")
             await alert.waitFor()
-            expect(await alert.textContent()).toContain("at most 744 hourly buckets")
+            expect(await alert.textContent()).toContain("at most 366 daily buckets")
             await screenshots(page, "8-usage-error")
 
             // The only failed response is the one asked for above; nothing else logged an error or a warning.

@@ -49,14 +49,16 @@ const withQuery = (path: string, query: Query | undefined): string => {
 
 export interface RequestOptions {
   readonly token?: string | null
-  readonly method?: "GET" | "POST" | "DELETE"
+  readonly method?: "GET" | "POST" | "PATCH" | "DELETE"
   readonly json?: unknown
+  /** Extra request headers, e.g. an `Idempotency-Key`. */
+  readonly headers?: Record<string, string>
   readonly query?: Query
   readonly signal?: AbortSignal
 }
 
 export const request = async <A>(path: string, options: RequestOptions = {}): Promise<A> => {
-  const headers: Record<string, string> = { accept: "application/json" }
+  const headers: Record<string, string> = { ...options.headers, accept: "application/json" }
   if (options.token) headers["authorization"] = `Bearer ${options.token}`
   if (options.json !== undefined) headers["content-type"] = "application/json"
   let response: Response
@@ -110,6 +112,9 @@ export type CheckoutResponse = Json<typeof BillingApi.CheckoutResponse>
 
 export type ApiKey = Json<typeof KeysApi.ApiKeyRecord>
 export type CreatedKey = Json<typeof KeysApi.CreateApiKeyResponse>
+export type UpdateKey = Json<typeof KeysApi.UpdateApiKeyRequest>
+export type RotateKey = Json<typeof KeysApi.RotateApiKeyRequest>
+export type RotatedKey = Json<typeof KeysApi.RotateApiKeyResponse>
 
 export type LogStatus = Json<typeof UsageApi.LogStatus>
 export const LOG_STATUSES = allOf<LogStatus>()(["pending", "succeeded", "failed", "billed"])

@@ -1,12 +1,17 @@
 import { useEffect, useId, useRef, type ReactNode } from "react"
 import { Link } from "react-router"
 import type { ApiError } from "./api"
-import { formatDateTime, formatMicroMyrExact, formatMyr } from "./format"
+import { formatCostMyr, formatDateTime, formatMicroMyrExact, formatMyr } from "./format"
 import { useSession, type Loadable } from "./session"
 
 /** RM with two decimals; the exact micro-MYR in the tooltip and for screen readers' description. */
 export const Money = ({ micro }: { micro: number }) => (
   <span className="money" title={formatMicroMyrExact(micro)} data-micro-myr={micro}>{formatMyr(micro)}</span>
+)
+
+/** A per-call cost with the digits that matter (`RM 0.000139`); the exact micro-MYR in the tooltip. */
+export const Cost = ({ micro }: { micro: number }) => (
+  <span className="money" title={formatMicroMyrExact(micro)} data-micro-myr={micro}>{formatCostMyr(micro)}</span>
 )
 
 /** A big figure with its exact amount written out beneath (a tooltip alone is out of reach of keyboards and touch). */

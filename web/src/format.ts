@@ -73,3 +73,26 @@ export const fromLocalInput = (value: string): string | undefined => {
   const date = new Date(value)
   return Number.isNaN(date.getTime()) ? undefined : date.toISOString()
 }
+
+/**
+ * A per-call cost, exact to the micro-MYR with the trailing zeros cut, never
+ * fewer than two decimals: `RM 0.000139`, `RM 0.0012`, `RM 1.50`; computed on integers.
+ */
+export const formatCostMyr = (micro: number): string => {
+  const magnitude = Math.abs(micro)
+  const whole = Math.floor(magnitude / MICRO_PER_MYR)
+  const fraction = String(magnitude % MICRO_PER_MYR).padStart(6, "0").replace(/0+$/, "").padEnd(2, "0")
+  return `${micro < 0 ? "−" : ""}RM ${grouped.format(whole)}.${fraction}`
+}
+
+const HOUR_MS = 3_600_000
+
+/**
+ * Whether the API serves a range by hour: it counts the hours between the
+ * first and last bucket's start, plus one, and caps that at 744 (MAX_BUCKETS
+ * in src/Logs/Reads.ts), so a span of at most 743 hours always fits.
+ */
+export const hourlyAllowed = (from: string | undefined, to: string | undefined): boolean => {
+  if (from === undefined || to === undefined) return true
+  return Date.parse(to) - Date.parse(from) <= 743 * HOUR_MS
+}

@@ -1,8 +1,10 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
-import { ApiError, request, type ApiKey, type CreatedKey } from "../api"
+import { useSearchParams } from "react-router"
+import { ApiError, request, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading } from "../components"
 import { fromLocalInput } from "../format"
 import { useApi, useSession } from "../session"
+import { EditKey, RotateKey } from "./KeyDialogs"
 
 const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void }) => {
   const { token } = useSession()
@@ -70,7 +72,8 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
 }
 
 /** The full key, once: the API never shows it again. */
-const NewKey = ({ created, onDone }: { created: CreatedKey; onDone: () => void }) => {
+const NewKey = ({ created, onDone }: { created: CreatedKey | RotatedKey; onDone: () => void }) => {
+  const rotated = "previous_key_valid_until" in created
   const [copied, setCopied] = useState<"no" | "yes" | "failed">("no")
   const ref = useRef<HTMLInputElement>(null)
   useEffect(() => ref.current?.select(), [])
@@ -85,8 +88,17 @@ const NewKey = ({ created, onDone }: { created: CreatedKey; onDone: () => void }
   }
   return (
     <section className="card new-key" aria-labelledby="new-key-heading">
-      <h2 id="new-key-heading">Your new key “{created.key.name}”</h2>
+      <h2 id="new-key-heading">{rotated ? "The new secret of" : "Your new key"} “{created.key.name}”</h2>
       <p className="warning" role="note"><strong>{created.warning}</strong></p>
+      {"previous_key_valid_until" in created
+        ? (
+          <p className="note">
+            {created.previous_key_valid_until === null
+              ? <>The old secret no longer works: calls with it answer <code>revoked_api_key</code>.</>
+              : <>The old secret keeps working until <DateTime iso={created.previous_key_valid_until} />, then answers <code>revoked_api_key</code>.</>}
+          </p>
+        )
+        : null}
       <div className="copy-row">
         <label htmlFor="full-key" className="visually-hidden">Full API key</label>
         <input id="full-key" ref={ref} className="mono" readOnly value={created.full_key} onFocus={(e) => e.target.select()} />
@@ -146,11 +158,22 @@ export const ApiKeysPage = () => {
   const [created, setCreated] = useState<CreatedKey | null>(null)
   const [deleting, setDeleting] = useState<ApiKey | null>(null)
   const [deleted, setDeleted] = useState<ReadonlyArray<ApiKey>>([])
+  const [rotating, setRotating] = useState<ApiKey | null>(null)
+  const [rotated, setRotated] = useState<RotatedKey | null>(null)
+  // The open edit view is in the URL (`?edit=<id>`), so an error's action_url opens it directly.
+  const [params, setParams] = useSearchParams()
+  const editId = params.get("edit")
+  const editing = editId === null ? undefined : keys.data?.keys.find((key) => key.id === editId)
+  const setEditing = (key: ApiKey | null) => setParams(key === null ? {} : { edit: key.id })
 
   return (
     <>
       <PageHeading title="API keys" />
       {created === null ? null : <NewKey created={created} onDone={() => setCreated(null)} />}
+      {rotated === null ? null : <NewKey created={rotated} onDone={() => setRotated(null)} />}
+      {editId !== null && keys.data !== undefined && editing === undefined
+        ? <div className="error" role="alert"><p className="error-message"><strong>No key of yours has the id <code>{editId}</code>; it may have been deleted.</strong></p></div>
+        : null}
       <CreateKeyForm onCreated={(next) => {
         setCreated(next)
         reload()
@@ -181,7 +204,11 @@ export const ApiKeysPage = () => {
                         <td data-label="Created"><DateTime iso={key.created_at} /></td>
                         <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
                         <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
-                        <td className="row-actions"><button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button></td>
+                        <td className="row-actions">
+                          <button type="button" className="small" onClick={() => setEditing(key)} aria-label={`Edit ${key.name}`}>Edit</button>
+                          <button type="button" className="small" onClick={() => setRotating(key)} aria-label={`Rotate ${key.name}`}>Rotate</button>
+                          <button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button>
+                        </td>
                       </tr>
                     ))}
                     {deleted.map((key) => (
@@ -199,6 +226,20 @@ export const ApiKeysPage = () => {
             )}
         </Load>
       </section>
+      {editing === undefined ? null : (
+        <EditKey key={editing.id} apiKey={editing} onClose={() => setEditing(null)} onSaved={(_key, done) => {
+          if (done) setEditing(null)
+          reload()
+        }} />
+      )}
+      {rotating === null ? null : (
+        <RotateKey apiKey={rotating} onCancel={() => setRotating(null)} onRotated={(next) => {
+          setRotating(null)
+          setCreated(null)
+          setRotated(next)
+          reload()
+        }} />
+      )}
       {deleting === null ? null : (
         <ConfirmDelete apiKey={deleting} onCancel={() => setDeleting(null)} onDeleted={(key) => {
           setDeleting(null)

@@ -2,7 +2,7 @@ import { useMemo, useState } from "react"
 import type { ApiKey, Granularity, UsageSeries } from "../api"
 import { CostChart, RequestsChart, SeriesTable, TokensChart } from "../charts"
 import { Field, Load, MoneyStat, PageHeading, Stat } from "../components"
-import { formatCount, fromLocalInput, toLocalInput } from "../format"
+import { formatCount, fromLocalInput, hourlyAllowed, toLocalInput } from "../format"
 import { useApi, useSession } from "../session"
 
 const RANGES = [
@@ -20,7 +20,7 @@ export const UsagePage = () => {
   const { config } = useSession()
   const zone = config?.business_timezone ?? "the business time zone"
   const [range, setRange] = useState<Range>("7")
-  const [granularity, setGranularity] = useState<Granularity>("day")
+  const [chosenGranularity, setGranularity] = useState<Granularity>("day")
   const [keyId, setKeyId] = useState("")
   const [customFrom, setCustomFrom] = useState(() => toLocalInput(new Date(Date.now() - 7 * DAY_MS)))
   const [customTo, setCustomTo] = useState(() => toLocalInput(new Date()))
@@ -30,6 +30,9 @@ export const UsagePage = () => {
   const { from, to } = useMemo(() => range === "custom"
     ? { from: fromLocalInput(customFrom), to: fromLocalInput(customTo) }
     : { from: new Date(now - Number(range) * DAY_MS).toISOString(), to: new Date(now).toISOString() }, [range, customFrom, customTo, now])
+  // A range too long for hourly buckets is shown by day, rather than asked of the API and refused.
+  const byHourAllowed = hourlyAllowed(from, to)
+  const granularity: Granularity = byHourAllowed ? chosenGranularity : "day"
   const [usage, reload] = useApi<UsageSeries>("/dashboard/usage", {
     granularity,
     from,
@@ -71,11 +74,11 @@ export const UsagePage = () => {
             </>
           )
           : null}
-        <Field label="Granularity">
+        <Field label="Granularity" {...(byHourAllowed ? {} : { hint: "By hour is offered for ranges up to 30 days." })}>
           {(props) => (
             <select {...props} value={granularity} onChange={(e) => setGranularity(e.target.value === "hour" ? "hour" : "day")}>
               <option value="day">By day</option>
-              <option value="hour">By hour</option>
+              <option value="hour" disabled={!byHourAllowed}>By hour</option>
             </select>
           )}
         </Field>

@@ -1,0 +1,170 @@
+import { useEffect, useRef, useState, type FormEvent } from "react"
+import { ApiError, request, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
+import { ErrorPanel, Field } from "../components"
+import { fromLocalInput, toLocalInput } from "../format"
+import { useSession } from "../session"
+
+const keyPath = (apiKey: ApiKey) => `/dashboard/api-keys/${encodeURIComponent(apiKey.id)}`
+
+/** Micro-MYR as the MYR an input shows, exact (integers divided once, no float sums). */
+const microToMyrInput = (micro: number | null): string => micro === null ? "" : String(micro / 1_000_000)
+
+/** A modal dialog opened on mount: it traps focus, and Escape cancels. */
+const useModal = () => {
+  const dialog = useRef<HTMLDialogElement>(null)
+  useEffect(() => {
+    dialog.current?.showModal()
+  }, [])
+  return dialog
+}
+
+/**
+ * Edits a key in place. Only the fields changed are sent, so the rate limits a
+ * key inherits from the operator's defaults stay inherited unless edited;
+ * an emptied field is sent as `null` (no limit, no expiry, the default).
+ */
+export const EditKey = ({ apiKey, onClose, onSaved }: {
+  apiKey: ApiKey
+  onClose: () => void
+  /** `done`: the form was saved (close); otherwise the key was disabled or enabled and the dialog stays. */
+  onSaved: (key: ApiKey, done: boolean) => void
+}) => {
+  const { token } = useSession()
+  const dialog = useModal()
+  const initial = {
+    name: apiKey.name,
+    limit: microToMyrInput(apiKey.monthly_spend_limit_micro_myr),
+    expires: apiKey.expires_at === null ? "" : toLocalInput(new Date(apiKey.expires_at)),
+    rpm: String(apiKey.rate_limit_rpm),
+    concurrent: String(apiKey.rate_limit_concurrent)
+  }
+  const [form, setForm] = useState(initial)
+  const [error, setError] = useState<ApiError | null>(null)
+  const [busy, setBusy] = useState(false)
+  const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
+
+  const patch = async (body: UpdateKey, done: boolean) => {
+    setBusy(true)
+    setError(null)
+    try {
+      onSaved(await request<ApiKey>(keyPath(apiKey), { token, method: "PATCH", json: body }), done)
+    } catch (cause) {
+      if (cause instanceof ApiError) setError(cause)
+      else throw cause
+    } finally {
+      setBusy(false)
+    }
+  }
+
+  const save = (event: FormEvent) => {
+    event.preventDefault()
+    const changed = (field: keyof typeof initial) => form[field].trim() !== initial[field].trim()
+    const number = (value: string) => value.trim() === "" ? null : Number(value)
+    const body: UpdateKey = {
+      ...(changed("name") ? { name: form.name } : {}),
+      ...(changed("limit") ? { monthly_spend_limit_myr: number(form.limit) } : {}),
+      ...(changed("expires") ? { expires_at: fromLocalInput(form.expires) ?? null } : {}),
+      ...(changed("rpm") ? { rate_limit_rpm: number(form.rpm) } : {}),
+      ...(changed("concurrent") ? { rate_limit_concurrent: number(form.concurrent) } : {})
+    }
+    void patch(body, true)
+  }
+
+  const disabled = apiKey.status === "disabled"
+  return (
+    <dialog ref={dialog} className="dialog" aria-labelledby="edit-heading" onCancel={onClose}>
+      <h2 id="edit-heading">Edit the key “{apiKey.name}”</h2>
+      <form onSubmit={save}>
+        {error === null ? null : <ErrorPanel error={error} />}
+        <div className="form-grid">
+          <Field label="Key name">
+            {(props) => <input {...props} required maxLength={100} value={form.name} onChange={(e) => set("name")(e.target.value)} />}
+          </Field>
+          <Field label="Monthly limit (RM)" hint="Empty means no limit. Spend this month counts against it.">
+            {(props) => <input {...props} type="number" min={0} step="any" inputMode="decimal" value={form.limit} onChange={(e) => set("limit")(e.target.value)} />}
+          </Field>
+          <Field label="Expiry" hint="Empty means it never expires; in your time zone.">
+            {(props) => <input {...props} type="datetime-local" value={form.expires} onChange={(e) => set("expires")(e.target.value)} />}
+          </Field>
+          <Field label="Requests per minute" hint="Empty means the service's default.">
+            {(props) => <input {...props} type="number" min={1} step={1} inputMode="numeric" value={form.rpm} onChange={(e) => set("rpm")(e.target.value)} />}
+          </Field>
+          <Field label="Concurrent calls" hint="Empty means the service's default.">
+            {(props) => <input {...props} type="number" min={1} step={1} inputMode="numeric" value={form.concurrent} onChange={(e) => set("concurrent")(e.target.value)} />}
+          </Field>
+        </div>
+        <div className="actions">
+          <button type="button" className="quiet" onClick={onClose}>Close</button>
+          <button type="button" className={disabled ? "" : "danger"} disabled={busy} onClick={() => void patch({ disabled: !disabled }, false)}>
+            {disabled ? "Enable key" : "Disable key"}
+          </button>
+          <button type="submit" disabled={busy}>{busy ? "Saving…" : "Save changes"}</button>
+        </div>
+        <p className="note" aria-live="polite">
+          {disabled
+            ? "This key is disabled: calls with it answer permission_denied until you enable it."
+            : "Disabling refuses every call with this key (permission_denied) until you enable it again."}
+        </p>
+      </form>
+    </dialog>
+  )
+}
+
+const GRACE_CHOICES = [
+  { seconds: 0, label: "None: the old secret stops at once" },
+  { seconds: 3_600, label: "1 hour" },
+  { seconds: 86_400, label: "24 hours" }
+] as const
+
+/**
+ * Replaces a key's secret. One idempotency key per dialog: a repeated click
+ * or a retry after a lost answer returns the same new secret, not another.
+ */
+export const RotateKey = ({ apiKey, onCancel, onRotated }: { apiKey: ApiKey; onCancel: () => void; onRotated: (rotated: RotatedKey) => void }) => {
+  const { token } = useSession()
+  const dialog = useModal()
+  const [idempotencyKey] = useState(() => crypto.randomUUID())
+  const [grace, setGrace] = useState<number>(0)
+  const [error, setError] = useState<ApiError | null>(null)
+  const [busy, setBusy] = useState(false)
+
+  const rotate = async () => {
+    setBusy(true)
+    setError(null)
+    try {
+      onRotated(await request<RotatedKey>(`${keyPath(apiKey)}/rotate`, {
+        token,
+        method: "POST",
+        json: { grace_seconds: grace },
+        headers: { "idempotency-key": idempotencyKey }
+      }))
+    } catch (cause) {
+      if (cause instanceof ApiError) setError(cause)
+      else throw cause
+    } finally {
+      setBusy(false)
+    }
+  }
+
+  return (
+    <dialog ref={dialog} className="dialog" aria-labelledby="rotate-heading" aria-describedby="rotate-text" onCancel={onCancel}>
+      <h2 id="rotate-heading">Rotate the key “{apiKey.name}”?</h2>
+      <p id="rotate-text">
+        A new secret replaces <code>{apiKey.prefix}…</code>; the key's id, name, limits and history stay.
+        After the grace period, calls with the old secret answer <code>revoked_api_key</code>.
+      </p>
+      <Field label="Grace period">
+        {(props) => (
+          <select {...props} value={grace} onChange={(e) => setGrace(Number(e.target.value))}>
+            {GRACE_CHOICES.map((choice) => <option key={choice.seconds} value={choice.seconds}>{choice.label}</option>)}
+          </select>
+        )}
+      </Field>
+      {error === null ? null : <ErrorPanel error={error} />}
+      <div className="actions">
+        <button type="button" className="quiet" onClick={onCancel} autoFocus>Cancel</button>
+        <button type="button" className="danger" onClick={() => void rotate()} disabled={busy}>{busy ? "Rotating…" : "Rotate key"}</button>
+      </div>
+    </dialog>
+  )
+}

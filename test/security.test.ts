@@ -79,6 +79,7 @@ layer(TestServerLive(), { excludeTestServices: true })("security headers and COR
       expect(own.status).toBe(204)
       expect(own.headers.get("access-control-allow-origin")).toBe(baseUrl)
       expect(own.headers.get("access-control-allow-methods")).toContain("DELETE")
+      expect(own.headers.get("access-control-allow-methods"), "the dashboard edits keys with PATCH").toContain("PATCH")
       expect(own.headers.get("access-control-allow-headers")).toBe("authorization,content-type")
       const api = yield* preflight("/v1/chat/completions", FOREIGN)
       expect(api.status).toBe(204)

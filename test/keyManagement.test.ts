@@ -1,18 +1,12 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
-import { AppConfig } from "../src/AppConfig.js"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
+import { Context, Effect, Layer, Option } from "effect"
 import { newId } from "../src/Domain/Ids.js"
-import { ServerLive } from "../src/Http/Server.js"
 import { KeyCache } from "../src/Keys/KeyCache.js"
-import { Spending } from "../src/Wallet/Spending.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
-import { topUp, webhookOverrides } from "./support/Stripe.js"
-import { freshDatabase, makeShiftableClock, query, TestServer } from "./support/TestServer.js"
+import { topUp } from "./support/Stripe.js"
+import { query, TestServer } from "./support/TestServer.js"
+import { twoInstances } from "./support/TwoInstances.js"
 import { developer } from "./support/Wallet.js"
 
 /** The issue's bound: a change made through one instance is applied by every instance within a second. */
@@ -40,34 +34,10 @@ class Instances extends Context.Tag("test/KeyManagementInstances")<Instances, {
 }>() {}
 
 const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
-  const database = yield* freshDatabase
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-keymgmt-"))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-  const ports = [yield* Effect.promise(freePort), yield* Effect.promise(freePort)] as const
-  const [a, b] = ports.map((port) => `http://127.0.0.1:${port}`) as [string, string]
-  const clock = makeShiftableClock()
-  const instance = (port: number) =>
-    ServerLive.pipe(
-      Layer.provide(AppConfig.layerWith({
-        ...webhookOverrides,
-        databaseUrl: Option.some(Redacted.make(database.url)),
-        dataDir,
-        host: "127.0.0.1",
-        port,
-        publicBaseUrl: a,
-        dashboardUrl: `${a}/app`,
-        instanceId: `keymgmt:${port}`,
-        redisUrl: Option.some("redis://127.0.0.1:6379"),
-        rateLimitRpmMax: Option.some(1_000)
-      })),
-      Layer.provide(Layer.setClock(clock)),
-      Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
-    )
-  const first = yield* Layer.build(instance(ports[0]))
-  const second = yield* Layer.build(instance(ports[1]))
-  const settled = Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled)
+  const { a, b, database, clock, first, second, settled } = yield* twoInstances("keymgmt", {
+    redisUrl: Option.some("redis://127.0.0.1:6379"),
+    rateLimitRpmMax: Option.some(1_000)
+  })
   const listening = Effect.map(
     Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
     (both) => both.every(Boolean)

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../src/Accounts/Repo.js"
 import { AppConfig } from "../src/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Database.js"
@@ -14,29 +14,8 @@ import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
 import { topUp } from "./support/Stripe.js"
 import { freshDatabase, onDatabase, query, TestServer } from "./support/TestServer.js"
-import { twoInstances } from "./support/TwoInstances.js"
+import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "./support/TwoInstances.js"
 import { developer, WalletRepoLive } from "./support/Wallet.js"
-
-/** The bound the cache promises for a change made anywhere: every instance sees it within a second. */
-const DEADLINE_MS = 1_000
-
-/**
- * Probes every 50 ms until `done` holds of an answer, and returns the
- * milliseconds from `since` to the start of the probe that saw it; fails when
- * no probe started within `DEADLINE_MS` of `since` saw it.
- */
-const seenWithin = <A, E, R>(since: number, probe: Effect.Effect<A, E, R>, done: (answer: A) => boolean) =>
-  Effect.gen(function*() {
-    while (true) {
-      const startedAt = Date.now()
-      const answer = yield* probe
-      if (done(answer) && startedAt - since <= DEADLINE_MS) return startedAt - since
-      if (startedAt - since > DEADLINE_MS) {
-        return yield* Effect.dieMessage(`not seen within ${DEADLINE_MS} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
-      }
-      yield* Effect.sleep("50 millis")
-    }
-  })
 
 /** The database connections that LISTEN (one per listening instance, on every channel). */
 const listeners = (sql: SqlClient.SqlClient) =>
@@ -202,45 +181,8 @@ describe("the API-key cache of one instance", () => {
 })
 
 /** Two instances of the whole service in this process, on one database: each with its own cache and listener. */
-class Instances extends Context.Tag("test/KeyCacheInstances")<Instances, {
-  readonly a: string
-  readonly b: string
-  /** Whether both instances' caches hear the database's announcements. */
-  readonly listening: Effect.Effect<boolean>
-}>() {}
-
-const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
-  const { a, b, clock, database, first, second, settled } = yield* twoInstances("keycache")
-  const listening = Effect.map(
-    Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
-    (both) => both.every(Boolean)
-  )
-  return Context.make(Instances, { a, b, listening }).pipe(
-    Context.add(TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
-  )
-}))
-
-/** Runs `effect` against the instance at `baseUrl` (the support helpers call "the" test server). */
-const on = (baseUrl: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl }))
-
-const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
-
-/** What a reply says, in one word: `200`, or its error code. */
-const outcome = (reply: Reply): string => reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
-
 describe("API keys cached by two instances on one database", () => {
-  layer(InstancesLive, { excludeTestServices: true, timeout: 120_000 })((it) => {
-    /** Both instances listen for key changes before a test remembers anything. */
-    const bothListening = Effect.gen(function*() {
-      const since = Date.now()
-      const { listening } = yield* Instances
-      while (true) {
-        if (yield* listening) return
-        if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the instances never listened")
-        yield* Effect.sleep("50 millis")
-      }
-    })
+  layer(TwoInstancesLive("keycache"), { excludeTestServices: true, timeout: 120_000 })((it) => {
 
     /** `probe` answered by both instances until each gives `expected`; both within the deadline from `since`. */
     const bothSee = (since: number, probe: Effect.Effect<Reply, never, TestServer>, expected: string) =>
@@ -278,7 +220,7 @@ describe("API keys cached by two instances on one database", () => {
         const { a } = yield* Instances
         const { accountId, token } = yield* on(a)(developer("cache-suspend@example.com"))
         const created = yield* on(a)(createKey(token, { name: "suspended", environment: "test" }))
-        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        const respond = modelCall(created.full_key, "/v1/responses", ASK)
         yield* warm(respond)
         const suspendedAt = Date.now()
         yield* query("UPDATE accounts SET suspended_at = now() WHERE id = $1", [accountId])
@@ -297,7 +239,7 @@ describe("API keys cached by two instances on one database", () => {
         const { token } = yield* on(a)(developer("cache-limit@example.com"))
         yield* on(a)(topUp(token, 1000))
         const created = yield* on(a)(createKey(token, { name: "limited", environment: "live", monthly_spend_limit_myr: 100 }))
-        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        const respond = modelCall(created.full_key, "/v1/responses", ASK)
         yield* warm(respond)
         const loweredAt = Date.now()
         yield* query("UPDATE api_keys SET monthly_spend_limit_micro_myr = 0 WHERE id = $1", [created.key.id])

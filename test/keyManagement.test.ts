@@ -1,70 +1,17 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Effect, Layer, Option } from "effect"
+import { Effect, Option } from "effect"
 import { newId } from "../src/Domain/Ids.js"
-import { KeyCache } from "../src/Keys/KeyCache.js"
 import { call, createKey, type Reply } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
 import { topUp } from "./support/Stripe.js"
 import { query, TestServer } from "./support/TestServer.js"
-import { twoInstances } from "./support/TwoInstances.js"
+import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "./support/TwoInstances.js"
 import { developer } from "./support/Wallet.js"
 
-/** The issue's bound: a change made through one instance is applied by every instance within a second. */
-const DEADLINE_MS = 1_000
-
-/** Probes every 50 ms until `done` holds; the milliseconds from `since` to the probe that saw it, or a failure past the deadline. */
-const seenWithin = <A, E, R>(since: number, probe: Effect.Effect<A, E, R>, done: (answer: A) => boolean, deadline = DEADLINE_MS) =>
-  Effect.gen(function*() {
-    while (true) {
-      const startedAt = Date.now()
-      const answer = yield* probe
-      if (done(answer) && startedAt - since <= deadline) return startedAt - since
-      if (startedAt - since > deadline) {
-        return yield* Effect.dieMessage(`not seen within ${deadline} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
-      }
-      yield* Effect.sleep("50 millis")
-    }
-  })
-
-/** Two whole services in this process on one database, sharing rate limits through Redis. */
-class Instances extends Context.Tag("test/KeyManagementInstances")<Instances, {
-  readonly a: string
-  readonly b: string
-  readonly listening: Effect.Effect<boolean>
-}>() {}
-
-const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
-  const { a, b, database, clock, first, second, settled } = yield* twoInstances("keymgmt", {
-    redisUrl: Option.some("redis://127.0.0.1:6379"),
-    rateLimitRpmMax: Option.some(1_000)
-  })
-  const listening = Effect.map(
-    Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
-    (both) => both.every(Boolean)
-  )
-  return Context.make(Instances, { a, b, listening }).pipe(
-    Context.add(TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
-  )
-}))
-
-const on = (baseUrl: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl }))
-
-const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
-
-const outcome = (reply: Reply): string => reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
-
 describe("keys managed in place, across two instances", () => {
-  layer(InstancesLive, { excludeTestServices: true, timeout: 120_000 })((it) => {
-    const bothListening = Effect.gen(function*() {
-      const since = Date.now()
-      const { listening } = yield* Instances
-      while (!(yield* listening)) {
-        if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the instances never listened")
-        yield* Effect.sleep("50 millis")
-      }
-    })
-
+  // Two whole services in this process on one database, sharing rate limits through Redis.
+  const instances = TwoInstancesLive("keymgmt", { redisUrl: Option.some("redis://127.0.0.1:6379"), rateLimitRpmMax: Option.some(1_000) })
+  layer(instances, { excludeTestServices: true, timeout: 120_000 })((it) => {
     const bothSee = (since: number, probe: Effect.Effect<Reply, never, TestServer>, expected: string, deadline = DEADLINE_MS) =>
       Effect.flatMap(Instances, ({ a, b }) =>
         Effect.all(
@@ -87,7 +34,7 @@ describe("keys managed in place, across two instances", () => {
         const { a } = yield* Instances
         const { token } = yield* on(a)(developer("km-disable@example.com"))
         const created = yield* on(a)(createKey(token, { name: "to disable", environment: "test" }))
-        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        const respond = modelCall(created.full_key, "/v1/responses", ASK)
         yield* warm(respond)
         const disabledAt = Date.now()
         const disabled = yield* on(a)(patch(token, created.key.id, { disabled: true }))
@@ -115,7 +62,7 @@ describe("keys managed in place, across two instances", () => {
         yield* on(a)(topUp(token, 1000))
         // No limit: its calls may run on a credit grant, without a reservation of their own.
         const created = yield* on(a)(createKey(token, { name: "unlimited", environment: "live" }))
-        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        const respond = modelCall(created.full_key, "/v1/responses", ASK)
         yield* warm(respond)
         yield* (yield* TestServer).settled
         const [row] = yield* query<{ spent: string }>(
@@ -216,7 +163,7 @@ describe("keys managed in place, across two instances", () => {
         expect(tooMany.status).toBe(400)
         expect(tooMany.body.error).toMatchObject({ code: "invalid_request", param: "rate_limit_rpm" })
         const created = yield* on(a)(createKey(token, { name: "slow", environment: "test", rate_limit_rpm: 3 }))
-        const respond = modelCall(created.full_key, "/v1/responses", ask)
+        const respond = modelCall(created.full_key, "/v1/responses", ASK)
         const answers: Array<string> = []
         for (const base of [a, b, a, b]) answers.push(outcome(yield* on(base)(respond)))
         expect(answers).toEqual(["200", "200", "200", "rate_limit_exceeded"])

@@ -2,12 +2,14 @@ import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { ServerLive } from "../../src/Http/Server.js"
 import { Spending } from "../../src/Wallet/Spending.js"
 import { webhookOverrides } from "./Stripe.js"
-import { freshDatabase, makeShiftableClock } from "./TestServer.js"
+import type { Reply } from "./Http.js"
+import { freshDatabase, makeShiftableClock, TestServer } from "./TestServer.js"
 
 /**
  * Two in-process instances of the service on one fresh database and one
@@ -48,4 +50,66 @@ export const twoInstances = (name: string, config: Partial<AppConfigShape> = {})
     // Reads through the support helpers see what both instances settled.
     const settled = Effect.zipRight(Context.get(first, Spending).settled, Context.get(second, Spending).settled)
     return { a, b, database, clock, first, second, settled }
+  })
+
+/** The two instances' addresses, and whether both instances' caches hear the database's announcements. */
+export class Instances extends Context.Tag("test/TwoInstances")<Instances, {
+  readonly a: string
+  readonly b: string
+  readonly listening: Effect.Effect<boolean>
+}>() {}
+
+/** Two instances as a test Layer: `Instances`, and `TestServer` pointing at the first. */
+export const TwoInstancesLive = (name: string, config: Partial<AppConfigShape> = {}) =>
+  Layer.scopedContext(Effect.gen(function*() {
+    const { a, b, clock, database, first, second, settled } = yield* twoInstances(name, config)
+    const listening = Effect.map(
+      Effect.all([Context.get(first, KeyCache).listening, Context.get(second, KeyCache).listening]),
+      (both) => both.every(Boolean)
+    )
+    return Context.make(Instances, { a, b, listening }).pipe(
+      Context.add(TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
+    )
+  }))
+
+/** Both instances listen for key changes (within 10 s) before a test remembers anything. */
+export const bothListening = Effect.gen(function*() {
+  const since = Date.now()
+  const { listening } = yield* Instances
+  while (!(yield* listening)) {
+    if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the instances never listened")
+    yield* Effect.sleep("50 millis")
+  }
+})
+
+/** Runs `effect` against the instance at `baseUrl` (the support helpers call "the" test server). */
+export const on = (baseUrl: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl }))
+
+/** What a reply says, in one word: `200`, or its error code. */
+export const outcome = (reply: Reply): string => reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
+
+/** A cheap model call for probing an instance. */
+export const ASK = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
+
+/** Issue 24's and the key cache's bound: a change made through one instance is applied by every instance within a second. */
+export const DEADLINE_MS = 1_000
+
+/** Probes every 50 ms until `done` holds; the milliseconds from `since` to the probe that saw it, or a failure past the deadline. */
+export const seenWithin = <A, E, R>(
+  since: number,
+  probe: Effect.Effect<A, E, R>,
+  done: (answer: A) => boolean,
+  deadline = DEADLINE_MS
+) =>
+  Effect.gen(function*() {
+    while (true) {
+      const startedAt = Date.now()
+      const answer = yield* probe
+      if (done(answer) && startedAt - since <= deadline) return startedAt - since
+      if (startedAt - since > deadline) {
+        return yield* Effect.dieMessage(`not seen within ${deadline} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
+      }
+      yield* Effect.sleep("50 millis")
+    }
   })

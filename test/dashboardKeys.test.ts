@@ -112,7 +112,9 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managi
             await edit.waitFor({ state: "detached" })
             const row = page.getByRole("row", { name: /e2e renamed/ })
             await row.waitFor()
-            expect(await row.textContent()).toContain("RM 12.50")
+            // The month's spend against the limit: a test key's calls are free.
+            expect(await row.getByRole("cell", { name: /of RM 12\.50/ }).textContent()).toBe("RM 0.00 of RM 12.50")
+            await row.getByRole("meter", { name: "0% of the monthly limit" }).waitFor()
 
             // Opened directly from a link (an error's action_url): disable, and the key answers 403.
             await page.goto(editUrl)

@@ -41,6 +41,8 @@ const testPool = (closing: ReadonlyArray<Grant> = []): GrantPool => ({
   charge: () => undefined,
   giveBack: () => undefined,
   handBack: () => undefined,
+  report: () => undefined,
+  keyHoldsAfter: () => [],
   holds: () => false,
   inFlight: () => 0,
   unlent: () => 0,
@@ -143,7 +145,7 @@ const grantCharge = (grant: Grant, apiKeyId: string, amount: number, usage: Part
     description: "Model call",
     log: logOf(grant.accountId, apiKeyId, requestId, amount, usage)
   }
-  return { requestId, item, queued: { item, grant: { grant, amount } } satisfies Queued }
+  return { requestId, item, queued: { item, grant: { grant, amount, apiKeyId } } satisfies Queued }
 }
 
 const usageEntries = (requestId: string) =>

@@ -32,7 +32,7 @@ import { type Search, SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
 import { RequestLogReads } from "../Logs/Reads.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
-import { GRANT_CHANNEL } from "../Wallet/GrantRows.js"
+import { GRANT_CHANNEL, KEY_LIMIT_CHANNEL } from "../Wallet/GrantRows.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { Spending } from "../Wallet/Spending.js"
@@ -87,7 +87,7 @@ const sqlWalletRepo = (layer: Layer.Layer<WalletRepo, never, Layer.Layer.Context
 /** The instance's one LISTEN connection, on every channel it listens on, its state in the metrics. */
 const ListenerLive = Layer.unwrapEffect(Effect.map(Metrics, (metrics) =>
   Listener.layer({
-    channels: [KEYS_CHANNEL, GRANT_CHANNEL],
+    channels: [KEYS_CHANNEL, GRANT_CHANNEL, KEY_LIMIT_CHANNEL],
     onConnected: (connected) => metrics.listenConnected.set(connected ? 1 : 0),
     onReconnect: () => metrics.listenReconnects.inc()
   })))

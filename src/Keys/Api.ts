@@ -18,6 +18,8 @@ export const ApiKeyRecord = Schema.Struct({
   created_at: Schema.String,
   last_used_at: Schema.NullOr(Schema.String),
   monthly_spend_limit_micro_myr: Schema.NullOr(Schema.Int),
+  /** Billed to the key this month (in `BUSINESS_TIMEZONE`) as written: settled calls (other instances' within moments), not calls in flight. */
+  month_to_date_spend_micro_myr: Schema.Int,
   expires_at: Schema.NullOr(Schema.String),
   /** What the key is held to now: its own limit, else the operator's default, never above the ceiling. */
   rate_limit_rpm: Schema.Int,
@@ -33,6 +35,7 @@ export const ApiKeyRecord = Schema.Struct({
     created_at: "2026-11-01T08:00:00.000Z",
     last_used_at: "2026-11-24T21:14:03.000Z",
     monthly_spend_limit_micro_myr: 50_000_000,
+    month_to_date_spend_micro_myr: 12_345_678,
     expires_at: null,
     rate_limit_rpm: 120,
     rate_limit_concurrent: 5

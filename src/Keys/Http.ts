@@ -20,6 +20,7 @@ import {
 } from "./ApiKeys.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
+import { Spending } from "../Wallet/Spending.js"
 import { type KeyRow, KeysRepo } from "./Repo.js"
 
 const WARNING = "Store this key now: it is shown only once and cannot be recovered. Anyone holding it can spend your balance."
@@ -32,7 +33,13 @@ type Limits = Parameters<typeof effectiveRateLimits>[0]
 const statusOf = (row: KeyRow, now: Date): ApiKeyRecord["status"] =>
   row.disabledAt !== null ? "disabled" : row.expiresAt !== null && row.expiresAt <= now ? "expired" : "active"
 
-const toRecord = (limits: Limits, row: KeyRow, now: Date, pendingUse: Option.Option<Date>): ApiKeyRecord => {
+const toRecord = (
+  limits: Limits,
+  row: KeyRow,
+  now: Date,
+  pendingUse: Option.Option<Date>,
+  spentThisMonth: ReadonlyMap<string, number>
+): ApiKeyRecord => {
   const lastUsed = later(row.lastUsedAt, pendingUse)
   const rate = effectiveRateLimits(limits, row)
   return {
@@ -44,6 +51,7 @@ const toRecord = (limits: Limits, row: KeyRow, now: Date, pendingUse: Option.Opt
     created_at: row.createdAt.toISOString(),
     last_used_at: lastUsed?.toISOString() ?? null,
     monthly_spend_limit_micro_myr: row.monthlySpendLimitMicroMyr,
+    month_to_date_spend_micro_myr: spentThisMonth.get(row.id) ?? 0,
     expires_at: row.expiresAt?.toISOString() ?? null,
     rate_limit_rpm: rate.rpm,
     rate_limit_concurrent: rate.concurrent
@@ -78,6 +86,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
     const repo = yield* KeysRepo
     const cache = yield* KeyCache
     const lastUsed = yield* KeyLastUsed
+    const spending = yield* Spending
     const limits = yield* AppConfig
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     return handlers
@@ -109,14 +118,15 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               new InvalidRequest({ message: `An account can have at most ${limit} API keys; delete one first.` })),
             Effect.catchTag("SqlError", Effect.die)
           )
-          return { key: toRecord(limits, row, at, Option.none()), full_key: fullKey, warning: WARNING }
+          return { key: toRecord(limits, row, at, Option.none(), new Map()), full_key: fullKey, warning: WARNING }
         }))
       .handle("list", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const at = yield* now
           const rows = yield* Effect.orDie(repo.list(account.id))
-          return { keys: rows.map((row) => toRecord(limits, row, at, lastUsed.pending(row.id))) }
+          const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
+          return { keys: rows.map((row) => toRecord(limits, row, at, lastUsed.pending(row.id), spent)) }
         }))
       .handle("update", ({ path, payload }) =>
         Effect.gen(function*() {
@@ -139,7 +149,10 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           if (row === undefined) return yield* noSuchKey(path.id)
           // Every instance hears of it through the key's NOTIFY within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)
-          return toRecord(limits, row, at, lastUsed.pending(row.id))
+          // The new limit counts what the key's calls on credit grants hold, on every instance, before this answers.
+          if (typeof limit === "number") yield* Effect.orDie(spending.limitSet(account.id, row.id))
+          const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
+          return toRecord(limits, row, at, lastUsed.pending(row.id), spent)
         }))
       .handle("rotate", ({ headers, path, payload }) =>
         Effect.gen(function*() {
@@ -166,8 +179,9 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           // The token matched, so the seal opens with the same Idempotency-Key; anything else is a broken invariant.
           if (answered === undefined) return yield* Effect.dieMessage("a repeated rotation's secret did not open")
           yield* cache.forgetAccount(account.id)
+          const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
           return {
-            key: toRecord(limits, rotated.row, at, lastUsed.pending(rotated.row.id)),
+            key: toRecord(limits, rotated.row, at, lastUsed.pending(rotated.row.id), spent),
             full_key: answered,
             previous_key_valid_until: rotated.graceUntil !== null && rotated.graceUntil > at
               ? rotated.graceUntil.toISOString()

@@ -2,13 +2,13 @@ import type { Scope } from "effect"
 import { Effect, Option, Runtime } from "effect"
 import { Listener } from "../Database/Listener.js"
 import { newId } from "../Domain/Ids.js"
-import { GRANT_CHANNEL, type GrantToGrow } from "./GrantRows.js"
+import { GRANT_CHANNEL, type GrantToGrow, KEY_LIMIT_CHANNEL } from "./GrantRows.js"
 import type { Grant, Pace } from "./Grants.js"
 import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
 import { type FenceView, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
-import type { GrantReturn } from "./Settle.js"
+import type { GrantReturn, KeyHold } from "./Settle.js"
 
 /** A grant no call has reserved from for this long is handed back. */
 const GRANT_IDLE_MS = 5000
@@ -40,10 +40,18 @@ export interface GrantPool {
    * when it holds enough; undefined when the call must reserve.
    */
   readonly lend: (input: ReserveInput, now: number) => Grant | undefined
-  /** A call on `grant` settled: `charged` waits for the flush, the rest of `held` is lent again. */
-  readonly charge: (grant: Grant, held: number, charged: number) => void
-  /** A call on `grant` failed: all it held is lent again. */
-  readonly giveBack: (grant: Grant, held: number) => void
+  /** A call of `apiKeyId` on `grant` settled: `charged` waits for the flush, the rest of `held` is lent again. */
+  readonly charge: (grant: Grant, held: number, charged: number, apiKeyId: string) => void
+  /** A call of `apiKeyId` on `grant` failed: all it held is lent again. */
+  readonly giveBack: (grant: Grant, held: number, apiKeyId: string) => void
+  /**
+   * A monthly limit was set on the key: its calls lend no more, the account's
+   * grant is handed back, and from the next flush on `key_grant_holds` says
+   * what the key's calls hold of this instance's grants until nothing is left.
+   */
+  readonly report: (accountId: string, apiKeyId: string, now: number) => void
+  /** What each reported key's calls will hold of grants once `entries` (a batch's) are written, where it changed. */
+  readonly keyHoldsAfter: (entries: ReadonlyArray<{ readonly grant?: { readonly amount: number; readonly apiKeyId: string } | undefined }>) => ReadonlyArray<KeyHold>
   /** Someone (another instance, a debit, a call refused here) needs the account's grant: hand it back, take none for a while. */
   readonly handBack: (accountId: string, now: number) => void
   /** Whether this instance holds a grant for the account. */
@@ -54,10 +62,13 @@ export interface GrantPool {
   readonly unlent: () => number
   /** What to hand back now: grants asked for, idle ones, and all of them when stopping. */
   readonly takeHandBacks: (now: number) => HandBacks
-  /** A flush wrote `amount` of `grant`'s charges. */
-  readonly chargeWritten: (grant: Grant, amount: number) => void
-  /** A flush written: empty closed grants are gone, and so are those the sweeper returned (`missing`). */
-  readonly written: (close: ReadonlyArray<Grant>, missing: ReadonlySet<string>) => Effect.Effect<void>
+  /** A flush wrote `amount` of `grant`'s charges to a call of `apiKeyId`. */
+  readonly chargeWritten: (grant: Grant, amount: number, apiKeyId: string) => void
+  /**
+   * A flush written: empty closed grants are gone, and so are those the
+   * sweeper returned (`missing`); `keyHolds` are what it wrote of the reported keys.
+   */
+  readonly written: (close: ReadonlyArray<Grant>, missing: ReadonlySet<string>, keyHolds?: ReadonlyArray<KeyHold>) => Effect.Effect<void>
   /** No more growth; every grant closes. Waits (briefly) for growths still committing, which would leave a grant behind. */
   readonly stop: Effect.Effect<void>
 }
@@ -65,6 +76,10 @@ export interface GrantPool {
 /** The pool's state, and what it needs to grow grants. */
 interface Pool {
   readonly grants: Map<string, Grant>
+  /** What each key's calls hold of grants: in flight, and charged but not yet written. */
+  readonly keyHolds: Map<string, number>
+  /** Keys a limit was set on, whose holds go to `key_grant_holds`: the amount last written there. */
+  readonly reported: Map<string, number>
   readonly paces: Map<string, Pace>
   readonly wallets: WalletRepo["Type"]
   readonly nowMs: Effect.Effect<number>
@@ -93,6 +108,8 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
   const { fence } = yield* ReservationLeases
   const pool: Pool = {
     grants: new Map(),
+    keyHolds: new Map(),
+    reported: new Map(),
     paces: new Map(),
     wallets: yield* WalletRepo,
     nowMs: clock.currentTimeMillis,
@@ -107,15 +124,26 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
   if (Option.isSome(listener)) yield* listen(pool, listener.value)
   return {
     lend: (input, now) => lend(pool, input, now),
-    charge,
-    giveBack,
+    charge: (grant, held, charged, apiKeyId) => {
+      charge(grant, held, charged)
+      addKeyHold(pool, apiKeyId, charged - held)
+    },
+    giveBack: (grant, held, apiKeyId) => {
+      giveBack(grant, held)
+      addKeyHold(pool, apiKeyId, -held)
+    },
+    report: (accountId, apiKeyId, now) => report(pool, accountId, apiKeyId, now),
+    keyHoldsAfter: (entries) => keyHoldsAfter(pool, entries),
     handBack: (accountId, now) => handBack(pool, accountId, now),
     holds: (accountId) => pool.grants.has(accountId),
     inFlight: (accountId) => pool.grants.get(accountId)?.inFlight ?? 0,
     unlent: () => [...pool.grants.values()].reduce((sum, grant) => sum + grant.remaining, 0),
     takeHandBacks: (now) => takeHandBacks(pool, now),
-    chargeWritten: (grant, amount) => void (grant.pending -= amount),
-    written: (close, missing) => written(pool, close, missing),
+    chargeWritten: (grant, amount, apiKeyId) => {
+      grant.pending -= amount
+      addKeyHold(pool, apiKeyId, -amount)
+    },
+    written: (close, missing, keyHolds) => written(pool, close, missing, keyHolds ?? []),
     stop: stop(pool)
   }
 })
@@ -129,6 +157,10 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
 const listen = (pool: Pool, listener: Listener["Type"]) =>
   Effect.gen(function*() {
     yield* listener.on(GRANT_CHANNEL, (accountId) => handBack(pool, accountId, pool.now()))
+    yield* listener.on(KEY_LIMIT_CHANNEL, (payload) => {
+      const [accountId = "", apiKeyId = ""] = payload.split(" ")
+      report(pool, accountId, apiKeyId, pool.now())
+    })
     yield* listener.onHeardAgain(() => handBackAll(pool))
   })
 
@@ -165,7 +197,7 @@ const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined =
   const pace = paceOf(pool, input.accountId, now)
   notePace(pace, input.amountMicroMyr, now)
   // Deaf, or stale, a request for the grant would go unheard or a sweeper may have taken it: no lending, and no growing.
-  if (input.monthlySpendLimitMicroMyr !== null || !mayLend(pool)) return undefined
+  if (input.monthlySpendLimitMicroMyr !== null || pool.reported.has(input.apiKeyId) || !mayLend(pool)) return undefined
   closeAfterLapse(pool)
   const grant = pool.grants.get(input.accountId)
   if (!pool.stopping && wantsGrant(pace, grant, now)) startGrowing(pool, input.accountId, pace, now)
@@ -173,7 +205,37 @@ const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined =
   grant.remaining -= input.amountMicroMyr
   grant.inFlight += input.amountMicroMyr
   grant.lastHoldAt = now
+  addKeyHold(pool, input.apiKeyId, input.amountMicroMyr)
   return grant
+}
+
+const addKeyHold = (pool: Pool, apiKeyId: string, amount: number) => {
+  const held = (pool.keyHolds.get(apiKeyId) ?? 0) + amount
+  if (held > 0) pool.keyHolds.set(apiKeyId, held)
+  else pool.keyHolds.delete(apiKeyId)
+}
+
+const report = (pool: Pool, accountId: string, apiKeyId: string, now: number) => {
+  // -1: nothing written yet, so the next flush writes the key's holds even when they are none.
+  if (!pool.reported.has(apiKeyId)) pool.reported.set(apiKeyId, -1)
+  handBack(pool, accountId, now)
+}
+
+const keyHoldsAfter = (
+  pool: Pool,
+  entries: ReadonlyArray<{ readonly grant?: { readonly amount: number; readonly apiKeyId: string } | undefined }>
+): ReadonlyArray<KeyHold> => {
+  if (pool.reported.size === 0) return []
+  const writing = new Map<string, number>()
+  for (const { grant } of entries) {
+    if (grant !== undefined) writing.set(grant.apiKeyId, (writing.get(grant.apiKeyId) ?? 0) + grant.amount)
+  }
+  const holds: Array<KeyHold> = []
+  for (const [apiKeyId, last] of pool.reported) {
+    const amountMicroMyr = Math.max((pool.keyHolds.get(apiKeyId) ?? 0) - (writing.get(apiKeyId) ?? 0), 0)
+    if (amountMicroMyr !== last) holds.push({ apiKeyId, amountMicroMyr })
+  }
+  return holds
 }
 
 const charge = (grant: Grant, held: number, charged: number) => {
@@ -284,8 +346,13 @@ const takeHandBacks = (pool: Pool, now: number): HandBacks => {
   return { returns, close }
 }
 
-const written = (pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<string>) =>
+const written = (pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<string>, keyHolds: ReadonlyArray<KeyHold>) =>
   Effect.gen(function*() {
+    for (const { amountMicroMyr, apiKeyId } of keyHolds) {
+      // Nothing left, in the table or here: the key is no longer reported.
+      if (amountMicroMyr === 0 && !pool.keyHolds.has(apiKeyId)) pool.reported.delete(apiKeyId)
+      else if (pool.reported.has(apiKeyId)) pool.reported.set(apiKeyId, amountMicroMyr)
+    }
     for (const grant of close) {
       if (grant.inFlight === 0 && grant.pending === 0 && grant.remaining === 0) forget(pool, grant)
     }

@@ -12,6 +12,8 @@ import { lockWallet } from "./Lock.js"
 
 /** Where instances ask each other to hand back their grants for an account (the payload). */
 export const GRANT_CHANNEL = "nenas_grants"
+/** Where instances are told a key's monthly limit was set: `<account id> <key id>` (`GrantPool.report`). */
+export const KEY_LIMIT_CHANNEL = "nenas_key_limits"
 
 /** A grant's growth, decided under the wallet's lock from what it holds. */
 export type GrantSizing = (wallet: { readonly availableMicroMyr: number; readonly heldMicroMyr: number }) => number
@@ -36,6 +38,8 @@ export interface GrantStatements {
   readonly returnDeadGrants: Effect.Effect<number, SqlError.SqlError>
   readonly askForGrants: (accountId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   readonly unansweredGrants: (accountId: string, askedAt: Date) => Effect.Effect<number, SqlError.SqlError>
+  /** Tells every instance a limit was set on the key: each hands back the account's grants, writing the key's holds of them. */
+  readonly askForKeyHolds: (accountId: string, apiKeyId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
 }
 
 /** The grant statements of the process `holder`. */
@@ -90,14 +94,19 @@ export const grantStatements = (sql: SqlClient.SqlClient, holder: string): Grant
     `
     let returned = 0
     for (const grant of dead) if (yield* returnGrant(grant)) returned++
+    // What a dead process's calls held of its grants went back with them.
+    yield* sql`DELETE FROM key_grant_holds WHERE ${holderDead(sql, "holder", holder)}`
     return returned
   })
 
-  const askForGrants = (accountId: string) =>
+  const ask = (accountId: string, channel: string, payload: string) =>
     sql<{ others: number; askedAt: Date }>`
       SELECT (SELECT count(*)::int FROM credit_grants WHERE account_id = ${accountId} AND holder <> ${holder}) AS others,
-             now() AS asked_at, pg_notify(${GRANT_CHANNEL}, ${accountId})
+             now() AS asked_at, pg_notify(${channel}, ${payload})
     `.pipe(Effect.map((rows): GrantsAsked => rows[0] ?? { others: 0, askedAt: new Date(0) }))
+
+  const askForGrants = (accountId: string) => ask(accountId, GRANT_CHANNEL, accountId)
+  const askForKeyHolds = (accountId: string, apiKeyId: string) => ask(accountId, KEY_LIMIT_CHANNEL, `${accountId} ${apiKeyId}`)
 
   const unansweredGrants = (accountId: string, askedAt: Date) =>
     sql<{ unanswered: number }>`
@@ -105,5 +114,5 @@ export const grantStatements = (sql: SqlClient.SqlClient, holder: string): Grant
       WHERE account_id = ${accountId} AND holder <> ${holder} AND updated_at < ${askedAt}
     `.pipe(Effect.map((rows) => rows[0]?.unanswered ?? 0))
 
-  return { growGrant, returnDeadGrants, askForGrants, unansweredGrants }
+  return { growGrant, returnDeadGrants, askForGrants, unansweredGrants, askForKeyHolds }
 }

@@ -82,6 +82,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
    * Only for keys without a monthly limit.
    */
   readonly reserveQuickly: (input: ReserveInput) => Effect.Effect<Reservation | undefined, SqlError.SqlError>
+  /** What each of the account's keys was billed this month (in `BUSINESS_TIMEZONE`), as written: keys that spent nothing are absent. */
+  readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
   /** Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more. */
   readonly capture: (reservationId: string, amountMicroMyr: MicroMyr, description: string) => Effect.Effect<Capture, SqlError.SqlError>
   /** Returns an open reservation whole; true when it was open. */
@@ -98,6 +100,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   readonly askForGrants: (accountId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** How many of other instances' grants for the account have not been written since `askedAt`: not answered yet. */
   readonly unansweredGrants: (accountId: string, askedAt: Date) => Effect.Effect<number, SqlError.SqlError>
+  /** Tells every instance a monthly limit was set on the key: each hands back the account's grants, writing what the key's calls hold of them. */
+  readonly askForKeyHolds: (accountId: string, apiKeyId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>

@@ -200,10 +200,7 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
       })
     }
     if (input.monthlySpendLimitMicroMyr === null) return undefined
-    const month = store.monthOf(at)
-    const spent = -store.entries
-      .filter((e) => e.apiKeyId === input.apiKeyId && e.type === "usage" && store.monthOf(e.createdAt) >= month)
-      .reduce((total, e) => total + e.amountMicroMyr, 0)
+    const spent = spentIn(at).get(input.apiKeyId) ?? 0
     const held = [...reservations.values()]
       .filter((r) => r.apiKeyId === input.apiKeyId && r.status === "open")
       .reduce((total, r) => total + r.amountMicroMyr, 0)
@@ -294,6 +291,17 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
       return growth
     }))
 
+  /** What each key (of `accountId`, or of all) was billed in `at`'s month. */
+  const spentIn = (at: Date, accountId?: string) => {
+    const spent = new Map<string, number>()
+    for (const e of store.entries) {
+      if (e.type !== "usage" || e.apiKeyId === null || store.monthOf(e.createdAt) < store.monthOf(at)) continue
+      if (accountId !== undefined && e.accountId !== accountId) continue
+      spent.set(e.apiKeyId, (spent.get(e.apiKeyId) ?? 0) - e.amountMicroMyr)
+    }
+    return spent
+  }
+
   const othersGrants = (accountId: string) =>
     [...grants.values()].filter((grant) => grant.accountId === accountId && grant.holder !== holder)
 
@@ -376,6 +384,10 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
   return Object.assign(
     WalletRepo.of({
       open, wallet, reserve, reserveQuickly, capture, release, growGrant, returnDeadGrants, askForGrants, unansweredGrants,
+      // Nobody listens here, and nobody holds grants but this repository's own instance.
+      askForKeyHolds: (accountId) => askForGrants(accountId),
+      spentThisMonth: (accountId) =>
+        Effect.map(now, (at) => spentIn(at, accountId)),
       post, ledger, openHolds
     }),
     { [IN_MEMORY]: true }

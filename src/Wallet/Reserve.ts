@@ -59,7 +59,12 @@ export interface ReserveStatements {
     input: ReserveInput
   ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
   readonly reserveQuickly: (input: ReserveInput) => Effect.Effect<Reservation | undefined, SqlError.SqlError>
+  readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
 }
+
+/** The start of `at`'s month in `timezone`, as SQL. */
+export const monthStart = (sql: SqlClient.SqlClient, at: Date, timezone: string) =>
+  sql`date_trunc('month', ${at}::timestamptz AT TIME ZONE ${timezone}::text) AT TIME ZONE ${timezone}::text`
 
 /** The reserve statements of this process (`leases.holder`), months counted in `businessTimezone`. */
 export const reserveStatements = (
@@ -69,17 +74,18 @@ export const reserveStatements = (
 ): ReserveStatements => {
   const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
+  /** What the key spent this month, and what its calls in flight hold: reservations, and grants (`key_grant_holds`). */
   const monthToDate = (apiKeyId: string, at: Date) =>
     sql<{ spent: number; held: number }>`
       SELECT
         COALESCE((
           SELECT -SUM(amount_micro_myr) FROM ledger_entries
-          WHERE api_key_id = ${apiKeyId} AND type = 'usage'
-            AND created_at >= date_trunc('month', ${at}::timestamptz AT TIME ZONE ${businessTimezone}::text)
-                              AT TIME ZONE ${businessTimezone}::text
+          WHERE api_key_id = ${apiKeyId} AND type = 'usage' AND created_at >= ${monthStart(sql, at, businessTimezone)}
         ), 0)::bigint AS spent,
         COALESCE((
           SELECT SUM(amount_micro_myr) FROM reservations WHERE api_key_id = ${apiKeyId} AND status = 'open'
+        ), 0)::bigint + COALESCE((
+          SELECT SUM(amount_micro_myr) FROM key_grant_holds WHERE api_key_id = ${apiKeyId}
         ), 0)::bigint AS held
     `.pipe(Effect.map((rows) => rows[0] ?? { spent: 0, held: 0 }))
 
@@ -163,5 +169,15 @@ export const reserveStatements = (
       return (yield* debitAndHold(reservation, yield* now)) ? yield* held(reservation) : undefined
     })
 
-  return { reserve, reserveQuickly }
+  const spentThisMonth = (accountId: string) =>
+    Effect.gen(function*() {
+      const rows = yield* sql<{ apiKeyId: string; spent: number }>`
+        SELECT api_key_id, -SUM(amount_micro_myr)::bigint AS spent FROM ledger_entries
+        WHERE account_id = ${accountId} AND type = 'usage' AND created_at >= ${monthStart(sql, yield* now, businessTimezone)}
+        GROUP BY api_key_id
+      `
+      return new Map(rows.map((row) => [row.apiKeyId, Number(row.spent)]))
+    })
+
+  return { reserve, reserveQuickly, spentThisMonth }
 }

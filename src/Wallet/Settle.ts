@@ -5,7 +5,7 @@ import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
-import { lockRows, withRepeatedEntries, writeEntries, writeRows } from "./SettleRows.js"
+import { lockRows, withRepeatedEntries, writeEntries, writeKeyHolds, writeRows } from "./SettleRows.js"
 
 /**
  * Settlement in batches (DESIGN.md, Money): every capture, release and charge
@@ -60,6 +60,12 @@ export interface NumberedReturn extends GrantReturn {
   readonly seq?: number | undefined
 }
 
+/** What a key's calls hold of this process's grants (`key_grant_holds`): 0 deletes the row. */
+export interface KeyHold {
+  readonly apiKeyId: string
+  readonly amountMicroMyr: number
+}
+
 export interface Batch {
   readonly items: ReadonlyArray<SettleItem>
   /** In the order they were numbered. */
@@ -72,6 +78,8 @@ export interface Batch {
   readonly at: Date
   /** This process: the rows' holder. */
   readonly holder: string
+  /** For keys with a limit set since their calls took grants: what those calls hold now. */
+  readonly keyHolds?: ReadonlyArray<KeyHold> | undefined
 }
 
 export interface ItemOutcome {
@@ -107,6 +115,7 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
       yield* writeRows(sql, batch, locked)
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
+      yield* writeKeyHolds(sql, batch)
       const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))

@@ -185,3 +185,23 @@ export const withRepeatedEntries = (
       return requestId === undefined ? outcome : { ...outcome, ledgerEntryId: posted.get(requestId) ?? null }
     })
   })
+
+/** This process's rows of `key_grant_holds` the batch changes: an amount, or none (deleted). */
+export const writeKeyHolds = (sql: SqlClient.SqlClient, batch: Batch) =>
+  Effect.gen(function*() {
+    const holds = batch.keyHolds ?? []
+    if (holds.length === 0) return
+    const held = holds.filter((hold) => hold.amountMicroMyr > 0)
+    const gone = holds.filter((hold) => hold.amountMicroMyr === 0).map((hold) => hold.apiKeyId)
+    if (held.length > 0) {
+      yield* sql`
+        INSERT INTO key_grant_holds (holder, api_key_id, amount_micro_myr, updated_at)
+        SELECT ${batch.holder}, v.api_key_id, v.amount, ${batch.at}
+        FROM unnest(${held.map((hold) => hold.apiKeyId)}::text[], ${held.map((hold) => hold.amountMicroMyr)}::bigint[]) AS v(api_key_id, amount)
+        ON CONFLICT (api_key_id, holder) DO UPDATE SET amount_micro_myr = EXCLUDED.amount_micro_myr, updated_at = EXCLUDED.updated_at
+      `
+    }
+    if (gone.length > 0) {
+      yield* sql`DELETE FROM key_grant_holds WHERE holder = ${batch.holder} AND api_key_id = ANY(${gone}::text[])`
+    }
+  })

@@ -34,7 +34,7 @@ export interface Queued {
   readonly item?: SettleItem | undefined
   readonly log?: LogWrite | undefined
   /** What a grant charge moved to the grant's `pending`. */
-  readonly grant?: { readonly grant: Grant; readonly amount: number } | undefined
+  readonly grant?: { readonly grant: Grant; readonly amount: number; readonly apiKeyId: string } | undefined
 }
 
 /**
@@ -301,7 +301,7 @@ const parkRefused = (queue: Queue, refused: Refused, now: number) =>
       )
     }
     queue.refused = queue.refused.filter((other) => other !== refused)
-    if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount)
+    if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount, entry.grant.apiKeyId)
     if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
     const kind = kindOf(settlement)
     queue.metrics.settlementParked.inc({ kind })
@@ -318,7 +318,7 @@ const parkRefused = (queue: Queue, refused: Refused, now: number) =>
   })
 
 /** The batch `taken` writes, its values clamped to what the columns hold (each change an anomaly). */
-const batchOf = (taken: Taken, now: number, holder: string, anomalies: Array<Anomaly>): Batch => {
+const batchOf = (taken: Taken, now: number, holder: string, pool: GrantPool, anomalies: Array<Anomaly>): Batch => {
   const items: Array<SettleItem> = []
   const logs: Array<LogWrite> = taken.due.map((r) =>
     clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies)
@@ -327,14 +327,15 @@ const batchOf = (taken: Taken, now: number, holder: string, anomalies: Array<Ano
     if (entry.item !== undefined) items.push(clampItem(entry.item, anomalies))
     if (entry.log !== undefined) logs.push(clampLog(entry.log, anomalies))
   }
-  return { items, returns: taken.returns, logs, close: taken.close.map((grant) => grant.id), at: new Date(now), holder }
+  const keyHolds = pool.keyHoldsAfter(taken.entries)
+  return { items, returns: taken.returns, logs, close: taken.close.map((grant) => grant.id), at: new Date(now), holder, keyHolds }
 }
 
 /** Writes `taken` in one transaction; on failure, unless `alone`, puts everything back for the next flush. */
 const write = (queue: Queue, taken: Taken, now: number, putBack = true) =>
   Effect.gen(function*() {
     const anomalies: Array<Anomaly> = []
-    const batch = batchOf(taken, now, queue.leases.holder, anomalies)
+    const batch = batchOf(taken, now, queue.leases.holder, queue.pool, anomalies)
     const started = performance.now()
     const observe = (outcome: "ok" | "error") =>
       queue.metrics.settlementFlushDuration.observe({ outcome }, (performance.now() - started) / 1000)
@@ -380,7 +381,7 @@ const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutc
   Effect.gen(function*() {
     for (const r of taken.due) r.written = true
     for (const entry of taken.entries) {
-      if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount)
+      if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount, entry.grant.apiKeyId)
       if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
     }
     for (const [index, item] of batch.items.entries()) {
@@ -392,5 +393,5 @@ const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutc
         yield* noteShortfall(queue, item, done.chargedMicroMyr)
       }
     }
-    yield* queue.pool.written(taken.close, outcome.missingGrants)
+    yield* queue.pool.written(taken.close, outcome.missingGrants, batch.keyHolds)
   })

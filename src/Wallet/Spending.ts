@@ -11,7 +11,7 @@ import { type CallHold, reservationIdOf } from "./CallHold.js"
 import { type GrantPool, makeGrantPool } from "./GrantPool.js"
 import { ReservationLeases } from "./Leases.js"
 import { payNow, type WhenShort } from "./PayNow.js"
-import type { Wallet } from "./Repo.js"
+import type { GrantsAsked, Wallet } from "./Repo.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
 import { makeSettlementQueue, type SettlementQueue } from "./SettlementQueue.js"
@@ -65,6 +65,15 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
   readonly settled: Effect.Effect<void>
   /** The balance as developers see it: grants are available money, calls in flight are reserved. */
   readonly balance: (accountId: string) => Effect.Effect<Wallet, SqlError.SqlError>
+  /** What each of the account's keys was billed this month, this instance's calls included. */
+  readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
+  /**
+   * A monthly limit was set on the key (or lowered): every instance hands back
+   * the account's grants and writes what the key's calls in flight on them
+   * hold, and what they were charged but not yet written, for the limit's
+   * check to count. Returns once they answered (or after a second).
+   */
+  readonly limitSet: (accountId: string, apiKeyId: string) => Effect.Effect<void, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.scoped(
     Spending,
@@ -93,7 +102,9 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
         fail: (held, errorCode, latencyMs) => fail(calls, held, errorCode, latencyMs),
         refused: (log, errorCode, latencyMs) => refused(calls, log, errorCode, latencyMs),
         settled,
-        balance: (accountId) => Effect.zipRight(settled, balance(calls, accountId))
+        balance: (accountId) => Effect.zipRight(settled, balance(calls, accountId)),
+        spentThisMonth: (accountId) => Effect.zipRight(settled, wallets.spentThisMonth(accountId)),
+        limitSet: (accountId, apiKeyId) => limitSet(calls, accountId, apiKeyId)
       })
     })
   )
@@ -168,13 +179,29 @@ const reclaimAndRetry = (calls: Calls, input: ReserveInput, now: number) =>
     if (asked.others === 0) return attempt
     const deadline = now + RECLAIM_WAIT_MS
     while (Either.isLeft(attempt) && attempt.left._tag === "InsufficientBalance" && (yield* calls.nowMs) < deadline) {
-      const answered = (yield* calls.wallets.unansweredGrants(input.accountId, asked.askedAt)) === 0
+      const answered = yield* allAnswered(calls, input.accountId, asked)
       yield* Effect.sleep(Duration.millis(answered ? 0 : 20))
       attempt = yield* Effect.either(calls.wallets.reserve(input))
       if (answered) break
     }
     return attempt
   }).pipe(Effect.flatMap(Either.match({ onLeft: Effect.fail, onRight: Effect.succeed })))
+
+const allAnswered = (calls: Calls, accountId: string, asked: GrantsAsked) =>
+  Effect.map(calls.wallets.unansweredGrants(accountId, asked.askedAt), (unanswered) => unanswered === 0)
+
+const limitSet = (calls: Calls, accountId: string, apiKeyId: string) =>
+  Effect.gen(function*() {
+    const now = yield* calls.nowMs
+    calls.pool.report(accountId, apiKeyId, now)
+    yield* calls.queue.flush
+    const asked = yield* calls.wallets.askForKeyHolds(accountId, apiKeyId)
+    if (asked.others === 0) return
+    // Each answers with a flush that writes its grant row and the key's holds in one transaction.
+    while (!(yield* allAnswered(calls, accountId, asked)) && (yield* calls.nowMs) < now + RECLAIM_WAIT_MS) {
+      yield* Effect.sleep(Duration.millis(20))
+    }
+  })
 
 const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: string, usage: LoggedUsage, whenShort: WhenShort) =>
   Effect.gen(function*() {
@@ -207,12 +234,12 @@ const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: str
         break
       case "Grant": {
         const { grant } = source
-        calls.pool.charge(grant, held.amountMicroMyr, charged)
         const { accountId, id: grantId } = grant
         const { apiKeyId, requestId } = held.log
+        calls.pool.charge(grant, held.amountMicroMyr, charged, apiKeyId)
         calls.queue.enqueue({
           item: { _tag: "GrantCharge", grantId, accountId, apiKeyId, requestId, amountMicroMyr: charged, description, log },
-          grant: { grant, amount: charged }
+          grant: { grant, amount: charged, apiKeyId }
         })
         break
       }
@@ -257,7 +284,7 @@ const payBeforeAnswering = (
     const { source } = held
     if (source._tag === "Reservation") yield* calls.leases.drop(source.reservation.id)
     if (paid._tag === "Refused") {
-      if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr)
+      if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr, held.log.apiKeyId)
       yield* Effect.logWarning("a call whose hold was taken back while this instance stalled was refused: the wallet cannot pay it")
         .pipe(Effect.annotateLogs({ requestId, costMicroMyr: bill.amount, availableMicroMyr: paid.availableMicroMyr }))
       return yield* new InsufficientBalance({
@@ -267,8 +294,8 @@ const payBeforeAnswering = (
       })
     }
     if (source._tag === "Grant") {
-      calls.pool.charge(source.grant, held.amountMicroMyr, paid.chargedMicroMyr)
-      calls.pool.chargeWritten(source.grant, paid.chargedMicroMyr)
+      calls.pool.charge(source.grant, held.amountMicroMyr, paid.chargedMicroMyr, held.log.apiKeyId)
+      calls.pool.chargeWritten(source.grant, paid.chargedMicroMyr, held.log.apiKeyId)
     }
     const noted = { requestId, costMicroMyr: bill.amount, chargedMicroMyr: paid.chargedMicroMyr, shortfallMicroMyr: paid.shortfallMicroMyr }
     if (paid.shortfallMicroMyr > 0) {
@@ -288,7 +315,7 @@ const fail = (calls: Calls, held: CallHold, errorCode: string, latencyMs: number
     if (source._tag === "Reservation") {
       calls.queue.enqueue({ item: { _tag: "Release", reservationId: source.reservation.id, log } })
     } else {
-      if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr)
+      if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr, held.log.apiKeyId)
       calls.queue.enqueue({ log })
     }
   })

@@ -189,7 +189,7 @@ export const ApiKeysPage = () => {
                   <thead>
                     <tr>
                       <th scope="col">Name</th><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th>
-                      <th scope="col">Monthly limit</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th>
+                      <th scope="col">Spent this month</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th>
                       <th scope="col"><span className="visually-hidden">Actions</span></th>
                     </tr>
                   </thead>
@@ -200,7 +200,7 @@ export const ApiKeysPage = () => {
                         <td data-label="Key"><code>{key.prefix}…</code></td>
                         <td data-label="Environment">{key.environment}</td>
                         <td data-label="Status"><StatusBadge status={key.status} /></td>
-                        <td data-label="Monthly limit">{key.monthly_spend_limit_micro_myr === null ? "none" : <Money micro={key.monthly_spend_limit_micro_myr} />}</td>
+                        <td data-label="Spent this month"><MonthToDate apiKey={key} /></td>
                         <td data-label="Created"><DateTime iso={key.created_at} /></td>
                         <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
                         <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
@@ -248,5 +248,19 @@ export const ApiKeysPage = () => {
         }} />
       )}
     </>
+  )
+}
+
+/** The key's month-to-date spend against its monthly limit, if it has one. */
+function MonthToDate({ apiKey }: { readonly apiKey: ApiKey }) {
+  const spent = apiKey.month_to_date_spend_micro_myr
+  const limit = apiKey.monthly_spend_limit_micro_myr
+  if (limit === null) return <><Money micro={spent} /> <span className="muted">(no limit)</span></>
+  const share = limit === 0 ? 1 : Math.min(spent / limit, 1)
+  return (
+    <span className="month-to-date">
+      <Money micro={spent} /> of <Money micro={limit} />
+      <meter min={0} max={1} value={share} high={0.8} optimum={0} aria-label={`${Math.round(share * 100)}% of the monthly limit`} />
+    </span>
   )
 }

@@ -1,6 +1,6 @@
-import { useEffect, useId, useRef, type ReactNode } from "react"
+import { useEffect, useId, useRef, useState, type ReactNode } from "react"
 import { Link } from "react-router"
-import type { ApiError } from "./api"
+import { ApiError } from "./api"
 import { formatCostMyr, formatDateTime, formatMicroMyrExact, formatMyr } from "./format"
 import { useSession, type Loadable } from "./session"
 
@@ -129,3 +129,25 @@ export const Pager = ({ page, hasMore, onPage, summary }: {
     <button type="button" disabled={!hasMore} onClick={() => onPage(page + 1)}>Next</button>
   </nav>
 )
+
+/**
+ * A form's submission: `busy` while its action runs, and the service's
+ * refusal (an `ApiError`) kept for the form to show; anything else is thrown.
+ */
+export const useSubmission = () => {
+  const [busy, setBusy] = useState(false)
+  const [error, setError] = useState<ApiError | null>(null)
+  const submit = async (action: () => Promise<void>) => {
+    setBusy(true)
+    setError(null)
+    try {
+      await action()
+    } catch (cause) {
+      if (cause instanceof ApiError) setError(cause)
+      else throw cause
+    } finally {
+      setBusy(false)
+    }
+  }
+  return { busy, error, submit }
+}

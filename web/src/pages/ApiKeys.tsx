@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
 import { useSearchParams } from "react-router"
-import { ApiError, request, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
-import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading } from "../components"
+import { request, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
+import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading, useSubmission } from "../components"
 import { fromLocalInput } from "../format"
 import { useApi, useSession } from "../session"
 import { EditKey, RotateKey } from "./KeyDialogs"
@@ -12,14 +12,11 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
   const [environment, setEnvironment] = useState<"live" | "test">("live")
   const [limit, setLimit] = useState("")
   const [expires, setExpires] = useState("")
-  const [error, setError] = useState<ApiError | null>(null)
-  const [busy, setBusy] = useState(false)
+  const { busy, error, submit: run } = useSubmission()
 
-  const submit = async (event: FormEvent) => {
+  const submit = (event: FormEvent) => {
     event.preventDefault()
-    setBusy(true)
-    setError(null)
-    try {
+    void run(async () => {
       const expiresAt = fromLocalInput(expires)
       const created = await request<CreatedKey>("/dashboard/api-keys", {
         token,
@@ -35,12 +32,7 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
       setLimit("")
       setExpires("")
       onCreated(created)
-    } catch (cause) {
-      if (cause instanceof ApiError) setError(cause)
-      else throw cause
-    } finally {
-      setBusy(false)
-    }
+    })
   }
 
   return (
@@ -116,23 +108,15 @@ const NewKey = ({ created, onDone }: { created: CreatedKey | RotatedKey; onDone:
 const ConfirmDelete = ({ apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCancel: () => void; onDeleted: (key: ApiKey) => void }) => {
   const { token } = useSession()
   const dialog = useRef<HTMLDialogElement>(null)
-  const [error, setError] = useState<ApiError | null>(null)
-  const [busy, setBusy] = useState(false)
+  const { busy, error, submit } = useSubmission()
   useEffect(() => {
     dialog.current?.showModal()
   }, [])
-  const remove = async () => {
-    setBusy(true)
-    try {
+  const remove = () =>
+    submit(async () => {
       await request(`/dashboard/api-keys/${encodeURIComponent(apiKey.id)}`, { token, method: "DELETE" })
       onDeleted(apiKey)
-    } catch (cause) {
-      if (cause instanceof ApiError) setError(cause)
-      else throw cause
-    } finally {
-      setBusy(false)
-    }
-  }
+    })
   return (
     <dialog ref={dialog} className="dialog" aria-labelledby="delete-heading" aria-describedby="delete-text" onCancel={onCancel}>
       <h2 id="delete-heading">Delete the key “{apiKey.name}”?</h2>

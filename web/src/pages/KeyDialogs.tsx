@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
-import { ApiError, request, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
-import { ErrorPanel, Field } from "../components"
+import { request, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
+import { ErrorPanel, Field, useSubmission } from "../components"
 import { fromLocalInput, toLocalInput } from "../format"
 import { useSession } from "../session"
 
@@ -39,22 +39,11 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
     concurrent: String(apiKey.rate_limit_concurrent)
   }
   const [form, setForm] = useState(initial)
-  const [error, setError] = useState<ApiError | null>(null)
-  const [busy, setBusy] = useState(false)
+  const { busy, error, submit } = useSubmission()
   const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
 
-  const patch = async (body: UpdateKey, done: boolean) => {
-    setBusy(true)
-    setError(null)
-    try {
-      onSaved(await request<ApiKey>(keyPath(apiKey), { token, method: "PATCH", json: body }), done)
-    } catch (cause) {
-      if (cause instanceof ApiError) setError(cause)
-      else throw cause
-    } finally {
-      setBusy(false)
-    }
-  }
+  const patch = (body: UpdateKey, done: boolean) =>
+    submit(async () => onSaved(await request<ApiKey>(keyPath(apiKey), { token, method: "PATCH", json: body }), done))
 
   const save = (event: FormEvent) => {
     event.preventDefault()
@@ -125,26 +114,17 @@ export const RotateKey = ({ apiKey, onCancel, onRotated }: { apiKey: ApiKey; onC
   const dialog = useModal()
   const [idempotencyKey] = useState(() => crypto.randomUUID())
   const [grace, setGrace] = useState<number>(0)
-  const [error, setError] = useState<ApiError | null>(null)
-  const [busy, setBusy] = useState(false)
+  const { busy, error, submit } = useSubmission()
 
-  const rotate = async () => {
-    setBusy(true)
-    setError(null)
-    try {
+  const rotate = () =>
+    submit(async () =>
       onRotated(await request<RotatedKey>(`${keyPath(apiKey)}/rotate`, {
         token,
         method: "POST",
         json: { grace_seconds: grace },
         headers: { "idempotency-key": idempotencyKey }
       }))
-    } catch (cause) {
-      if (cause instanceof ApiError) setError(cause)
-      else throw cause
-    } finally {
-      setBusy(false)
-    }
-  }
+    )
 
   return (
     <dialog ref={dialog} className="dialog" aria-labelledby="rotate-heading" aria-describedby="rotate-text" onCancel={onCancel}>

@@ -1,6 +1,6 @@
 import { useState, type FormEvent } from "react"
-import { ApiError, request } from "../api"
-import { ErrorPanel, Field, Loading, PageHeading } from "../components"
+import { request } from "../api"
+import { ErrorPanel, Field, Loading, PageHeading, useSubmission } from "../components"
 import { startProviderSignIn, tokenClaims, useSession } from "../session"
 
 /** Whom a pasted token signs in as, read from its claims before the developer confirms. */
@@ -31,22 +31,14 @@ export const SignInPage = () => {
   const [pasted, setPasted] = useState("")
   const [confirming, setConfirming] = useState<PastedAccount | null>(null)
   const [unreadable, setUnreadable] = useState(false)
-  const [error, setError] = useState<ApiError | null>(null)
-  const [busy, setBusy] = useState(false)
+  const { busy, error, submit } = useSubmission()
 
-  const devSignIn = async (event: FormEvent) => {
+  const devSignIn = (event: FormEvent) => {
     event.preventDefault()
-    setBusy(true)
-    setError(null)
-    try {
+    void submit(async () => {
       const { token } = await request<{ token: string }>("/dev/session", { method: "POST", json: { email } })
       signIn(token)
-    } catch (cause) {
-      if (cause instanceof ApiError) setError(cause)
-      else throw cause
-    } finally {
-      setBusy(false)
-    }
+    })
   }
 
   // A pasted token is never used at once: someone else's token would sign this browser into their account.

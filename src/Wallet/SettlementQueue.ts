@@ -4,6 +4,7 @@ import type { Scope } from "effect"
 import { Cause, Context, Duration, Effect, Exit, Fiber, Runtime, Schedule } from "effect"
 import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
+import type { StoredWrite } from "../Responses/Store.js"
 import { pendingRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type CallHold, reservationIdOf } from "./CallHold.js"
@@ -35,6 +36,8 @@ export interface Queued {
   readonly log?: LogWrite | undefined
   /** What a grant charge moved to the grant's `pending`. */
   readonly grant?: { readonly grant: Grant; readonly amount: number } | undefined
+  /** The call's stored response (`store`): written with its settlement. */
+  readonly stored?: StoredWrite | undefined
 }
 
 /**
@@ -320,14 +323,14 @@ const parkRefused = (queue: Queue, refused: Refused, now: number) =>
 /** The batch `taken` writes, its values clamped to what the columns hold (each change an anomaly). */
 const batchOf = (taken: Taken, now: number, holder: string, anomalies: Array<Anomaly>): Batch => {
   const items: Array<SettleItem> = []
-  const logs: Array<LogWrite> = taken.due.map((r) =>
-    clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies)
-  )
+  const stored: Array<StoredWrite> = []
+  const logs = taken.due.map((r) => clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies))
   for (const entry of taken.entries) {
     if (entry.item !== undefined) items.push(clampItem(entry.item, anomalies))
     if (entry.log !== undefined) logs.push(clampLog(entry.log, anomalies))
+    if (entry.stored !== undefined) stored.push(entry.stored)
   }
-  return { items, returns: taken.returns, logs, close: taken.close.map((grant) => grant.id), at: new Date(now), holder }
+  return { items, returns: taken.returns, logs, stored, close: taken.close.map((grant) => grant.id), at: new Date(now), holder }
 }
 
 /** Writes `taken` in one transaction; on failure, unless `alone`, puts everything back for the next flush. */

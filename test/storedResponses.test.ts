@@ -8,6 +8,7 @@ import { StoredResponses } from "../src/Responses/Store.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
 import { query, TestServer } from "./support/TestServer.js"
+import { bothListening, Instances, on, TwoInstancesLive } from "./support/TwoInstances.js"
 import { Upstream } from "./support/Upstream.js"
 
 /**
@@ -291,5 +292,34 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       yield* billedOnce(accountId, 6)
       expect((yield* storedRows(accountId)).length).toBe(6)
       upstream.reset()
+    }))
+})
+
+layer(TwoInstancesLive("stored"), { excludeTestServices: true, timeout: 120_000 })("stored responses on two instances", (it) => {
+  it.effect("a turn answered by A is continued, read and referenced through B at once, plain and streamed", () =>
+    Effect.gen(function*() {
+      yield* bothListening
+      const { a, b } = yield* Instances
+      const { apiKey } = yield* caller("stored-two@example.com", { environment: "test" })
+      for (const stream of [false, true]) {
+        const first = yield* on(a)(modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Remember: teh tarik.", stream }))
+        expect(first.status).toBe(200)
+        const id = stream ? /"id":"(resp_[0-9A-Za-z]+)"/.exec(first.text)?.[1] : first.body.id as string
+        expect(id).toMatch(/^resp_/)
+        // At once, through the other instance: no wait between A's answer and B's turn.
+        const second = yield* on(b)(modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: id, input: "What did I say?" }))
+        expect(second.status, second.text).toBe(200)
+        const read = yield* on(b)(call("GET", `/v1/responses/${second.body.id}`, { token: apiKey }))
+        expect(read.status, read.text).toBe(200)
+        expect(read.body.previous_response_id).toBe(id)
+        const items = yield* on(a)(call("GET", `/v1/responses/${id}/input_items`, { token: apiKey }))
+        expect(JSON.stringify(items.body.data)).toContain("teh tarik")
+        const messageId = (second.body.output as Array<{ id: string }>)[0]?.id
+        const referenced = yield* on(a)(modelCall(apiKey, "/v1/responses", {
+          model: MODEL,
+          input: [{ type: "item_reference", id: messageId }, { role: "user", content: "Thanks." }]
+        }))
+        expect(referenced.status, referenced.text).toBe(200)
+      }
     }))
 })

@@ -36,6 +36,9 @@ export interface StoredResponse extends StoredRecord {
 }
 
 /** The record as its row keeps it: deflated JSON, a few hundred bytes for a short turn. */
+/** The stored response of a call, by its request id (`req_X` answers as `resp_X`). */
+export const responseIdOf = (requestId: string) => `resp_${requestId.replace(/^req_/, "")}`
+
 export const packRecord = (record: StoredRecord): Uint8Array => deflateRawSync(JSON.stringify(record))
 
 interface Row {
@@ -83,6 +86,8 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
   readonly find: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError>
   /** The account's conversation up to `id`, oldest first; empty when `id` is not the account's. */
   readonly chain: (accountId: string, id: string) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError>
+  /** Which of `ids` the account has stored (unexpired). */
+  readonly present: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>, SqlError.SqlError>
   /** Deletes the account's response; whether there was one. */
   readonly remove: (accountId: string, id: string) => Effect.Effect<boolean, SqlError.SqlError>
   /** Deletes expired rows, `PURGE_BATCH` per statement; how many. */
@@ -115,6 +120,13 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
             SELECT id, account_id, previous_response_id, body FROM chain ORDER BY depth DESC
           `, (rows) => rows.map(unpack)))
 
+      const present = (accountId: string, ids: ReadonlyArray<string>) =>
+        ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.flatMap(now, (at) =>
+          Effect.map(sql<{ id: string }>`
+            SELECT id FROM stored_responses
+            WHERE id = ANY(${ids}::text[]) AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
+          `, (rows) => new Set(rows.map((row) => row.id))))
+
       const remove = (accountId: string, id: string) =>
         Effect.map(
           sql`DELETE FROM stored_responses WHERE id = ${id} AND account_id = ${accountId} RETURNING id`,
@@ -141,7 +153,7 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
         Effect.delay(PURGE_INTERVAL),
         Effect.forkScoped
       )
-      return StoredResponses.of({ find, chain, remove, purgeExpired })
+      return StoredResponses.of({ find, chain, present, remove, purgeExpired })
     })
   )
 }

@@ -4,7 +4,7 @@ import { generateText, stepCountIs, streamText, tool } from "ai"
 import { Effect } from "effect"
 import OpenAI from "openai"
 import { z } from "zod"
-import { StoredResponses } from "../src/Responses/Store.js"
+import { PURGE_BATCH, StoredResponses } from "../src/Responses/Store.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
 import { query, TestServer } from "./support/TestServer.js"
@@ -80,6 +80,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const second = yield* promise(() =>
         client.responses.create({ model: MODEL, previous_response_id: first.id, input: "What is my name?" })
       )
+      // The upstream caches the repeated history: that part is billed at the cached-input price.
+      upstream.setBehaviour({ kind: "ok", usage: { prompt_tokens: 5000, cached_tokens: 4000, completion_tokens: 10 } })
       const third = yield* promise(() =>
         client.responses.create({
           model: MODEL,
@@ -98,8 +100,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       expect(sent[2]?.map((m) => textOf(m.content))).toEqual([
         "My name is Aminah.", first.output_text, "What is my name?", second.output_text, "And again?"
       ])
-      // The history is billed as input: the third turn's input tokens count all of it.
-      expect(third.usage?.input_tokens).toBeGreaterThan(second.usage?.input_tokens ?? Infinity)
+      // The history is billed as input, the cached part at the cached price (gpt-4.1-mini: RM 1.68 and 0.42 per
+      // million input tokens, 6.72 per million output tokens): 1000 × 1.68 + 4000 × 0.42 + 10 × 6.72 micro-MYR, rounded up.
+      expect(second.usage?.input_tokens).toBeGreaterThan(first.usage?.input_tokens ?? Infinity)
+      expect(third.usage).toMatchObject({ input_tokens: 5000, input_tokens_details: { cached_tokens: 4000 }, output_tokens: 10 })
+      expect((third as unknown as { usage: { cost_myr: string } }).usage.cost_myr).toBe("0.003428")
+      upstream.reset()
       yield* billedOnce(accountId, 3)
 
       const retrieved = yield* promise(() => client.responses.retrieve(second.id))
@@ -217,9 +223,75 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       clock.advance("1 day")
       expect((yield* call("GET", `/v1/responses/${id}`, { token: apiKey })).status).toBe(404)
       expect((yield* storedRows(accountId)).length).toBe(1)
+      // Many more expired rows than one statement deletes: the purge goes on, batch by batch, until none is left.
+      yield* query(
+        `INSERT INTO stored_responses (id, account_id, api_key_id, body, created_at, expires_at)
+         SELECT 'resp_old' || n, $1, 'key_old', '\\x00'::bytea, now() - interval '40 days', now() - interval '10 days'
+         FROM generate_series(1, $2::int) AS n`,
+        [accountId, PURGE_BATCH + 500]
+      )
       const purged = yield* (yield* StoredResponses).purgeExpired
-      expect(purged).toBeGreaterThanOrEqual(1)
+      expect(purged).toBeGreaterThanOrEqual(PURGE_BATCH + 501)
       expect(yield* storedRows(accountId)).toEqual([])
+    }))
+
+  it.effect("item_reference resolves function calls and their outputs, stored by earlier turns, into the model's tool turns", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      upstream.reset()
+      upstream.setBehaviour({ kind: "ok", toolCalls: [{ id: "call_rain", name: "rain", arguments: "{\"city\":\"Ipoh\"}" }] })
+      const { apiKey } = yield* caller("stored-fc@example.com", { sen: 1000 })
+      const tools = [{ type: "function", name: "rain", parameters: { type: "object", properties: { city: { type: "string" } } } }]
+      const first = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Will it rain in Ipoh?", tools })
+      expect(first.status, first.text).toBe(200)
+      const callItem = (first.body.output as Array<{ type: string; id: string; call_id: string }>).find((item) => item.type === "function_call")
+      expect(callItem?.call_id).toBe("call_rain")
+      // The second turn sends the call by reference and its output in full.
+      const second = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        tools,
+        input: [
+          { role: "user", content: "Will it rain in Ipoh?" },
+          { type: "item_reference", id: callItem?.id },
+          { type: "function_call_output", call_id: "call_rain", output: "Heavy rain after 4 pm." }
+        ]
+      })
+      expect(second.status, second.text).toBe(200)
+      const items = yield* call("GET", `/v1/responses/${second.body.id}/input_items?order=asc`, { token: apiKey })
+      const stored = items.body.data as Array<{ type: string; id: string; call_id?: string }>
+      expect(stored.map((item) => item.type)).toEqual(["message", "function_call", "function_call_output"])
+      // The third turn references all of it: the question, the call and its output.
+      const third = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        tools,
+        input: [...stored.map((item) => ({ type: "item_reference", id: item.id })), { role: "user", content: "Umbrella then?" }]
+      })
+      expect(third.status, third.text).toBe(200)
+      const sent = sentMessages(upstream)
+      expect(sent.length).toBe(3)
+      for (const messages of sent.slice(1)) {
+        expect(messages.find((m) => m.role === "assistant")?.tool_calls?.map((c) => [c.id, c.function.name])).toEqual([["call_rain", "rain"]])
+        expect(messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, textOf(m.content)])).toEqual([["call_rain", "Heavy rain after 4 pm."]])
+      }
+      expect(sent[2]?.map((m) => m.role)).toEqual(["user", "assistant", "tool", "user"])
+      const unknown = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        input: [{ role: "user", content: "Hi" }, { type: "item_reference", id: "fc_doesnotexist" }]
+      })
+      expect(unknown.status).toBe(400)
+      expect(unknown.body.error).toMatchObject({ code: "invalid_request", param: "input[1]" })
+      expect(unknown.body.error.message).toContain("fc_doesnotexist")
+      upstream.reset()
+    }))
+
+  it.effect("the stored-response endpoints count against the key's rate limit", () =>
+    Effect.gen(function*() {
+      const { apiKey } = yield* caller("stored-rpm@example.com", { environment: "test", key: { rate_limit_rpm: 3 } })
+      const created = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Count me." })
+      expect(created.status).toBe(200)
+      const reads = []
+      for (let i = 0; i < 3; i++) reads.push((yield* call("GET", `/v1/responses/${created.body.id}`, { token: apiKey })).status)
+      expect(reads).toEqual([200, 200, 429])
     }))
 
   it.effect("the AI SDK's .responses() with its defaults (store: true): a tool loop and a second turn, every turn 200 and billed once", () =>

@@ -1,7 +1,7 @@
 import { Clock, Context, Duration, Effect, Layer } from "effect"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import type { Json, StoredResponse, StoredWrite } from "../Responses/Store.js"
-import { packRecord, RETENTION_MS, StoredResponses } from "../Responses/Store.js"
+import { packRecord, responseIdOf, RETENTION_MS, StoredResponses } from "../Responses/Store.js"
 import { Spending } from "../Wallet/Spending.js"
 import type { ResponsesBody } from "./Api.js"
 
@@ -76,7 +76,7 @@ export const storedWrite = (
   call: { readonly requestId: string; readonly accountId: string; readonly apiKeyId: string; readonly startedAt: number },
   response: Json
 ): StoredWrite => ({
-  id: `resp_${suffixOf(call.requestId)}`,
+  id: responseIdOf(call.requestId),
   accountId: call.accountId,
   apiKeyId: call.apiKeyId,
   previousResponseId: store.previousResponseId,

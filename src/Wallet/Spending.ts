@@ -202,12 +202,8 @@ const settle = (
       completedAt: new Date(now)
     }
     if (held.source._tag !== "None" && !calls.leases.fence.intact(held.epoch)) {
-      const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now })
-      if (paid !== undefined) {
-        // The payment wrote the log; the stored response follows with the next flush.
-        if (stored !== undefined) calls.queue.enqueue({ stored })
-        return paid
-      }
+      const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now, stored })
+      if (paid !== undefined) return paid
     }
     calls.queue.finish(held)
     const { source } = held
@@ -248,7 +244,7 @@ const PAY_NOW_RETRIES = Schedule.exponential("50 millis").pipe(Schedule.intersec
 const payBeforeAnswering = (
   calls: Calls,
   held: CallHold,
-  bill: { amount: number; description: string; log: LogWrite; whenShort: WhenShort; now: number }
+  bill: { amount: number; description: string; log: LogWrite; whenShort: WhenShort; now: number; stored: StoredWrite | undefined }
 ) =>
   Effect.gen(function*() {
     const { requestId } = held.log
@@ -259,6 +255,7 @@ const payBeforeAnswering = (
       description: bill.description,
       log: bill.log,
       refusedLog,
+      stored: bill.stored,
       whenShort: bill.whenShort,
       at: new Date(bill.now),
       holder: calls.leases.holder

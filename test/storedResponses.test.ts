@@ -274,6 +274,17 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
         expect(messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, textOf(m.content)])).toEqual([["call_rain", "Heavy rain after 4 pm."]])
       }
       expect(sent[2]?.map((m) => m.role)).toEqual(["user", "assistant", "tool", "user"])
+      // OpenAI's own pattern: continue from the response that called, sending only the function's output.
+      const continued = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        tools,
+        previous_response_id: first.body.id,
+        input: [{ type: "function_call_output", call_id: "call_rain", output: "Drizzle only." }]
+      })
+      expect(continued.status, continued.text).toBe(200)
+      expect(sentMessages(upstream)[3]?.map((m) => [m.role, textOf(m.content)])).toEqual([
+        ["user", "Will it rain in Ipoh?"], ["assistant", ""], ["tool", "Drizzle only."]
+      ])
       const unknown = yield* modelCall(apiKey, "/v1/responses", {
         model: MODEL,
         input: [{ role: "user", content: "Hi" }, { type: "item_reference", id: "fc_doesnotexist" }]

@@ -143,16 +143,20 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
       const store = yield* StoredResponses
       const spending = yield* Spending
 
-      /** The rows among `ids`, after this instance's flush; ids of ours not written yet are waited for, briefly. */
+      /**
+       * The rows among `ids`. Usually all are written already (a flush runs every 20 ms); an id of ours that is
+       * not is looked for again after this instance's flush, then every `READ_POLL` until `READ_WAIT` has passed.
+       */
       const visible = (ids: ReadonlyArray<string>) =>
         Effect.gen(function*() {
+          const missing = (found: ReadonlyArray<StoredResponse>) =>
+            ids.some((id) => RESPONSE_ID.test(id) && !found.some((row) => row.id === id))
+          let found = yield* store.find(ids)
+          if (!missing(found)) return found
           yield* spending.settled
           const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(READ_WAIT)
-          let found = yield* store.find(ids)
-          while (
-            ids.some((id) => RESPONSE_ID.test(id) && !found.some((row) => row.id === id)) &&
-            (yield* Clock.currentTimeMillis) < deadline
-          ) {
+          found = yield* store.find(ids)
+          while (missing(found) && (yield* Clock.currentTimeMillis) < deadline) {
             yield* Effect.sleep(READ_POLL)
             found = yield* store.find(ids)
           }

@@ -152,6 +152,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       expect(texts(last)).toEqual(["one"])
       expect(last.has_more).toBe(false)
       expect(texts(yield* page("order=asc&limit=100"))).toEqual(["one", "two", "three", "four", "five"])
+      expect(yield* page("after=msg_unknown")).toEqual({ object: "list", data: [], first_id: null, last_id: null, has_more: false })
       const bad = yield* call("GET", `/v1/responses/${id}/input_items?limit=0`, { token: apiKey })
       expect(bad.status).toBe(400)
     }))

@@ -102,8 +102,9 @@ export interface InputItemsQuery {
 /** A response's input items, paged as OpenAI pages them (`after` an item id, in `order`). */
 export const inputItemsPage = (stored: StoredResponse, query: InputItemsQuery) => {
   const ordered = query.order === "asc" ? [...stored.input] : [...stored.input].reverse()
-  const start = query.after === undefined ? 0 : ordered.findIndex((item) => item["id"] === query.after) + 1
-  const data = start === 0 && query.after !== undefined ? [] : ordered.slice(start, start + query.limit)
+  // After an id the response does not have: nothing (an empty last page).
+  const start = query.after === undefined ? 0 : ordered.findIndex((item) => item["id"] === query.after) + 1 || ordered.length
+  const data = ordered.slice(start, start + query.limit)
   const idOf = (item: Json | undefined) => typeof item?.["id"] === "string" ? item["id"] : null
   return {
     object: "list" as const,

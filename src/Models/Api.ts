@@ -151,9 +151,13 @@ export const ResponsesBody = Schema.Struct({
   input: Schema.Union(Schema.String, Schema.Array(InputItem)),
   instructions: Schema.optional(Schema.NullOr(Schema.String)),
   /** Keep the response 30 days, to read or continue (OpenAI's default); `false` keeps nothing. */
-  store: Schema.optional(Schema.NullOr(Schema.Boolean)),
+  store: Schema.optional(Schema.NullOr(Schema.Boolean).annotations({
+    description: "Default true: the response is kept 30 days (GET/DELETE /v1/responses/{id}); false keeps nothing."
+  })),
   /** Continue from a stored response: its input and output items come before `input` (its instructions do not). */
-  previous_response_id: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))),
+  previous_response_id: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))).annotations({
+    description: "A stored response of this account: its input and output items come first, billed as input."
+  })),
   reasoning: Schema.optional(Schema.Struct({
     effort: Schema.optionalWith(ReasoningEffort, { default: () => "medium" as const })
   })),

@@ -7,6 +7,7 @@ import settlementParked from "./0006_settlement_parked.js"
 import accountsIssuer from "./0007_accounts_issuer.js"
 import keyManagement from "./0008_key_management.js"
 import keyGrantHolds from "./0009_key_grant_holds.js"
+import storedResponses from "./0010_stored_responses.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -22,5 +23,6 @@ export const migrations = {
   "0006_settlement_parked": settlementParked,
   "0007_accounts_issuer": accountsIssuer,
   "0008_key_management": keyManagement,
-  "0009_key_grant_holds": keyGrantHolds
+  "0009_key_grant_holds": keyGrantHolds,
+  "0010_stored_responses": storedResponses
 }

@@ -5,12 +5,14 @@ import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } 
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { ModelCallsApi, ModelsApi } from "./Models/Api.js"
+import { StoredResponsesApi } from "./Models/StoredApi.js"
 import { UsageApi } from "./Usage/Api.js"
 
 /** The whole contract of the service; OpenAPI and typed clients are derived from it. */
 export class NenasApi extends HttpApi.make("nenas")
   .add(ModelCallsApi)
   .add(ModelsApi)
+  .add(StoredResponsesApi)
   .add(KeysApi)
   .add(BillingApi)
   .add(UsageApi)

@@ -12,7 +12,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Domain"],
   ["AppConfig"],
   ["Observability", "Request", "Database"],
-  ["Routing", "Search"],
+  ["Routing", "Search", "Responses"],
   ["Providers"],
   ["Logs"],
   ["Wallet"],

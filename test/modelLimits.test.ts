@@ -233,9 +233,6 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         upstream.reset()
         const { accountId, apiKey } = yield* caller("limits-unsupported@example.com", { sen: 1000 })
         const unsupported: ReadonlyArray<readonly [string, string, Record<string, unknown>, string]> = [
-          ["an item_reference (responses are not stored)", RESPONSES, {
-            input: [{ role: "user", content: PROMPT }, { type: "item_reference", id: "msg_123" }]
-          }, "input[1]"],
           ["a reasoning item", RESPONSES, { input: [{ type: "reasoning", id: "rs_1", summary: [] }] }, "input[0]"],
           ["an input_file content part after text", RESPONSES, {
             input: [{ role: "user", content: [{ type: "input_text", text: "Read this" }, { type: "input_file", file_id: "f1" }] }]
@@ -263,7 +260,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const notImplemented: ReadonlyArray<readonly [string, Record<string, unknown>, string]> = [
           [CHAT, chatBody({ functions: [{ name: "f", parameters: {} }] }), "functions"],
           [CHAT, chatBody({ prediction: { type: "content", content: "x" } }), "prediction"],
-          [RESPONSES, responsesBody({ previous_response_id: "resp_123" }), "previous_response_id"],
+          // previous_response_id and item_reference are stored responses' (test/storedResponses.test.ts).
+          [RESPONSES, responsesBody({ conversation: "conv_123" }), "conversation"],
           [RESPONSES, responsesBody({ background: true }), "background"]
         ]
         for (const [path, body, param] of notImplemented) {

@@ -524,7 +524,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
         owned_by: "svc",
         context_window: 1_000_000,
         max_output_tokens: 32_000,
-        capabilities: ["text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"]
+        capabilities: ["text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"],
+        response_storage: { default_store: true, retention_days: 30, opt_out: "Send store: false with a /v1/responses call." }
       })
       const all = yield* collect(client.models.list())
       expect(all.map((m) => m.id)).toEqual([MODEL])

@@ -150,7 +150,9 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
           contentPages: 3,
           costMicroMyr: 1234,
           latencyMs: 812,
-          createdAt: "2026-11-10T00:03:00.000Z"
+          createdAt: "2026-11-10T00:03:00.000Z",
+          // A log row written without its call's stored response (test/storedResponses*.test.ts link them).
+          storedResponseId: null
         })
 
         const page2 = yield* get("/dashboard/logs?limit=2&page=2", token)

@@ -19,7 +19,8 @@ import { KEYS_CHANNEL, KeyCache } from "../Keys/KeyCache.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
-import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
+import { ModelCallsLive, ModelsLive, StoredResponsesLive } from "../Models/Http.js"
+import { StoredConversations } from "../Models/Stored.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
 import { WebSearch } from "../Models/WebSearch.js"
@@ -32,6 +33,7 @@ import { type Search, SearchLive } from "../Search/Search.js"
 import { UsageLive } from "../Usage/Http.js"
 import { RequestLogReads } from "../Logs/Reads.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
+import { StoredResponses } from "../Responses/Store.js"
 import { GRANT_CHANNEL, KEY_LIMIT_CHANNEL } from "../Wallet/GrantRows.js"
 import { ReservationLeases } from "../Wallet/Leases.js"
 import { WalletRepo } from "../Wallet/Repo.js"
@@ -101,7 +103,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     ReservationSweeper.layerRunning,
     ModelCalls.layer,
     Idempotency.layer,
-    CallLimits.layer
+    CallLimits.layer,
+    StoredConversations.layer
   ).pipe(
     // Accounts open their wallets through WalletRepo.
     Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
@@ -125,7 +128,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       overrides.paymentProcessor ?? PaymentProcessorLive,
       Metrics.Default
     )),
-    Layer.provideMerge(Layer.merge(RequestLogs.layer, ReservationLeases.layer())),
+    Layer.provideMerge(Layer.mergeAll(RequestLogs.layer, StoredResponses.layer, ReservationLeases.layer())),
     Layer.provideMerge(DatabaseLive)
   )
 
@@ -135,6 +138,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   Layer.provide([
     ModelCallsLive,
     ModelsLive,
+    StoredResponsesLive,
     KeysLive,
     BillingLive,
     WebhooksLive,

@@ -8,6 +8,7 @@ import {
   InsufficientBalance,
   InternalError,
   InvalidRequest,
+  NotFound,
   NotImplemented,
   PermissionDenied,
   ProviderTimeout,
@@ -140,7 +141,7 @@ const notImplementedFields = <const K extends ReadonlyArray<string>>(...names: K
   ])) as { [N in K[number]]: Schema.optional<typeof Schema.Unknown> }
 
 export const RESPONSES_NOT_IMPLEMENTED = [
-  "previous_response_id", "conversation", "background", "prompt", "include"
+  "conversation", "background", "prompt", "include"
 ] as const
 
 export const CHAT_NOT_IMPLEMENTED = ["functions", "function_call", "audio", "prediction"] as const
@@ -149,6 +150,14 @@ export const ResponsesBody = Schema.Struct({
   model: Schema.optionalWith(Schema.String, { default: () => PUBLIC_MODEL }),
   input: Schema.Union(Schema.String, Schema.Array(InputItem)),
   instructions: Schema.optional(Schema.NullOr(Schema.String)),
+  /** Keep the response 30 days, to read or continue (OpenAI's default); `false` keeps nothing. */
+  store: Schema.optional(Schema.NullOr(Schema.Boolean).annotations({
+    description: "Default true: the response is kept 30 days (GET/DELETE /v1/responses/{id}); false keeps nothing."
+  })),
+  /** Continue from a stored response: its input and output items come before `input` (its instructions do not). */
+  previous_response_id: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))).annotations({
+    description: "A stored response of this account: its input and output items come first, billed as input."
+  })),
   reasoning: Schema.optional(Schema.Struct({
     effort: Schema.optionalWith(ReasoningEffort, { default: () => "medium" as const })
   })),
@@ -316,7 +325,9 @@ export const ModelRecord = Schema.Struct({
   owned_by: Schema.String,
   context_window: Schema.Int,
   max_output_tokens: Schema.Int,
-  capabilities: Schema.Array(Capability)
+  capabilities: Schema.Array(Capability),
+  /** How `/v1/responses` keeps what it answers: stored by default, for `retention_days`; `store: false` opts out. */
+  response_storage: Schema.Struct({ default_store: Schema.Boolean, retention_days: Schema.Int, opt_out: Schema.String })
 })
 
 export const ModelList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ModelRecord) })
@@ -343,6 +354,7 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
   .addError(wire(UnsupportedInput))
   .addError(wire(NotImplemented))
   .addError(wire(ContextLengthExceeded))
+  .addError(wire(NotFound))
   .addError(wire(PermissionDenied))
   .addError(wire(InsufficientBalance))
   .addError(wire(SpendLimitExceeded))

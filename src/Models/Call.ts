@@ -17,6 +17,7 @@ import type { Effort, Route } from "../Routing/Router.js"
 import { SIMULATED_MODEL } from "../Providers/Simulated.js"
 import type { CallHold } from "../Wallet/Spending.js"
 import type { WebSearchConfig } from "./Api.js"
+import type { StoreRequest } from "./Stored.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
 import { noSources } from "./WebSearch.js"
 
@@ -50,6 +51,8 @@ export interface CallInput {
    * one whose key another instance took over while this one stalled is not billed twice.
    */
   readonly confirmBeforeBilling?: Effect.Effect<void, IdempotencyConflict> | undefined
+  /** A Responses call that stores its response (`store`, the default): what it keeps besides its answer. */
+  readonly store?: StoreRequest | undefined
 }
 
 export interface CallUsage {

@@ -13,7 +13,9 @@ import { PUBLIC_MODEL } from "./Api.js"
 import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./Call.js"
 import { answerSoFar, providerRequest, shownRoute } from "./Call.js"
 import { billedCost, countInput } from "./Estimate.js"
+import { storedWrite } from "./Stored.js"
 import type { Sources } from "./WebSearch.js"
+import { responsesOutput } from "./Wire.js"
 import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
 
 /** The error code a failed call is logged with. */
@@ -90,9 +92,10 @@ export const makeSettlement = Effect.gen(function*() {
    * Bills the usage (live keys) and logs it, before the answer goes out. A
    * call whose hold was taken back while this instance stalled is paid from
    * the wallet first (`Spending.settle`): `refuse` fails the call when the
-   * wallet cannot pay it, `bill what it can` bills what it holds.
+   * wallet cannot pay it, `bill what it can` bills what it holds. A whole
+   * answer (`complete`) of a call that stores is stored with its settlement.
    */
-  const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort) =>
+  const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean) =>
     Effect.gen(function*() {
       const latencyMs = yield* elapsed(call.startedAt)
       const holdsNothing = call.hold.source._tag === "None"
@@ -111,16 +114,22 @@ export const makeSettlement = Effect.gen(function*() {
         costMicroMyr: cost,
         latencyMs
       }
-      const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort)
+      const store = complete ? call.input.store : undefined
+      const stored = store === undefined ? undefined : storedWrite(
+        store,
+        { requestId: call.requestId, accountId: call.key.accountId, apiKeyId: call.key.keyId, startedAt: call.startedAt },
+        responsesOutput(resultOf(call, answer, used, cost, latencyMs))
+      )
+      const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort, stored)
       return resultOf(call, answer, used, microMyr(charged), latencyMs)
     }).pipe(Effect.uninterruptible)
 
-  /** A stream's end (its answer already under way), or a call whose client left: billed, never refused. */
-  const settleUsed = (call: HeldCall, used: Used, answer: Answer) =>
-    bill(call, used, answer, "bill what it can").pipe(Effect.orDie)
+  /** A stream's end (its answer already under way; `complete` when whole), or a call whose client left: billed, never refused. */
+  const settleUsed = (call: HeldCall, used: Used, answer: Answer, complete = false) =>
+    bill(call, used, answer, "bill what it can", complete).pipe(Effect.orDie)
 
   /** A non-streamed answer, before it goes out: `insufficient_balance` instead when it cannot be paid. */
-  const settleAnswer = (call: HeldCall, used: Used, answer: Answer) => bill(call, used, answer, "refuse")
+  const settleAnswer = (call: HeldCall, used: Used, answer: Answer) => bill(call, used, answer, "refuse", true)
 
   /** Returns the hold and logs the failure. */
   const settleFailed = (call: HeldCall, code: string) =>

@@ -14,6 +14,8 @@ import { ModelCalls } from "./Calls.js"
 import { Idempotency } from "./Idempotency.js"
 import { chatConversation, responsesConversation } from "./Input.js"
 import { CallLimits } from "./RateLimits.js"
+import { inputItemsPage, renderStored, StoredConversations } from "./Stored.js"
+import { RETENTION_DAYS } from "../Responses/Store.js"
 import type { StreamContext } from "./Wire.js"
 import { chatCompletion, chatStream, responsesOutput, responsesStream } from "./Wire.js"
 
@@ -32,7 +34,8 @@ const MODEL_LIST = {
     owned_by: "svc",
     context_window: CONTEXT_WINDOW,
     max_output_tokens: MAX_OUTPUT_TOKENS,
-    capabilities: CAPABILITIES
+    capabilities: CAPABILITIES,
+    response_storage: { default_store: true, retention_days: RETENTION_DAYS, opt_out: "Send store: false with a /v1/responses call." }
   }]
 }
 
@@ -43,11 +46,36 @@ export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
       Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
         Effect.scoped(limits.admit(key.keyId, requestId))).pipe(Effect.as(MODEL_LIST)))))
 
+const JSON_TYPE = { contentType: "application/json" }
+
+/** Stored responses: read, listed and deleted by any key of their account, each counted against the key's rate limits. */
+export const StoredResponsesLive = HttpApiBuilder.group(NenasApi, "storedResponses", (handlers) =>
+  Effect.gen(function*() {
+    const limits = yield* CallLimits
+    const stored = yield* StoredConversations
+    /** `use` with the key's account, holding a rate-limit slot. */
+    const admitted = <A, E>(use: (accountId: string) => Effect.Effect<A, E>) =>
+      Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
+        Effect.scoped(Effect.zipRight(limits.admit(key.keyId, requestId), use(key.accountId))))
+    return handlers
+      .handle("retrieve", ({ path }) =>
+        admitted((accountId) =>
+          Effect.map(stored.own(accountId, path.response_id), (response) =>
+            HttpServerResponse.text(JSON.stringify(renderStored(response)), JSON_TYPE))))
+      .handle("inputItems", ({ path, urlParams }) =>
+        admitted((accountId) =>
+          Effect.map(stored.own(accountId, path.response_id), (response) =>
+            HttpServerResponse.text(JSON.stringify(inputItemsPage(response, urlParams)), JSON_TYPE))))
+      .handle("remove", ({ path }) =>
+        admitted((accountId) =>
+          Effect.as(stored.remove(accountId, path.response_id), { id: path.response_id, object: "response" as const, deleted: true as const })))
+  }))
+
 interface Call {
   readonly endpoint: Endpoint
   readonly payload: unknown
   readonly idempotencyKey: string | undefined
-  readonly input: Effect.Effect<CallInput, ApiError>
+  readonly input: Effect.Effect<CallInput, ApiError, CurrentApiKey>
   readonly render: (result: CallResult) => unknown
   readonly renderStream: (context: StreamContext, events: Stream.Stream<StreamEvent>) => Stream.Stream<Uint8Array>
 }
@@ -59,6 +87,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
     const calls = yield* ModelCalls
     const limits = yield* CallLimits
     const idempotency = yield* Idempotency
+    const stored = yield* StoredConversations
     const { dashboardUrl } = yield* AppConfig
 
     /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
@@ -157,7 +186,9 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
                 param: "model"
               })
             }
-            const conversation = yield* responsesConversation(payload)
+            const key = yield* CurrentApiKey
+            const state = yield* stored.resolve(key.accountId, yield* currentRequestId, payload)
+            const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
             return {
               endpoint: "/v1/responses",
               messages: conversation.messages,
@@ -173,7 +204,8 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
               topP: payload.top_p,
               user: payload.user,
               stream: payload.stream,
-              inputParam: "input"
+              inputParam: "input",
+              store: state.store
             } satisfies CallInput
           }),
           render: responsesOutput,

@@ -9,7 +9,7 @@ import type {
   UpstreamMessage,
   UpstreamPart
 } from "../Providers/Provider.js"
-import type { ChatCompletionRequest, ResponsesBody } from "./Api.js"
+import type { ChatCompletionRequest, InputItem, ResponsesBody } from "./Api.js"
 import { CHAT_NOT_IMPLEMENTED, RESPONSES_NOT_IMPLEMENTED } from "./Api.js"
 import type { Message } from "../Domain/Tokens.js"
 
@@ -185,8 +185,11 @@ const appendCall = (upstream: Array<UpstreamMessage>, call: ToolCall) => {
 
 const WEB_SEARCH_TOOLS = /^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$/
 
-/** `input` (a string or OpenAI's items: messages, function calls and their outputs) and `instructions`, with tools and format. */
-export const responsesConversation = (body: ResponsesBody) =>
+/**
+ * `input` (a string or OpenAI's items: messages, function calls and their outputs) and `instructions`, with tools and format;
+ * `history`, a stored conversation's items (`previous_response_id`), comes between the instructions and the input.
+ */
+export const responsesConversation = (body: ResponsesBody, history: ReadonlyArray<Json> = []) =>
   Effect.gen(function*() {
     yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
     const upstream: Array<UpstreamMessage> = []
@@ -194,13 +197,17 @@ export const responsesConversation = (body: ResponsesBody) =>
     if (typeof body.instructions === "string" && body.instructions.length > 0) {
       upstream.push({ role: "system", content: body.instructions })
     }
-    if (typeof body.input === "string") {
-      upstream.push({ role: "user", content: body.input })
-    } else if (body.input.length === 0) {
+    if (typeof body.input !== "string" && body.input.length === 0) {
       return yield* invalid("'input' must hold at least one message.", "input")
     }
-    for (const [i, item] of (typeof body.input === "string" ? [] : body.input).entries()) {
-      const path = `input[${i}]`
+    const items: ReadonlyArray<{ readonly item: typeof InputItem.Type; readonly path: string }> = [
+      // Stored items were checked when they were stored.
+      ...history.map((item) => ({ item: item as typeof InputItem.Type, path: "previous_response_id" })),
+      ...(typeof body.input === "string"
+        ? [{ item: { type: "message", role: "user", content: body.input }, path: "input" }]
+        : body.input.map((item, i) => ({ item, path: `input[${i}]` })))
+    ]
+    for (const { item, path } of items) {
       if (item.type === "function_call") {
         const call = yield* toolCallOf({ id: item["call_id"], type: "function", function: item }, path)
         appendCall(upstream, call)
@@ -220,7 +227,7 @@ export const responsesConversation = (body: ResponsesBody) =>
       if (item.type !== undefined && item.type !== "message") {
         return yield* new UnsupportedInput({
           message: item.type === "item_reference"
-            ? "Item references are not supported (responses are not stored): send the item itself, e.g. with store: false."
+            ? "This item reference could not be resolved: send the item itself."
             : `Input items of type '${item.type}' are not supported; messages, function_call and function_call_output are accepted.`,
           param: path
         })

@@ -90,7 +90,7 @@ const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
     const current = yield* Ref.get(progress)
     const answer = answerSoFar(current, current.finishReason)
     const used = usedOf(call, current.sources, answer, current.reportedUsage)
-    const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer))
+    const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
     return { _tag: "Completed", result } satisfies StreamEvent
   })
 

@@ -37,8 +37,16 @@ export const LogEntry = Schema.Struct({
   contentPages: Schema.Int,
   costMicroMyr: Schema.Int,
   latencyMs: Schema.Int,
-  createdAt: Schema.String
+  createdAt: Schema.String,
+  /** The stored response of a `/v1/responses` call made with `store` (30 days); null when none is kept. */
+  storedResponseId: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "RequestLog" })
+
+/** A stored conversation up to one call's response, as the log detail shows it. */
+export const LogConversation = Schema.Struct({
+  responseId: Schema.String,
+  lines: Schema.Array(Schema.Struct({ kind: Schema.String, role: Schema.String, text: Schema.String }))
+}).annotations({ identifier: "LogConversation" })
 
 export const LogsPage = Schema.Struct({
   logs: Schema.Array(LogEntry),
@@ -92,6 +100,11 @@ export const Overview = Schema.Struct({
 
 export class UsageApi extends HttpApiGroup.make("usage")
   .add(HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage))
+  .add(
+    HttpApiEndpoint.get("conversation", "/dashboard/logs/:request_id/conversation")
+      .setPath(Schema.Struct({ request_id: Schema.String }))
+      .addSuccess(LogConversation)
+  )
   .add(HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries))
   .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
   .addError(wire(InvalidRequest))

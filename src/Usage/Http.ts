@@ -6,13 +6,15 @@ import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
+import { responseIdOf, StoredResponses } from "../Responses/Store.js"
+import { conversationLines } from "../Responses/View.js"
 import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
 /** Overview totals and series: the last 30 local days, today included. */
 const OVERVIEW_DAYS = 30
 
-const toLogEntry = (row: LogRow): typeof LogEntry.Type => ({
+const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.Type => ({
   requestId: row.requestId,
   apiKeyId: row.apiKeyId,
   publicModel: row.publicModel,
@@ -30,7 +32,8 @@ const toLogEntry = (row: LogRow): typeof LogEntry.Type => ({
   contentPages: row.contentPages,
   costMicroMyr: row.costMicroMyr,
   latencyMs: row.latencyMs,
-  createdAt: row.createdAt.toISOString()
+  createdAt: row.createdAt.toISOString(),
+  storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })
 
 const pad2 = (n: number) => String(n).padStart(2, "0")
@@ -80,6 +83,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
     const requestLogs = yield* RequestLogReads
     const keys = yield* KeysRepo
     const spending = yield* Spending
+    const storedResponses = yield* StoredResponses
     /** Every call this instance answered is written before a read. */
     const settled = spending.settled
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
@@ -119,7 +123,20 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
             { status: urlParams.status, apiKeyId: urlParams.api_key_id, endpoint: urlParams.endpoint, from, to },
             { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit }
           ))
-          return { logs: rows.map(toLogEntry), total, has_more: urlParams.page * urlParams.limit < total }
+          const responses = rows.flatMap((row) => row.endpoint === "/v1/responses" ? [responseIdOf(row.requestId)] : [])
+          const stored = yield* Effect.orDie(storedResponses.present(account.id, responses))
+          return { logs: rows.map((row) => toLogEntry(row, stored)), total, has_more: urlParams.page * urlParams.limit < total }
+        }))
+      .handle("conversation", ({ path }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          yield* settled
+          const responseId = responseIdOf(path.request_id)
+          const chain = yield* Effect.orDie(storedResponses.chain(account.id, responseId))
+          if (chain.length === 0) {
+            return yield* new NotFound({ message: `No stored conversation for request '${path.request_id}'.`, param: "request_id" })
+          }
+          return { responseId, lines: conversationLines(chain) }
         }))
       .handle("usage", ({ urlParams }) =>
         Effect.gen(function*() {

@@ -5,6 +5,7 @@ import type { CallHold } from "./CallHold.js"
 import { lockWallet } from "./Lock.js"
 import type { SettleItem } from "./Settle.js"
 import { settleBatch } from "./Settle.js"
+import type { StoredWrite } from "../Responses/Store.js"
 
 /**
  * Paying for a call before answering it (DESIGN.md, Faults), when its hold may
@@ -30,6 +31,8 @@ export interface PayNowInput {
   readonly log: LogWrite
   /** The call's failed row, written instead when it is refused. */
   readonly refusedLog: LogWrite
+  /** The call's stored response (`store`), written with its payment; nothing is stored for a refused call. */
+  readonly stored?: StoredWrite | undefined
   readonly whenShort: WhenShort
   readonly at: Date
   readonly holder: string
@@ -99,7 +102,12 @@ export const payNow = (
       return { _tag: "Refused", availableMicroMyr: available } as const
     }
     const item = itemOf(input)
-    const outcome = yield* settleBatch({ ...batch, items: item === undefined ? [] : [item], logs: item === undefined ? [input.log] : [] })
+    const outcome = yield* settleBatch({
+      ...batch,
+      items: item === undefined ? [] : [item],
+      logs: item === undefined ? [input.log] : [],
+      stored: input.stored === undefined ? [] : [input.stored]
+    })
     const charged = outcome.items[0]?.chargedMicroMyr ?? 0
     return { _tag: "Paid", chargedMicroMyr: charged, shortfallMicroMyr: Math.max(0, input.amountMicroMyr - charged) } as const
   }))

@@ -4,6 +4,8 @@ import { Effect } from "effect"
 import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
+import type { StoredWrite } from "../Responses/Store.js"
+import { writeStored } from "../Responses/Store.js"
 import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
 import { lockRows, withRepeatedEntries, writeEntries, writeKeyHolds, writeRows } from "./SettleRows.js"
 
@@ -72,6 +74,8 @@ export interface Batch {
   readonly returns: ReadonlyArray<NumberedReturn>
   /** Rows of calls that move no money: still running, test keys, refusals, failures on a grant. */
   readonly logs: ReadonlyArray<LogWrite>
+  /** Responses stored with their calls (`store`), written in the same transaction. */
+  readonly stored?: ReadonlyArray<StoredWrite> | undefined
   /** Grants to delete once empty (idle, or this instance stopping). */
   readonly close: ReadonlyArray<string>
   /** The batch's time: its ledger entries' `created_at`. */
@@ -116,6 +120,7 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
       yield* writeKeyHolds(sql, batch)
+      yield* writeStored(sql, batch.stored ?? [])
       const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))

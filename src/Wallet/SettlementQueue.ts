@@ -4,6 +4,7 @@ import type { Scope } from "effect"
 import { Cause, Context, Duration, Effect, Exit, Fiber, Runtime, Schedule } from "effect"
 import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
+import type { StoredWrite } from "../Responses/Store.js"
 import { pendingRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type CallHold, reservationIdOf } from "./CallHold.js"
@@ -11,6 +12,7 @@ import { type Anomaly, clampItem, clampLog } from "./Clamp.js"
 import type { GrantPool } from "./GrantPool.js"
 import type { Grant } from "./Grants.js"
 import { ReservationLeases } from "./Leases.js"
+import { refusalOf, writeInParts } from "./Isolation.js"
 import { failureText, kindOf, park, requestIdOf } from "./Parked.js"
 import { logCapture } from "./Repo.js"
 import type { Batch, BatchOutcome, NumberedReturn, SettleItem } from "./Settle.js"
@@ -22,7 +24,7 @@ export const FLUSH_INTERVAL = Duration.millis(20)
 const FLUSH_AT_DEPTH = 512
 /** A call still running after this long is written as `pending`. */
 const PENDING_AFTER_MS = 1000
-/** After this many failed flushes in a row, settlements are written one by one: one the database refuses does not hold back the rest. */
+/** After this many failed flushes in a row, settlements are written in parts: one the database refuses does not hold back the rest. */
 const ISOLATE_AFTER = 3
 /** A settlement the database refused this many times, written alone, is parked (`Parked.ts`). */
 const PARK_AFTER = 3
@@ -35,6 +37,8 @@ export interface Queued {
   readonly log?: LogWrite | undefined
   /** What a grant charge moved to the grant's `pending`. */
   readonly grant?: { readonly grant: Grant; readonly amount: number; readonly apiKeyId: string } | undefined
+  /** The call's stored response (`store`): written with its settlement. */
+  readonly stored?: StoredWrite | undefined
 }
 
 /**
@@ -43,8 +47,9 @@ export interface Queued {
  * `FLUSH_INTERVAL` apart, never on a call's path, with what the grant pool
  * hands back. A failed flush keeps everything, in order, for the next one;
  * every item is safe to write twice (`settleBatch`). After `ISOLATE_AFTER`
- * failures in a row each settlement is written alone; one the database
- * refuses is then retried alone, beside the batches, and parked after
+ * failures in a row the batch is written in parts (`Isolation.ts`), halved
+ * until each part is written or is one settlement the database refuses;
+ * that one is retried alone, beside the batches, and parked after
  * `PARK_AFTER` refusals. At shutdown everything is written and every grant
  * handed back.
  */
@@ -199,51 +204,35 @@ const flushOnce = (queue: Queue) =>
     queue.returns = []
     if (entries.length > 0 || due.length > 0 || returns.length > 0) {
       const taken: Taken = { entries, due, returns, close: handBacks.close }
-      yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeOneByOne(queue, taken, now)
+      yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeIsolated(queue, taken, now)
     }
     yield* retryRefused(queue, now)
     queue.metrics.settlementQueueDepth.set(queue.entries.length + queue.refused.length)
     queue.metrics.grantsHeld.set(queue.pool.unlent())
   })
 
-/** The SQLSTATE of a database's refusal, unless it says the connection, the server or the transaction's luck failed. */
-const refusalOf = (cause: Cause.Cause<unknown>): string | undefined => {
-  for (const failure of Cause.failures(cause)) {
-    const inner = typeof failure === "object" && failure !== null && "cause" in failure ? failure.cause : undefined
-    const code = typeof inner === "object" && inner !== null && "code" in inner ? inner.code : undefined
-    // 08 connection, 40 deadlock or serialization, 53 resources, 55 lock not available, 57 shutdown, 58 and XX the server.
-    if (typeof code === "string" && code.length === 5 && !/^(08|40|53|55|57|58|XX)/.test(code)) return code
-  }
-  return undefined
-}
-
 const alone = (entry: Queued): Taken => ({ entries: [entry], due: [], returns: [], close: [] })
 
 /**
- * After repeated failures: each settlement in a transaction of its own. One the database refuses is set
- * aside (`retryRefused`); the flush fails only when nothing was written and the database did not answer.
+ * After repeated failures: the rows due and the hand-backs in a transaction of their own, the settlements in
+ * parts (`writeInParts`); one the database refuses is set aside (`retryRefused`). The flush fails only when
+ * nothing was written and the database did not answer.
  */
-const writeOneByOne = (queue: Queue, taken: Taken, now: number) =>
+const writeIsolated = (queue: Queue, taken: Taken, now: number) =>
   Effect.gen(function*() {
-    const seen: { written: boolean; unanswered: Cause.Cause<SqlError.SqlError> | undefined } = { written: false, unanswered: undefined }
-    const tried = (exit: Exit.Exit<unknown, SqlError.SqlError>) => {
-      if (Exit.isSuccess(exit)) seen.written = true
-      else if (refusalOf(exit.cause) === undefined) seen.unanswered = exit.cause
-    }
-    if (taken.due.length > 0 || taken.returns.length > 0 || taken.close.length > 0) {
-      tried(yield* Effect.exit(write(queue, { ...taken, entries: [] }, now)))
-    }
-    const kept: Array<Queued> = []
-    for (const entry of taken.entries) {
-      const exit = yield* Effect.exit(write(queue, alone(entry), now, false))
-      tried(exit)
-      if (Exit.isSuccess(exit)) continue
-      if (refusalOf(exit.cause) === undefined) kept.push(entry)
-      else refuse(queue, entry, exit.cause, now)
-    }
-    // Not refused, only not written (the database did not answer): first in line again.
-    queue.entries = [...kept, ...queue.entries]
-    if (!seen.written && seen.unanswered !== undefined) return yield* Effect.failCause(seen.unanswered)
+    const head = taken.due.length > 0 || taken.returns.length > 0 || taken.close.length > 0
+      ? yield* Effect.exit(write(queue, { ...taken, entries: [] }, now))
+      : undefined
+    const parts = yield* writeInParts(
+      taken.entries,
+      (entries) => write(queue, { entries, due: [], returns: [], close: [] }, now, false),
+      (entry, cause) => refuse(queue, entry, cause, now)
+    )
+    queue.entries = [...parts.kept, ...queue.entries]
+    const headUnanswered = head !== undefined && Exit.isFailure(head) && refusalOf(head.cause) === undefined ? head.cause : undefined
+    const unanswered = parts.unanswered ?? headUnanswered
+    const written = parts.written || (head !== undefined && Exit.isSuccess(head))
+    if (!written && unanswered !== undefined) return yield* Effect.failCause(unanswered)
   })
 
 const refuse = (queue: Queue, entry: Queued, cause: Cause.Cause<unknown>, now: number) => {
@@ -320,15 +309,15 @@ const parkRefused = (queue: Queue, refused: Refused, now: number) =>
 /** The batch `taken` writes, its values clamped to what the columns hold (each change an anomaly). */
 const batchOf = (taken: Taken, now: number, holder: string, pool: GrantPool, anomalies: Array<Anomaly>): Batch => {
   const items: Array<SettleItem> = []
-  const logs: Array<LogWrite> = taken.due.map((r) =>
-    clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies)
-  )
+  const stored: Array<StoredWrite> = []
+  const logs = taken.due.map((r) => clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies))
   for (const entry of taken.entries) {
     if (entry.item !== undefined) items.push(clampItem(entry.item, anomalies))
     if (entry.log !== undefined) logs.push(clampLog(entry.log, anomalies))
+    if (entry.stored !== undefined) stored.push(entry.stored)
   }
   const keyHolds = pool.keyHoldsAfter(taken.entries)
-  return { items, returns: taken.returns, logs, close: taken.close.map((grant) => grant.id), at: new Date(now), holder, keyHolds }
+  return { items, returns: taken.returns, logs, stored, close: taken.close.map((grant) => grant.id), at: new Date(now), holder, keyHolds }
 }
 
 /** Writes `taken` in one transaction; on failure, unless `alone`, puts everything back for the next flush. */

@@ -7,6 +7,7 @@ import { microMyr, toMyrString } from "../Domain/Money.js"
 import type { LoggedUsage, LogWrite, OpenLog } from "../Logs/RequestLogs.js"
 import { failedRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
+import type { StoredWrite } from "../Responses/Store.js"
 import { type CallHold, reservationIdOf } from "./CallHold.js"
 import { type GrantPool, makeGrantPool } from "./GrantPool.js"
 import { ReservationLeases } from "./Leases.js"
@@ -45,13 +46,15 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
    * paid now, from the wallet if need be, before the caller answers; when the
    * wallet cannot pay it, `refuse` fails (the hold returned, the call logged
    * failed) and `bill what it can` bills what it holds and records the shortfall.
+   * `stored`, the call's stored response, is written with the settlement.
    */
   readonly settle: (
     hold: CallHold,
     amount: MicroMyr,
     description: string,
     usage: LoggedUsage,
-    whenShort: WhenShort
+    whenShort: WhenShort,
+    stored?: StoredWrite
   ) => Effect.Effect<number, InsufficientBalance>
   /** Returns the hold whole and logs the failure (cost 0). */
   readonly fail: (hold: CallHold, errorCode: string, latencyMs: number) => Effect.Effect<void>
@@ -98,7 +101,7 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       )
       return Spending.of({
         hold: (input, log) => hold(calls, input, log),
-        settle: (held, amount, description, usage, whenShort) => settle(calls, held, amount, description, usage, whenShort),
+        settle: (held, amount, description, usage, whenShort, stored) => settle(calls, held, amount, description, usage, whenShort, stored),
         fail: (held, errorCode, latencyMs) => fail(calls, held, errorCode, latencyMs),
         refused: (log, errorCode, latencyMs) => refused(calls, log, errorCode, latencyMs),
         settled,
@@ -203,7 +206,15 @@ const limitSet = (calls: Calls, accountId: string, apiKeyId: string) =>
     }
   })
 
-const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: string, usage: LoggedUsage, whenShort: WhenShort) =>
+const settle = (
+  calls: Calls,
+  held: CallHold,
+  amount: MicroMyr,
+  description: string,
+  usage: LoggedUsage,
+  whenShort: WhenShort,
+  stored: StoredWrite | undefined
+) =>
   Effect.gen(function*() {
     const now = yield* calls.nowMs
     const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
@@ -218,18 +229,19 @@ const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: str
       completedAt: new Date(now)
     }
     if (held.source._tag !== "None" && !calls.leases.fence.intact(held.epoch)) {
-      const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now })
+      const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now, stored })
       if (paid !== undefined) return paid
     }
     calls.queue.finish(held)
     const { source } = held
     switch (source._tag) {
       case "None":
-        calls.queue.enqueue({ log })
+        calls.queue.enqueue({ log, stored })
         break
       case "Reservation":
         calls.queue.enqueue({
-          item: { _tag: "Capture", reservationId: source.reservation.id, amountMicroMyr: charged, description, log }
+          item: { _tag: "Capture", reservationId: source.reservation.id, amountMicroMyr: charged, description, log },
+          stored
         })
         break
       case "Grant": {
@@ -239,7 +251,8 @@ const settle = (calls: Calls, held: CallHold, amount: MicroMyr, description: str
         calls.pool.charge(grant, held.amountMicroMyr, charged, apiKeyId)
         calls.queue.enqueue({
           item: { _tag: "GrantCharge", grantId, accountId, apiKeyId, requestId, amountMicroMyr: charged, description, log },
-          grant: { grant, amount: charged, apiKeyId }
+          grant: { grant, amount: charged, apiKeyId },
+          stored
         })
         break
       }
@@ -258,7 +271,7 @@ const PAY_NOW_RETRIES = Schedule.exponential("50 millis").pipe(Schedule.intersec
 const payBeforeAnswering = (
   calls: Calls,
   held: CallHold,
-  bill: { amount: number; description: string; log: LogWrite; whenShort: WhenShort; now: number }
+  bill: { amount: number; description: string; log: LogWrite; whenShort: WhenShort; now: number; stored: StoredWrite | undefined }
 ) =>
   Effect.gen(function*() {
     const { requestId } = held.log
@@ -269,6 +282,7 @@ const payBeforeAnswering = (
       description: bill.description,
       log: bill.log,
       refusedLog,
+      stored: bill.stored,
       whenShort: bill.whenShort,
       at: new Date(bill.now),
       holder: calls.leases.holder

@@ -120,6 +120,7 @@ export type LogStatus = Json<typeof UsageApi.LogStatus>
 export const LOG_STATUSES = allOf<LogStatus>()(["pending", "succeeded", "failed", "billed"])
 export type LogEntry = Json<typeof UsageApi.LogEntry>
 export type LogsPage = Json<typeof UsageApi.LogsPage>
+export type LogConversation = Json<typeof UsageApi.LogConversation>
 export type Granularity = Json<typeof UsageApi.Granularity>
 export type SeriesPoint = Json<typeof UsageApi.SeriesPoint>
 export type UsageSeries = Json<typeof UsageApi.UsageSeries>

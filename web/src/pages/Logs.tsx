@@ -1,5 +1,5 @@
 import { Fragment, useState } from "react"
-import { LOG_STATUSES, type ApiKey, type LogEntry, type LogsPage as LogsPageData, type LogStatus } from "../api"
+import { LOG_STATUSES, type ApiKey, type LogConversation, type LogEntry, type LogsPage as LogsPageData, type LogStatus } from "../api"
 import { Cost, DateTime, Empty, Field, Load, PageHeading, Pager } from "../components"
 import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
 import { useApi } from "../session"
@@ -13,7 +13,29 @@ const ROUTING: Record<string, string> = {
   search: "search (web search, then the model)"
 }
 
+/** The stored conversation up to this call's response (kept 30 days unless the call sent `store: false`). */
+const Conversation = ({ requestId, responseId }: { requestId: string; responseId: string }) => {
+  const [conversation, reload] = useApi<LogConversation>(`/dashboard/logs/${encodeURIComponent(requestId)}/conversation`)
+  return (
+    <section className="conversation" aria-label="Conversation">
+      <h3>Conversation <code>{responseId}</code></h3>
+      <Load value={conversation} what="the conversation" retry={reload}>
+        {(data) => (
+          <ol className="conversation-lines">
+            {data.lines.map((line, index) => (
+              <li key={index} className={`line-${line.role || "other"}`}>
+                <strong>{line.kind === "message" || line.kind === "instructions" ? line.role : line.kind}</strong> <span>{line.text}</span>
+              </li>
+            ))}
+          </ol>
+        )}
+      </Load>
+    </section>
+  )
+}
+
 const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined }) => (
+  <>
   <dl className="details">
     <div><dt>Request id</dt><dd><code>{log.requestId}</code></dd></div>
     <div><dt>API key</dt><dd>{keyName ?? <>deleted key <code>{log.apiKeyId}</code></>}</dd></div>
@@ -32,7 +54,10 @@ const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined 
     <div><dt>Cost</dt><dd>{formatMicroMyrExact(log.costMicroMyr)}</dd></div>
     <div><dt>Latency</dt><dd>{formatCount(log.latencyMs)} ms</dd></div>
     <div><dt>Time</dt><dd><DateTime iso={log.createdAt} /></dd></div>
+    <div><dt>Stored response</dt><dd>{log.storedResponseId === null ? "none" : <code>{log.storedResponseId}</code>}</dd></div>
   </dl>
+  {log.storedResponseId === null ? null : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}
+  </>
 )
 
 export const LogsPage = () => {

@@ -2,8 +2,11 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { LoggedUsage, LogWrite } from "./RequestLogs.js"
+import { logUsage, rolledUsage, rollupsFit, type UsageScope } from "./Rollups.js"
 
 export type LogStatus = LogWrite["status"]
+
+export type Environment = "live" | "test"
 
 /** The width of a usage series' buckets. */
 export type Granularity = "hour" | "day"
@@ -28,6 +31,7 @@ export interface LogFilter {
   readonly status?: LogStatus | undefined
   readonly apiKeyId?: string | undefined
   readonly endpoint?: string | undefined
+  readonly environment?: Environment | undefined
   /** Inclusive. */
   readonly from?: Date | undefined
   /** Exclusive. */
@@ -53,6 +57,7 @@ export interface SeriesQuery {
   readonly to: Date
   readonly granularity: Granularity
   readonly apiKeyId?: string | undefined
+  readonly environment?: Environment | undefined
 }
 
 export interface Counters {
@@ -96,7 +101,7 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     accountId: string,
     query: SeriesQuery
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
-  readonly counters: (accountId: string, from: Date, to: Date) => Effect.Effect<Counters, SqlError.SqlError>
+  readonly counters: (scope: UsageScope) => Effect.Effect<Counters, SqlError.SqlError>
   /** The business time zone's days around `at`, the `days`th last of them first. */
   readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
 }>() {
@@ -105,6 +110,10 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const timeZone = (yield* AppConfig).businessTimezone
+      // Sums come from the rollups when their buckets fit the zone's hours, else straight from the logs.
+      const usage = (yield* rollupsFit(sql, timeZone))
+        ? (scope: UsageScope) => rolledUsage(sql, scope)
+        : (scope: UsageScope) => logUsage(sql, scope)
       const first = <A>(rows: ReadonlyArray<A>) =>
         rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
       const local = (at: Date) => sql`(${at}::timestamptz AT TIME ZONE ${timeZone}::text)`
@@ -127,6 +136,7 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             ...(filter.status === undefined ? [] : [sql`status = ${filter.status}`]),
             ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
             ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
+            ...(filter.environment === undefined ? [] : [sql`environment = ${filter.environment}`]),
             ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
             ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
           ])
@@ -136,7 +146,10 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
               ORDER BY created_at DESC, request_id DESC
               LIMIT ${page.limit} OFFSET ${page.offset}
             `,
-            total: sql<{ total: number }>`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`.pipe(
+            total: sql<{ total: number }>`
+              SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
+              FROM (${usage({ accountId, ...filter })}) u
+            `.pipe(
               Effect.flatMap(first),
               Effect.map((row) => row.total)
             )
@@ -148,22 +161,19 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             const limit = MAX_BUCKETS[query.granularity]
             if ((yield* bucketCount(query)) > limit) return yield* new TooManyBuckets({ limit })
             const unit = sql`${query.granularity}::text`
-            const keyFilter = query.apiKeyId === undefined ? sql.literal("") : sql`AND api_key_id = ${query.apiKeyId}`
+            const scope = { accountId, from: query.from, to: query.to, apiKeyId: query.apiKeyId, environment: query.environment }
             // Buckets and logs meet on local timestamps; a bucket's offset is that of its start instant.
             return yield* sql<SeriesRow>`
               WITH buckets AS (
                 SELECT generate_series(${firstBucket(query)}, ${lastBucket(query)}, ${step(query.granularity)}) AS bucket
               ), totals AS (
-                SELECT date_trunc(${unit}, created_at AT TIME ZONE ${timeZone}::text) AS bucket,
-                  count(*) AS requests,
+                SELECT date_trunc(${unit}, at AT TIME ZONE ${timeZone}::text) AS bucket,
+                  sum(requests) AS requests,
                   sum(cost_micro_myr) AS cost_micro_myr,
                   sum(input_tokens) AS input_tokens,
                   sum(output_tokens) AS output_tokens,
                   sum(reasoning_tokens) AS reasoning_tokens
-                FROM request_logs
-                WHERE account_id = ${accountId}
-                  AND created_at >= ${query.from}::timestamptz AND created_at < ${query.to}::timestamptz
-                  ${keyFilter}
+                FROM (${usage(scope)}) u
                 GROUP BY 1
               )
               SELECT to_char(b.bucket, 'YYYY-MM-DD"T"HH24:MI:SS') AS local_start,
@@ -178,17 +188,16 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             `
           }),
 
-        counters: (accountId, from, to) =>
+        counters: (scope) =>
           sql<Counters>`
-            SELECT count(*)::int AS requests,
+            SELECT COALESCE(sum(requests), 0)::bigint AS requests,
               COALESCE(sum(input_tokens), 0)::bigint AS input_tokens,
               COALESCE(sum(output_tokens), 0)::bigint AS output_tokens,
               COALESCE(sum(reasoning_tokens), 0)::bigint AS reasoning_tokens,
               COALESCE(sum(search_count), 0)::bigint AS search_count,
               COALESCE(sum(content_pages), 0)::bigint AS content_pages,
               COALESCE(sum(cost_micro_myr), 0)::bigint AS cost_micro_myr
-            FROM request_logs
-            WHERE account_id = ${accountId} AND created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz
+            FROM (${usage(scope)}) u
           `.pipe(Effect.flatMap(first)),
 
         localDays: (at, days) =>

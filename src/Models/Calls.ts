@@ -57,7 +57,8 @@ const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, rout
   routingCategory: route.category,
   endpoint: input.endpoint,
   stream: input.stream,
-  inputTokens
+  inputTokens,
+  environment: key.environment
 })
 
 /**

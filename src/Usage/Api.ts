@@ -8,11 +8,15 @@ import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
 
+/** A key's environment: `test` calls are free, so a cost chart filters them out with `live`. */
+export const Environment = Schema.Literal("live", "test")
+
 export const LogsParams = Schema.Struct({
   ...PageParams.fields,
   status: Schema.optional(LogStatus),
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
+  environment: Schema.optional(Environment),
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime)
 })
@@ -52,7 +56,8 @@ export const UsageParams = Schema.Struct({
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime),
   granularity: Schema.optionalWith(Granularity, { default: () => "day" as const }),
-  api_key_id: Schema.optional(SqlString)
+  api_key_id: Schema.optional(SqlString),
+  environment: Schema.optional(Environment)
 })
 
 export const SeriesPoint = Schema.Struct({

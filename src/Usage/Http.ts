@@ -4,7 +4,7 @@ import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { KeysRepo } from "../Keys/Repo.js"
-import { type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
+import { type Environment, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
 import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
 
@@ -91,8 +91,14 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         (found) => found ? Effect.void : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
       )
 
-    const series = (accountId: string, from: Date, to: Date, granularity: typeof Granularity.Type, apiKeyId?: string) =>
-      requestLogs.series(accountId, { from, to, granularity, apiKeyId }).pipe(
+    const series = (
+      accountId: string,
+      from: Date,
+      to: Date,
+      granularity: typeof Granularity.Type,
+      filter: { readonly apiKeyId?: string | undefined; readonly environment?: Environment | undefined } = {}
+    ) =>
+      requestLogs.series(accountId, { from, to, granularity, ...filter }).pipe(
         Effect.map((rows) => rows.map(toSeriesPoint)),
         Effect.catchTags({
           TooManyBuckets: ({ limit }) =>
@@ -116,7 +122,14 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           yield* settled
           const { rows, total } = yield* Effect.orDie(requestLogs.logs(
             account.id,
-            { status: urlParams.status, apiKeyId: urlParams.api_key_id, endpoint: urlParams.endpoint, from, to },
+            {
+              status: urlParams.status,
+              apiKeyId: urlParams.api_key_id,
+              endpoint: urlParams.endpoint,
+              environment: urlParams.environment,
+              from,
+              to
+            },
             { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit }
           ))
           return { logs: rows.map(toLogEntry), total, has_more: urlParams.page * urlParams.limit < total }
@@ -137,7 +150,10 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
             from: from.toISOString(),
             to: to.toISOString(),
             granularity: urlParams.granularity,
-            series: yield* series(account.id, from, to, urlParams.granularity, urlParams.api_key_id)
+            series: yield* series(account.id, from, to, urlParams.granularity, {
+              apiKeyId: urlParams.api_key_id,
+              environment: urlParams.environment
+            })
           }
         }))
       .handle("overview", () =>
@@ -148,8 +164,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           yield* settled
           const { wallet, today, total, daily, keyCounts } = yield* Effect.all({
             wallet: Effect.orDie(spending.balance(account.id)),
-            today: Effect.orDie(requestLogs.counters(account.id, days.today, days.tomorrow)),
-            total: Effect.orDie(requestLogs.counters(account.id, days.first, days.tomorrow)),
+            today: Effect.orDie(requestLogs.counters({ accountId: account.id, from: days.today, to: days.tomorrow })),
+            total: Effect.orDie(requestLogs.counters({ accountId: account.id, from: days.first, to: days.tomorrow })),
             daily: series(account.id, days.first, days.tomorrow, "day"),
             keyCounts: Effect.orDie(keys.counts(account.id, at))
           }, { concurrency: "unbounded" })

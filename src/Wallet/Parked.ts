@@ -96,6 +96,7 @@ const LogWriteJson = Schema.Struct({
   endpoint: Schema.String,
   stream: Schema.Boolean,
   inputTokens: Schema.Number,
+  environment: Schema.optional(Schema.Literal("live", "test")),
   outputTokens: Schema.Number,
   reasoningTokens: Schema.Number,
   cachedTokens: Schema.Number,

@@ -55,6 +55,9 @@ END $$;`
  * transaction's deltas into `usage_rollups` in key order. So two instances
  * flushing at once wait for each other's rollup rows at most, in one order,
  * and never deadlock on them; and a transaction that rolls back leaves none.
+ *
+ * Also the logs' environment (the key's, at the call) and an index per filter
+ * of the dashboard's logs, ordered for keyset paging.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 -- The key's environment at the call; logs of keys deleted before this migration count as live.
@@ -108,6 +111,16 @@ BEGIN
 END $$;
 CREATE CONSTRAINT TRIGGER usage_rollups_fold AFTER INSERT ON usage_rollup_deltas
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION usage_rollups_fold();
+
+-- An index per filter of the dashboard's logs, in their order (newest first, then by id: keyset paging).
+DROP INDEX request_logs_account_idx;
+DROP INDEX request_logs_account_status_idx;
+DROP INDEX request_logs_key_idx;
+CREATE INDEX request_logs_account_idx ON request_logs (account_id, created_at DESC, request_id DESC);
+CREATE INDEX request_logs_account_status_idx ON request_logs (account_id, status, created_at DESC, request_id DESC);
+CREATE INDEX request_logs_account_key_idx ON request_logs (account_id, api_key_id, created_at DESC, request_id DESC);
+CREATE INDEX request_logs_account_endpoint_idx ON request_logs (account_id, endpoint, created_at DESC, request_id DESC);
+CREATE INDEX request_logs_account_environment_idx ON request_logs (account_id, environment, created_at DESC, request_id DESC);
 
 -- Backfill: the logs written before this migration.
 INSERT INTO usage_rollups (${KEY}, ${COUNTERS.join(", ")}) ${deltas("SELECT 1 AS s, * FROM request_logs")};

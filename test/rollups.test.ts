@@ -175,6 +175,62 @@ describe("usage rollups in a half-hour time zone", () => {
   })
 })
 
+
+describe("logs paged by cursor", () => {
+  layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })((it) => {
+    it.effect("a cursor walks the same rows as pages, in order, with next_cursor null at the end; bad cursors answer 400", () =>
+      Effect.gen(function*() {
+        const token = yield* devToken("rollups-paging@example.com")
+        const keyId = (yield* createKey(token, { name: "live", environment: "live" })).key.id
+        const [{ account_id: accountId }] = (yield* query<{ account_id: string }>(
+          "SELECT account_id FROM api_keys WHERE id = $1", [keyId])) as [{ account_id: string }]
+        // Two calls in one microsecond: the id orders them.
+        const at = (i: number) => new Date(Date.UTC(2026, 0, 1) + Math.floor(i / 2) * 1000).toISOString()
+        yield* seed(accountId, Array.from({ length: 7 }, (_, i) => ({
+          id: `p${i}`, keyId, at: at(i), status: i === 3 ? "failed" as const : "billed" as const, cost: i === 3 ? 0 : 10, input: 1, output: 1
+        })))
+        const newestFirst = ["p6", "p5", "p4", "p3", "p2", "p1", "p0"]
+        const walked: Array<string> = []
+        let cursor: string | null = null
+        let pages = 0
+        do {
+          const body: { logs: Array<{ requestId: string }>; total: number; has_more: boolean; next_cursor: string | null } =
+            yield* get(`/dashboard/logs?limit=2${cursor === null ? "" : `&cursor=${cursor}`}`, token)
+          walked.push(...body.logs.map((log) => log.requestId))
+          expect(body.total).toBe(7)
+          expect(body.has_more).toBe(body.next_cursor !== null)
+          cursor = body.next_cursor
+          pages++
+        } while (cursor !== null && pages < 10)
+        expect(walked).toEqual(newestFirst)
+        expect(pages).toBe(4)
+        // Deep pages by number: the same rows.
+        const page3 = yield* get("/dashboard/logs?limit=2&page=3", token)
+        expect(page3.logs.map((log: { requestId: string }) => log.requestId)).toEqual(["p2", "p1"])
+        expect(page3.has_more).toBe(true)
+        const page5 = yield* get("/dashboard/logs?limit=2&page=5", token)
+        expect(page5.logs).toEqual([])
+        expect(page5.has_more).toBe(false)
+        expect(page5.next_cursor).toBe(null)
+        const billed = yield* get("/dashboard/logs?limit=5&status=billed", token)
+        expect(billed.logs.map((log: { requestId: string }) => log.requestId)).toEqual(["p6", "p5", "p4", "p2", "p1"])
+        expect(billed.total).toBe(6)
+        const rest = yield* get(`/dashboard/logs?limit=5&status=billed&cursor=${billed.next_cursor}`, token)
+        expect(rest.logs.map((log: { requestId: string }) => log.requestId)).toEqual(["p0"])
+
+        for (const bad of ["cursor=notacursor", `cursor=${Buffer.from("12.x").toString("base64url")}&page=2`]) {
+          const reply = yield* call("GET", `/dashboard/logs?${bad}`, { token })
+          expect(reply.status).toBe(400)
+          expect(reply.body.error.code).toBe("invalid_request")
+          expect(reply.body.error.param).toBe("cursor")
+        }
+        const env = yield* call("GET", "/dashboard/logs?environment=staging", { token })
+        expect(env.status).toBe(400)
+        expect(env.body.error.code).toBe("invalid_request")
+      }))
+  })
+})
+
 /** The service's own calls on two instances at once: the flushes of both keep one set of rollups. */
 describe("usage rollups under concurrent calls on two instances", () => {
   layer(TwoInstancesLive("rollups"), { excludeTestServices: true, timeout: 180_000 })((it) => {

@@ -163,7 +163,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         expect(page3.has_more).toBe(false)
 
         const beyond = yield* get("/dashboard/logs?limit=2&page=4", token)
-        expect(beyond).toEqual({ logs: [], total: 5, has_more: false })
+        expect(beyond).toEqual({ logs: [], total: 5, has_more: false, next_cursor: null })
 
         const exact = yield* get("/dashboard/logs?limit=5", token)
         expect(exact.has_more).toBe(false)
@@ -212,7 +212,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         )
         expect(ids(combined)).toEqual([late])
         const none = yield* get(`/dashboard/logs?api_key_id=${other.id}&status=failed`, token)
-        expect(none).toEqual({ logs: [], total: 0, has_more: false })
+        expect(none).toEqual({ logs: [], total: 0, has_more: false, next_cursor: null })
       }))
 
     it.effect("logs of a deleted key stay visible under its id; an unknown key id answers 404", () =>
@@ -266,7 +266,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         ])
         const range = "from=2026-11-06T16:00:00Z&to=2026-11-07T16:00:00Z"
 
-        expect(yield* get("/dashboard/logs", bob.token)).toEqual({ logs: [], total: 0, has_more: false })
+        expect(yield* get("/dashboard/logs", bob.token)).toEqual({ logs: [], total: 0, has_more: false, next_cursor: null })
         const bobsUsage = yield* get(`/dashboard/usage?${range}`, bob.token)
         expect(bobsUsage.series).toEqual([point("2026-11-07T00:00:00+08:00")])
         for (const path of [`/dashboard/logs?api_key_id=${alice.keyId}`, `/dashboard/usage?api_key_id=${alice.keyId}`]) {

@@ -1,4 +1,4 @@
-import { SqlClient, type SqlError } from "@effect/sql"
+import { SqlClient, type SqlError, type Statement } from "@effect/sql"
 import { Context, Data, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { LoggedUsage, LogWrite } from "./RequestLogs.js"
@@ -25,6 +25,21 @@ export interface LogRow extends LoggedUsage {
   readonly routingCategory: string | null
   readonly errorCode: string | null
   readonly createdAt: Date
+  /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
+  readonly atMicros: string
+}
+
+/** The last row of a page: the next page starts after it (keyset paging). */
+export interface LogCursor {
+  readonly atMicros: string
+  readonly requestId: string
+}
+
+/** Which page: `offset` rows in, or the rows after `after`; up to `limit` rows (and one more, to tell if more follow). */
+export interface LogPage {
+  readonly limit: number
+  readonly offset: number
+  readonly after?: LogCursor | undefined
 }
 
 export interface LogFilter {
@@ -82,7 +97,7 @@ export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonl
 
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, created_at`
+  cost_micro_myr, latency_ms, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
@@ -90,11 +105,11 @@ const logColumns = `request_id, api_key_id, public_model, endpoint, stream, stat
  * are computed on local timestamps, so a day bucket starts at local midnight.
  */
 export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<RequestLogReads, {
-  /** One page of logs, newest first, and how many match the filter. */
+  /** One page of logs, newest first (up to `limit + 1` rows: the last shows that more follow), and how many match the filter. */
   readonly logs: (
     accountId: string,
     filter: LogFilter,
-    page: { readonly limit: number; readonly offset: number }
+    page: LogPage
   ) => Effect.Effect<{ readonly rows: ReadonlyArray<LogRow>; readonly total: number }, SqlError.SqlError>
   /** The dense series of buckets from the one holding `from` to the one holding the instant before `to`. */
   readonly series: (
@@ -129,6 +144,22 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             / extract(epoch FROM ${step(query.granularity)}))::bigint + 1 AS count
         `.pipe(Effect.flatMap(first), Effect.map((row) => row.count))
 
+      const position = (after: LogCursor) =>
+        sql`(timestamptz 'epoch' + ${after.atMicros}::bigint * interval '1 microsecond', ${after.requestId}::text)`
+      /**
+       * Where a page starts: after its cursor; or at the row `offset` rows in,
+       * found by an index-only walk of the keys (not by reading every row before it).
+       */
+      const start = (where: Statement.Fragment, page: LogPage) =>
+        page.after !== undefined
+          ? sql`(created_at, request_id) < ${position(page.after)}`
+          : page.offset === 0
+          ? sql.literal("true")
+          : sql`(created_at, request_id) <= (
+              SELECT created_at, request_id FROM request_logs WHERE ${where}
+              ORDER BY created_at DESC, request_id DESC OFFSET ${page.offset} LIMIT 1
+            )`
+
       return RequestLogReads.of({
         logs: (accountId, filter, page) => {
           const where = sql.and([
@@ -142,9 +173,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
           ])
           return Effect.all({
             rows: sql<LogRow>`
-              SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where}
+              SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where} AND ${start(where, page)}
               ORDER BY created_at DESC, request_id DESC
-              LIMIT ${page.limit} OFFSET ${page.offset}
+              LIMIT ${page.limit + 1}
             `,
             total: sql<{ total: number }>`
               SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total

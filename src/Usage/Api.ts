@@ -13,6 +13,8 @@ export const Environment = Schema.Literal("live", "test")
 
 export const LogsParams = Schema.Struct({
   ...PageParams.fields,
+  /** A previous page's `next_cursor`: the rows after its last one (keyset paging; then `page` stays 1). */
+  cursor: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
   status: Schema.optional(LogStatus),
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
@@ -47,7 +49,9 @@ export const LogEntry = Schema.Struct({
 export const LogsPage = Schema.Struct({
   logs: Schema.Array(LogEntry),
   total: Schema.Int,
-  has_more: Schema.Boolean
+  has_more: Schema.Boolean,
+  /** Pass as `cursor` for the next page; null on the last page. */
+  next_cursor: Schema.NullOr(Schema.String)
 })
 
 export const Granularity = Schema.Literal("hour", "day")

@@ -4,7 +4,7 @@ import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { KeysRepo } from "../Keys/Repo.js"
-import { type Environment, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
+import { type Environment, type LogCursor, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
 import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
 
@@ -32,6 +32,17 @@ const toLogEntry = (row: LogRow): typeof LogEntry.Type => ({
   latencyMs: row.latencyMs,
   createdAt: row.createdAt.toISOString()
 })
+
+/** A page's last row as an opaque `cursor`: its position in the order of logs. */
+const encodeCursor = (cursor: LogCursor): string =>
+  Buffer.from(`${cursor.atMicros}.${cursor.requestId}`).toString("base64url")
+
+const decodeCursor = (cursor: string) => {
+  const [, atMicros, requestId] = /^(-?\d{1,20})\.(.{1,255})$/s.exec(Buffer.from(cursor, "base64url").toString()) ?? []
+  return atMicros === undefined || requestId === undefined
+    ? Effect.fail(new InvalidRequest({ message: "'cursor' is not a cursor this API returned.", param: "cursor" }))
+    : Effect.succeed({ atMicros, requestId })
+}
 
 const pad2 = (n: number) => String(n).padStart(2, "0")
 
@@ -119,6 +130,10 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const to = dateOf(urlParams.to)
           yield* checkRange({ from, to })
           yield* checkKey(account.id, urlParams.api_key_id)
+          if (urlParams.cursor !== undefined && urlParams.page > 1) {
+            return yield* new InvalidRequest({ message: "Pass either 'cursor' or 'page', not both.", param: "cursor" })
+          }
+          const after = urlParams.cursor === undefined ? undefined : yield* decodeCursor(urlParams.cursor)
           yield* settled
           const { rows, total } = yield* Effect.orDie(requestLogs.logs(
             account.id,
@@ -130,9 +145,17 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
               from,
               to
             },
-            { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit }
+            { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit, after }
           ))
-          return { logs: rows.map(toLogEntry), total, has_more: urlParams.page * urlParams.limit < total }
+          const page = rows.slice(0, urlParams.limit)
+          const last = page.at(-1)
+          const more = rows.length > urlParams.limit
+          return {
+            logs: page.map(toLogEntry),
+            total,
+            has_more: after === undefined ? urlParams.page * urlParams.limit < total : more,
+            next_cursor: more && last !== undefined ? encodeCursor({ atMicros: last.atMicros, requestId: last.requestId }) : null
+          }
         }))
       .handle("usage", ({ urlParams }) =>
         Effect.gen(function*() {

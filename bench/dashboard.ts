@@ -88,7 +88,7 @@ const seed = async (client: pg.Client, developer: { accountId: string; keys: Rea
     if (otherFrom <= end) {
       await client.query(`
         INSERT INTO request_logs (${columns})
-        SELECT ${values("'acct_bench_' || g % ${OTHERS}", "'key_bench_' || g % ${OTHERS}", "'live'")}
+        SELECT ${values(`'acct_bench_' || g % ${OTHERS}`, `'key_bench_' || g % ${OTHERS}`, "'live'")}
         FROM generate_series($1::bigint, $2::bigint) g, LATERAL (SELECT ${at} AS at) t`,
         [otherFrom, end])
     }

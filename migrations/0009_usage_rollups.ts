@@ -62,6 +62,8 @@ END $$;`
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 -- The key's environment at the call; logs of keys deleted before this migration count as live.
 ALTER TABLE request_logs ADD COLUMN environment text NOT NULL DEFAULT 'live' CHECK (environment IN ('live', 'test'));
+-- The caller's tags (OpenAI's metadata) and chat user.
+ALTER TABLE request_logs ADD COLUMN metadata jsonb, ADD COLUMN end_user text;
 UPDATE request_logs l SET environment = 'test' FROM api_keys k WHERE k.id = l.api_key_id AND k.environment = 'test';
 
 CREATE TABLE usage_rollups (
@@ -121,6 +123,7 @@ CREATE INDEX request_logs_account_status_idx ON request_logs (account_id, status
 CREATE INDEX request_logs_account_key_idx ON request_logs (account_id, api_key_id, created_at DESC, request_id DESC);
 CREATE INDEX request_logs_account_endpoint_idx ON request_logs (account_id, endpoint, created_at DESC, request_id DESC);
 CREATE INDEX request_logs_account_environment_idx ON request_logs (account_id, environment, created_at DESC, request_id DESC);
+CREATE INDEX request_logs_metadata_idx ON request_logs USING gin (metadata jsonb_path_ops) WHERE metadata IS NOT NULL;
 
 -- Backfill: the logs written before this migration.
 INSERT INTO usage_rollups (${KEY}, ${COUNTERS.join(", ")}) ${deltas("SELECT 1 AS s, * FROM request_logs")};

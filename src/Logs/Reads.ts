@@ -24,6 +24,9 @@ export interface LogRow extends LoggedUsage {
   readonly status: LogStatus
   readonly routingCategory: string | null
   readonly errorCode: string | null
+  readonly environment: Environment
+  readonly metadata: Readonly<Record<string, string>> | null
+  readonly endUser: string | null
   readonly createdAt: Date
   /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
   readonly atMicros: string
@@ -47,6 +50,10 @@ export interface LogFilter {
   readonly apiKeyId?: string | undefined
   readonly endpoint?: string | undefined
   readonly environment?: Environment | undefined
+  /** Calls tagged with this metadata key (and, if given, this value). */
+  readonly tag?: { readonly key: string; readonly value?: string | undefined } | undefined
+  /** Calls of this chat `user`. */
+  readonly endUser?: string | undefined
   /** Inclusive. */
   readonly from?: Date | undefined
   /** Exclusive. */
@@ -85,6 +92,16 @@ export interface Counters {
   readonly costMicroMyr: number
 }
 
+export interface TagTotal {
+  /** The key's value; null for calls without the key. */
+  readonly value: string | null
+  readonly requests: number
+  readonly costMicroMyr: number
+  readonly inputTokens: number
+  readonly outputTokens: number
+  readonly reasoningTokens: number
+}
+
 /** Local day boundaries around an instant, as instants. */
 export interface LocalDays {
   /** The start of the day `days - 1` days before today. */
@@ -97,7 +114,7 @@ export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonl
 
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
+  cost_micro_myr, latency_ms, environment, metadata, end_user, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
@@ -116,6 +133,8 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     accountId: string,
     query: SeriesQuery
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
+  /** Totals per value of one metadata key over the scope (from the logs: tags are not rolled up), costliest first, up to 100. */
+  readonly tagTotals: (scope: UsageScope, key: string) => Effect.Effect<ReadonlyArray<TagTotal>, SqlError.SqlError>
   readonly counters: (scope: UsageScope) => Effect.Effect<Counters, SqlError.SqlError>
   /** The business time zone's days around `at`, the `days`th last of them first. */
   readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
@@ -168,6 +187,12 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
             ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
             ...(filter.environment === undefined ? [] : [sql`environment = ${filter.environment}`]),
+            ...(filter.tag === undefined ? [] : [
+              filter.tag.value === undefined
+                ? sql`metadata ? ${filter.tag.key}`
+                : sql`metadata @> jsonb_build_object(${filter.tag.key}::text, ${filter.tag.value}::text)`
+            ]),
+            ...(filter.endUser === undefined ? [] : [sql`end_user = ${filter.endUser}`]),
             ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
             ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
           ])
@@ -177,10 +202,13 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
               ORDER BY created_at DESC, request_id DESC
               LIMIT ${page.limit + 1}
             `,
-            total: sql<{ total: number }>`
-              SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
-              FROM (${usage({ accountId, ...filter })}) u
-            `.pipe(
+            // Tags are not rolled up: a tag filter counts its rows.
+            total: (filter.tag === undefined && filter.endUser === undefined
+              ? sql<{ total: number }>`
+                SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
+                FROM (${usage({ accountId, ...filter })}) u
+              `
+              : sql<{ total: number }>`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`).pipe(
               Effect.flatMap(first),
               Effect.map((row) => row.total)
             )
@@ -218,6 +246,22 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
               ORDER BY b.bucket
             `
           }),
+
+        tagTotals: (scope, key) =>
+          sql<TagTotal>`
+            SELECT metadata ->> ${key}::text AS value, count(*)::int AS requests,
+              sum(cost_micro_myr)::bigint AS cost_micro_myr, sum(input_tokens)::bigint AS input_tokens,
+              sum(output_tokens)::bigint AS output_tokens, sum(reasoning_tokens)::bigint AS reasoning_tokens
+            FROM request_logs
+            WHERE ${sql.and([
+              sql`account_id = ${scope.accountId}`,
+              ...(scope.from === undefined ? [] : [sql`created_at >= ${scope.from}::timestamptz`]),
+              ...(scope.to === undefined ? [] : [sql`created_at < ${scope.to}::timestamptz`]),
+              ...(scope.apiKeyId === undefined ? [] : [sql`api_key_id = ${scope.apiKeyId}`]),
+              ...(scope.environment === undefined ? [] : [sql`environment = ${scope.environment}`])
+            ])}
+            GROUP BY 1 ORDER BY sum(cost_micro_myr) DESC, count(*) DESC, 1 LIMIT 100
+          `,
 
         counters: (scope) =>
           sql<Counters>`

@@ -19,6 +19,11 @@ export const LogsParams = Schema.Struct({
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
   environment: Schema.optional(Environment),
+  /** Calls tagged with this `metadata` key; with `tag_value`, with that value too. */
+  tag_key: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))),
+  tag_value: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
+  /** Calls of this chat `user`. */
+  user: Schema.optional(SqlString.pipe(Schema.maxLength(256))),
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime)
 })
@@ -34,6 +39,12 @@ export const LogEntry = Schema.Struct({
   routingCategory: Schema.NullOr(Schema.String),
   /** The error code a failed call answered with. */
   errorCode: Schema.NullOr(Schema.String),
+  /** The key's environment at the call: `test` calls are free. */
+  environment: Environment,
+  /** The call's `metadata` (tags); null when it had none. */
+  metadata: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
+  /** The call's chat `user`; null when it had none. */
+  user: Schema.NullOr(Schema.String),
   inputTokens: Schema.Int,
   outputTokens: Schema.Int,
   reasoningTokens: Schema.Int,
@@ -61,7 +72,9 @@ export const UsageParams = Schema.Struct({
   to: Schema.optional(Rfc3339DateTime),
   granularity: Schema.optionalWith(Granularity, { default: () => "day" as const }),
   api_key_id: Schema.optional(SqlString),
-  environment: Schema.optional(Environment)
+  environment: Schema.optional(Environment),
+  /** Also total the range per value of this `metadata` key (`groups`). */
+  group_by_tag: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64)))
 })
 
 export const SeriesPoint = Schema.Struct({
@@ -73,11 +86,23 @@ export const SeriesPoint = Schema.Struct({
   reasoningTokens: Schema.Int
 }).annotations({ identifier: "SeriesPoint" })
 
+export const TagGroup = Schema.Struct({
+  /** The tag's value; null for calls without the tag. */
+  tag_value: Schema.NullOr(Schema.String),
+  requests: Schema.Int,
+  costMicroMyr: Schema.Int,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int
+}).annotations({ identifier: "TagGroup" })
+
 export const UsageSeries = Schema.Struct({
   from: Schema.String,
   to: Schema.String,
   granularity: Granularity,
-  series: Schema.Array(SeriesPoint)
+  series: Schema.Array(SeriesPoint),
+  /** With `group_by_tag`: the range's totals per value of that tag, costliest first (up to 100). */
+  groups: Schema.optional(Schema.Array(TagGroup))
 })
 
 export const UsageCounters = Schema.Struct({

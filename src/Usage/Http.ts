@@ -21,6 +21,9 @@ const toLogEntry = (row: LogRow): typeof LogEntry.Type => ({
   status: row.status,
   routingCategory: row.routingCategory,
   errorCode: row.errorCode,
+  environment: row.environment,
+  metadata: row.metadata,
+  user: row.endUser,
   inputTokens: row.inputTokens,
   outputTokens: row.outputTokens,
   reasoningTokens: row.reasoningTokens,
@@ -130,6 +133,9 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const to = dateOf(urlParams.to)
           yield* checkRange({ from, to })
           yield* checkKey(account.id, urlParams.api_key_id)
+          if (urlParams.tag_value !== undefined && urlParams.tag_key === undefined) {
+            return yield* new InvalidRequest({ message: "'tag_value' needs 'tag_key'.", param: "tag_value" })
+          }
           if (urlParams.cursor !== undefined && urlParams.page > 1) {
             return yield* new InvalidRequest({ message: "Pass either 'cursor' or 'page', not both.", param: "cursor" })
           }
@@ -142,6 +148,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
               apiKeyId: urlParams.api_key_id,
               endpoint: urlParams.endpoint,
               environment: urlParams.environment,
+              tag: urlParams.tag_key === undefined ? undefined : { key: urlParams.tag_key, value: urlParams.tag_value },
+              endUser: urlParams.user,
               from,
               to
             },
@@ -176,6 +184,12 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
             series: yield* series(account.id, from, to, urlParams.granularity, {
               apiKeyId: urlParams.api_key_id,
               environment: urlParams.environment
+            }),
+            ...(urlParams.group_by_tag === undefined ? {} : {
+              groups: (yield* Effect.orDie(requestLogs.tagTotals(
+                { accountId: account.id, from, to, apiKeyId: urlParams.api_key_id, environment: urlParams.environment },
+                urlParams.group_by_tag
+              ))).map(({ value, ...totals }) => ({ tag_value: value, ...totals }))
             })
           }
         }))

@@ -97,6 +97,8 @@ const LogWriteJson = Schema.Struct({
   stream: Schema.Boolean,
   inputTokens: Schema.Number,
   environment: Schema.optional(Schema.Literal("live", "test")),
+  metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
+  endUser: Schema.optional(Schema.NullOr(Schema.String)),
   outputTokens: Schema.Number,
   reasoningTokens: Schema.Number,
   cachedTokens: Schema.Number,

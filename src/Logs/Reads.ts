@@ -128,6 +128,8 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     filter: LogFilter,
     page: LogPage
   ) => Effect.Effect<{ readonly rows: ReadonlyArray<LogRow>; readonly total: number }, SqlError.SqlError>
+  /** The same rows as `logs`, without the count. */
+  readonly rows: (accountId: string, filter: LogFilter, page: LogPage) => Effect.Effect<ReadonlyArray<LogRow>, SqlError.SqlError>
   /** The dense series of buckets from the one holding `from` to the one holding the instant before `to`. */
   readonly series: (
     accountId: string,
@@ -179,29 +181,36 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
               ORDER BY created_at DESC, request_id DESC OFFSET ${page.offset} LIMIT 1
             )`
 
+      const whereOf = (accountId: string, filter: LogFilter) =>
+        sql.and([
+          sql`account_id = ${accountId}`,
+          ...(filter.status === undefined ? [] : [sql`status = ${filter.status}`]),
+          ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
+          ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
+          ...(filter.environment === undefined ? [] : [sql`environment = ${filter.environment}`]),
+          ...(filter.tag === undefined ? [] : [
+            filter.tag.value === undefined
+              ? sql`metadata ? ${filter.tag.key}`
+              : sql`metadata @> jsonb_build_object(${filter.tag.key}::text, ${filter.tag.value}::text)`
+          ]),
+          ...(filter.endUser === undefined ? [] : [sql`end_user = ${filter.endUser}`]),
+          ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
+          ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
+        ])
+
+      const pageRows = (where: Statement.Fragment, page: LogPage) =>
+        sql<LogRow>`
+          SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where} AND ${start(where, page)}
+          ORDER BY created_at DESC, request_id DESC
+          LIMIT ${page.limit + 1}
+        `
+
       return RequestLogReads.of({
+        rows: (accountId, filter, page) => pageRows(whereOf(accountId, filter), page),
         logs: (accountId, filter, page) => {
-          const where = sql.and([
-            sql`account_id = ${accountId}`,
-            ...(filter.status === undefined ? [] : [sql`status = ${filter.status}`]),
-            ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
-            ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
-            ...(filter.environment === undefined ? [] : [sql`environment = ${filter.environment}`]),
-            ...(filter.tag === undefined ? [] : [
-              filter.tag.value === undefined
-                ? sql`metadata ? ${filter.tag.key}`
-                : sql`metadata @> jsonb_build_object(${filter.tag.key}::text, ${filter.tag.value}::text)`
-            ]),
-            ...(filter.endUser === undefined ? [] : [sql`end_user = ${filter.endUser}`]),
-            ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
-            ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
-          ])
+          const where = whereOf(accountId, filter)
           return Effect.all({
-            rows: sql<LogRow>`
-              SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where} AND ${start(where, page)}
-              ORDER BY created_at DESC, request_id DESC
-              LIMIT ${page.limit + 1}
-            `,
+            rows: pageRows(where, page),
             // Tags are not rolled up: a tag filter counts its rows.
             total: (filter.tag === undefined && filter.endUser === undefined
               ? sql<{ total: number }>`

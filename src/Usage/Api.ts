@@ -1,4 +1,4 @@
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { Wallet } from "../Wallet/Api.js"
@@ -11,10 +11,8 @@ export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "bille
 /** A key's environment: `test` calls are free, so a cost chart filters them out with `live`. */
 export const Environment = Schema.Literal("live", "test")
 
-export const LogsParams = Schema.Struct({
-  ...PageParams.fields,
-  /** A previous page's `next_cursor`: the rows after its last one (keyset paging; then `page` stays 1). */
-  cursor: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
+/** The filters of logs, shared by the list and its export. */
+const LogFilterParams = Schema.Struct({
   status: Schema.optional(LogStatus),
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
@@ -26,6 +24,21 @@ export const LogsParams = Schema.Struct({
   user: Schema.optional(SqlString.pipe(Schema.maxLength(256))),
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime)
+})
+
+export const LogsParams = Schema.Struct({
+  ...PageParams.fields,
+  /** A previous page's `next_cursor`: the rows after its last one (keyset paging; then `page` stays 1). */
+  cursor: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
+  ...LogFilterParams.fields
+})
+
+/** The format of an export; CSV is the one there is. */
+export const ExportFormat = Schema.Literal("csv")
+
+export const LogsExportParams = Schema.Struct({
+  format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
+  ...LogFilterParams.fields
 })
 
 export const LogEntry = Schema.Struct({
@@ -124,10 +137,20 @@ export const Overview = Schema.Struct({
   active_api_key_count: Schema.Int
 })
 
+export const UsageExportParams = Schema.Struct({
+  format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
+  ...UsageParams.fields
+}).pipe(Schema.omit("group_by_tag"))
+
+/** CSV with a header line; money as MYR with 6 decimals (`cost_myr`) and as integer micro-MYR (`cost_micro_myr`). */
+const Csv = HttpApiSchema.Text({ contentType: "text/csv; charset=utf-8" })
+
 export class UsageApi extends HttpApiGroup.make("usage")
   .add(HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage))
   .add(HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries))
   .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
+  .add(HttpApiEndpoint.get("exportLogs", "/dashboard/logs/export").setUrlParams(LogsExportParams).addSuccess(Csv))
+  .add(HttpApiEndpoint.get("exportUsage", "/dashboard/usage/export").setUrlParams(UsageExportParams).addSuccess(Csv))
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
   .middleware(DashboardAuth)

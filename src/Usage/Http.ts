@@ -1,12 +1,13 @@
-import { HttpApiBuilder } from "@effect/platform"
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Clock, DateTime, Duration, Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { KeysRepo } from "../Keys/Repo.js"
-import { type Environment, type LogCursor, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
+import { type Environment, type LogCursor, type LogFilter, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
-import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
+import type { Granularity, LogEntry, LogsExportParams, SeriesPoint, UsageExportParams } from "./Api.js"
+import { logsCsv, usageCsv } from "./Export.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
 /** Overview totals and series: the last 30 local days, today included. */
@@ -125,17 +126,45 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         })
       )
 
+    /** The logs' filters from their params, checked. */
+    const logFilter = (accountId: string, params: Omit<typeof LogsExportParams.Type, "format">) =>
+      Effect.gen(function*() {
+        const from = dateOf(params.from)
+        const to = dateOf(params.to)
+        yield* checkRange({ from, to })
+        yield* checkKey(accountId, params.api_key_id)
+        if (params.tag_value !== undefined && params.tag_key === undefined) {
+          return yield* new InvalidRequest({ message: "'tag_value' needs 'tag_key'.", param: "tag_value" })
+        }
+        return {
+          status: params.status,
+          apiKeyId: params.api_key_id,
+          endpoint: params.endpoint,
+          environment: params.environment,
+          tag: params.tag_key === undefined ? undefined : { key: params.tag_key, value: params.tag_value },
+          endUser: params.user,
+          from,
+          to
+        } satisfies LogFilter
+      })
+
+    /** A usage read's range (default: the last 7 days), checked, once this instance's calls are written. */
+    const usageRange = (accountId: string, params: Omit<typeof UsageExportParams.Type, "format">) =>
+      Effect.gen(function*() {
+        const given = { from: dateOf(params.from), to: dateOf(params.to) }
+        const to = given.to ?? (yield* now)
+        const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))
+        yield* checkRange(given, { from, to })
+        yield* checkKey(accountId, params.api_key_id)
+        yield* settled
+        return { from, to }
+      })
+
     return handlers
       .handle("logs", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const from = dateOf(urlParams.from)
-          const to = dateOf(urlParams.to)
-          yield* checkRange({ from, to })
-          yield* checkKey(account.id, urlParams.api_key_id)
-          if (urlParams.tag_value !== undefined && urlParams.tag_key === undefined) {
-            return yield* new InvalidRequest({ message: "'tag_value' needs 'tag_key'.", param: "tag_value" })
-          }
+          const filter = yield* logFilter(account.id, urlParams)
           if (urlParams.cursor !== undefined && urlParams.page > 1) {
             return yield* new InvalidRequest({ message: "Pass either 'cursor' or 'page', not both.", param: "cursor" })
           }
@@ -143,16 +172,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           yield* settled
           const { rows, total } = yield* Effect.orDie(requestLogs.logs(
             account.id,
-            {
-              status: urlParams.status,
-              apiKeyId: urlParams.api_key_id,
-              endpoint: urlParams.endpoint,
-              environment: urlParams.environment,
-              tag: urlParams.tag_key === undefined ? undefined : { key: urlParams.tag_key, value: urlParams.tag_value },
-              endUser: urlParams.user,
-              from,
-              to
-            },
+            filter,
             { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit, after }
           ))
           const page = rows.slice(0, urlParams.limit)
@@ -165,18 +185,20 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
             next_cursor: more && last !== undefined ? encodeCursor({ atMicros: last.atMicros, requestId: last.requestId }) : null
           }
         }))
+      .handle("exportLogs", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const filter = yield* logFilter(account.id, urlParams)
+          yield* settled
+          return HttpServerResponse.stream(logsCsv(requestLogs, account.id, filter), {
+            contentType: "text/csv; charset=utf-8",
+            headers: { "content-disposition": "attachment; filename=\"nenas-logs.csv\"", "cache-control": "no-store" }
+          })
+        }))
       .handle("usage", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const given = {
-            from: dateOf(urlParams.from),
-            to: dateOf(urlParams.to)
-          }
-          const to = given.to ?? (yield* now)
-          const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))
-          yield* checkRange(given, { from, to })
-          yield* checkKey(account.id, urlParams.api_key_id)
-          yield* settled
+          const { from, to } = yield* usageRange(account.id, urlParams)
           return {
             from: from.toISOString(),
             to: to.toISOString(),
@@ -192,6 +214,19 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
               ))).map(({ value, ...totals }) => ({ tag_value: value, ...totals }))
             })
           }
+        }))
+      .handle("exportUsage", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const { from, to } = yield* usageRange(account.id, urlParams)
+          const points = yield* series(account.id, from, to, urlParams.granularity, {
+            apiKeyId: urlParams.api_key_id,
+            environment: urlParams.environment
+          })
+          return HttpServerResponse.text(usageCsv(points), {
+            contentType: "text/csv; charset=utf-8",
+            headers: { "content-disposition": "attachment; filename=\"nenas-usage.csv\"", "cache-control": "no-store" }
+          })
         }))
       .handle("overview", () =>
         Effect.gen(function*() {

@@ -14,6 +14,7 @@
  * postgres://postgres@127.0.0.1:5432/postgres), BENCH_KEEP=1 (keep it).
  */
 import { spawnSync } from "node:child_process"
+import { readFileSync } from "node:fs"
 import { mkdtemp, rm } from "node:fs/promises"
 import { loadavg, tmpdir } from "node:os"
 import { join, resolve } from "node:path"
@@ -169,6 +170,28 @@ const flushCost = async (client: pg.Client, accountId: string, keyId: string, wi
   return (performance.now() - started) / (batches * 2)
 }
 
+/** The service's resident memory now and at its peak so far (VmRSS, VmHWM), in MB. */
+const memory = (pid: number) => {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8")
+  const mb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? NaN) / 1024
+  return { rss: mb("VmRSS"), peak: mb("VmHWM") }
+}
+
+/** The developer's whole log export, read as it streams: rows, bytes, seconds, and the service's peak RSS before and after. */
+const exportAll = async (base: string, token: string, pid: number) => {
+  const before = memory(pid)
+  const started = performance.now()
+  const response = await fetch(`${base}/dashboard/logs/export?format=csv`, { headers: { authorization: `Bearer ${token}` } })
+  if (response.status !== 200 || response.body === null) throw new Error(`export: ${response.status}`)
+  let bytes = 0
+  let lines = 0
+  for await (const chunk of response.body) {
+    bytes += chunk.byteLength
+    for (const byte of chunk) if (byte === 10) lines++
+  }
+  return { rows: lines - 1, bytes, seconds: (performance.now() - started) / 1000, before, after: memory(pid) }
+}
+
 const main = async () => {
   const name = `nenas_bench_dash_${Date.now().toString(36)}`
   const admin = new pg.Client({ connectionString: adminUrl })
@@ -223,6 +246,7 @@ const main = async () => {
         log(`  ${read.name.padEnd(40)} p50 ${p50.toFixed(1).padStart(7)} ms   p99 ${p99.toFixed(1).padStart(7)} ms`)
       }
     }
+    const exported = await exportAll(base, token, service.pid)
     const plain = await flushCost(client, accountId, keys[0] ?? "", false)
     const rolled = await flushCost(client, accountId, keys[0] ?? "", true)
     console.log("\n| read | " + sizes.map((s) => `${s.toLocaleString("en")} p50 / p99 (ms)`).join(" | ") + " |")
@@ -234,7 +258,10 @@ const main = async () => {
       })
       console.log(`| ${read} | ${cells.join(" | ")} |`)
     }
-    console.log(`\nload average at the end: ${loadavg().map((l) => l.toFixed(1)).join(", ")}`)
+    console.log(`\nexport of the developer's ${exported.rows.toLocaleString("en")} logs: ${(exported.bytes / 1e6).toFixed(0)} MB ` +
+      `in ${exported.seconds.toFixed(1)} s; service RSS ${exported.before.rss.toFixed(0)} MB before, ` +
+      `peak ${exported.before.peak.toFixed(0)} MB before and ${exported.after.peak.toFixed(0)} MB after`)
+    console.log(`load average at the end: ${loadavg().map((l) => l.toFixed(1)).join(", ")}`)
     console.log(`flush of 50 log rows (one transaction): ${plain.toFixed(2)} ms without rollups, ${rolled.toFixed(2)} ms with (` +
       `${(((rolled - plain) / 50) * 1000).toFixed(0)} µs a row)`)
   } catch (error) {

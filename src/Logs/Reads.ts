@@ -70,6 +70,8 @@ export interface SeriesRow {
   readonly inputTokens: number
   readonly outputTokens: number
   readonly reasoningTokens: number
+  readonly searchCount: number
+  readonly contentPages: number
 }
 
 export interface SeriesQuery {
@@ -82,15 +84,6 @@ export interface SeriesQuery {
   readonly environment?: Environment | undefined
 }
 
-export interface Counters {
-  readonly requests: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-  readonly searchCount: number
-  readonly contentPages: number
-  readonly costMicroMyr: number
-}
 
 export interface TagTotal {
   /** The key's value; null for calls without the key. */
@@ -137,7 +130,6 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
   /** Totals per value of one metadata key over the scope (from the logs: tags are not rolled up), costliest first, up to 100. */
   readonly tagTotals: (scope: UsageScope, key: string) => Effect.Effect<ReadonlyArray<TagTotal>, SqlError.SqlError>
-  readonly counters: (scope: UsageScope) => Effect.Effect<Counters, SqlError.SqlError>
   /** The business time zone's days around `at`, the `days`th last of them first. */
   readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
 }>() {
@@ -240,7 +232,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                   sum(cost_micro_myr) AS cost_micro_myr,
                   sum(input_tokens) AS input_tokens,
                   sum(output_tokens) AS output_tokens,
-                  sum(reasoning_tokens) AS reasoning_tokens
+                  sum(reasoning_tokens) AS reasoning_tokens,
+                  sum(search_count) AS search_count,
+                  sum(content_pages) AS content_pages
                 FROM (${usage(scope)}) u
                 GROUP BY 1
               )
@@ -250,7 +244,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                 COALESCE(t.cost_micro_myr, 0)::bigint AS cost_micro_myr,
                 COALESCE(t.input_tokens, 0)::bigint AS input_tokens,
                 COALESCE(t.output_tokens, 0)::bigint AS output_tokens,
-                COALESCE(t.reasoning_tokens, 0)::bigint AS reasoning_tokens
+                COALESCE(t.reasoning_tokens, 0)::bigint AS reasoning_tokens,
+                COALESCE(t.search_count, 0)::bigint AS search_count,
+                COALESCE(t.content_pages, 0)::bigint AS content_pages
               FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
               ORDER BY b.bucket
             `
@@ -271,18 +267,6 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             ])}
             GROUP BY 1 ORDER BY sum(cost_micro_myr) DESC, count(*) DESC, 1 LIMIT 100
           `,
-
-        counters: (scope) =>
-          sql<Counters>`
-            SELECT COALESCE(sum(requests), 0)::bigint AS requests,
-              COALESCE(sum(input_tokens), 0)::bigint AS input_tokens,
-              COALESCE(sum(output_tokens), 0)::bigint AS output_tokens,
-              COALESCE(sum(reasoning_tokens), 0)::bigint AS reasoning_tokens,
-              COALESCE(sum(search_count), 0)::bigint AS search_count,
-              COALESCE(sum(content_pages), 0)::bigint AS content_pages,
-              COALESCE(sum(cost_micro_myr), 0)::bigint AS cost_micro_myr
-            FROM (${usage(scope)}) u
-          `.pipe(Effect.flatMap(first)),
 
         localDays: (at, days) =>
           sql<LocalDays>`

@@ -6,7 +6,7 @@ import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { type Environment, type LogCursor, type LogFilter, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
-import type { Granularity, LogEntry, LogsExportParams, SeriesPoint, UsageExportParams } from "./Api.js"
+import type { Granularity, LogEntry, LogsExportParams, SeriesPoint, UsageCounters, UsageExportParams } from "./Api.js"
 import { logsCsv, usageCsv } from "./Export.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
@@ -46,6 +46,21 @@ const decodeCursor = (cursor: string) => {
   return atMicros === undefined || requestId === undefined
     ? Effect.fail(new InvalidRequest({ message: "'cursor' is not a cursor this API returned.", param: "cursor" }))
     : Effect.succeed({ atMicros, requestId })
+}
+
+/** The usage counters of some buckets, summed (integers: exact). */
+const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type => {
+  const sum = (field: "requests" | "inputTokens" | "outputTokens" | "reasoningTokens" | "searchCount" | "contentPages" | "costMicroMyr") =>
+    rows.reduce((total, row) => total + row[field], 0)
+  return {
+    requests: sum("requests"),
+    inputTokens: sum("inputTokens"),
+    outputTokens: sum("outputTokens"),
+    reasoningTokens: sum("reasoningTokens"),
+    searchCount: sum("searchCount"),
+    contentPages: sum("contentPages"),
+    costMicroMyr: sum("costMicroMyr")
+  }
 }
 
 const pad2 = (n: number) => String(n).padStart(2, "0")
@@ -106,7 +121,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         (found) => found ? Effect.void : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
       )
 
-    const series = (
+    const seriesRows = (
       accountId: string,
       from: Date,
       to: Date,
@@ -114,7 +129,6 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
       filter: { readonly apiKeyId?: string | undefined; readonly environment?: Environment | undefined } = {}
     ) =>
       requestLogs.series(accountId, { from, to, granularity, ...filter }).pipe(
-        Effect.map((rows) => rows.map(toSeriesPoint)),
         Effect.catchTags({
           TooManyBuckets: ({ limit }) =>
             new InvalidRequest({
@@ -125,6 +139,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           SqlError: Effect.die
         })
       )
+
+    const series = (...args: Parameters<typeof seriesRows>) => Effect.map(seriesRows(...args), (rows) => rows.map(toSeriesPoint))
 
     /** The logs' filters from their params, checked. */
     const logFilter = (accountId: string, params: Omit<typeof LogsExportParams.Type, "format">) =>
@@ -234,18 +250,17 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const at = yield* now
           const days = yield* Effect.orDie(requestLogs.localDays(at, OVERVIEW_DAYS))
           yield* settled
-          const { wallet, today, total, daily, keyCounts } = yield* Effect.all({
+          // One read of the 30 local days: the last is today, and the totals are their sum.
+          const { wallet, daily, keyCounts } = yield* Effect.all({
             wallet: Effect.orDie(spending.balance(account.id)),
-            today: Effect.orDie(requestLogs.counters({ accountId: account.id, from: days.today, to: days.tomorrow })),
-            total: Effect.orDie(requestLogs.counters({ accountId: account.id, from: days.first, to: days.tomorrow })),
-            daily: series(account.id, days.first, days.tomorrow, "day"),
+            daily: seriesRows(account.id, days.first, days.tomorrow, "day"),
             keyCounts: Effect.orDie(keys.counts(account.id, at))
           }, { concurrency: "unbounded" })
           return {
             wallet,
-            today_usage: today,
-            total_usage: total,
-            daily_series: daily,
+            today_usage: countersOf(daily.slice(-1)),
+            total_usage: countersOf(daily),
+            daily_series: daily.map(toSeriesPoint),
             api_key_count: keyCounts.total,
             active_api_key_count: keyCounts.active
           }

@@ -8,6 +8,7 @@ import accountsIssuer from "./0007_accounts_issuer.js"
 import keyManagement from "./0008_key_management.js"
 import keyGrantHolds from "./0009_key_grant_holds.js"
 import storedResponses from "./0010_stored_responses.js"
+import usageRollups from "./0011_usage_rollups.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -24,5 +25,6 @@ export const migrations = {
   "0007_accounts_issuer": accountsIssuer,
   "0008_key_management": keyManagement,
   "0009_key_grant_holds": keyGrantHolds,
-  "0010_stored_responses": storedResponses
+  "0010_stored_responses": storedResponses,
+  "0011_usage_rollups": usageRollups
 }

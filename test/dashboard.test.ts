@@ -1,5 +1,5 @@
 import { layer } from "@effect/vitest"
-import { mkdir } from "node:fs/promises"
+import { mkdir, readFile } from "node:fs/promises"
 import { get } from "node:http"
 import { Effect, Option } from "effect"
 import type { Page } from "playwright-core"
@@ -66,6 +66,12 @@ const signIn = async (page: Page, baseUrl: string, email: string) => {
 }
 
 const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
+
+/** Clicks the page's Export CSV button and reads the file the browser saves. */
+const exported = async (page: Page): Promise<Array<string>> => {
+  const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Export CSV" }).click()])
+  return (await readFile(await download.path(), "utf8")).trimEnd().split("\r\n")
+}
 
 const stat = (page: Page, label: string) =>
   page.locator(".stat").filter({ has: page.locator(".stat-label", { hasText: new RegExp(`^${label}$`) }) }).locator(".money").first()
@@ -227,6 +233,10 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
             await page.getByRole("row", { name: /\/v1\/responses.*failed/ }).getByRole("button").click()
             await expect.poll(() => page.locator(".details").last().textContent()).toContain("Errorinsufficient_balance")
             await screenshots(page, "4-logs")
+            // The export holds the same two calls, money in MYR and micro-MYR.
+            const logLines = await exported(page)
+            expect(logLines[0]).toContain("cost_myr,cost_micro_myr")
+            expect(logLines.slice(1).map((line) => line.split(",")[5]).sort()).toEqual(["billed", "failed"])
 
             // The overview shows the call: a bar on the 30-day chart, and today's count.
             await page.getByRole("link", { name: "Overview" }).click()
@@ -245,6 +255,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true, timeout: 12
             await expect.poll(() => page.locator(".stat", { hasText: "Requests, key" }).locator(".stat-value").textContent()).toBe("2")
             await expect.poll(() => page.locator(".recharts-bar-rectangle").count()).toBeGreaterThan(0)
             await screenshots(page, "6-usage")
+            const usageLines = await exported(page)
+            expect(usageLines[0]).toBe("bucket,requests,cost_myr,cost_micro_myr,input_tokens,output_tokens,reasoning_tokens")
+            expect(usageLines.slice(1).reduce((sum, line) => sum + Number(line.split(",")[1]), 0)).toBe(2)
 
             // Delete the key: the dialog names what cannot be undone; the key then answers revoked_api_key.
             await page.getByRole("link", { name: "API keys" }).click()

@@ -107,7 +107,9 @@ const expectInvalid = (reply: { status: number; body: any }, param: string) => {
   expect(reply.body.error.param).toBe(param)
 }
 
-layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur)", (it) => {
+// The logs these tests write by hand include a `pending` row weeks old with no reservation: the sweeper (every 2 s by
+// default) would close it as an orphan mid-test. These tests are about reads; the sweeper's own tests are elsewhere.
+layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur)", (it) => {
   describe("GET /dashboard/logs", () => {
     it.effect("lists newest first, one page at a time, with every field of the log", () =>
       Effect.gen(function*() {
@@ -141,6 +143,9 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
           status: "billed",
           routingCategory: "search",
           errorCode: null,
+          environment: "live",
+          metadata: null,
+          user: null,
           inputTokens: 120,
           outputTokens: 45,
           reasoningTokens: 7,
@@ -165,7 +170,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         expect(page3.has_more).toBe(false)
 
         const beyond = yield* get("/dashboard/logs?limit=2&page=4", token)
-        expect(beyond).toEqual({ logs: [], total: 5, has_more: false })
+        expect(beyond).toEqual({ logs: [], total: 5, has_more: false, next_cursor: null })
 
         const exact = yield* get("/dashboard/logs?limit=5", token)
         expect(exact.has_more).toBe(false)
@@ -214,7 +219,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         )
         expect(ids(combined)).toEqual([late])
         const none = yield* get(`/dashboard/logs?api_key_id=${other.id}&status=failed`, token)
-        expect(none).toEqual({ logs: [], total: 0, has_more: false })
+        expect(none).toEqual({ logs: [], total: 0, has_more: false, next_cursor: null })
       }))
 
     it.effect("logs of a deleted key stay visible under its id; an unknown key id answers 404", () =>
@@ -268,7 +273,7 @@ layer(TestServerLive(), { excludeTestServices: true })("usage (Asia/Kuala_Lumpur
         ])
         const range = "from=2026-11-06T16:00:00Z&to=2026-11-07T16:00:00Z"
 
-        expect(yield* get("/dashboard/logs", bob.token)).toEqual({ logs: [], total: 0, has_more: false })
+        expect(yield* get("/dashboard/logs", bob.token)).toEqual({ logs: [], total: 0, has_more: false, next_cursor: null })
         const bobsUsage = yield* get(`/dashboard/usage?${range}`, bob.token)
         expect(bobsUsage.series).toEqual([point("2026-11-07T00:00:00+08:00")])
         for (const path of [`/dashboard/logs?api_key_id=${alice.keyId}`, `/dashboard/usage?api_key_id=${alice.keyId}`]) {

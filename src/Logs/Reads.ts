@@ -1,9 +1,12 @@
-import { SqlClient, type SqlError } from "@effect/sql"
+import { SqlClient, type SqlError, type Statement } from "@effect/sql"
 import { Context, Data, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { LoggedUsage, LogWrite } from "./RequestLogs.js"
+import { logUsage, rolledUsage, rollupsFit, type UsageScope } from "./Rollups.js"
 
 export type LogStatus = LogWrite["status"]
+
+export type Environment = "live" | "test"
 
 /** The width of a usage series' buckets. */
 export type Granularity = "hour" | "day"
@@ -21,13 +24,36 @@ export interface LogRow extends LoggedUsage {
   readonly status: LogStatus
   readonly routingCategory: string | null
   readonly errorCode: string | null
+  readonly environment: Environment
+  readonly metadata: Readonly<Record<string, string>> | null
+  readonly endUser: string | null
   readonly createdAt: Date
+  /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
+  readonly atMicros: string
+}
+
+/** The last row of a page: the next page starts after it (keyset paging). */
+export interface LogCursor {
+  readonly atMicros: string
+  readonly requestId: string
+}
+
+/** Which page: `offset` rows in, or the rows after `after`; up to `limit` rows (and one more, to tell if more follow). */
+export interface LogPage {
+  readonly limit: number
+  readonly offset: number
+  readonly after?: LogCursor | undefined
 }
 
 export interface LogFilter {
   readonly status?: LogStatus | undefined
   readonly apiKeyId?: string | undefined
   readonly endpoint?: string | undefined
+  readonly environment?: Environment | undefined
+  /** Calls tagged with this metadata key (and, if given, this value). */
+  readonly tag?: { readonly key: string; readonly value?: string | undefined } | undefined
+  /** Calls of this chat `user`. */
+  readonly endUser?: string | undefined
   /** Inclusive. */
   readonly from?: Date | undefined
   /** Exclusive. */
@@ -44,6 +70,8 @@ export interface SeriesRow {
   readonly inputTokens: number
   readonly outputTokens: number
   readonly reasoningTokens: number
+  readonly searchCount: number
+  readonly contentPages: number
 }
 
 export interface SeriesQuery {
@@ -53,16 +81,18 @@ export interface SeriesQuery {
   readonly to: Date
   readonly granularity: Granularity
   readonly apiKeyId?: string | undefined
+  readonly environment?: Environment | undefined
 }
 
-export interface Counters {
+
+export interface TagTotal {
+  /** The key's value; null for calls without the key. */
+  readonly value: string | null
   readonly requests: number
+  readonly costMicroMyr: number
   readonly inputTokens: number
   readonly outputTokens: number
   readonly reasoningTokens: number
-  readonly searchCount: number
-  readonly contentPages: number
-  readonly costMicroMyr: number
 }
 
 /** Local day boundaries around an instant, as instants. */
@@ -77,7 +107,7 @@ export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonl
 
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, created_at`
+  cost_micro_myr, latency_ms, environment, metadata, end_user, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
@@ -85,18 +115,21 @@ const logColumns = `request_id, api_key_id, public_model, endpoint, stream, stat
  * are computed on local timestamps, so a day bucket starts at local midnight.
  */
 export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<RequestLogReads, {
-  /** One page of logs, newest first, and how many match the filter. */
+  /** One page of logs, newest first (up to `limit + 1` rows: the last shows that more follow), and how many match the filter. */
   readonly logs: (
     accountId: string,
     filter: LogFilter,
-    page: { readonly limit: number; readonly offset: number }
+    page: LogPage
   ) => Effect.Effect<{ readonly rows: ReadonlyArray<LogRow>; readonly total: number }, SqlError.SqlError>
+  /** The same rows as `logs`, without the count. */
+  readonly rows: (accountId: string, filter: LogFilter, page: LogPage) => Effect.Effect<ReadonlyArray<LogRow>, SqlError.SqlError>
   /** The dense series of buckets from the one holding `from` to the one holding the instant before `to`. */
   readonly series: (
     accountId: string,
     query: SeriesQuery
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
-  readonly counters: (accountId: string, from: Date, to: Date) => Effect.Effect<Counters, SqlError.SqlError>
+  /** Totals per value of one metadata key over the scope (from the logs: tags are not rolled up), costliest first, up to 100. */
+  readonly tagTotals: (scope: UsageScope, key: string) => Effect.Effect<ReadonlyArray<TagTotal>, SqlError.SqlError>
   /** The business time zone's days around `at`, the `days`th last of them first. */
   readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
 }>() {
@@ -105,6 +138,10 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const timeZone = (yield* AppConfig).businessTimezone
+      // Sums come from the rollups when their buckets fit the zone's hours, else straight from the logs.
+      const usage = (yield* rollupsFit(sql, timeZone))
+        ? (scope: UsageScope) => rolledUsage(sql, scope)
+        : (scope: UsageScope) => logUsage(sql, scope)
       const first = <A>(rows: ReadonlyArray<A>) =>
         rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
       const local = (at: Date) => sql`(${at}::timestamptz AT TIME ZONE ${timeZone}::text)`
@@ -120,23 +157,59 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             / extract(epoch FROM ${step(query.granularity)}))::bigint + 1 AS count
         `.pipe(Effect.flatMap(first), Effect.map((row) => row.count))
 
+      const position = (after: LogCursor) =>
+        sql`(timestamptz 'epoch' + ${after.atMicros}::bigint * interval '1 microsecond', ${after.requestId}::text)`
+      /**
+       * Where a page starts: after its cursor; or at the row `offset` rows in,
+       * found by an index-only walk of the keys (not by reading every row before it).
+       */
+      const start = (where: Statement.Fragment, page: LogPage) =>
+        page.after !== undefined
+          ? sql`(created_at, request_id) < ${position(page.after)}`
+          : page.offset === 0
+          ? sql.literal("true")
+          : sql`(created_at, request_id) <= (
+              SELECT created_at, request_id FROM request_logs WHERE ${where}
+              ORDER BY created_at DESC, request_id DESC OFFSET ${page.offset} LIMIT 1
+            )`
+
+      const whereOf = (accountId: string, filter: LogFilter) =>
+        sql.and([
+          sql`account_id = ${accountId}`,
+          ...(filter.status === undefined ? [] : [sql`status = ${filter.status}`]),
+          ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
+          ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
+          ...(filter.environment === undefined ? [] : [sql`environment = ${filter.environment}`]),
+          ...(filter.tag === undefined ? [] : [
+            filter.tag.value === undefined
+              ? sql`metadata ? ${filter.tag.key}`
+              : sql`metadata @> jsonb_build_object(${filter.tag.key}::text, ${filter.tag.value}::text)`
+          ]),
+          ...(filter.endUser === undefined ? [] : [sql`end_user = ${filter.endUser}`]),
+          ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
+          ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
+        ])
+
+      const pageRows = (where: Statement.Fragment, page: LogPage) =>
+        sql<LogRow>`
+          SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where} AND ${start(where, page)}
+          ORDER BY created_at DESC, request_id DESC
+          LIMIT ${page.limit + 1}
+        `
+
       return RequestLogReads.of({
+        rows: (accountId, filter, page) => pageRows(whereOf(accountId, filter), page),
         logs: (accountId, filter, page) => {
-          const where = sql.and([
-            sql`account_id = ${accountId}`,
-            ...(filter.status === undefined ? [] : [sql`status = ${filter.status}`]),
-            ...(filter.apiKeyId === undefined ? [] : [sql`api_key_id = ${filter.apiKeyId}`]),
-            ...(filter.endpoint === undefined ? [] : [sql`endpoint = ${filter.endpoint}`]),
-            ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
-            ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
-          ])
+          const where = whereOf(accountId, filter)
           return Effect.all({
-            rows: sql<LogRow>`
-              SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where}
-              ORDER BY created_at DESC, request_id DESC
-              LIMIT ${page.limit} OFFSET ${page.offset}
-            `,
-            total: sql<{ total: number }>`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`.pipe(
+            rows: pageRows(where, page),
+            // Tags are not rolled up: a tag filter counts its rows.
+            total: (filter.tag === undefined && filter.endUser === undefined
+              ? sql<{ total: number }>`
+                SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
+                FROM (${usage({ accountId, ...filter })}) u
+              `
+              : sql<{ total: number }>`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`).pipe(
               Effect.flatMap(first),
               Effect.map((row) => row.total)
             )
@@ -148,22 +221,21 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             const limit = MAX_BUCKETS[query.granularity]
             if ((yield* bucketCount(query)) > limit) return yield* new TooManyBuckets({ limit })
             const unit = sql`${query.granularity}::text`
-            const keyFilter = query.apiKeyId === undefined ? sql.literal("") : sql`AND api_key_id = ${query.apiKeyId}`
+            const scope = { accountId, from: query.from, to: query.to, apiKeyId: query.apiKeyId, environment: query.environment }
             // Buckets and logs meet on local timestamps; a bucket's offset is that of its start instant.
             return yield* sql<SeriesRow>`
               WITH buckets AS (
                 SELECT generate_series(${firstBucket(query)}, ${lastBucket(query)}, ${step(query.granularity)}) AS bucket
               ), totals AS (
-                SELECT date_trunc(${unit}, created_at AT TIME ZONE ${timeZone}::text) AS bucket,
-                  count(*) AS requests,
+                SELECT date_trunc(${unit}, at AT TIME ZONE ${timeZone}::text) AS bucket,
+                  sum(requests) AS requests,
                   sum(cost_micro_myr) AS cost_micro_myr,
                   sum(input_tokens) AS input_tokens,
                   sum(output_tokens) AS output_tokens,
-                  sum(reasoning_tokens) AS reasoning_tokens
-                FROM request_logs
-                WHERE account_id = ${accountId}
-                  AND created_at >= ${query.from}::timestamptz AND created_at < ${query.to}::timestamptz
-                  ${keyFilter}
+                  sum(reasoning_tokens) AS reasoning_tokens,
+                  sum(search_count) AS search_count,
+                  sum(content_pages) AS content_pages
+                FROM (${usage(scope)}) u
                 GROUP BY 1
               )
               SELECT to_char(b.bucket, 'YYYY-MM-DD"T"HH24:MI:SS') AS local_start,
@@ -172,24 +244,29 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                 COALESCE(t.cost_micro_myr, 0)::bigint AS cost_micro_myr,
                 COALESCE(t.input_tokens, 0)::bigint AS input_tokens,
                 COALESCE(t.output_tokens, 0)::bigint AS output_tokens,
-                COALESCE(t.reasoning_tokens, 0)::bigint AS reasoning_tokens
+                COALESCE(t.reasoning_tokens, 0)::bigint AS reasoning_tokens,
+                COALESCE(t.search_count, 0)::bigint AS search_count,
+                COALESCE(t.content_pages, 0)::bigint AS content_pages
               FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
               ORDER BY b.bucket
             `
           }),
 
-        counters: (accountId, from, to) =>
-          sql<Counters>`
-            SELECT count(*)::int AS requests,
-              COALESCE(sum(input_tokens), 0)::bigint AS input_tokens,
-              COALESCE(sum(output_tokens), 0)::bigint AS output_tokens,
-              COALESCE(sum(reasoning_tokens), 0)::bigint AS reasoning_tokens,
-              COALESCE(sum(search_count), 0)::bigint AS search_count,
-              COALESCE(sum(content_pages), 0)::bigint AS content_pages,
-              COALESCE(sum(cost_micro_myr), 0)::bigint AS cost_micro_myr
+        tagTotals: (scope, key) =>
+          sql<TagTotal>`
+            SELECT metadata ->> ${key}::text AS value, count(*)::int AS requests,
+              sum(cost_micro_myr)::bigint AS cost_micro_myr, sum(input_tokens)::bigint AS input_tokens,
+              sum(output_tokens)::bigint AS output_tokens, sum(reasoning_tokens)::bigint AS reasoning_tokens
             FROM request_logs
-            WHERE account_id = ${accountId} AND created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz
-          `.pipe(Effect.flatMap(first)),
+            WHERE ${sql.and([
+              sql`account_id = ${scope.accountId}`,
+              ...(scope.from === undefined ? [] : [sql`created_at >= ${scope.from}::timestamptz`]),
+              ...(scope.to === undefined ? [] : [sql`created_at < ${scope.to}::timestamptz`]),
+              ...(scope.apiKeyId === undefined ? [] : [sql`api_key_id = ${scope.apiKeyId}`]),
+              ...(scope.environment === undefined ? [] : [sql`environment = ${scope.environment}`])
+            ])}
+            GROUP BY 1 ORDER BY sum(cost_micro_myr) DESC, count(*) DESC, 1 LIMIT 100
+          `,
 
         localDays: (at, days) =>
           sql<LocalDays>`

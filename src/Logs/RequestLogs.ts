@@ -13,6 +13,11 @@ export interface OpenLog {
   readonly endpoint: string
   readonly stream: boolean
   readonly inputTokens: number
+  /** The key's environment; absent in a row parked by an older version (the key's current one is used). */
+  readonly environment?: "live" | "test" | undefined
+  /** The caller's `metadata` (tags) and chat `user`, shown and filtered on the dashboard. */
+  readonly metadata?: Readonly<Record<string, string>> | null | undefined
+  readonly endUser?: string | null | undefined
 }
 
 /** What a finished call writes to its row: the fields the dashboard reads, and the pages read. */
@@ -118,8 +123,14 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
           INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
             routing_category, endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens,
             usage_source, search_count, content_pages, cost_micro_myr, latency_ms, stream, error_code,
-            created_at, completed_at, holder)
-          SELECT *, ${holder}::text FROM unnest(
+            created_at, completed_at, holder, environment, metadata, end_user)
+          SELECT u.request_id, u.account_id, u.api_key_id, u.reservation_id, u.public_model, u.upstream_model,
+            u.routing_category, u.endpoint, u.status, u.input_tokens, u.output_tokens, u.reasoning_tokens,
+            u.cached_tokens, u.usage_source, u.search_count, u.content_pages, u.cost_micro_myr, u.latency_ms,
+            u.stream, u.error_code, u.created_at, u.completed_at, ${holder}::text,
+            COALESCE(u.environment, (SELECT k.environment FROM api_keys k WHERE k.id = u.api_key_id), 'live'),
+            u.metadata::jsonb, u.end_user
+          FROM unnest(
             ${column((r) => r.requestId)}::text[], ${column((r) => r.accountId)}::text[],
             ${column((r) => r.apiKeyId)}::text[], ${column((r) => r.reservationId)}::text[],
             ${column((r) => r.publicModel)}::text[], ${column((r) => r.upstreamModel)}::text[],
@@ -131,8 +142,14 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
             ${column((r) => r.costMicroMyr)}::bigint[], ${column((r) => r.latencyMs)}::int[],
             ${column((r) => r.stream)}::boolean[], ${column((r) => r.errorCode)}::text[],
             ${column((r) => r.createdAt.toISOString())}::timestamptz[],
-            ${column((r) => r.completedAt?.toISOString() ?? null)}::timestamptz[]
-          )
+            ${column((r) => r.completedAt?.toISOString() ?? null)}::timestamptz[],
+            ${column((r) => r.environment ?? null)}::text[],
+            ${column((r) => r.metadata == null ? null : JSON.stringify(r.metadata))}::text[],
+            ${column((r) => r.endUser ?? null)}::text[]
+          ) AS u(request_id, account_id, api_key_id, reservation_id, public_model, upstream_model, routing_category,
+            endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count,
+            content_pages, cost_micro_myr, latency_ms, stream, error_code, created_at, completed_at, environment, metadata,
+            end_user)
           ON CONFLICT (request_id) DO UPDATE
           SET status = EXCLUDED.status, reservation_id = COALESCE(EXCLUDED.reservation_id, request_logs.reservation_id),
               input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,

@@ -28,6 +28,16 @@ const intBetween = (min: number, max: number) => Schema.Int.pipe(Schema.between(
 
 /** A per-request cost cap in MYR: greater than 0. */
 /** Up to RM 1,000,000: far above any call, and still a safe integer in micro-MYR. */
+/** OpenAI's `metadata`: up to 16 string pairs, keys up to 64 characters, values up to 512; stored on the call's log. */
+export const Metadata = Schema.Record({ key: Schema.String, value: Schema.String.pipe(Schema.maxLength(512)) }).pipe(
+  Schema.filter((pairs) => {
+    const keys = Object.keys(pairs)
+    if (keys.length > 16) return "metadata has at most 16 pairs"
+    const long = keys.find((key) => key.length === 0 || key.length > 64)
+    return long === undefined || `metadata keys have 1 to 64 characters; ${JSON.stringify(long.slice(0, 70))} does not`
+  })
+).annotations({ identifier: "Metadata" })
+
 const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0), Schema.lessThanOrEqualTo(1_000_000))
 
 export const ReasoningEffort = Schema.Literal("low", "medium", "high")
@@ -168,6 +178,7 @@ export const ResponsesBody = Schema.Struct({
   temperature: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 2)))),
   top_p: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))),
   user: Schema.optional(Schema.String),
+  metadata: Schema.optional(Schema.NullOr(Metadata)),
   tools: Schema.optional(Schema.NullOr(Schema.Array(ResponsesTool))),
   tool_choice: Schema.optional(Schema.NullOr(ResponsesToolChoice)),
   parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
@@ -265,7 +276,7 @@ export const ChatCompletionRequest = Schema.Struct({
   n: Schema.optionalWith(Schema.Literal(1), { nullable: true }),
   seed: Schema.optional(Schema.NullOr(Schema.Int)),
   store: Schema.optional(Schema.NullOr(Schema.Boolean)),
-  metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String }))),
+  metadata: Schema.optional(Schema.NullOr(Metadata)),
   service_tier: Schema.optional(Schema.NullOr(Schema.String)),
   /** This service's web search, as on responses (an extension of OpenAI's chat). */
   web_search: Schema.optional(WebSearchConfig),

@@ -43,6 +43,8 @@ export interface CallInput {
   readonly topP?: number | null | undefined
   readonly stop?: string | ReadonlyArray<string> | null | undefined
   readonly user?: string | undefined
+  /** The caller's tags, kept on the call's log. */
+  readonly metadata?: Readonly<Record<string, string>> | null | undefined
   readonly stream: boolean
   /** The field that names the prompt in errors: `input` or `messages`. */
   readonly inputParam: string

@@ -57,7 +57,11 @@ const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, rout
   routingCategory: route.category,
   endpoint: input.endpoint,
   stream: input.stream,
-  inputTokens
+  inputTokens,
+  environment: key.environment,
+  metadata: input.metadata ?? null,
+  // The log keeps a bounded end-user id; what goes upstream is the caller's own.
+  endUser: input.user === undefined ? null : input.user.slice(0, 256)
 })
 
 /**

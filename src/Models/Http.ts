@@ -203,6 +203,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
               temperature: payload.temperature,
               topP: payload.top_p,
               user: payload.user,
+              metadata: payload.metadata,
               stream: payload.stream,
               inputParam: "input",
               store: state.store
@@ -230,6 +231,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             topP: payload.top_p,
             stop: payload.stop,
             user: payload.user,
+            metadata: payload.metadata,
             stream: payload.stream,
             inputParam: "messages"
           } satisfies CallInput)),

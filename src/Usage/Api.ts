@@ -1,4 +1,4 @@
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { Wallet } from "../Wallet/Api.js"
@@ -8,13 +8,37 @@ import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
 
-export const LogsParams = Schema.Struct({
-  ...PageParams.fields,
+/** A key's environment: `test` calls are free, so a cost chart filters them out with `live`. */
+export const Environment = Schema.Literal("live", "test")
+
+/** The filters of logs, shared by the list and its export. */
+const LogFilterParams = Schema.Struct({
   status: Schema.optional(LogStatus),
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
+  environment: Schema.optional(Environment),
+  /** Calls tagged with this `metadata` key; with `tag_value`, with that value too. */
+  tag_key: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))),
+  tag_value: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
+  /** Calls of this chat `user`. */
+  user: Schema.optional(SqlString.pipe(Schema.maxLength(256))),
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime)
+})
+
+export const LogsParams = Schema.Struct({
+  ...PageParams.fields,
+  /** A previous page's `next_cursor`: the rows after its last one (keyset paging; then `page` stays 1). */
+  cursor: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
+  ...LogFilterParams.fields
+})
+
+/** The format of an export; CSV is the one there is. */
+export const ExportFormat = Schema.Literal("csv")
+
+export const LogsExportParams = Schema.Struct({
+  format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
+  ...LogFilterParams.fields
 })
 
 export const LogEntry = Schema.Struct({
@@ -28,6 +52,12 @@ export const LogEntry = Schema.Struct({
   routingCategory: Schema.NullOr(Schema.String),
   /** The error code a failed call answered with. */
   errorCode: Schema.NullOr(Schema.String),
+  /** The key's environment at the call: `test` calls are free. */
+  environment: Environment,
+  /** The call's `metadata` (tags); null when it had none. */
+  metadata: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
+  /** The call's chat `user`; null when it had none. */
+  user: Schema.NullOr(Schema.String),
   inputTokens: Schema.Int,
   outputTokens: Schema.Int,
   reasoningTokens: Schema.Int,
@@ -51,7 +81,9 @@ export const LogConversation = Schema.Struct({
 export const LogsPage = Schema.Struct({
   logs: Schema.Array(LogEntry),
   total: Schema.Int,
-  has_more: Schema.Boolean
+  has_more: Schema.Boolean,
+  /** Pass as `cursor` for the next page; null on the last page. */
+  next_cursor: Schema.NullOr(Schema.String)
 })
 
 export const Granularity = Schema.Literal("hour", "day")
@@ -60,7 +92,10 @@ export const UsageParams = Schema.Struct({
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime),
   granularity: Schema.optionalWith(Granularity, { default: () => "day" as const }),
-  api_key_id: Schema.optional(SqlString)
+  api_key_id: Schema.optional(SqlString),
+  environment: Schema.optional(Environment),
+  /** Also total the range per value of this `metadata` key (`groups`). */
+  group_by_tag: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64)))
 })
 
 export const SeriesPoint = Schema.Struct({
@@ -72,11 +107,23 @@ export const SeriesPoint = Schema.Struct({
   reasoningTokens: Schema.Int
 }).annotations({ identifier: "SeriesPoint" })
 
+export const TagGroup = Schema.Struct({
+  /** The tag's value; null for calls without the tag. */
+  tag_value: Schema.NullOr(Schema.String),
+  requests: Schema.Int,
+  costMicroMyr: Schema.Int,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int
+}).annotations({ identifier: "TagGroup" })
+
 export const UsageSeries = Schema.Struct({
   from: Schema.String,
   to: Schema.String,
   granularity: Granularity,
-  series: Schema.Array(SeriesPoint)
+  series: Schema.Array(SeriesPoint),
+  /** With `group_by_tag`: the range's totals per value of that tag, costliest first (up to 100). */
+  groups: Schema.optional(Schema.Array(TagGroup))
 })
 
 export const UsageCounters = Schema.Struct({
@@ -98,6 +145,14 @@ export const Overview = Schema.Struct({
   active_api_key_count: Schema.Int
 })
 
+export const UsageExportParams = Schema.Struct({
+  format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
+  ...UsageParams.fields
+}).pipe(Schema.omit("group_by_tag"))
+
+/** CSV with a header line; money as MYR with 6 decimals (`cost_myr`) and as integer micro-MYR (`cost_micro_myr`). */
+const Csv = HttpApiSchema.Text({ contentType: "text/csv; charset=utf-8" })
+
 export class UsageApi extends HttpApiGroup.make("usage")
   .add(HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage))
   .add(
@@ -107,6 +162,8 @@ export class UsageApi extends HttpApiGroup.make("usage")
   )
   .add(HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries))
   .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
+  .add(HttpApiEndpoint.get("exportLogs", "/dashboard/logs/export").setUrlParams(LogsExportParams).addSuccess(Csv))
+  .add(HttpApiEndpoint.get("exportUsage", "/dashboard/usage/export").setUrlParams(UsageExportParams).addSuccess(Csv))
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
   .middleware(DashboardAuth)

@@ -1,14 +1,15 @@
-import { HttpApiBuilder } from "@effect/platform"
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Clock, DateTime, Duration, Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { KeysRepo } from "../Keys/Repo.js"
-import { type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
+import { type Environment, type LogCursor, type LogFilter, type LogRow, RequestLogReads, type SeriesRow } from "../Logs/Reads.js"
 import { Spending } from "../Wallet/Spending.js"
 import { responseIdOf, StoredResponses } from "../Responses/Store.js"
 import { conversationLines } from "../Responses/View.js"
-import type { Granularity, LogEntry, SeriesPoint } from "./Api.js"
+import type { Granularity, LogEntry, LogsExportParams, SeriesPoint, UsageCounters, UsageExportParams } from "./Api.js"
+import { logsCsv, usageCsv } from "./Export.js"
 
 const USAGE_DEFAULT_RANGE = Duration.days(7)
 /** Overview totals and series: the last 30 local days, today included. */
@@ -23,6 +24,9 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   status: row.status,
   routingCategory: row.routingCategory,
   errorCode: row.errorCode,
+  environment: row.environment,
+  metadata: row.metadata,
+  user: row.endUser,
   inputTokens: row.inputTokens,
   outputTokens: row.outputTokens,
   reasoningTokens: row.reasoningTokens,
@@ -35,6 +39,32 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })
+
+/** A page's last row as an opaque `cursor`: its position in the order of logs. */
+const encodeCursor = (cursor: LogCursor): string =>
+  Buffer.from(`${cursor.atMicros}.${cursor.requestId}`).toString("base64url")
+
+const decodeCursor = (cursor: string) => {
+  const [, atMicros, requestId] = /^(-?\d{1,20})\.(.{1,255})$/s.exec(Buffer.from(cursor, "base64url").toString()) ?? []
+  return atMicros === undefined || requestId === undefined
+    ? Effect.fail(new InvalidRequest({ message: "'cursor' is not a cursor this API returned.", param: "cursor" }))
+    : Effect.succeed({ atMicros, requestId })
+}
+
+/** The usage counters of some buckets, summed (integers: exact). */
+const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type => {
+  const sum = (field: "requests" | "inputTokens" | "outputTokens" | "reasoningTokens" | "searchCount" | "contentPages" | "costMicroMyr") =>
+    rows.reduce((total, row) => total + row[field], 0)
+  return {
+    requests: sum("requests"),
+    inputTokens: sum("inputTokens"),
+    outputTokens: sum("outputTokens"),
+    reasoningTokens: sum("reasoningTokens"),
+    searchCount: sum("searchCount"),
+    contentPages: sum("contentPages"),
+    costMicroMyr: sum("costMicroMyr")
+  }
+}
 
 const pad2 = (n: number) => String(n).padStart(2, "0")
 
@@ -95,9 +125,14 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         (found) => found ? Effect.void : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
       )
 
-    const series = (accountId: string, from: Date, to: Date, granularity: typeof Granularity.Type, apiKeyId?: string) =>
-      requestLogs.series(accountId, { from, to, granularity, apiKeyId }).pipe(
-        Effect.map((rows) => rows.map(toSeriesPoint)),
+    const seriesRows = (
+      accountId: string,
+      from: Date,
+      to: Date,
+      granularity: typeof Granularity.Type,
+      filter: { readonly apiKeyId?: string | undefined; readonly environment?: Environment | undefined } = {}
+    ) =>
+      requestLogs.series(accountId, { from, to, granularity, ...filter }).pipe(
         Effect.catchTags({
           TooManyBuckets: ({ limit }) =>
             new InvalidRequest({
@@ -109,23 +144,68 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         })
       )
 
+    const series = (...args: Parameters<typeof seriesRows>) => Effect.map(seriesRows(...args), (rows) => rows.map(toSeriesPoint))
+
+    /** The logs' filters from their params, checked. */
+    const logFilter = (accountId: string, params: Omit<typeof LogsExportParams.Type, "format">) =>
+      Effect.gen(function*() {
+        const from = dateOf(params.from)
+        const to = dateOf(params.to)
+        yield* checkRange({ from, to })
+        yield* checkKey(accountId, params.api_key_id)
+        if (params.tag_value !== undefined && params.tag_key === undefined) {
+          return yield* new InvalidRequest({ message: "'tag_value' needs 'tag_key'.", param: "tag_value" })
+        }
+        return {
+          status: params.status,
+          apiKeyId: params.api_key_id,
+          endpoint: params.endpoint,
+          environment: params.environment,
+          tag: params.tag_key === undefined ? undefined : { key: params.tag_key, value: params.tag_value },
+          endUser: params.user,
+          from,
+          to
+        } satisfies LogFilter
+      })
+
+    /** A usage read's range (default: the last 7 days), checked, once this instance's calls are written. */
+    const usageRange = (accountId: string, params: Omit<typeof UsageExportParams.Type, "format">) =>
+      Effect.gen(function*() {
+        const given = { from: dateOf(params.from), to: dateOf(params.to) }
+        const to = given.to ?? (yield* now)
+        const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))
+        yield* checkRange(given, { from, to })
+        yield* checkKey(accountId, params.api_key_id)
+        yield* settled
+        return { from, to }
+      })
+
     return handlers
       .handle("logs", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const from = dateOf(urlParams.from)
-          const to = dateOf(urlParams.to)
-          yield* checkRange({ from, to })
-          yield* checkKey(account.id, urlParams.api_key_id)
+          const filter = yield* logFilter(account.id, urlParams)
+          if (urlParams.cursor !== undefined && urlParams.page > 1) {
+            return yield* new InvalidRequest({ message: "Pass either 'cursor' or 'page', not both.", param: "cursor" })
+          }
+          const after = urlParams.cursor === undefined ? undefined : yield* decodeCursor(urlParams.cursor)
           yield* settled
           const { rows, total } = yield* Effect.orDie(requestLogs.logs(
             account.id,
-            { status: urlParams.status, apiKeyId: urlParams.api_key_id, endpoint: urlParams.endpoint, from, to },
-            { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit }
+            filter,
+            { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit, after }
           ))
-          const responses = rows.flatMap((row) => row.endpoint === "/v1/responses" ? [responseIdOf(row.requestId)] : [])
+          const page = rows.slice(0, urlParams.limit)
+          const last = page.at(-1)
+          const more = rows.length > urlParams.limit
+          const responses = page.flatMap((row) => row.endpoint === "/v1/responses" ? [responseIdOf(row.requestId)] : [])
           const stored = yield* Effect.orDie(storedResponses.present(account.id, responses))
-          return { logs: rows.map((row) => toLogEntry(row, stored)), total, has_more: urlParams.page * urlParams.limit < total }
+          return {
+            logs: page.map((row) => toLogEntry(row, stored)),
+            total,
+            has_more: after === undefined ? urlParams.page * urlParams.limit < total : more,
+            next_cursor: more && last !== undefined ? encodeCursor({ atMicros: last.atMicros, requestId: last.requestId }) : null
+          }
         }))
       .handle("conversation", ({ path }) =>
         Effect.gen(function*() {
@@ -138,24 +218,48 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           }
           return { responseId, lines: conversationLines(chain) }
         }))
+      .handle("exportLogs", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const filter = yield* logFilter(account.id, urlParams)
+          yield* settled
+          return HttpServerResponse.stream(logsCsv(requestLogs, account.id, filter), {
+            contentType: "text/csv; charset=utf-8",
+            headers: { "content-disposition": "attachment; filename=\"nenas-logs.csv\"", "cache-control": "no-store" }
+          })
+        }))
       .handle("usage", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const given = {
-            from: dateOf(urlParams.from),
-            to: dateOf(urlParams.to)
-          }
-          const to = given.to ?? (yield* now)
-          const from = given.from ?? new Date(to.getTime() - Duration.toMillis(USAGE_DEFAULT_RANGE))
-          yield* checkRange(given, { from, to })
-          yield* checkKey(account.id, urlParams.api_key_id)
-          yield* settled
+          const { from, to } = yield* usageRange(account.id, urlParams)
           return {
             from: from.toISOString(),
             to: to.toISOString(),
             granularity: urlParams.granularity,
-            series: yield* series(account.id, from, to, urlParams.granularity, urlParams.api_key_id)
+            series: yield* series(account.id, from, to, urlParams.granularity, {
+              apiKeyId: urlParams.api_key_id,
+              environment: urlParams.environment
+            }),
+            ...(urlParams.group_by_tag === undefined ? {} : {
+              groups: (yield* Effect.orDie(requestLogs.tagTotals(
+                { accountId: account.id, from, to, apiKeyId: urlParams.api_key_id, environment: urlParams.environment },
+                urlParams.group_by_tag
+              ))).map(({ value, ...totals }) => ({ tag_value: value, ...totals }))
+            })
           }
+        }))
+      .handle("exportUsage", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const { from, to } = yield* usageRange(account.id, urlParams)
+          const points = yield* series(account.id, from, to, urlParams.granularity, {
+            apiKeyId: urlParams.api_key_id,
+            environment: urlParams.environment
+          })
+          return HttpServerResponse.text(usageCsv(points), {
+            contentType: "text/csv; charset=utf-8",
+            headers: { "content-disposition": "attachment; filename=\"nenas-usage.csv\"", "cache-control": "no-store" }
+          })
         }))
       .handle("overview", () =>
         Effect.gen(function*() {
@@ -163,18 +267,17 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const at = yield* now
           const days = yield* Effect.orDie(requestLogs.localDays(at, OVERVIEW_DAYS))
           yield* settled
-          const { wallet, today, total, daily, keyCounts } = yield* Effect.all({
+          // One read of the 30 local days: the last is today, and the totals are their sum.
+          const { wallet, daily, keyCounts } = yield* Effect.all({
             wallet: Effect.orDie(spending.balance(account.id)),
-            today: Effect.orDie(requestLogs.counters(account.id, days.today, days.tomorrow)),
-            total: Effect.orDie(requestLogs.counters(account.id, days.first, days.tomorrow)),
-            daily: series(account.id, days.first, days.tomorrow, "day"),
+            daily: seriesRows(account.id, days.first, days.tomorrow, "day"),
             keyCounts: Effect.orDie(keys.counts(account.id, at))
           }, { concurrency: "unbounded" })
           return {
             wallet,
-            today_usage: today,
-            total_usage: total,
-            daily_series: daily,
+            today_usage: countersOf(daily.slice(-1)),
+            total_usage: countersOf(daily),
+            daily_series: daily.map(toSeriesPoint),
             api_key_count: keyCounts.total,
             active_api_key_count: keyCounts.active
           }

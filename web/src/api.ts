@@ -81,6 +81,35 @@ export const request = async <A>(path: string, options: RequestOptions = {}): Pr
   throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again; if it persists, check the service's log.")
 }
 
+/**
+ * Saves what `path` answers (an export) as `filename`: fetched with the session
+ * token (a link could not carry it), then handed to the browser as a download.
+ */
+export const download = async (path: string, query: Query, token: string | null, filename: string): Promise<void> => {
+  let response: Response
+  try {
+    response = await fetch(withQuery(path, query), {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+      credentials: "omit"
+    })
+  } catch {
+    throw localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
+  }
+  if (!response.ok) {
+    const body: unknown = await response.json().catch(() => undefined)
+    if (isErrorBody(body)) throw new ApiError(response.status, body.error)
+    throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again.")
+  }
+  const url = URL.createObjectURL(await response.blob())
+  const link = document.createElement("a")
+  link.href = url
+  link.download = filename
+  document.body.append(link)
+  link.click()
+  link.remove()
+  setTimeout(() => URL.revokeObjectURL(url), 60_000)
+}
+
 // ---- the shapes of src/*/Api.ts, as JSON -----------------------------------
 
 /** Served at /app/config.json by src/Http/Dashboard.ts, which declares no schema for it. */

@@ -2,6 +2,7 @@ import { Fragment, useState } from "react"
 import { LOG_STATUSES, type ApiKey, type LogConversation, type LogEntry, type LogsPage as LogsPageData, type LogStatus } from "../api"
 import { Cost, DateTime, Empty, Field, Load, PageHeading, Pager } from "../components"
 import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
+import { ExportButton } from "../ExportButton"
 import { useApi } from "../session"
 
 const PAGE_SIZE = 25
@@ -69,15 +70,14 @@ export const LogsPage = () => {
   const [page, setPage] = useState(1)
   const [open, setOpen] = useState<string | null>(null)
   const [keys] = useApi<{ keys: ReadonlyArray<ApiKey> }>("/dashboard/api-keys")
-  const [logs, reload] = useApi<LogsPageData>("/dashboard/logs", {
-    page,
-    limit: PAGE_SIZE,
+  const filters = {
     status: status === "" ? undefined : status,
     api_key_id: keyId === "" ? undefined : keyId,
     endpoint: endpoint === "" ? undefined : endpoint,
     from: fromLocalInput(from),
     to: fromLocalInput(to)
-  })
+  }
+  const [logs, reload] = useApi<LogsPageData>("/dashboard/logs", { page, limit: PAGE_SIZE, ...filters })
   // Every filter change starts again at the first page.
   const filter = <A,>(set: (value: A) => void) => (value: A) => {
     set(value)
@@ -89,6 +89,7 @@ export const LogsPage = () => {
     <>
       <PageHeading title="Logs">
         <button type="button" className="quiet" onClick={reload}>Refresh</button>
+        <ExportButton path="/dashboard/logs/export" query={filters} filename="nenas-logs.csv" />
       </PageHeading>
       <form className="filters" aria-label="Filter the logs" onSubmit={(e) => e.preventDefault()}>
         <Field label="Status">

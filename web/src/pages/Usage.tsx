@@ -3,6 +3,7 @@ import type { ApiKey, Granularity, UsageSeries } from "../api"
 import { CostChart, RequestsChart, SeriesTable, TokensChart } from "../charts"
 import { Field, Load, MoneyStat, PageHeading, Stat } from "../components"
 import { formatCount, fromLocalInput, hourlyAllowed, toLocalInput } from "../format"
+import { ExportButton } from "../ExportButton"
 import { useApi, useSession } from "../session"
 
 const RANGES = [
@@ -33,12 +34,8 @@ export const UsagePage = () => {
   // A range too long for hourly buckets is shown by day, rather than asked of the API and refused.
   const byHourAllowed = hourlyAllowed(from, to)
   const granularity: Granularity = byHourAllowed ? chosenGranularity : "day"
-  const [usage, reload] = useApi<UsageSeries>("/dashboard/usage", {
-    granularity,
-    from,
-    to,
-    api_key_id: keyId === "" ? undefined : keyId
-  })
+  const usageQuery = { granularity, from, to, api_key_id: keyId === "" ? undefined : keyId }
+  const [usage, reload] = useApi<UsageSeries>("/dashboard/usage", usageQuery)
   const keyName = keys.data?.keys.find((key) => key.id === keyId)?.name
   const scope = keyName === undefined ? "all keys" : `key “${keyName}”`
   const unit = granularity === "day" ? `days in ${zone}` : `hours in ${zone}`
@@ -50,6 +47,7 @@ export const UsagePage = () => {
           setNow(Date.now())
           reload()
         }}>Refresh</button>
+        <ExportButton path="/dashboard/usage/export" query={usageQuery} filename="nenas-usage.csv" />
       </PageHeading>
       <form className="filters" aria-label="Choose the usage to show" onSubmit={(e) => e.preventDefault()}>
         <Field label="Range">

@@ -1,0 +1,28 @@
+import { NodeRuntime } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
+import { Console, Effect, Option } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { DatabaseLive } from "../Database/Database.js"
+import { rebuildRollups } from "./Rollups.js"
+
+/**
+ * `DATABASE_URL=postgres://… npm run rollups:rebuild`: computes the usage
+ * rollups again from `request_logs` (after a restore or an import of logs).
+ * Idempotent; writers of logs wait while it runs.
+ */
+const program = Effect.gen(function*() {
+  const config = yield* AppConfig
+  if (Option.isNone(config.databaseUrl)) {
+    yield* Console.error("rollups:rebuild needs DATABASE_URL (the service's database)")
+    return 2
+  }
+  const rows = yield* Effect.flatMap(SqlClient.SqlClient, rebuildRollups).pipe(Effect.provide(DatabaseLive))
+  yield* Console.log(`rebuilt ${rows} rollup rows from request_logs`)
+  return 0
+})
+
+program.pipe(
+  Effect.provide(AppConfig.layer),
+  Effect.flatMap((code) => Effect.sync(() => void (process.exitCode = code))),
+  NodeRuntime.runMain
+)

@@ -1,0 +1,99 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { call } from "./support/Http.js"
+import { caller, modelCall } from "./support/Models.js"
+import { TestServerLive } from "./support/TestServer.js"
+import { ASK } from "./support/TwoInstances.js"
+
+interface Entry {
+  readonly requestId: string
+  readonly apiKeyId: string
+  readonly environment: string
+  readonly metadata: Record<string, string> | null
+  readonly user: string | null
+  readonly endpoint: string
+  readonly routingCategory: string | null
+  readonly errorCode: string | null
+  readonly contentPages: number
+}
+
+const logs = (token: string, params: Record<string, string> = {}) =>
+  Effect.map(call("GET", `/dashboard/logs?${new URLSearchParams(params)}`, { token }), (reply) => {
+    expect(reply.status).toBe(200)
+    return reply.body as { logs: ReadonlyArray<Entry>; total: number }
+  })
+
+const CHAT = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello in Malay." }], max_tokens: 16 }
+
+describe("tags on calls: metadata and user", () => {
+  layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })((it) => {
+    it.effect("both model endpoints take metadata and user; logs show them with the key's environment, and filter by one tag", () =>
+      Effect.gen(function*() {
+        const dev = yield* caller("tags@example.com", { environment: "test" })
+        const calls = [
+          modelCall(dev.apiKey, "/v1/responses", { ...ASK, metadata: { team: "search", run: "1" }, user: "u-1" }),
+          modelCall(dev.apiKey, "/v1/chat/completions", { ...CHAT, metadata: { team: "search" }, user: "u-2" }),
+          modelCall(dev.apiKey, "/v1/chat/completions", { ...CHAT, metadata: { team: "billing" } }),
+          modelCall(dev.apiKey, "/v1/responses", ASK)
+        ]
+        for (const reply of yield* Effect.all(calls)) expect(reply.status).toBe(200)
+
+        const all = yield* logs(dev.token)
+        expect(all.total).toBe(4)
+        for (const entry of all.logs) {
+          expect(entry.apiKeyId).toBe(dev.keyId)
+          expect(entry.environment).toBe("test")
+          expect(entry.routingCategory).not.toBe(null)
+          expect(entry.errorCode).toBe(null)
+          expect(entry.contentPages).toBe(0)
+        }
+        const shown = all.logs.map((entry) => [entry.endpoint, entry.metadata, entry.user]).sort((a, b) =>
+          JSON.stringify(a).localeCompare(JSON.stringify(b)))
+        expect(shown).toEqual([
+          ["/v1/chat/completions", { team: "billing" }, null],
+          ["/v1/chat/completions", { team: "search" }, "u-2"],
+          ["/v1/responses", { team: "search", run: "1" }, "u-1"],
+          ["/v1/responses", null, null]
+        ])
+
+        const search = yield* logs(dev.token, { tag_key: "team", tag_value: "search" })
+        expect(search.total).toBe(2)
+        expect(search.logs.map((entry) => entry.user).sort()).toEqual(["u-1", "u-2"])
+        expect((yield* logs(dev.token, { tag_key: "run" })).total).toBe(1)
+        expect((yield* logs(dev.token, { user: "u-2" })).logs.map((entry) => entry.metadata)).toEqual([{ team: "search" }])
+        expect((yield* logs(dev.token, { environment: "live" })).total).toBe(0)
+
+        const usage = yield* call("GET", "/dashboard/usage?group_by_tag=team", { token: dev.token })
+        expect(usage.status).toBe(200)
+        expect(usage.body.groups.map((group: { tag_value: string | null; requests: number }) => [group.tag_value, group.requests])
+          .sort((a: [string, number], b: [string, number]) => String(a[0]).localeCompare(String(b[0]))))
+          .toEqual([["billing", 1], [null, 1], ["search", 2]])
+        const plain = yield* call("GET", "/dashboard/usage", { token: dev.token })
+        expect(plain.body.groups).toBe(undefined)
+      }))
+
+    it.effect("metadata past OpenAI's limits, and a tag value without a key, answer 400 invalid_request", () =>
+      Effect.gen(function*() {
+        const dev = yield* caller("tags-bad@example.com", { environment: "test" })
+        const many = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, "v"]))
+        const bad = [
+          { metadata: many },
+          { metadata: { ["k".repeat(65)]: "v" } },
+          { metadata: { k: "v".repeat(513) } },
+          { metadata: { k: 1 } }
+        ]
+        for (const [path, body] of [["/v1/responses", ASK], ["/v1/chat/completions", CHAT]] as const) {
+          for (const extra of bad) {
+            const reply = yield* modelCall(dev.apiKey, path, { ...body, ...extra })
+            expect([path, Object.keys(extra.metadata).length, reply.status]).toEqual([path, Object.keys(extra.metadata).length, 400])
+            expect(reply.body.error.code).toBe("invalid_request")
+          }
+          const ok = yield* modelCall(dev.apiKey, path, { ...body, metadata: { ["k".repeat(64)]: "v".repeat(512) } })
+          expect(ok.status).toBe(200)
+        }
+        const reply = yield* call("GET", "/dashboard/logs?tag_value=x", { token: dev.token })
+        expect(reply.status).toBe(400)
+        expect(reply.body.error.param).toBe("tag_value")
+      }))
+  })
+})

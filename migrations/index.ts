@@ -9,6 +9,7 @@ import keyManagement from "./0008_key_management.js"
 import keyGrantHolds from "./0009_key_grant_holds.js"
 import storedResponses from "./0010_stored_responses.js"
 import usageRollups from "./0011_usage_rollups.js"
+import tagRollups from "./0012_tag_rollups.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -26,5 +27,6 @@ export const migrations = {
   "0008_key_management": keyManagement,
   "0009_key_grant_holds": keyGrantHolds,
   "0010_stored_responses": storedResponses,
-  "0011_usage_rollups": usageRollups
+  "0011_usage_rollups": usageRollups,
+  "0012_tag_rollups": tagRollups
 }

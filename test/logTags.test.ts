@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { call } from "./support/Http.js"
 import { caller, modelCall } from "./support/Models.js"
-import { TestServerLive } from "./support/TestServer.js"
+import { query, TestServerLive } from "./support/TestServer.js"
 import { ASK } from "./support/TwoInstances.js"
 
 interface Entry {
@@ -70,6 +70,60 @@ describe("tags on calls: metadata and user", () => {
           .toEqual([["billing", 1], [null, 1], ["search", 2]])
         const plain = yield* call("GET", "/dashboard/usage", { token: dev.token })
         expect(plain.body.groups).toBe(undefined)
+      }))
+
+    it.effect("a grouping tag's usage is rolled up: backfilled when marked, kept by each flush, equal to the logs' sums", () =>
+      Effect.gen(function*() {
+        const dev = yield* caller("tags-rolled@example.com", { environment: "test" })
+        const tagged = (team: string | undefined) =>
+          modelCall(dev.apiKey, "/v1/chat/completions", { ...CHAT, ...(team === undefined ? {} : { metadata: { team } }) })
+        for (const team of ["search", "search", "billing", undefined]) expect((yield* tagged(team)).status).toBe(200)
+        const groups = (range = "") =>
+          Effect.map(call("GET", `/dashboard/usage?group_by_tag=team${range}`, { token: dev.token }), (reply) => {
+            expect(reply.status).toBe(200)
+            return reply.body.groups as ReadonlyArray<{ tag_value: string | null; requests: number; inputTokens: number }>
+          })
+        /** The same sums straight from the logs, in the order the API gives them (costs are 0: a test key). */
+        const direct = Effect.map(
+          query<{ tag_value: string | null; requests: number; inputTokens: number }>(
+            `SELECT metadata ->> 'team' AS tag_value, count(*)::int AS requests, sum(input_tokens)::int AS "inputTokens"
+             FROM request_logs WHERE account_id = $1 GROUP BY 1 ORDER BY count(*) DESC, 1`,
+            [dev.accountId]
+          ),
+          (rows) => rows.map((row) => ({ ...row, inputTokens: Number(row.inputTokens) }))
+        )
+        const compact = (rows: ReadonlyArray<{ tag_value: string | null; requests: number; inputTokens: number }>) =>
+          rows.map(({ inputTokens, requests, tag_value }) => ({ tag_value, requests, inputTokens }))
+        const fromLogs = yield* groups()
+        expect(compact(fromLogs)).toEqual(yield* direct)
+        expect((yield* call("GET", "/dashboard/usage/grouping-tags", { token: dev.token })).body).toEqual({ tag_keys: [] })
+
+        // Marked: its rollups are backfilled from the logs, and reads come from them.
+        const marked = yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: ["team"] } })
+        expect(marked.body).toEqual({ tag_keys: ["team"] })
+        const rolled = (yield* query<{ n: number }>("SELECT count(*)::int AS n FROM usage_tag_rollups WHERE account_id = $1", [dev.accountId]))[0]
+        expect(rolled?.n).toBeGreaterThan(0)
+        expect(compact(yield* groups())).toEqual(yield* direct)
+
+        // Calls after the mark reach the rollups through the flush; a range with part-buckets at both ends agrees too.
+        for (const team of ["billing", "billing", "ops"]) expect((yield* tagged(team)).status).toBe(200)
+        expect(compact(yield* groups())).toEqual(yield* direct)
+        const hour = 3_600_000
+        const range = `&from=${new Date(Date.now() - hour - 60_000).toISOString()}&to=${new Date(Date.now() + hour + 60_000).toISOString()}`
+        expect(compact(yield* groups(range))).toEqual(yield* direct)
+        const inRollups = yield* query<{ requests: string }>(
+          "SELECT sum(requests)::text AS requests FROM usage_tag_rollups WHERE account_id = $1 AND tag_key = 'team'",
+          [dev.accountId]
+        )
+        expect(Number(inRollups[0]?.requests)).toBe(7)
+
+        // At most three keys; unmarked, its rollups go.
+        const tooMany = yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: ["a", "b", "c", "d"] } })
+        expect(tooMany.status).toBe(400)
+        expect((yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: [] } })).body)
+          .toEqual({ tag_keys: [] })
+        expect(yield* query("SELECT 1 FROM usage_tag_rollups WHERE account_id = $1", [dev.accountId])).toEqual([])
+        expect(compact(yield* groups())).toEqual(yield* direct)
       }))
 
     it.effect("metadata past OpenAI's limits, and a tag value without a key, answer 400 invalid_request", () =>

@@ -3,6 +3,7 @@ import { Context, Data, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { LoggedUsage, LogWrite } from "./RequestLogs.js"
 import { logUsage, rolledUsage, rollupsFit, type UsageScope } from "./Rollups.js"
+import { groupingTags, setGroupingTags, type TagTotal, tagTotals } from "./TagRollups.js"
 
 export type LogStatus = LogWrite["status"]
 
@@ -85,15 +86,6 @@ export interface SeriesQuery {
 }
 
 
-export interface TagTotal {
-  /** The key's value; null for calls without the key. */
-  readonly value: string | null
-  readonly requests: number
-  readonly costMicroMyr: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-}
 
 /** Local day boundaries around an instant, as instants. */
 export interface LocalDays {
@@ -128,8 +120,12 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     accountId: string,
     query: SeriesQuery
   ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
-  /** Totals per value of one metadata key over the scope (from the logs: tags are not rolled up), costliest first, up to 100. */
+  /** Totals per value of one metadata key over the scope, costliest first, up to 100 (rolled up for grouping tags: `TagRollups.ts`). */
   readonly tagTotals: (scope: UsageScope, key: string) => Effect.Effect<ReadonlyArray<TagTotal>, SqlError.SqlError>
+  /** The tag keys the account's usage is rolled up by. */
+  readonly groupingTags: (accountId: string) => Effect.Effect<ReadonlyArray<string>, SqlError.SqlError>
+  /** Marks the account's grouping tags (those added backfilled from its logs). */
+  readonly setGroupingTags: (accountId: string, keys: ReadonlyArray<string>) => Effect.Effect<void, SqlError.SqlError>
   /** The business time zone's days around `at`, the `days`th last of them first. */
   readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
 }>() {
@@ -252,21 +248,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             `
           }),
 
-        tagTotals: (scope, key) =>
-          sql<TagTotal>`
-            SELECT metadata ->> ${key}::text AS value, count(*)::int AS requests,
-              sum(cost_micro_myr)::bigint AS cost_micro_myr, sum(input_tokens)::bigint AS input_tokens,
-              sum(output_tokens)::bigint AS output_tokens, sum(reasoning_tokens)::bigint AS reasoning_tokens
-            FROM request_logs
-            WHERE ${sql.and([
-              sql`account_id = ${scope.accountId}`,
-              ...(scope.from === undefined ? [] : [sql`created_at >= ${scope.from}::timestamptz`]),
-              ...(scope.to === undefined ? [] : [sql`created_at < ${scope.to}::timestamptz`]),
-              ...(scope.apiKeyId === undefined ? [] : [sql`api_key_id = ${scope.apiKeyId}`]),
-              ...(scope.environment === undefined ? [] : [sql`environment = ${scope.environment}`])
-            ])}
-            GROUP BY 1 ORDER BY sum(cost_micro_myr) DESC, count(*) DESC, 1 LIMIT 100
-          `,
+        tagTotals: (scope, key) => tagTotals(sql, scope, key),
+        groupingTags: (accountId) => groupingTags(sql, accountId),
+        setGroupingTags: (accountId, keys) => setGroupingTags(sql, accountId, keys),
 
         localDays: (at, days) =>
           sql<LocalDays>`

@@ -4,10 +4,12 @@ import { Console, Effect, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { rebuildRollups } from "./Rollups.js"
+import { rebuildTagRollups } from "./TagRollups.js"
 
 /**
  * `DATABASE_URL=postgres://… npm run rollups:rebuild`: computes the usage
- * rollups again from `request_logs` (after a restore or an import of logs).
+ * rollups, and those by grouping tag, again from `request_logs` (after a
+ * restore or an import of logs).
  * Idempotent; writers of logs wait while it runs.
  */
 const program = Effect.gen(function*() {
@@ -16,8 +18,9 @@ const program = Effect.gen(function*() {
     yield* Console.error("rollups:rebuild needs DATABASE_URL (the service's database)")
     return 2
   }
-  const rows = yield* Effect.flatMap(SqlClient.SqlClient, rebuildRollups).pipe(Effect.provide(DatabaseLive))
-  yield* Console.log(`rebuilt ${rows} rollup rows from request_logs`)
+  const [rows, tagRows] = yield* Effect.flatMap(SqlClient.SqlClient, (sql) => Effect.all([rebuildRollups(sql), rebuildTagRollups(sql)]))
+    .pipe(Effect.provide(DatabaseLive))
+  yield* Console.log(`rebuilt ${rows} rollup rows and ${tagRows} tag rollup rows from request_logs`)
   return 0
 })
 

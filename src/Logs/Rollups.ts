@@ -32,6 +32,27 @@ const filters = (sql: SqlClient.SqlClient, scope: UsageScope) => [
   ...(scope.endpoint === undefined ? [] : [sql`endpoint = ${scope.endpoint}`])
 ]
 
+/**
+ * A scope's range (unbounded ends made instants) and the whole buckets inside
+ * it, `[wholeFrom, wholeTo)`: read from rollups; the rest of the range from the logs.
+ */
+export const wholeBuckets = (scope: UsageScope) => {
+  const from = scope.from ?? EARLIEST
+  const to = scope.to ?? LATEST
+  const firstWhole = Math.ceil(from.getTime() / BUCKET_MS) * BUCKET_MS
+  const endWhole = Math.floor(to.getTime() / BUCKET_MS) * BUCKET_MS
+  // Without a whole bucket, every call comes from the logs.
+  const [wholeFrom, wholeTo] = firstWhole < endWhole ? [new Date(firstWhole), new Date(endWhole)] : [to, to]
+  return { from, to, wholeFrom, wholeTo }
+}
+
+/** The parts of a scope's range outside its whole buckets, as a condition on logs' `created_at`. */
+export const partBuckets = (sql: SqlClient.SqlClient, scope: UsageScope) => {
+  const { from, to, wholeFrom, wholeTo } = wholeBuckets(scope)
+  return sql`((created_at >= ${from}::timestamptz AND created_at < ${wholeFrom}::timestamptz)
+    OR (created_at >= ${wholeTo}::timestamptz AND created_at < ${to}::timestamptz))`
+}
+
 /** Calls in the scope straight from the logs, one row each: `(at, …counters)`. */
 export const logUsage = (sql: SqlClient.SqlClient, scope: UsageScope) =>
   sql`
@@ -50,12 +71,7 @@ export const logUsage = (sql: SqlClient.SqlClient, scope: UsageScope) =>
  * at either end from the logs. Its cost does not grow with the account's history.
  */
 export const rolledUsage = (sql: SqlClient.SqlClient, scope: UsageScope) => {
-  const from = scope.from ?? EARLIEST
-  const to = scope.to ?? LATEST
-  const firstWhole = Math.ceil(from.getTime() / BUCKET_MS) * BUCKET_MS
-  const endWhole = Math.floor(to.getTime() / BUCKET_MS) * BUCKET_MS
-  // Without a whole bucket, every call comes from the logs.
-  const [wholeFrom, wholeTo] = firstWhole < endWhole ? [new Date(firstWhole), new Date(endWhole)] : [to, to]
+  const { wholeFrom, wholeTo } = wholeBuckets(scope)
   return sql`
     SELECT bucket AS at, ${sql.literal(COUNTER_COLUMNS)} FROM usage_rollups
     WHERE ${sql.and([
@@ -68,8 +84,7 @@ export const rolledUsage = (sql: SqlClient.SqlClient, scope: UsageScope) => {
     SELECT created_at, ${sql.literal(LOG_COUNTERS)} FROM request_logs
     WHERE ${sql.and([
       sql`account_id = ${scope.accountId}`,
-      sql`((created_at >= ${from}::timestamptz AND created_at < ${wholeFrom}::timestamptz)
-        OR (created_at >= ${wholeTo}::timestamptz AND created_at < ${to}::timestamptz))`,
+      partBuckets(sql, scope),
       ...filters(sql, scope)
     ])}
   `

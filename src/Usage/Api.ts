@@ -150,6 +150,11 @@ export const UsageExportParams = Schema.Struct({
   ...UsageParams.fields
 }).pipe(Schema.omit("group_by_tag"))
 
+/** The tag keys usage is rolled up by (`group_by_tag` on them reads rollups; on any other key, the logs). */
+export const GroupingTags = Schema.Struct({
+  tag_keys: Schema.Array(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))).pipe(Schema.maxItems(3))
+}).annotations({ identifier: "GroupingTags", examples: [{ tag_keys: ["team", "feature"] }] })
+
 /** CSV with a header line; money as MYR with 6 decimals (`cost_myr`) and as integer micro-MYR (`cost_micro_myr`). */
 const Csv = HttpApiSchema.Text({ contentType: "text/csv; charset=utf-8" })
 
@@ -164,6 +169,14 @@ export class UsageApi extends HttpApiGroup.make("usage")
   .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
   .add(HttpApiEndpoint.get("exportLogs", "/dashboard/logs/export").setUrlParams(LogsExportParams).addSuccess(Csv))
   .add(HttpApiEndpoint.get("exportUsage", "/dashboard/usage/export").setUrlParams(UsageExportParams).addSuccess(Csv))
+  .add(
+    HttpApiEndpoint.get("groupingTags", "/dashboard/usage/grouping-tags").addSuccess(GroupingTags)
+      .annotate(OpenApi.Description, "The tag keys (at most 3) whose usage is rolled up: `group_by_tag` on them stays fast at any history.")
+  )
+  .add(
+    HttpApiEndpoint.put("setGroupingTags", "/dashboard/usage/grouping-tags").setPayload(GroupingTags).addSuccess(GroupingTags)
+      .annotate(OpenApi.Description, "Replaces the grouping tag keys; a key added is rolled up from the account's logs before this answers.")
+  )
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
   .middleware(DashboardAuth)

@@ -248,6 +248,17 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
             })
           }
         }))
+      .handle("groupingTags", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          return { tag_keys: yield* Effect.orDie(requestLogs.groupingTags(account.id)) }
+        }))
+      .handle("setGroupingTags", ({ payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          yield* Effect.orDie(requestLogs.setGroupingTags(account.id, [...new Set(payload.tag_keys)]))
+          return { tag_keys: yield* Effect.orDie(requestLogs.groupingTags(account.id)) }
+        }))
       .handle("exportUsage", ({ urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount

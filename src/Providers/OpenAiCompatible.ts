@@ -1,8 +1,10 @@
-import { Sse } from "@effect/experimental"
+import type { Readable } from "node:stream"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
-import type { HttpClientError, HttpClientResponse } from "@effect/platform"
-import { Duration, Effect, Option, Redacted, Schema, Stream } from "effect"
+import type { HttpClientError } from "@effect/platform"
+import { NodeHttpClient } from "@effect/platform-node"
+import { Duration, Effect, Option, Redacted, Schema, type Stream } from "effect"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import { eventStreamParts } from "./EventStream.js"
 import type { Completion, ProviderError, ProviderRequest, ProviderShape, ProviderUsage, StreamPart } from "./Provider.js"
 import { finishReasonOf } from "./Provider.js"
 
@@ -42,33 +44,7 @@ const Completion = Schema.Struct({
   usage: Schema.optional(Schema.NullOr(Usage))
 })
 
-const ToolCallFragment = Schema.Struct({
-  index: Schema.optionalWith(Schema.Int, { default: () => 0 }),
-  id: Schema.optional(Schema.NullOr(Schema.String)),
-  function: Schema.optional(Schema.NullOr(Schema.Struct({
-    name: Schema.optional(Schema.NullOr(Schema.String)),
-    arguments: Schema.optional(Schema.NullOr(Schema.String))
-  })))
-})
-
-const Chunk = Schema.Struct({
-  choices: Schema.optionalWith(
-    Schema.Array(Schema.Struct({
-      delta: Schema.optional(Schema.NullOr(Schema.Struct({
-        content: Schema.optional(Schema.NullOr(Schema.String)),
-        tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCallFragment)))
-      }))),
-      finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
-      logprobs: Logprobs
-    })),
-    { default: () => [] }
-  ),
-  usage: Schema.optional(Schema.NullOr(Usage)),
-  error: Schema.optional(Schema.Unknown)
-})
-
 const decodeCompletion = Schema.decodeUnknown(Completion)
-const decodeChunk = Schema.decodeUnknown(Schema.parseJson(Chunk))
 
 const usageOf = (usage: typeof Usage.Type): ProviderUsage => ({
   inputTokens: Math.max(0, Math.round(usage.prompt_tokens)),
@@ -117,8 +93,15 @@ const capabilitiesBody = (request: ProviderRequest): Record<string, unknown> => 
 const unavailable = (message: string, extra: { retryable?: boolean; retry_after_seconds?: number } = {}) =>
   new ProviderUnavailable({ message, ...extra })
 
-const retryAfterSeconds = (response: HttpClientResponse.HttpClientResponse): number => {
-  const header = Number(response.headers["retry-after"])
+/** An upstream answer's status line, as either client reads it. */
+interface StatusAnswer {
+  readonly status: number
+  readonly retryAfter: string | undefined
+  readonly text: Effect.Effect<string, unknown>
+}
+
+const retryAfterSeconds = (response: StatusAnswer): number => {
+  const header = Number(response.retryAfter)
   return Number.isFinite(header) && header >= 0 ? Math.ceil(header) : 1
 }
 
@@ -151,7 +134,7 @@ const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many
  * Upstream statuses as our errors: 429, 408 and 5xx may pass on a retry; its credentials refused (401/403) are
  * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's words.
  */
-const statusError = (response: HttpClientResponse.HttpClientResponse) =>
+const statusError = (response: StatusAnswer) =>
   Effect.flatMap(
     Effect.orElseSucceed(response.text, () => ""),
     (text): Effect.Effect<never, ProviderError> => {
@@ -183,12 +166,23 @@ const statusError = (response: HttpClientResponse.HttpClientResponse) =>
 const isConnectFailure = (error: HttpClientError.HttpClientError): boolean =>
   error._tag === "RequestError" && error.reason === "Transport"
 
+type Answer = {
+  readonly statusCode: number
+  readonly headers: Record<string, string | ReadonlyArray<string> | undefined>
+  readonly body: Readable & { readonly text: () => Promise<string> }
+}
+
+const headerOf = (headers: Answer["headers"], name: string): string | undefined => {
+  const value = headers[name]
+  return typeof value === "string" ? value : value?.[0]
+}
+
 /**
  * An OpenAI-compatible chat-completions upstream (OpenAI, Gemini's OpenAI
  * endpoint, OpenRouter, vLLM, Ollama, llama.cpp) over `HttpClient`.
  */
 export const makeOpenAiCompatible = (options: UpstreamOptions) =>
-  Effect.map(HttpClient.HttpClient, (client): ProviderShape => {
+  Effect.map(Effect.zip(HttpClient.HttpClient, NodeHttpClient.Dispatcher), ([client, dispatcher]): ProviderShape => {
     const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
     const firstByte = Duration.millis(options.firstByteTimeoutMs)
     const total = Duration.millis(options.totalTimeoutMs)
@@ -211,7 +205,11 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           reported(unavailable("The model provider could not be reached."), error.message)),
         Effect.catchTag("ResponseError", (error) =>
           reported(unavailable("The model provider answered badly."), error.message)),
-        Effect.flatMap((response) => response.status >= 200 && response.status < 300 ? Effect.succeed(response) : statusError(response))
+        Effect.flatMap((response) =>
+          response.status >= 200 && response.status < 300
+            ? Effect.succeed(response)
+            : statusError({ status: response.status, retryAfter: response.headers["retry-after"], text: response.text })
+        )
       )
     }
 
@@ -240,78 +238,64 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         Effect.timeoutFail({ duration: total, onTimeout: () => timedOut("finish") })
       )
 
-    const partsOf = (data: string): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> =>
-      Effect.flatMap(
-        Effect.mapError(decodeChunk(data), () => unavailable("The model provider sent a malformed stream chunk.")),
-        (chunk): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> => {
-          if (chunk.error !== undefined && chunk.error !== null) {
-            return reported(unavailable("The model provider failed mid-stream."), `error chunk: ${JSON.stringify(chunk.error).slice(0, 2000)}`)
-          }
-          const parts: Array<StreamPart> = []
-          for (const choice of chunk.choices) {
-            const text = choice.delta?.content
-            const logprobs = choice.logprobs?.content ?? undefined
-            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text, logprobs })
-            for (const call of choice.delta?.tool_calls ?? []) {
-              parts.push({
-                _tag: "ToolCallDelta",
-                index: call.index,
-                id: call.id ?? undefined,
-                name: call.function?.name ?? undefined,
-                arguments: call.function?.arguments ?? ""
-              })
-            }
-            if (typeof choice.finish_reason === "string") parts.push({ _tag: "Finish", finishReason: finishReasonOf(choice.finish_reason) })
-          }
-          if (chunk.usage !== undefined && chunk.usage !== null) parts.push({ _tag: "Usage", usage: usageOf(chunk.usage) })
-          return Effect.succeed(parts)
-        }
-      )
-
-    const events = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<Sse.Event, ProviderError> =>
-      response.stream.pipe(
-        Stream.decodeText(),
-        Stream.pipeThroughChannel(Sse.makeChannel<HttpClientError.ResponseError, unknown>()),
-        Stream.catchAll((error) => Stream.fromEffect(reported(unavailable("The model provider's stream broke off."), error.message)))
-      )
-
     /**
-     * The parts of an event stream, read to `[DONE]` or the stream's end: OpenAI sends usage in a chunk after the
-     * finish reason (`choices: []`), often in a later read. A stream that stops before any finish reason was cut off.
+     * A streamed request, sent on undici's dispatcher itself: its body is read by hand (`EventStream.ts`) and never
+     * aborted once it has ended (HttpClient's stream aborts every request at its end, building an error each time).
      */
-    const parts = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<StreamPart, ProviderError> =>
-      Stream.suspend(() => {
-        let finished = false
-        return events(response).pipe(
-          Stream.takeWhile((event) => event.data !== "[DONE]"),
-          // One stage per event (a stream stage costs more than the event's own work).
-          Stream.mapConcatEffect((event) =>
-            Effect.map(partsOf(event.data), (parts) => {
-              if (parts.some((part) => part._tag === "Finish")) finished = true
-              return parts
-            })
-          ),
-          // After the finish reason the answer is whole: a connection lost before `[DONE]` costs nothing but the usage chunk.
-          Stream.catchAll((error) => finished ? Stream.empty : Stream.fail(error)),
-          Stream.concat(Stream.suspend(() =>
-            finished ? Stream.empty : Stream.fail(unavailable("The model provider's stream ended before the answer was finished."))
-          ))
-        )
+    const target = new URL(url)
+    const headers = (): Record<string, string> => ({
+      "content-type": "application/json",
+      accept: "application/json",
+      ...Option.match(options.apiKey, { onNone: () => ({}), onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` }) })
+    })
+    const open = (body: string) =>
+      Effect.async<Answer, unknown>((resume) => {
+        const controller = new AbortController()
+        dispatcher.request({
+          origin: target.origin,
+          path: target.pathname + target.search,
+          method: "POST",
+          headers: headers(),
+          body,
+          signal: controller.signal,
+          // The deadlines are ours: the first byte below, the whole stream in EventStream.ts.
+          headersTimeout: 0,
+          bodyTimeout: 0
+        }).then((answer) => resume(Effect.succeed(answer)), (cause) => resume(Effect.fail(cause)))
+        return Effect.sync(() => controller.abort())
       })
-
-    const isEventStream = (response: HttpClientResponse.HttpClientResponse): boolean =>
-      (response.headers["content-type"] ?? "").toLowerCase().startsWith("text/event-stream")
+    const sendStream = (request: ProviderRequest) =>
+      open(JSON.stringify(requestBody(request, true))).pipe(
+        // A connection that fails before any byte is tried once more.
+        Effect.retry({ times: 1 }),
+        Effect.timeoutFail({ duration: firstByte, onTimeout: () => timedOut("start answering") }),
+        Effect.catchIf(
+          (error): error is unknown => !(error instanceof ProviderTimeout),
+          (error) => reported(unavailable("The model provider could not be reached."), error instanceof Error ? error.message : String(error))
+        ),
+        Effect.flatMap((answer) => {
+          if (answer.statusCode >= 200 && answer.statusCode < 300) return Effect.succeed(answer)
+          const text = Effect.tryPromise(() => answer.body.text())
+          return statusError({ status: answer.statusCode, retryAfter: headerOf(answer.headers, "retry-after"), text })
+        })
+      )
 
     const stream = (request: ProviderRequest): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> =>
-      Effect.gen(function*() {
-        const deadline = Effect.zipRight(Effect.sleep(total), Effect.failSync(() => timedOut("finish")))
-        const response = yield* send(request, true)
-        if (!isEventStream(response)) {
-          return yield* unavailable(
-            `The model provider answered a stream request with ${response.headers["content-type"] ?? "no content type"}, not an event stream.`
-          )
+      Effect.flatMap(sendStream(request), (answer) => {
+        const contentType = headerOf(answer.headers, "content-type")
+        if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
+          answer.body.on("error", () => undefined).destroy()
+          return Effect.fail(unavailable(
+            `The model provider answered a stream request with ${contentType ?? "no content type"}, not an event stream.`
+          ))
         }
-        return parts(response).pipe(Stream.interruptWhen(deadline))
+        return Effect.succeed(eventStreamParts(answer.body, options.totalTimeoutMs, {
+          malformed: () => unavailable("The model provider sent a malformed stream chunk."),
+          errorChunk: () => unavailable("The model provider failed mid-stream."),
+          brokeOff: () => unavailable("The model provider's stream broke off."),
+          cutShort: () => unavailable("The model provider's stream ended before the answer was finished."),
+          timedOut: () => timedOut("finish")
+        }))
       })
 
     return { complete, stream }

@@ -248,30 +248,63 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
       accept: "application/json",
       ...Option.match(options.apiKey, { onNone: () => ({}), onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` }) })
     })
+    /**
+     * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
+     * before any byte tried once more, in plain code (no fiber races a sleep).
+     */
     const open = (body: string) =>
-      Effect.async<Answer, unknown>((resume) => {
+      Effect.async<Answer, ProviderError | { readonly unreachable: unknown }>((resume) => {
         const controller = new AbortController()
-        dispatcher.request({
-          origin: target.origin,
-          path: target.pathname + target.search,
-          method: "POST",
-          headers: headers(),
-          body,
-          signal: controller.signal,
-          // The deadlines are ours: the first byte below, the whole stream in EventStream.ts.
-          headersTimeout: 0,
-          bodyTimeout: 0
-        }).then((answer) => resume(Effect.succeed(answer)), (cause) => resume(Effect.fail(cause)))
-        return Effect.sync(() => controller.abort())
+        let settled = false
+        const timer = setTimeout(() => {
+          settled = true
+          controller.abort()
+          resume(Effect.fail(timedOut("start answering")))
+        }, options.firstByteTimeoutMs)
+        const attempt = (retries: number): void => {
+          dispatcher.request({
+            origin: target.origin,
+            path: target.pathname + target.search,
+            method: "POST",
+            headers: headers(),
+            body,
+            signal: controller.signal,
+            // The deadlines are ours: the first byte here, the whole stream in EventStream.ts.
+            headersTimeout: 0,
+            bodyTimeout: 0
+          }).then(
+            (answer) => {
+              if (settled) return void answer.body.on("error", () => undefined).destroy()
+              settled = true
+              clearTimeout(timer)
+              resume(Effect.succeed(answer))
+            },
+            (cause) => {
+              if (settled) return
+              if (retries > 0) return attempt(retries - 1)
+              settled = true
+              clearTimeout(timer)
+              resume(Effect.fail({ unreachable: cause }))
+            }
+          )
+        }
+        attempt(1)
+        // Interrupted (the client went away, or shutdown): the request is dropped.
+        return Effect.sync(() => {
+          settled = true
+          clearTimeout(timer)
+          controller.abort()
+        })
       })
     const sendStream = (request: ProviderRequest) =>
       open(JSON.stringify(requestBody(request, true))).pipe(
-        // A connection that fails before any byte is tried once more.
-        Effect.retry({ times: 1 }),
-        Effect.timeoutFail({ duration: firstByte, onTimeout: () => timedOut("start answering") }),
         Effect.catchIf(
-          (error): error is unknown => !(error instanceof ProviderTimeout),
-          (error) => reported(unavailable("The model provider could not be reached."), error instanceof Error ? error.message : String(error))
+          (error): error is { readonly unreachable: unknown } => "unreachable" in error,
+          ({ unreachable }) =>
+            reported(
+              unavailable("The model provider could not be reached."),
+              unreachable instanceof Error ? unreachable.message : String(unreachable)
+            )
         ),
         Effect.flatMap((answer) => {
           if (answer.statusCode >= 200 && answer.statusCode < 300) return Effect.succeed(answer)

@@ -23,6 +23,8 @@ export interface StartedStream {
   readonly progress: Ref.Ref<Progress>
   readonly parts: Stream.Stream<StreamPart, ProviderError>
   readonly handoff: Ref.Ref<Handoff>
+  /** Stops the handoff's watchdog once the relay has attached (it would otherwise sleep to its deadline). */
+  readonly dismissWatchdog: Effect.Effect<void>
 }
 
 const asApiError = (cause: Cause.Cause<unknown>): ApiError =>
@@ -137,6 +139,7 @@ export const relay = (settlement: Settlement, started: StartedStream): Stream.St
       const abandoned: StreamEvent = { _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }
       return Stream.succeed(abandoned)
     }
+    yield* started.dismissWatchdog
     yield* Effect.addFinalizer(settlement.settleOnExit(call, progress))
     // One step per upstream read, not per part: the progress is written once for all of a read's parts.
     const events = parts.pipe(

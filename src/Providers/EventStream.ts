@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream"
 import { Chunk, Effect, Option, Stream } from "effect"
 import type { ProviderError, StreamPart } from "./Provider.js"
-import { chunkParts, makeEventSplitter } from "./StreamChunks.js"
+import { chunkParts, makeEventSplitter } from "./ChatDecode.js"
 
 /** Why reading stopped early: the error for the caller, and what the operator is told (absent: nothing). */
 interface Stop {

@@ -17,8 +17,8 @@ export const ProviderLive = Layer.unwrapEffect(Effect.gen(function*() {
         firstByteTimeoutMs: config.upstreamFirstByteTimeoutMs,
         totalTimeoutMs: config.upstreamTotalTimeoutMs
       })
-      // One dispatcher (its connections) for the client and for streams, which are read on it directly.
-    ).pipe(Layer.provide(Layer.provideMerge(NodeHttpClient.layerUndiciWithoutDispatcher, NodeHttpClient.dispatcherLayer)))
+      // Requests go out on undici's dispatcher directly (OpenAiCompatible.ts says why).
+    ).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))
   }
   if (config.production) {
     return yield* Effect.dieMessage("NODE_ENV=production needs UPSTREAM_BASE_URL: the simulated model does not run in production.")

@@ -1,12 +1,10 @@
 import type { Readable } from "node:stream"
-import { HttpClient, HttpClientRequest } from "@effect/platform"
-import type { HttpClientError } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Duration, Effect, Option, Redacted, Schema, type Stream } from "effect"
+import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import { completionOf } from "./ChatDecode.js"
 import { eventStreamParts } from "./EventStream.js"
-import type { Completion, ProviderError, ProviderRequest, ProviderShape, ProviderUsage, StreamPart } from "./Provider.js"
-import { finishReasonOf } from "./Provider.js"
+import type { Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 export interface UpstreamOptions {
   /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
@@ -15,43 +13,6 @@ export interface UpstreamOptions {
   readonly firstByteTimeoutMs: number
   readonly totalTimeoutMs: number
 }
-
-const Usage = Schema.Struct({
-  prompt_tokens: Schema.optionalWith(Schema.Number, { default: () => 0 }),
-  completion_tokens: Schema.optionalWith(Schema.Number, { default: () => 0 }),
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: Schema.optional(Schema.NullOr(Schema.Number)) }))),
-  completion_tokens_details: Schema.optional(
-    Schema.NullOr(Schema.Struct({ reasoning_tokens: Schema.optional(Schema.NullOr(Schema.Number)) }))
-  )
-})
-
-const Logprobs = Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.Array(Schema.Unknown))) })))
-
-const ToolCall = Schema.Struct({
-  id: Schema.String,
-  function: Schema.Struct({ name: Schema.String, arguments: Schema.optionalWith(Schema.String, { default: () => "" }) })
-})
-
-const Completion = Schema.Struct({
-  choices: Schema.Array(Schema.Struct({
-    message: Schema.Struct({
-      content: Schema.optional(Schema.NullOr(Schema.String)),
-      tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCall)))
-    }),
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
-    logprobs: Logprobs
-  })),
-  usage: Schema.optional(Schema.NullOr(Usage))
-})
-
-const decodeCompletion = Schema.decodeUnknown(Completion)
-
-const usageOf = (usage: typeof Usage.Type): ProviderUsage => ({
-  inputTokens: Math.max(0, Math.round(usage.prompt_tokens)),
-  outputTokens: Math.max(0, Math.round(usage.completion_tokens)),
-  cachedTokens: Math.max(0, Math.round(usage.prompt_tokens_details?.cached_tokens ?? 0)),
-  reasoningTokens: Math.max(0, Math.round(usage.completion_tokens_details?.reasoning_tokens ?? 0))
-})
 
 const requestBody = (request: ProviderRequest, stream: boolean) => ({
   model: request.model,
@@ -163,9 +124,6 @@ const statusError = (response: StatusAnswer) =>
     }
   )
 
-const isConnectFailure = (error: HttpClientError.HttpClientError): boolean =>
-  error._tag === "RequestError" && error.reason === "Transport"
-
 type Answer = {
   readonly statusCode: number
   readonly headers: Record<string, string | ReadonlyArray<string> | undefined>
@@ -182,65 +140,14 @@ const headerOf = (headers: Answer["headers"], name: string): string | undefined 
  * endpoint, OpenRouter, vLLM, Ollama, llama.cpp) over `HttpClient`.
  */
 export const makeOpenAiCompatible = (options: UpstreamOptions) =>
-  Effect.map(Effect.zip(HttpClient.HttpClient, NodeHttpClient.Dispatcher), ([client, dispatcher]): ProviderShape => {
+  Effect.map(NodeHttpClient.Dispatcher, (dispatcher): ProviderShape => {
     const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
-    const firstByte = Duration.millis(options.firstByteTimeoutMs)
-    const total = Duration.millis(options.totalTimeoutMs)
     const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
 
-    /** Sends the request; resolves with the response headers. A connection that fails before any byte is tried once more. */
-    const send = (request: ProviderRequest, stream: boolean) => {
-      const base = HttpClientRequest.post(url).pipe(
-        HttpClientRequest.bodyUnsafeJson(requestBody(request, stream)),
-        HttpClientRequest.acceptJson
-      )
-      const authorized = Option.match(options.apiKey, {
-        onNone: () => base,
-        onSome: (key) => HttpClientRequest.bearerToken(base, Redacted.value(key))
-      })
-      return client.execute(authorized).pipe(
-        Effect.retry({ times: 1, while: isConnectFailure }),
-        Effect.timeoutFail({ duration: firstByte, onTimeout: () => timedOut("start answering") }),
-        Effect.catchTag("RequestError", (error) =>
-          reported(unavailable("The model provider could not be reached."), error.message)),
-        Effect.catchTag("ResponseError", (error) =>
-          reported(unavailable("The model provider answered badly."), error.message)),
-        Effect.flatMap((response) =>
-          response.status >= 200 && response.status < 300
-            ? Effect.succeed(response)
-            : statusError({ status: response.status, retryAfter: response.headers["retry-after"], text: response.text })
-        )
-      )
-    }
-
-    const complete = (request: ProviderRequest): Effect.Effect<Completion, ProviderError> =>
-      send(request, false).pipe(
-        Effect.flatMap((response) => response.json),
-        Effect.flatMap(decodeCompletion),
-        Effect.map((body): Completion => {
-          const choice = body.choices[0]
-          return {
-            text: choice?.message.content ?? "",
-            toolCalls: (choice?.message.tool_calls ?? []).map((call) => ({
-              id: call.id,
-              type: "function" as const,
-              function: { name: call.function.name, arguments: call.function.arguments }
-            })),
-            logprobs: choice?.logprobs?.content ?? undefined,
-            finishReason: finishReasonOf(choice?.finish_reason),
-            usage: body.usage === undefined || body.usage === null ? Option.none() : Option.some(usageOf(body.usage))
-          }
-        }),
-        Effect.catchTags({
-          ResponseError: (error) => reported(unavailable("The model provider's answer broke off."), error.message),
-          ParseError: () => Effect.fail(unavailable("The model provider's answer was not a chat completion."))
-        }),
-        Effect.timeoutFail({ duration: total, onTimeout: () => timedOut("finish") })
-      )
-
     /**
-     * A streamed request, sent on undici's dispatcher itself: its body is read by hand (`EventStream.ts`) and never
-     * aborted once it has ended (HttpClient's stream aborts every request at its end, building an error each time).
+     * Requests go out on undici's dispatcher itself, and answers are read by hand (`ChatDecode.ts`,
+     * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
+     * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
      */
     const target = new URL(url)
     const headers = (): Record<string, string> => ({
@@ -252,15 +159,15 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
      * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
      * before any byte tried once more, in plain code (no fiber races a sleep).
      */
-    const open = (body: string) =>
+    const open = (body: string, firstByteMs: number, phase: string) =>
       Effect.async<Answer, ProviderError | { readonly unreachable: unknown }>((resume) => {
         const controller = new AbortController()
         let settled = false
         const timer = setTimeout(() => {
           settled = true
           controller.abort()
-          resume(Effect.fail(timedOut("start answering")))
-        }, options.firstByteTimeoutMs)
+          resume(Effect.fail(timedOut(phase)))
+        }, firstByteMs)
         const attempt = (retries: number): void => {
           dispatcher.request({
             origin: target.origin,
@@ -296,8 +203,9 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
           controller.abort()
         })
       })
-    const sendStream = (request: ProviderRequest) =>
-      open(JSON.stringify(requestBody(request, true))).pipe(
+    /** The answer's headers, its status refused as our errors. */
+    const send = (request: ProviderRequest, stream: boolean, firstByteMs: number, phase: string) =>
+      open(JSON.stringify(requestBody(request, stream)), firstByteMs, phase).pipe(
         Effect.catchIf(
           (error): error is { readonly unreachable: unknown } => "unreachable" in error,
           ({ unreachable }) =>
@@ -313,8 +221,56 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         })
       )
 
+    /** The whole body by `deadline` (epoch ms), or why not. */
+    const bodyOf = (answer: Answer, deadline: number) =>
+      Effect.async<string, ProviderError>((resume) => {
+        let settled = false
+        const timer = setTimeout(() => {
+          settled = true
+          answer.body.on("error", () => undefined).destroy()
+          resume(Effect.fail(timedOut("finish")))
+        }, Math.max(0, deadline - Date.now()))
+        answer.body.text().then(
+          (text) => {
+            if (settled) return
+            settled = true
+            clearTimeout(timer)
+            resume(Effect.succeed(text))
+          },
+          (cause) => {
+            if (settled) return
+            settled = true
+            clearTimeout(timer)
+            resume(reported(unavailable("The model provider's answer broke off."), cause instanceof Error ? cause.message : String(cause)))
+          }
+        )
+        return Effect.sync(() => {
+          settled = true
+          clearTimeout(timer)
+          answer.body.on("error", () => undefined).destroy()
+        })
+      })
+
+    /** One deadline for the whole answer; the first byte's own, when it comes first. */
+    const complete = (request: ProviderRequest): Effect.Effect<Completion, ProviderError> =>
+      Effect.suspend(() => {
+        const deadline = Date.now() + options.totalTimeoutMs
+        const [firstByteMs, phase] = options.firstByteTimeoutMs < options.totalTimeoutMs
+          ? [options.firstByteTimeoutMs, "start answering"]
+          : [options.totalTimeoutMs, "finish"]
+        return send(request, false, firstByteMs, phase).pipe(
+          Effect.flatMap((answer) => bodyOf(answer, deadline)),
+          Effect.flatMap((text) => {
+            const completion = completionOf(text)
+            return completion === undefined
+              ? Effect.fail(unavailable("The model provider's answer was not a chat completion."))
+              : Effect.succeed(completion)
+          })
+        )
+      })
+
     const stream = (request: ProviderRequest): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> =>
-      Effect.flatMap(sendStream(request), (answer) => {
+      Effect.flatMap(send(request, true, options.firstByteTimeoutMs, "start answering"), (answer) => {
         const contentType = headerOf(answer.headers, "content-type")
         if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
           answer.body.on("error", () => undefined).destroy()

@@ -1,12 +1,14 @@
 import { createParser } from "eventsource-parser"
-import type { ProviderUsage, StreamPart } from "./Provider.js"
+import { Option } from "effect"
+import type { Completion, ProviderUsage, StreamPart, ToolCall } from "./Provider.js"
 import { finishReasonOf } from "./Provider.js"
 
 /**
- * An OpenAI-compatible event stream read by hand: its bytes split into events
- * as they arrive (`eventsource-parser`), each event's chunk checked and turned
- * into parts in plain code. Only the fields the relay uses are read; each is
- * checked for the type chat gives it, and a chunk that breaks one is malformed.
+ * An OpenAI-compatible upstream's answers read by hand: a completion, or an
+ * event stream split into events as its bytes arrive (`eventsource-parser`),
+ * each event's chunk turned into parts in plain code. Only the fields we use
+ * are read; each is checked for the type chat gives it, and an answer that
+ * breaks one is not chat's.
  */
 
 /** The data of each event completed by a read (`undefined`: the body ended; an unfinished last event still counts). */
@@ -117,4 +119,48 @@ export const chunkParts = (data: string, out: Array<StreamPart>): ChunkOutcome =
   if (!absent(error)) return { _tag: "ErrorChunk", error }
   for (const part of parts) out.push(part)
   return PARTS
+}
+
+/** A completion's tool call, or undefined when it is not chat's shape. */
+const toolCallOf = (call: unknown): ToolCall | undefined => {
+  if (!isObject(call) || typeof call["id"] !== "string" || !isObject(call["function"])) return undefined
+  const { arguments: args, name } = call["function"]
+  if (typeof name !== "string" || (args !== undefined && typeof args !== "string")) return undefined
+  return { id: call["id"], type: "function", function: { name, arguments: args ?? "" } }
+}
+
+/** The fields of a chat completion we use, or undefined when the body is not one. */
+export const completionOf = (text: string): Completion | undefined => {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  if (!isObject(body) || !Array.isArray(body["choices"]) || !objectOrAbsent(body["usage"])) return undefined
+  const choices: Array<unknown> = body["choices"]
+  for (const choice of choices) {
+    if (!isObject(choice) || !isObject(choice["message"]) || !stringOrAbsent(choice["finish_reason"])) return undefined
+    const logprobs = choice["logprobs"]
+    if (!objectOrAbsent(logprobs) || (!absent(logprobs?.["content"]) && !Array.isArray(logprobs?.["content"]))) return undefined
+    const { content, tool_calls: calls } = choice["message"]
+    if (!stringOrAbsent(content) || (!absent(calls) && !Array.isArray(calls))) return undefined
+  }
+  const usage = absent(body["usage"]) ? undefined : usageOf(body["usage"])
+  if (!absent(body["usage"]) && usage === undefined) return undefined
+  const first = choices[0] as Json | undefined
+  const message = first?.["message"] as Json | undefined
+  const toolCalls: Array<ToolCall> = []
+  for (const call of (message?.["tool_calls"] ?? []) as Array<unknown>) {
+    const parsed = toolCallOf(call)
+    if (parsed === undefined) return undefined
+    toolCalls.push(parsed)
+  }
+  return {
+    text: (message?.["content"] ?? "") as string,
+    toolCalls,
+    logprobs: ((first?.["logprobs"] as Json | null | undefined)?.["content"] ?? undefined) as ReadonlyArray<unknown> | undefined,
+    finishReason: finishReasonOf(first?.["finish_reason"]),
+    usage: usage === undefined ? Option.none() : Option.some(usage)
+  }
 }

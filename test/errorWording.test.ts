@@ -1,5 +1,4 @@
 import { FetchHttpClient } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, Option, Redacted, Stream } from "effect"
 import { AppConfig } from "../src/AppConfig.js"
@@ -63,7 +62,7 @@ describe("failures of what the service calls are answered in generic words", () 
         // A refusal of the caller's request keeps the upstream's words (DESIGN.md), less the URLs in them.
         if (status === 400) expect(refused.message).toContain("backend [url] failed")
       }
-    }).pipe(Effect.provide([FetchHttpClient.layer, NodeHttpClient.dispatcherLayer])))
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
 
   it.effect("the search API: unreachable names neither SEARCH_BASE_URL nor its port", () =>
     Effect.gen(function*() {

@@ -55,6 +55,12 @@ const flowingReads = (body: Readable) => {
     failure = cause
     wake()
   })
+  // A connection lost midway may close the body without an error.
+  body.on("close", () => {
+    if (ended || failure !== undefined) return
+    failure = new Error("The stream's connection closed before its end.")
+    wake()
+  })
   return {
     next: (): Promise<Uint8Array | undefined> =>
       new Promise((resolve, reject) => {

@@ -1,4 +1,3 @@
-import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { makeOpenAiCompatible } from "./OpenAiCompatible.js"
@@ -17,8 +16,7 @@ export const ProviderLive = Layer.unwrapEffect(Effect.gen(function*() {
         firstByteTimeoutMs: config.upstreamFirstByteTimeoutMs,
         totalTimeoutMs: config.upstreamTotalTimeoutMs
       })
-      // Requests go out on undici's dispatcher directly (OpenAiCompatible.ts says why).
-    ).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))
+    )
   }
   if (config.production) {
     return yield* Effect.dieMessage("NODE_ENV=production needs UPSTREAM_BASE_URL: the simulated model does not run in production.")

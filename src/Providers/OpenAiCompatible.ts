@@ -1,9 +1,9 @@
-import type { Readable } from "node:stream"
-import { NodeHttpClient } from "@effect/platform-node"
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
 import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import { completionOf } from "./ChatDecode.js"
 import { eventStreamParts } from "./EventStream.js"
+import { dropBody, makePost, textOf } from "./Post.js"
 import type { Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 export interface UpstreamOptions {
@@ -124,13 +124,7 @@ const statusError = (response: StatusAnswer) =>
     }
   )
 
-type Answer = {
-  readonly statusCode: number
-  readonly headers: Record<string, string | ReadonlyArray<string> | undefined>
-  readonly body: Readable & { readonly text: () => Promise<string> }
-}
-
-const headerOf = (headers: Answer["headers"], name: string): string | undefined => {
+const headerOf = (headers: IncomingHttpHeaders, name: string): string | undefined => {
   const value = headers[name]
   return typeof value === "string" ? value : value?.[0]
 }
@@ -140,16 +134,16 @@ const headerOf = (headers: Answer["headers"], name: string): string | undefined 
  * endpoint, OpenRouter, vLLM, Ollama, llama.cpp) over `HttpClient`.
  */
 export const makeOpenAiCompatible = (options: UpstreamOptions) =>
-  Effect.map(NodeHttpClient.Dispatcher, (dispatcher): ProviderShape => {
+  Effect.sync((): ProviderShape => {
     const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
     const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
 
     /**
-     * Requests go out on undici's dispatcher itself, and answers are read by hand (`ChatDecode.ts`,
+     * Requests go out on Node's HTTP client (`Post.ts`), and answers are read by hand (`ChatDecode.ts`,
      * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
      * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
      */
-    const target = new URL(url)
+    const post = makePost(url)
     const headers = (): Record<string, string> => ({
       "content-type": "application/json",
       accept: "application/json",
@@ -160,47 +154,34 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
      * before any byte tried once more, in plain code (no fiber races a sleep).
      */
     const open = (body: string, firstByteMs: number, phase: string) =>
-      Effect.async<Answer, ProviderError | { readonly unreachable: unknown }>((resume) => {
-        const controller = new AbortController()
+      Effect.async<IncomingMessage, ProviderError | { readonly unreachable: unknown }>((resume) => {
         let settled = false
+        let cancel = () => {}
         const timer = setTimeout(() => {
           settled = true
-          controller.abort()
+          cancel()
           resume(Effect.fail(timedOut(phase)))
         }, firstByteMs)
         const attempt = (retries: number): void => {
-          dispatcher.request({
-            origin: target.origin,
-            path: target.pathname + target.search,
-            method: "POST",
-            headers: headers(),
-            body,
-            signal: controller.signal,
-            // The deadlines are ours: the first byte here, the whole stream in EventStream.ts.
-            headersTimeout: 0,
-            bodyTimeout: 0
-          }).then(
-            (answer) => {
-              if (settled) return void answer.body.on("error", () => undefined).destroy()
-              settled = true
-              clearTimeout(timer)
-              resume(Effect.succeed(answer))
-            },
-            (cause) => {
-              if (settled) return
-              if (retries > 0) return attempt(retries - 1)
-              settled = true
-              clearTimeout(timer)
-              resume(Effect.fail({ unreachable: cause }))
-            }
-          )
+          cancel = post.send(headers(), body, (answer) => {
+            if (settled) return dropBody(answer)
+            settled = true
+            clearTimeout(timer)
+            resume(Effect.succeed(answer))
+          }, (cause) => {
+            if (settled) return
+            if (retries > 0) return attempt(retries - 1)
+            settled = true
+            clearTimeout(timer)
+            resume(Effect.fail({ unreachable: cause }))
+          })
         }
         attempt(1)
         // Interrupted (the client went away, or shutdown): the request is dropped.
         return Effect.sync(() => {
           settled = true
           clearTimeout(timer)
-          controller.abort()
+          cancel()
         })
       })
     /** The answer's headers, its status refused as our errors. */
@@ -215,22 +196,23 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
             )
         ),
         Effect.flatMap((answer) => {
-          if (answer.statusCode >= 200 && answer.statusCode < 300) return Effect.succeed(answer)
-          const text = Effect.tryPromise(() => answer.body.text())
-          return statusError({ status: answer.statusCode, retryAfter: headerOf(answer.headers, "retry-after"), text })
+          const status = answer.statusCode ?? 0
+          if (status >= 200 && status < 300) return Effect.succeed(answer)
+          const text = Effect.tryPromise(() => textOf(answer))
+          return statusError({ status, retryAfter: headerOf(answer.headers, "retry-after"), text })
         })
       )
 
     /** The whole body by `deadline` (epoch ms), or why not. */
-    const bodyOf = (answer: Answer, deadline: number) =>
+    const bodyOf = (answer: IncomingMessage, deadline: number) =>
       Effect.async<string, ProviderError>((resume) => {
         let settled = false
         const timer = setTimeout(() => {
           settled = true
-          answer.body.on("error", () => undefined).destroy()
+          dropBody(answer)
           resume(Effect.fail(timedOut("finish")))
         }, Math.max(0, deadline - Date.now()))
-        answer.body.text().then(
+        textOf(answer).then(
           (text) => {
             if (settled) return
             settled = true
@@ -247,7 +229,7 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
         return Effect.sync(() => {
           settled = true
           clearTimeout(timer)
-          answer.body.on("error", () => undefined).destroy()
+          dropBody(answer)
         })
       })
 
@@ -273,12 +255,12 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
       Effect.flatMap(send(request, true, options.firstByteTimeoutMs, "start answering"), (answer) => {
         const contentType = headerOf(answer.headers, "content-type")
         if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
-          answer.body.on("error", () => undefined).destroy()
+          dropBody(answer)
           return Effect.fail(unavailable(
             `The model provider answered a stream request with ${contentType ?? "no content type"}, not an event stream.`
           ))
         }
-        return Effect.succeed(eventStreamParts(answer.body, options.totalTimeoutMs, {
+        return Effect.succeed(eventStreamParts(answer, options.totalTimeoutMs, {
           malformed: () => unavailable("The model provider sent a malformed stream chunk."),
           errorChunk: () => unavailable("The model provider failed mid-stream."),
           brokeOff: () => unavailable("The model provider's stream broke off."),

@@ -38,6 +38,8 @@ const raw = <A>(text: string, values: Array<unknown> = []) =>
  */
 const testPool = (closing: ReadonlyArray<Grant> = []): GrantPool => ({
   lend: () => undefined,
+  growth: () => undefined,
+  lendAgain: () => undefined,
   charge: () => undefined,
   giveBack: () => undefined,
   handBack: () => undefined,

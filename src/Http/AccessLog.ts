@@ -1,6 +1,6 @@
 import { HttpApi, type HttpApp, HttpServerRequest } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Effect, Exit } from "effect"
+import { Effect, Exit, FiberRef } from "effect"
 import { NenasApi } from "../Api.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { CurrentRequestFacts, type RequestFacts } from "../Request/Context.js"
@@ -55,7 +55,9 @@ export const accessLog = (app: HttpApp.Default): HttpApp.Default<never, Metrics>
     const facts: RequestFacts = {}
     const route = routeOf(request.method, request.url)
     const response = NodeHttpServerRequest.toServerResponse(request)
-    return yield* Effect.locally(app, CurrentRequestFacts, facts).pipe(
+    // Set, not `Effect.locally`: this fiber serves this one request and ends with it.
+    yield* FiberRef.set(CurrentRequestFacts, facts)
+    return yield* app.pipe(
       Effect.onExit((exit) => {
         const seconds = (performance.now() - started) / 1000
         const status = response.statusCode

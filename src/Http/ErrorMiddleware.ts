@@ -10,7 +10,7 @@ import { NodeHttpServerRequest } from "@effect/platform-node"
 import type { Server } from "node:http"
 import type { Socket } from "node:net"
 import type { Duplex } from "node:stream"
-import { Cause, Effect, Option, ParseResult } from "effect"
+import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
   type ApiError,
@@ -207,6 +207,10 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const requestId = newId("req")
         yield* noteRequestFacts({ requestId })
         const extraHeaders: Record<string, string> = {}
+        // Set, not `Effect.locally`: this fiber serves this one request and ends with it, so nothing needs them back.
+        yield* FiberRef.set(CurrentRequestId, requestId)
+        yield* FiberRef.set(CurrentDashboardUrl, dashboardUrl)
+        yield* FiberRef.set(CurrentResponseHeaders, extraHeaders)
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
         pauseInsteadOfDestroy(request)
         let refused = false
@@ -226,10 +230,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
                       Effect.as(respond(new InternalError({ message: "Internal server error." })))
                     )
               })
-            ),
-            Effect.locally(CurrentRequestId, requestId),
-            Effect.locally(CurrentDashboardUrl, dashboardUrl),
-            Effect.locally(CurrentResponseHeaders, extraHeaders)
+            )
           )
         const withId = HttpServerResponse.setHeaders(response, { "x-request-id": requestId, ...extraHeaders })
         // An oversize or refused body may be left unread: the connection cannot carry another request.

@@ -1,4 +1,4 @@
-import { Clock, Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref, type Stream } from "effect"
+import { Clock, Context, Effect, Exit, Fiber, FiberId, FiberSet, Layer, Option, Ref, type Stream } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -202,8 +202,14 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause)))
               )
               const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
-              const handoff = yield* watchHandoff(abandon, config.streamHandoffTimeoutMs, (watchdog) => FiberSet.run(watchdogs, watchdog))
-              return { call, progress, parts, handoff }
+              let watchdog: Fiber.RuntimeFiber<void> | undefined
+              const handoff = yield* watchHandoff(abandon, config.streamHandoffTimeoutMs, (watch) =>
+                Effect.map(FiberSet.run(watchdogs, watch), (fiber) => {
+                  watchdog = fiber
+                }))
+              // Once attached, the relay settles: its watchdog is told to stop now (without waiting), not left asleep.
+              const dismissWatchdog = Effect.suspend(() => watchdog === undefined ? Effect.void : Fiber.interruptAsFork(watchdog, FiberId.none))
+              return { call, progress, parts, handoff, dismissWatchdog }
             })
           ),
           (started) => relay(settlement, started)

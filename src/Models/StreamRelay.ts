@@ -1,4 +1,4 @@
-import { Cause, Effect, Option, Ref, type Scope, Stream } from "effect"
+import { Cause, Chunk, Effect, Option, Ref, type Scope, Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.js"
 import { errorMeta, InternalError, isApiError } from "../Domain/Errors.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Providers/Provider.js"
@@ -23,6 +23,8 @@ export interface StartedStream {
   readonly progress: Ref.Ref<Progress>
   readonly parts: Stream.Stream<StreamPart, ProviderError>
   readonly handoff: Ref.Ref<Handoff>
+  /** Stops the handoff's watchdog once the relay has attached (it would otherwise sleep to its deadline). */
+  readonly dismissWatchdog: Effect.Effect<void>
 }
 
 const asApiError = (cause: Cause.Cause<unknown>): ApiError =>
@@ -64,6 +66,22 @@ export const relayPart = (
     case "Usage":
       return [[], { ...progress, reportedUsage: Option.some(part.usage) }]
   }
+}
+
+/** A read's parts (one upstream network read): the client events they become, and the progress after them. */
+export const relayParts = (
+  requestId: string,
+  progress: Progress,
+  parts: Chunk.Chunk<StreamPart>
+): readonly [Chunk.Chunk<StreamEvent>, Progress] => {
+  const events: Array<StreamEvent> = []
+  let current = progress
+  for (const part of parts) {
+    const [out, next] = relayPart(requestId, current, part)
+    for (const event of out) events.push(event)
+    current = next
+  }
+  return [Chunk.unsafeFromArray(events), current]
 }
 
 /**
@@ -121,9 +139,11 @@ export const relay = (settlement: Settlement, started: StartedStream): Stream.St
       const abandoned: StreamEvent = { _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }
       return Stream.succeed(abandoned)
     }
+    yield* started.dismissWatchdog
     yield* Effect.addFinalizer(settlement.settleOnExit(call, progress))
+    // One step per upstream read, not per part: the progress is written once for all of a read's parts.
     const events = parts.pipe(
-      Stream.mapConcatEffect((part) => Ref.modify(progress, (current) => relayPart(call.requestId, current, part)))
+      Stream.mapChunksEffect((chunk) => Ref.modify(progress, (current) => relayParts(call.requestId, current, chunk)))
     )
     return Stream.concat(events, Stream.fromEffect(completed(settlement, started))).pipe(
       Stream.catchAllCause((cause) => Stream.fromEffect(failed(settlement, started, cause)))

@@ -1,5 +1,4 @@
-import { Sse } from "@effect/experimental"
-import { Stream } from "effect"
+import { Chunk, Stream } from "effect"
 import { toErrorBody } from "../Domain/Errors.js"
 import { toMyrString } from "../Domain/Money.js"
 import { PUBLIC_MODEL } from "./Api.js"
@@ -128,13 +127,20 @@ export const chatCompletion = (result: CallResult) => ({
   cost_myr: toMyrString(result.cost)
 })
 
-const encoder = new TextEncoder()
-/** An event's lines as one write (none for an event that writes nothing). */
-const joined = (parts: ReadonlyArray<Uint8Array>): ReadonlyArray<Uint8Array> =>
-  parts.length <= 1 ? parts : [Buffer.concat(parts)]
+/** One server-sent event (`message` is the default type, so it is not named); JSON holds no line break. */
+const sse = (event: string, data: unknown): string => {
+  const text = typeof data === "string" ? data : JSON.stringify(data)
+  return event === "message" ? `data: ${text}\n\n` : `event: ${event}\ndata: ${text}\n\n`
+}
 
-const sse = (event: string, data: unknown): Uint8Array =>
-  encoder.encode(Sse.encoder.write({ _tag: "Event", event, id: undefined, data: typeof data === "string" ? data : JSON.stringify(data) }))
+/** The events of one upstream read as one write (none when they write nothing). */
+const written = <E>(render: (event: E) => ReadonlyArray<string>) => (events: Chunk.Chunk<E>): Chunk.Chunk<Uint8Array> => {
+  let text = ""
+  for (const event of events) {
+    for (const line of render(event)) text += line
+  }
+  return text.length === 0 ? Chunk.empty() : Chunk.of(Buffer.from(text))
+}
 
 /** Where a stream is going and what to name it: the stream outlives the request's fiber, so nothing is read from it. */
 export interface StreamContext {
@@ -164,7 +170,7 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
       ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
     const messageAt = () => ({ item_id: ids.message, output_index: opened.findIndex((o) => o.kind === "message"), content_index: 0 })
     const callAt = (index: number) => opened.findIndex((o) => o.kind === "call" && o.index === index)
-    const openMessage = (): Array<Uint8Array> => {
+    const openMessage = (): Array<string> => {
       if (opened.some((o) => o.kind === "message")) return []
       opened.push({ kind: "message" })
       const at = messageAt()
@@ -177,8 +183,8 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
       emit("response.created", { response: shell("in_progress") }),
       emit("response.in_progress", { response: shell("in_progress") })
     ]
-    const close = (result: CallResult): Array<Uint8Array> => {
-      const out: Array<Uint8Array> = []
+    const close = (result: CallResult): Array<string> => {
+      const out: Array<string> = []
       if (opened.length === 0) out.push(...openMessage())
       const items: Array<OutputItem> = []
       for (const [outputIndex, item] of opened.entries()) {
@@ -206,8 +212,8 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
       out.push(emit("response.completed", { response: responsesOutput(result, items) }))
       return out
     }
-    const body = Stream.mapConcat(events, (event) => joined(eventParts(event)))
-    function eventParts(event: StreamEvent): Array<Uint8Array> {
+    const body = Stream.mapChunks(events, written(eventParts))
+    function eventParts(event: StreamEvent): Array<string> {
       switch (event._tag) {
         case "Delta": {
           text += event.text
@@ -216,7 +222,7 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
           return out
         }
         case "ToolCallDelta": {
-          const out: Array<Uint8Array> = []
+          const out: Array<string> = []
           const itemId = callItemId(requestId, event.index)
           if (callAt(event.index) === -1) {
             opened.push({ kind: "call", index: event.index })
@@ -236,7 +242,7 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
           })]
       }
     }
-    return Stream.concat(Stream.fromIterable(start), body)
+    return Stream.concat(Stream.succeed(Buffer.from(start.join(""))), body)
   })
 
 /**
@@ -252,8 +258,8 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
       sse("message", { id: idsOf(requestId).chat, object: "chat.completion.chunk", created: createdAt, model: PUBLIC_MODEL, choices, ...extra })
     const first = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }])
     const started = new Set<number>()
-    const body = Stream.mapConcat(events, (event) => joined(eventParts(event)))
-    function eventParts(event: StreamEvent): Array<Uint8Array> {
+    const body = Stream.mapChunks(events, written(eventParts))
+    function eventParts(event: StreamEvent): Array<string> {
       switch (event._tag) {
         case "Delta":
           return [chunk([{
@@ -285,5 +291,5 @@ export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext
           return [sse("message", { error: toErrorBody(event.error, requestId, dashboardUrl).error })]
       }
     }
-    return Stream.concat(Stream.make(first), body)
+    return Stream.concat(Stream.succeed(Buffer.from(first)), body)
   })

@@ -1,4 +1,3 @@
-import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { makeOpenAiCompatible } from "./OpenAiCompatible.js"
@@ -17,7 +16,7 @@ export const ProviderLive = Layer.unwrapEffect(Effect.gen(function*() {
         firstByteTimeoutMs: config.upstreamFirstByteTimeoutMs,
         totalTimeoutMs: config.upstreamTotalTimeoutMs
       })
-    ).pipe(Layer.provide(NodeHttpClient.layerUndici))
+    )
   }
   if (config.production) {
     return yield* Effect.dieMessage("NODE_ENV=production needs UPSTREAM_BASE_URL: the simulated model does not run in production.")

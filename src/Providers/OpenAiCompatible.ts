@@ -1,10 +1,10 @@
-import { Sse } from "@effect/experimental"
-import { HttpClient, HttpClientRequest } from "@effect/platform"
-import type { HttpClientError, HttpClientResponse } from "@effect/platform"
-import { Duration, Effect, Option, Redacted, Schema, Stream } from "effect"
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
+import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
-import type { Completion, ProviderError, ProviderRequest, ProviderShape, ProviderUsage, StreamPart } from "./Provider.js"
-import { finishReasonOf } from "./Provider.js"
+import { completionOf } from "./ChatDecode.js"
+import { eventStreamParts } from "./EventStream.js"
+import { dropBody, makePost, textOf } from "./Post.js"
+import type { Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 export interface UpstreamOptions {
   /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
@@ -13,69 +13,6 @@ export interface UpstreamOptions {
   readonly firstByteTimeoutMs: number
   readonly totalTimeoutMs: number
 }
-
-const Usage = Schema.Struct({
-  prompt_tokens: Schema.optionalWith(Schema.Number, { default: () => 0 }),
-  completion_tokens: Schema.optionalWith(Schema.Number, { default: () => 0 }),
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: Schema.optional(Schema.NullOr(Schema.Number)) }))),
-  completion_tokens_details: Schema.optional(
-    Schema.NullOr(Schema.Struct({ reasoning_tokens: Schema.optional(Schema.NullOr(Schema.Number)) }))
-  )
-})
-
-const Logprobs = Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.optional(Schema.NullOr(Schema.Array(Schema.Unknown))) })))
-
-const ToolCall = Schema.Struct({
-  id: Schema.String,
-  function: Schema.Struct({ name: Schema.String, arguments: Schema.optionalWith(Schema.String, { default: () => "" }) })
-})
-
-const Completion = Schema.Struct({
-  choices: Schema.Array(Schema.Struct({
-    message: Schema.Struct({
-      content: Schema.optional(Schema.NullOr(Schema.String)),
-      tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCall)))
-    }),
-    finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
-    logprobs: Logprobs
-  })),
-  usage: Schema.optional(Schema.NullOr(Usage))
-})
-
-const ToolCallFragment = Schema.Struct({
-  index: Schema.optionalWith(Schema.Int, { default: () => 0 }),
-  id: Schema.optional(Schema.NullOr(Schema.String)),
-  function: Schema.optional(Schema.NullOr(Schema.Struct({
-    name: Schema.optional(Schema.NullOr(Schema.String)),
-    arguments: Schema.optional(Schema.NullOr(Schema.String))
-  })))
-})
-
-const Chunk = Schema.Struct({
-  choices: Schema.optionalWith(
-    Schema.Array(Schema.Struct({
-      delta: Schema.optional(Schema.NullOr(Schema.Struct({
-        content: Schema.optional(Schema.NullOr(Schema.String)),
-        tool_calls: Schema.optional(Schema.NullOr(Schema.Array(ToolCallFragment)))
-      }))),
-      finish_reason: Schema.optional(Schema.NullOr(Schema.String)),
-      logprobs: Logprobs
-    })),
-    { default: () => [] }
-  ),
-  usage: Schema.optional(Schema.NullOr(Usage)),
-  error: Schema.optional(Schema.Unknown)
-})
-
-const decodeCompletion = Schema.decodeUnknown(Completion)
-const decodeChunk = Schema.decodeUnknown(Schema.parseJson(Chunk))
-
-const usageOf = (usage: typeof Usage.Type): ProviderUsage => ({
-  inputTokens: Math.max(0, Math.round(usage.prompt_tokens)),
-  outputTokens: Math.max(0, Math.round(usage.completion_tokens)),
-  cachedTokens: Math.max(0, Math.round(usage.prompt_tokens_details?.cached_tokens ?? 0)),
-  reasoningTokens: Math.max(0, Math.round(usage.completion_tokens_details?.reasoning_tokens ?? 0))
-})
 
 const requestBody = (request: ProviderRequest, stream: boolean) => ({
   model: request.model,
@@ -117,8 +54,15 @@ const capabilitiesBody = (request: ProviderRequest): Record<string, unknown> => 
 const unavailable = (message: string, extra: { retryable?: boolean; retry_after_seconds?: number } = {}) =>
   new ProviderUnavailable({ message, ...extra })
 
-const retryAfterSeconds = (response: HttpClientResponse.HttpClientResponse): number => {
-  const header = Number(response.headers["retry-after"])
+/** An upstream answer's status line, as either client reads it. */
+interface StatusAnswer {
+  readonly status: number
+  readonly retryAfter: string | undefined
+  readonly text: Effect.Effect<string, unknown>
+}
+
+const retryAfterSeconds = (response: StatusAnswer): number => {
+  const header = Number(response.retryAfter)
   return Number.isFinite(header) && header >= 0 ? Math.ceil(header) : 1
 }
 
@@ -151,7 +95,7 @@ const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many
  * Upstream statuses as our errors: 429, 408 and 5xx may pass on a retry; its credentials refused (401/403) are
  * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's words.
  */
-const statusError = (response: HttpClientResponse.HttpClientResponse) =>
+const statusError = (response: StatusAnswer) =>
   Effect.flatMap(
     Effect.orElseSucceed(response.text, () => ""),
     (text): Effect.Effect<never, ProviderError> => {
@@ -180,138 +124,149 @@ const statusError = (response: HttpClientResponse.HttpClientResponse) =>
     }
   )
 
-const isConnectFailure = (error: HttpClientError.HttpClientError): boolean =>
-  error._tag === "RequestError" && error.reason === "Transport"
+const headerOf = (headers: IncomingHttpHeaders, name: string): string | undefined => {
+  const value = headers[name]
+  return typeof value === "string" ? value : value?.[0]
+}
 
 /**
  * An OpenAI-compatible chat-completions upstream (OpenAI, Gemini's OpenAI
  * endpoint, OpenRouter, vLLM, Ollama, llama.cpp) over `HttpClient`.
  */
 export const makeOpenAiCompatible = (options: UpstreamOptions) =>
-  Effect.map(HttpClient.HttpClient, (client): ProviderShape => {
+  Effect.sync((): ProviderShape => {
     const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
-    const firstByte = Duration.millis(options.firstByteTimeoutMs)
-    const total = Duration.millis(options.totalTimeoutMs)
     const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
 
-    /** Sends the request; resolves with the response headers. A connection that fails before any byte is tried once more. */
-    const send = (request: ProviderRequest, stream: boolean) => {
-      const base = HttpClientRequest.post(url).pipe(
-        HttpClientRequest.bodyUnsafeJson(requestBody(request, stream)),
-        HttpClientRequest.acceptJson
-      )
-      const authorized = Option.match(options.apiKey, {
-        onNone: () => base,
-        onSome: (key) => HttpClientRequest.bearerToken(base, Redacted.value(key))
-      })
-      return client.execute(authorized).pipe(
-        Effect.retry({ times: 1, while: isConnectFailure }),
-        Effect.timeoutFail({ duration: firstByte, onTimeout: () => timedOut("start answering") }),
-        Effect.catchTag("RequestError", (error) =>
-          reported(unavailable("The model provider could not be reached."), error.message)),
-        Effect.catchTag("ResponseError", (error) =>
-          reported(unavailable("The model provider answered badly."), error.message)),
-        Effect.flatMap((response) => response.status >= 200 && response.status < 300 ? Effect.succeed(response) : statusError(response))
-      )
-    }
-
-    const complete = (request: ProviderRequest): Effect.Effect<Completion, ProviderError> =>
-      send(request, false).pipe(
-        Effect.flatMap((response) => response.json),
-        Effect.flatMap(decodeCompletion),
-        Effect.map((body): Completion => {
-          const choice = body.choices[0]
-          return {
-            text: choice?.message.content ?? "",
-            toolCalls: (choice?.message.tool_calls ?? []).map((call) => ({
-              id: call.id,
-              type: "function" as const,
-              function: { name: call.function.name, arguments: call.function.arguments }
-            })),
-            logprobs: choice?.logprobs?.content ?? undefined,
-            finishReason: finishReasonOf(choice?.finish_reason),
-            usage: body.usage === undefined || body.usage === null ? Option.none() : Option.some(usageOf(body.usage))
-          }
-        }),
-        Effect.catchTags({
-          ResponseError: (error) => reported(unavailable("The model provider's answer broke off."), error.message),
-          ParseError: () => Effect.fail(unavailable("The model provider's answer was not a chat completion."))
-        }),
-        Effect.timeoutFail({ duration: total, onTimeout: () => timedOut("finish") })
-      )
-
-    const partsOf = (data: string): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> =>
-      Effect.flatMap(
-        Effect.mapError(decodeChunk(data), () => unavailable("The model provider sent a malformed stream chunk.")),
-        (chunk): Effect.Effect<ReadonlyArray<StreamPart>, ProviderError> => {
-          if (chunk.error !== undefined && chunk.error !== null) {
-            return reported(unavailable("The model provider failed mid-stream."), `error chunk: ${JSON.stringify(chunk.error).slice(0, 2000)}`)
-          }
-          const parts: Array<StreamPart> = []
-          for (const choice of chunk.choices) {
-            const text = choice.delta?.content
-            const logprobs = choice.logprobs?.content ?? undefined
-            if (typeof text === "string" && text.length > 0) parts.push({ _tag: "Delta", text, logprobs })
-            for (const call of choice.delta?.tool_calls ?? []) {
-              parts.push({
-                _tag: "ToolCallDelta",
-                index: call.index,
-                id: call.id ?? undefined,
-                name: call.function?.name ?? undefined,
-                arguments: call.function?.arguments ?? ""
-              })
-            }
-            if (typeof choice.finish_reason === "string") parts.push({ _tag: "Finish", finishReason: finishReasonOf(choice.finish_reason) })
-          }
-          if (chunk.usage !== undefined && chunk.usage !== null) parts.push({ _tag: "Usage", usage: usageOf(chunk.usage) })
-          return Effect.succeed(parts)
-        }
-      )
-
-    const events = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<Sse.Event, ProviderError> =>
-      response.stream.pipe(
-        Stream.decodeText(),
-        Stream.pipeThroughChannel(Sse.makeChannel<HttpClientError.ResponseError, unknown>()),
-        Stream.catchAll((error) => Stream.fromEffect(reported(unavailable("The model provider's stream broke off."), error.message)))
-      )
-
     /**
-     * The parts of an event stream, read to `[DONE]` or the stream's end: OpenAI sends usage in a chunk after the
-     * finish reason (`choices: []`), often in a later read. A stream that stops before any finish reason was cut off.
+     * Requests go out on Node's HTTP client (`Post.ts`), and answers are read by hand (`ChatDecode.ts`,
+     * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
+     * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
      */
-    const parts = (response: HttpClientResponse.HttpClientResponse): Stream.Stream<StreamPart, ProviderError> =>
-      Stream.suspend(() => {
-        let finished = false
-        return events(response).pipe(
-          Stream.takeWhile((event) => event.data !== "[DONE]"),
-          // One stage per event (a stream stage costs more than the event's own work).
-          Stream.mapConcatEffect((event) =>
-            Effect.map(partsOf(event.data), (parts) => {
-              if (parts.some((part) => part._tag === "Finish")) finished = true
-              return parts
-            })
-          ),
-          // After the finish reason the answer is whole: a connection lost before `[DONE]` costs nothing but the usage chunk.
-          Stream.catchAll((error) => finished ? Stream.empty : Stream.fail(error)),
-          Stream.concat(Stream.suspend(() =>
-            finished ? Stream.empty : Stream.fail(unavailable("The model provider's stream ended before the answer was finished."))
-          ))
+    const post = makePost(url)
+    const headers = (): Record<string, string> => ({
+      "content-type": "application/json",
+      accept: "application/json",
+      ...Option.match(options.apiKey, { onNone: () => ({}), onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` }) })
+    })
+    /**
+     * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
+     * before any byte tried once more, in plain code (no fiber races a sleep).
+     */
+    const open = (body: string, firstByteMs: number, phase: string) =>
+      Effect.async<IncomingMessage, ProviderError | { readonly unreachable: unknown }>((resume) => {
+        let settled = false
+        let cancel = () => {}
+        const timer = setTimeout(() => {
+          settled = true
+          cancel()
+          resume(Effect.fail(timedOut(phase)))
+        }, firstByteMs)
+        const attempt = (retries: number): void => {
+          cancel = post.send(headers(), body, (answer) => {
+            if (settled) return dropBody(answer)
+            settled = true
+            clearTimeout(timer)
+            resume(Effect.succeed(answer))
+          }, (cause) => {
+            if (settled) return
+            if (retries > 0) return attempt(retries - 1)
+            settled = true
+            clearTimeout(timer)
+            resume(Effect.fail({ unreachable: cause }))
+          })
+        }
+        attempt(1)
+        // Interrupted (the client went away, or shutdown): the request is dropped.
+        return Effect.sync(() => {
+          settled = true
+          clearTimeout(timer)
+          cancel()
+        })
+      })
+    /** The answer's headers, its status refused as our errors. */
+    const send = (request: ProviderRequest, stream: boolean, firstByteMs: number, phase: string) =>
+      open(JSON.stringify(requestBody(request, stream)), firstByteMs, phase).pipe(
+        Effect.catchIf(
+          (error): error is { readonly unreachable: unknown } => "unreachable" in error,
+          ({ unreachable }) =>
+            reported(
+              unavailable("The model provider could not be reached."),
+              unreachable instanceof Error ? unreachable.message : String(unreachable)
+            )
+        ),
+        Effect.flatMap((answer) => {
+          const status = answer.statusCode ?? 0
+          if (status >= 200 && status < 300) return Effect.succeed(answer)
+          const text = Effect.tryPromise(() => textOf(answer))
+          return statusError({ status, retryAfter: headerOf(answer.headers, "retry-after"), text })
+        })
+      )
+
+    /** The whole body by `deadline` (epoch ms), or why not. */
+    const bodyOf = (answer: IncomingMessage, deadline: number) =>
+      Effect.async<string, ProviderError>((resume) => {
+        let settled = false
+        const timer = setTimeout(() => {
+          settled = true
+          dropBody(answer)
+          resume(Effect.fail(timedOut("finish")))
+        }, Math.max(0, deadline - Date.now()))
+        textOf(answer).then(
+          (text) => {
+            if (settled) return
+            settled = true
+            clearTimeout(timer)
+            resume(Effect.succeed(text))
+          },
+          (cause) => {
+            if (settled) return
+            settled = true
+            clearTimeout(timer)
+            resume(reported(unavailable("The model provider's answer broke off."), cause instanceof Error ? cause.message : String(cause)))
+          }
+        )
+        return Effect.sync(() => {
+          settled = true
+          clearTimeout(timer)
+          dropBody(answer)
+        })
+      })
+
+    /** One deadline for the whole answer; the first byte's own, when it comes first. */
+    const complete = (request: ProviderRequest): Effect.Effect<Completion, ProviderError> =>
+      Effect.suspend(() => {
+        const deadline = Date.now() + options.totalTimeoutMs
+        const [firstByteMs, phase] = options.firstByteTimeoutMs < options.totalTimeoutMs
+          ? [options.firstByteTimeoutMs, "start answering"]
+          : [options.totalTimeoutMs, "finish"]
+        return send(request, false, firstByteMs, phase).pipe(
+          Effect.flatMap((answer) => bodyOf(answer, deadline)),
+          Effect.flatMap((text) => {
+            const completion = completionOf(text)
+            return completion === undefined
+              ? Effect.fail(unavailable("The model provider's answer was not a chat completion."))
+              : Effect.succeed(completion)
+          })
         )
       })
 
-    const isEventStream = (response: HttpClientResponse.HttpClientResponse): boolean =>
-      (response.headers["content-type"] ?? "").toLowerCase().startsWith("text/event-stream")
-
     const stream = (request: ProviderRequest): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> =>
-      Effect.gen(function*() {
-        const deadline = Effect.zipRight(Effect.sleep(total), Effect.failSync(() => timedOut("finish")))
-        const response = yield* send(request, true)
-        if (!isEventStream(response)) {
-          return yield* unavailable(
-            `The model provider answered a stream request with ${response.headers["content-type"] ?? "no content type"}, not an event stream.`
-          )
+      Effect.flatMap(send(request, true, options.firstByteTimeoutMs, "start answering"), (answer) => {
+        const contentType = headerOf(answer.headers, "content-type")
+        if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
+          dropBody(answer)
+          return Effect.fail(unavailable(
+            `The model provider answered a stream request with ${contentType ?? "no content type"}, not an event stream.`
+          ))
         }
-        return parts(response).pipe(Stream.interruptWhen(deadline))
+        return Effect.succeed(eventStreamParts(answer, options.totalTimeoutMs, {
+          malformed: () => unavailable("The model provider sent a malformed stream chunk."),
+          errorChunk: () => unavailable("The model provider failed mid-stream."),
+          brokeOff: () => unavailable("The model provider's stream broke off."),
+          cutShort: () => unavailable("The model provider's stream ended before the answer was finished."),
+          timedOut: () => timedOut("finish")
+        }))
       })
 
     return { complete, stream }

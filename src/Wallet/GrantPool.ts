@@ -1,5 +1,5 @@
 import type { Scope } from "effect"
-import { Effect, Option, Runtime } from "effect"
+import { Deferred, Effect, Exit, FiberId, Option, Runtime } from "effect"
 import { Listener } from "../Database/Listener.js"
 import { newId } from "../Domain/Ids.js"
 import { GRANT_CHANNEL, type GrantToGrow, KEY_LIMIT_CHANNEL } from "./GrantRows.js"
@@ -40,6 +40,13 @@ export interface GrantPool {
    * when it holds enough; undefined when the call must reserve.
    */
   readonly lend: (input: ReserveInput, now: number) => Grant | undefined
+  /**
+   * The end of a growth of the account's grant under way (undefined: none). A call its grant could not cover
+   * waits for it and asks `lendAgain`, rather than reserving on the wallet's row while the growth holds it.
+   */
+  readonly growth: (accountId: string) => Effect.Effect<void> | undefined
+  /** `lend` for a call already counted into its account's pace. */
+  readonly lendAgain: (input: ReserveInput, now: number) => Grant | undefined
   /** A call of `apiKeyId` on `grant` settled: `charged` waits for the flush, the rest of `held` is lent again. */
   readonly charge: (grant: Grant, held: number, charged: number, apiKeyId: string) => void
   /** A call of `apiKeyId` on `grant` failed: all it held is lent again. */
@@ -80,6 +87,8 @@ interface Pool {
   readonly keyHolds: Map<string, number>
   /** Keys a limit was set on, whose holds go to `key_grant_holds`: the amount last written there. */
   readonly reported: Map<string, number>
+  /** Each account's growth under way, done when it ends. */
+  readonly growths: Map<string, Deferred.Deferred<void>>
   readonly paces: Map<string, Pace>
   readonly wallets: WalletRepo["Type"]
   readonly nowMs: Effect.Effect<number>
@@ -110,6 +119,7 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
     grants: new Map(),
     keyHolds: new Map(),
     reported: new Map(),
+    growths: new Map(),
     paces: new Map(),
     wallets: yield* WalletRepo,
     nowMs: clock.currentTimeMillis,
@@ -123,7 +133,12 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
   }
   if (Option.isSome(listener)) yield* listen(pool, listener.value)
   return {
-    lend: (input, now) => lend(pool, input, now),
+    lend: (input, now) => lend(pool, input, now, true),
+    growth: (accountId) => {
+      const growing = pool.growths.get(accountId)
+      return growing === undefined ? undefined : Deferred.await(growing)
+    },
+    lendAgain: (input, now) => lend(pool, input, now, false),
     charge: (grant, held, charged, apiKeyId) => {
       charge(grant, held, charged)
       addKeyHold(pool, apiKeyId, charged - held)
@@ -193,9 +208,9 @@ const closeAfterLapse = (pool: Pool) => {
   for (const grant of pool.grants.values()) grant.closing = true
 }
 
-const lend = (pool: Pool, input: ReserveInput, now: number): Grant | undefined => {
+const lend = (pool: Pool, input: ReserveInput, now: number, count: boolean): Grant | undefined => {
   const pace = paceOf(pool, input.accountId, now)
-  notePace(pace, input.amountMicroMyr, now)
+  if (count) notePace(pace, input.amountMicroMyr, now)
   // Deaf, or stale, a request for the grant would go unheard or a sweeper may have taken it: no lending, and no growing.
   if (input.monthlySpendLimitMicroMyr !== null || pool.reported.has(input.apiKeyId) || !mayLend(pool)) return undefined
   closeAfterLapse(pool)
@@ -279,7 +294,15 @@ const startGrowing = (pool: Pool, accountId: string, pace: Pace, now: number) =>
     pool.grants.set(accountId, grant)
   }
   grant.growing = true
-  pool.fork(grow(pool, grant, pace))
+  const done = Deferred.unsafeMake<void>(FiberId.none)
+  pool.growths.set(accountId, done)
+  pool.fork(Effect.ensuring(
+    grow(pool, grant, pace),
+    Effect.sync(() => {
+      if (pool.growths.get(accountId) === done) pool.growths.delete(accountId)
+      Deferred.unsafeDone(done, Exit.void)
+    })
+  ))
 }
 
 /** Grows `grant` (marked growing by the caller) by what the wallet affords at the account's pace. */

@@ -6,6 +6,7 @@ import creditGrants from "./0005_credit_grants.js"
 import settlementParked from "./0006_settlement_parked.js"
 import accountsIssuer from "./0007_accounts_issuer.js"
 import keyManagement from "./0008_key_management.js"
+import webhooks from "./0010_webhooks.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -20,5 +21,6 @@ export const migrations = {
   "0005_credit_grants": creditGrants,
   "0006_settlement_parked": settlementParked,
   "0007_accounts_issuer": accountsIssuer,
-  "0008_key_management": keyManagement
+  "0008_key_management": keyManagement,
+  "0010_webhooks": webhooks
 }

@@ -1,4 +1,5 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { DeveloperWebhooksApi } from "./Alerts/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, WebhooksApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
@@ -15,6 +16,7 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(BillingApi)
   .add(UsageApi)
   .add(WebhooksApi)
+  .add(DeveloperWebhooksApi)
   .add(DevIdentityApi)
   .add(DevCheckoutApi)
   .add(HealthApi)

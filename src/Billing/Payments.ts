@@ -1,10 +1,13 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
+import { Clock, Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
+import { AppConfig } from "../AppConfig.js"
+import type { EventType } from "../Domain/Events.js"
 import { InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
 import { KeyCache } from "../Keys/KeyCache.js"
+import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { CURRENCY } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
@@ -105,6 +108,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const wallet = yield* WalletRepo
       const accounts = yield* AccountsRepo
       const keyCache = yield* KeyCache
+      const { dashboardUrl } = yield* AppConfig
 
       /**
        * Suspended exactly while a dispute whose funds were withdrawn is open. The
@@ -117,6 +121,13 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           yield* disputed ? accounts.suspend(accountId) : accounts.reinstate(accountId)
           yield* Effect.map(FiberRef.get(SuspensionsDecided), (decided) => decided?.add(accountId))
         })
+
+      /** An event to the developer's webhooks, in the transaction applying the Stripe event. */
+      const announce = (accountId: string, type: EventType, data: Record<string, unknown>) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          emit({ accountId, type, at: new Date(now), data: { account_id: accountId, ...data } })).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql)
+        )
 
       /** Brings a paid transaction's ledger in line with every fact known about it. */
       const reconcile = (transaction: PaymentTransaction) =>
@@ -220,6 +231,11 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           }
           const newlyPaid = transaction.status !== "succeeded"
           yield* repo.succeed(transaction.id, paymentIntentId)
+          if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", {
+            transaction_id: transaction.id,
+            amount_myr: transaction.amountSen / 100,
+            automatic: false
+          })
           const settled = { ...transaction, status: "succeeded" as const, paymentIntentId: paymentIntentId ?? transaction.paymentIntentId }
           return (yield* reconcile(settled)) || newlyPaid
         })
@@ -228,7 +244,15 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         Effect.gen(function*() {
           const session = yield* decode(CheckoutSession, event)
           const transaction = yield* checkoutTransaction(session, event)
-          return transaction === undefined ? false : yield* repo.fail(transaction.id)
+          if (transaction === undefined) return false
+          const failed = yield* repo.fail(transaction.id)
+          if (failed) yield* announce(transaction.accountId, "topup.failed", {
+            transaction_id: transaction.id,
+            amount_myr: transaction.amountSen / 100,
+            reason: event.type === "checkout.session.expired" ? "the checkout session expired or was cancelled" : "the payment failed",
+            action_url: `${dashboardUrl}/billing`
+          })
+          return failed
         })
 
       const refund = (event: StripeEvent) =>

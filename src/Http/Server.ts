@@ -3,6 +3,7 @@ import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { type Clock, Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
+import { DeveloperWebhooksLive } from "../Alerts/Http.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { ApiKeyAuth } from "../Auth/Api.js"
@@ -19,6 +20,8 @@ import { KEYS_CHANNEL, KeyCache } from "../Keys/KeyCache.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
+import { WebhookDelivery } from "../Outbox/Delivery.js"
+import { WebhookEndpoints } from "../Outbox/Endpoints.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
@@ -101,7 +104,9 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     ReservationSweeper.layerRunning,
     ModelCalls.layer,
     Idempotency.layer,
-    CallLimits.layer
+    CallLimits.layer,
+    WebhookEndpoints.layer,
+    WebhookDelivery.layerRunning
   ).pipe(
     // Accounts open their wallets through WalletRepo.
     Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
@@ -138,6 +143,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     KeysLive,
     BillingLive,
     WebhooksLive,
+    DeveloperWebhooksLive,
     UsageLive,
     DevIdentityLive,
     DevCheckoutLive,

@@ -7,6 +7,7 @@ import settlementParked from "./0006_settlement_parked.js"
 import accountsIssuer from "./0007_accounts_issuer.js"
 import keyManagement from "./0008_key_management.js"
 import webhooks from "./0010_webhooks.js"
+import balanceAlerts from "./0012_balance_alerts.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -22,5 +23,6 @@ export const migrations = {
   "0006_settlement_parked": settlementParked,
   "0007_accounts_issuer": accountsIssuer,
   "0008_key_management": keyManagement,
-  "0010_webhooks": webhooks
+  "0010_webhooks": webhooks,
+  "0012_balance_alerts": balanceAlerts
 }

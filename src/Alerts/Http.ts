@@ -6,9 +6,14 @@ import { CurrentAccount } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/Events.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { type AttemptRow, type DeliveryRow, type EndpointRow, WebhookEndpoints } from "../Outbox/Endpoints.js"
+import { Mail } from "../Outbox/Mail.js"
 import { refusedWebhookUrl } from "../Outbox/Post.js"
 import { HostResolver } from "../Search/Fetch.js"
+import { Spending } from "../Wallet/Spending.js"
+import { WalletSettings } from "../Wallet/Settings.js"
 import type { WebhookDelivery, WebhookEndpoint } from "./Api.js"
+import { mailboxPage } from "./Mailbox.js"
+import { bannersOf, toChange, toSettings } from "./Settings.js"
 
 const SECRET_WARNING = "Store this signing secret now: it is shown only once. Verify every delivery with it (Standard Webhooks)."
 const MAX_ENDPOINTS = 20
@@ -130,3 +135,63 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
           return { ok: true as const }
         }))
   })).pipe(Layer.provide(HostResolver.system))
+
+export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
+  Effect.gen(function*() {
+    const settings = yield* WalletSettings
+    const spending = yield* Spending
+    const endpoints = yield* WebhookEndpoints
+    const read = (accountId: string) =>
+      Effect.flatMap(Effect.orDie(settings.get(accountId)), (row) =>
+        row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
+    return handlers
+      .handle("settings", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          return toSettings(yield* read(account.id), null)
+        }))
+      .handle("updateSettings", ({ payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const change = toChange(payload)
+          if (change.autoTopupEnabled === true) {
+            return yield* new InvalidRequest({
+              message: "Auto top-up needs a saved card: save one first (POST /dashboard/billing/card).",
+              param: "auto_topup.enabled"
+            })
+          }
+          yield* Effect.orDie(settings.set(account.id, change))
+          return toSettings(yield* read(account.id), null)
+        }))
+      .handle("banners", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const wallet = yield* Effect.orDie(spending.balance(account.id))
+          const list = yield* Effect.orDie(endpoints.list(account.id))
+          return { banners: bannersOf(wallet, yield* read(account.id), list) }
+        }))
+  }))
+
+/** The development mailbox; 404 while SMTP_URL is set or in production. */
+export const DevMailboxLive = HttpApiBuilder.group(NenasApi, "devMailbox", (handlers) =>
+  Effect.gen(function*() {
+    const mail = yield* Mail
+    const config = yield* AppConfig
+    const open = mail.sending || config.production
+      ? Effect.fail(new NotFound({ message: "The development mailbox exists only while SMTP_URL is unset." }))
+      : Effect.void
+    const recent = Effect.zipRight(open, Effect.orDie(mail.recent(100)))
+    return handlers
+      .handle("page", () => Effect.map(recent, mailboxPage))
+      .handle("messages", () =>
+        Effect.map(recent, (rows) => ({
+          messages: rows.map((m) => ({
+            id: m.id,
+            to: m.toAddress,
+            subject: m.subject,
+            body: m.body,
+            status: m.status,
+            created_at: m.createdAt.toISOString()
+          }))
+        })))
+  }))

@@ -3,7 +3,7 @@ import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { type Clock, Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
-import { DeveloperWebhooksLive } from "../Alerts/Http.js"
+import { AlertsLive, DevMailboxLive, DeveloperWebhooksLive } from "../Alerts/Http.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { ApiKeyAuth } from "../Auth/Api.js"
@@ -22,6 +22,8 @@ import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
 import { WebhookDelivery } from "../Outbox/Delivery.js"
 import { WebhookEndpoints } from "../Outbox/Endpoints.js"
+import { Mail } from "../Outbox/Mail.js"
+import { WalletSettings } from "../Wallet/Settings.js"
 import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
@@ -106,7 +108,9 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     Idempotency.layer,
     CallLimits.layer,
     WebhookEndpoints.layer,
-    WebhookDelivery.layerRunning
+    WebhookDelivery.layerRunning,
+    Mail.layerRunning,
+    WalletSettings.layer
   ).pipe(
     // Accounts open their wallets through WalletRepo.
     Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
@@ -144,6 +148,8 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     BillingLive,
     WebhooksLive,
     DeveloperWebhooksLive,
+    AlertsLive,
+    DevMailboxLive,
     UsageLive,
     DevIdentityLive,
     DevCheckoutLive,

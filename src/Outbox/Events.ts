@@ -4,6 +4,9 @@ import { Effect } from "effect"
 import { type EventType, TEST_EVENT } from "../Domain/Events.js"
 import { newId } from "../Domain/Ids.js"
 
+/** Stands for `DASHBOARD_URL` in an email's body; the sender puts the configured URL in its place. */
+export const DASHBOARD_URL = "{{dashboard_url}}"
+
 /** An email written with the event, in the same transaction (sent by `Mail.ts`). */
 export interface EventEmail {
   readonly subject: string

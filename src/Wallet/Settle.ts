@@ -5,6 +5,7 @@ import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
+import { announceCrossings, balancesBefore } from "./LowBalance.js"
 import { lockRows, withRepeatedEntries, writeEntries, writeRows } from "./SettleRows.js"
 
 /**
@@ -103,10 +104,12 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
     const logs = yield* RequestLogs
     return yield* sql.withTransaction(Effect.gen(function*() {
       const locked = yield* lockRows(sql, batch)
+      const before = balancesBefore(locked.wallets)
       const applied = apply(batch, locked)
       yield* writeRows(sql, batch, locked)
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
+      yield* announceCrossings(before, locked.wallets, batch.at)
       const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))

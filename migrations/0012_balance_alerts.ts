@@ -1,0 +1,37 @@
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+/**
+ * Low-balance alerts and auto top-up settings (issue 25), on the wallet that
+ * `src/Wallet/` owns: the settlement transaction that takes the balance below
+ * a threshold reads them under the wallet's lock, so a crossing is seen by
+ * exactly one transaction on any number of instances. Auto top-up charges a
+ * payment method saved on the account's Stripe customer; its attempts live in
+ * `auto_topups` (owned by `src/Billing/`), at most one unfinished per account.
+ */
+export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+ALTER TABLE wallets
+  ADD COLUMN low_balance_threshold_micro_myr bigint CHECK (low_balance_threshold_micro_myr >= 0),
+  ADD COLUMN auto_topup_enabled boolean NOT NULL DEFAULT false,
+  ADD COLUMN auto_topup_threshold_micro_myr bigint CHECK (auto_topup_threshold_micro_myr >= 0),
+  ADD COLUMN auto_topup_amount_sen integer CHECK (auto_topup_amount_sen > 0),
+  ADD COLUMN auto_topup_max_per_day integer NOT NULL DEFAULT 3 CHECK (auto_topup_max_per_day BETWEEN 1 AND 3),
+  ADD COLUMN auto_topup_disabled_reason text,
+  ADD COLUMN auto_topup_action_url text;
+
+CREATE TABLE auto_topups (
+  id                text PRIMARY KEY,
+  account_id        text NOT NULL REFERENCES accounts(id),
+  amount_sen        integer NOT NULL CHECK (amount_sen > 0),
+  status            text NOT NULL CHECK (status IN ('queued', 'charging', 'succeeded', 'failed')),
+  payment_intent_id text UNIQUE,
+  transaction_id    text,
+  failure_code      text,
+  claimed_until     timestamptz,
+  created_at        timestamptz NOT NULL,
+  finished_at       timestamptz
+);
+-- One attempt unfinished per account, whichever instance saw the crossing.
+CREATE UNIQUE INDEX auto_topups_one_in_flight ON auto_topups (account_id) WHERE status IN ('queued', 'charging');
+CREATE INDEX auto_topups_account_idx ON auto_topups (account_id, created_at DESC);
+`))

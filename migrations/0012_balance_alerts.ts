@@ -6,8 +6,10 @@ import { Effect } from "effect"
  * `src/Wallet/` owns: the settlement transaction that takes the balance below
  * a threshold reads them under the wallet's lock, so a crossing is seen by
  * exactly one transaction on any number of instances. Auto top-up charges a
- * payment method saved on the account's Stripe customer; its attempts live in
- * `auto_topups` (owned by `src/Billing/`), at most one unfinished per account.
+ * payment method saved on the account's Stripe customer (`billing_cards`, with
+ * the setup sessions that save it in `card_setups`, owned by `src/Billing/`).
+ * The settlement transaction queues an attempt in `auto_topups` (owned by
+ * `src/Wallet/`, which Billing's worker calls), at most one unfinished per account.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 ALTER TABLE wallets
@@ -34,4 +36,24 @@ CREATE TABLE auto_topups (
 -- One attempt unfinished per account, whichever instance saw the crossing.
 CREATE UNIQUE INDEX auto_topups_one_in_flight ON auto_topups (account_id) WHERE status IN ('queued', 'charging');
 CREATE INDEX auto_topups_account_idx ON auto_topups (account_id, created_at DESC);
+CREATE INDEX auto_topups_due_idx ON auto_topups (created_at) WHERE status IN ('queued', 'charging');
+
+CREATE TABLE billing_cards (
+  account_id        text PRIMARY KEY REFERENCES accounts(id),
+  customer_id       text NOT NULL,
+  payment_method_id text,
+  brand             text,
+  last4             text,
+  exp_month         integer,
+  exp_year          integer,
+  updated_at        timestamptz NOT NULL
+);
+
+CREATE TABLE card_setups (
+  id         text PRIMARY KEY,
+  account_id text NOT NULL REFERENCES accounts(id),
+  session_id text UNIQUE,
+  status     text NOT NULL CHECK (status IN ('open', 'complete')),
+  created_at timestamptz NOT NULL
+);
 `))

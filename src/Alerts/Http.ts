@@ -6,6 +6,8 @@ import { CurrentAccount } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/Events.js"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { type AttemptRow, type DeliveryRow, type EndpointRow, WebhookEndpoints } from "../Outbox/Endpoints.js"
+import { CardProcessor } from "../Billing/CardProcessor.js"
+import { Cards } from "../Billing/Cards.js"
 import { Mail } from "../Outbox/Mail.js"
 import { refusedWebhookUrl } from "../Outbox/Post.js"
 import { HostResolver } from "../Search/Fetch.js"
@@ -13,7 +15,7 @@ import { Spending } from "../Wallet/Spending.js"
 import { WalletSettings } from "../Wallet/Settings.js"
 import type { WebhookDelivery, WebhookEndpoint } from "./Api.js"
 import { mailboxPage } from "./Mailbox.js"
-import { bannersOf, toChange, toSettings } from "./Settings.js"
+import { autoTopupGap, bannersOf, toCard, toChange, toSettings } from "./Settings.js"
 
 const SECRET_WARNING = "Store this signing secret now: it is shown only once. Verify every delivery with it (Standard Webhooks)."
 const MAX_ENDPOINTS = 20
@@ -141,27 +143,45 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
     const settings = yield* WalletSettings
     const spending = yield* Spending
     const endpoints = yield* WebhookEndpoints
+    const cards = yield* Cards
+    const cardProcessor = yield* CardProcessor
     const read = (accountId: string) =>
       Effect.flatMap(Effect.orDie(settings.get(accountId)), (row) =>
         row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
+    const cardOf = (accountId: string) => Effect.map(Effect.orDie(cards.find(accountId)), toCard)
+    const current = (accountId: string) =>
+      Effect.zipWith(read(accountId), cardOf(accountId), toSettings)
     return handlers
-      .handle("settings", () =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          return toSettings(yield* read(account.id), null)
-        }))
+      .handle("settings", () => Effect.flatMap(CurrentAccount, (account) => current(account.id)))
       .handle("updateSettings", ({ payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const change = toChange(payload)
           if (change.autoTopupEnabled === true) {
-            return yield* new InvalidRequest({
-              message: "Auto top-up needs a saved card: save one first (POST /dashboard/billing/card).",
-              param: "auto_topup.enabled"
-            })
+            const before = yield* read(account.id)
+            const missing = autoTopupGap(before, change, yield* cardOf(account.id))
+            if (missing !== undefined) return yield* new InvalidRequest({ message: missing.message, param: missing.param })
           }
           yield* Effect.orDie(settings.set(account.id, change))
-          return toSettings(yield* read(account.id), null)
+          return yield* current(account.id)
+        }))
+      .handle("saveCard", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const known = yield* Effect.orDie(cards.find(account.id))
+          const customerId = yield* cardProcessor.ensureCustomer(account.id, account.email, known?.customerId ?? null)
+          yield* Effect.orDie(cards.saveCustomer(account.id, customerId))
+          const setupId = yield* Effect.orDie(cards.openSetup(account.id))
+          const session = yield* cardProcessor.createSetupCheckout({ accountId: account.id, customerId, setupId })
+          yield* Effect.orDie(cards.attachSetupSession(setupId, session.sessionId))
+          return { session_id: session.sessionId, url: session.url }
+        }))
+      .handle("forgetCard", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          yield* Effect.orDie(cards.forget(account.id))
+          yield* Effect.orDie(settings.set(account.id, { autoTopupEnabled: false }))
+          return yield* current(account.id)
         }))
       .handle("banners", () =>
         Effect.gen(function*() {

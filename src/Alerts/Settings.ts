@@ -1,4 +1,5 @@
 import { fromMyr, microMyr, toMyrNumber } from "../Domain/Money.js"
+import type { CardRow } from "../Billing/Cards.js"
 import type { EndpointRow } from "../Outbox/Endpoints.js"
 import type { Wallet } from "../Wallet/Api.js"
 import type { WalletSettingsChange, WalletSettingsRow } from "../Wallet/Settings.js"
@@ -63,4 +64,27 @@ export const bannersOf = (
     }
   }
   return banners
+}
+
+export const toCard = (row: CardRow | undefined): typeof SavedCard.Type | null =>
+  row?.paymentMethodId == null
+    ? null
+    : { brand: row.brand ?? "card", last4: row.last4 ?? "", exp_month: row.expMonth ?? 0, exp_year: row.expYear ?? 0 }
+
+/** What turning auto top-up on lacks, with the field to name: a card, a threshold, an amount. */
+export const autoTopupGap = (
+  before: WalletSettingsRow,
+  change: WalletSettingsChange,
+  card: typeof SavedCard.Type | null
+): { readonly message: string; readonly param: string } | undefined => {
+  if (card === null) {
+    return { message: "Auto top-up needs a saved card: save one first (POST /dashboard/billing/card).", param: "auto_topup.enabled" }
+  }
+  if ((change.autoTopupThresholdMicroMyr ?? before.autoTopupThresholdMicroMyr) === null) {
+    return { message: "Set 'auto_topup.threshold_myr': the balance below which the card is charged.", param: "auto_topup.threshold_myr" }
+  }
+  if ((change.autoTopupAmountSen ?? before.autoTopupAmountSen) === null) {
+    return { message: "Set 'auto_topup.amount_myr': how much each automatic top-up adds.", param: "auto_topup.amount_myr" }
+  }
+  return undefined
 }

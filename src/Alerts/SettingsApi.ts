@@ -1,7 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { BillingError, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 
 /** Top-up amounts auto top-up may charge, in MYR: the checkout's options. */
 export const AUTO_TOPUP_AMOUNTS_MYR = [10, 25, 50, 100, 250, 500] as const
@@ -54,6 +54,17 @@ export class AlertsApi extends HttpApiGroup.make("alerts")
       .setPayload(UpdateBillingSettings)
       .addSuccess(BillingSettings)
       .annotate(OpenApi.Description, "Changes the fields given; `low_balance_threshold_myr: null` removes the alert.")
+  )
+  .add(
+    HttpApiEndpoint.post("saveCard", "/dashboard/billing/card")
+      .addSuccess(Schema.Struct({ session_id: Schema.String, url: Schema.String }))
+      .addError(wire(BillingError))
+      .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session.")
+  )
+  .add(
+    HttpApiEndpoint.del("forgetCard", "/dashboard/billing/card")
+      .addSuccess(BillingSettings)
+      .annotate(OpenApi.Description, "Forgets the saved card and turns auto top-up off.")
   )
   .add(
     HttpApiEndpoint.get("banners", "/dashboard/alerts")

@@ -9,6 +9,9 @@ import { SqlString } from "../Domain/Strict.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
+import { AutoTopupOutcomes, PaymentIntent } from "./AutoTopup.js"
+import { CardProcessor } from "./CardProcessor.js"
+import { Cards } from "./Cards.js"
 import { CURRENCY } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
 
@@ -22,6 +25,8 @@ const idOf = (value: typeof Expandable.Type | null | undefined): string | null =
 
 const CheckoutSession = Schema.Struct({
   id: SqlString,
+  mode: Schema.optional(Schema.String),
+  setup_intent: Schema.optional(Schema.NullOr(Expandable)),
   client_reference_id: Schema.optional(Schema.NullOr(SqlString)),
   metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: SqlString }))),
   payment_status: Schema.String,
@@ -109,6 +114,9 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const accounts = yield* AccountsRepo
       const keyCache = yield* KeyCache
       const { dashboardUrl } = yield* AppConfig
+      const cards = yield* Cards
+      const cardProcessor = yield* CardProcessor
+      const autoTopups = yield* AutoTopupOutcomes
 
       /**
        * Suspended exactly while a dispute whose funds were withdrawn is open. The
@@ -215,9 +223,53 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           return transaction
         })
 
+      /** A Checkout in setup mode saved a card: kept for auto top-up, once. */
+      const saveCard = (session: typeof CheckoutSession.Type) =>
+        Effect.gen(function*() {
+          const setupIntent = idOf(session.setup_intent)
+          const setup = yield* cards.findSetup(session.id)
+          if (setup === undefined || setupIntent === null || !(yield* cards.completeSetup(setup.id))) return false
+          const card = yield* cardProcessor.savedCard(setupIntent).pipe(
+            Effect.mapError(() => anomaly(`The saved card of setup session ${session.id} could not be read.`))
+          )
+          yield* cards.saveCard(setup.accountId, card)
+          return true
+        })
+
+      /** An off-session auto top-up paid: credited once (as a top-up), the attempt finished, the developer told. */
+      const intentSucceeded = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          const intent = yield* decode(PaymentIntent, event)
+          const autoTopupId = intent.metadata?.["auto_topup_id"]
+          const transactionId = intent.metadata?.["transaction_id"]
+          if (autoTopupId === undefined || transactionId === undefined) return false
+          yield* requireMyr(intent.currency, event)
+          yield* repo.lockPayment(intent.id)
+          const transaction = yield* repo.lock(transactionId)
+          if (transaction === undefined || (intent.amount_received ?? intent.amount) !== transaction.amountSen) {
+            return yield* anomaly(`Payment ${intent.id} does not match transaction ${transactionId}.`)
+          }
+          const newlyPaid = transaction.status !== "succeeded"
+          yield* repo.succeed(transaction.id, intent.id)
+          const credited = yield* reconcile({ ...transaction, status: "succeeded", paymentIntentId: intent.id })
+          yield* autoTopups.paid(autoTopupId)
+          const facts = { transaction_id: transaction.id, amount_myr: transaction.amountSen / 100, automatic: true }
+          if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", facts)
+          return credited || newlyPaid
+        })
+
+      const intentFailed = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          const intent = yield* decode(PaymentIntent, event)
+          const autoTopupId = intent.metadata?.["auto_topup_id"]
+          if (autoTopupId === undefined) return false
+          return yield* autoTopups.refused(autoTopupId, intent.last_payment_error?.code ?? "payment_failed")
+        })
+
       const completeCheckout = (event: StripeEvent) =>
         Effect.gen(function*() {
           const session = yield* decode(CheckoutSession, event)
+          if (session.mode === "setup") return yield* saveCard(session)
           if (session.payment_status !== "paid") return false
           const paymentIntentId = idOf(session.payment_intent)
           if (paymentIntentId !== null) yield* repo.lockPayment(paymentIntentId)
@@ -296,7 +348,9 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         "charge.dispute.created": dispute,
         "charge.dispute.funds_withdrawn": dispute,
         "charge.dispute.funds_reinstated": dispute,
-        "charge.dispute.closed": dispute
+        "charge.dispute.closed": dispute,
+        "payment_intent.succeeded": intentSucceeded,
+        "payment_intent.payment_failed": intentFailed
       }
 
       return Payments.of({

@@ -30,6 +30,11 @@ const COLUMNS = `low_balance_threshold_micro_myr, auto_topup_enabled, auto_topup
 export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSettings, {
   readonly get: (accountId: string) => Effect.Effect<WalletSettingsRow | undefined, SqlError.SqlError>
   readonly set: (accountId: string, change: WalletSettingsChange) => Effect.Effect<WalletSettingsRow | undefined, SqlError.SqlError>
+  /**
+   * Locks the wallet's row for the caller's transaction: taken before an auto top-up
+   * attempt's row, in the order settlement takes them (wallet, then attempt).
+   */
+  readonly lock: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
   /** Turns auto top-up off and says why (a failed charge); answers whether it was on. */
   readonly disableAutoTopup: (accountId: string, reason: string, actionUrl: string | null) => Effect.Effect<boolean, SqlError.SqlError>
 }>() {
@@ -57,6 +62,7 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
             `,
             (rows) => rows[0]
           ),
+        lock: (accountId) => Effect.asVoid(sql`SELECT account_id FROM wallets WHERE account_id = ${accountId} FOR UPDATE`),
         disableAutoTopup: (accountId, reason, actionUrl) =>
           Effect.map(
             sql`

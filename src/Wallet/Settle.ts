@@ -5,6 +5,7 @@ import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
+import { queueAutoTopups } from "./AutoTopups.js"
 import { announceCrossings, balancesBefore } from "./LowBalance.js"
 import { lockRows, withRepeatedEntries, writeEntries, writeRows } from "./SettleRows.js"
 
@@ -110,6 +111,7 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
       yield* announceCrossings(before, locked.wallets, batch.at)
+      yield* queueAutoTopups(before, locked.wallets, batch.at)
       const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))

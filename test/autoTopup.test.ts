@@ -201,6 +201,23 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two 
       expect(yield* attempts(dev.accountId)).toEqual([])
     }))
 
+  it.effect("a dispute's suspension and its lifting are announced: account.suspended, then account.reinstated, once each", () =>
+    Effect.gen(function*() {
+      const { a } = yield* Instances
+      const { accountId, token } = yield* on(a)(developer("auto-dispute@example.com"))
+      const sessionId = yield* on(a)(topUp(token, 1000))
+      const facts = { disputeId: "dp_sim_1", chargeId: "ch_sim_dispute_1", paymentIntentId: `pi_sim_${sessionId.slice(-24)}`, amountSen: 1000 }
+      for (const event of [events.disputeCreated(facts), events.fundsWithdrawn(facts), events.fundsReinstated(facts), events.disputeClosed({ ...facts, status: "won" })]) {
+        const reply = yield* on(a)(deliverEvent(event))
+        expect(reply.status, reply.text).toBe(200)
+      }
+      const announced = yield* query<{ type: string }>(
+        "SELECT type FROM outbox_events WHERE account_id = $1 AND type LIKE 'account.%' ORDER BY created_at",
+        [accountId]
+      )
+      expect(announced.map((e) => e.type)).toEqual(["account.suspended", "account.reinstated"])
+    }))
+
   it.effect("enabling needs a saved card, a threshold and an amount; forgetting the card turns it off", () =>
     Effect.gen(function*() {
       const { a } = yield* Instances

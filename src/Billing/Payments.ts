@@ -119,14 +119,16 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const autoTopups = yield* AutoTopupOutcomes
 
       /**
-       * Suspended exactly while a dispute whose funds were withdrawn is open. The
-       * account is locked before its disputes are read: events of two payments then decide in turn.
+       * Suspended exactly while a dispute whose funds were withdrawn is open (a change is announced to the
+       * developer). The account is locked before its disputes are read: events of two payments decide in turn.
        */
       const updateSuspension = (accountId: string) =>
         Effect.gen(function*() {
-          yield* accounts.lock(accountId)
+          const { suspended } = yield* accounts.lock(accountId)
           const disputed = yield* repo.hasWithdrawnDispute(accountId)
           yield* disputed ? accounts.suspend(accountId) : accounts.reinstate(accountId)
+          const reason = disputed ? "a payment dispute withdrew funds" : "no payment dispute withdraws funds any more"
+          if (disputed !== suspended) yield* announce(accountId, disputed ? "account.suspended" : "account.reinstated", { reason })
           yield* Effect.map(FiberRef.get(SuspensionsDecided), (decided) => decided?.add(accountId))
         })
 
@@ -259,11 +261,9 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         })
 
       const intentFailed = (event: StripeEvent) =>
-        Effect.gen(function*() {
-          const intent = yield* decode(PaymentIntent, event)
-          const autoTopupId = intent.metadata?.["auto_topup_id"]
-          if (autoTopupId === undefined) return false
-          return yield* autoTopups.refused(autoTopupId, intent.last_payment_error?.code ?? "payment_failed")
+        Effect.flatMap(decode(PaymentIntent, event), (intent) => {
+          const id = intent.metadata?.["auto_topup_id"]
+          return id === undefined ? Effect.succeed(false) : autoTopups.refused(id, intent.last_payment_error?.code ?? "payment_failed")
         })
 
       const completeCheckout = (event: StripeEvent) =>

@@ -38,6 +38,9 @@ CREATE UNIQUE INDEX auto_topups_one_in_flight ON auto_topups (account_id) WHERE 
 CREATE INDEX auto_topups_account_idx ON auto_topups (account_id, created_at DESC);
 CREATE INDEX auto_topups_due_idx ON auto_topups (created_at) WHERE status IN ('queued', 'charging');
 
+-- The expiry a key.expiring event was sent for (owned by src/Keys/): a new expires_at is announced again.
+ALTER TABLE api_keys ADD COLUMN expiring_announced_for timestamptz;
+
 CREATE TABLE billing_cards (
   account_id        text PRIMARY KEY REFERENCES accounts(id),
   customer_id       text NOT NULL,

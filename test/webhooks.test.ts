@@ -1,7 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { Webhook, WebhookVerificationError } from "standardwebhooks"
-import { call, devToken } from "./support/Http.js"
+import { KeyExpiry } from "../src/Keys/Expiring.js"
+import { call, createKey, devToken } from "./support/Http.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 import { type Received, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
 
@@ -126,6 +127,29 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         const moved = yield* call("PATCH", `/dashboard/webhooks/${created.endpoint.id}`, { token, json: { url: "https://192.168.1.1/" } })
         expect(moved.status).toBe(400)
         expect(moved.body.error.param).toBe("url")
+      }))
+  })
+
+  describe("key.expiring", () => {
+    it.effect("a key expiring within 7 days is announced once, by webhook and email; one expiring later is not", () =>
+      Effect.gen(function*() {
+        const receiver = yield* WebhookReceiver
+        const expiry = yield* KeyExpiry
+        const token = yield* devToken("hooks-expiring@example.com")
+        const { secret } = yield* createEndpoint(token, { url: receiver.url("/expiring"), events: ["key.expiring"] })
+        const soon = yield* createKey(token, { name: "soon", expires_at: new Date(Date.now() + 6 * 86_400_000).toISOString() })
+        yield* createKey(token, { name: "later", expires_at: new Date(Date.now() + 30 * 86_400_000).toISOString() })
+        // The service runs it every 30 s as well: between them, the key is announced once.
+        const first = yield* expiry.runOnce
+        expect(first).toBeLessThanOrEqual(1)
+        expect(yield* expiry.runOnce).toBe(0)
+        const [got] = yield* eventually("key.expiring", arrivals("/expiring"), (r) => r.length === 1)
+        expect(verify(secret, got!)).toMatchObject({ type: "key.expiring", data: { api_key_id: soon.key.id } })
+        const mail = yield* query<{ subject: string }>(
+          "SELECT m.subject FROM outbox_emails m JOIN accounts a ON a.id = m.account_id WHERE a.email = $1",
+          ["hooks-expiring@example.com"]
+        )
+        expect(mail.map((m) => m.subject)).toEqual([expect.stringMatching(/^Your API key "soon" expires on /)])
       }))
   })
 

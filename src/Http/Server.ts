@@ -17,6 +17,7 @@ import { Listener } from "../Database/Listener.js"
 import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
 import { KEYS_CHANNEL, KeyCache } from "../Keys/KeyCache.js"
+import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
@@ -110,6 +111,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     WebhookEndpoints.layer,
     WebhookDelivery.layerRunning,
     Mail.layerRunning,
+    KeyExpiry.layerRunning,
     WalletSettings.layer
   ).pipe(
     // Accounts open their wallets through WalletRepo.

@@ -39,7 +39,9 @@ CREATE INDEX auto_topups_account_idx ON auto_topups (account_id, created_at DESC
 CREATE INDEX auto_topups_due_idx ON auto_topups (created_at) WHERE status IN ('queued', 'charging');
 
 -- The expiry a key.expiring event was sent for (owned by src/Keys/): a new expires_at is announced again.
-ALTER TABLE api_keys ADD COLUMN expiring_announced_for timestamptz;
+ALTER TABLE api_keys ADD COLUMN expiring_announced_for timestamptz,
+  -- The month (YYYY-MM, BUSINESS_TIMEZONE) whose spend limit a key.limit_reached event was sent for.
+  ADD COLUMN limit_announced_month text;
 
 CREATE TABLE billing_cards (
   account_id        text PRIMARY KEY REFERENCES accounts(id),

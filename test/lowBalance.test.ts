@@ -117,6 +117,24 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("low-balance alerts 
       expect(emails[0]?.n).toBe("2")
     }))
 
+  it.effect("a key's monthly limit refusing calls on both instances is announced once: one key.limit_reached, one email", () =>
+    Effect.gen(function*() {
+      const { a, b } = yield* Instances
+      const { accountId, token } = yield* on(a)(developer("limit-reached@example.com"))
+      yield* on(a)(simulatedTopUp(token, 1000))
+      const key = yield* on(a)(createKey(token, { name: "capped", monthly_spend_limit_myr: 0.000001 }))
+      const burst = (base: string) => Effect.forEach(Array.from({ length: 6 }), () => on(base)(modelCall(key.full_key, "/v1/responses", ASK)), { concurrency: 3 })
+      const replies = (yield* Effect.all([burst(a), burst(b)], { concurrency: 2 })).flat().map(outcome)
+      expect(replies.filter((o) => o === "spend_limit_exceeded").length).toBeGreaterThan(0)
+      const events = yield* query<{ payload: { data: { api_key_id: string } } }>(
+        "SELECT payload FROM outbox_events WHERE account_id = $1 AND type = 'key.limit_reached'",
+        [accountId]
+      )
+      expect(events.map((e) => e.payload.data.api_key_id)).toEqual([key.key.id])
+      const mails = yield* query<{ subject: string }>("SELECT subject FROM outbox_emails WHERE account_id = $1", [accountId])
+      expect(mails.map((m) => m.subject)).toEqual(['Your API key "capped" reached its monthly spend limit'])
+    }))
+
   it.effect("settings: bad thresholds are refused; null removes the alert; auto top-up needs a saved card", () =>
     Effect.gen(function*() {
       const { a } = yield* Instances

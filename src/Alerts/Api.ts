@@ -94,7 +94,15 @@ export const WebhookEventPayloads = Schema.Union(
   }),
   Schema.Struct({
     type: Schema.Literal("key.limit_reached", "key.expiring"),
-    data: Schema.Struct({ account_id: Schema.String, api_key_id: Schema.String, expires_at: Schema.optional(Schema.String) })
+    data: Schema.Struct({
+      account_id: Schema.String,
+      api_key_id: Schema.String,
+      /** key.expiring: when the key expires. */
+      expires_at: Schema.optional(Schema.String),
+      /** key.limit_reached: the month (YYYY-MM, BUSINESS_TIMEZONE) and the limit reached. */
+      month: Schema.optional(Schema.String),
+      monthly_spend_limit_myr: Schema.optional(Schema.NullOr(Schema.Number))
+    })
   }),
   Schema.Struct({
     type: Schema.Literal("account.suspended", "account.reinstated"),

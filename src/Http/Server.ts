@@ -19,6 +19,7 @@ import { KeysLive } from "../Keys/Http.js"
 import { KEYS_CHANNEL, KeyCache } from "../Keys/KeyCache.js"
 import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
+import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
 import { WebhookDelivery } from "../Outbox/Delivery.js"
@@ -119,6 +120,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     Layer.provideMerge(Layer.mergeAll(
       KeyLastUsed.layer(),
       KeyCache.layer(),
+      KeyLimitReached.layer,
       traced(WalletRepo, "wallet", overrides.walletRepo === undefined ? WalletRepo.layer : sqlWalletRepo(overrides.walletRepo)),
       overrides.router ?? Router.layer,
       instrumentedProvider(overrides.provider ?? ProviderLive),

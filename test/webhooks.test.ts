@@ -130,6 +130,25 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
       }))
   })
 
+  it.effect("OpenAPI lists every new endpoint and the webhook event payloads", () =>
+    Effect.gen(function*() {
+      const spec = (yield* call("GET", "/openapi.json")).body as { paths: Record<string, Record<string, unknown>>; components: { schemas: Record<string, unknown> } }
+      const expected: ReadonlyArray<readonly [string, string]> = [
+        ["/dashboard/webhooks", "post"], ["/dashboard/webhooks", "get"], ["/dashboard/webhooks/event-types", "get"],
+        ["/dashboard/webhooks/{id}", "get"], ["/dashboard/webhooks/{id}", "patch"], ["/dashboard/webhooks/{id}", "delete"],
+        ["/dashboard/webhooks/{id}/rotate-secret", "post"], ["/dashboard/webhooks/{id}/test", "post"],
+        ["/dashboard/webhooks/{id}/deliveries", "get"], ["/dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", "post"],
+        ["/dashboard/billing/settings", "get"], ["/dashboard/billing/settings", "put"],
+        ["/dashboard/billing/card", "post"], ["/dashboard/billing/card", "delete"], ["/dashboard/alerts", "get"],
+        ["/dev/mailbox", "get"], ["/dev/checkout/setup/{session_id}", "get"]
+      ]
+      for (const [path, method] of expected) expect(spec.paths[path]?.[method], `${method} ${path}`).toBeDefined()
+      for (const schema of ["WebhookEventPayload", "WebhookEndpoint", "WebhookDelivery", "BillingSettings", "Banner"]) {
+        expect(spec.components.schemas[schema], schema).toBeDefined()
+      }
+      expect(JSON.stringify(spec.components.schemas["WebhookEventPayload"])).toContain("balance.low")
+    }))
+
   describe("key.expiring", () => {
     it.effect("a key expiring within 7 days is announced once, by webhook and email; one expiring later is not", () =>
       Effect.gen(function*() {

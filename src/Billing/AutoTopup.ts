@@ -1,7 +1,7 @@
 import { FetchHttpClient, HttpClient } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"
 import Stripe from "stripe"
 import { AppConfig } from "../AppConfig.js"
 import { randomBase62 } from "../Domain/Ids.js"
@@ -24,6 +24,12 @@ export const PaymentIntent = Schema.Struct({
   metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: SqlString }))),
   last_payment_error: Schema.optional(Schema.NullOr(Schema.Struct({ code: Schema.optional(Schema.String), message: Schema.optional(Schema.String) })))
 })
+
+const AutoTopupTag = Schema.Struct({ metadata: Schema.Struct({ auto_topup_id: Schema.String }) })
+
+/** The auto top-up attempt a PaymentIntent event is about; none for every other payment (those are not ours to apply). */
+export const autoTopupIdOf = (object: unknown): string | undefined =>
+  Option.getOrUndefined(Option.map(Schema.decodeUnknownOption(AutoTopupTag)(object), (tagged) => tagged.metadata.auto_topup_id))
 
 /** Where the developer saves a card again after auto top-up failed: the dashboard starts a Checkout in setup mode there. */
 export const REAUTHENTICATE_PATH = "/billing?card=update"

@@ -9,7 +9,7 @@ import { SqlString } from "../Domain/Strict.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
-import { AutoTopupOutcomes, PaymentIntent } from "./AutoTopup.js"
+import { AutoTopupOutcomes, autoTopupIdOf, PaymentIntent } from "./AutoTopup.js"
 import { CardProcessor } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
 import { CURRENCY } from "./PaymentProcessor.js"
@@ -241,6 +241,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       /** An off-session auto top-up paid: credited once (as a top-up), the attempt finished, the developer told. */
       const intentSucceeded = (event: StripeEvent) =>
         Effect.gen(function*() {
+          if (autoTopupIdOf(event.data.object) === undefined) return false
           const intent = yield* decode(PaymentIntent, event)
           const autoTopupId = intent.metadata?.["auto_topup_id"]
           const transactionId = intent.metadata?.["transaction_id"]
@@ -260,11 +261,11 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           return credited || newlyPaid
         })
 
-      const intentFailed = (event: StripeEvent) =>
-        Effect.flatMap(decode(PaymentIntent, event), (intent) => {
-          const id = intent.metadata?.["auto_topup_id"]
-          return id === undefined ? Effect.succeed(false) : autoTopups.refused(id, intent.last_payment_error?.code ?? "payment_failed")
-        })
+      const intentFailed = (event: StripeEvent) => {
+        const id = autoTopupIdOf(event.data.object)
+        return id === undefined ? Effect.succeed(false) : Effect.flatMap(decode(PaymentIntent, event), (intent) =>
+          autoTopups.refused(id, intent.last_payment_error?.code ?? "payment_failed"))
+      }
 
       const completeCheckout = (event: StripeEvent) =>
         Effect.gen(function*() {

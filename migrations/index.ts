@@ -10,6 +10,8 @@ import keyGrantHolds from "./0009_key_grant_holds.js"
 import storedResponses from "./0010_stored_responses.js"
 import usageRollups from "./0011_usage_rollups.js"
 import tagRollups from "./0012_tag_rollups.js"
+import webhooks from "./0013_webhooks.js"
+import balanceAlerts from "./0014_balance_alerts.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -28,5 +30,7 @@ export const migrations = {
   "0009_key_grant_holds": keyGrantHolds,
   "0010_stored_responses": storedResponses,
   "0011_usage_rollups": usageRollups,
-  "0012_tag_rollups": tagRollups
+  "0012_tag_rollups": tagRollups,
+  "0013_webhooks": webhooks,
+  "0014_balance_alerts": balanceAlerts
 }

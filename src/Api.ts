@@ -1,4 +1,6 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { DeveloperWebhooksApi } from "./Alerts/Api.js"
+import { AlertsApi, DevMailboxApi } from "./Alerts/SettingsApi.js"
 import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, WebhooksApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
@@ -17,6 +19,9 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(BillingApi)
   .add(UsageApi)
   .add(WebhooksApi)
+  .add(DeveloperWebhooksApi)
+  .add(AlertsApi)
+  .add(DevMailboxApi)
   .add(DevIdentityApi)
   .add(DevCheckoutApi)
   .add(HealthApi)

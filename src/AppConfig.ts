@@ -73,6 +73,14 @@ export interface AppConfigShape {
   readonly ipDevSessionsPerMinute: number
   /** `TRUSTED_PROXIES`: addresses or CIDR ranges whose `X-Forwarded-For` names the client; unset, the socket's peer is the client. */
   readonly trustedProxies: ReadonlyArray<string>
+  /** `SMTP_URL`: a `nodemailer` transport URL for alert emails; unset, they are kept in the development mailbox (`/dev/mailbox`). */
+  readonly smtpUrl: Option.Option<Redacted.Redacted>
+  /** `EMAIL_FROM`: the sender of alert emails. */
+  readonly emailFrom: string
+  /** `WEBHOOK_TIMEOUT_MS`: one webhook delivery's deadline, answer included; a receiver that hangs is cut there. */
+  readonly webhookTimeoutMs: number
+  /** How often each instance looks for due webhook deliveries and emails; not an environment setting. */
+  readonly outboxPollMs: number
 }
 
 const nonEmpty = (name: string) =>
@@ -151,7 +159,14 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   trustedProxies: Config.string("TRUSTED_PROXIES").pipe(
     Config.withDefault(""),
     Config.map((value) => value.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0))
-  )
+  ),
+  smtpUrl: Config.option(Config.redacted("SMTP_URL")).pipe(Config.map(Option.filter((url) => Redacted.value(url).length > 0))),
+  emailFrom: Config.string("EMAIL_FROM").pipe(Config.withDefault("nenas <alerts@localhost>")),
+  webhookTimeoutMs: Config.integer("WEBHOOK_TIMEOUT_MS").pipe(
+    Config.withDefault(10_000),
+    Config.validate({ message: "WEBHOOK_TIMEOUT_MS must be between 100 and 60000", validation: (ms) => ms >= 100 && ms <= 60_000 })
+  ),
+  outboxPollMs: Config.succeed(250)
 }).pipe(
   Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, ...rest }) => {
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")

@@ -31,7 +31,7 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
    * Locks the account's row until the caller's SQL transaction ends, so that
    * decisions about one account (its suspension) read their facts one at a time.
    */
-  readonly lock: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
+  readonly lock: (accountId: string) => Effect.Effect<{ readonly suspended: boolean }, SqlError.SqlError>
   /** Refuses the account's model calls; an account already suspended keeps its first suspension time. */
   readonly suspend: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
   /** Lifts a suspension; an account not suspended is left as it is. */
@@ -81,7 +81,11 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
             return toAccount(created)
           }),
         // The lock an UPDATE of the row takes: inserts referencing the account (its key) are not held up.
-        lock: (accountId) => Effect.asVoid(sql`SELECT 1 FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`),
+        lock: (accountId) =>
+          Effect.map(
+            sql<{ suspended: boolean }>`SELECT suspended_at IS NOT NULL AS suspended FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`,
+            (rows) => ({ suspended: rows[0]?.suspended === true })
+          ),
         suspend: (accountId) =>
           Effect.flatMap(Clock.currentTimeMillis, (ms) =>
             sql`

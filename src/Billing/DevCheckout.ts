@@ -127,3 +127,45 @@ export const resultPage = (transaction: PaymentTransaction, returnUrl: string) =
 <p>${text}</p>
 <p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`)
 }
+
+/** Stripe's `checkout.session.completed` for a setup session: the SetupIntent's id carries the simulated card. */
+export const setupEvent = (sessionId: string, accountId: string, setupIntentId: string, created: number) => ({
+  id: `evt_sim_${randomBase62(24)}`,
+  object: "event",
+  api_version: Stripe.API_VERSION,
+  created,
+  livemode: false,
+  pending_webhooks: 1,
+  type: "checkout.session.completed",
+  data: {
+    object: {
+      id: sessionId,
+      object: "checkout.session",
+      mode: "setup",
+      status: "complete",
+      payment_status: "no_payment_required",
+      setup_intent: setupIntentId,
+      metadata: { account_id: accountId },
+      livemode: false
+    }
+  }
+})
+
+/** The simulated setup page: a card number (Stripe's test cards choose what off-session payments do) and Save. */
+export const setupPage = (sessionId: string, open: boolean) =>
+  page(
+    "nenas: save a card",
+    `<h1>Save a card for auto top-up</h1>
+${open
+      ? `<form method="post" action="/dev/checkout/setup/${encodeURIComponent(sessionId)}/save">
+<label>Card number <input name="card_number" value="4242424242424242" inputmode="numeric" autocomplete="off"></label>
+<p><button type="submit">Save card</button></p></form>`
+      : "<p>This card is saved.</p>"}
+<p class="note">Simulated checkout: Stripe is not configured. Test cards: 4242 4242 4242 4242 pays;
+4000 0000 0000 0002 is declined; 4000 0025 0000 3155 requires authentication.</p>`
+  )
+
+export const setupResultPage = (returnUrl: string) =>
+  page("nenas: card saved", `<h1>Card saved</h1>
+<p>Auto top-up can now charge this card.</p>
+<p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`)

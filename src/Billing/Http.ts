@@ -10,9 +10,14 @@ import { microMyr, toMyrNumber } from "../Domain/Money.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { IpLimits } from "../Request/IpLimits.js"
 import { WalletRepo } from "../Wallet/Repo.js"
+import { AutoTopups } from "../Wallet/AutoTopups.js"
+import { WalletSettings } from "../Wallet/Settings.js"
 import { Spending } from "../Wallet/Spending.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
-import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent } from "./DevCheckout.js"
+import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent, setupEvent, setupPage, setupResultPage } from "./DevCheckout.js"
+import { AutoTopupOutcomes, AutoTopupWorker } from "./AutoTopup.js"
+import { CardProcessor, simulatedSetupIntent, TEST_CARDS } from "./CardProcessor.js"
+import { Cards } from "./Cards.js"
 import { PaymentProcessor } from "./PaymentProcessor.js"
 import { Payments, StripeEvent } from "./Payments.js"
 import { PaymentsRepo } from "./Repo.js"
@@ -139,6 +144,7 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
     const config = yield* AppConfig
     const processor = yield* PaymentProcessor
     const payments = yield* PaymentsRepo
+    const cards = yield* Cards
     const client = yield* HttpClient.HttpClient
     const find = (sessionId: string) =>
       Effect.gen(function*() {
@@ -162,11 +168,37 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
           : `${config.dashboardUrl}/billing?checkout=cancelled`
         return resultPage(settled, returnUrl)
       })
+    const findSetup = (sessionId: string) =>
+      Effect.flatMap(Effect.orDie(cards.findSetup(sessionId)), (setup) =>
+        setup === undefined || !processor.simulated
+          ? Effect.fail(new NotFound({ message: `No simulated setup session ${sessionId}.`, param: "session_id" }))
+          : Effect.succeed(setup))
     return handlers
+      .handle("setupPage", ({ path }) => Effect.map(findSetup(path.session_id), (setup) => setupPage(path.session_id, setup.status === "open")))
+      .handle("setupSave", ({ path }) =>
+        Effect.gen(function*() {
+          const setup = yield* findSetup(path.session_id)
+          const form = new URLSearchParams(yield* Effect.orDie((yield* HttpServerRequest.HttpServerRequest).text))
+          const number = (form.get("card_number") ?? "").replace(/[\s-]/g, "")
+          if (TEST_CARDS[number] === undefined) {
+            return yield* new InvalidRequest({
+              message: `${number.slice(0, 19)} is not one of the simulated test cards: ${Object.keys(TEST_CARDS).join(", ")}.`,
+              param: "card_number"
+            })
+          }
+          if (setup.status === "open") {
+            const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
+            yield* deliver(client, config, processor.webhookSecret, setupEvent(path.session_id, setup.accountId, simulatedSetupIntent(number), created))
+          }
+          return setupResultPage(`${config.dashboardUrl}/billing?card=saved`)
+        }))
       .handle("page", ({ path }) => Effect.map(find(path.session_id), (t) => checkoutPage(t, path.session_id)))
       .handle("pay", ({ path }) => finish(path.session_id, "checkout.session.completed"))
       .handle("cancel", ({ path }) => finish(path.session_id, "checkout.session.expired"))
   })).pipe(Layer.provide(FetchHttpClient.layer))
 
 /** The payment services the handlers above use. */
-export const PaymentsServicesLive = Payments.layer.pipe(Layer.provideMerge(PaymentsRepo.layer))
+export const PaymentsServicesLive = Layer.merge(Payments.layer, AutoTopupWorker).pipe(
+  Layer.provideMerge(AutoTopupOutcomes.layer),
+  Layer.provideMerge(Layer.mergeAll(PaymentsRepo.layer, Cards.layer, CardProcessor.layer, AutoTopups.layer, WalletSettings.layer))
+)

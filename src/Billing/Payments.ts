@@ -1,11 +1,17 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
+import { Clock, Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
+import { AppConfig } from "../AppConfig.js"
+import type { EventType } from "../Domain/Events.js"
 import { InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
 import { KeyCache } from "../Keys/KeyCache.js"
+import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
+import { AutoTopupOutcomes, autoTopupIdOf, PaymentIntent } from "./AutoTopup.js"
+import { CardProcessor } from "./CardProcessor.js"
+import { Cards } from "./Cards.js"
 import { CURRENCY } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
 
@@ -19,6 +25,8 @@ const idOf = (value: typeof Expandable.Type | null | undefined): string | null =
 
 const CheckoutSession = Schema.Struct({
   id: SqlString,
+  mode: Schema.optional(Schema.String),
+  setup_intent: Schema.optional(Schema.NullOr(Expandable)),
   client_reference_id: Schema.optional(Schema.NullOr(SqlString)),
   metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: SqlString }))),
   payment_status: Schema.String,
@@ -105,18 +113,31 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const wallet = yield* WalletRepo
       const accounts = yield* AccountsRepo
       const keyCache = yield* KeyCache
+      const { dashboardUrl } = yield* AppConfig
+      const cards = yield* Cards
+      const cardProcessor = yield* CardProcessor
+      const autoTopups = yield* AutoTopupOutcomes
 
       /**
-       * Suspended exactly while a dispute whose funds were withdrawn is open. The
-       * account is locked before its disputes are read: events of two payments then decide in turn.
+       * Suspended exactly while a dispute whose funds were withdrawn is open (a change is announced to the
+       * developer). The account is locked before its disputes are read: events of two payments decide in turn.
        */
       const updateSuspension = (accountId: string) =>
         Effect.gen(function*() {
-          yield* accounts.lock(accountId)
+          const { suspended } = yield* accounts.lock(accountId)
           const disputed = yield* repo.hasWithdrawnDispute(accountId)
           yield* disputed ? accounts.suspend(accountId) : accounts.reinstate(accountId)
+          const reason = disputed ? "a payment dispute withdrew funds" : "no payment dispute withdraws funds any more"
+          if (disputed !== suspended) yield* announce(accountId, disputed ? "account.suspended" : "account.reinstated", { reason })
           yield* Effect.map(FiberRef.get(SuspensionsDecided), (decided) => decided?.add(accountId))
         })
+
+      /** An event to the developer's webhooks, in the transaction applying the Stripe event. */
+      const announce = (accountId: string, type: EventType, data: Record<string, unknown>) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          emit({ accountId, type, at: new Date(now), data: { account_id: accountId, ...data } })).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql)
+        )
 
       /** Brings a paid transaction's ledger in line with every fact known about it. */
       const reconcile = (transaction: PaymentTransaction) =>
@@ -204,9 +225,52 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           return transaction
         })
 
+      /** A Checkout in setup mode saved a card: kept for auto top-up, once. */
+      const saveCard = (session: typeof CheckoutSession.Type) =>
+        Effect.gen(function*() {
+          const setupIntent = idOf(session.setup_intent)
+          const setup = yield* cards.findSetup(session.id)
+          if (setup === undefined || setupIntent === null || !(yield* cards.completeSetup(setup.id))) return false
+          const card = yield* cardProcessor.savedCard(setupIntent).pipe(
+            Effect.mapError(() => anomaly(`The saved card of setup session ${session.id} could not be read.`))
+          )
+          yield* cards.saveCard(setup.accountId, card)
+          return true
+        })
+
+      /** An off-session auto top-up paid: credited once (as a top-up), the attempt finished, the developer told. */
+      const intentSucceeded = (event: StripeEvent) =>
+        Effect.gen(function*() {
+          if (autoTopupIdOf(event.data.object) === undefined) return false
+          const intent = yield* decode(PaymentIntent, event)
+          const autoTopupId = intent.metadata?.["auto_topup_id"]
+          const transactionId = intent.metadata?.["transaction_id"]
+          if (autoTopupId === undefined || transactionId === undefined) return false
+          yield* requireMyr(intent.currency, event)
+          yield* repo.lockPayment(intent.id)
+          const transaction = yield* repo.lock(transactionId)
+          if (transaction === undefined || (intent.amount_received ?? intent.amount) !== transaction.amountSen) {
+            return yield* anomaly(`Payment ${intent.id} does not match transaction ${transactionId}.`)
+          }
+          const newlyPaid = transaction.status !== "succeeded"
+          yield* repo.succeed(transaction.id, intent.id)
+          const credited = yield* reconcile({ ...transaction, status: "succeeded", paymentIntentId: intent.id })
+          yield* autoTopups.paid(autoTopupId)
+          const facts = { transaction_id: transaction.id, amount_myr: transaction.amountSen / 100, automatic: true }
+          if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", facts)
+          return credited || newlyPaid
+        })
+
+      const intentFailed = (event: StripeEvent) => {
+        const id = autoTopupIdOf(event.data.object)
+        return id === undefined ? Effect.succeed(false) : Effect.flatMap(decode(PaymentIntent, event), (intent) =>
+          autoTopups.refused(id, intent.last_payment_error?.code ?? "payment_failed"))
+      }
+
       const completeCheckout = (event: StripeEvent) =>
         Effect.gen(function*() {
           const session = yield* decode(CheckoutSession, event)
+          if (session.mode === "setup") return yield* saveCard(session)
           if (session.payment_status !== "paid") return false
           const paymentIntentId = idOf(session.payment_intent)
           if (paymentIntentId !== null) yield* repo.lockPayment(paymentIntentId)
@@ -220,6 +284,11 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           }
           const newlyPaid = transaction.status !== "succeeded"
           yield* repo.succeed(transaction.id, paymentIntentId)
+          if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", {
+            transaction_id: transaction.id,
+            amount_myr: transaction.amountSen / 100,
+            automatic: false
+          })
           const settled = { ...transaction, status: "succeeded" as const, paymentIntentId: paymentIntentId ?? transaction.paymentIntentId }
           return (yield* reconcile(settled)) || newlyPaid
         })
@@ -228,7 +297,15 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         Effect.gen(function*() {
           const session = yield* decode(CheckoutSession, event)
           const transaction = yield* checkoutTransaction(session, event)
-          return transaction === undefined ? false : yield* repo.fail(transaction.id)
+          if (transaction === undefined) return false
+          const failed = yield* repo.fail(transaction.id)
+          if (failed) yield* announce(transaction.accountId, "topup.failed", {
+            transaction_id: transaction.id,
+            amount_myr: transaction.amountSen / 100,
+            reason: event.type === "checkout.session.expired" ? "the checkout session expired or was cancelled" : "the payment failed",
+            action_url: `${dashboardUrl}/billing`
+          })
+          return failed
         })
 
       const refund = (event: StripeEvent) =>
@@ -272,7 +349,9 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
         "charge.dispute.created": dispute,
         "charge.dispute.funds_withdrawn": dispute,
         "charge.dispute.funds_reinstated": dispute,
-        "charge.dispute.closed": dispute
+        "charge.dispute.closed": dispute,
+        "payment_intent.succeeded": intentSucceeded,
+        "payment_intent.payment_failed": intentFailed
       }
 
       return Payments.of({

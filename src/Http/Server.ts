@@ -3,6 +3,7 @@ import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { type Clock, Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
+import { AlertsLive, DevMailboxLive, DeveloperWebhooksLive } from "../Alerts/Http.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { ApiKeyAuth } from "../Auth/Api.js"
@@ -16,11 +17,17 @@ import { Listener } from "../Database/Listener.js"
 import { HealthLive } from "../Health/Http.js"
 import { KeysLive } from "../Keys/Http.js"
 import { KEYS_CHANNEL, KeyCache } from "../Keys/KeyCache.js"
+import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
+import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { ModelCalls } from "../Models/Calls.js"
 import { ModelCallsLive, ModelsLive, StoredResponsesLive } from "../Models/Http.js"
 import { StoredConversations } from "../Models/Stored.js"
+import { WebhookDelivery } from "../Outbox/Delivery.js"
+import { WebhookEndpoints } from "../Outbox/Endpoints.js"
+import { Mail } from "../Outbox/Mail.js"
+import { WalletSettings } from "../Wallet/Settings.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
 import { WebSearch } from "../Models/WebSearch.js"
@@ -104,13 +111,19 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     ModelCalls.layer,
     Idempotency.layer,
     CallLimits.layer,
-    StoredConversations.layer
+    StoredConversations.layer,
+    WebhookEndpoints.layer,
+    WebhookDelivery.layerRunning,
+    Mail.layerRunning,
+    KeyExpiry.layerRunning,
+    WalletSettings.layer
   ).pipe(
     // Accounts open their wallets through WalletRepo.
     Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
     Layer.provideMerge(Layer.mergeAll(
       KeyLastUsed.layer(),
       KeyCache.layer(),
+      KeyLimitReached.layer,
       traced(WalletRepo, "wallet", overrides.walletRepo === undefined ? WalletRepo.layer : sqlWalletRepo(overrides.walletRepo)),
       overrides.router ?? Router.layer,
       instrumentedProvider(overrides.provider ?? ProviderLive),
@@ -142,6 +155,9 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     KeysLive,
     BillingLive,
     WebhooksLive,
+    DeveloperWebhooksLive,
+    AlertsLive,
+    DevMailboxLive,
     UsageLive,
     DevIdentityLive,
     DevCheckoutLive,

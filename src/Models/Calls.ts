@@ -1,5 +1,6 @@
 import { Clock, Context, Effect, Exit, Fiber, FiberId, FiberSet, Layer, Option, Ref, type Stream } from "effect"
 import { AppConfig } from "../AppConfig.js"
+import { KeyLimitReached } from "../Keys/LimitReached.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
@@ -82,6 +83,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const config = yield* AppConfig
       const router = yield* Router
       const spending = yield* Spending
+      const limitReached = yield* KeyLimitReached
       const webSearch = yield* WebSearch
       const images = yield* ImageFetcher
       // Test keys always use the built-in model, cost nothing and never touch the wallet.
@@ -108,6 +110,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               ? Effect.flatMap(elapsed(startedAt), (ms) => spending.refused(log, errorMeta(error).code, ms))
               : Effect.void
           ),
+          Effect.tapErrorTag("SpendLimitExceeded", () => limitReached.announce(key.keyId)),
           apiErrorsOnly,
           Effect.mapError((error) => forCaller(error, endpoint, key.keyId))
         )

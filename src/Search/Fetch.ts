@@ -126,7 +126,7 @@ const decode = (contentType: string, bytes: Uint8Array): string => {
 }
 
 /** Reads the body up to `maxBytes`, then stops the transfer. */
-const readCapped = (response: IncomingMessage, maxBytes: number) =>
+export const readCapped = (response: IncomingMessage, maxBytes: number) =>
   new Promise<{ readonly bytes: Buffer; readonly truncated: boolean }>((resolve, reject) => {
     const chunks: Array<Buffer> = []
     let size = 0
@@ -182,51 +182,74 @@ const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number,
     request.once("error", reject)
   })
 
+/** What an outbound request a user can aim may reach, besides public addresses. */
+export interface AdmitRules {
+  /** `FETCH_ALLOWED_HOSTS`: `host` (any port) or `host:port`, lower case: reachable although not public. */
+  readonly allowedHosts: ReadonlySet<string>
+  /** Page fetching keeps to ports 80 and 443 outside the allowed hosts. */
+  readonly webPortsOnly: boolean
+  /** Webhook URLs must be `https` outside the allowed hosts. */
+  readonly httpsOnly: boolean
+}
+
 /**
- * GETs without reaching inside the network (DESIGN.md, web search): http(s)
- * only, on ports 80 and 443; every host, the first and each redirect's, is
- * resolved and refused unless all its addresses are public (`refusedAddress`)
- * or it is in `FETCH_ALLOWED_HOSTS` (which also lifts the port rule); the
- * connection goes to the addresses checked; at most `maxRedirects` redirects;
- * only the media types `wanted` admits; bodies capped.
+ * The address guard (DESIGN.md, Security) for one URL: http(s) only, no
+ * credentials, and a host that is in `allowedHosts` or whose every address is
+ * public (`refusedAddress`). Answers the lookup to connect with, answering only
+ * the addresses checked (`undefined` for an IP literal: no lookup happens).
  */
-export const makeGuardedFetch = (resolver: HostResolver["Type"], limits: FetchLimits, wanted: Wanted) => {
-  /** The lookup to connect with, once the host has passed; `undefined` for an IP literal (no lookup happens). */
-  const admit = (url: URL): Effect.Effect<LookupFunction | undefined, PageError> =>
-    Effect.gen(function*() {
-      if (url.protocol !== "http:" && url.protocol !== "https:") {
-        return yield* new PageRefused({ url: url.href, reason: `the ${url.protocol} scheme is not fetched` })
-      }
-      if (url.username !== "" || url.password !== "") {
-        return yield* new PageRefused({ url: url.href, reason: "URLs with credentials are not fetched" })
-      }
-      const allowed = isAllowed(url, limits.allowedHosts)
-      // Other ports reach what is not a web site (SSH, databases, admin consoles) even on a public address.
-      const portRefused = !allowed && url.port !== "" && !WEB_PORTS.has(url.port)
-        ? new PageRefused({ url: url.href, reason: `port ${url.port} is not fetched (only 80 and 443)` })
-        : undefined
-      if (isIpLiteral(url.hostname)) {
-        const refused = allowed ? undefined : refusedAddress(url.hostname)
-        if (refused !== undefined) return yield* new PageRefused({ url: url.href, reason: `${url.hostname} is a ${refused} address` })
-        if (portRefused !== undefined) return yield* portRefused
-        return undefined
-      }
-      const addresses = yield* Effect.tryPromise({
-        try: () => resolver.lookup(url.hostname),
-        catch: (error) => new PageFailed({ url: url.href, reason: `${url.hostname} did not resolve: ${String(error)}` })
-      })
-      if (addresses.length === 0) return yield* new PageFailed({ url: url.href, reason: `${url.hostname} has no address` })
-      if (!allowed) {
-        for (const { address } of addresses) {
-          const refused = refusedAddress(address)
-          if (refused !== undefined) {
-            return yield* new PageRefused({ url: url.href, reason: `${url.hostname} resolves to ${address}, a ${refused} address` })
-          }
+export const admitUrl = (
+  resolver: HostResolver["Type"],
+  rules: AdmitRules,
+  url: URL
+): Effect.Effect<LookupFunction | undefined, PageError> =>
+  Effect.gen(function*() {
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      return yield* new PageRefused({ url: url.href, reason: `the ${url.protocol} scheme is not fetched` })
+    }
+    if (url.username !== "" || url.password !== "") {
+      return yield* new PageRefused({ url: url.href, reason: "URLs with credentials are not fetched" })
+    }
+    const allowed = isAllowed(url, rules.allowedHosts)
+    if (!allowed && rules.httpsOnly && url.protocol !== "https:") {
+      return yield* new PageRefused({ url: url.href, reason: "only https URLs are reached (outside FETCH_ALLOWED_HOSTS)" })
+    }
+    // Other ports reach what is not a web site (SSH, databases, admin consoles) even on a public address.
+    const portRefused = !allowed && rules.webPortsOnly && url.port !== "" && !WEB_PORTS.has(url.port)
+      ? new PageRefused({ url: url.href, reason: `port ${url.port} is not fetched (only 80 and 443)` })
+      : undefined
+    if (isIpLiteral(url.hostname)) {
+      const refused = allowed ? undefined : refusedAddress(url.hostname)
+      if (refused !== undefined) return yield* new PageRefused({ url: url.href, reason: `${url.hostname} is a ${refused} address` })
+      if (portRefused !== undefined) return yield* portRefused
+      return undefined
+    }
+    const addresses = yield* Effect.tryPromise({
+      try: () => resolver.lookup(url.hostname),
+      catch: (error) => new PageFailed({ url: url.href, reason: `${url.hostname} did not resolve: ${String(error)}` })
+    })
+    if (addresses.length === 0) return yield* new PageFailed({ url: url.href, reason: `${url.hostname} has no address` })
+    if (!allowed) {
+      for (const { address } of addresses) {
+        const refused = refusedAddress(address)
+        if (refused !== undefined) {
+          return yield* new PageRefused({ url: url.href, reason: `${url.hostname} resolves to ${address}, a ${refused} address` })
         }
       }
-      if (portRefused !== undefined) return yield* portRefused
-      return pinned(addresses)
-    })
+    }
+    if (portRefused !== undefined) return yield* portRefused
+    return pinned(addresses)
+  })
+
+/**
+ * GETs without reaching inside the network (DESIGN.md, web search): the
+ * address guard (`admitUrl`) on ports 80 and 443 for the first host and each
+ * redirect's; the connection goes to the addresses checked; at most
+ * `maxRedirects` redirects; only the media types `wanted` admits; bodies capped.
+ */
+export const makeGuardedFetch = (resolver: HostResolver["Type"], limits: FetchLimits, wanted: Wanted) => {
+  const rules: AdmitRules = { allowedHosts: limits.allowedHosts, webPortsOnly: true, httpsOnly: false }
+  const admit = (url: URL) => admitUrl(resolver, rules, url)
 
   const hop = (url: URL) =>
     Effect.flatMap(admit(url), (lookup) =>

@@ -7,6 +7,8 @@ import { RequestLogs } from "../Logs/RequestLogs.js"
 import type { StoredWrite } from "../Responses/Store.js"
 import { writeStored } from "../Responses/Store.js"
 import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
+import { queueAutoTopups } from "./AutoTopups.js"
+import { announceCrossings, balancesBefore } from "./LowBalance.js"
 import { lockRows, withRepeatedEntries, writeEntries, writeKeyHolds, writeRows } from "./SettleRows.js"
 
 /**
@@ -115,12 +117,15 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
     const logs = yield* RequestLogs
     return yield* sql.withTransaction(Effect.gen(function*() {
       const locked = yield* lockRows(sql, batch)
+      const before = balancesBefore(locked.wallets)
       const applied = apply(batch, locked)
       yield* writeRows(sql, batch, locked)
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
       yield* writeKeyHolds(sql, batch)
       yield* writeStored(sql, batch.stored ?? [])
+      yield* announceCrossings(before, locked.wallets, batch.at)
+      yield* queueAutoTopups(before, locked.wallets, batch.at)
       const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))

@@ -25,6 +25,12 @@ export interface WalletRow {
   reservedMicroMyr: number
   grantedMicroMyr: number
   lifetimeSpendMicroMyr: number
+  /** The developer's low-balance threshold (`LowBalance.ts`); null: none. */
+  readonly lowBalanceThresholdMicroMyr: number | null
+  /** Auto top-up's threshold while it is on; null: off. */
+  readonly autoTopupThresholdMicroMyr: number | null
+  readonly autoTopupAmountSen: number | null
+  readonly autoTopupMaxPerDay: number
   changed?: boolean
 }
 
@@ -86,7 +92,10 @@ export const lockRows = (sql: SqlClient.SqlClient, batch: Batch) =>
     const wallets = new Map<string, WalletRow>()
     if (accountIds.length > 0) {
       const rows = yield* sql<WalletRow>`
-        SELECT account_id, available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_spend_micro_myr
+        SELECT account_id, available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_spend_micro_myr,
+               low_balance_threshold_micro_myr,
+               CASE WHEN auto_topup_enabled THEN auto_topup_threshold_micro_myr END AS auto_topup_threshold_micro_myr,
+               auto_topup_amount_sen, auto_topup_max_per_day
         FROM wallets WHERE account_id = ANY(${accountIds}::text[]) ORDER BY account_id FOR UPDATE
       `
       for (const row of rows) wallets.set(row.accountId, { ...row })

@@ -2,6 +2,8 @@
 
 // Type-only: the schemas' types are erased, so none of the server's code (nor effect) reaches the bundle.
 import type { Schema } from "effect"
+import type * as WebhooksApi from "../../src/Alerts/Api.js"
+import type * as AlertsApi from "../../src/Alerts/SettingsApi.js"
 import type * as BillingApi from "../../src/Billing/Api.js"
 import type { ErrorBody } from "../../src/Domain/Errors.js"
 import type * as KeysApi from "../../src/Keys/Api.js"
@@ -49,7 +51,7 @@ const withQuery = (path: string, query: Query | undefined): string => {
 
 export interface RequestOptions {
   readonly token?: string | null
-  readonly method?: "GET" | "POST" | "PATCH" | "DELETE"
+  readonly method?: "GET" | "POST" | "PUT" | "PATCH" | "DELETE"
   readonly json?: unknown
   /** Extra request headers, e.g. an `Idempotency-Key`. */
   readonly headers?: Record<string, string>
@@ -155,3 +157,16 @@ export type SeriesPoint = Json<typeof UsageApi.SeriesPoint>
 export type UsageSeries = Json<typeof UsageApi.UsageSeries>
 export type UsageCounters = Json<typeof UsageApi.UsageCounters>
 export type Overview = Json<typeof UsageApi.Overview>
+
+export type BillingSettings = Json<typeof AlertsApi.BillingSettings>
+export type UpdateBillingSettings = Json<typeof AlertsApi.UpdateBillingSettings>
+export type Banner = Json<typeof AlertsApi.Banner>
+export const AUTO_TOPUP_AMOUNTS_MYR = [10, 25, 50, 100, 250, 500] as const
+export type WebhookEndpoint = Json<typeof WebhooksApi.WebhookEndpoint>
+export type CreatedWebhook = Json<typeof WebhooksApi.CreateWebhookResponse>
+export type WebhookDelivery = Json<typeof WebhooksApi.WebhookDelivery>
+export type WebhookEventType = Json<typeof WebhooksApi.WebhookEventType>
+export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
+  "balance.low", "topup.succeeded", "topup.failed", "auto_topup.failed",
+  "key.limit_reached", "key.expiring", "account.suspended", "account.reinstated"
+])

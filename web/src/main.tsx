@@ -8,6 +8,8 @@ import { LogsPage } from "./pages/Logs"
 import { OverviewPage } from "./pages/Overview"
 import { SignInPage } from "./pages/SignIn"
 import { UsagePage } from "./pages/Usage"
+import { WebhooksPage } from "./pages/Webhooks"
+import { Banners } from "./banners"
 import { SessionProvider, useSession } from "./session"
 import "./styles.css"
 
@@ -16,7 +18,8 @@ const PAGES = [
   { to: "/api-keys", label: "API keys" },
   { to: "/billing", label: "Billing" },
   { to: "/logs", label: "Logs" },
-  { to: "/usage", label: "Usage" }
+  { to: "/usage", label: "Usage" },
+  { to: "/webhooks", label: "Webhooks" }
 ] as const
 
 const NotFoundPage = () => (
@@ -44,12 +47,14 @@ const Shell = () => {
         <button type="button" className="quiet" onClick={signOut}>Sign out</button>
       </header>
       <main id="main">
+        <Banners />
         <Routes>
           <Route index element={<OverviewPage />} />
           <Route path="api-keys" element={<ApiKeysPage />} />
           <Route path="billing" element={<BillingPage />} />
           <Route path="logs" element={<LogsPage />} />
           <Route path="usage" element={<UsagePage />} />
+          <Route path="webhooks" element={<WebhooksPage />} />
           <Route path="*" element={<NotFoundPage />} />
         </Routes>
       </main>

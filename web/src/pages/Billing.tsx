@@ -4,6 +4,7 @@ import { ApiError, LEDGER_TYPES, request, type Balance, type CheckoutResponse, t
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, MoneyStat, PageHeading, Pager } from "../components"
 import { formatMyr } from "../format"
 import { useApi, useSession } from "../session"
+import { BillingSettingsPanel } from "./BillingSettings"
 
 const PAGE_SIZE = 20
 
@@ -117,6 +118,7 @@ export const BillingPage = () => {
           </>
         )}
       </Load>
+      <BillingSettingsPanel />
       <section aria-labelledby="ledger-heading">
         <h2 id="ledger-heading">Ledger</h2>
         <div className="filters">

@@ -1,0 +1,15 @@
+/** The events a developer's webhook endpoint may subscribe to (DESIGN.md, Alerts, auto top-up and webhooks). */
+export const EVENT_TYPES = [
+  "balance.low",
+  "topup.succeeded",
+  "topup.failed",
+  "auto_topup.failed",
+  "key.limit_reached",
+  "key.expiring",
+  "account.suspended",
+  "account.reinstated"
+] as const
+export type EventType = typeof EVENT_TYPES[number]
+
+/** Sent only to one endpoint, on the developer's request; no endpoint subscribes to it. */
+export const TEST_EVENT = "webhook.test"

@@ -1,0 +1,56 @@
+import { SqlClient } from "@effect/sql"
+import { Clock, Context, Effect, Layer } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
+
+/** `YYYY-MM` of `at` in `timeZone`: the spend-limit month. */
+export const monthOf = (at: Date, timeZone: string): string => {
+  const parts = new Intl.DateTimeFormat("en-CA", { timeZone, year: "numeric", month: "2-digit" }).formatToParts(at)
+  return `${parts.find((p) => p.type === "year")?.value}-${parts.find((p) => p.type === "month")?.value}`
+}
+
+/**
+ * `key.limit_reached` (issue 25): the first call a key's monthly spend limit
+ * refuses in a month announces it, once per key and month (the row's update is
+ * the claim, on any number of instances), by webhook and email. A failure here
+ * is logged and never changes the refusal the caller gets.
+ */
+export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLimitReached, {
+  readonly announce: (apiKeyId: string) => Effect.Effect<void>
+}>() {
+  static readonly layer = Layer.effect(
+    KeyLimitReached,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const { businessTimezone } = yield* AppConfig
+      const announce = (apiKeyId: string) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const at = new Date(yield* Clock.currentTimeMillis)
+          const month = monthOf(at, businessTimezone)
+          const keys = yield* sql<{ id: string; accountId: string; name: string; monthlySpendLimitMicroMyr: number | null }>`
+            UPDATE api_keys SET limit_announced_month = ${month}
+            WHERE id = ${apiKeyId} AND limit_announced_month IS DISTINCT FROM ${month}
+            RETURNING id, account_id, name, monthly_spend_limit_micro_myr
+          `
+          for (const key of keys) {
+            const limit = key.monthlySpendLimitMicroMyr === null ? null : key.monthlySpendLimitMicroMyr / 1e6
+            yield* emit({
+              accountId: key.accountId,
+              type: "key.limit_reached",
+              at,
+              data: { account_id: key.accountId, api_key_id: key.id, month, monthly_spend_limit_myr: limit },
+              email: {
+                subject: `Your API key "${key.name}" reached its monthly spend limit`,
+                body: `The API key "${key.name}" reached its limit of RM ${limit?.toFixed(2) ?? "?"} for ${month}.\n` +
+                  `Its live calls answer 402 spend_limit_exceeded until the month ends or you raise the limit: ${DASHBOARD_URL}/api-keys\n`
+              }
+            })
+          }
+        })).pipe(
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Effect.catchAllCause((cause) => Effect.logWarning(`key.limit_reached for ${apiKeyId} was not announced`, cause))
+        )
+      return { announce }
+    })
+  )
+}

@@ -1,0 +1,88 @@
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql"
+import { Context, Effect, Layer } from "effect"
+import { newId } from "../Domain/Ids.js"
+import { totalOf } from "./LowBalance.js"
+import type { WalletRow } from "./SettleRows.js"
+
+/**
+ * Auto top-up attempts (issue 25). A settlement that leaves a wallet below its
+ * auto top-up threshold queues one, in its own transaction under the wallet's
+ * lock, unless one is unfinished (a unique index: one in flight per account,
+ * across instances) or the day's cap is reached. Billing's worker charges it
+ * and finishes it. Refunds and chargebacks are not settlements: they never queue one.
+ */
+export const queueAutoTopups = (
+  before: ReadonlyMap<string, number>,
+  wallets: ReadonlyMap<string, WalletRow>,
+  at: Date
+): Effect.Effect<void, SqlError.SqlError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    for (const wallet of wallets.values()) {
+      const threshold = wallet.autoTopupThresholdMicroMyr
+      const was = before.get(wallet.accountId)
+      const now = totalOf(wallet)
+      if (threshold === null || wallet.autoTopupAmountSen === null || was === undefined || now >= threshold || now >= was) continue
+      yield* sql`
+        INSERT INTO auto_topups (id, account_id, amount_sen, status, created_at)
+        SELECT ${newId("atu")}, ${wallet.accountId}, ${wallet.autoTopupAmountSen}, 'queued', ${at}
+        WHERE (SELECT count(*) FROM auto_topups WHERE account_id = ${wallet.accountId}
+               AND created_at > ${new Date(at.getTime() - 24 * 60 * 60 * 1000)}) < ${wallet.autoTopupMaxPerDay}
+        ON CONFLICT (account_id) WHERE status IN ('queued', 'charging') DO NOTHING
+      `
+    }
+  })
+
+export interface AutoTopupRow {
+  readonly id: string
+  readonly accountId: string
+  readonly amountSen: number
+  readonly status: "queued" | "charging" | "succeeded" | "failed"
+  readonly transactionId: string | null
+  readonly paymentIntentId: string | null
+}
+
+const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id"
+
+export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
+  /** Claims unfinished attempts (new ones, and ones whose claimer's lease lapsed) for `leaseMs`. */
+  readonly claim: (now: Date, leaseMs: number) => Effect.Effect<ReadonlyArray<AutoTopupRow>, SqlError.SqlError>
+  readonly attachTransaction: (id: string, transactionId: string) => Effect.Effect<void, SqlError.SqlError>
+  /** Stripe accepted the charge: its intent, and the claim held until `holdUntil` while its event comes. */
+  readonly attachIntent: (id: string, paymentIntentId: string, holdUntil: Date) => Effect.Effect<void, SqlError.SqlError>
+  /** Finishes an unfinished attempt; false when it was finished already. */
+  readonly finish: (id: string, status: "succeeded" | "failed", at: Date, failureCode: string | null) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly find: (id: string) => Effect.Effect<AutoTopupRow | undefined, SqlError.SqlError>
+}>() {
+  static readonly layer = Layer.effect(
+    AutoTopups,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      return AutoTopups.of({
+        claim: (now, leaseMs) =>
+          sql<AutoTopupRow>`
+            UPDATE auto_topups SET status = 'charging', claimed_until = ${new Date(now.getTime() + leaseMs)}
+            WHERE id IN (
+              SELECT id FROM auto_topups
+              WHERE status IN ('queued', 'charging') AND (claimed_until IS NULL OR claimed_until < ${now})
+              ORDER BY created_at LIMIT 10 FOR UPDATE SKIP LOCKED
+            )
+            RETURNING ${sql.unsafe(COLUMNS)}
+          `,
+        attachTransaction: (id, transactionId) => Effect.asVoid(sql`UPDATE auto_topups SET transaction_id = ${transactionId} WHERE id = ${id}`),
+        attachIntent: (id, paymentIntentId, holdUntil) =>
+          Effect.asVoid(sql`UPDATE auto_topups SET payment_intent_id = ${paymentIntentId}, claimed_until = ${holdUntil} WHERE id = ${id}`),
+        finish: (id, status, at, failureCode) =>
+          Effect.map(
+            sql`
+              UPDATE auto_topups SET status = ${status}, failure_code = ${failureCode}, finished_at = ${at}, claimed_until = NULL
+              WHERE id = ${id} AND status IN ('queued', 'charging') RETURNING id
+            `,
+            (rows) => rows.length > 0
+          ),
+        find: (id) => Effect.map(sql<AutoTopupRow>`SELECT ${sql.unsafe(COLUMNS)} FROM auto_topups WHERE id = ${id}`, (rows) => rows[0])
+      })
+    })
+  )
+}

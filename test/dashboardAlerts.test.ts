@@ -1,0 +1,111 @@
+import { mkdir } from "node:fs/promises"
+import { layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import type { Page } from "playwright-core"
+import { beforeAll, expect } from "vitest"
+import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+
+/**
+ * Issue 25 in the dashboard, in a real browser (Debian's Chromium): set a
+ * low-balance threshold, save a card through the simulated checkout, turn on
+ * auto top-up, register a webhook endpoint and see a delivery. Screenshots at
+ * desktop and phone width go to test-results/dashboard/.
+ */
+
+const SHOTS = "test-results/dashboard"
+const DESKTOP = { width: 1280, height: 800 }
+const PHONE = { width: 390, height: 844 }
+
+beforeAll(ensureDashboardBuilt, 180_000)
+
+const screenshots = async (page: Page, name: string) => {
+  for (const [size, viewport] of [["desktop", DESKTOP], ["phone", PHONE]] as const) {
+    await page.setViewportSize(viewport)
+    await page.waitForTimeout(300)
+    await page.screenshot({ path: `${SHOTS}/${name}-${size}.png`, fullPage: true })
+  }
+  await page.setViewportSize(DESKTOP)
+}
+
+const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
+
+const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
+  TestServerLive({ fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
+  .pipe(Layer.provideMerge(WebhookReceiverLive))
+
+layer(Server, { excludeTestServices: true, timeout: 150_000 })("alerts, auto top-up and webhooks in the dashboard", (it) => {
+  it.effect("set a threshold, save a card, turn on auto top-up, register an endpoint and see a delivery", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      const receiver = yield* WebhookReceiver
+      yield* Effect.acquireUseRelease(
+        Effect.promise(launchBrowser),
+        ({ context }) =>
+          Effect.promise(async () => {
+            await mkdir(SHOTS, { recursive: true })
+            const problems: Array<string> = []
+            const page = await context.newPage()
+            page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+
+            await page.goto(`${baseUrl}/app/`)
+            await page.getByLabel("Email").fill("alerts-ui@example.com")
+            await page.getByRole("button", { name: "Sign in", exact: true }).click()
+            await heading(page, "Overview").waitFor()
+
+            // The threshold: an empty wallet is below it at once, so the banner shows.
+            await page.getByRole("link", { name: "Billing" }).click()
+            await heading(page, "Billing").waitFor()
+            await page.getByLabel("Alert below (RM)").fill("5")
+            await page.getByRole("button", { name: "Save alert" }).click()
+            await page.getByText("Alert saved.").waitFor()
+            await page.getByRole("link", { name: "Overview" }).click()
+            const banner = page.locator('[data-kind="balance_low"]')
+            await banner.waitFor()
+            expect(await banner.textContent()).toContain("below the RM 5.00 you set")
+
+            // A card through the simulated checkout's setup page, and back.
+            await page.getByRole("link", { name: "Billing" }).click()
+            await page.getByRole("button", { name: "Save a card" }).click()
+            await page.getByRole("heading", { name: "Save a card for auto top-up" }).waitFor()
+            expect(page.url()).toContain("/dev/checkout/setup/")
+            await screenshots(page, "21-save-card")
+            await page.getByLabel("Card number").fill("4242 4242 4242 4242")
+            await page.getByRole("button", { name: "Save card" }).click()
+            await page.getByRole("heading", { name: "Card saved" }).waitFor()
+            await page.getByRole("link", { name: "Back to the dashboard" }).click()
+            await heading(page, "Billing").waitFor()
+            await page.getByText("visa ending 4242").waitFor()
+
+            // Auto top-up on.
+            await page.getByLabel("Top up automatically").check()
+            await page.getByLabel("When the balance is below (RM)").fill("3")
+            await page.getByLabel("Add (RM)").selectOption("25")
+            await page.getByRole("button", { name: "Save auto top-up" }).click()
+            await page.getByText("Auto top-up is on.").waitFor()
+            await screenshots(page, "22-billing-alerts-auto-topup")
+
+            // An endpoint: its secret once, then a test event delivered.
+            await page.getByRole("link", { name: "Webhooks" }).click()
+            await heading(page, "Webhooks").waitFor()
+            await page.getByLabel("Endpoint URL").fill(receiver.url("/ui"))
+            await page.getByRole("button", { name: "Add endpoint" }).click()
+            const secret = await page.getByLabel("Signing secret").inputValue()
+            expect(secret).toMatch(/^whsec_/)
+            await page.getByRole("button", { name: "I have saved it" }).click()
+            const card = page.getByRole("article", { name: `Endpoint ${receiver.url("/ui")}` })
+            await card.getByRole("button", { name: "Send test event" }).click()
+            await expect.poll(async () => {
+              await card.getByRole("button", { name: "Hide deliveries" }).click()
+              await card.getByRole("button", { name: "Show deliveries" }).click()
+              return (await card.getByRole("table").textContent({ timeout: 2_000 }).catch(() => "")) ?? ""
+            }, { timeout: 15_000 }).toMatch(/webhook\.test\s*delivered/)
+            expect(receiver.received().filter((r) => r.path === "/ui").length).toBe(1)
+            await screenshots(page, "23-webhooks-delivery")
+            expect(problems).toEqual([])
+          }),
+        ({ close }) => Effect.promise(close)
+      )
+    }))
+})

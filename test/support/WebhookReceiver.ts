@@ -1,0 +1,74 @@
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from "node:http"
+import type { AddressInfo } from "node:net"
+import { Context, Effect, Layer } from "effect"
+
+/** What the receiver does with one request. */
+export type Answer = "200" | "500" | "hang" | "redirect" | "huge"
+
+export interface Received {
+  readonly path: string
+  readonly headers: IncomingHttpHeaders
+  readonly body: string
+  readonly answer: Answer
+}
+
+/**
+ * A developer's webhook receiver on 127.0.0.1: answers each request as the
+ * next entry of `script` says (then `200`), and keeps every request.
+ */
+export class WebhookReceiver extends Context.Tag("test/WebhookReceiver")<WebhookReceiver, {
+  readonly port: number
+  readonly url: (path: string) => string
+  readonly received: () => ReadonlyArray<Received>
+  readonly script: (path: string, answers: ReadonlyArray<Answer>) => void
+}>() {}
+
+const respond = (answer: Answer, response: ServerResponse) => {
+  switch (answer) {
+    case "200":
+      return response.writeHead(200, { "content-type": "text/plain" }).end("thanks")
+    case "500":
+      return response.writeHead(500, { "content-type": "text/plain" }).end("receiver is down")
+    case "redirect":
+      return response.writeHead(302, { location: "/elsewhere" }).end()
+    case "huge":
+      return response.writeHead(200, { "content-type": "text/plain" }).end("x".repeat(2 * 1024 * 1024))
+    case "hang":
+      return // never answers; the connection is dropped when the server closes
+  }
+}
+
+export const WebhookReceiverLive = Layer.scoped(
+  WebhookReceiver,
+  Effect.gen(function*() {
+    const received: Array<Received> = []
+    const scripts = new Map<string, Array<Answer>>()
+    const server = createServer((request, response) => {
+      const chunks: Array<Buffer> = []
+      request.on("data", (chunk: Buffer) => chunks.push(chunk))
+      request.on("end", () => {
+        const path = request.url ?? "/"
+        const answer = scripts.get(path)?.shift() ?? "200"
+        received.push({ path, headers: request.headers, body: Buffer.concat(chunks).toString("utf8"), answer })
+        respond(answer, response)
+      })
+    })
+    yield* Effect.acquireRelease(
+      Effect.async<void>((resume) => {
+        server.listen(0, "127.0.0.1", () => resume(Effect.void))
+      }),
+      () =>
+        Effect.async<void>((resume) => {
+          server.closeAllConnections()
+          server.close(() => resume(Effect.void))
+        })
+    )
+    const port = (server.address() as AddressInfo).port
+    return {
+      port,
+      url: (path) => `http://127.0.0.1:${port}${path}`,
+      received: () => received,
+      script: (path, answers) => void scripts.set(path, [...answers])
+    }
+  })
+)

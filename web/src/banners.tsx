@@ -1,0 +1,26 @@
+import { Link, useLocation } from "react-router"
+import type { Banner } from "./api"
+import { useApi } from "./session"
+
+/** What the dashboard shows at its top on every page: a low balance, a failed auto top-up, a disabled endpoint. */
+export const Banners = () => {
+  const location = useLocation()
+  // Read again on every page change: a top-up or a saved card changes them.
+  const [banners] = useApi<{ banners: ReadonlyArray<Banner> }>("/dashboard/alerts", { at: location.key })
+  if (banners.state !== "ready" || banners.data.banners.length === 0) return null
+  return (
+    <div className="banners">
+      {banners.data.banners.map((banner) => (
+        <div key={banner.kind} className="warning banner" role="alert" data-kind={banner.kind}>
+          <p>{banner.message}</p>
+          {banner.action_url.startsWith("http")
+            ? <a href={banner.action_url}>{labelOf(banner)}</a>
+            : <Link to={banner.action_url}>{labelOf(banner)}</Link>}
+        </div>
+      ))}
+    </div>
+  )
+}
+
+const labelOf = (banner: Banner) =>
+  banner.kind === "balance_low" ? "Top up" : banner.kind === "auto_topup_failed" ? "Save the card again" : "Open webhooks"

@@ -1,0 +1,127 @@
+import { useState } from "react"
+import { ApiError, request, WEBHOOK_EVENTS, type CreatedWebhook, type WebhookDelivery, type WebhookEndpoint, type WebhookEventType } from "../api"
+import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading } from "../components"
+import { useApi, useSession } from "../session"
+
+const Deliveries = ({ endpoint }: { endpoint: WebhookEndpoint }) => {
+  const { token } = useSession()
+  const [list, reload] = useApi<{ deliveries: ReadonlyArray<WebhookDelivery> }>(`/dashboard/webhooks/${endpoint.id}/deliveries`)
+  const resend = async (id: string) => {
+    await request(`/dashboard/webhooks/${endpoint.id}/deliveries/${id}/resend`, { token, method: "POST" })
+    reload()
+  }
+  return (
+    <Load value={list} what="deliveries" retry={reload}>
+      {(data) => data.deliveries.length === 0 ? <Empty>No deliveries yet.</Empty> : (
+        <table aria-label={`Deliveries to ${endpoint.url}`}>
+          <thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Created</th><th /></tr></thead>
+          <tbody>
+            {data.deliveries.map((d) => {
+              const last = d.attempt_log[d.attempt_log.length - 1]
+              return (
+                <tr key={d.id}>
+                  <td><code>{d.event_type}</code></td>
+                  <td>{d.status}</td>
+                  <td>{d.attempt_log.length}</td>
+                  <td>{last === undefined ? "—" : `${last.status_code ?? last.error ?? "no answer"} · ${last.latency_ms} ms`}</td>
+                  <td><DateTime iso={d.created_at} /></td>
+                  <td><button type="button" className="quiet small" onClick={() => void resend(d.id)}>Resend</button></td>
+                </tr>
+              )
+            })}
+          </tbody>
+        </table>
+      )}
+    </Load>
+  )
+}
+
+const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onChange: () => void }) => {
+  const { token } = useSession()
+  const [open, setOpen] = useState(false)
+  const [round, setRound] = useState(0)
+  const act = async (path: string, method: "POST" | "PATCH" | "DELETE", json?: unknown) => {
+    await request(`/dashboard/webhooks/${endpoint.id}${path}`, { token, method, json })
+    onChange()
+    setRound((n) => n + 1)
+  }
+  return (
+    <article className="card" aria-label={`Endpoint ${endpoint.url}`}>
+      <h3><code>{endpoint.url}</code></h3>
+      <p className="note">{endpoint.status}{endpoint.disabled_reason === null ? "" : ` (${endpoint.disabled_reason})`} · {endpoint.events.join(", ")}</p>
+      <div className="actions">
+        <button type="button" onClick={() => void act("/test", "POST").then(() => setOpen(true))}>Send test event</button>
+        <button type="button" className="quiet" onClick={() => setOpen((o) => !o)}>{open ? "Hide deliveries" : "Show deliveries"}</button>
+        <button type="button" className="quiet" onClick={() => void act("", "PATCH", { disabled: endpoint.status === "enabled" })}>
+          {endpoint.status === "enabled" ? "Disable" : "Enable"}
+        </button>
+        <button type="button" className="danger" onClick={() => void act("", "DELETE")}>Delete</button>
+      </div>
+      {open ? <Deliveries key={round} endpoint={endpoint} /> : null}
+    </article>
+  )
+}
+
+export const WebhooksPage = () => {
+  const { token } = useSession()
+  const [list, reload] = useApi<{ endpoints: ReadonlyArray<WebhookEndpoint> }>("/dashboard/webhooks")
+  const [url, setUrl] = useState("")
+  const [events, setEvents] = useState<ReadonlyArray<WebhookEventType>>(["balance.low", "topup.succeeded", "auto_topup.failed"])
+  const [created, setCreated] = useState<CreatedWebhook | null>(null)
+  const [error, setError] = useState<ApiError | null>(null)
+  const create = async () => {
+    setError(null)
+    try {
+      setCreated(await request<CreatedWebhook>("/dashboard/webhooks", { token, method: "POST", json: { url, events } }))
+      setUrl("")
+      reload()
+    } catch (cause) {
+      if (cause instanceof ApiError) setError(cause)
+      else throw cause
+    }
+  }
+  return (
+    <>
+      <PageHeading title="Webhooks" />
+      <form className="card" aria-labelledby="new-webhook" onSubmit={(e) => {
+        e.preventDefault()
+        void create()
+      }}>
+        <h2 id="new-webhook">Add an endpoint</h2>
+        <p className="note">Deliveries are signed as Standard Webhooks and retried for 3 days. Verify them with the signing secret.</p>
+        {error === null ? null : <ErrorPanel error={error} />}
+        <Field label="Endpoint URL" hint="https, on a public address.">
+          {(props) => <input {...props} type="url" required value={url} onChange={(e) => setUrl(e.target.value)} />}
+        </Field>
+        <fieldset>
+          <legend>Events</legend>
+          {WEBHOOK_EVENTS.map((type) => (
+            <label key={type} className="check">
+              <input type="checkbox" checked={events.includes(type)}
+                onChange={(e) => setEvents(e.target.checked ? [...events, type] : events.filter((t) => t !== type))} />
+              <code>{type}</code>
+            </label>
+          ))}
+        </fieldset>
+        <button type="submit">Add endpoint</button>
+      </form>
+      {created === null ? null : (
+        <div className="notice success" role="status">
+          <p>Store this signing secret now: it is shown only once.</p>
+          <Field label="Signing secret">
+            {(props) => <input {...props} readOnly value={created.secret} />}
+          </Field>
+          <button type="button" className="quiet small" onClick={() => setCreated(null)}>I have saved it</button>
+        </div>
+      )}
+      <section aria-labelledby="endpoints-heading">
+        <h2 id="endpoints-heading">Endpoints</h2>
+        <Load value={list} what="your endpoints" retry={reload}>
+          {(data) => data.endpoints.length === 0
+            ? <Empty>No endpoints yet.</Empty>
+            : <>{data.endpoints.map((endpoint) => <EndpointCard key={endpoint.id} endpoint={endpoint} onChange={reload} />)}</>}
+        </Load>
+      </section>
+    </>
+  )
+}

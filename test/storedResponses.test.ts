@@ -89,6 +89,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
           input: [{ role: "user", content: [{ type: "input_text", text: "And again?" }] }]
         })
       )
+      // Each answer says it is stored, and which response it continues (as OpenAI's do).
+      expect([first, second, third].map((r) => [r.store, r.previous_response_id])).toEqual([
+        [true, null],
+        [true, first.id],
+        [true, second.id]
+      ])
       // What reached the model: the earlier turns' input and output, then the new input; instructions only on the first.
       const sent = sentMessages(upstream)
       expect(sent[0]?.map((m) => m.role)).toEqual(["system", "user"])
@@ -192,6 +198,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
     Effect.gen(function*() {
       const { accountId, apiKey } = yield* caller("stored-off@example.com", { environment: "test" })
       const off = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Forget me.", store: false })
+      expect(off.body.store).toBe(false)
       expect(off.status).toBe(200)
       const streamedOff = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Forget me too.", store: false, stream: true })
       expect(streamedOff.status).toBe(200)

@@ -247,7 +247,10 @@ export const ResponsesOutput = Schema.Struct({
   usage: UsageInfo,
   request_id: Schema.String,
   routing: RoutingInfo,
-  citations: Schema.Array(Citation)
+  citations: Schema.Array(Citation),
+  /** Whether this response is kept (30 days) for `previous_response_id`, `item_reference` and `GET /v1/responses/{id}`. */
+  store: Schema.Boolean,
+  previous_response_id: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "ResponsesOutput" })
 
 export const ChatMessage = Schema.Struct(

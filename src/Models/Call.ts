@@ -79,6 +79,8 @@ export interface CallResult {
   /** The sources the answer cites, and where it cites them. */
   readonly citations: ReadonlyArray<Citation>
   readonly annotations: ReadonlyArray<Annotation>
+  /** Whether the response is stored (`store`), and the one it continues: what `/v1/responses` answers. */
+  readonly stored: { readonly store: boolean; readonly previousResponseId: string | null }
 }
 
 export type StreamEvent =

@@ -75,7 +75,8 @@ const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, la
     latencyMs,
     route: shownRoute(call.route, call.key.environment),
     citations,
-    annotations
+    annotations,
+    stored: { store: call.input.store !== undefined, previousResponseId: call.input.store?.previousResponseId ?? null }
   }
 }
 

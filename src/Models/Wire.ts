@@ -90,7 +90,9 @@ export const responsesOutput = (result: CallResult, output: ReadonlyArray<Output
       reasoning: result.route.reasoning
     },
     citations: result.citations,
-    incomplete_details: result.finishReason === "length" ? { reason: "max_output_tokens" } : null
+    incomplete_details: result.finishReason === "length" ? { reason: "max_output_tokens" } : null,
+    store: result.stored.store,
+    previous_response_id: result.stored.previousResponseId
   }
 }
 

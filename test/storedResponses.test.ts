@@ -90,7 +90,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
         })
       )
       // Each answer says it is stored, and which response it continues (as OpenAI's do).
-      expect([first, second, third].map((r) => [r.store, r.previous_response_id])).toEqual([
+      // (The SDK's Response type has no `store`; the object OpenAI answers does.)
+      expect([first, second, third].map((r) => [(r as { store?: boolean }).store, r.previous_response_id])).toEqual([
         [true, null],
         [true, first.id],
         [true, second.id]

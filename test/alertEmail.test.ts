@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { call, createKey } from "./support/Http.js"
+import { simulatedTopUp } from "./support/Stripe.js"
 import { modelCall } from "./support/Models.js"
 import { SmtpServer, SmtpServerLive } from "./support/SmtpServer.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
@@ -22,8 +23,7 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("alert email thro
       const smtp = yield* SmtpServer
       const { baseUrl } = yield* TestServer
       const { accountId, token } = yield* developer("smtp-alert@example.com")
-      const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
-      expect((yield* call("POST", `/dev/checkout/${checkout.body.session_id}/pay`)).status).toBe(200)
+      yield* simulatedTopUp(token, 1000)
       const key = yield* createKey(token, { name: "smtp" })
       const put = yield* call("PUT", "/dashboard/billing/settings", { token, json: { low_balance_threshold_myr: 9.999999 } })
       expect(put.status, put.text).toBe(200)

@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { call, createKey } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
-import { deliverEvent, events } from "./support/Stripe.js"
+import { deliverEvent, events, simulatedTopUp } from "./support/Stripe.js"
 import { query } from "./support/TestServer.js"
-import { ASK, Instances, on, outcome, TwoInstancesLive } from "./support/TwoInstances.js"
+import { ASK, Instances, on, outcome } from "./support/TwoInstances.js"
 import { developer } from "./support/Wallet.js"
-import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { eventually, TwoInstancesWithReceiver } from "./support/WebhookReceiver.js"
 
 /**
  * Auto top-up (issue 25) on two instances with the simulated checkout: a card
@@ -16,28 +16,9 @@ import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.
  * cards turn it off and tell the developer; a refund never charges.
  */
 
-const Two = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-  TwoInstancesLive("autotopup", { fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
-  .pipe(Layer.provideMerge(WebhookReceiverLive))
+const Two = TwoInstancesWithReceiver("autotopup")
 
-const eventually = <A>(what: string, probe: Effect.Effect<A, never, any>, done: (a: A) => boolean, limitMs = 15_000) =>
-  Effect.gen(function*() {
-    const until = Date.now() + limitMs
-    while (true) {
-      const answer = yield* probe
-      if (done(answer)) return answer
-      if (Date.now() > until) return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
-      yield* Effect.sleep("50 millis")
-    }
-  })
 
-const topUp = (token: string, amountSen: number) =>
-  Effect.gen(function*() {
-    const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: amountSen } })
-    expect(checkout.status, checkout.text).toBe(200)
-    expect((yield* call("POST", `/dev/checkout/${checkout.body.session_id}/pay`)).status).toBe(200)
-    return checkout.body.session_id as string
-  })
 
 /** Saves a card through the simulated setup page, as the browser would post its form. */
 const saveCard = (token: string, cardNumber: string) =>
@@ -72,7 +53,7 @@ const ready = (email: string, cardNumber: string) =>
   Effect.gen(function*() {
     const { a } = yield* Instances
     const { accountId, token } = yield* on(a)(developer(email))
-    const sessionId = yield* on(a)(topUp(token, 1000))
+    const sessionId = (yield* on(a)(simulatedTopUp(token, 1000))).sessionId
     const key = yield* on(a)(createKey(token, { name: "burst" }))
     const start = yield* on(a)(balanceMicro(token))
     expect(outcome(yield* on(a)(modelCall(key.full_key, "/v1/responses", ASK)))).toBe("200")
@@ -205,7 +186,7 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two 
     Effect.gen(function*() {
       const { a } = yield* Instances
       const { accountId, token } = yield* on(a)(developer("auto-dispute@example.com"))
-      const sessionId = yield* on(a)(topUp(token, 1000))
+      const sessionId = (yield* on(a)(simulatedTopUp(token, 1000))).sessionId
       const facts = { disputeId: "dp_sim_1", chargeId: "ch_sim_dispute_1", paymentIntentId: `pi_sim_${sessionId.slice(-24)}`, amountSen: 1000 }
       for (const event of [events.disputeCreated(facts), events.fundsWithdrawn(facts), events.fundsReinstated(facts), events.disputeClosed({ ...facts, status: "won" })]) {
         const reply = yield* on(a)(deliverEvent(event))

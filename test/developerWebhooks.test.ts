@@ -4,7 +4,8 @@ import { Webhook, WebhookVerificationError } from "standardwebhooks"
 import { KeyExpiry } from "../src/Keys/Expiring.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { type Received, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { eventually, type Received, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { simulatedTopUp } from "./support/Stripe.js"
 
 /**
  * Signed webhooks to the developer (issue 25; DESIGN.md, "Alerts, auto top-up
@@ -21,17 +22,6 @@ const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
   TestServerLive({ fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), webhookTimeoutMs: TIMEOUT_MS, outboxPollMs: 50 })))
   .pipe(Layer.provideMerge(WebhookReceiverLive))
 
-/** Polls until `probe` answers something `done` accepts (every 50 ms, at most `limitMs`). */
-const eventually = <A>(what: string, probe: Effect.Effect<A, never, any>, done: (a: A) => boolean, limitMs = 15_000) =>
-  Effect.gen(function*() {
-    const until = Date.now() + limitMs
-    while (true) {
-      const answer = yield* probe
-      if (done(answer)) return answer
-      if (Date.now() > until) return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
-      yield* Effect.sleep("50 millis")
-    }
-  })
 
 const arrivals = (path: string) => Effect.map(WebhookReceiver, (r) => r.received().filter((x) => x.path === path))
 
@@ -42,14 +32,6 @@ const createEndpoint = (token: string, json: Record<string, unknown>) =>
   })
 
 /** A top-up through the simulated checkout: the money movement that writes `topup.succeeded`. */
-const simulatedTopUp = (token: string) =>
-  Effect.gen(function*() {
-    const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
-    expect(checkout.status, checkout.text).toBe(200)
-    const paid = yield* call("POST", `/dev/checkout/${checkout.body.session_id}/pay`)
-    expect(paid.status, paid.text).toBe(200)
-    return checkout.body.transaction_id as string
-  })
 
 const deliveries = (token: string, endpointId: string) =>
   Effect.map(call("GET", `/dashboard/webhooks/${endpointId}/deliveries`, { token }), (reply) => {
@@ -201,7 +183,7 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         const token = yield* devToken("hooks-retry@example.com")
         const { endpoint, secret } = yield* createEndpoint(token, { url: receiver.url("/retry"), events: ["topup.succeeded"] })
         receiver.script("/retry", ["500", "500", "200"])
-        const transactionId = yield* simulatedTopUp(token)
+        const { transactionId } = yield* simulatedTopUp(token)
         yield* eventually("first attempt", deliveries(token, endpoint.id), (d) => d[0]?.attempt_log.length === 1)
         // Back-off: the next attempt is not due for 5 s; move the server's clock past it, twice.
         clock.advance("6 seconds")

@@ -1,12 +1,13 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { Webhook } from "standardwebhooks"
 import { call, createKey } from "./support/Http.js"
 import { modelCall } from "./support/Models.js"
 import { query } from "./support/TestServer.js"
-import { ASK, Instances, on, outcome, TwoInstancesLive } from "./support/TwoInstances.js"
+import { ASK, Instances, on, outcome } from "./support/TwoInstances.js"
 import { developer } from "./support/Wallet.js"
-import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { eventually, TwoInstancesWithReceiver, WebhookReceiver } from "./support/WebhookReceiver.js"
+import { simulatedTopUp } from "./support/Stripe.js"
 
 /**
  * Low-balance alerts (issue 25): a developer's threshold, crossed by usage
@@ -16,27 +17,9 @@ import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.
  * A top-up above the threshold re-arms it.
  */
 
-const Two = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-  TwoInstancesLive("lowbal", { fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
-  .pipe(Layer.provideMerge(WebhookReceiverLive))
+const Two = TwoInstancesWithReceiver("lowbal")
 
-const eventually = <A>(what: string, probe: Effect.Effect<A, never, any>, done: (a: A) => boolean, limitMs = 15_000) =>
-  Effect.gen(function*() {
-    const until = Date.now() + limitMs
-    while (true) {
-      const answer = yield* probe
-      if (done(answer)) return answer
-      if (Date.now() > until) return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
-      yield* Effect.sleep("50 millis")
-    }
-  })
 
-const simulatedTopUp = (token: string, amountSen: number) =>
-  Effect.gen(function*() {
-    const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: amountSen } })
-    expect(checkout.status, checkout.text).toBe(200)
-    expect((yield* call("POST", `/dev/checkout/${checkout.body.session_id}/pay`)).status).toBe(200)
-  })
 
 const balanceMicro = (token: string) =>
   Effect.map(call("GET", "/dashboard/billing/balance", { token }), (reply) =>

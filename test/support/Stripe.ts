@@ -244,3 +244,16 @@ export const topUp = (token: string, amountSen: number) =>
     }
     return payment
   })
+
+/**
+ * Tops up through the simulated checkout (no Stripe secret key): a checkout,
+ * then its development pay page. The checkout's session and transaction ids.
+ */
+export const simulatedTopUp = (token: string, amountSen = 1000) =>
+  Effect.gen(function*() {
+    const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: amountSen } })
+    if (checkout.status !== 200) return yield* Effect.dieMessage(`checkout: ${checkout.status} ${checkout.text}`)
+    const paid = yield* call("POST", `/dev/checkout/${checkout.body.session_id}/pay`)
+    if (paid.status !== 200) return yield* Effect.dieMessage(`simulated payment: ${paid.status} ${paid.text}`)
+    return { sessionId: checkout.body.session_id as string, transactionId: checkout.body.transaction_id as string }
+  })

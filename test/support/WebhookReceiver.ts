@@ -1,6 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { Context, Effect, Layer } from "effect"
+import { TwoInstancesLive } from "./TwoInstances.js"
 
 /** What the receiver does with one request. */
 export type Answer = "200" | "500" | "hang" | "redirect" | "huge"
@@ -72,3 +73,21 @@ export const WebhookReceiverLive = Layer.scoped(
     }
   })
 )
+
+/** Polls until `probe` answers something `done` accepts (every 50 ms, at most `limitMs`); dies naming `what` and the last answer. */
+export const eventually = <A, R>(what: string, probe: Effect.Effect<A, never, R>, done: (a: A) => boolean, limitMs = 15_000) =>
+  Effect.gen(function*() {
+    const until = Date.now() + limitMs
+    while (true) {
+      const answer = yield* probe
+      if (done(answer)) return answer
+      if (Date.now() > until) return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
+      yield* Effect.sleep("50 millis")
+    }
+  })
+
+/** Two instances (`TwoInstancesLive`) that may deliver to the receiver (its port allowed), polling the outbox every 50 ms. */
+export const TwoInstancesWithReceiver = (name: string) =>
+  Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
+    TwoInstancesLive(name, { fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
+    .pipe(Layer.provideMerge(WebhookReceiverLive))

@@ -23,10 +23,20 @@ export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLim
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const { businessTimezone } = yield* AppConfig
+      // Keys whose announcement this month is made (here or on another instance): their later refusals cost no round trip.
+      const announced = { month: "", keys: new Set<string>() }
       const announce = (apiKeyId: string) =>
-        sql.withTransaction(Effect.gen(function*() {
+        Effect.gen(function*() {
           const at = new Date(yield* Clock.currentTimeMillis)
           const month = monthOf(at, businessTimezone)
+          if (announced.month !== month) announced.keys.clear()
+          announced.month = month
+          if (announced.keys.has(apiKeyId)) return
+          yield* claim(apiKeyId, at, month)
+          announced.keys.add(apiKeyId)
+        })
+      const claim = (apiKeyId: string, at: Date, month: string) =>
+        sql.withTransaction(Effect.gen(function*() {
           const keys = yield* sql<{ id: string; accountId: string; name: string; monthlySpendLimitMicroMyr: number | null }>`
             UPDATE api_keys SET limit_announced_month = ${month}
             WHERE id = ${apiKeyId} AND limit_announced_month IS DISTINCT FROM ${month}
@@ -46,11 +56,13 @@ export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLim
               }
             })
           }
-        })).pipe(
-          Effect.provideService(SqlClient.SqlClient, sql),
-          Effect.catchAllCause((cause) => Effect.logWarning(`key.limit_reached for ${apiKeyId} was not announced`, cause))
-        )
-      return { announce }
+        })).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      return {
+        announce: (apiKeyId) =>
+          announce(apiKeyId).pipe(
+            Effect.catchAllCause((cause) => Effect.logWarning(`key.limit_reached for ${apiKeyId} was not announced`, cause))
+          )
+      }
     })
   )
 }

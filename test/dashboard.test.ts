@@ -4,7 +4,7 @@ import { get } from "node:http"
 import { Effect, Option } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser, signIn } from "./support/Browser.js"
 import { randomBase62 } from "../src/Domain/Ids.js"
 import { devToken } from "./support/Http.js"
 import { deliverEvent, events, topUp, webhookOverrides } from "./support/Stripe.js"
@@ -57,15 +57,6 @@ const screenshots = async (page: Page, name: string) => {
   }
   await page.setViewportSize(DESKTOP)
 }
-
-const signIn = async (page: Page, baseUrl: string, email: string) => {
-  await page.goto(`${baseUrl}/app/`)
-  await page.getByLabel("Email").fill(email)
-  await page.getByRole("button", { name: "Sign in", exact: true }).click()
-  await heading(page, "Overview").waitFor()
-}
-
-const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
 
 /** Clicks the page's Export CSV button and reads the file the browser saves. */
 const exported = async (page: Page): Promise<Array<string>> => {

@@ -3,7 +3,7 @@ import { layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser, signIn } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
 
@@ -29,8 +29,6 @@ const screenshots = async (page: Page, name: string) => {
   await page.setViewportSize(DESKTOP)
 }
 
-const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
-
 const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
   TestServerLive({ fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
   .pipe(Layer.provideMerge(WebhookReceiverLive))
@@ -49,10 +47,7 @@ layer(Server, { excludeTestServices: true, timeout: 150_000 })("alerts, auto top
             const page = await context.newPage()
             page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
 
-            await page.goto(`${baseUrl}/app/`)
-            await page.getByLabel("Email").fill("alerts-ui@example.com")
-            await page.getByRole("button", { name: "Sign in", exact: true }).click()
-            await heading(page, "Overview").waitFor()
+            await signIn(page, baseUrl, "alerts-ui@example.com")
 
             // The threshold: an empty wallet is below it at once, so the banner shows.
             await page.getByRole("link", { name: "Billing" }).click()

@@ -3,7 +3,7 @@ import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser, signIn } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { formatCostMyr, hourlyAllowed } from "../web/src/format.js"
 
@@ -68,8 +68,6 @@ const screenshots = async (page: Page, name: string) => {
   await page.setViewportSize(DESKTOP)
 }
 
-const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
-
 layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managing a key in the dashboard", (it) => {
   it.effect("edit, disable, enable and rotate a key, each seen by the model API", () =>
     Effect.gen(function*() {
@@ -83,10 +81,7 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managi
             const page = await context.newPage()
             page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
 
-            await page.goto(`${baseUrl}/app/`)
-            await page.getByLabel("Email").fill("keys@example.com")
-            await page.getByRole("button", { name: "Sign in", exact: true }).click()
-            await heading(page, "Overview").waitFor()
+            await signIn(page, baseUrl, "keys@example.com")
 
             // A test key: the simulated model answers it without a balance.
             await page.getByRole("link", { name: "API keys" }).click()

@@ -2,7 +2,7 @@ import { layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option } from "effect"
 import type { BrowserContext, Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser } from "./support/Browser.js"
 import { type Idp, startIdp } from "./support/Idp.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
@@ -29,8 +29,6 @@ const IdpAndServer = Layer.unwrapScoped(Effect.gen(function*() {
     Layer.succeed(TestIdp, idp)
   )
 }))
-
-const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
 
 const storedSession = (page: Page) => page.evaluate<string | null>("window.sessionStorage.getItem('nenas.session')")
 

@@ -1,7 +1,7 @@
 import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, launchBrowser } from "./support/Browser.js"
+import { ensureDashboardBuilt, launchBrowser, signIn } from "./support/Browser.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall } from "./support/Models.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -56,10 +56,7 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("stored
         ({ context }) =>
           Effect.promise(async () => {
             const page = await context.newPage()
-            await page.goto(`${baseUrl}/app/`)
-            await page.getByLabel("Email").fill(email)
-            await page.getByRole("button", { name: "Sign in", exact: true }).click()
-            await page.getByRole("heading", { level: 1, name: "Overview" }).waitFor()
+            await signIn(page, baseUrl, email)
             await page.getByRole("link", { name: "Logs" }).click()
             await page.getByRole("heading", { level: 1, name: "Logs" }).waitFor()
             await expect.poll(() => page.getByRole("row", { name: /\/v1\/responses/ }).count()).toBe(3)

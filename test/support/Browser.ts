@@ -3,7 +3,7 @@ import { mkdtemp, readdir, rm, stat } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { type BrowserContext, chromium } from "playwright-core"
+import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { DASHBOARD_DIST } from "../../src/Http/Dashboard.js"
 
 /** Debian's `chromium` package; `.ci/run` installs it. Playwright never downloads a browser here. */
@@ -62,4 +62,15 @@ export const launchBrowser = async (): Promise<{ context: BrowserContext; close:
       await rm(profile, { recursive: true, force: true })
     }
   }
+}
+
+/** The page's title (its one `h1`). */
+export const heading = (page: Page, name: string) => page.getByRole("heading", { level: 1, name })
+
+/** Signs in through the development identity provider's form, and waits for the overview. */
+export const signIn = async (page: Page, baseUrl: string, email: string) => {
+  await page.goto(`${baseUrl}/app/`)
+  await page.getByLabel("Email").fill(email)
+  await page.getByRole("button", { name: "Sign in", exact: true }).click()
+  await heading(page, "Overview").waitFor()
 }

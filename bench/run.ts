@@ -14,6 +14,8 @@
  * Settings (environment): BENCH_DURATION (s per target and round, default 10),
  * BENCH_WARMUP (s, default 3), BENCH_ROUNDS (default 3; medians),
  * BENCH_RUNS (default "32,32s,1,1s": connections, `s` for streamed),
+ * BENCH_BUILTINS (peers.mjs's built-in targets beside the service, default
+ * "direct,floor,portkey,effect"; the goals need portkey and effect),
  * BENCH_PEERS_DIR (default <repo>/../shared/bench), BENCH_DATABASE_URL (a
  * PostgreSQL server to use instead of the embedded one: a database is created
  * in it and dropped after), BENCH_CPU_PROF=1 (the service runs under
@@ -232,7 +234,7 @@ const main = async () => {
       const roundResults: Array<PeerResults> = []
       for (let round = 1; round <= rounds; round++) {
         const args = [
-          "--builtins", "direct,floor,portkey,effect",
+          "--builtins", process.env["BENCH_BUILTINS"] ?? "direct,floor,portkey,effect",
           "--effect-project", ROOT,
           "--target", `${TARGET}=${base}/v1/chat/completions`,
           "--header", `${TARGET}=Authorization:Bearer ${account.apiKey}`,

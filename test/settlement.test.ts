@@ -15,6 +15,7 @@ import { isDone, parseSse } from "./support/Sse.js"
 import { query, TestServer } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 import { walletInstance } from "./support/Wallet.js"
+import { chatEvents } from "../src/Models/Wire.js"
 
 const FREE = { inputPerMillion: 0, cachedInputPerMillion: 0, outputPerMillion: 0 }
 const chat = (json: Record<string, unknown> = {}) => ({
@@ -213,7 +214,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call ha
         webSearch: undefined,
         stream: true,
         inputParam: "messages"
-      }).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
+      }, chatEvents({ requestId, createdAt: 0, dashboardUrl: "http://localhost/app" }), Effect.void).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
       const held = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [requestId])
       expect(held).toEqual([{ status: "open" }])
       yield* Effect.sleep("1 second")

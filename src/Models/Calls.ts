@@ -1,4 +1,5 @@
-import { Clock, Context, Effect, Exit, Fiber, FiberId, FiberSet, Layer, Option, Ref, type Stream } from "effect"
+import type { Readable } from "node:stream"
+import { Clock, Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { KeyLimitReached } from "../Keys/LimitReached.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
@@ -7,6 +8,7 @@ import type { ApiError } from "../Domain/Errors.js"
 import { errorMeta, insufficientBalanceGuidance, InsufficientBalance, isApiError, keyEditAction, SpendLimitExceeded } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import type { OpenLog } from "../Logs/RequestLogs.js"
+import { forkWith } from "../Providers/PartReader.js"
 import type { ProviderError, ProviderRequest } from "../Providers/Provider.js"
 import { Provider, TestKeyProvider } from "../Providers/Provider.js"
 import type { Route } from "../Routing/Router.js"
@@ -15,12 +17,13 @@ import { ImageFetcher } from "../Search/ImageFetch.js"
 import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
-import type { CallInput, CallResult, HeldCall, Progress, StreamEvent } from "./Call.js"
+import type { CallInput, CallResult, HeldCall, Progress } from "./Call.js"
 import { notStarted, providerRequest, shownRoute } from "./Call.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
-import { relay, watchHandoff } from "./StreamRelay.js"
+import type { EventRenderer } from "./Wire.js"
+import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 
 export type { CallInput, CallResult, CallUsage, Endpoint, StreamEvent } from "./Call.js"
@@ -74,8 +77,11 @@ const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, rout
  */
 export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
   readonly complete: (input: CallInput) => Effect.Effect<CallResult, ApiError, CurrentApiKey>
-  /** Fails before the first byte as `complete` does; afterwards failures are `Failed` events. */
-  readonly stream: (input: CallInput) => Effect.Effect<Stream.Stream<StreamEvent>, ApiError, CurrentApiKey>
+  /**
+   * Fails before the first byte as `complete` does; then the client's body, as `renderer` writes its events
+   * (failures after the first byte are `Failed` events); `closed` runs once the body is done.
+   */
+  readonly stream: (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) => Effect.Effect<Readable, ApiError, CurrentApiKey>
 }>() {
   static readonly layer = Layer.scoped(
     ModelCalls,
@@ -89,8 +95,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       // Test keys always use the built-in model, cost nothing and never touch the wallet.
       const providers = { live: yield* Provider, test: yield* TestKeyProvider }
       const settlement = yield* makeSettlement
-      // Streams' handoff watchdogs: closed (so they settle what they hold) before the wallet's last flush.
-      const watchdogs = yield* FiberSet.make<void>()
+      // Streams' settlements run on the service's fibers: awaited (after the handoffs below) before the wallet's last flush.
+      const fork = forkWith(yield* FiberSet.makeRuntime<never>())
+      const handoffs = yield* makeHandoffs(config.streamHandoffTimeoutMs)
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
       const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number, endpoint: CallInput["endpoint"]) => {
@@ -195,7 +202,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         )
 
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
-      const stream = (input: CallInput) =>
+      const stream = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(
           Effect.uninterruptibleMask((restore) =>
             Effect.gen(function*() {
@@ -205,17 +212,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause)))
               )
               const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
-              let watchdog: Fiber.RuntimeFiber<void> | undefined
-              const handoff = yield* watchHandoff(abandon, config.streamHandoffTimeoutMs, (watch) =>
-                Effect.map(FiberSet.run(watchdogs, watch), (fiber) => {
-                  watchdog = fiber
-                }))
-              // Once attached, the relay settles: its watchdog is told to stop now (without waiting), not left asleep.
-              const dismissWatchdog = Effect.suspend(() => watchdog === undefined ? Effect.void : Fiber.interruptAsFork(watchdog, FiberId.none))
-              return { call, progress, parts, handoff, dismissWatchdog }
+              const handoff = handoffs.watch(() => fork(abandon, () => {}))
+              return { call, progress, parts, handoff }
             })
           ),
-          (started) => relay(settlement, started)
+          (started) => relayBody(settlement, started, renderer, fork, closed)
         )
 
       return { complete, stream }

@@ -1,5 +1,5 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Cause, Effect, Exit, Fiber, Schema, Scope, Stream } from "effect"
+import { Cause, Effect, Exit, Fiber, Schema, Scope } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -9,7 +9,7 @@ import { addResponseHeaders, currentRequestId } from "../Request/Context.js"
 import { requireActiveAccount } from "./Access.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
 import type { Capability } from "./Api.js"
-import type { CallInput, CallResult, Endpoint, StreamEvent } from "./Calls.js"
+import type { CallInput, CallResult, Endpoint } from "./Calls.js"
 import { ModelCalls } from "./Calls.js"
 import { Idempotency } from "./Idempotency.js"
 import { chatConversation, responsesConversation } from "./Input.js"
@@ -17,7 +17,7 @@ import { CallLimits } from "./RateLimits.js"
 import { inputItemsPage, renderStored, StoredConversations } from "./Stored.js"
 import { RETENTION_DAYS } from "../Responses/Store.js"
 import type { StreamContext } from "./Wire.js"
-import { chatCompletion, chatStream, responsesOutput, responsesStream } from "./Wire.js"
+import { chatCompletion, chatEvents, type EventRenderer, responsesEvents, responsesOutput } from "./Wire.js"
 
 const WEB_SEARCH_DEFAULTS = Schema.decodeSync(WebSearchConfig)({})
 
@@ -77,7 +77,7 @@ interface Call {
   readonly idempotencyKey: string | undefined
   readonly input: Effect.Effect<CallInput, ApiError, CurrentApiKey>
   readonly render: (result: CallResult) => unknown
-  readonly renderStream: (context: StreamContext, events: Stream.Stream<StreamEvent>) => Stream.Stream<Uint8Array>
+  readonly renderStream: (context: StreamContext) => EventRenderer
 }
 
 const SSE_HEADERS = { "cache-control": "no-cache", "x-accel-buffering": "no" }
@@ -150,19 +150,20 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
       Effect.gen(function*() {
         const scope = yield* Scope.make()
         const close = Scope.close(scope, Exit.void)
-        const events = yield* Effect.onError(
-          Effect.zipRight(Scope.extend(limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId), scope), calls.stream(input)),
-          () => close
-        )
+        const requestId = yield* currentRequestId
         const context: StreamContext = {
-          requestId: yield* currentRequestId,
+          requestId,
           createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
           dashboardUrl
         }
-        return HttpServerResponse.stream(call.renderStream(context, events).pipe(Stream.ensuring(close)), {
-          contentType: "text/event-stream",
-          headers: SSE_HEADERS
-        })
+        const body = yield* Effect.onError(
+          Effect.zipRight(
+            Scope.extend(limits.admit((yield* CurrentApiKey).keyId, requestId), scope),
+            calls.stream(input, call.renderStream(context), close)
+          ),
+          () => close
+        )
+        return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
       })
 
     const serve = (call: Call) =>
@@ -210,7 +211,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             } satisfies CallInput
           }),
           render: responsesOutput,
-          renderStream: responsesStream
+          renderStream: responsesEvents
         }))
       .handle("chatCompletions", ({ headers, payload }) =>
         serve({
@@ -236,6 +237,6 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             inputParam: "messages"
           } satisfies CallInput)),
           render: chatCompletion,
-          renderStream: chatStream
+          renderStream: chatEvents
         }))
   }))

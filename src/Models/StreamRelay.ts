@@ -1,37 +1,37 @@
-import { Cause, Chunk, Effect, Option, Ref, type Scope, Stream } from "effect"
+import { Readable } from "node:stream"
+import { Effect, Exit, FiberId, Option, Ref, type Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.js"
-import { errorMeta, InternalError, isApiError } from "../Domain/Errors.js"
+import { CurrentRequestId, errorMeta, InternalError } from "../Domain/Errors.js"
+import { type Fork, readerOf, type Stop } from "../Providers/PartReader.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Providers/Provider.js"
 import type { HeldCall, Progress, StreamEvent } from "./Call.js"
 import { answerSoFar } from "./Call.js"
 import type { Settlement } from "./CallSettlement.js"
 import { usedOf } from "./CallSettlement.js"
+import type { EventRenderer } from "./Wire.js"
 
 /**
  * Relays a streamed call's upstream parts to its client as events, keeping
  * what was produced (text, tool calls, finish reason, reported usage) in the
  * call's progress, and settles it: on the last part, on a failure mid-way, or,
- * when the client goes away, in the finalizer.
+ * when the client goes away, as its body is destroyed. The relay is plain
+ * code over a Node `Readable` (one write per upstream read, no Effect `Stream`
+ * stage per read); only the settlements run as Effects, on the service's fibers.
  */
 
-/** Who settles a started stream: a watchdog until the relay attaches, the relay after. */
-export type Handoff = "waiting" | "attached" | "abandoned"
+/** A streamed call's claim on its settlement: the relay's once it attaches, else its watchdog's. */
+export interface Handoff {
+  /** Whether the relay attached in time; false once the call was abandoned. */
+  readonly attach: () => boolean
+}
 
 /** A streamed call whose upstream has started answering, not yet relayed. */
 export interface StartedStream {
   readonly call: HeldCall
   readonly progress: Ref.Ref<Progress>
   readonly parts: Stream.Stream<StreamPart, ProviderError>
-  readonly handoff: Ref.Ref<Handoff>
-  /** Stops the handoff's watchdog once the relay has attached (it would otherwise sleep to its deadline). */
-  readonly dismissWatchdog: Effect.Effect<void>
+  readonly handoff: Handoff
 }
-
-const asApiError = (cause: Cause.Cause<unknown>): ApiError =>
-  Option.match(Cause.failureOption(cause), {
-    onNone: () => new InternalError({ message: "Internal server error." }),
-    onSome: (error) => isApiError(error) ? error : new InternalError({ message: "Internal server error." })
-  })
 
 /** A tool call fragment folded into the calls so far; the event names the call in full (id and name), as clients need. */
 const foldToolCall = (requestId: string, progress: Progress, part: ToolCallDelta): readonly [StreamEvent, Progress] => {
@@ -68,38 +68,44 @@ export const relayPart = (
   }
 }
 
-/** A read's parts (one upstream network read): the client events they become, and the progress after them. */
-export const relayParts = (
-  requestId: string,
-  progress: Progress,
-  parts: Chunk.Chunk<StreamPart>
-): readonly [Chunk.Chunk<StreamEvent>, Progress] => {
-  const events: Array<StreamEvent> = []
-  let current = progress
-  for (const part of parts) {
-    const [out, next] = relayPart(requestId, current, part)
-    for (const event of out) events.push(event)
-    current = next
-  }
-  return [Chunk.unsafeFromArray(events), current]
-}
-
 /**
- * Until the stream runs and attaches its finalizer, a watchdog owns the
- * settlement: a stream dropped before it ran (its request interrupted in
- * between) is `abandon`ed, not left held. The watchdog runs on `watch` (the
- * service's fibers): interrupted at shutdown, it abandons a stream still
- * waiting then, before the wallet's last flush.
+ * Until its relay attaches, a watchdog owns a stream's settlement: a stream
+ * dropped before it ran (its request interrupted in between) is abandoned at
+ * its deadline, not left held; and every stream still waiting when the
+ * service stops is abandoned then, before the wallet's last flush. A timer and
+ * a set, not a fiber per call.
  */
-export const watchHandoff = <X>(abandon: Effect.Effect<void>, timeoutMs: number, watch: (watchdog: Effect.Effect<void>) => Effect.Effect<X>) =>
+export const makeHandoffs = (timeoutMs: number) =>
   Effect.gen(function*() {
-    const handoff = yield* Ref.make<Handoff>("waiting")
-    const abandonIfWaiting = Ref.modify(handoff, (state) => state === "waiting" ? [true, "abandoned" as const] : [false, state]).pipe(
-      Effect.flatMap((dropped) => dropped ? abandon : Effect.void)
+    const waiting = new Set<() => void>()
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        for (const abandon of [...waiting]) abandon()
+      })
     )
-    // The call path forks it uninterruptible: only the wait may be interrupted; the check and the settlement run whole.
-    yield* watch(Effect.uninterruptible(Effect.zipRight(Effect.exit(Effect.interruptible(Effect.sleep(timeoutMs))), abandonIfWaiting)))
-    return handoff
+    /** `abandon` runs once, at the deadline or the stop, unless the relay attached before. */
+    const watch = (abandon: () => void): Handoff => {
+      let state: "waiting" | "attached" | "abandoned" = "waiting"
+      const expire = () => {
+        if (state !== "waiting") return
+        state = "abandoned"
+        clearTimeout(timer)
+        waiting.delete(expire)
+        abandon()
+      }
+      const timer = setTimeout(expire, timeoutMs)
+      waiting.add(expire)
+      return {
+        attach: () => {
+          if (state !== "waiting") return false
+          state = "attached"
+          clearTimeout(timer)
+          waiting.delete(expire)
+          return true
+        }
+      }
+    }
+    return { watch }
   })
 
 /** The last event: the call settled for what it used, and its result. */
@@ -113,15 +119,14 @@ const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
   })
 
 /** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
-const failed = (settlement: Settlement, { call, progress }: StartedStream, cause: Cause.Cause<unknown>) =>
+const failed = (settlement: Settlement, { call, progress }: StartedStream, stop: Stop) =>
   Effect.gen(function*() {
-    const error = asApiError(cause)
-    if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
-      yield* Effect.logError("model call stream failed", cause)
-    }
+    const error: ApiError = stop.error ?? new InternalError({ message: "Internal server error." })
+    if (stop.error === undefined) yield* Effect.logError("model call stream failed", stop.defect)
+    else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
     const current = yield* Ref.get(progress)
     // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced.
-    if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
+    if (current.text.length > 0 || current.toolCalls.length > 0 || current.reportedUsage._tag === "Some") {
       const answer = answerSoFar(current, "stop")
       yield* settlement.settleOnce(progress, settlement.settleUsed(call, usedOf(call, current.sources, answer, current.reportedUsage), answer))
     } else {
@@ -130,22 +135,80 @@ const failed = (settlement: Settlement, { call, progress }: StartedStream, cause
     return { _tag: "Failed", error } satisfies StreamEvent
   })
 
-/** The client's events: one per upstream text or tool-call part, then `Completed` or `Failed`. */
-export const relay = (settlement: Settlement, started: StartedStream): Stream.Stream<StreamEvent> =>
-  Stream.unwrapScoped(Effect.gen(function*(): Effect.fn.Return<Stream.Stream<StreamEvent>, never, Scope.Scope> {
-    const { call, handoff, parts, progress } = started
-    const attached = yield* Ref.modify(handoff, (state) => state === "waiting" ? [true, "attached" as const] : [false, state])
-    if (!attached) {
-      const abandoned: StreamEvent = { _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }
-      return Stream.succeed(abandoned)
+const internal = () => new InternalError({ message: "Internal server error." })
+
+/**
+ * The client's body: the renderer's opening, one write per upstream read
+ * that gives any events, then `Completed` or `Failed`; `closed` runs once the
+ * body is done, however it ends.
+ */
+export const relayBody = (
+  settlement: Settlement,
+  started: StartedStream,
+  renderer: EventRenderer,
+  fork: Fork,
+  closed: Effect.Effect<void>
+): Readable => {
+  const { call, progress } = started
+  const reader = readerOf(started.parts, fork)
+  let current = Effect.runSync(Ref.get(progress))
+  let state: "new" | "open" | "settling" | "done" = "new"
+  /** An effect of this call on the service's fibers, named with its request id in logs. */
+  const run = <A>(effect: Effect.Effect<A>, onExit: (exit: Exit.Exit<A>) => void = () => {}) =>
+    fork(Effect.locally(effect, CurrentRequestId, call.requestId), onExit)
+  /** The call's end, settled with what was relayed: the first write of `progress` since the relay began, and its last. */
+  const finish = (last: Effect.Effect<StreamEvent>) => {
+    state = "settling"
+    run(Effect.zipRight(Ref.set(progress, current), last), (exit) => {
+      if (Exit.isFailure(exit)) {
+        // Settlement itself broke: the call is settled as failed unless it already was, and the client is told.
+        run(Effect.zipRight(Effect.logError("model call stream failed", exit.cause), settlement.settleOnExit(call, progress)(exit)))
+      }
+      if (state !== "settling" || body.destroyed) return
+      state = "done"
+      body.push(renderer.render(Exit.isSuccess(exit) ? exit.value : { _tag: "Failed", error: internal() }))
+      body.push(null)
+    })
+  }
+  const pump = () => {
+    reader.next().then((parts) => {
+      if (state !== "open") return
+      if (parts === undefined) return finish(completed(settlement, started))
+      let text = ""
+      for (const part of parts) {
+        const [events, next] = relayPart(call.requestId, current, part)
+        current = next
+        for (const event of events) text += renderer.render(event)
+      }
+      if (text.length === 0) pump()
+      else body.push(text)
+    }, (stop: Stop) => {
+      if (state === "open") finish(failed(settlement, started, stop))
+    })
+  }
+  const body = new Readable({
+    read() {
+      if (state === "open") return pump()
+      if (state !== "new") return
+      if (started.handoff.attach()) {
+        state = "open"
+        this.push(renderer.start)
+        return
+      }
+      state = "done"
+      reader.cancel()
+      this.push(renderer.start + renderer.render({ _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }))
+      this.push(null)
+    },
+    destroy(error, callback) {
+      // The client went away (or the stream ended): what was produced so far is billed, once.
+      const wasOpen = state === "open" || (state === "new" && started.handoff.attach())
+      state = state === "settling" ? "settling" : "done"
+      reader.cancel()
+      if (wasOpen) run(Effect.zipRight(Ref.set(progress, current), settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))))
+      callback(error)
     }
-    yield* started.dismissWatchdog
-    yield* Effect.addFinalizer(settlement.settleOnExit(call, progress))
-    // One step per upstream read, not per part: the progress is written once for all of a read's parts.
-    const events = parts.pipe(
-      Stream.mapChunksEffect((chunk) => Ref.modify(progress, (current) => relayParts(call.requestId, current, chunk)))
-    )
-    return Stream.concat(events, Stream.fromEffect(completed(settlement, started))).pipe(
-      Stream.catchAllCause((cause) => Stream.fromEffect(failed(settlement, started, cause)))
-    )
-  }))
+  })
+  body.once("close", () => run(closed))
+  return body
+}

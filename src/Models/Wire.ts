@@ -1,4 +1,3 @@
-import { Chunk, Stream } from "effect"
 import { toErrorBody } from "../Domain/Errors.js"
 import { toMyrString } from "../Domain/Money.js"
 import { PUBLIC_MODEL } from "./Api.js"
@@ -135,13 +134,10 @@ const sse = (event: string, data: unknown): string => {
   return event === "message" ? `data: ${text}\n\n` : `event: ${event}\ndata: ${text}\n\n`
 }
 
-/** The events of one upstream read as one write (none when they write nothing). */
-const written = <E>(render: (event: E) => ReadonlyArray<string>) => (events: Chunk.Chunk<E>): Chunk.Chunk<Uint8Array> => {
-  let text = ""
-  for (const event of events) {
-    for (const line of render(event)) text += line
-  }
-  return text.length === 0 ? Chunk.empty() : Chunk.of(Buffer.from(text))
+/** A streamed call's wire format, kept per call: its opening, and each event's text (empty when it writes nothing). */
+export interface EventRenderer {
+  readonly start: string
+  readonly render: (event: StreamEvent) => string
 }
 
 /** Where a stream is going and what to name it: the stream outlives the request's fiber, so nothing is read from it. */
@@ -157,95 +153,93 @@ export interface StreamContext {
  * `sequence_number`. Output items open as their first fragment arrives: the
  * message at its first text, each function call at its first fragment.
  */
-export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamContext, events: Stream.Stream<StreamEvent>) =>
-  Stream.suspend(() => {
-    const ids = idsOf(requestId)
-    let sequence = 0
-    let text = ""
-    /** The output items in the order they were opened; a call by its index in the answer. */
-    const opened: Array<{ readonly kind: "message" } | { readonly kind: "call"; readonly index: number }> = []
-    const emit = (type: string, fields: Record<string, unknown>) => sse(type, { type, sequence_number: sequence++, ...fields })
-    const shell = (status: string) => ({
-      id: ids.response, object: "response", created_at: createdAt, status, model: PUBLIC_MODEL, output: [], request_id: requestId
-    })
-    const part = (value: string, annotations: ReadonlyArray<Annotation> = []) =>
-      ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
-    const messageAt = () => ({ item_id: ids.message, output_index: opened.findIndex((o) => o.kind === "message"), content_index: 0 })
-    const callAt = (index: number) => opened.findIndex((o) => o.kind === "call" && o.index === index)
-    const openMessage = (): Array<string> => {
-      if (opened.some((o) => o.kind === "message")) return []
-      opened.push({ kind: "message" })
-      const at = messageAt()
-      return [
-        emit("response.output_item.added", { output_index: at.output_index, item: outputMessage(ids.message, "", "in_progress") }),
-        emit("response.content_part.added", { ...at, part: part("") })
-      ]
-    }
-    const start = [
-      emit("response.created", { response: shell("in_progress") }),
-      emit("response.in_progress", { response: shell("in_progress") })
-    ]
-    const close = (result: CallResult): Array<string> => {
-      const out: Array<string> = []
-      if (opened.length === 0) out.push(...openMessage())
-      const items: Array<OutputItem> = []
-      for (const [outputIndex, item] of opened.entries()) {
-        if (item.kind === "message") {
-          const at = messageAt()
-          const done = outputMessage(ids.message, result.text, "completed", result.annotations)
-          items.push(done)
-          out.push(
-            emit("response.output_text.done", { ...at, text: result.text }),
-            emit("response.content_part.done", { ...at, part: part(result.text, result.annotations) }),
-            emit("response.output_item.done", { output_index: outputIndex, item: done })
-          )
-        } else {
-          const call = result.toolCalls[item.index]
-          if (call === undefined) continue
-          const itemId = callItemId(requestId, item.index)
-          const done = functionCallItem(itemId, call, "completed")
-          items.push(done)
-          out.push(
-            emit("response.function_call_arguments.done", { item_id: itemId, output_index: outputIndex, name: call.function.name, arguments: call.function.arguments }),
-            emit("response.output_item.done", { output_index: outputIndex, item: done })
-          )
-        }
-      }
-      out.push(emit("response.completed", { response: responsesOutput(result, items) }))
-      return out
-    }
-    const body = Stream.mapChunks(events, written(eventParts))
-    function eventParts(event: StreamEvent): Array<string> {
-      switch (event._tag) {
-        case "Delta": {
-          text += event.text
-          const out = openMessage()
-          out.push(emit("response.output_text.delta", { ...messageAt(), delta: event.text }))
-          return out
-        }
-        case "ToolCallDelta": {
-          const out: Array<string> = []
-          const itemId = callItemId(requestId, event.index)
-          if (callAt(event.index) === -1) {
-            opened.push({ kind: "call", index: event.index })
-            const call: ToolCall = { id: event.id, type: "function", function: { name: event.name, arguments: "" } }
-            out.push(emit("response.output_item.added", { output_index: callAt(event.index), item: functionCallItem(itemId, call, "in_progress") }))
-          }
-          if (event.arguments.length > 0) {
-            out.push(emit("response.function_call_arguments.delta", { item_id: itemId, output_index: callAt(event.index), delta: event.arguments }))
-          }
-          return out
-        }
-        case "Completed":
-          return close(event.result)
-        case "Failed":
-          return [emit("response.failed", {
-            response: { ...shell("failed"), output_text: text, error: toErrorBody(event.error, requestId, dashboardUrl).error }
-          })]
-      }
-    }
-    return Stream.concat(Stream.succeed(Buffer.from(start.join(""))), body)
+export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamContext): EventRenderer => {
+  const ids = idsOf(requestId)
+  let sequence = 0
+  let text = ""
+  /** The output items in the order they were opened; a call by its index in the answer. */
+  const opened: Array<{ readonly kind: "message" } | { readonly kind: "call"; readonly index: number }> = []
+  const emit = (type: string, fields: Record<string, unknown>) => sse(type, { type, sequence_number: sequence++, ...fields })
+  const shell = (status: string) => ({
+    id: ids.response, object: "response", created_at: createdAt, status, model: PUBLIC_MODEL, output: [], request_id: requestId
   })
+  const part = (value: string, annotations: ReadonlyArray<Annotation> = []) =>
+    ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
+  const messageAt = () => ({ item_id: ids.message, output_index: opened.findIndex((o) => o.kind === "message"), content_index: 0 })
+  const callAt = (index: number) => opened.findIndex((o) => o.kind === "call" && o.index === index)
+  const openMessage = (): Array<string> => {
+    if (opened.some((o) => o.kind === "message")) return []
+    opened.push({ kind: "message" })
+    const at = messageAt()
+    return [
+      emit("response.output_item.added", { output_index: at.output_index, item: outputMessage(ids.message, "", "in_progress") }),
+      emit("response.content_part.added", { ...at, part: part("") })
+    ]
+  }
+  const start = [
+    emit("response.created", { response: shell("in_progress") }),
+    emit("response.in_progress", { response: shell("in_progress") })
+  ]
+  const close = (result: CallResult): Array<string> => {
+    const out: Array<string> = []
+    if (opened.length === 0) out.push(...openMessage())
+    const items: Array<OutputItem> = []
+    for (const [outputIndex, item] of opened.entries()) {
+      if (item.kind === "message") {
+        const at = messageAt()
+        const done = outputMessage(ids.message, result.text, "completed", result.annotations)
+        items.push(done)
+        out.push(
+          emit("response.output_text.done", { ...at, text: result.text }),
+          emit("response.content_part.done", { ...at, part: part(result.text, result.annotations) }),
+          emit("response.output_item.done", { output_index: outputIndex, item: done })
+        )
+      } else {
+        const call = result.toolCalls[item.index]
+        if (call === undefined) continue
+        const itemId = callItemId(requestId, item.index)
+        const done = functionCallItem(itemId, call, "completed")
+        items.push(done)
+        out.push(
+          emit("response.function_call_arguments.done", { item_id: itemId, output_index: outputIndex, name: call.function.name, arguments: call.function.arguments }),
+          emit("response.output_item.done", { output_index: outputIndex, item: done })
+        )
+      }
+    }
+    out.push(emit("response.completed", { response: responsesOutput(result, items) }))
+    return out
+  }
+  function eventParts(event: StreamEvent): Array<string> {
+    switch (event._tag) {
+      case "Delta": {
+        text += event.text
+        const out = openMessage()
+        out.push(emit("response.output_text.delta", { ...messageAt(), delta: event.text }))
+        return out
+      }
+      case "ToolCallDelta": {
+        const out: Array<string> = []
+        const itemId = callItemId(requestId, event.index)
+        if (callAt(event.index) === -1) {
+          opened.push({ kind: "call", index: event.index })
+          const call: ToolCall = { id: event.id, type: "function", function: { name: event.name, arguments: "" } }
+          out.push(emit("response.output_item.added", { output_index: callAt(event.index), item: functionCallItem(itemId, call, "in_progress") }))
+        }
+        if (event.arguments.length > 0) {
+          out.push(emit("response.function_call_arguments.delta", { item_id: itemId, output_index: callAt(event.index), delta: event.arguments }))
+        }
+        return out
+      }
+      case "Completed":
+        return close(event.result)
+      case "Failed":
+        return [emit("response.failed", {
+          response: { ...shell("failed"), output_text: text, error: toErrorBody(event.error, requestId, dashboardUrl).error }
+        })]
+    }
+  }
+  return { start: start.join(""), render: (event) => eventParts(event).join("") }
+}
 
 /**
  * OpenAI's chat stream: `chat.completion.chunk` objects (text in `delta.content`,
@@ -254,44 +248,42 @@ export const responsesStream = ({ createdAt, dashboardUrl, requestId }: StreamCo
  * (always sent), then `[DONE]`; a failure after the first byte is a chunk with a
  * top-level `error`.
  */
-export const chatStream = ({ createdAt, dashboardUrl, requestId }: StreamContext, events: Stream.Stream<StreamEvent>) =>
-  Stream.suspend(() => {
-    const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>
-      sse("message", { id: idsOf(requestId).chat, object: "chat.completion.chunk", created: createdAt, model: PUBLIC_MODEL, choices, ...extra })
-    const first = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }])
-    const started = new Set<number>()
-    const body = Stream.mapChunks(events, written(eventParts))
-    function eventParts(event: StreamEvent): Array<string> {
-      switch (event._tag) {
-        case "Delta":
-          return [chunk([{
-            index: 0,
-            delta: { content: event.text },
-            ...(event.logprobs === undefined ? {} : { logprobs: { content: event.logprobs, refusal: null } }),
-            finish_reason: null
-          }])]
-        case "ToolCallDelta": {
-          const fresh = !started.has(event.index)
-          started.add(event.index)
-          const call = fresh
-            ? { index: event.index, id: event.id, type: "function", function: { name: event.name, arguments: event.arguments } }
-            : { index: event.index, function: { arguments: event.arguments } }
-          return [chunk([{ index: 0, delta: { tool_calls: [call] }, finish_reason: null }])]
-        }
-        case "Completed":
-          return [
-            chunk([{
-              index: 0,
-              // The citations arrive with the last content chunk, once the whole answer is known.
-              delta: event.result.annotations.length > 0 ? { annotations: chatUrlCitations(event.result.annotations) } : {},
-              finish_reason: event.result.finishReason
-            }]),
-            chunk([], { usage: chatUsage(event.result), cost_myr: toMyrString(event.result.cost) }),
-            sse("message", "[DONE]")
-          ]
-        case "Failed":
-          return [sse("message", { error: toErrorBody(event.error, requestId, dashboardUrl).error })]
+export const chatEvents = ({ createdAt, dashboardUrl, requestId }: StreamContext): EventRenderer => {
+  const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>
+    sse("message", { id: idsOf(requestId).chat, object: "chat.completion.chunk", created: createdAt, model: PUBLIC_MODEL, choices, ...extra })
+  const first = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }])
+  const started = new Set<number>()
+  function eventParts(event: StreamEvent): Array<string> {
+    switch (event._tag) {
+      case "Delta":
+        return [chunk([{
+          index: 0,
+          delta: { content: event.text },
+          ...(event.logprobs === undefined ? {} : { logprobs: { content: event.logprobs, refusal: null } }),
+          finish_reason: null
+        }])]
+      case "ToolCallDelta": {
+        const fresh = !started.has(event.index)
+        started.add(event.index)
+        const call = fresh
+          ? { index: event.index, id: event.id, type: "function", function: { name: event.name, arguments: event.arguments } }
+          : { index: event.index, function: { arguments: event.arguments } }
+        return [chunk([{ index: 0, delta: { tool_calls: [call] }, finish_reason: null }])]
       }
+      case "Completed":
+        return [
+          chunk([{
+            index: 0,
+            // The citations arrive with the last content chunk, once the whole answer is known.
+            delta: event.result.annotations.length > 0 ? { annotations: chatUrlCitations(event.result.annotations) } : {},
+            finish_reason: event.result.finishReason
+          }]),
+          chunk([], { usage: chatUsage(event.result), cost_myr: toMyrString(event.result.cost) }),
+          sse("message", "[DONE]")
+        ]
+      case "Failed":
+        return [sse("message", { error: toErrorBody(event.error, requestId, dashboardUrl).error })]
     }
-    return Stream.concat(Stream.succeed(Buffer.from(first)), body)
-  })
+  }
+  return { start: first, render: (event) => eventParts(event).join("") }
+}

@@ -1,13 +1,8 @@
 import type { Readable } from "node:stream"
-import { Chunk, Effect, Option, Stream } from "effect"
+import type { Stream } from "effect"
 import type { ProviderError, StreamPart } from "./Provider.js"
 import { chunkParts, makeEventSplitter } from "./ChatDecode.js"
-
-/** Why reading stopped early: the error for the caller, and what the operator is told (absent: nothing). */
-interface Stop {
-  readonly error: ProviderError
-  readonly detail?: string | undefined
-}
+import { type PartReader, readableParts, type Stop } from "./PartReader.js"
 
 export interface EventStreamErrors {
   readonly malformed: () => ProviderError
@@ -90,7 +85,7 @@ export const eventStreamParts = (
   totalMs: number,
   errors: EventStreamErrors
 ): Stream.Stream<StreamPart, ProviderError> =>
-  Stream.suspend(() => {
+  readableParts((): PartReader => {
     const split = makeEventSplitter()
     const reads = flowingReads(body)
     let finished = false
@@ -146,21 +141,9 @@ export const eventStreamParts = (
       return parts.length > 0 ? parts : undefined
     }
 
-    const pull: Effect.Effect<Chunk.Chunk<StreamPart>, Option.Option<ProviderError>> = Effect.async((resume) => {
-      next().then(
-        (parts) => resume(parts === undefined ? Effect.fail(Option.none()) : Effect.succeed(Chunk.unsafeFromArray(parts))),
-        (stop: Stop) => {
-          const failed = Effect.fail(Option.some(stop.error))
-          resume(stop.detail === undefined ? failed : Effect.zipRight(Effect.logWarning(`model provider: ${stop.detail}`), failed))
-        }
-      )
-      // Interrupted (the client went away): the body is dropped.
-      return Effect.sync(() => body.destroy())
-    })
-
-    return Stream.repeatEffectChunkOption(pull).pipe(
-      Stream.ensuring(Effect.sync(() => {
-        if (!body.readableEnded && !done) body.destroy()
-      }))
-    )
+    // Stopped before its end (the client went away): the body is dropped.
+    const cancel = () => {
+      if (!body.readableEnded && !done) body.destroy()
+    }
+    return { next, cancel }
   })

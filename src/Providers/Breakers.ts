@@ -1,4 +1,9 @@
-import { Context, type Effect } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
+import { AppConfig, type AppConfigShape } from "../AppConfig.js"
+import { Metrics } from "../Observability/Metrics.js"
+import { type BreakerSettings, DEFAULT_BREAKER_SETTINGS } from "./BreakerCounts.js"
+import { type BreakerGaugeValue, makeBreakers, memoryOpenStore } from "./BreakerService.js"
+import { type RedisBreakersOptions, redisOpenStore } from "./BreakersRedis.js"
 
 /**
  * Circuit breakers, one per upstream target (`upstream/model`, e.g.
@@ -38,4 +43,40 @@ export interface BreakersShape {
   readonly notClosed: Effect.Effect<ReadonlyArray<BreakerState>>
 }
 
-export class Breakers extends Context.Tag("nenas/Breakers")<Breakers, BreakersShape>() {}
+/** The `BREAKER_*` settings; a probe may take the first-byte deadline and a second before another may go. */
+export const breakerSettings = (config: AppConfigShape): BreakerSettings => ({
+  failures: config.breakerFailures,
+  errorRate: config.breakerErrorRate,
+  windowMs: config.breakerWindowMs,
+  minCalls: config.breakerMinCalls,
+  cooldownMs: config.breakerCooldownMs,
+  probeLeaseMs: config.upstreamFirstByteTimeoutMs + 1_000
+})
+
+type OnState = (target: string, value: BreakerGaugeValue) => void
+
+export class Breakers extends Context.Tag("nenas/Breakers")<Breakers, BreakersShape>() {
+  /** Breakers in this process's memory; settings default to `BREAKER_*`'s defaults. */
+  static readonly memory = (settings: Partial<BreakerSettings> = {}, onState?: OnState) =>
+    Layer.sync(Breakers, () => makeBreakers({ ...DEFAULT_BREAKER_SETTINGS, ...settings }, memoryOpenStore(), onState))
+
+  /** Breakers whose open state every instance on the same Redis (and prefix) shares. */
+  static readonly redis = (options: RedisBreakersOptions & { readonly settings?: Partial<BreakerSettings>; readonly onState?: OnState }) =>
+    Layer.scoped(
+      Breakers,
+      Effect.map(redisOpenStore(options), (store) =>
+        makeBreakers({ ...DEFAULT_BREAKER_SETTINGS, ...options.settings }, store, options.onState))
+    )
+
+  /** From configuration: shared through Redis when `REDIS_URL` is set, else in memory; state changes kept on the gauge. */
+  static readonly layer = Layer.unwrapEffect(Effect.gen(function*() {
+    const config = yield* AppConfig
+    const metrics = yield* Metrics
+    const settings = breakerSettings(config)
+    const onState: OnState = (target, value) => metrics.upstreamBreakerState.set({ target }, value)
+    return Option.match(config.redisUrl, {
+      onNone: () => Breakers.memory(settings, onState),
+      onSome: (url) => Breakers.redis({ url, settings, onState })
+    })
+  }))
+}

@@ -76,7 +76,7 @@ export class Breakers extends Context.Tag("nenas/Breakers")<Breakers, BreakersSh
     const onState: OnState = (target, value) => metrics.upstreamBreakerState.set({ target }, value)
     return Option.match(config.redisUrl, {
       onNone: () => Breakers.memory(settings, onState),
-      onSome: (url) => Breakers.redis({ url, settings, onState })
+      onSome: (url) => Breakers.redis({ url, prefix: config.breakerKeyPrefix, settings, onState })
     })
   }))
 }

@@ -12,6 +12,12 @@ import { type RedisBreakersOptions, redisOpenStore } from "./BreakersRedis.js"
  * (half-open): its success closes the breaker, its failure opens it again.
  * Open state is shared across instances through Redis when `REDIS_URL` is
  * set, in memory otherwise.
+ *
+ * For the caller: `admit` before each attempt (a closed target costs a map
+ * lookup); `record` each attempt's outcome as soon as it is known (the first
+ * byte, or the failure), so a probe reports within its lease; never `record`
+ * a target skipped because it was `Open`. While a breaker is half-open the
+ * first outcome recorded for it decides (there is no probe token).
  */
 
 /** Whether a call may try a target now. `Probe`: the one call let through a half-open breaker. */

@@ -144,7 +144,12 @@ export const redisOpenStore = (options: RedisBreakersOptions): Effect.Effect<Ope
     yield* resync
     // A reconnected subscriber may have missed messages; the timer catches any other loss.
     const runtime = yield* Effect.runtime<never>()
-    for (const client of [redis, subscriber]) client.on("ready", () => Runtime.runFork(runtime)(resync))
+    redis.on("ready", () => Runtime.runFork(runtime)(resync))
+    // Subscribing again is harmless, and needed when the first subscription failed (Redis was away at start).
+    subscriber.on("ready", () => {
+      subscriber.subscribe(channel).catch(() => 0)
+      Runtime.runFork(runtime)(resync)
+    })
     yield* Effect.forkScoped(Effect.repeat(resync, Schedule.spaced(options.resyncMs ?? 5_000)))
 
     const store: OpenStore = {

@@ -1,8 +1,9 @@
-import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { describe, expect, it, layer } from "@effect/vitest"
+import { Context, Effect, Option } from "effect"
 import { Breakers } from "../src/Providers/Breakers.js"
 import { call } from "./support/Http.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { on, twoInstances } from "./support/TwoInstances.js"
 
 /**
  * What operators see of the breakers, through the real server: `/readyz`
@@ -59,6 +60,9 @@ for (const { config, name } of cases) {
 
           const metrics = yield* call("GET", "/metrics")
           expect(gauge(metrics.text, TARGET)).toBe(2)
+          // The per-target attempt metrics the provider records into are declared.
+          expect(metrics.text).toContain("# TYPE nenas_upstream_attempts_total counter")
+          expect(metrics.text).toContain("# TYPE nenas_upstream_attempt_duration_seconds histogram")
 
           // Past the cool-down the breaker is half-open; its probe's success closes it.
           clock.advance(COOLDOWN_MS)
@@ -73,3 +77,38 @@ for (const { config, name } of cases) {
     })
   })
 }
+
+describe("breakers across two instances on one Redis", () => {
+  it.scopedLive("a breaker opened on one instance is on the other's /readyz and gauge, with the same half-open time", () =>
+    Effect.gen(function*() {
+      const { a, b, clock, database, first, second, settled } = yield* twoInstances("breakers", {
+        redisUrl: Option.some("redis://127.0.0.1:6379"),
+        breakerFailures: 2,
+        breakerCooldownMs: COOLDOWN_MS
+      })
+      yield* Effect.provideService(seenOnBoth(a, b, first, second), TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
+    }), 60_000)
+})
+
+/** Instance one opens the breaker; both `/readyz` list it, the second's gauge and calls see it. */
+const seenOnBoth = (a: string, b: string, first: Context.Context<Breakers>, second: Context.Context<Breakers>) =>
+  Effect.gen(function*() {
+    const one = Context.get(first, Breakers)
+    expect((yield* on(b)(call("GET", "/readyz"))).body.upstreams.open).toEqual([])
+    yield* one.record(TARGET, { _tag: "Failure" })
+    yield* one.record(TARGET, { _tag: "Failure" })
+    const onA = (yield* on(a)(call("GET", "/readyz"))).body.upstreams.open
+    const onB = (yield* on(b)(call("GET", "/readyz"))).body.upstreams.open
+    expect(onA).toHaveLength(1)
+    expect(onB).toEqual(onA)
+    // The second instance never tried the target; its gauge shows it open all the same.
+    expect(gauge((yield* on(b)(call("GET", "/metrics"))).text, TARGET)).toBe(2)
+    // And its calls skip it without a request (its copy heard the change).
+    const two = Context.get(second, Breakers)
+    let admission = yield* two.admit(TARGET)
+    for (let i = 0; i < 300 && admission._tag !== "Open"; i++) {
+      yield* Effect.sleep("10 millis")
+      admission = yield* two.admit(TARGET)
+    }
+    expect(admission).toEqual({ _tag: "Open", halfOpenAt: Date.parse(onA[0].half_open_at) })
+  })

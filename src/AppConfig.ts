@@ -22,6 +22,16 @@ export interface AppConfigShape {
   readonly upstreamModelReasoning: string
   readonly upstreamFirstByteTimeoutMs: number
   readonly upstreamTotalTimeoutMs: number
+  /** `BREAKER_FAILURES`: consecutive failures of a target that open its circuit breaker. */
+  readonly breakerFailures: number
+  /** `BREAKER_ERROR_RATE`: the share of failed calls (0–1) over `BREAKER_WINDOW_MS` that opens it, once `BREAKER_MIN_CALLS` were made. */
+  readonly breakerErrorRate: number
+  readonly breakerWindowMs: number
+  readonly breakerMinCalls: number
+  /** `BREAKER_COOLDOWN_MS`: how long an opened breaker skips its target before one probe call may try it. */
+  readonly breakerCooldownMs: number
+  /** The Redis key prefix of the breakers' shared state; not an environment setting (tests isolate themselves with it). */
+  readonly breakerKeyPrefix: string
   /**
    * `UPSTREAM_IMAGE_URLS`: `pass` sends remote image URLs to the upstream as they came; `inline` fetches
    * them through the fetch guard and sends `data:` URLs, so a self-hosted upstream fetches nothing itself.
@@ -86,6 +96,13 @@ export interface AppConfigShape {
 const nonEmpty = (name: string) =>
   Config.option(Config.nonEmptyString(name))
 
+/** An integer setting with a default, refused (naming it and its range) outside `min`–`max`. */
+const integerBetween = (name: string, fallback: number, min: number, max: number) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: `${name} must be an integer from ${min} to ${max}`, validation: (value) => value >= min && value <= max })
+  )
+
 const isValidTimezone = (zone: string): boolean => {
   try {
     new Intl.DateTimeFormat("en", { timeZone: zone })
@@ -114,6 +131,18 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   upstreamModelReasoning: Config.string("UPSTREAM_MODEL_REASONING").pipe(Config.withDefault("o4-mini")),
   upstreamFirstByteTimeoutMs: Config.integer("UPSTREAM_FIRST_BYTE_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
   upstreamTotalTimeoutMs: Config.integer("UPSTREAM_TOTAL_TIMEOUT_MS").pipe(Config.withDefault(600_000)),
+  breakerFailures: integerBetween("BREAKER_FAILURES", 5, 1, 1_000),
+  breakerErrorRate: Config.number("BREAKER_ERROR_RATE").pipe(
+    Config.withDefault(0.5),
+    Config.validate({
+      message: "BREAKER_ERROR_RATE must be a number above 0 and at most 1 (the share of failed calls that opens a breaker)",
+      validation: (rate) => rate > 0 && rate <= 1
+    })
+  ),
+  breakerWindowMs: integerBetween("BREAKER_WINDOW_MS", 60_000, 1_000, 3_600_000),
+  breakerMinCalls: integerBetween("BREAKER_MIN_CALLS", 10, 1, 1_000_000),
+  breakerCooldownMs: integerBetween("BREAKER_COOLDOWN_MS", 30_000, 100, 3_600_000),
+  breakerKeyPrefix: Config.succeed("nenas:breaker:"),
   upstreamImageUrls: Config.literal("pass", "inline")("UPSTREAM_IMAGE_URLS").pipe(Config.withDefault("pass" as const)),
   searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
   fetchAllowedHosts: Config.string("FETCH_ALLOWED_HOSTS").pipe(

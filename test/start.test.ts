@@ -75,7 +75,7 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
         expect(own.mode & 0o777).toBe(0o700)
         expect(own.uid).not.toBe(0)
       }
-      expect((await json(await fetch(`${base}/readyz`))).body).toEqual({ status: "ok" })
+      expect((await json(await fetch(`${base}/readyz`))).body).toEqual({ status: "ok", upstreams: { open: [] } })
       const pidFile = join(clusterDir, "postmaster.pid")
       const pgPort = Number((await readFile(pidFile, "utf8")).split("\n")[3])
       expect(pgPort).toBeGreaterThan(0)

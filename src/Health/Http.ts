@@ -6,6 +6,7 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuthenticationError, ProviderUnavailable } from "../Domain/Errors.js"
 import { Metrics, renderMetrics } from "../Observability/Metrics.js"
+import { Breakers } from "../Providers/Breakers.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 
 const sameSecret = (given: string, expected: string): boolean => {
@@ -20,7 +21,11 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
     const { metricsToken } = yield* AppConfig
     const metrics = yield* Metrics
     const wallet = yield* WalletRepo
+    const breakers = yield* Breakers
     const ok = { status: "ok" as const }
+    const upstreams = Effect.map(breakers.notClosed, (states) => ({
+      open: states.map(({ halfOpenAt, state, target }) => ({ target, state, half_open_at: new Date(halfOpenAt).toISOString() }))
+    }))
     const authorized = Effect.gen(function*() {
       if (Option.isNone(metricsToken)) return
       const header = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"] ?? ""
@@ -39,8 +44,9 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
           }),
           Effect.catchTag("SqlError", () =>
             new ProviderUnavailable({ message: "The database is unreachable.", retry_after_seconds: 5 })),
-          Effect.as(ok)
+          Effect.zipRight(upstreams),
+          Effect.map((upstreams) => ({ ...ok, upstreams }))
         ))
       .handle("metrics", () =>
-        Effect.zipRight(authorized, renderMetrics(wallet.openHolds).pipe(Effect.provideService(Metrics, metrics))))
+        Effect.zipRight(authorized, renderMetrics(wallet.openHolds, breakers.notClosed).pipe(Effect.provideService(Metrics, metrics))))
   }))

@@ -31,6 +31,7 @@ import { WalletSettings } from "../Wallet/Settings.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
 import { WebSearch } from "../Models/WebSearch.js"
+import { Breakers } from "../Providers/Breakers.js"
 import { ProviderLive } from "../Providers/Live.js"
 import { TestKeyProviderLive } from "../Providers/Simulated.js"
 import { IpLimits } from "../Request/IpLimits.js"
@@ -67,6 +68,8 @@ export interface ServerOverrides {
   /** The model test keys call (the simulated model unless replaced). */
   readonly testKeyProvider?: Layer.Layer<TestKeyProvider>
   readonly router?: Layer.Layer<Router>
+  /** The upstream targets' circuit breakers (`Breakers.memory(...)`, say); else from configuration. */
+  readonly breakers?: Layer.Layer<Breakers>
   readonly search?: Layer.Layer<Search>
   readonly paymentProcessor?: Layer.Layer<PaymentProcessor>
   /**
@@ -131,6 +134,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       ImageFetcher.layer,
       traced(WebSearch, "search", WebSearch.layer.pipe(Layer.provide(overrides.search ?? SearchLive)))
     )),
+    // The provider tries targets through them; /readyz and /metrics list them.
+    Layer.provideMerge(overrides.breakers ?? Breakers.layer),
     // The key cache and the grant pool hear the database through it.
     Layer.provideMerge(ListenerLive),
     Layer.provideMerge(Layer.mergeAll(

@@ -4,6 +4,27 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client"
 const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
 
 /**
+ * How one attempt at an upstream target ended, as `nenas_upstream_attempts_total` counts it:
+ * answered (`ok`), refused the request itself (`refused`, a 4xx but 429), 429 (`rate_limited`), 5xx
+ * (`server_error`), no connection (`connection_error`), no first byte in time (`first_byte_timeout`),
+ * stopped mid-answer (`cut_short`), or skipped without a request because its breaker is open (`breaker_open`).
+ */
+export const UPSTREAM_ATTEMPT_OUTCOMES = [
+  "ok",
+  "refused",
+  "rate_limited",
+  "server_error",
+  "connection_error",
+  "first_byte_timeout",
+  "cut_short",
+  "breaker_open"
+] as const
+export type UpstreamAttemptOutcome = typeof UPSTREAM_ATTEMPT_OUTCOMES[number]
+
+/** A circuit breaker's state as the gauge shows it. */
+export const BREAKER_GAUGE = { closed: 0, half_open: 1, open: 2 } as const
+
+/**
  * The service's Prometheus metrics, one registry per running service (tests
  * run several in one process). Recording is a synchronous increment: nothing
  * on a request's path waits for it.
@@ -32,6 +53,25 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
         help: "Upstream model latency: to the answer (complete) or to the stream's opening (first_byte).",
         labelNames: ["phase", "outcome"] as const,
         buckets: LATENCY_BUCKETS,
+        registers
+      }),
+      upstreamAttempts: new Counter<"target" | "outcome">({
+        name: "nenas_upstream_attempts_total",
+        help: "Attempts at an upstream target (`upstream/model`), by outcome (ok, refused, rate_limited, server_error, connection_error, first_byte_timeout, cut_short, breaker_open).",
+        labelNames: ["target", "outcome"] as const,
+        registers
+      }),
+      upstreamAttemptLatency: new Histogram<"target" | "outcome">({
+        name: "nenas_upstream_attempt_duration_seconds",
+        help: "Time from an attempt's request to its first byte or its failure, by target and outcome.",
+        labelNames: ["target", "outcome"] as const,
+        buckets: LATENCY_BUCKETS,
+        registers
+      }),
+      upstreamBreakerState: new Gauge<"target">({
+        name: "nenas_upstream_breaker_state",
+        help: "Each target's circuit breaker: 0 closed, 1 half-open, 2 open (shared through Redis when REDIS_URL is set).",
+        labelNames: ["target"] as const,
         registers
       }),
       webhookEvents: new Counter({
@@ -99,11 +139,18 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
   }
 }) {}
 
-/** The Prometheus text exposition of every metric, with gauges read now. */
-export const renderMetrics = (readHoldsOpen: Effect.Effect<number, unknown>) =>
+/** The Prometheus text exposition of every metric, with gauges read now: open holds, and breakers not closed (every other target shown closed). */
+export const renderMetrics = (
+  readHoldsOpen: Effect.Effect<number, unknown>,
+  readBreakers: Effect.Effect<ReadonlyArray<{ readonly target: string; readonly state: keyof typeof BREAKER_GAUGE }>> = Effect.succeed([])
+) =>
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const holds = yield* Effect.either(readHoldsOpen)
     if (holds._tag === "Right") metrics.walletHoldsOpen.set(holds.right)
+    const breakers = yield* readBreakers
+    const shown = yield* Effect.promise(() => metrics.upstreamBreakerState.get())
+    for (const { labels } of shown.values) if (labels.target !== undefined) metrics.upstreamBreakerState.set({ target: labels.target }, 0)
+    for (const { state, target } of breakers) metrics.upstreamBreakerState.set({ target }, BREAKER_GAUGE[state])
     return yield* Effect.promise(() => metrics.registry.metrics())
   })

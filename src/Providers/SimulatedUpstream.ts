@@ -3,11 +3,15 @@
  * `POST /v1/chat/completions` (plain and streamed), so that instances in
  * production mode (compose.yaml) run their real upstream client against it.
  * `node dist/src/Providers/SimulatedUpstream.js`, listening on `HOST:PORT`.
+ * A flaky upstream, to show fallbacks and circuit breakers:
+ * `SIMULATED_UPSTREAM_FAILURE_RATE` (0–1) of the calls answer 503, and
+ * `SIMULATED_UPSTREAM_RATE_LIMIT_RATE` (0–1) answer 429 with `Retry-After:
+ * SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS` (default 2), both as OpenAI answers them.
  */
 import { createServer } from "node:http"
 import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
-import { Config, Effect, Layer, Option, Schema, Stream } from "effect"
+import { Config, Effect, Layer, Option, Random, Schema, Stream } from "effect"
 import type { Completion, ProviderRequest, StreamPart, ToolChoice, ToolDefinition, UpstreamMessage, ResponseFormat } from "./Provider.js"
 import { simulatedProvider } from "./Simulated.js"
 
@@ -118,15 +122,65 @@ const completions = Effect.gen(function*() {
     ))
 )
 
-export const SimulatedUpstreamRouter = HttpRouter.empty.pipe(
-  HttpRouter.post("/v1/chat/completions", completions),
-  HttpRouter.get("/healthz", HttpServerResponse.json({ status: "ok" }))
-)
+/** How often the simulated upstream fails on purpose (each a share of calls, 0–1; together at most 1). */
+export interface SimulatedFaults {
+  readonly failureRate: number
+  readonly rateLimitRate: number
+  readonly retryAfterSeconds: number
+}
+
+export const NO_FAULTS: SimulatedFaults = { failureRate: 0, rateLimitRate: 0, retryAfterSeconds: 2 }
+
+/** One draw per call, before its body is read (as an overloaded upstream refuses): 503, 429, or the answer. */
+const withFaults = (faults: SimulatedFaults) =>
+  faults.failureRate === 0 && faults.rateLimitRate === 0 ? completions : Effect.flatMap(Random.next, (draw) => {
+    if (draw < faults.failureRate) {
+      return HttpServerResponse.json(
+        { error: { message: "The simulated upstream is overloaded (SIMULATED_UPSTREAM_FAILURE_RATE).", type: "server_error", code: null } },
+        { status: 503 }
+      )
+    }
+    if (draw < faults.failureRate + faults.rateLimitRate) {
+      return HttpServerResponse.json(
+        { error: { message: "Rate limit reached on the simulated upstream (SIMULATED_UPSTREAM_RATE_LIMIT_RATE).", type: "requests", code: "rate_limit_exceeded" } },
+        { status: 429, headers: { "retry-after": String(faults.retryAfterSeconds) } }
+      )
+    }
+    return completions
+  })
+
+export const makeSimulatedUpstreamRouter = (faults: SimulatedFaults = NO_FAULTS) =>
+  HttpRouter.empty.pipe(
+    HttpRouter.post("/v1/chat/completions", withFaults(faults)),
+    HttpRouter.get("/healthz", HttpServerResponse.json({ status: "ok" }))
+  )
+
+export const SimulatedUpstreamRouter = makeSimulatedUpstreamRouter()
+
+const share = (name: string) =>
+  Config.number(name).pipe(
+    Config.withDefault(0),
+    Config.validate({ message: `${name} must be a number from 0 to 1 (a share of calls)`, validation: (rate) => rate >= 0 && rate <= 1 })
+  )
+
+/** `SIMULATED_UPSTREAM_*`: the faults the simulated upstream answers with; none by default. */
+export const simulatedFaults: Config.Config<SimulatedFaults> = Config.all({
+  failureRate: share("SIMULATED_UPSTREAM_FAILURE_RATE"),
+  rateLimitRate: share("SIMULATED_UPSTREAM_RATE_LIMIT_RATE"),
+  retryAfterSeconds: Config.integer("SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS").pipe(
+    Config.withDefault(2),
+    Config.validate({ message: "SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS must be an integer from 0 to 3600", validation: (s) => s >= 0 && s <= 3_600 })
+  )
+}).pipe(Config.validate({
+  message: "SIMULATED_UPSTREAM_FAILURE_RATE and SIMULATED_UPSTREAM_RATE_LIMIT_RATE together must be at most 1",
+  validation: (faults) => faults.failureRate + faults.rateLimitRate <= 1
+}))
 
 export const SimulatedUpstreamLive = Layer.unwrapEffect(Effect.gen(function*() {
   const port = yield* Config.port("PORT").pipe(Config.withDefault(8090))
   const host = yield* Config.string("HOST").pipe(Config.withDefault("127.0.0.1"))
-  return HttpServer.serve(SimulatedUpstreamRouter).pipe(
+  const faults = yield* simulatedFaults
+  return HttpServer.serve(makeSimulatedUpstreamRouter(faults)).pipe(
     HttpServer.withLogAddress,
     Layer.provide(NodeHttpServer.layer(createServer, { port, host }))
   )

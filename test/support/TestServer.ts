@@ -95,6 +95,8 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}, parts: S
       publicBaseUrl: baseUrl,
       dashboardUrl: `${baseUrl}/app`,
       instanceId: `test:${port}`,
+      // With REDIS_URL, its breakers apart from other tests'.
+      breakerKeyPrefix: `nenas:test:breaker:${database.name}:`,
       // Every test request comes from 127.0.0.1: per-address limits are tested where a test sets them.
       ipAuthFailuresPerMinute: 1_000_000,
       ipCheckoutsPerMinute: 1_000_000,

@@ -39,6 +39,8 @@ export const twoInstances = (name: string, config: Partial<AppConfigShape> = {})
           publicBaseUrl: a,
           dashboardUrl: `${a}/app`,
           instanceId: `${name}:${port}`,
+          // Both share their breakers (with REDIS_URL), apart from other tests' instances.
+          breakerKeyPrefix: `nenas:test:breaker:${database.name}:`,
           ...config
         })),
         Layer.provide(Layer.setClock(clock)),

@@ -31,6 +31,7 @@ import { WalletSettings } from "../Wallet/Settings.js"
 import { Idempotency } from "../Models/Idempotency.js"
 import { CallLimits } from "../Models/RateLimits.js"
 import { WebSearch } from "../Models/WebSearch.js"
+import { Breakers } from "../Providers/Breakers.js"
 import { ProviderLive } from "../Providers/Live.js"
 import { TestKeyProviderLive } from "../Providers/Simulated.js"
 import { IpLimits } from "../Request/IpLimits.js"
@@ -76,7 +77,19 @@ export interface ServerOverrides {
    */
   readonly walletRepo?: Layer.Layer<WalletRepo, never, Layer.Layer.Context<typeof WalletRepo.layer>>
   readonly clock?: Clock.Clock
+  /** The upstream targets' circuit breakers (test/support/Breakers.ts: one a test opens by hand). */
+  readonly breakers?: Layer.Layer<Breakers>
 }
+
+/**
+ * Every breaker closed, always: nothing is skipped, nothing is remembered.
+ * issue 26 part A replaces this with Breakers.layer
+ */
+const BreakersPlaceholder = Layer.succeed(Breakers, {
+  admit: () => Effect.succeed({ _tag: "Closed" as const }),
+  record: () => Effect.void,
+  notClosed: Effect.succeed([])
+})
 
 /** Set on `Wallet/RepoTest.ts`'s repositories (a global symbol, so production code does not import test code). */
 const IN_MEMORY_WALLET = Symbol.for("nenas/WalletRepo/inMemory")
@@ -139,6 +152,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       RequestLogReads.layer,
       IdentityProviderLive,
       overrides.paymentProcessor ?? PaymentProcessorLive,
+      overrides.breakers ?? BreakersPlaceholder,
       Metrics.Default
     )),
     Layer.provideMerge(Layer.mergeAll(RequestLogs.layer, StoredResponses.layer, ReservationLeases.layer())),

@@ -3,7 +3,7 @@ import type { ApiError } from "../Domain/Errors.js"
 import { errorMeta, InternalError, isApiError } from "../Domain/Errors.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Providers/Provider.js"
 import type { HeldCall, Progress, StreamEvent } from "./Call.js"
-import { answerSoFar } from "./Call.js"
+import { answerSoFar, servedCall } from "./Call.js"
 import type { Settlement } from "./CallSettlement.js"
 import { usedOf } from "./CallSettlement.js"
 
@@ -103,9 +103,10 @@ export const watchHandoff = <X>(abandon: Effect.Effect<void>, timeoutMs: number,
   })
 
 /** The last event: the call settled for what it used, and its result. */
-const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
+const completed = (settlement: Settlement, { call: held, progress }: StartedStream) =>
   Effect.gen(function*() {
     const current = yield* Ref.get(progress)
+    const call = servedCall(held, current.attempts)
     const answer = answerSoFar(current, current.finishReason)
     const used = usedOf(call, current.sources, answer, current.reportedUsage)
     const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
@@ -113,17 +114,20 @@ const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
   })
 
 /** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
-const failed = (settlement: Settlement, { call, progress }: StartedStream, cause: Cause.Cause<unknown>) =>
+const failed = (settlement: Settlement, { call: held, progress }: StartedStream, cause: Cause.Cause<unknown>) =>
   Effect.gen(function*() {
     const error = asApiError(cause)
     if (!isApiError(Option.getOrUndefined(Cause.failureOption(cause)))) {
       yield* Effect.logError("model call stream failed", cause)
     }
     const current = yield* Ref.get(progress)
-    // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced.
+    const call = servedCall(held, current.attempts)
+    // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced, and its
+    // log keeps the error's code, so it is told apart from a complete answer (DESIGN.md, Fallbacks).
     if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
       const answer = answerSoFar(current, "stop")
-      yield* settlement.settleOnce(progress, settlement.settleUsed(call, usedOf(call, current.sources, answer, current.reportedUsage), answer))
+      const used = usedOf(call, current.sources, answer, current.reportedUsage)
+      yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
     } else {
       yield* settlement.settleOnce(progress, settlement.settleFailed(call, errorMeta(error).code))
     }

@@ -68,6 +68,25 @@ export interface Capabilities {
 /** One entry of chat's `logprobs.content`, as the upstream sent it. */
 export type TokenLogprob = unknown
 
+/** How one attempt at one target ended (the metrics' `outcome` label, and the log's). */
+export type AttemptOutcome =
+  | "ok"
+  | "refused"
+  | "rate_limited"
+  | "server_error"
+  | "connection_error"
+  | "first_byte_timeout"
+  | "cut_short"
+  | "breaker_open"
+
+/** One attempt of a call at one target (`upstream/model`), as its log row keeps it. */
+export interface UpstreamAttempt {
+  readonly target: string
+  readonly model: string
+  readonly outcome: AttemptOutcome
+  readonly latencyMs: number
+}
+
 export interface ProviderRequest extends Capabilities {
   readonly model: string
   readonly messages: ReadonlyArray<UpstreamMessage>
@@ -81,6 +100,11 @@ export interface ProviderRequest extends Capabilities {
   readonly topP?: number | undefined
   readonly stop?: string | ReadonlyArray<string> | null | undefined
   readonly user?: string | undefined
+  /**
+   * Told of each attempt as it ends (fallbacks, Providers/Fallback.ts); `amend` replaces the last one told
+   * (a stream that opened `ok`, then was cut short). The attempt told `ok` last is the model that answered.
+   */
+  readonly attempted?: ((attempt: UpstreamAttempt, amend: boolean) => Effect.Effect<void>) | undefined
 }
 
 /** Usage as the upstream reported it; `outputTokens` includes `reasoningTokens`, as in OpenAI's `completion_tokens`. */

@@ -258,9 +258,27 @@ export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { rea
   return required.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
 }
 
+const SHORTHAND_FIELDS = ["upstreamBaseUrl", "upstreamApiKey", "upstreamModelGeneral", "upstreamModelReasoning"] as const
+
+/**
+ * `config` with `overrides`, its upstreams derived as at start-up: the shorthand's fields given (and no
+ * `upstreams`) make the one-upstream list; `upstreams` given (and no `prices`) bring their prices.
+ */
+const withOverrides = (config: AppConfigShape, overrides: Partial<AppConfigShape>): AppConfigShape => {
+  const merged = { ...config, ...overrides }
+  const upstreams = overrides.upstreams ?? (SHORTHAND_FIELDS.some((field) => field in overrides)
+    ? Option.match(merged.upstreamBaseUrl, {
+      onNone: () => [],
+      onSome: (url) =>
+        [shorthandUpstream(url, merged.upstreamApiKey, { general: merged.upstreamModelGeneral, reasoning: merged.upstreamModelReasoning })]
+    })
+    : config.upstreams)
+  return { ...merged, upstreams, prices: overrides.prices ?? withUpstreamPrices(config.prices, upstreams) }
+}
+
 export class AppConfig extends Context.Tag("nenas/AppConfig")<AppConfig, AppConfigShape>() {
   static readonly layer = Layer.effect(AppConfig, appConfig)
   /** For tests and tools that build the service with explicit settings. */
   static readonly layerWith = (overrides: Partial<AppConfigShape>) =>
-    Layer.effect(AppConfig, Effect.map(appConfig, (config) => ({ ...config, ...overrides })))
+    Layer.effect(AppConfig, Effect.map(appConfig, (config) => withOverrides(config, overrides)))
 }

@@ -36,7 +36,9 @@ import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, Ups
  * `upstreamAttemptLatency{target,outcome}` histogram (Observability/Metrics.ts)
  * go here at merge; until then the attempt is a debug line.
  */
-export const recordAttempt = (target: string, outcome: AttemptOutcome, seconds: number): Effect.Effect<void> =>
+export type RecordAttempt = (target: string, outcome: AttemptOutcome, seconds: number) => Effect.Effect<void>
+
+export const recordAttempt: RecordAttempt = (target, outcome, seconds) =>
   Effect.logDebug("upstream attempt").pipe(Effect.annotateLogs({ target, outcome, seconds }))
 
 export interface FallbackOptions {
@@ -54,8 +56,11 @@ const allOpen = (halfOpenAt: number) =>
 
 const outOfTime = () => new ProviderTimeout({ message: "The model provider did not start answering in time." })
 
-/** The provider over `options.upstreams`, each upstream with its own client, each target guarded by `breakers`. */
-export const makeFallbackProvider = (options: FallbackOptions, breakers: BreakersShape) =>
+/**
+ * The provider over `options.upstreams`, each upstream with its own client, each target guarded by `breakers`,
+ * each attempt told to `record` (the metrics; Live.ts passes them).
+ */
+export const makeFallbackProvider = (options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt = recordAttempt) =>
   Effect.gen(function*() {
     const clients = new Map<string, UpstreamClient>()
     for (const upstream of options.upstreams) {
@@ -67,7 +72,7 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
 
     const tell = (request: ProviderRequest, attempt: UpstreamAttempt, amend = false) =>
       Effect.zipRight(
-        recordAttempt(attempt.target, attempt.outcome, attempt.latencyMs / 1000),
+        record(attempt.target, attempt.outcome, attempt.latencyMs / 1000),
         request.attempted === undefined ? Effect.void : request.attempted(attempt, amend)
       )
 

@@ -14,6 +14,7 @@ export const ProviderLive = Layer.unwrapEffect(Effect.gen(function*() {
   if (config.upstreams.length > 0) {
     return Layer.effect(
       Provider,
+      // Per-target metrics: `recordAttempt` (Fallback.ts) until issue 26 part A's are passed here as the third argument.
       Effect.flatMap(Breakers, (breakers) =>
         makeFallbackProvider({
           upstreams: config.upstreams,

@@ -10,6 +10,8 @@ import { type AttemptOutcome, type BreakerState, Breakers, type BreakersShape } 
  */
 export interface TestBreakers {
   readonly layer: Layer.Layer<Breakers>
+  /** The breakers themselves, for what is built without layers. */
+  readonly service: BreakersShape
   /** Opens `target` until `halfOpenAt` (epoch ms). */
   readonly open: (target: string, halfOpenAt: number) => void
   /** Every breaker closed, the records cleared. */
@@ -46,6 +48,7 @@ export const makeTestBreakers = (): TestBreakers => {
   }
   return {
     layer: Layer.succeed(Breakers, service),
+    service,
     open: (target, halfOpenAt) => void openUntil.set(target, halfOpenAt),
     reset: () => {
       openUntil.clear()

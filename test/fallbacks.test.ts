@@ -359,6 +359,20 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
       }))
   })
 
+  describe("test keys", () => {
+    it.effect("a test key's call never reaches an upstream, whichever fails: the built-in model answers, nothing is held", () =>
+      Effect.gen(function*() {
+        const { alpha, beta } = yield* fresh
+        alpha.setBehaviour({ kind: "status", status: 503 })
+        const { apiKey } = yield* caller("fallback-test-key@example.com", { environment: "test" })
+        const reply = yield* responses(apiKey)
+        expect(reply.status, reply.text).toBe(200)
+        expect(reply.json.routing.fallback).toBe(false)
+        expect(alpha.requests.length + beta.requests.length).toBe(0)
+        expect(yield* holdOf(reply.json.request_id)).toEqual([])
+      }))
+  })
+
   describe("replays and SDKs", () => {
     it.effect("an idempotent replay returns the first answer, beta's, though alpha answers again; billed once", () =>
       Effect.gen(function*() {

@@ -54,7 +54,7 @@ const setup = (servers: ReadonlyArray<UpstreamServer>, firstByteTimeoutMs: numbe
 const outcomes = (attempts: ReadonlyArray<UpstreamAttempt>) => attempts.map((a) => [a.target, a.outcome])
 
 describe("the fallback provider", () => {
-  it.scoped("three targets, the first two silent: each is given its share of the 900 ms budget, the third answers", () =>
+  it.scopedLive("three targets, the first two silent: each is given its share of the 900 ms budget, the third answers", () =>
     Effect.gen(function*() {
       const servers = yield* three
       servers[0]?.setBehaviour({ kind: "hang" })
@@ -77,7 +77,7 @@ describe("the fallback provider", () => {
       expect(servers[2]?.requests.map((r) => (r.body as { model: string }).model)).toEqual(["m3"])
     }))
 
-  it.scoped("a first target that refuses at once leaves its share to the others: the second may take 380 ms of a 900 ms budget", () =>
+  it.scopedLive("a first target that refuses at once leaves its share to the others: the second may take 380 ms of a 900 ms budget", () =>
     Effect.gen(function*() {
       const servers = yield* three
       servers[0]?.setBehaviour({ kind: "status", status: 503 })
@@ -91,7 +91,7 @@ describe("the fallback provider", () => {
       expect(servers[2]?.requests.length).toBe(0)
     }))
 
-  it.scoped("every target silent: provider_timeout once the budget is spent, each tried once", () =>
+  it.scopedLive("every target silent: provider_timeout once the budget is spent, each tried once", () =>
     Effect.gen(function*() {
       const servers = yield* three
       for (const server of servers) server.setBehaviour({ kind: "hang" })
@@ -103,7 +103,7 @@ describe("the fallback provider", () => {
       expect(servers.map((s) => s.requests.length)).toEqual([1, 1, 1])
     }))
 
-  it.scoped("a 429 with Retry-After is recorded to that target's breaker; an open target gets no request", () =>
+  it.scopedLive("a 429 with Retry-After is recorded to that target's breaker; an open target gets no request", () =>
     Effect.gen(function*() {
       const servers = yield* three
       servers[0]?.setBehaviour({ kind: "status", status: 429, retryAfter: "3" })
@@ -119,7 +119,7 @@ describe("the fallback provider", () => {
       expect(servers[1]?.requests.length).toBe(0)
     }))
 
-  it.scoped("a stream cut after its head does not switch: the parts fail, the attempt is amended to cut_short", () =>
+  it.scopedLive("a stream cut after its head does not switch: the parts fail, the attempt is amended to cut_short", () =>
     Effect.gen(function*() {
       const servers = yield* three
       servers[0]?.setBehaviour({ kind: "resetMidStream", afterChunks: 2 })
@@ -135,7 +135,7 @@ describe("the fallback provider", () => {
       expect(servers[2]?.requests.length).toBe(0)
     }))
 
-  it.scoped("reasoning requests try the reasoning models; a model no category starts with goes alone to its upstream", () =>
+  it.scopedLive("reasoning requests try the reasoning models; a model no category starts with goes alone to its upstream", () =>
     Effect.gen(function*() {
       const servers = yield* three
       servers[0]?.setBehaviour({ kind: "status", status: 500 })
@@ -149,7 +149,7 @@ describe("the fallback provider", () => {
       expect(outcomes(alone)).toEqual([["u1/m2-other", "server_error"]])
     }))
 
-  it.scoped("every target open: provider_unavailable with retry_after_seconds to the earliest half-open", () =>
+  it.scopedLive("every target open: provider_unavailable with retry_after_seconds to the earliest half-open", () =>
     Effect.gen(function*() {
       const servers = yield* three
       const { breakers, provider } = yield* setup(servers, 900)
@@ -163,7 +163,7 @@ describe("the fallback provider", () => {
       expect(servers.map((s) => s.requests.length)).toEqual([0, 0, 0])
     }))
 
-  it.scoped("connection refused moves on at once", () =>
+  it.scopedLive("connection refused moves on at once", () =>
     Effect.gen(function*() {
       const servers = yield* three
       const port = yield* Effect.promise(freePort)

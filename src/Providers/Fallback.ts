@@ -1,4 +1,4 @@
-import { Effect, Option, Stream } from "effect"
+import { Clock, Effect, Option, Stream } from "effect"
 import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Target, UpstreamConfig } from "../Domain/Upstreams.js"
 import { targetsFor } from "../Domain/Upstreams.js"
@@ -47,11 +47,11 @@ export interface FallbackOptions {
   readonly totalTimeoutMs: number
 }
 
-/** Every target open: retry once the earliest half-opens. */
-const allOpen = (halfOpenAt: number) =>
+/** Every target open (`now` and `halfOpenAt` epoch ms, the service's `Clock`): retry once the earliest half-opens. */
+const allOpen = (halfOpenAt: number, now: number) =>
   new ProviderUnavailable({
     message: "Every upstream for this model is failing; none is being tried until its cool-down ends.",
-    retry_after_seconds: Math.max(1, Math.ceil((halfOpenAt - Date.now()) / 1000))
+    retry_after_seconds: Math.max(1, Math.ceil((halfOpenAt - now) / 1000))
   })
 
 const outOfTime = () => new ProviderTimeout({ message: "The model provider did not start answering in time." })
@@ -86,7 +86,7 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
     ): Effect.Effect<readonly [A, Target, number], ProviderError> =>
       Effect.gen(function*() {
         const targets = targetsFor(options.upstreams, request.reasoningModel ? "reasoning" : "general", request.model)
-        const deadline = Date.now() + options.firstByteTimeoutMs
+        const deadline = (yield* Clock.currentTimeMillis) + options.firstByteTimeoutMs
         let last: ProviderError | undefined
         let earliestHalfOpen = Number.POSITIVE_INFINITY
         for (const [index, target] of targets.entries()) {
@@ -98,7 +98,7 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
             yield* tell(request, { target: target.id, model: target.model, outcome: "breaker_open", latencyMs: 0 })
             continue
           }
-          const left = deadline - Date.now()
+          const left = deadline - (yield* Clock.currentTimeMillis)
           if (left <= 0) {
             last ??= outOfTime()
             break
@@ -122,7 +122,9 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
           if (failed.outcome === "refused" || failed.outcome === "cut_short") return yield* Effect.fail(failed.error)
           last = failed.error
         }
-        return yield* Effect.fail(last ?? allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : Date.now()))
+        if (last !== undefined) return yield* Effect.fail(last)
+        const now = yield* Clock.currentTimeMillis
+        return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
       })
 
     const complete: ProviderShape["complete"] = (request) =>

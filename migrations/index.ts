@@ -12,6 +12,7 @@ import usageRollups from "./0011_usage_rollups.js"
 import tagRollups from "./0012_tag_rollups.js"
 import webhooks from "./0013_webhooks.js"
 import balanceAlerts from "./0014_balance_alerts.js"
+import upstreamAttempts from "./0015_upstream_attempts.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -32,5 +33,6 @@ export const migrations = {
   "0011_usage_rollups": usageRollups,
   "0012_tag_rollups": tagRollups,
   "0013_webhooks": webhooks,
-  "0014_balance_alerts": balanceAlerts
+  "0014_balance_alerts": balanceAlerts,
+  "0015_upstream_attempts": upstreamAttempts
 }

@@ -1,6 +1,7 @@
 import { hostname } from "node:os"
 import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
 import { DEFAULT_PRICES, PriceTable } from "./Domain/Prices.js"
+import { parseUpstreams, shorthandUpstream, type UpstreamConfig, withUpstreamPrices } from "./Domain/Upstreams.js"
 
 /** Every setting of DESIGN.md's configuration table, read once at start-up. */
 export interface AppConfigShape {
@@ -20,6 +21,12 @@ export interface AppConfigShape {
   readonly upstreamApiKey: Option.Option<Redacted.Redacted>
   readonly upstreamModelGeneral: string
   readonly upstreamModelReasoning: string
+  /**
+   * Every upstream, in the order fallbacks try them (`UPSTREAMS`, else the one `UPSTREAM_BASE_URL` names);
+   * empty: the simulated model.
+   */
+  readonly upstreams: ReadonlyArray<UpstreamConfig>
+  /** The whole first-byte budget of a call, shared by its attempts (Providers/Fallback.ts). */
   readonly upstreamFirstByteTimeoutMs: number
   readonly upstreamTotalTimeoutMs: number
   /** `BREAKER_FAILURES`: consecutive failures of a target that open its circuit breaker. */
@@ -129,6 +136,14 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   upstreamApiKey: Config.option(Config.redacted("UPSTREAM_API_KEY")),
   upstreamModelGeneral: Config.string("UPSTREAM_MODEL_GENERAL").pipe(Config.withDefault("gpt-4.1-mini")),
   upstreamModelReasoning: Config.string("UPSTREAM_MODEL_REASONING").pipe(Config.withDefault("o4-mini")),
+  upstreamsJson: nonEmpty("UPSTREAMS").pipe(
+    Config.mapOrFail((json) =>
+      Option.match(json, {
+        onNone: () => Either.right(Option.none<ReadonlyArray<UpstreamConfig>>()),
+        onSome: (text) => Either.map(Either.mapLeft(parseUpstreams(text), (line) => ConfigError.InvalidData(["UPSTREAMS"], line)), Option.some)
+      })
+    )
+  ),
   upstreamFirstByteTimeoutMs: Config.integer("UPSTREAM_FIRST_BYTE_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
   upstreamTotalTimeoutMs: Config.integer("UPSTREAM_TOTAL_TIMEOUT_MS").pipe(Config.withDefault(600_000)),
   breakerFailures: integerBetween("BREAKER_FAILURES", 5, 1, 1_000),
@@ -197,11 +212,20 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   ),
   outboxPollMs: Config.succeed(250)
 }).pipe(
-  Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, ...rest }) => {
+  Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, upstreamsJson, ...rest }) => {
+    // `UPSTREAMS` overrides the one-upstream shorthand; its prices override the price table's.
+    const upstreams = Option.getOrElse(upstreamsJson, () =>
+      Option.match(rest.upstreamBaseUrl, {
+        onNone: () => [],
+        onSome: (url) =>
+          [shorthandUpstream(url, rest.upstreamApiKey, { general: rest.upstreamModelGeneral, reasoning: rest.upstreamModelReasoning })]
+      }))
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")
     const production = nodeEnv === "production"
     return {
       ...rest,
+      upstreams,
+      prices: withUpstreamPrices(rest.prices, upstreams),
       publicBaseUrl: base,
       // The dashboard the service itself serves (src/Http/Dashboard.ts) unless another is configured.
       dashboardUrl: Option.getOrElse(dashboardUrl, () => `${base}/app`).replace(/\/+$/, ""),
@@ -254,7 +278,7 @@ export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { rea
   if (!config.production) return []
   const required: ReadonlyArray<readonly [string, Option.Option<unknown>]> = [
     ["DATABASE_URL", config.databaseUrl],
-    ["UPSTREAM_BASE_URL", config.upstreamBaseUrl],
+    ["UPSTREAM_BASE_URL (or UPSTREAMS)", config.upstreams.length > 0 ? Option.some(true) : Option.none()],
     ["SEARCH_BASE_URL", config.searchBaseUrl],
     ["STRIPE_SECRET_KEY", config.stripeSecretKey],
     ["STRIPE_WEBHOOK_SECRET", config.stripeWebhookSecret],
@@ -263,9 +287,27 @@ export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { rea
   return required.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
 }
 
+const SHORTHAND_FIELDS = ["upstreamBaseUrl", "upstreamApiKey", "upstreamModelGeneral", "upstreamModelReasoning"] as const
+
+/**
+ * `config` with `overrides`, its upstreams derived as at start-up: the shorthand's fields given (and no
+ * `upstreams`) make the one-upstream list; `upstreams` given (and no `prices`) bring their prices.
+ */
+const withOverrides = (config: AppConfigShape, overrides: Partial<AppConfigShape>): AppConfigShape => {
+  const merged = { ...config, ...overrides }
+  const upstreams = overrides.upstreams ?? (SHORTHAND_FIELDS.some((field) => field in overrides)
+    ? Option.match(merged.upstreamBaseUrl, {
+      onNone: () => [],
+      onSome: (url) =>
+        [shorthandUpstream(url, merged.upstreamApiKey, { general: merged.upstreamModelGeneral, reasoning: merged.upstreamModelReasoning })]
+    })
+    : config.upstreams)
+  return { ...merged, upstreams, prices: overrides.prices ?? withUpstreamPrices(config.prices, upstreams) }
+}
+
 export class AppConfig extends Context.Tag("nenas/AppConfig")<AppConfig, AppConfigShape>() {
   static readonly layer = Layer.effect(AppConfig, appConfig)
   /** For tests and tools that build the service with explicit settings. */
   static readonly layerWith = (overrides: Partial<AppConfigShape>) =>
-    Layer.effect(AppConfig, Effect.map(appConfig, (config) => ({ ...config, ...overrides })))
+    Layer.effect(AppConfig, Effect.map(appConfig, (config) => withOverrides(config, overrides)))
 }

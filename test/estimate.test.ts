@@ -133,6 +133,22 @@ describe("estimateCall", () => {
     const refused = Either.getLeft(estimateCall(call({ maxTotalCostMyr: 0.2 })))
     expect(refused._tag === "Some" ? refused.value._tag : "none").toBe("InvalidRequest")
   })
+
+  // o4-mini: 1116 input * 4.62 + 500 output * 18.48 = 5155.92 + 9240, rounded up.
+  it("with fallbacks, is the dearest target's worst case; a cheaper fallback changes nothing", () => {
+    expect(estimateCall(call({ maxOutputTokens: 500, fallbackModels: ["o4-mini"] }))).toEqual(
+      Either.right({ outputCap: 500, worstCase: 14_396, costCap: undefined })
+    )
+    expect(estimateCall(call({ upstreamModel: "o4-mini", maxOutputTokens: 500, fallbackModels: [GENERAL] }))).toEqual(
+      Either.right({ outputCap: 500, worstCase: 14_396, costCap: undefined })
+    )
+  })
+
+  it("checks max_total_cost_myr against the dearest target: a cap between the two estimates is refused", () => {
+    expect(Either.isRight(estimateCall(call({ maxOutputTokens: 500, maxTotalCostMyr: 0.01 }))), "the primary alone fits").toBe(true)
+    const refused = Either.getLeft(estimateCall(call({ maxOutputTokens: 500, maxTotalCostMyr: 0.01, fallbackModels: ["o4-mini"] })))
+    expect(refused._tag === "Some" ? refused.value.message : "").toContain("RM 0.014396")
+  })
 })
 
 describe("what a call is billed", () => {

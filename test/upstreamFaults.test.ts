@@ -195,14 +195,18 @@ const expectNothingBilled = (
     expect(yield* violations(accountId), `${name}: invariant`).toEqual([])
   })
 
-/** The call was billed `cost` once: log `billed` with `source`, reservation captured, one usage entry, the wallet down by `cost`. */
+/**
+ * The call was billed `cost` once: log `billed` with `source`, reservation captured, one usage entry, the wallet down by `cost`.
+ * `errorCode`: a stream cut short after its output is billed with its error's code (DESIGN.md, Fallbacks), a whole answer without.
+ */
 const expectBilledOnce = (
   name: string,
   accountId: string,
   requestId: string,
   source: "provider" | "estimated",
   cost: number,
-  before: WalletState
+  before: WalletState,
+  errorCode: string | null = null
 ) =>
   Effect.gen(function*() {
     expect(cost, `${name}: cost > 0`).toBeGreaterThan(0)
@@ -210,7 +214,7 @@ const expectBilledOnce = (
     expect(log?.status, `${name}: log status`).toBe("billed")
     expect(log?.usageSource, `${name}: usage_source`).toBe(source)
     expect(log?.cost, `${name}: log cost`).toBe(cost)
-    expect(log?.errorCode, `${name}: no error_code`).toBeNull()
+    expect(log?.errorCode, `${name}: error_code`).toBe(errorCode)
     const reservations = yield* reservationOf(requestId)
     expect(reservations, `${name}: the reservation`).toEqual(
       log?.reservationId === null ? [] : [{ status: "captured", amount: RESERVATION, captured: cost }]
@@ -515,7 +519,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_timeout", retryable: true })
       }))
 
-    it.effect("a stream that stops after its first chunk: an error event with provider_timeout after the total timeout; the chunk is billed (estimated)", () =>
+    it.effect("a stream that stops after its first chunk: an error event with provider_timeout after the total timeout; the chunk is billed (estimated), the log billed with error_code provider_timeout", () =>
       Effect.gen(function*() {
         const upstream = yield* Upstream
         upstream.reset()
@@ -531,7 +535,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           // What the upstream produced before it went silent was paid for upstream: billed as produced, not 0.
           const produced = streamedText(path, reply.events)
           expect(produced, `${name}: the first chunk`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 8))
-          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before)
+          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before, "provider_timeout")
         }
         // Not streamed: headers, then silence until the total timeout.
         yield* expectRefusals(accountId, apiKey, [false], { code: "provider_timeout", retryable: true })
@@ -599,7 +603,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         }
       }))
 
-    it.effect("a stream reset after 3 chunks: 200, an error event with provider_unavailable; billed for the three chunks (estimated)", () =>
+    it.effect("a stream reset after 3 chunks: 200, an error event with provider_unavailable; billed for the three chunks (estimated), the log billed with error_code provider_unavailable", () =>
       Effect.gen(function*() {
         const upstream = yield* Upstream
         upstream.reset()
@@ -616,7 +620,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           expect(deltaCount(path, reply.events), `${name}: the three chunks got through`).toBe(3)
           const produced = streamedText(path, reply.events)
           expect(produced, `${name}: their text`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 24))
-          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before)
+          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before, "provider_unavailable")
         }
       }))
   })

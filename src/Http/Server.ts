@@ -68,7 +68,7 @@ export interface ServerOverrides {
   /** The model test keys call (the simulated model unless replaced). */
   readonly testKeyProvider?: Layer.Layer<TestKeyProvider>
   readonly router?: Layer.Layer<Router>
-  /** The upstream targets' circuit breakers (`Breakers.memory(...)`, say); else from configuration. */
+  /** The upstream targets' circuit breakers (`Breakers.memory(...)`, or test/support/Breakers.ts's, opened by hand); else from configuration. */
   readonly breakers?: Layer.Layer<Breakers>
   readonly search?: Layer.Layer<Search>
   readonly paymentProcessor?: Layer.Layer<PaymentProcessor>

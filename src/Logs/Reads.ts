@@ -99,7 +99,7 @@ export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonl
 
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, environment, metadata, end_user, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
+  cost_micro_myr, latency_ms, environment, metadata, end_user, attempts, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).

@@ -20,6 +20,13 @@ export interface OpenLog {
   readonly endUser?: string | null | undefined
 }
 
+/** One attempt of a call at one upstream target (Providers/Fallback.ts), as its row keeps it. */
+export interface LoggedAttempt {
+  readonly target: string
+  readonly outcome: string
+  readonly latencyMs: number
+}
+
 /** What a finished call writes to its row: the fields the dashboard reads, and the pages read. */
 export interface LoggedUsage {
   readonly inputTokens: number
@@ -31,6 +38,14 @@ export interface LoggedUsage {
   readonly contentPages: number
   readonly costMicroMyr: number
   readonly latencyMs: number
+  /** Each upstream attempt, in order; absent or empty: none was recorded (a test key, a call refused before it ran). */
+  readonly attempts?: ReadonlyArray<LoggedAttempt> | undefined
+}
+
+/** What a settlement writes: the usage, and the model that answered (a fallback's) and the error that cut it short. */
+export interface SettledUsage extends LoggedUsage {
+  readonly answeredBy?: string | undefined
+  readonly errorCode?: string | null | undefined
 }
 
 /** One row as a batch writes it: a call still running (`pending`), or its final state. */
@@ -73,7 +88,8 @@ export const failedRow = (
   createdAt: Date,
   errorCode: string,
   latencyMs: number,
-  completedAt: Date
+  completedAt: Date,
+  attempts?: ReadonlyArray<LoggedAttempt>
 ): LogWrite => ({
   ...log,
   ...noUsage(log),
@@ -81,9 +97,16 @@ export const failedRow = (
   status: "failed",
   errorCode,
   latencyMs,
+  attempts,
   createdAt,
   completedAt
 })
+
+/** A row's attempts as its `attempts` column keeps them (`[{target, outcome, latency_ms}]`); null when none. */
+const attemptsJson = (row: LogWrite): string | null =>
+  row.attempts === undefined || row.attempts.length === 0
+    ? null
+    : JSON.stringify(row.attempts.map((a) => ({ target: a.target, outcome: a.outcome, latency_ms: a.latencyMs })))
 
 /**
  * The one writer of `request_logs` (DESIGN.md, Request lifecycle). Calls'
@@ -123,13 +146,13 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
           INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
             routing_category, endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens,
             usage_source, search_count, content_pages, cost_micro_myr, latency_ms, stream, error_code,
-            created_at, completed_at, holder, environment, metadata, end_user)
+            created_at, completed_at, holder, environment, metadata, end_user, attempts)
           SELECT u.request_id, u.account_id, u.api_key_id, u.reservation_id, u.public_model, u.upstream_model,
             u.routing_category, u.endpoint, u.status, u.input_tokens, u.output_tokens, u.reasoning_tokens,
             u.cached_tokens, u.usage_source, u.search_count, u.content_pages, u.cost_micro_myr, u.latency_ms,
             u.stream, u.error_code, u.created_at, u.completed_at, ${holder}::text,
             COALESCE(u.environment, (SELECT k.environment FROM api_keys k WHERE k.id = u.api_key_id), 'live'),
-            u.metadata::jsonb, u.end_user
+            u.metadata::jsonb, u.end_user, u.attempts::jsonb
           FROM unnest(
             ${column((r) => r.requestId)}::text[], ${column((r) => r.accountId)}::text[],
             ${column((r) => r.apiKeyId)}::text[], ${column((r) => r.reservationId)}::text[],
@@ -145,18 +168,21 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
             ${column((r) => r.completedAt?.toISOString() ?? null)}::timestamptz[],
             ${column((r) => r.environment ?? null)}::text[],
             ${column((r) => r.metadata == null ? null : JSON.stringify(r.metadata))}::text[],
-            ${column((r) => r.endUser ?? null)}::text[]
+            ${column((r) => r.endUser ?? null)}::text[],
+            ${column(attemptsJson)}::text[]
           ) AS u(request_id, account_id, api_key_id, reservation_id, public_model, upstream_model, routing_category,
             endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count,
             content_pages, cost_micro_myr, latency_ms, stream, error_code, created_at, completed_at, environment, metadata,
-            end_user)
+            end_user, attempts)
           ON CONFLICT (request_id) DO UPDATE
           SET status = EXCLUDED.status, reservation_id = COALESCE(EXCLUDED.reservation_id, request_logs.reservation_id),
               input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
               reasoning_tokens = EXCLUDED.reasoning_tokens, cached_tokens = EXCLUDED.cached_tokens,
               usage_source = EXCLUDED.usage_source, search_count = EXCLUDED.search_count,
               content_pages = EXCLUDED.content_pages, cost_micro_myr = EXCLUDED.cost_micro_myr,
-              latency_ms = EXCLUDED.latency_ms, error_code = EXCLUDED.error_code, completed_at = EXCLUDED.completed_at
+              latency_ms = EXCLUDED.latency_ms, error_code = EXCLUDED.error_code, completed_at = EXCLUDED.completed_at,
+              -- The model that answered (a fallback's), and the attempts that led to it.
+              upstream_model = EXCLUDED.upstream_model, attempts = COALESCE(EXCLUDED.attempts, request_logs.attempts)
           WHERE request_logs.status = 'pending'
             -- A late charge (the sweeper released the call, taking its process for dead) bills it after all.
             OR (EXCLUDED.status = 'billed' AND request_logs.status = 'failed')

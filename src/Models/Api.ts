@@ -203,7 +203,9 @@ export const UsageInfo = Schema.Struct({
 export const RoutingInfo = Schema.Struct({
   category: Schema.String,
   upstream_model: Schema.String,
-  reasoning: Schema.String
+  reasoning: Schema.String,
+  /** Whether a fallback answered (the category's first upstream target failed or was skipped); `upstream_model` names it. */
+  fallback: Schema.optional(Schema.Boolean)
 })
 
 export const Citation = Schema.Struct({

@@ -11,8 +11,10 @@ import type {
   ProviderUsage,
   TokenLogprob,
   ToolCall,
+  UpstreamAttempt,
   UpstreamMessage
 } from "../Providers/Provider.js"
+import { servedBy } from "../Providers/Fallback.js"
 import type { Effort, Route } from "../Routing/Router.js"
 import { SIMULATED_MODEL } from "../Providers/Simulated.js"
 import type { CallHold } from "../Wallet/Spending.js"
@@ -102,6 +104,8 @@ export interface HeldCall {
   readonly hold: CallHold
   /** The most this call may be billed: its hold, and `max_total_cost_myr`. */
   readonly ceiling: number
+  /** Its upstream attempts so far, once it is settled (`servedCall`). */
+  readonly attempts?: ReadonlyArray<UpstreamAttempt> | undefined
 }
 
 /** What the model answered: text, tool calls, and logprobs when asked for. */
@@ -130,6 +134,8 @@ export interface Progress {
   /** What a stream's `Finish` part said, and the usage its `Usage` part reported. */
   readonly finishReason: FinishReason
   readonly reportedUsage: Option.Option<ProviderUsage>
+  /** Each upstream attempt as it ended (Providers/Fallback.ts): the last `ok` one answered. */
+  readonly attempts: ReadonlyArray<UpstreamAttempt>
   readonly settled: boolean
 }
 
@@ -141,8 +147,39 @@ export const notStarted: Progress = {
   logprobs: undefined,
   finishReason: "stop",
   reportedUsage: Option.none(),
+  attempts: [],
   settled: false
 }
+
+/** `progress` with `attempt` told: after the others, or in place of the last (`amend`: a stream that opened, then was cut). */
+export const withAttempt = (progress: Progress, attempt: UpstreamAttempt, amend: boolean): Progress => ({
+  ...progress,
+  attempts: amend && progress.attempts.length > 0 ? [...progress.attempts.slice(0, -1), attempt] : [...progress.attempts, attempt]
+})
+
+/**
+ * The call as it is settled: with its attempts, and routed to the model that answered. A fallback (any
+ * attempt before the one that answered) is billed at its own prices, and `routing` says so.
+ */
+export const servedCall = (call: HeldCall, attempts: ReadonlyArray<UpstreamAttempt>): HeldCall =>
+  Option.match(servedBy(attempts), {
+    onNone: () => ({ ...call, attempts }),
+    onSome: (served) => {
+      const before = attempts.indexOf(served)
+      if (before === 0) return { ...call, attempts }
+      const skipped = attempts.slice(0, before).map((a) => `${a.target} (${a.outcome.replaceAll("_", " ")})`).join(", ")
+      return {
+        ...call,
+        attempts,
+        route: {
+          ...call.route,
+          upstreamModel: served.model,
+          fallback: true,
+          reasoning: `${call.route.reasoning} ${served.target} answered as a fallback after ${skipped}.`
+        }
+      }
+    }
+  })
 
 /** The answer produced so far, ending for `finishReason`. */
 export const answerSoFar = (progress: Progress, finishReason: FinishReason): Answer => ({

@@ -4,14 +4,14 @@ import { errorMeta, isApiError } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr } from "../Domain/Money.js"
 import { countText } from "../Domain/Tokens.js"
-import type { LoggedUsage } from "../Logs/RequestLogs.js"
+import type { LoggedAttempt, SettledUsage } from "../Logs/RequestLogs.js"
 import { countToolCall } from "../Providers/ContentTokens.js"
 import type { ProviderUsage } from "../Providers/Provider.js"
 import type { WhenShort } from "../Wallet/PayNow.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./Call.js"
-import { answerSoFar, providerRequest, shownRoute } from "./Call.js"
+import { answerSoFar, providerRequest, servedCall, shownRoute } from "./Call.js"
 import { billedCost, countInput } from "./Estimate.js"
 import { storedWrite } from "./Stored.js"
 import type { Sources } from "./WebSearch.js"
@@ -80,6 +80,10 @@ const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, la
   }
 }
 
+/** The call's attempts as its log row keeps them. */
+const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
+  (call.attempts ?? []).map(({ latencyMs, outcome, target }) => ({ target, outcome, latencyMs }))
+
 /**
  * How a held call ends: billed for what it used (never above its ceiling) or
  * its hold returned, and logged either way. Each runs uninterruptibly; the
@@ -96,7 +100,7 @@ export const makeSettlement = Effect.gen(function*() {
    * wallet cannot pay it, `bill what it can` bills what it holds. A whole
    * answer (`complete`) of a call that stores is stored with its settlement.
    */
-  const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean) =>
+  const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean, errorCode: string | null) =>
     Effect.gen(function*() {
       const latencyMs = yield* elapsed(call.startedAt)
       const holdsNothing = call.hold.source._tag === "None"
@@ -107,8 +111,11 @@ export const makeSettlement = Effect.gen(function*() {
         searches: used.sources.searches,
         pages: used.sources.pages
       }, call.ceiling)
-      const logged: LoggedUsage = {
+      const logged: SettledUsage = {
         ...used.usage,
+        answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
+        attempts: loggedAttempts(call),
+        errorCode,
         usageSource: used.source,
         searchCount: used.sources.searches,
         contentPages: used.sources.pages,
@@ -125,16 +132,19 @@ export const makeSettlement = Effect.gen(function*() {
       return resultOf(call, answer, used, microMyr(charged), latencyMs)
     }).pipe(Effect.uninterruptible)
 
-  /** A stream's end (its answer already under way; `complete` when whole), or a call whose client left: billed, never refused. */
-  const settleUsed = (call: HeldCall, used: Used, answer: Answer, complete = false) =>
-    bill(call, used, answer, "bill what it can", complete).pipe(Effect.orDie)
+  /**
+   * A stream's end (its answer already under way; `complete` when whole), or a call whose client left: billed,
+   * never refused. `errorCode`: the error that cut a stream short after it produced output (DESIGN.md: billed, with the code).
+   */
+  const settleUsed = (call: HeldCall, used: Used, answer: Answer, complete = false, errorCode: string | null = null) =>
+    bill(call, used, answer, "bill what it can", complete, errorCode).pipe(Effect.orDie)
 
   /** A non-streamed answer, before it goes out: `insufficient_balance` instead when it cannot be paid. */
-  const settleAnswer = (call: HeldCall, used: Used, answer: Answer) => bill(call, used, answer, "refuse", true)
+  const settleAnswer = (call: HeldCall, used: Used, answer: Answer) => bill(call, used, answer, "refuse", true, null)
 
   /** Returns the hold and logs the failure. */
   const settleFailed = (call: HeldCall, code: string) =>
-    Effect.flatMap(elapsed(call.startedAt), (ms) => spending.fail(call.hold, code, ms)).pipe(Effect.uninterruptible)
+    Effect.flatMap(elapsed(call.startedAt), (ms) => spending.fail(call.hold, code, ms, loggedAttempts(call))).pipe(Effect.uninterruptible)
 
   /** Marks the call settled and settles it, as one step a disconnect cannot split. */
   const settleOnce = <A, E>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A, E>) =>
@@ -144,8 +154,9 @@ export const makeSettlement = Effect.gen(function*() {
    * The end of a call that did not settle itself: a client gone (or a deadline) after the upstream started pays
    * for what was produced; before it, after web search spent something, for the search.
    */
-  const settleAbandoned = (call: HeldCall, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
+  const settleAbandoned = (held: HeldCall, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
     if (progress.settled) return Effect.void
+    const call = servedCall(held, progress.attempts)
     if (Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)) {
       const answer = answerSoFar(progress, "stop")
       // Billed as we counted what was produced so far.

@@ -9,7 +9,7 @@ import { errorMeta, insufficientBalanceGuidance, InsufficientBalance, isApiError
 import type { MicroMyr } from "../Domain/Money.js"
 import type { OpenLog } from "../Logs/RequestLogs.js"
 import { forkWith } from "../Providers/PartReader.js"
-import type { ProviderError, ProviderRequest } from "../Providers/Provider.js"
+import type { ProviderError, ProviderRequest, UpstreamAttempt } from "../Providers/Provider.js"
 import { Provider, TestKeyProvider } from "../Providers/Provider.js"
 import type { Route } from "../Routing/Router.js"
 import { Router } from "../Routing/Router.js"
@@ -18,7 +18,8 @@ import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { CallInput, CallResult, HeldCall, Progress } from "./Call.js"
-import { notStarted, providerRequest, shownRoute } from "./Call.js"
+import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./Call.js"
+import { targetsFor } from "../Domain/Upstreams.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
@@ -134,9 +135,14 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
             : Option.none()
           const inputTokens = countInput(input.upstream, input.capabilities)
+          // A live call may fall back to any of its category's targets: it holds (and is capped at) the dearest.
+          const fallbackModels = key.environment === "live"
+            ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) => t.model)
+            : []
           const estimate = yield* estimateCall({
             prices: config.prices,
             upstreamModel: route.upstreamModel,
+            fallbackModels,
             inputTokens,
             search: searchEstimate(plan),
             maxOutputTokens: input.maxOutputTokens,
@@ -178,7 +184,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               })
           })
           yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true }))
-          return { sources, answer: yield* ask(providerRequest({ ...call, input: { ...call.input, upstream } }, sources)) }
+          const request = {
+            ...providerRequest({ ...call, input: { ...call.input, upstream } }, sources),
+            attempted: (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
+          }
+          return { sources, answer: yield* ask(request) }
         })
 
       // Between the reservation and the hook that settles it, nothing may interrupt: a reservation no hook
@@ -192,7 +202,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               Effect.flatMap(({ answer, sources }) =>
                 Effect.zipRight(
                   input.confirmBeforeBilling ?? Effect.void,
-                  settlement.settleOnce(progress, settlement.settleAnswer(call, usedOf(call, sources, answer, answer.usage), answer))
+                  Effect.flatMap(Ref.get(progress), ({ attempts }) => {
+                    // Billed at the prices of the model that answered (a fallback's, maybe).
+                    const served = servedCall(call, attempts)
+                    return settlement.settleOnce(progress, settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer))
+                  })
                 )),
               Effect.onExit(settlement.settleOnExit(call, progress)),
               // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.

@@ -31,6 +31,11 @@ export interface SearchAllowance {
 export interface EstimateInput {
   readonly prices: PriceTable
   readonly upstreamModel: string
+  /**
+   * The other models the call may fall back to (Providers/Fallback.ts): the worst case is the dearest
+   * of them all, so the hold covers whichever answers, and `max_total_cost_myr` is checked against it.
+   */
+  readonly fallbackModels?: ReadonlyArray<string> | undefined
   /** The input counted with our tokenizer (`countInput`). */
   readonly inputTokens: number
   readonly search: SearchAllowance
@@ -118,7 +123,11 @@ export const withinCostCap = (
 export const estimateCall = (input: EstimateInput): Either.Either<Estimate, ContextLengthExceeded | InvalidRequest> =>
   Either.gen(function*() {
     const outputCap = yield* outputCapFor(input)
-    const worstCase = worstCaseCost(input.prices, input.upstreamModel, input.inputTokens, outputCap, input.search)
+    const worstCase = microMyr(Math.max(
+      ...[input.upstreamModel, ...(input.fallbackModels ?? [])].map((model) =>
+        worstCaseCost(input.prices, model, input.inputTokens, outputCap, input.search)
+      )
+    ))
     const costCap = costCapOf(input.maxTotalCostMyr)
     yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search })
     return { outputCap, worstCase, costCap }

@@ -5,7 +5,7 @@ import { CurrentRequestId, errorMeta, InternalError } from "../Domain/Errors.js"
 import { type Fork, readerOf, type Stop } from "../Providers/PartReader.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Providers/Provider.js"
 import type { HeldCall, Progress, StreamEvent } from "./Call.js"
-import { answerSoFar } from "./Call.js"
+import { answerSoFar, servedCall } from "./Call.js"
 import type { Settlement } from "./CallSettlement.js"
 import { usedOf } from "./CallSettlement.js"
 import type { EventRenderer } from "./Wire.js"
@@ -109,9 +109,10 @@ export const makeHandoffs = (timeoutMs: number) =>
   })
 
 /** The last event: the call settled for what it used, and its result. */
-const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
+const completed = (settlement: Settlement, { call: held, progress }: StartedStream) =>
   Effect.gen(function*() {
     const current = yield* Ref.get(progress)
+    const call = servedCall(held, current.attempts)
     const answer = answerSoFar(current, current.finishReason)
     const used = usedOf(call, current.sources, answer, current.reportedUsage)
     const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
@@ -119,16 +120,19 @@ const completed = (settlement: Settlement, { call, progress }: StartedStream) =>
   })
 
 /** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
-const failed = (settlement: Settlement, { call, progress }: StartedStream, stop: Stop) =>
+const failed = (settlement: Settlement, { call: held, progress }: StartedStream, stop: Stop) =>
   Effect.gen(function*() {
     const error: ApiError = stop.error ?? new InternalError({ message: "Internal server error." })
     if (stop.error === undefined) yield* Effect.logError("model call stream failed", stop.defect)
     else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
     const current = yield* Ref.get(progress)
-    // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced.
-    if (current.text.length > 0 || current.toolCalls.length > 0 || current.reportedUsage._tag === "Some") {
+    const call = servedCall(held, current.attempts)
+    // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced, and its
+    // log keeps the error's code, so it is told apart from a complete answer (DESIGN.md, Fallbacks).
+    if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
       const answer = answerSoFar(current, "stop")
-      yield* settlement.settleOnce(progress, settlement.settleUsed(call, usedOf(call, current.sources, answer, current.reportedUsage), answer))
+      const used = usedOf(call, current.sources, answer, current.reportedUsage)
+      yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
     } else {
       yield* settlement.settleOnce(progress, settlement.settleFailed(call, errorMeta(error).code))
     }
@@ -136,6 +140,16 @@ const failed = (settlement: Settlement, { call, progress }: StartedStream, stop:
   })
 
 const internal = () => new InternalError({ message: "Internal server error." })
+
+/** The call's progress with what the relay produced; the rest (sources, attempts, settled) stays as others wrote it. */
+const withRelayed = (stored: Progress, relayed: Progress): Progress => ({
+  ...stored,
+  text: relayed.text,
+  toolCalls: relayed.toolCalls,
+  logprobs: relayed.logprobs,
+  finishReason: relayed.finishReason,
+  reportedUsage: relayed.reportedUsage
+})
 
 /**
  * The client's body: the renderer's opening, one write per upstream read
@@ -156,10 +170,10 @@ export const relayBody = (
   /** An effect of this call on the service's fibers, named with its request id in logs. */
   const run = <A>(effect: Effect.Effect<A>, onExit: (exit: Exit.Exit<A>) => void = () => {}) =>
     fork(Effect.locally(effect, CurrentRequestId, call.requestId), onExit)
-  /** The call's end, settled with what was relayed: the first write of `progress` since the relay began, and its last. */
+  /** The call's end, settled with what was relayed: `progress` gets what the relay produced, once, just before. */
   const finish = (last: Effect.Effect<StreamEvent>) => {
     state = "settling"
-    run(Effect.zipRight(Ref.set(progress, current), last), (exit) => {
+    run(Effect.zipRight(Ref.update(progress, (stored) => withRelayed(stored, current)), last), (exit) => {
       if (Exit.isFailure(exit)) {
         // Settlement itself broke: the call is settled as failed unless it already was, and the client is told.
         run(Effect.zipRight(Effect.logError("model call stream failed", exit.cause), settlement.settleOnExit(call, progress)(exit)))
@@ -205,7 +219,10 @@ export const relayBody = (
       const wasOpen = state === "open" || (state === "new" && started.handoff.attach())
       state = state === "settling" ? "settling" : "done"
       reader.cancel()
-      if (wasOpen) run(Effect.zipRight(Ref.set(progress, current), settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))))
+      if (wasOpen) {
+        const stored = Ref.update(progress, (stored) => withRelayed(stored, current))
+        run(Effect.zipRight(stored, settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))))
+      }
       callback(error)
     }
   })

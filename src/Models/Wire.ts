@@ -86,7 +86,8 @@ export const responsesOutput = (result: CallResult, output: ReadonlyArray<Output
     routing: {
       category: result.route.category,
       upstream_model: result.route.upstreamModel,
-      reasoning: result.route.reasoning
+      reasoning: result.route.reasoning,
+      fallback: result.route.fallback === true
     },
     citations: result.citations,
     incomplete_details: result.finishReason === "length" ? { reason: "max_output_tokens" } : null,

@@ -4,7 +4,7 @@ import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavail
 import { completionOf } from "./ChatDecode.js"
 import { eventStreamParts } from "./EventStream.js"
 import { dropBody, makePost, textOf } from "./Post.js"
-import type { Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
+import type { AttemptOutcome, Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 export interface UpstreamOptions {
   /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
@@ -13,6 +13,29 @@ export interface UpstreamOptions {
   readonly firstByteTimeoutMs: number
   readonly totalTimeoutMs: number
 }
+
+/** Why one attempt failed: the caller's error, how the attempt counts (fallbacks, metrics), and the upstream's `Retry-After`. */
+export interface AttemptFailure {
+  readonly error: ProviderError
+  readonly outcome: Exclude<AttemptOutcome, "ok" | "breaker_open">
+  readonly retryAfterMs?: number | undefined
+}
+
+/** One upstream, each call with a first-byte deadline of its own (what is left of the call's budget). */
+export interface UpstreamClient {
+  readonly complete: (request: ProviderRequest, firstByteMs: number) => Effect.Effect<Completion, AttemptFailure>
+  /** Succeeds with the answer's head; a stream that fails later fails with the caller's error alone. */
+  readonly stream: (
+    request: ProviderRequest,
+    firstByteMs: number
+  ) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure>
+}
+
+const failure = (outcome: AttemptFailure["outcome"], retryAfterMs?: number) => (error: ProviderError): AttemptFailure => ({
+  error,
+  outcome,
+  retryAfterMs
+})
 
 const requestBody = (request: ProviderRequest, stream: boolean) => ({
   model: request.model,
@@ -64,6 +87,22 @@ interface StatusAnswer {
 const retryAfterSeconds = (response: StatusAnswer): number => {
   const header = Number(response.retryAfter)
   return Number.isFinite(header) && header >= 0 ? Math.ceil(header) : 1
+}
+
+/** `Retry-After` in milliseconds from now (seconds, or an HTTP date), when the upstream sent one. */
+const retryAfterMsOf = (header: string | undefined): number | undefined => {
+  if (header === undefined || header.trim() === "") return undefined
+  const seconds = Number(header)
+  if (Number.isFinite(seconds)) return seconds >= 0 ? Math.ceil(seconds * 1000) : undefined
+  const at = Date.parse(header)
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now())
+}
+
+/** How an answer's status counts: 429 is a rate limit, 5xx, 408 and our credentials refused (401/403) the upstream's failure, another 4xx the request's. */
+const outcomeOfStatus = (status: number): AttemptFailure["outcome"] => {
+  if (status === 429) return "rate_limited"
+  if (status >= 500 || status === 408 || status < 400 || status === 401 || status === 403) return "server_error"
+  return "refused"
 }
 
 const UpstreamError = Schema.parseJson(Schema.Struct({
@@ -131,10 +170,17 @@ const headerOf = (headers: IncomingHttpHeaders, name: string): string | undefine
 
 /**
  * An OpenAI-compatible chat-completions upstream (OpenAI, Gemini's OpenAI
- * endpoint, OpenRouter, vLLM, Ollama, llama.cpp) over `HttpClient`.
+ * endpoint, OpenRouter, vLLM, Ollama, llama.cpp), alone: its failures as the caller's errors.
  */
 export const makeOpenAiCompatible = (options: UpstreamOptions) =>
-  Effect.sync((): ProviderShape => {
+  Effect.map(makeUpstreamClient(options), (client): ProviderShape => ({
+    complete: (request) => Effect.mapError(client.complete(request, options.firstByteTimeoutMs), (failed) => failed.error),
+    stream: (request) => Effect.mapError(client.stream(request, options.firstByteTimeoutMs), (failed) => failed.error)
+  }))
+
+/** One OpenAI-compatible upstream, its failures told apart for fallbacks (`AttemptFailure`). */
+export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTimeoutMs">) =>
+  Effect.sync((): UpstreamClient => {
     const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
     const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
 
@@ -186,20 +232,27 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
       })
     /** The answer's headers, its status refused as our errors. */
     const send = (request: ProviderRequest, stream: boolean, firstByteMs: number, phase: string) =>
-      open(JSON.stringify(requestBody(request, stream)), firstByteMs, phase).pipe(
-        Effect.catchIf(
-          (error): error is { readonly unreachable: unknown } => "unreachable" in error,
-          ({ unreachable }) =>
-            reported(
-              unavailable("The model provider could not be reached."),
-              unreachable instanceof Error ? unreachable.message : String(unreachable)
+      open(JSON.stringify(requestBody(request, stream)), Math.max(1, firstByteMs), phase).pipe(
+        Effect.catchAll((error) =>
+          "unreachable" in error
+            ? Effect.mapError(
+              reported(
+                unavailable("The model provider could not be reached."),
+                error.unreachable instanceof Error ? error.unreachable.message : String(error.unreachable)
+              ),
+              failure("connection_error")
             )
+            : Effect.fail(failure("first_byte_timeout")(error))
         ),
         Effect.flatMap((answer) => {
           const status = answer.statusCode ?? 0
           if (status >= 200 && status < 300) return Effect.succeed(answer)
           const text = Effect.tryPromise(() => textOf(answer))
-          return statusError({ status, retryAfter: headerOf(answer.headers, "retry-after"), text })
+          const retryAfter = headerOf(answer.headers, "retry-after")
+          return Effect.mapError(
+            statusError({ status, retryAfter, text }),
+            failure(outcomeOfStatus(status), retryAfterMsOf(retryAfter))
+          )
         })
       )
 
@@ -234,31 +287,35 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
       })
 
     /** One deadline for the whole answer; the first byte's own, when it comes first. */
-    const complete = (request: ProviderRequest): Effect.Effect<Completion, ProviderError> =>
+    /** Once the answer's head came, a body that breaks off or is no completion is cut short: the call does not move on. */
+    const complete = (request: ProviderRequest, firstByteBudgetMs: number): Effect.Effect<Completion, AttemptFailure> =>
       Effect.suspend(() => {
         const deadline = Date.now() + options.totalTimeoutMs
-        const [firstByteMs, phase] = options.firstByteTimeoutMs < options.totalTimeoutMs
-          ? [options.firstByteTimeoutMs, "start answering"]
+        const [firstByteMs, phase] = firstByteBudgetMs < options.totalTimeoutMs
+          ? [firstByteBudgetMs, "start answering"]
           : [options.totalTimeoutMs, "finish"]
         return send(request, false, firstByteMs, phase).pipe(
-          Effect.flatMap((answer) => bodyOf(answer, deadline)),
+          Effect.flatMap((answer) => Effect.mapError(bodyOf(answer, deadline), failure("cut_short"))),
           Effect.flatMap((text) => {
             const completion = completionOf(text)
             return completion === undefined
-              ? Effect.fail(unavailable("The model provider's answer was not a chat completion."))
+              ? Effect.fail(failure("cut_short")(unavailable("The model provider's answer was not a chat completion.")))
               : Effect.succeed(completion)
           })
         )
       })
 
-    const stream = (request: ProviderRequest): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> =>
-      Effect.flatMap(send(request, true, options.firstByteTimeoutMs, "start answering"), (answer) => {
+    const stream = (
+      request: ProviderRequest,
+      firstByteMs: number
+    ): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure> =>
+      Effect.flatMap(send(request, true, firstByteMs, "start answering"), (answer) => {
         const contentType = headerOf(answer.headers, "content-type")
         if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
           dropBody(answer)
-          return Effect.fail(unavailable(
+          return Effect.fail(failure("server_error")(unavailable(
             `The model provider answered a stream request with ${contentType ?? "no content type"}, not an event stream.`
-          ))
+          )))
         }
         return Effect.succeed(eventStreamParts(answer, options.totalTimeoutMs, {
           malformed: () => unavailable("The model provider sent a malformed stream chunk."),

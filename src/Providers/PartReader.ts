@@ -47,6 +47,27 @@ export const readableParts = (make: () => PartReader): Stream.Stream<StreamPart,
   return stream
 }
 
+/**
+ * `stream` that runs `onFailure` when it fails (not when it is cancelled),
+ * keeping its plain reader when it has one: on the default runtime, so
+ * `onFailure` must need no service (its own closures).
+ */
+export const tapFailure = (
+  stream: Stream.Stream<StreamPart, ProviderError>,
+  onFailure: (error: ProviderError) => Effect.Effect<void>
+): Stream.Stream<StreamPart, ProviderError> => {
+  const make = readers.get(stream)
+  if (make === undefined) return Stream.tapError(stream, onFailure)
+  return readableParts(() => {
+    const reader = make()
+    const told = async (stop: Stop): Promise<never> => {
+      if (stop.error !== undefined) await Effect.runPromise(onFailure(stop.error))
+      throw stop
+    }
+    return { next: () => reader.next().catch(told), cancel: reader.cancel }
+  })
+}
+
 /** Any other stream (the simulated model's, a test's) read through its pull, on `fork`'s fibers. */
 const pulled = (stream: Stream.Stream<StreamPart, ProviderError>, fork: Fork): PartReader => {
   const scope = Effect.runSync(Scope.make())

@@ -3,6 +3,7 @@ import { Context } from "effect"
 import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Effort } from "../Routing/Router.js"
 import type { Message } from "../Domain/Tokens.js"
+import type { UpstreamAttemptOutcome } from "../Observability/Metrics.js"
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter"
 
@@ -68,6 +69,17 @@ export interface Capabilities {
 /** One entry of chat's `logprobs.content`, as the upstream sent it. */
 export type TokenLogprob = unknown
 
+/** How one attempt at one target ended (the metrics' `outcome` label, and the log's). */
+export type AttemptOutcome = UpstreamAttemptOutcome
+
+/** One attempt of a call at one target (`upstream/model`), as its log row keeps it. */
+export interface UpstreamAttempt {
+  readonly target: string
+  readonly model: string
+  readonly outcome: AttemptOutcome
+  readonly latencyMs: number
+}
+
 export interface ProviderRequest extends Capabilities {
   readonly model: string
   readonly messages: ReadonlyArray<UpstreamMessage>
@@ -81,6 +93,11 @@ export interface ProviderRequest extends Capabilities {
   readonly topP?: number | undefined
   readonly stop?: string | ReadonlyArray<string> | null | undefined
   readonly user?: string | undefined
+  /**
+   * Told of each attempt as it ends (fallbacks, Providers/Fallback.ts); `amend` replaces the last one told
+   * (a stream that opened `ok`, then was cut short). The attempt told `ok` last is the model that answered.
+   */
+  readonly attempted?: ((attempt: UpstreamAttempt, amend: boolean) => Effect.Effect<void>) | undefined
 }
 
 /** Usage as the upstream reported it; `outputTokens` includes `reasoningTokens`, as in OpenAI's `completion_tokens`. */

@@ -1,6 +1,7 @@
 import { Context, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import type { Message } from "../Domain/Tokens.js"
+import { targetsOf } from "../Domain/Upstreams.js"
 
 export type Effort = "low" | "medium" | "high"
 export type Category = "general" | "reasoning" | "search"
@@ -18,8 +19,10 @@ export interface Route {
   /** Whether the reasoning model answers (it also may under `search`). */
   readonly reasoningModel: boolean
   readonly search: boolean
-  /** One sentence: why. */
+  /** One sentence: why (and, when a fallback answered, a second saying so). */
   readonly reasoning: string
+  /** Whether a fallback answered: the category's first target failed or was skipped (Providers/Fallback.ts). */
+  readonly fallback?: boolean | undefined
 }
 
 /** Signs that a prompt needs multi-step work. Checked in order; the first match is quoted. */
@@ -108,7 +111,13 @@ export class Router extends Context.Tag("nenas/Router")<Router, {
   static readonly layer = Layer.effect(
     Router,
     Effect.map(AppConfig, (config) => {
-      const models = { general: config.upstreamModelGeneral, reasoning: config.upstreamModelReasoning }
+      // Each category's first target (UPSTREAMS); the rest are its fallbacks (Providers/Fallback.ts).
+      const first = (category: "general" | "reasoning", otherwise: string) =>
+        targetsOf(config.upstreams, category)[0]?.model ?? otherwise
+      const models = {
+        general: first("general", config.upstreamModelGeneral),
+        reasoning: first("reasoning", config.upstreamModelReasoning)
+      }
       return { route: (input: RouteInput) => decideRoute(models, input) }
     })
   )

@@ -67,6 +67,12 @@ export const LogEntry = Schema.Struct({
   contentPages: Schema.Int,
   costMicroMyr: Schema.Int,
   latencyMs: Schema.Int,
+  /**
+   * Each upstream attempt in the order it ran (fallbacks): the target (`upstream/model`), how it ended
+   * (`ok`, `refused`, `rate_limited`, `server_error`, `connection_error`, `first_byte_timeout`, `cut_short`,
+   * `breaker_open`) and how long it took; empty when none was recorded (a test key, a refused call).
+   */
+  attempts: Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Int })),
   createdAt: Schema.String,
   /** The stored response of a `/v1/responses` call made with `store` (30 days); null when none is kept. */
   storedResponseId: Schema.NullOr(Schema.String)

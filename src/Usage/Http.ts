@@ -15,6 +15,13 @@ const USAGE_DEFAULT_RANGE = Duration.days(7)
 /** Overview totals and series: the last 30 local days, today included. */
 const OVERVIEW_DAYS = 30
 
+/** The `attempts` column as read (its JSON keys camel-cased by the client, or not): `latencyMs` either way. */
+const attemptsOf = (attempts: LogRow["attempts"] | null): typeof LogEntry.Type["attempts"] =>
+  (attempts ?? []).map((a) => {
+    const raw = a as { readonly latencyMs?: number; readonly latency_ms?: number }
+    return { target: a.target, outcome: a.outcome, latencyMs: raw.latencyMs ?? raw.latency_ms ?? 0 }
+  })
+
 const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.Type => ({
   requestId: row.requestId,
   apiKeyId: row.apiKeyId,
@@ -36,6 +43,7 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   contentPages: row.contentPages,
   costMicroMyr: row.costMicroMyr,
   latencyMs: row.latencyMs,
+  attempts: attemptsOf(row.attempts),
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })

@@ -107,6 +107,7 @@ const LogWriteJson = Schema.Struct({
   contentPages: Schema.Number,
   costMicroMyr: Schema.Number,
   latencyMs: Schema.Number,
+  attempts: Schema.optional(Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Number }))),
   reservationId: Schema.NullOr(Schema.String),
   status: Schema.Literal("pending", "succeeded", "failed", "billed"),
   errorCode: Schema.NullOr(Schema.String),

@@ -4,7 +4,7 @@ import type { PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr, toMyrString } from "../Domain/Money.js"
-import type { LoggedUsage, LogWrite, OpenLog } from "../Logs/RequestLogs.js"
+import type { LoggedAttempt, LogWrite, OpenLog, SettledUsage } from "../Logs/RequestLogs.js"
 import { failedRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
 import type { StoredWrite } from "../Responses/Store.js"
@@ -52,12 +52,12 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
     hold: CallHold,
     amount: MicroMyr,
     description: string,
-    usage: LoggedUsage,
+    usage: SettledUsage,
     whenShort: WhenShort,
     stored?: StoredWrite
   ) => Effect.Effect<number, InsufficientBalance>
-  /** Returns the hold whole and logs the failure (cost 0). */
-  readonly fail: (hold: CallHold, errorCode: string, latencyMs: number) => Effect.Effect<void>
+  /** Returns the hold whole and logs the failure (cost 0), with the call's upstream attempts. */
+  readonly fail: (hold: CallHold, errorCode: string, latencyMs: number, attempts?: ReadonlyArray<LoggedAttempt>) => Effect.Effect<void>
   /** A call refused before it held anything: one `failed` row. */
   readonly refused: (log: OpenLog, errorCode: string, latencyMs: number) => Effect.Effect<void>
   /**
@@ -102,7 +102,7 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       return Spending.of({
         hold: (input, log) => hold(calls, input, log),
         settle: (held, amount, description, usage, whenShort, stored) => settle(calls, held, amount, description, usage, whenShort, stored),
-        fail: (held, errorCode, latencyMs) => fail(calls, held, errorCode, latencyMs),
+        fail: (held, errorCode, latencyMs, attempts) => fail(calls, held, errorCode, latencyMs, attempts),
         refused: (log, errorCode, latencyMs) => refused(calls, log, errorCode, latencyMs),
         settled,
         balance: (accountId) => Effect.zipRight(settled, balance(calls, accountId)),
@@ -220,20 +220,24 @@ const settle = (
   held: CallHold,
   amount: MicroMyr,
   description: string,
-  usage: LoggedUsage,
+  usage: SettledUsage,
   whenShort: WhenShort,
   stored: StoredWrite | undefined
 ) =>
   Effect.gen(function*() {
     const now = yield* calls.nowMs
     const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
+    const { answeredBy, errorCode, ...logged } = usage
     const log: LogWrite = {
       ...held.log,
-      ...usage,
+      ...logged,
+      // A fallback's model, when one answered; else the model the call opened with.
+      upstreamModel: answeredBy ?? held.log.upstreamModel,
       costMicroMyr: charged,
       reservationId: reservationIdOf(held),
       status: held.source._tag === "None" ? "succeeded" : "billed",
-      errorCode: null,
+      // A stream cut short after producing output is billed, and keeps its error's code.
+      errorCode: errorCode ?? null,
       createdAt: held.startedAt,
       completedAt: new Date(now)
     }
@@ -330,10 +334,10 @@ const payBeforeAnswering = (
     return paid.chargedMicroMyr
   })
 
-const fail = (calls: Calls, held: CallHold, errorCode: string, latencyMs: number) =>
+const fail = (calls: Calls, held: CallHold, errorCode: string, latencyMs: number, attempts?: ReadonlyArray<LoggedAttempt>) =>
   Effect.map(calls.nowMs, (now) => {
     calls.queue.finish(held)
-    const log = failedRow(held.log, reservationIdOf(held), held.startedAt, errorCode, latencyMs, new Date(now))
+    const log = failedRow(held.log, reservationIdOf(held), held.startedAt, errorCode, latencyMs, new Date(now), attempts)
     const { source } = held
     if (source._tag === "Reservation") {
       calls.queue.enqueue({ item: { _tag: "Release", reservationId: source.reservation.id, log } })

@@ -1,5 +1,6 @@
 import { Effect, Layer, Option } from "effect"
 import type { AppConfigShape } from "../../src/AppConfig.js"
+import { alwaysClosed } from "./Breakers.js"
 import { call, createKey } from "./Http.js"
 import { topUp, webhookOverrides } from "./Stripe.js"
 import { query, TestServerLive } from "./TestServer.js"
@@ -9,6 +10,9 @@ import { developer, walletInstance } from "./Wallet.js"
 /**
  * The whole service pointed at the local upstream double (`Upstream`), with
  * the test webhook secret so `topUp` works; `overrides` replace configuration.
+ * Its one target's circuit breaker never opens: these
+ * tests provoke failures one after another on the same upstream (the
+ * breakers' own tests are test/breakers*.test.ts and test/fallbacks.test.ts).
  */
 export const TestServerWithUpstream = (overrides: Partial<AppConfigShape> = {}) =>
   Layer.unwrapEffect(Effect.map(Upstream, (upstream) =>
@@ -16,7 +20,7 @@ export const TestServerWithUpstream = (overrides: Partial<AppConfigShape> = {}) 
       ...webhookOverrides,
       upstreamBaseUrl: Option.some(upstream.baseUrl),
       ...overrides
-    }))).pipe(Layer.provideMerge(Upstream.layer))
+    }, { breakers: alwaysClosed }))).pipe(Layer.provideMerge(Upstream.layer))
 
 export interface Caller {
   readonly token: string

@@ -1,0 +1,148 @@
+import { Clock, Effect, Option } from "effect"
+import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import type { Target, UpstreamConfig } from "../Domain/Upstreams.js"
+import { targetsFor } from "../Domain/Upstreams.js"
+import type { BreakersShape } from "./Breakers.js"
+import type { AttemptFailure, UpstreamClient } from "./OpenAiCompatible.js"
+import { makeUpstreamClient } from "./OpenAiCompatible.js"
+import { tapFailure } from "./PartReader.js"
+import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, UpstreamAttempt } from "./Provider.js"
+
+/**
+ * Fallbacks across upstreams (DESIGN.md, Model API details, Fallbacks). A
+ * call tries its category's targets in order (Domain/Upstreams.ts). Before
+ * the answer's head arrives, a connection error, 429, 5xx (or 408, or our
+ * credentials refused) or a first-byte timeout moves it to the next target; a
+ * refusal of the request itself (another 4xx: `invalid_request`,
+ * `context_length_exceeded`) ends it, as it would end anywhere. Once a head
+ * has arrived the call stays with that target: a stream cut later is the
+ * call's error, never a switch.
+ *
+ * Deadline: `UPSTREAM_FIRST_BYTE_TIMEOUT_MS` is the whole call's budget. Each
+ * attempt may use what is left divided by the targets not yet tried (itself
+ * included), so a silent target cannot spend the later ones' share, and a
+ * target that fails at once leaves its share to the rest. A call with one
+ * target has the whole budget, as before fallbacks.
+ *
+ * Breakers: a target whose breaker is open is skipped without a request; each
+ * attempt is recorded to it (a refusal counts as a success: the upstream is
+ * up), with the upstream's `Retry-After`. When every target is skipped as
+ * open, the call answers `provider_unavailable` with `retry_after_seconds`
+ * until the earliest half-open time.
+ */
+
+/**
+ * Per-target metrics: one call per attempt, whatever its outcome (Live.ts
+ * passes the `upstreamAttempts` counter and `upstreamAttemptLatency` histogram).
+ */
+export type RecordAttempt = (target: string, outcome: AttemptOutcome, seconds: number) => Effect.Effect<void>
+
+export interface FallbackOptions {
+  readonly upstreams: ReadonlyArray<UpstreamConfig>
+  readonly firstByteTimeoutMs: number
+  readonly totalTimeoutMs: number
+}
+
+/** Every target open (`now` and `halfOpenAt` epoch ms, the service's `Clock`): retry once the earliest half-opens. */
+const allOpen = (halfOpenAt: number, now: number) =>
+  new ProviderUnavailable({
+    message: "Every upstream for this model is failing; none is being tried until its cool-down ends.",
+    retry_after_seconds: Math.max(1, Math.ceil((halfOpenAt - now) / 1000))
+  })
+
+const outOfTime = () => new ProviderTimeout({ message: "The model provider did not start answering in time." })
+
+/**
+ * The provider over `options.upstreams`, each upstream with its own client, each target guarded by `breakers`,
+ * each attempt told to `record` (the metrics; Live.ts passes them).
+ */
+export const makeFallbackProvider = (options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt) =>
+  Effect.gen(function*() {
+    const clients = new Map<string, UpstreamClient>()
+    for (const upstream of options.upstreams) {
+      clients.set(
+        upstream.name,
+        yield* makeUpstreamClient({ baseUrl: upstream.baseUrl, apiKey: upstream.apiKey, totalTimeoutMs: options.totalTimeoutMs })
+      )
+    }
+
+    const tell = (request: ProviderRequest, attempt: UpstreamAttempt, amend = false) =>
+      Effect.zipRight(
+        record(attempt.target, attempt.outcome, attempt.latencyMs / 1000),
+        request.attempted === undefined ? Effect.void : request.attempted(attempt, amend)
+      )
+
+    /**
+     * Tries the targets in order until one opens an answer (`run`'s success), or the request is refused, or
+     * none is left: then the last failure, or `allOpen`.
+     */
+    const attempt = <A>(
+      request: ProviderRequest,
+      run: (client: UpstreamClient, request: ProviderRequest, firstByteMs: number) => Effect.Effect<A, AttemptFailure>
+    ): Effect.Effect<readonly [A, Target, number], ProviderError> =>
+      Effect.gen(function*() {
+        const targets = targetsFor(options.upstreams, request.reasoningModel ? "reasoning" : "general", request.model)
+        const deadline = (yield* Clock.currentTimeMillis) + options.firstByteTimeoutMs
+        let last: ProviderError | undefined
+        let earliestHalfOpen = Number.POSITIVE_INFINITY
+        for (const [index, target] of targets.entries()) {
+          const client = clients.get(target.upstream)
+          if (client === undefined) continue
+          const admission = yield* breakers.admit(target.id)
+          if (admission._tag === "Open") {
+            earliestHalfOpen = Math.min(earliestHalfOpen, admission.halfOpenAt)
+            yield* tell(request, { target: target.id, model: target.model, outcome: "breaker_open", latencyMs: 0 })
+            continue
+          }
+          const left = deadline - (yield* Clock.currentTimeMillis)
+          if (left <= 0) {
+            last ??= outOfTime()
+            break
+          }
+          const started = performance.now()
+          const share = Math.ceil(left / (targets.length - index))
+          const result = yield* Effect.either(run(client, { ...request, model: target.model }, share))
+          const latencyMs = Math.round(performance.now() - started)
+          if (result._tag === "Right") {
+            yield* breakers.record(target.id, { _tag: "Success" })
+            yield* tell(request, { target: target.id, model: target.model, outcome: "ok", latencyMs })
+            return [result.right, target, started] as const
+          }
+          const failed = result.left
+          yield* breakers.record(
+            target.id,
+            failed.outcome === "refused" ? { _tag: "Success" } : { _tag: "Failure", retryAfterMs: failed.retryAfterMs }
+          )
+          yield* tell(request, { target: target.id, model: target.model, outcome: failed.outcome, latencyMs })
+          // The request itself was refused, or an answer had begun: no other target is tried.
+          if (failed.outcome === "refused" || failed.outcome === "cut_short") return yield* Effect.fail(failed.error)
+          last = failed.error
+        }
+        if (last !== undefined) return yield* Effect.fail(last)
+        const now = yield* Clock.currentTimeMillis
+        return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
+      })
+
+    const complete: ProviderShape["complete"] = (request) =>
+      Effect.map(attempt(request, (client, r, ms) => client.complete(r, ms)), ([completion]) => completion)
+
+    /** A stream that fails after its head is told to the breaker and the log as `cut_short`. */
+    const stream: ProviderShape["stream"] = (request) =>
+      Effect.map(attempt(request, (client, r, ms) => client.stream(r, ms)), ([parts, target, started]) =>
+        tapFailure(parts, () =>
+          Effect.zipRight(
+            breakers.record(target.id, { _tag: "Failure" }),
+            tell(request, {
+              target: target.id,
+              model: target.model,
+              outcome: "cut_short",
+              latencyMs: Math.round(performance.now() - started)
+            }, true)
+          )))
+
+    return { complete, stream } satisfies ProviderShape
+  })
+
+/** The model that answered: the last attempt told `ok`. */
+export const servedBy = (attempts: ReadonlyArray<UpstreamAttempt>): Option.Option<UpstreamAttempt> =>
+  Option.fromNullable([...attempts].reverse().find((a) => a.outcome === "ok" || a.outcome === "cut_short"))

@@ -37,7 +37,7 @@ export interface AppConfigShape {
   readonly breakerMinCalls: number
   /** `BREAKER_COOLDOWN_MS`: how long an opened breaker skips its target before one probe call may try it. */
   readonly breakerCooldownMs: number
-  /** The Redis key prefix of the breakers' shared state; not an environment setting (tests isolate themselves with it). */
+  /** `BREAKER_KEY_PREFIX`: the Redis key prefix of the breakers' shared state (deployments, or tests, sharing one Redis keep apart with it). */
   readonly breakerKeyPrefix: string
   /**
    * `UPSTREAM_IMAGE_URLS`: `pass` sends remote image URLs to the upstream as they came; `inline` fetches
@@ -157,7 +157,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   breakerWindowMs: integerBetween("BREAKER_WINDOW_MS", 60_000, 1_000, 3_600_000),
   breakerMinCalls: integerBetween("BREAKER_MIN_CALLS", 10, 1, 1_000_000),
   breakerCooldownMs: integerBetween("BREAKER_COOLDOWN_MS", 30_000, 100, 3_600_000),
-  breakerKeyPrefix: Config.succeed("nenas:breaker:"),
+  breakerKeyPrefix: Config.string("BREAKER_KEY_PREFIX").pipe(Config.withDefault("nenas:breaker:")),
   upstreamImageUrls: Config.literal("pass", "inline")("UPSTREAM_IMAGE_URLS").pipe(Config.withDefault("pass" as const)),
   searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
   fetchAllowedHosts: Config.string("FETCH_ALLOWED_HOSTS").pipe(

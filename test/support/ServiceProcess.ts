@@ -64,7 +64,7 @@ const CONFIG_VARIABLES = [
   "UPSTREAM_API_KEY", "SEARCH_BASE_URL", "NODE_ENV", "LOG_FORMAT", "METRICS_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT",
   "RATE_LIMIT_RPM", "RATE_LIMIT_CONCURRENT", "DASHBOARD_URL", "PRICE_TABLE", "INSTANCE_ID", "FETCH_ALLOWED_HOSTS",
   "IP_AUTH_FAILURES_PER_MINUTE", "IP_CHECKOUTS_PER_MINUTE", "IP_DEV_SESSIONS_PER_MINUTE", "TRUSTED_PROXIES", "UPSTREAM_IMAGE_URLS",
-  "AUTH_AUTHORIZE_URL", "DEV_AUTH", "SMTP_URL", "EMAIL_FROM", "WEBHOOK_TIMEOUT_MS", "UPSTREAMS"
+  "AUTH_AUTHORIZE_URL", "DEV_AUTH", "SMTP_URL", "EMAIL_FROM", "WEBHOOK_TIMEOUT_MS", "UPSTREAMS", "BREAKER_KEY_PREFIX"
 ]
 
 const COMMANDS = {
@@ -81,6 +81,10 @@ export const startService = async (options: StartOptions = {}): Promise<ServiceP
   const env: NodeJS.ProcessEnv = { ...process.env }
   for (const name of CONFIG_VARIABLES) delete env[name]
   Object.assign(env, options.env, { PORT: String(port) })
+  // Services of one test (one database) share their breakers through Redis; other tests' stay apart.
+  if (env["REDIS_URL"] !== undefined && env["BREAKER_KEY_PREFIX"] === undefined) {
+    env["BREAKER_KEY_PREFIX"] = `nenas:test:breaker:${new URL(env["DATABASE_URL"] ?? "postgres://x/none").pathname.slice(1)}:`
+  }
   if (options.runAs !== undefined && env["DATA_DIR"] !== undefined) env["HOME"] = env["DATA_DIR"]
   const [command, args] = COMMANDS[from]
   const child = spawn(command, args, {

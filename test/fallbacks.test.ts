@@ -15,6 +15,7 @@ import { webhookOverrides } from "./support/Stripe.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
 import { call } from "./support/Http.js"
+import { eventually } from "./support/WebhookReceiver.js"
 
 /**
  * Fallbacks across upstreams (DESIGN.md, Model API details, Fallbacks; issue
@@ -288,6 +289,34 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
         }))
     }
   })
+
+  it.effect("a client gone mid-stream is no failure of the upstream's: its breaker hears only the success, its attempt stays ok", () =>
+    Effect.gen(function*() {
+      const { alpha, beta } = yield* fresh
+      alpha.setBehaviour({ kind: "ok", text: "word ".repeat(200), usage: USAGE, chunkDelayMs: 50 })
+      const { accountId, apiKey } = yield* caller("fallback-client-gone@example.com", { sen: 1000 })
+      const { baseUrl } = yield* TestServer
+      const requestId = yield* Effect.promise(async () => {
+        const aborter = new AbortController()
+        const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: PUBLIC_MODEL, messages: MESSAGES, stream: true }),
+          signal: aborter.signal
+        })
+        const reader = response.body!.getReader()
+        let received = ""
+        while (received.split("\n\n").length < 5) received += new TextDecoder().decode((await reader.read()).value)
+        aborter.abort()
+        return response.headers.get("x-request-id") ?? ""
+      })
+      const log = yield* eventually("the call's log settled", logOf(requestId), (row) => row !== undefined && row.status !== "pending")
+      expect(log).toMatchObject({ status: "billed", usage_source: "estimated", upstream_model: "alpha-mini", error_code: null })
+      expect(outcomes(log)).toEqual([["alpha/alpha-mini", "ok"]])
+      expect(breakers.recorded).toEqual([{ target: "alpha/alpha-mini", outcome: { _tag: "Success" } }])
+      expect(beta.requests.length).toBe(0)
+      expect(yield* violations(accountId)).toEqual([])
+    }))
 
   describe("money", () => {
     it.effect("max_total_cost_myr between alpha's and beta's estimates: refused before it runs (the dearest target counts)", () =>

@@ -48,7 +48,8 @@ export const readableParts = (make: () => PartReader): Stream.Stream<StreamPart,
 }
 
 /**
- * `stream` that runs `onFailure` when it fails (not when it is cancelled),
+ * `stream` that runs `onFailure` when it fails (not when it is cancelled: a
+ * client gone away is no failure of the upstream's),
  * keeping its plain reader when it has one: on the default runtime, so
  * `onFailure` must need no service (its own closures).
  */
@@ -60,11 +61,19 @@ export const tapFailure = (
   if (make === undefined) return Stream.tapError(stream, onFailure)
   return readableParts(() => {
     const reader = make()
+    // A read cut because the client went away is no failure of the stream's.
+    let cancelled = false
     const told = async (stop: Stop): Promise<never> => {
-      if (stop.error !== undefined) await Effect.runPromise(onFailure(stop.error))
+      if (!cancelled && stop.error !== undefined) await Effect.runPromise(onFailure(stop.error))
       throw stop
     }
-    return { next: () => reader.next().catch(told), cancel: reader.cancel }
+    return {
+      next: () => reader.next().catch(told),
+      cancel: () => {
+        cancelled = true
+        reader.cancel()
+      }
+    }
   })
 }
 

@@ -202,6 +202,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call ha
         monthlySpendLimitMicroMyr: null,
         accountSuspended: false
       }
+      // What the body's end releases (a rate-limit slot): released once, though the body was never read.
+      let closed = 0
       // The request is interrupted right after the stream is handed over: the stream never runs.
       yield* calls.stream({
         endpoint: "/v1/chat/completions",
@@ -214,7 +216,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call ha
         webSearch: undefined,
         stream: true,
         inputParam: "messages"
-      }, chatEvents({ requestId, createdAt: 0, dashboardUrl: "http://localhost/app" }), Effect.void).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
+      }, chatEvents({ requestId, createdAt: 0, dashboardUrl: "http://localhost/app" }), Effect.sync(() => closed++)).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
       const held = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [requestId])
       expect(held).toEqual([{ status: "open" }])
       yield* Effect.sleep("1 second")
@@ -224,5 +226,6 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call ha
       expect(logs[0]?.status).not.toBe("pending")
       expect((yield* walletOf(live.accountId)).reserved).toBe(0)
       expect(yield* violations(live.accountId)).toEqual([])
+      expect(closed, "the body's end ran once").toBe(1)
     }))
 })

@@ -226,7 +226,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause)))
               )
               const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
-              const handoff = handoffs.watch(() => fork(abandon, () => {}))
+              // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).
+              const handoff = handoffs.watch(() => fork(Effect.ensuring(abandon, closed), () => {}))
               return { call, progress, parts, handoff }
             })
           ),

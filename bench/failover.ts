@@ -19,7 +19,6 @@
  * scenario makes a fifth of them), BENCH_FIRST_BYTE_MS (default 1000),
  * BENCH_PEERS_DIR (default <repo>/../shared/bench, for fake-upstream.mjs).
  */
-import { spawnSync } from "node:child_process"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { mkdtemp, rm } from "node:fs/promises"
@@ -28,7 +27,7 @@ import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { type Account, createAccount, ensureFunds } from "./account.js"
-import { type Child, log, startNode, stopChild, waitHttp } from "./processes.js"
+import { buildService, type Child, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, waitHttp } from "./processes.js"
 
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
 const peersDir = resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench"))
@@ -96,16 +95,9 @@ const main = async () => {
   const children: Array<Child> = []
   const servers: Array<Server> = []
   try {
-    const built = spawnSync("npx", ["tsc", "-b", "tsconfig.build.json"], { cwd: ROOT, encoding: "utf8" })
-    if (built.status !== 0) throw new Error(`tsc -b tsconfig.build.json failed:\n${built.stdout}${built.stderr}`)
-    const upstreamPort = await freePort()
-    const upstream = startNode("fake upstream", [join(peersDir, "fake-upstream.mjs"), "--port", String(upstreamPort)], {
-      cwd: peersDir,
-      env: { ...process.env },
-      logFile: join(dataDir, "upstream.log")
-    })
-    children.push(upstream)
-    await waitHttp(upstream, `http://127.0.0.1:${upstreamPort}/healthz`, 30_000)
+    buildService(ROOT)
+    const upstream = await startFakeUpstream(peersDir, { ...process.env }, join(dataDir, "upstream.log"))
+    children.push(upstream.child)
     const refusing = await primary("refuses")
     const silent = await primary("silent")
     servers.push(refusing.server, silent.server)
@@ -120,11 +112,11 @@ const main = async () => {
     for (const scenario of scenarios) {
       const upstreams = [
         ...(scenario.primaryUrl === undefined ? [] : [upstreamEntry("primary", scenario.primaryUrl)]),
-        upstreamEntry("fake", `http://127.0.0.1:${upstreamPort}/v1`)
+        upstreamEntry("fake", `${upstream.base}/v1`)
       ]
       const port = await freePort()
       const base = `http://127.0.0.1:${port}`
-      const service = startNode(`the service (${scenario.name})`, ["dist/main.js"], {
+      const service = startNode(`the service (${scenario.name})`, [...SERVICE_NODE_ARGS, "dist/main.js"], {
         cwd: ROOT,
         logFile: join(dataDir, `service-${scenario.name}.log`),
         env: {

@@ -13,7 +13,6 @@
  * Settings (environment): BENCH_DURATION (s per kind, default 8),
  * BENCH_PEERS_DIR (default <repo>/../shared/bench: fake-upstream.mjs and autocannon).
  */
-import { spawnSync } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { mkdtemp, rm } from "node:fs/promises"
 import { createRequire } from "node:module"
@@ -22,7 +21,7 @@ import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { createAccount, ensureFunds } from "./account.js"
-import { type Child, log, startNode, stopChild, waitHttp } from "./processes.js"
+import { buildService, type Child, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, waitHttp } from "./processes.js"
 
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
 const peersDir = resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench"))
@@ -44,19 +43,12 @@ const main = async () => {
   const dataDir = await mkdtemp(join(tmpdir(), "nenas-pipeline-"))
   const children: Array<Child> = []
   try {
-    const built = spawnSync("npx", ["tsc", "-b", "tsconfig.build.json"], { cwd: ROOT, encoding: "utf8" })
-    if (built.status !== 0) throw new Error(`tsc -b tsconfig.build.json failed:\n${built.stdout}${built.stderr}`)
-    const upstreamPort = await freePort()
-    const upstream = startNode("fake upstream", [join(peersDir, "fake-upstream.mjs"), "--port", String(upstreamPort)], {
-      cwd: peersDir,
-      env: { ...process.env },
-      logFile: join(dataDir, "upstream.log")
-    })
-    children.push(upstream)
-    await waitHttp(upstream, `http://127.0.0.1:${upstreamPort}/healthz`, 30_000)
+    buildService(ROOT)
+    const upstream = await startFakeUpstream(peersDir, { ...process.env }, join(dataDir, "upstream.log"))
+    children.push(upstream.child)
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
-    const service = startNode("the service", ["--max-semi-space-size=64", "dist/main.js"], {
+    const service = startNode("the service", [...SERVICE_NODE_ARGS, "dist/main.js"], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
       env: {
@@ -66,7 +58,7 @@ const main = async () => {
         PORT: String(port),
         HOST: "127.0.0.1",
         DATA_DIR: dataDir,
-        UPSTREAM_BASE_URL: `http://127.0.0.1:${upstreamPort}/v1`,
+        UPSTREAM_BASE_URL: `${upstream.base}/v1`,
         RATE_LIMIT_RPM: "100000000",
         RATE_LIMIT_CONCURRENT: "100000",
         LOG_FORMAT: "json"

@@ -1,8 +1,10 @@
 /** Child processes of the benchmark: started with their output in a file, stopped by their own PID. */
-import { spawn } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import { closeSync, openSync } from "node:fs"
 import { readFile } from "node:fs/promises"
+import { join } from "node:path"
+import { freePort } from "../src/Database/EmbeddedPostgres.js"
 
 const started = Date.now()
 
@@ -72,4 +74,27 @@ export const waitHttp = async (child: Child, url: string, timeoutMs: number) => 
     await sleep(200)
   }
   throw new Error(`${child.name} was not ready at ${url} within ${timeoutMs} ms:\n${await tail(child)}`)
+}
+
+/** The node flags the service runs with: the young generation the Dockerfile and `npm run start:prod` give it. */
+export const SERVICE_NODE_ARGS: ReadonlyArray<string> = ["--max-semi-space-size=64"]
+
+/** Compiles the service as production runs it (`npm run build`'s TypeScript half; incremental) into `dist/`. */
+export const buildService = (root: string) => {
+  const built = spawnSync("npx", ["tsc", "-b", "tsconfig.build.json"], { cwd: root, encoding: "utf8" })
+  if (built.status !== 0) throw new Error(`tsc -b tsconfig.build.json failed:\n${built.stdout}${built.stderr}`)
+}
+
+/** The shared bench's fake OpenAI-compatible upstream on a free port, answering; its output in `logFile`. */
+export const startFakeUpstream = async (peersDir: string, env: NodeJS.ProcessEnv, logFile: string) => {
+  const port = await freePort()
+  const base = `http://127.0.0.1:${port}`
+  const child = startNode("fake upstream", [join(peersDir, "fake-upstream.mjs"), "--port", String(port)], { cwd: peersDir, env, logFile })
+  try {
+    await waitHttp(child, `${base}/healthz`, 30_000)
+  } catch (error) {
+    await stopChild(child, 5_000)
+    throw error
+  }
+  return { child, port, base }
 }

@@ -34,7 +34,7 @@ import { DatabaseCounters, WindowTracker } from "./database.js"
 import type { PeerResults } from "./peers.js"
 import { combineRounds, OneLine, preparePeers, readResults, runPeers, stopPeers, TARGET } from "./peers.js"
 import type { Child } from "./processes.js"
-import { isRunning, log, startNode, stopChild, tail, waitHttp } from "./processes.js"
+import { buildService, isRunning, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, tail, waitHttp } from "./processes.js"
 import type { RunOutcome, RunSpec } from "./report.js"
 import { goalLines, label, runTable, summaryTable } from "./report.js"
 
@@ -173,25 +173,17 @@ const main = async () => {
       delete environment[name]
     }
 
-    const upstreamPort = await freePort()
-    const upstreamBase = `http://127.0.0.1:${upstreamPort}`
-    upstream = startNode("fake upstream", [join(peersDir, "fake-upstream.mjs"), "--port", String(upstreamPort)], {
-      cwd: peersDir,
-      env: environment,
-      logFile: join(outDir, "upstream.log")
-    })
-    await waitHttp(upstream, `${upstreamBase}/healthz`, 30_000)
-    log(`fake upstream (pid ${upstream.pid}) at ${upstreamBase}`)
+    const fake = await startFakeUpstream(peersDir, environment, join(outDir, "upstream.log"))
+    upstream = fake.child
+    const { base: upstreamBase, child: upstreamChild, port: upstreamPort } = fake
+    log(`fake upstream (pid ${upstreamChild.pid}) at ${upstreamBase}`)
 
     const external = externalServer === "" ? undefined : await externalDatabase(externalServer)
     dropDatabase = external?.drop
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
-    // The young generation the Dockerfile and `npm run start:prod` give it.
-    const nodeArgs = ["--max-semi-space-size=64", ...(profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`])]
-    // The compiled service, as production runs it (`npm run build`'s TypeScript half; incremental).
-    const built = spawnSync("npx", ["tsc", "-b", "tsconfig.build.json"], { cwd: ROOT, encoding: "utf8" })
-    if (built.status !== 0) throw new Error(`tsc -b tsconfig.build.json failed:\n${built.stdout}${built.stderr}`)
+    const nodeArgs = [...SERVICE_NODE_ARGS, ...(profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`])]
+    buildService(ROOT)
     service = startNode("the service", [...nodeArgs, "dist/main.js"], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
@@ -229,7 +221,7 @@ const main = async () => {
       await ensureFunds(account, fundsPerRun)
       const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}`
       // One peers.mjs per round: the service is its last target, so nothing else reaches the upstream after its window.
-      await ensureRunning(upstream)
+      await ensureRunning(upstreamChild)
       const tracker = new WindowTracker(counters)
       await tracker.begin()
       const roundResults: Array<PeerResults> = []
@@ -242,7 +234,7 @@ const main = async () => {
           "--pid", `${TARGET}=${service.pid}`,
           "--cpu-tree", TARGET,
           "--upstream-port", String(upstreamPort),
-          "--upstream-pid", String(upstream.pid),
+          "--upstream-pid", String(upstreamChild.pid),
           "--floor-port", String(await freePort()),
           "--effect-port", String(await freePort()),
           "--portkey-port", String(await freePort()),
@@ -256,7 +248,7 @@ const main = async () => {
         const out = join(outDir, `${name}-${round}.json`)
         const { exitCode, stderr } = await runPeers(peersScript, args, { cwd: ROOT, out, tracker, quiet: !first })
         first = false
-        await ensureRunning(upstream)
+        await ensureRunning(upstreamChild)
         await ensureRunning(service)
         const results = await readResults(out).catch(() => undefined)
         if (results === undefined) {

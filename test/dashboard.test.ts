@@ -4,7 +4,7 @@ import { get } from "node:http"
 import { Effect, Option } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, launchBrowser, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser, screenshots, SHOTS, signIn } from "./support/Browser.js"
 import { randomBase62 } from "../src/Domain/Ids.js"
 import { devToken } from "./support/Http.js"
 import { deliverEvent, events, topUp, webhookOverrides } from "./support/Stripe.js"
@@ -17,9 +17,6 @@ import { TestServer, TestServerLive } from "./support/TestServer.js"
  * of every page at desktop and phone width go to test-results/dashboard/.
  */
 
-const SHOTS = "test-results/dashboard"
-const DESKTOP = { width: 1280, height: 800 }
-const PHONE = { width: 390, height: 844 }
 
 beforeAll(ensureDashboardBuilt, 180_000)
 
@@ -46,17 +43,6 @@ const rawGet = (baseUrl: string, path: string) =>
       response.on("end", () => resolve({ status: response.statusCode ?? 0, body }))
     }).on("error", reject)
   })
-
-/** The page at both widths, whole: `<name>-desktop.png` and `<name>-phone.png`. */
-const screenshots = async (page: Page, name: string) => {
-  for (const [size, viewport] of [["desktop", DESKTOP], ["phone", PHONE]] as const) {
-    await page.setViewportSize(viewport)
-    // Charts measure their box after a resize.
-    await page.waitForTimeout(300)
-    await page.screenshot({ path: `${SHOTS}/${name}-${size}.png`, fullPage: true })
-  }
-  await page.setViewportSize(DESKTOP)
-}
 
 /** Clicks the page's Export CSV button and reads the file the browser saves. */
 const exported = async (page: Page): Promise<Array<string>> => {

@@ -1,9 +1,8 @@
 import { mkdir } from "node:fs/promises"
 import { layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, launchBrowser, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser, screenshots, SHOTS, signIn } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
 
@@ -14,20 +13,8 @@ import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.
  * desktop and phone width go to test-results/dashboard/.
  */
 
-const SHOTS = "test-results/dashboard"
-const DESKTOP = { width: 1280, height: 800 }
-const PHONE = { width: 390, height: 844 }
 
 beforeAll(ensureDashboardBuilt, 180_000)
-
-const screenshots = async (page: Page, name: string) => {
-  for (const [size, viewport] of [["desktop", DESKTOP], ["phone", PHONE]] as const) {
-    await page.setViewportSize(viewport)
-    await page.waitForTimeout(300)
-    await page.screenshot({ path: `${SHOTS}/${name}-${size}.png`, fullPage: true })
-  }
-  await page.setViewportSize(DESKTOP)
-}
 
 const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
   TestServerLive({ fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))

@@ -1,9 +1,8 @@
 import { layer } from "@effect/vitest"
 import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
-import type { Page } from "playwright-core"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, launchBrowser, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, launchBrowser, screenshots, SHOTS, signIn } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { formatCostMyr, hourlyAllowed } from "../web/src/format.js"
 
@@ -14,9 +13,6 @@ import { formatCostMyr, hourlyAllowed } from "../web/src/format.js"
  * width go to test-results/dashboard/.
  */
 
-const SHOTS = "test-results/dashboard"
-const DESKTOP = { width: 1280, height: 800 }
-const PHONE = { width: 390, height: 844 }
 
 describe("formatCostMyr: a per-call cost with the digits that matter", () => {
   it.each([
@@ -57,15 +53,6 @@ const modelCall = async (baseUrl: string, apiKey: string): Promise<CallReply> =>
   })
   const body = await response.json() as { error?: { code: string } }
   return { status: response.status, code: body.error?.code }
-}
-
-const screenshots = async (page: Page, name: string) => {
-  for (const [size, viewport] of [["desktop", DESKTOP], ["phone", PHONE]] as const) {
-    await page.setViewportSize(viewport)
-    await page.waitForTimeout(300)
-    await page.screenshot({ path: `${SHOTS}/${name}-${size}.png`, fullPage: true })
-  }
-  await page.setViewportSize(DESKTOP)
 }
 
 layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managing a key in the dashboard", (it) => {

@@ -9,35 +9,36 @@ import type { PaymentTransaction } from "./Repo.js"
 
 export type CheckoutOutcome = "checkout.session.completed" | "checkout.session.expired"
 
+/** A Stripe event as the simulated checkout sends it, around `object`. */
+const simulatedEvent = <O>(type: string, created: number, object: O) => ({
+  id: `evt_sim_${randomBase62(24)}`,
+  object: "event",
+  api_version: Stripe.API_VERSION,
+  created,
+  livemode: false,
+  pending_webhooks: 1,
+  type,
+  data: { object }
+})
+
 /** The Checkout Session Stripe would send for this transaction, paid or expired. */
 export const sessionEvent = (transaction: PaymentTransaction, sessionId: string, type: CheckoutOutcome, created: number) => {
   const paid = type === "checkout.session.completed"
-  return {
-    id: `evt_sim_${randomBase62(24)}`,
-    object: "event",
-    api_version: Stripe.API_VERSION,
-    created,
-    livemode: false,
-    pending_webhooks: 1,
-    type,
-    data: {
-      object: {
-        id: sessionId,
-        object: "checkout.session",
-        mode: "payment",
-        status: paid ? "complete" : "expired",
-        payment_status: paid ? "paid" : "unpaid",
-        amount_subtotal: transaction.amountSen,
-        amount_total: transaction.amountSen,
-        currency: CURRENCY,
-        client_reference_id: transaction.id,
-        metadata: { transaction_id: transaction.id, account_id: transaction.accountId },
-        // One payment intent per session, so a second Pay is the same payment.
-        payment_intent: paid ? `pi_sim_${sessionId.slice(-24)}` : null,
-        livemode: false
-      }
-    }
-  }
+  return simulatedEvent(type, created, {
+    id: sessionId,
+    object: "checkout.session",
+    mode: "payment",
+    status: paid ? "complete" : "expired",
+    payment_status: paid ? "paid" : "unpaid",
+    amount_subtotal: transaction.amountSen,
+    amount_total: transaction.amountSen,
+    currency: CURRENCY,
+    client_reference_id: transaction.id,
+    metadata: { transaction_id: transaction.id, account_id: transaction.accountId },
+    // One payment intent per session, so a second Pay is the same payment.
+    payment_intent: paid ? `pi_sim_${sessionId.slice(-24)}` : null,
+    livemode: false
+  })
 }
 
 /** Where this process's own webhook receiver listens. */
@@ -129,27 +130,17 @@ export const resultPage = (transaction: PaymentTransaction, returnUrl: string) =
 }
 
 /** Stripe's `checkout.session.completed` for a setup session: the SetupIntent's id carries the simulated card. */
-export const setupEvent = (sessionId: string, accountId: string, setupIntentId: string, created: number) => ({
-  id: `evt_sim_${randomBase62(24)}`,
-  object: "event",
-  api_version: Stripe.API_VERSION,
-  created,
-  livemode: false,
-  pending_webhooks: 1,
-  type: "checkout.session.completed",
-  data: {
-    object: {
-      id: sessionId,
-      object: "checkout.session",
-      mode: "setup",
-      status: "complete",
-      payment_status: "no_payment_required",
-      setup_intent: setupIntentId,
-      metadata: { account_id: accountId },
-      livemode: false
-    }
-  }
-})
+export const setupEvent = (sessionId: string, accountId: string, setupIntentId: string, created: number) =>
+  simulatedEvent("checkout.session.completed", created, {
+    id: sessionId,
+    object: "checkout.session",
+    mode: "setup",
+    status: "complete",
+    payment_status: "no_payment_required",
+    setup_intent: setupIntentId,
+    metadata: { account_id: accountId },
+    livemode: false
+  })
 
 /** The simulated setup page: a card number (Stripe's test cards choose what off-session payments do) and Save. */
 export const setupPage = (sessionId: string, open: boolean) =>

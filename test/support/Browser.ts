@@ -74,3 +74,19 @@ export const signIn = async (page: Page, baseUrl: string, email: string) => {
   await page.getByRole("button", { name: "Sign in", exact: true }).click()
   await heading(page, "Overview").waitFor()
 }
+
+/** Where the dashboard tests put their screenshots, and the two widths they take them at. */
+export const SHOTS = "test-results/dashboard"
+export const DESKTOP = { width: 1280, height: 800 }
+export const PHONE = { width: 390, height: 844 }
+
+/** The page at both widths, whole: `<name>-desktop.png` and `<name>-phone.png` in `SHOTS`. */
+export const screenshots = async (page: Page, name: string) => {
+  for (const [size, viewport] of [["desktop", DESKTOP], ["phone", PHONE]] as const) {
+    await page.setViewportSize(viewport)
+    // Charts measure their box after a resize.
+    await page.waitForTimeout(300)
+    await page.screenshot({ path: `${SHOTS}/${name}-${size}.png`, fullPage: true })
+  }
+  await page.setViewportSize(DESKTOP)
+}

@@ -3,7 +3,8 @@ import { Context, Duration, Effect, Either, Layer } from "effect"
 import { refusedAddress } from "../src/Search/Address.js"
 import { mainText } from "../src/Search/Extract.js"
 import type { ResolvedAddress } from "../src/Search/Fetch.js"
-import { HostResolver, makePageFetcher, PAGE_MAX_BYTES } from "../src/Search/Fetch.js"
+import { HostResolver, makePageFetcher, PAGE_MAX_BYTES, PageFetcher } from "../src/Search/Fetch.js"
+import { AppConfig, type AppConfigShape } from "../src/AppConfig.js"
 import { FIVE_MIB, servePage, startHttpDouble } from "./support/Search.js"
 import type { HttpDouble } from "./support/Search.js"
 
@@ -202,6 +203,19 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       expect(pages.hits.length).toBe(before + 1)
       // FETCH_ALLOWED_HOSTS names test servers with their ports: those are fetched.
       expect((yield* fetcher.fetch(`http://pages.test:${port}/page/plain.txt`)).kind).toBe("text")
+    }))
+
+  it.effect("the service's page fetcher reaches FETCH_ALLOWED_HOSTS only, never a host in WEBHOOK_ALLOWED_HOSTS alone", () =>
+    Effect.gen(function*() {
+      const { internal, pages } = yield* Servers
+      const fetcherFor = (config: Partial<AppConfigShape>) =>
+        Effect.provide(PageFetcher, PageFetcher.layer.pipe(Layer.provide(AppConfig.layerWith(config))))
+      const before = internal.hits.length
+      const webhooksOnly = yield* fetcherFor({ webhookAllowedHosts: new Set([internal.host]), fetchAllowedHosts: new Set() })
+      expect(yield* failureOf(webhooksOnly.fetch(`${internal.baseUrl}/`))).toMatchObject({ _tag: "PageRefused" })
+      expect(internal.hits.length).toBe(before)
+      const pagesAllowed = yield* fetcherFor({ webhookAllowedHosts: new Set(), fetchAllowedHosts: new Set([pages.host]) })
+      expect((yield* pagesAllowed.fetch(`${pages.baseUrl}/page/plain.txt`)).kind).toBe("text")
     }))
 
   it.effect("refuses schemes other than http(s), and URLs with credentials", () =>

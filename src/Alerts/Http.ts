@@ -9,7 +9,7 @@ import { type AttemptRow, type DeliveryRow, type EndpointRow, WebhookEndpoints }
 import { CardProcessor } from "../Billing/CardProcessor.js"
 import { Cards } from "../Billing/Cards.js"
 import { Mail } from "../Outbox/Mail.js"
-import { refusedWebhookUrl } from "../Outbox/Post.js"
+import { NOT_ALLOWED, refusedWebhookUrl } from "../Outbox/Post.js"
 import { HostResolver } from "../Search/Fetch.js"
 import { Spending } from "../Wallet/Spending.js"
 import { WalletSettings } from "../Wallet/Settings.js"
@@ -59,14 +59,20 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
     const endpoints = yield* WebhookEndpoints
     const config = yield* AppConfig
     const resolver = yield* HostResolver
-    /** The address guard deliveries apply, at registration: a refused URL is a clear 400, not a silent failure later. */
+    /**
+     * The address guard deliveries apply, at registration: a refused URL is a 400, not a silent failure later.
+     * Its answer never says why (what the host resolves to would be an internal DNS oracle); the log does.
+     */
     const checkUrl = (url: string) =>
-      Effect.flatMap(refusedWebhookUrl(resolver, config.fetchAllowedHosts, url), (refused) =>
-        refused === undefined ? Effect.void : new InvalidRequest({
-          message: `The webhook URL is refused: ${refused}.`,
-          param: "url",
-          guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in FETCH_ALLOWED_HOSTS by the operator."
-        }))
+      Effect.flatMap(refusedWebhookUrl(resolver, config.webhookAllowedHosts, url), (refused) =>
+        refused === undefined ? Effect.void : Effect.zipRight(
+          Effect.logInfo(`webhook URL refused: ${url.slice(0, 300)}: ${refused}`),
+          new InvalidRequest({
+            message: `The webhook URL is refused: ${NOT_ALLOWED}.`,
+            param: "url",
+            guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in WEBHOOK_ALLOWED_HOSTS by the operator."
+          })
+        ))
     const found = <A>(id: string, value: A | undefined) => value === undefined ? Effect.fail(noSuchEndpoint(id)) : Effect.succeed(value)
     return handlers
       .handle("create", ({ payload }) =>

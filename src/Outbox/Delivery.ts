@@ -123,7 +123,7 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
           const at = new Date(yield* Clock.currentTimeMillis)
           const body = delivery.body
           const headers = signedHeaders(delivery.secret, delivery.eventId, at, body)
-          const outcome = yield* postEvent(resolver, config.fetchAllowedHosts, timeout, delivery.url, headers, body)
+          const outcome = yield* postEvent(resolver, config.webhookAllowedHosts, timeout, delivery.url, headers, body)
           yield* record(delivery, at, outcome)
         }).pipe(
           Effect.catchAllCause((cause) => Effect.logWarning(`webhook delivery ${delivery.id} was not recorded`, cause))

@@ -86,8 +86,8 @@ export const eventually = <A, R>(what: string, probe: Effect.Effect<A, never, R>
     }
   })
 
-/** Two instances (`TwoInstancesLive`) that may deliver to the receiver (its port allowed), polling the outbox every 50 ms. */
+/** Two instances (`TwoInstancesLive`) that may deliver to the receiver (its port in `WEBHOOK_ALLOWED_HOSTS`), polling the outbox every 50 ms. */
 export const TwoInstancesWithReceiver = (name: string) =>
   Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-    TwoInstancesLive(name, { fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
+    TwoInstancesLive(name, { webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
     .pipe(Layer.provideMerge(WebhookReceiverLive))

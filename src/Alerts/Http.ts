@@ -4,8 +4,8 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/Events.js"
-import { InvalidRequest, NotFound } from "../Domain/Errors.js"
-import { type AttemptRow, type DeliveryRow, type EndpointRow, WebhookEndpoints } from "../Outbox/Endpoints.js"
+import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
+import { type AttemptRow, type DeliveryRow, type EndpointRow, MANUAL_SENDS_PER_MINUTE, WebhookEndpoints } from "../Outbox/Endpoints.js"
 import { CardProcessor } from "../Billing/CardProcessor.js"
 import { Cards } from "../Billing/Cards.js"
 import { Mail } from "../Outbox/Mail.js"
@@ -73,6 +73,13 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
             guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in WEBHOOK_ALLOWED_HOSTS by the operator."
           })
         ))
+    /** Test events and resends are the account's to ask for, 10 a minute: each is an outbound request we make. */
+    const manualSend = (accountId: string) =>
+      Effect.flatMap(Effect.orDie(endpoints.countManualSend(accountId)), ({ resetsInMs, sends }) =>
+        sends <= MANUAL_SENDS_PER_MINUTE ? Effect.void : new RateLimitExceeded({
+          message: `At most ${MANUAL_SENDS_PER_MINUTE} webhook test events and resends a minute per account.`,
+          retry_after_seconds: Math.max(1, Math.ceil(resetsInMs / 1000))
+        }))
     const found = <A>(id: string, value: A | undefined) => value === undefined ? Effect.fail(noSuchEndpoint(id)) : Effect.succeed(value)
     return handlers
       .handle("create", ({ payload }) =>
@@ -124,6 +131,7 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
       .handle("test", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          yield* manualSend(account.id)
           const eventId = yield* found(path.id, yield* Effect.orDie(endpoints.sendTest(account.id, path.id)))
           return { event_id: eventId }
         }))
@@ -137,6 +145,7 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
       .handle("resend", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          yield* manualSend(account.id)
           if (!(yield* Effect.orDie(endpoints.resend(account.id, path.id, path.delivery_id)))) {
             return yield* new NotFound({ message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`, param: "delivery_id" })
           }

@@ -2,7 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { call, devToken } from "./support/Http.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { eventually, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { eventually, TwoInstancesWithReceiver, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
 
 /**
  * Fairness of webhook delivery (issue 33, item 8; DESIGN.md, "Alerts, auto
@@ -133,5 +133,23 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhook fairness
       )
       expect(mail.map((m) => m.subject)).toEqual(["A webhook endpoint was disabled"])
       expect(mail[0]!.body).toContain(endpoint.id)
+    }))
+})
+
+layer(TwoInstancesWithReceiver("fairness"), { excludeTestServices: true, timeout: 120_000 })("webhook fairness across instances", (it) => {
+  it.effect("two instances together keep 2 deliveries in flight to a silent endpoint, each claimed once", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver
+      const token = yield* devToken("fair-two@example.com")
+      receiver.script("/silent-two", Array.from({ length: 200 }, () => "hang" as const))
+      const endpoint = yield* createEndpoint(token, receiver.url("/silent-two"))
+      yield* queueEvents(endpoint.id, 12, "two")
+      // The default deadline (10 s): both instances look every 50 ms meanwhile.
+      yield* eventually("2 on the wire", arrivals("/silent-two"), (r) => r.length >= 2)
+      yield* Effect.sleep("1500 millis")
+      expect(receiver.mostAtOnce("/silent-two")).toBe(2)
+      const got = yield* arrivals("/silent-two")
+      expect(got.length).toBe(2)
+      expect(new Set(got.map((r) => r.headers["webhook-id"])).size).toBe(2)
     }))
 })

@@ -47,6 +47,8 @@ export interface AppConfigShape {
   readonly searchBaseUrl: Option.Option<string>
   /** `FETCH_ALLOWED_HOSTS`: `host` or `host:port` entries, lower case, that page fetching may reach although they are not public. */
   readonly fetchAllowedHosts: ReadonlySet<string>
+  /** `WEBHOOK_ALLOWED_HOSTS`: the same for developer webhooks (over http too); page fetching never reaches these. */
+  readonly webhookAllowedHosts: ReadonlySet<string>
   /** One web page's deadline; not an environment setting (tests shorten it). */
   readonly fetchPageTimeoutMs: number
   readonly stripeSecretKey: Option.Option<Redacted.Redacted>
@@ -102,6 +104,14 @@ export interface AppConfigShape {
 
 const nonEmpty = (name: string) =>
   Config.option(Config.nonEmptyString(name))
+
+/** A comma list of `host` or `host:port`, lower case; unset is none. */
+const hostList = (name: string) =>
+  Config.string(name).pipe(
+    Config.withDefault(""),
+    Config.map((value): ReadonlySet<string> =>
+      new Set(value.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry.length > 0)))
+  )
 
 /** An integer setting with a default, refused (naming it and its range) outside `min`–`max`. */
 const integerBetween = (name: string, fallback: number, min: number, max: number) =>
@@ -160,11 +170,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   breakerKeyPrefix: Config.string("BREAKER_KEY_PREFIX").pipe(Config.withDefault("nenas:breaker:")),
   upstreamImageUrls: Config.literal("pass", "inline")("UPSTREAM_IMAGE_URLS").pipe(Config.withDefault("pass" as const)),
   searchBaseUrl: nonEmpty("SEARCH_BASE_URL"),
-  fetchAllowedHosts: Config.string("FETCH_ALLOWED_HOSTS").pipe(
-    Config.withDefault(""),
-    Config.map((value): ReadonlySet<string> =>
-      new Set(value.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry.length > 0)))
-  ),
+  fetchAllowedHosts: hostList("FETCH_ALLOWED_HOSTS"),
+  webhookAllowedHosts: hostList("WEBHOOK_ALLOWED_HOSTS"),
   fetchPageTimeoutMs: Config.succeed(8_000),
   stripeSecretKey: Config.option(Config.redacted("STRIPE_SECRET_KEY")),
   stripeWebhookSecret: Config.option(Config.redacted("STRIPE_WEBHOOK_SECRET")),

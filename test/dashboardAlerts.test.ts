@@ -17,7 +17,7 @@ import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.
 beforeAll(ensureDashboardBuilt, 180_000)
 
 const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-  TestServerLive({ fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
+  TestServerLive({ webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
   .pipe(Layer.provideMerge(WebhookReceiverLive))
 
 layer(Server, { excludeTestServices: true, timeout: 150_000 })("alerts, auto top-up and webhooks in the dashboard", (it) => {

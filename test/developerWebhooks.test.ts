@@ -13,13 +13,22 @@ import { simulatedTopUp } from "./support/Stripe.js"
  * with the money movement, delivery with back-off, the attempt log, the
  * address guard, Standard Webhooks signatures checked with the package's own
  * verifier. The receiver is a real HTTP server on 127.0.0.1, which the
- * operator allows (`FETCH_ALLOWED_HOSTS`) on its port only.
+ * operator allows (`WEBHOOK_ALLOWED_HOSTS`) on its port only; `localhost` on
+ * that port is allowed for page fetching only (`FETCH_ALLOWED_HOSTS`).
  */
 
 const TIMEOUT_MS = 700
 
+/** An IPv4 address, or IPv6 (two colons in a row, or a loopback/mapped form). */
+const AN_ADDRESS = /\b\d{1,3}(\.\d{1,3}){3}\b|::/
+
 const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-  TestServerLive({ fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), webhookTimeoutMs: TIMEOUT_MS, outboxPollMs: 50 })))
+  TestServerLive({
+    webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]),
+    fetchAllowedHosts: new Set([`localhost:${receiver.port}`]),
+    webhookTimeoutMs: TIMEOUT_MS,
+    outboxPollMs: 50
+  })))
   .pipe(Layer.provideMerge(WebhookReceiverLive))
 
 
@@ -97,7 +106,13 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
           const reply = yield* call("POST", "/dashboard/webhooks", { token, json: { url, events: ["balance.low"] } })
           expect(reply.status, `${url}: ${reply.text}`).toBe(400)
           expect(reply.body.error).toMatchObject({ code: "invalid_request", param: "url" })
+          // Never what a host resolves to (an internal DNS oracle), nor any address: only that it is not allowed.
+          expect(reply.text, url).not.toMatch(AN_ADDRESS)
         }
+        // FETCH_ALLOWED_HOSTS is for page fetching only: a webhook to a host listed there alone is refused.
+        const fetchOnly = yield* call("POST", "/dashboard/webhooks", { token, json: { url: `http://localhost:${receiver.port}/fetch-only`, events: ["balance.low"] } })
+        expect(fetchOnly.status, fetchOnly.text).toBe(400)
+        expect(fetchOnly.body.error).toMatchObject({ code: "invalid_request", param: "url" })
         const badEvents = yield* call("POST", "/dashboard/webhooks", { token, json: { url: receiver.url("/x"), events: ["balance.high"] } })
         expect(badEvents.status).toBe(400)
         const noEvents = yield* call("POST", "/dashboard/webhooks", { token, json: { url: receiver.url("/x"), events: [] } })
@@ -111,6 +126,22 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         expect(moved.body.error.param).toBe("url")
       }))
   })
+
+  it.effect("a delivery the guard refuses logs no address: the attempt says only that the address is not allowed", () =>
+    Effect.gen(function*() {
+      const receiver = yield* WebhookReceiver
+      const token = yield* devToken("hooks-oracle@example.com")
+      const { endpoint } = yield* createEndpoint(token, { url: receiver.url("/oracle"), events: ["balance.low"] })
+      // A name that resolved publicly at registration and points inside now (DNS changed since).
+      yield* query("UPDATE webhook_endpoints SET url = $1 WHERE id = $2", [`https://localhost:${receiver.port}/oracle`, endpoint.id])
+      expect((yield* call("POST", `/dashboard/webhooks/${endpoint.id}/test`, { token })).status).toBe(202)
+      const [delivery] = yield* eventually("refused attempt", deliveries(token, endpoint.id), (d) => d[0]?.attempt_log.length === 1)
+      const attempt = delivery!.attempt_log[0]!
+      expect(attempt).toMatchObject({ ok: false, status_code: null })
+      expect(attempt.error).toMatch(/not allowed/)
+      expect(attempt.error).not.toMatch(AN_ADDRESS)
+      expect((yield* arrivals("/oracle")).length).toBe(0)
+    }))
 
   it.effect("OpenAPI lists every new endpoint and the webhook event payloads", () =>
     Effect.gen(function*() {

@@ -3,7 +3,8 @@ import { Context, Duration, Effect, Either, Layer } from "effect"
 import { refusedAddress } from "../src/Search/Address.js"
 import { mainText } from "../src/Search/Extract.js"
 import type { ResolvedAddress } from "../src/Search/Fetch.js"
-import { HostResolver, makePageFetcher, PAGE_MAX_BYTES } from "../src/Search/Fetch.js"
+import { HostResolver, makePageFetcher, PAGE_MAX_BYTES, PageFetcher } from "../src/Search/Fetch.js"
+import { AppConfig, type AppConfigShape } from "../src/AppConfig.js"
 import { FIVE_MIB, servePage, startHttpDouble } from "./support/Search.js"
 import type { HttpDouble } from "./support/Search.js"
 
@@ -20,6 +21,17 @@ describe("refusedAddress", () => {
     ["100.64.0.1", "carrierGradeNat"],
     ["100.100.100.200", "carrierGradeNat"], // Alibaba Cloud metadata
     ["fd00:ec2::254", "uniqueLocal"], // AWS metadata over IPv6
+    ["fd20:ce::254", "uniqueLocal"], // GCP metadata over IPv6
+    ["169.254.0.23", "linkLocal"], // Tencent Cloud metadata
+    ["169.254.170.2", "linkLocal"], // AWS ECS task metadata
+    ["192.0.0.192", "reserved"], // Oracle Cloud metadata
+    // Azure's wireserver is a public-range address: refused by name, and in every IPv6 form that carries it
+    ["168.63.129.16", "metadata"],
+    ["::ffff:168.63.129.16", "metadata"],
+    ["::a83f:8110", "ipv4Compatible"],
+    ["64:ff9b::a83f:8110", "rfc6052"],
+    ["2002:a83f:8110::", "6to4"],
+    ["168.63.129.17", undefined],
     ["fc00::1", "uniqueLocal"],
     ["::ffff:127.0.0.1", "loopback"], // IPv4-mapped IPv6 is judged as the IPv4 inside
     ["::ffff:169.254.169.254", "linkLocal"],
@@ -97,6 +109,7 @@ const Resolver = fixedResolver({
   "rebind.test": loopback,
   "intranet.test": [{ address: "10.0.0.7", family: 4 }],
   "metadata.test": [{ address: "169.254.169.254", family: 4 }],
+  "wireserver.test": [{ address: "168.63.129.16", family: 4 }],
   "mixed.test": [{ address: "93.184.216.34", family: 4 }, { address: "192.168.0.10", family: 4 }],
   "v6.test": [{ address: "::1", family: 6 }],
   "public.test": [{ address: "93.184.216.34", family: 4 }]
@@ -138,7 +151,8 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       for (
         const host of [
           "127.0.0.1", "127.0.0.2", "[::1]", "10.0.0.1", "172.16.0.1", "192.168.0.1", "169.254.169.254", "100.64.0.1",
-          "[fe80::1]", "[fd00:ec2::254]", "[::ffff:127.0.0.1]", "0.0.0.0", "0x7f.1", "2130706433"
+          "[fe80::1]", "[fd00:ec2::254]", "[::ffff:127.0.0.1]", "0.0.0.0", "0x7f.1", "2130706433", "168.63.129.16",
+          "[::ffff:168.63.129.16]"
         ]
       ) {
         const error = yield* failureOf(fetcher.fetch(`http://${host}:${port}/`))
@@ -153,7 +167,7 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       const port = new URL(internal.baseUrl).port
       const fetcher = yield* fetcherWith([])
       const before = internal.hits.length
-      for (const name of ["rebind.test", "intranet.test", "metadata.test", "mixed.test", "v6.test"]) {
+      for (const name of ["rebind.test", "intranet.test", "metadata.test", "wireserver.test", "mixed.test", "v6.test"]) {
         const error = yield* failureOf(fetcher.fetch(`http://${name}:${port}/`))
         expect(error, name).toMatchObject({ _tag: "PageRefused" })
         expect(error?.reason, name).toMatch(/resolves to/)
@@ -189,6 +203,19 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       expect(pages.hits.length).toBe(before + 1)
       // FETCH_ALLOWED_HOSTS names test servers with their ports: those are fetched.
       expect((yield* fetcher.fetch(`http://pages.test:${port}/page/plain.txt`)).kind).toBe("text")
+    }))
+
+  it.effect("the service's page fetcher reaches FETCH_ALLOWED_HOSTS only, never a host in WEBHOOK_ALLOWED_HOSTS alone", () =>
+    Effect.gen(function*() {
+      const { internal, pages } = yield* Servers
+      const fetcherFor = (config: Partial<AppConfigShape>) =>
+        Effect.provide(PageFetcher, PageFetcher.layer.pipe(Layer.provide(AppConfig.layerWith(config))))
+      const before = internal.hits.length
+      const webhooksOnly = yield* fetcherFor({ webhookAllowedHosts: new Set([internal.host]), fetchAllowedHosts: new Set() })
+      expect(yield* failureOf(webhooksOnly.fetch(`${internal.baseUrl}/`))).toMatchObject({ _tag: "PageRefused" })
+      expect(internal.hits.length).toBe(before)
+      const pagesAllowed = yield* fetcherFor({ webhookAllowedHosts: new Set(), fetchAllowedHosts: new Set([pages.host]) })
+      expect((yield* pagesAllowed.fetch(`${pages.baseUrl}/page/plain.txt`)).kind).toBe("text")
     }))
 
   it.effect("refuses schemes other than http(s), and URLs with credentials", () =>

@@ -49,7 +49,7 @@ layer(WebhookReceiverLive, { excludeTestServices: true, timeout: 180_000 })("web
         DATABASE_URL: database.url,
         DATA_DIR: dataDir,
         INSTANCE_ID: id,
-        FETCH_ALLOWED_HOSTS: `127.0.0.1:${receiver.port}`,
+        WEBHOOK_ALLOWED_HOSTS: `127.0.0.1:${receiver.port}`,
         WEBHOOK_TIMEOUT_MS: "1500",
         LOG_FORMAT: "json"
       })

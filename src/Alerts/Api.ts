@@ -2,7 +2,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/p
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/Events.js"
-import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 import { SqlString } from "../Domain/Strict.js"
 
 export const WebhookEventType = Schema.Literal(...EVENT_TYPES)
@@ -147,7 +147,8 @@ export class DeveloperWebhooksApi extends HttpApiGroup.make("developerWebhooks")
     HttpApiEndpoint.post("test")`/dashboard/webhooks/${Id}/test`
       .addSuccess(WebhookTestResponse, { status: 202 })
       .addError(wire(NotFound))
-      .annotate(OpenApi.Description, "Queues a `webhook.test` event to this endpoint only.")
+      .addError(wire(RateLimitExceeded))
+      .annotate(OpenApi.Description, "Queues a `webhook.test` event to this endpoint only. Test events and resends: 10 a minute per account.")
   )
   .add(
     HttpApiEndpoint.get("deliveries")`/dashboard/webhooks/${Id}/deliveries`
@@ -159,6 +160,8 @@ export class DeveloperWebhooksApi extends HttpApiGroup.make("developerWebhooks")
     HttpApiEndpoint.post("resend")`/dashboard/webhooks/${Id}/deliveries/${HttpApiSchema.param("delivery_id", SqlString)}/resend`
       .addSuccess(Schema.Struct({ ok: Schema.Literal(true) }), { status: 202 })
       .addError(wire(NotFound))
+      .addError(wire(RateLimitExceeded))
+      .annotate(OpenApi.Description, "Sends a delivery again. Test events and resends: 10 a minute per account.")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)

@@ -4,12 +4,12 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/Events.js"
-import { InvalidRequest, NotFound } from "../Domain/Errors.js"
-import { type AttemptRow, type DeliveryRow, type EndpointRow, WebhookEndpoints } from "../Outbox/Endpoints.js"
+import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
+import { type AttemptRow, type DeliveryRow, type EndpointRow, MANUAL_SENDS_PER_MINUTE, WebhookEndpoints } from "../Outbox/Endpoints.js"
 import { CardProcessor } from "../Billing/CardProcessor.js"
 import { Cards } from "../Billing/Cards.js"
 import { Mail } from "../Outbox/Mail.js"
-import { refusedWebhookUrl } from "../Outbox/Post.js"
+import { NOT_ALLOWED, refusedWebhookUrl } from "../Outbox/Post.js"
 import { HostResolver } from "../Search/Fetch.js"
 import { Spending } from "../Wallet/Spending.js"
 import { WalletSettings } from "../Wallet/Settings.js"
@@ -59,13 +59,26 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
     const endpoints = yield* WebhookEndpoints
     const config = yield* AppConfig
     const resolver = yield* HostResolver
-    /** The address guard deliveries apply, at registration: a refused URL is a clear 400, not a silent failure later. */
+    /**
+     * The address guard deliveries apply, at registration: a refused URL is a 400, not a silent failure later.
+     * Its answer never says why (what the host resolves to would be an internal DNS oracle); the log does.
+     */
     const checkUrl = (url: string) =>
-      Effect.flatMap(refusedWebhookUrl(resolver, config.fetchAllowedHosts, url), (refused) =>
-        refused === undefined ? Effect.void : new InvalidRequest({
-          message: `The webhook URL is refused: ${refused}.`,
-          param: "url",
-          guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in FETCH_ALLOWED_HOSTS by the operator."
+      Effect.flatMap(refusedWebhookUrl(resolver, config.webhookAllowedHosts, url), (refused) =>
+        refused === undefined ? Effect.void : Effect.zipRight(
+          Effect.logInfo(`webhook URL refused: ${url.slice(0, 300)}: ${refused}`),
+          new InvalidRequest({
+            message: `The webhook URL is refused: ${NOT_ALLOWED}.`,
+            param: "url",
+            guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in WEBHOOK_ALLOWED_HOSTS by the operator."
+          })
+        ))
+    /** Test events and resends are the account's to ask for, 10 a minute: each is an outbound request we make. */
+    const manualSend = (accountId: string) =>
+      Effect.flatMap(Effect.orDie(endpoints.countManualSend(accountId)), ({ resetsInMs, sends }) =>
+        sends <= MANUAL_SENDS_PER_MINUTE ? Effect.void : new RateLimitExceeded({
+          message: `At most ${MANUAL_SENDS_PER_MINUTE} webhook test events and resends a minute per account.`,
+          retry_after_seconds: Math.max(1, Math.ceil(resetsInMs / 1000))
         }))
     const found = <A>(id: string, value: A | undefined) => value === undefined ? Effect.fail(noSuchEndpoint(id)) : Effect.succeed(value)
     return handlers
@@ -118,6 +131,7 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
       .handle("test", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          yield* manualSend(account.id)
           const eventId = yield* found(path.id, yield* Effect.orDie(endpoints.sendTest(account.id, path.id)))
           return { event_id: eventId }
         }))
@@ -131,6 +145,7 @@ export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWe
       .handle("resend", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          yield* manualSend(account.id)
           if (!(yield* Effect.orDie(endpoints.resend(account.id, path.id, path.delivery_id)))) {
             return yield* new NotFound({ message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`, param: "delivery_id" })
           }

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { Clock, Context, Duration, Effect, FiberSet, Layer, Schedule } from "effect"
 import { Webhook } from "standardwebhooks"
 import { AppConfig } from "../AppConfig.js"
 import { newId } from "../Domain/Ids.js"
@@ -11,8 +11,16 @@ import { type PostOutcome, postEvent } from "./Post.js"
 export const RETRY_WINDOW_MS = 3 * 24 * 60 * 60 * 1000
 const FIRST_RETRY_MS = 5_000
 const LONGEST_WAIT_MS = 6 * 60 * 60 * 1000
-/** Deliveries one instance claims at a time. */
-const CLAIM_BATCH = 10
+/** Deliveries in flight to one endpoint, across instances (DESIGN.md, Fairness). */
+export const PER_ENDPOINT = 2
+/**
+ * Deliveries in flight to one account's endpoints (20 endpoints would be 40),
+ * so a few accounts cannot fill an instance. Counted at each claim without a
+ * lock on the account: instances claiming at the same moment may pass it by a few.
+ */
+export const PER_ACCOUNT = 10
+/** Deliveries one instance has in flight at once. */
+export const PER_INSTANCE = 128
 
 /** The wait after failed attempt `attempt` (1-based): 5 s doubling to 6 h, plus up to a tenth more so retries spread. */
 export const backoffMs = (attempt: number, jitter: number = Math.random()): number => {
@@ -45,15 +53,17 @@ export const signedHeaders = (secret: string, eventId: string, at: Date, body: s
  * Delivers the outbox (DESIGN.md, webhooks to the developer): every instance
  * claims due deliveries with `FOR UPDATE SKIP LOCKED` and a lease longer than
  * the delivery deadline, so each attempt is made by one instance and a claim
- * whose process died lapses to another. Each attempt is logged; a failure is
+ * whose process died lapses to another. Deliveries run concurrently, at most
+ * `PER_ENDPOINT` in flight per endpoint and `PER_ACCOUNT` per account, so a
+ * silent endpoint holds up only itself. Each attempt is logged; a failure is
  * retried with exponential back-off until 3 days after the event; an endpoint
  * failing for 3 days is disabled and its developer emailed.
  */
 export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<WebhookDelivery, {
-  /** Claims and delivers what is due now; the number of attempts made. */
+  /** Claims what is due now, as far as there is room, and starts delivering it; the number started (not awaited). */
   readonly runOnce: Effect.Effect<number>
 }>() {
-  static readonly layer = Layer.effect(
+  static readonly layer = Layer.scoped(
     WebhookDelivery,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
@@ -62,21 +72,74 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
       const timeout = Duration.millis(config.webhookTimeoutMs)
       const leaseMs = config.webhookTimeoutMs * 2 + 1_000
 
-      const claim = (now: Date) =>
-        sql<Claimed>`
-          UPDATE webhook_deliveries d
-          SET claimed_until = ${new Date(now.getTime() + leaseMs)}, attempts = d.attempts + 1
-          FROM webhook_endpoints e, outbox_events ev
-          WHERE d.id IN (
-            SELECT dd.id FROM webhook_deliveries dd JOIN webhook_endpoints ee ON ee.id = dd.endpoint_id
-            WHERE dd.status = 'pending' AND dd.next_attempt_at <= ${now} AND ee.disabled_at IS NULL
-              AND (dd.claimed_until IS NULL OR dd.claimed_until < ${now})
-            ORDER BY dd.next_attempt_at LIMIT ${CLAIM_BATCH}
-            FOR UPDATE OF dd SKIP LOCKED
-          ) AND e.id = d.endpoint_id AND ev.id = d.event_id
-          RETURNING d.id, d.attempts, d.created_at, e.id AS endpoint_id, e.account_id, e.url, e.secret,
-                    ev.id AS event_id, ev.payload::text AS body
-        `
+      const leaseEnd = (now: Date) => new Date(now.getTime() + leaseMs)
+
+      /**
+       * Up to `room` due deliveries, leaving each endpoint at most `PER_ENDPOINT`
+       * in flight and each account at most `PER_ACCOUNT`. The endpoints are
+       * locked first (`SKIP LOCKED`: another instance claiming for them is busy
+       * with them, and skipped); the claim then counts what is in flight on a
+       * fresh snapshot, which every earlier claim for them has committed to.
+       */
+      const claim = (now: Date, room: number) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const endpoints = yield* sql<{ id: string }>`
+            WITH due AS (
+              SELECT d.endpoint_id, min(d.next_attempt_at) AS first_due FROM webhook_deliveries d
+              WHERE d.status = 'pending' AND d.next_attempt_at <= ${now} AND (d.claimed_until IS NULL OR d.claimed_until < ${now})
+              GROUP BY d.endpoint_id
+            ), busy AS (
+              SELECT d.endpoint_id, count(*) AS n FROM webhook_deliveries d
+              WHERE d.status = 'pending' AND d.claimed_until >= ${now} GROUP BY d.endpoint_id
+            ), account_busy AS (
+              SELECT e.account_id, sum(b.n) AS n FROM busy b JOIN webhook_endpoints e ON e.id = b.endpoint_id GROUP BY e.account_id
+            )
+            SELECT e.id FROM webhook_endpoints e
+            JOIN due ON due.endpoint_id = e.id
+            LEFT JOIN busy ON busy.endpoint_id = e.id
+            LEFT JOIN account_busy ab ON ab.account_id = e.account_id
+            WHERE e.disabled_at IS NULL AND COALESCE(busy.n, 0) < ${PER_ENDPOINT} AND COALESCE(ab.n, 0) < ${PER_ACCOUNT}
+            ORDER BY due.first_due LIMIT ${room}
+            FOR UPDATE OF e SKIP LOCKED
+          `
+          if (endpoints.length === 0) return []
+          const ids = endpoints.map((row) => row.id)
+          return yield* sql<Claimed>`
+            WITH busy AS (
+              SELECT d.endpoint_id, count(*)::int AS n FROM webhook_deliveries d
+              WHERE d.endpoint_id = ANY(${ids}::text[]) AND d.status = 'pending' AND d.claimed_until >= ${now}
+              GROUP BY d.endpoint_id
+            ), ranked AS (
+              SELECT d.id, d.endpoint_id, e.account_id, d.next_attempt_at,
+                     row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS place
+              FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+              WHERE d.endpoint_id = ANY(${ids}::text[]) AND d.status = 'pending' AND d.next_attempt_at <= ${now}
+                AND (d.claimed_until IS NULL OR d.claimed_until < ${now})
+            ), per_endpoint AS (
+              SELECT r.id, r.account_id, r.next_attempt_at,
+                     row_number() OVER (PARTITION BY r.account_id ORDER BY r.next_attempt_at, r.id) AS place
+              FROM ranked r LEFT JOIN busy b ON b.endpoint_id = r.endpoint_id
+              WHERE r.place <= ${PER_ENDPOINT} - COALESCE(b.n, 0)
+            ), account_busy AS (
+              SELECT e.account_id, count(*)::int AS n FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+              WHERE e.account_id IN (SELECT account_id FROM per_endpoint) AND d.status = 'pending' AND d.claimed_until >= ${now}
+              GROUP BY e.account_id
+            ), chosen AS (
+              SELECT p.id FROM per_endpoint p LEFT JOIN account_busy ab ON ab.account_id = p.account_id
+              WHERE p.place <= ${PER_ACCOUNT} - COALESCE(ab.n, 0)
+              ORDER BY p.next_attempt_at LIMIT ${room}
+            ), locked AS (
+              -- A delivery whose recording holds its row (its lease lapsed meanwhile) waits for the next claim.
+              SELECT d.id FROM webhook_deliveries d WHERE d.id IN (SELECT id FROM chosen) FOR UPDATE OF d SKIP LOCKED
+            )
+            UPDATE webhook_deliveries d
+            SET claimed_until = ${leaseEnd(now)}, attempts = d.attempts + 1
+            FROM locked, webhook_endpoints e, outbox_events ev
+            WHERE d.id = locked.id AND e.id = d.endpoint_id AND ev.id = d.event_id
+            RETURNING d.id, d.attempts, d.created_at, e.id AS endpoint_id, e.account_id, e.url, e.secret,
+                      ev.id AS event_id, ev.payload::text AS body
+          `
+        }))
 
       const record = (delivery: Claimed, at: Date, outcome: PostOutcome) =>
         sql.withTransaction(Effect.gen(function*() {
@@ -123,16 +186,20 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
           const at = new Date(yield* Clock.currentTimeMillis)
           const body = delivery.body
           const headers = signedHeaders(delivery.secret, delivery.eventId, at, body)
-          const outcome = yield* postEvent(resolver, config.fetchAllowedHosts, timeout, delivery.url, headers, body)
+          const outcome = yield* postEvent(resolver, config.webhookAllowedHosts, timeout, delivery.url, headers, body)
           yield* record(delivery, at, outcome)
         }).pipe(
           Effect.catchAllCause((cause) => Effect.logWarning(`webhook delivery ${delivery.id} was not recorded`, cause))
         )
 
+      // Deliveries on the wire; closing the service interrupts them and their leases lapse to another instance.
+      const running = yield* FiberSet.make<void, never>()
+
       const runOnce = Effect.gen(function*() {
-        const now = new Date(yield* Clock.currentTimeMillis)
-        const claimed = yield* claim(now)
-        yield* Effect.forEach(claimed, deliver, { concurrency: CLAIM_BATCH, discard: true })
+        const room = PER_INSTANCE - (yield* FiberSet.size(running))
+        if (room <= 0) return 0
+        const claimed = yield* claim(new Date(yield* Clock.currentTimeMillis), room)
+        for (const delivery of claimed) yield* FiberSet.run(running, deliver(delivery))
         return claimed.length
       }).pipe(Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("webhook claim failed", cause), 0)))
 
@@ -140,7 +207,11 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
     })
   )
 
-  /** Delivers in the background for the life of the service, every `outboxPollMs`. */
+  /**
+   * Delivers in the background for the life of the service: every
+   * `outboxPollMs` it claims what is due while it has room, without waiting
+   * for the deliveries already on the wire.
+   */
   static readonly layerRunning = Layer.scopedDiscard(Effect.gen(function*() {
     const delivery = yield* WebhookDelivery
     const config = yield* AppConfig

@@ -48,6 +48,10 @@ export interface EndpointChange {
   readonly disabled?: boolean | undefined
 }
 
+/** Test events and resends one account may ask for in a minute, together (DESIGN.md, Fairness). */
+export const MANUAL_SENDS_PER_MINUTE = 10
+const SEND_WINDOW_MS = 60_000
+
 /** A Standard Webhooks secret: `whsec_` and 24 random bytes in base64, shown to the developer once. */
 export const newSecret = (): string => `whsec_${randomBytes(24).toString("base64")}`
 
@@ -66,7 +70,13 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
   readonly sendTest: (accountId: string, id: string) => Effect.Effect<string | undefined, SqlError.SqlError>
   readonly deliveries: (accountId: string, id: string, limit: number) =>
     Effect.Effect<ReadonlyArray<DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }>, SqlError.SqlError>
-  /** Makes a delivery due now again (any status), on an enabled endpoint. */
+  /**
+   * Counts one test event or resend against the account's minute (a fixed
+   * window, shared by every instance through the database): its count so far,
+   * this one included, and the milliseconds until the window ends.
+   */
+  readonly countManualSend: (accountId: string) => Effect.Effect<{ readonly sends: number; readonly resetsInMs: number }, SqlError.SqlError>
+  /** Makes a delivery due now again (any status; one on the wire now is left to finish its attempt). */
   readonly resend: (accountId: string, endpointId: string, deliveryId: string) => Effect.Effect<boolean, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
@@ -159,11 +169,29 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
             `
             return rows.map((row) => ({ ...row, attemptLog: attempts.filter((a) => a.deliveryId === row.id) }))
           }),
+        countManualSend: (accountId) =>
+          Effect.gen(function*() {
+            const at = yield* now
+            const windowFrom = new Date(at.getTime() - SEND_WINDOW_MS)
+            const rows = yield* sql<{ sends: number; windowStart: Date }>`
+              INSERT INTO webhook_send_windows AS w (account_id, window_start, sends) VALUES (${accountId}, ${at}, 1)
+              ON CONFLICT (account_id) DO UPDATE SET
+                sends = CASE WHEN w.window_start <= ${windowFrom} THEN 1 ELSE w.sends + 1 END,
+                window_start = CASE WHEN w.window_start <= ${windowFrom} THEN ${at} ELSE w.window_start END
+              RETURNING sends, window_start
+            `
+            const row = rows[0]
+            return row === undefined
+              ? { sends: 1, resetsInMs: SEND_WINDOW_MS }
+              : { sends: row.sends, resetsInMs: row.windowStart.getTime() + SEND_WINDOW_MS - at.getTime() }
+          }),
         resend: (accountId, endpointId, deliveryId) =>
           Effect.gen(function*() {
             const at = yield* now
+            // A delivery on the wire keeps its lease: cleared, it would be claimed twice and counted out of flight.
             const rows = yield* sql`
-              UPDATE webhook_deliveries d SET status = 'pending', next_attempt_at = ${at}, claimed_until = NULL
+              UPDATE webhook_deliveries d SET status = 'pending', next_attempt_at = ${at},
+                claimed_until = CASE WHEN d.claimed_until >= ${at} THEN d.claimed_until ELSE NULL END
               FROM webhook_endpoints e
               WHERE d.id = ${deliveryId} AND d.endpoint_id = ${endpointId} AND e.id = d.endpoint_id AND e.account_id = ${accountId}
               RETURNING d.id

@@ -38,9 +38,12 @@ const postOnce = (url: URL, lookup: LookupFunction | undefined, headers: Record<
     request.end(body)
   })
 
+/** What the developer is told of a URL the guard refused: never the addresses its host resolves to. */
+export const NOT_ALLOWED = "the URL is not allowed: a webhook reaches only https URLs on public addresses, without credentials"
+
 /**
  * POSTs a signed event through the address guard of page fetching (`admitUrl`,
- * https outside `FETCH_ALLOWED_HOSTS`, any port), to the addresses checked,
+ * https outside `WEBHOOK_ALLOWED_HOSTS`, any port), to the addresses checked,
  * within `timeout` (headers and answer included); a redirect is an answer like
  * any other, not followed. Never fails: the outcome says what happened.
  */
@@ -73,26 +76,40 @@ export const postEvent = (
     } satisfies PostOutcome
   }).pipe(
     Effect.catchAll((error) =>
-      Effect.succeed({ statusCode: null, ok: false, error: reasonOf(error).slice(0, 300), excerpt: "", latencyMs: latency() } satisfies PostOutcome))
+      Effect.as(
+        Effect.logInfo(`webhook to ${target.slice(0, 300)} got no answer: ${detailOf(error)}`),
+        { statusCode: null, ok: false, error: reasonOf(error).slice(0, 300), excerpt: "", latencyMs: latency() } satisfies PostOutcome
+      ))
   )
 }
 
-/** Why a POST got no answer, in a line: the guard's reason, the deadline, or the network's error. */
-const reasonOf = (error: unknown): string => {
+/** The whole story for the log: the guard's reason (addresses included) or the network's message. */
+const detailOf = (error: unknown): string => {
   if (typeof error !== "object" || error === null) return String(error)
   if ("reason" in error) return String(error.reason)
   const inner = "error" in error ? error.error : error
-  if (inner instanceof Error) {
-    const code = "code" in inner ? ` (${String(inner.code)})` : ""
-    return `${inner.message}${code}`
-  }
-  return error instanceof Error ? error.message : String(error)
+  return inner instanceof Error ? inner.message : String(inner)
+}
+
+/**
+ * Why a POST got no answer, in a line the developer sees: the guard refused it,
+ * the name did not resolve, the deadline, or the network's error code. Never
+ * an address: Node's messages name the address connected to.
+ */
+const reasonOf = (error: unknown): string => {
+  if (typeof error !== "object" || error === null) return "no answer"
+  if ("_tag" in error && error._tag === "PageRefused") return NOT_ALLOWED
+  if ("_tag" in error && error._tag === "PageFailed") return "the host name did not resolve"
+  const inner = "error" in error ? error.error : error
+  if (inner instanceof Error) return "code" in inner ? `the connection failed (${String(inner.code)})` : inner.message
+  return "no answer"
 }
 
 /**
  * Why a webhook URL may not be registered (the address guard, as deliveries
- * apply it), or `undefined`. A name that does not resolve now is accepted: it
- * is checked again at every delivery.
+ * apply it; `allowedHosts` is `WEBHOOK_ALLOWED_HOSTS`), for the log only, or
+ * `undefined`. A name that does not resolve now is accepted: it is checked
+ * again at every delivery.
  */
 export const refusedWebhookUrl = (resolver: HostResolver["Type"], allowedHosts: ReadonlySet<string>, raw: string) =>
   Effect.gen(function*() {

@@ -5,9 +5,20 @@ import ipaddr from "ipaddr.js"
 const IPV4_COMPATIBLE: [ipaddr.IPv6, number] = [ipaddr.IPv6.parse("::"), 96]
 
 /**
+ * Cloud metadata services on addresses ipaddr.js calls public unicast: Azure's
+ * wireserver. The others sit in refused ranges already (169.254.169.254 and
+ * Tencent's 169.254.0.23 link-local, Alibaba's 100.100.100.200 carrier-grade
+ * NAT, Oracle's 192.0.0.192 reserved, AWS's fd00:ec2::254 and GCP's
+ * fd20:ce::254 unique-local).
+ */
+const METADATA_V4: ReadonlySet<string> = new Set(["168.63.129.16"])
+
+const rangeOfV4 = (address: ipaddr.IPv4): string => METADATA_V4.has(address.toString()) ? "metadata" : address.range()
+
+/**
  * Why an address may not be fetched, or `undefined` when it may: only public
  * unicast addresses are reachable. Loopback, private, link-local (cloud
- * metadata at 169.254.169.254), carrier-grade NAT (Alibaba's metadata at
+ * metadata at 169.254.169.254), Azure's wireserver (168.63.129.16), carrier-grade NAT (Alibaba's metadata at
  * 100.100.100.200), unique-local IPv6 (AWS's fd00:ec2::254), multicast and
  * reserved ranges are all refused, and so is every IPv6 form that carries an
  * IPv4 address (IPv4-compatible `::/96`, IPv4-mapped `::ffff:0:0/96`,
@@ -23,7 +34,7 @@ export const refusedAddress = (address: string): string | undefined => {
   if (parsed.kind() === "ipv6") {
     const v6 = parsed as ipaddr.IPv6
     if (v6.isIPv4MappedAddress()) {
-      const inner = v6.toIPv4Address().range()
+      const inner = rangeOfV4(v6.toIPv4Address())
       return inner === "unicast" ? "ipv4Mapped" : inner
     }
     const range = v6.range()
@@ -31,7 +42,7 @@ export const refusedAddress = (address: string): string | undefined => {
     if (range === "unicast" && v6.match(IPV4_COMPATIBLE)) return "ipv4Compatible"
     return range === "unicast" ? undefined : range
   }
-  const range = parsed.range()
+  const range = rangeOfV4(parsed as ipaddr.IPv4)
   return range === "unicast" ? undefined : range
 }
 

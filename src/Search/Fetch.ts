@@ -184,7 +184,7 @@ const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number,
 
 /** What an outbound request a user can aim may reach, besides public addresses. */
 export interface AdmitRules {
-  /** `FETCH_ALLOWED_HOSTS`: `host` (any port) or `host:port`, lower case: reachable although not public. */
+  /** `host` (any port) or `host:port`, lower case, reachable although not public: `FETCH_ALLOWED_HOSTS` for pages, `WEBHOOK_ALLOWED_HOSTS` for webhooks. */
   readonly allowedHosts: ReadonlySet<string>
   /** Page fetching keeps to ports 80 and 443 outside the allowed hosts. */
   readonly webPortsOnly: boolean
@@ -212,7 +212,7 @@ export const admitUrl = (
     }
     const allowed = isAllowed(url, rules.allowedHosts)
     if (!allowed && rules.httpsOnly && url.protocol !== "https:") {
-      return yield* new PageRefused({ url: url.href, reason: "only https URLs are reached (outside FETCH_ALLOWED_HOSTS)" })
+      return yield* new PageRefused({ url: url.href, reason: "only https URLs are reached (outside the allowed hosts)" })
     }
     // Other ports reach what is not a web site (SSH, databases, admin consoles) even on a public address.
     const portRefused = !allowed && rules.webPortsOnly && url.port !== "" && !WEB_PORTS.has(url.port)

@@ -11,17 +11,23 @@ export interface Received {
   readonly headers: IncomingHttpHeaders
   readonly body: string
   readonly answer: Answer
+  /** When its body had arrived (`Date.now()`). */
+  readonly at: number
 }
 
 /**
  * A developer's webhook receiver on 127.0.0.1: answers each request as the
- * next entry of `script` says (then `200`), and keeps every request.
+ * next entry of `script` says (then `200`), and keeps every request. It
+ * counts each path's requests in flight (from the first byte until it answers
+ * or the sender hangs up) and the most there ever were at once.
  */
 export class WebhookReceiver extends Context.Tag("test/WebhookReceiver")<WebhookReceiver, {
   readonly port: number
   readonly url: (path: string) => string
   readonly received: () => ReadonlyArray<Received>
   readonly script: (path: string, answers: ReadonlyArray<Answer>) => void
+  /** The most requests to `path` that were in flight at once. */
+  readonly mostAtOnce: (path: string) => number
 }>() {}
 
 const respond = (answer: Answer, response: ServerResponse) => {
@@ -44,13 +50,19 @@ export const WebhookReceiverLive = Layer.scoped(
   Effect.gen(function*() {
     const received: Array<Received> = []
     const scripts = new Map<string, Array<Answer>>()
+    const inFlight = new Map<string, number>()
+    const most = new Map<string, number>()
     const server = createServer((request, response) => {
+      const path = request.url ?? "/"
+      const now = (inFlight.get(path) ?? 0) + 1
+      inFlight.set(path, now)
+      most.set(path, Math.max(most.get(path) ?? 0, now))
+      response.once("close", () => inFlight.set(path, (inFlight.get(path) ?? 1) - 1))
       const chunks: Array<Buffer> = []
       request.on("data", (chunk: Buffer) => chunks.push(chunk))
       request.on("end", () => {
-        const path = request.url ?? "/"
         const answer = scripts.get(path)?.shift() ?? "200"
-        received.push({ path, headers: request.headers, body: Buffer.concat(chunks).toString("utf8"), answer })
+        received.push({ path, headers: request.headers, body: Buffer.concat(chunks).toString("utf8"), answer, at: Date.now() })
         respond(answer, response)
       })
     })
@@ -69,7 +81,8 @@ export const WebhookReceiverLive = Layer.scoped(
       port,
       url: (path) => `http://127.0.0.1:${port}${path}`,
       received: () => received,
-      script: (path, answers) => void scripts.set(path, [...answers])
+      script: (path, answers) => void scripts.set(path, [...answers]),
+      mostAtOnce: (path) => most.get(path) ?? 0
     }
   })
 )
@@ -86,8 +99,8 @@ export const eventually = <A, R>(what: string, probe: Effect.Effect<A, never, R>
     }
   })
 
-/** Two instances (`TwoInstancesLive`) that may deliver to the receiver (its port allowed), polling the outbox every 50 ms. */
+/** Two instances (`TwoInstancesLive`) that may deliver to the receiver (its port in `WEBHOOK_ALLOWED_HOSTS`), polling the outbox every 50 ms. */
 export const TwoInstancesWithReceiver = (name: string) =>
   Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-    TwoInstancesLive(name, { fetchAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
+    TwoInstancesLive(name, { webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
     .pipe(Layer.provideMerge(WebhookReceiverLive))

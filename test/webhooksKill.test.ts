@@ -90,5 +90,5 @@ layer(WebhookReceiverLive, { excludeTestServices: true, timeout: 180_000 })("web
       expect(got[1]!.headers["webhook-id"]).toBe(got[0]!.headers["webhook-id"])
       const payload = new Webhook(result.secret).verify(got[1]!.body, got[1]!.headers as Record<string, string>) as { type: string; data: Record<string, unknown> }
       expect(payload).toMatchObject({ type: "topup.succeeded", data: { transaction_id: result.transactionId, amount_myr: 25 } })
-    }))
+    }), 170_000) // two service processes start in turn: slow on a loaded two-core machine
 })

@@ -321,3 +321,114 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement that 
       expect(yield* violations(dev.accountId)).toEqual([])
     }), 30_000)
 })
+
+/** Text PostgreSQL cannot store: U+0000 (text, jsonb) and unpaired surrogates (jsonb refuses their escapes). */
+const HOSTILE = { endUser: "u\u0000\ud800", metadata: { "t\u0000": "v\udc00", team: "\ud83d" } }
+const STORED = { endUser: "u\uFFFD\uFFFD", metadata: { "t\uFFFD": "v\uFFFD", team: "\uFFFD" } }
+
+layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement of hostile text (issue 33, item 1)", (it) => {
+  it.scoped("a log row whose user and tags PostgreSQL cannot store is written storable, with its charge; nothing refused or parked", () =>
+    Effect.gen(function*() {
+      const dev = yield* caller("poison-text@example.com", { sen: 1000 })
+      const instance = yield* settlementInstance()
+      const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
+      const charge = grantCharge(grant, dev.keyId, 8_000, HOSTILE)
+      const logOnly = `req_${newId("poison")}`
+      instance.queue.enqueue(charge.queued)
+      instance.queue.enqueue({ log: { ...logOf(dev.accountId, dev.keyId, logOnly, 0, HOSTILE), status: "succeeded" } })
+      yield* instance.queue.flush
+      expect((yield* usageEntries(charge.requestId)).map((e) => Number(e.amount))).toEqual([8_000])
+      const rows = yield* raw<{ requestId: string; status: string; endUser: string; metadata: unknown }>(
+        `SELECT request_id AS "requestId", status, end_user AS "endUser", metadata FROM request_logs WHERE request_id = ANY($1) ORDER BY status`,
+        [[charge.requestId, logOnly]]
+      )
+      expect(rows).toEqual([
+        { requestId: charge.requestId, status: "billed", ...STORED },
+        { requestId: logOnly, status: "succeeded", ...STORED }
+      ])
+      expect(grant.pending).toBe(0)
+      expect(instance.queue.health()).toEqual({ failures: 0, refused: 0 })
+      expect(yield* raw(`SELECT 1 FROM settlement_parked WHERE request_id = ANY($1)`, [[charge.requestId, logOnly]])).toEqual([])
+      expect(yield* counted(instance.metrics.settlementClamped, { field: "endUser" })).toBe(2)
+      expect(yield* violations(dev.accountId)).toEqual([])
+    }))
+
+  it.scoped("a refused settlement holding text PostgreSQL cannot store is parked all the same: its hold back, the queue flowing", () =>
+    Effect.gen(function*() {
+      const dev = yield* caller("poison-text-parked@example.com", { sen: 1000 })
+      const closing: Array<Grant> = []
+      const instance = yield* settlementInstance({ closing })
+      const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
+      const poisoned = grantCharge(grant, dev.keyId, 6_000, HOSTILE)
+      const item = { ...poisoned.item, description: "Model call \u0000\ud800" }
+      yield* raw(`ALTER TABLE request_logs ADD CONSTRAINT refuse_text CHECK (request_id <> '${poisoned.requestId}')`)
+      instance.queue.enqueue({ ...poisoned.queued, item })
+      const parked = yield* eventually(
+        raw<{ kind: string; status: string; item: { item: { description: string; log: { endUser: string; metadata: unknown } } } }>(
+          `SELECT kind, status, item FROM settlement_parked WHERE request_id = $1`,
+          [poisoned.requestId]
+        ),
+        (rows) => rows.length > 0
+      )
+      yield* raw(`ALTER TABLE request_logs DROP CONSTRAINT refuse_text`)
+      expect(parked).toHaveLength(1)
+      expect(parked[0]).toMatchObject({ kind: "GrantCharge", status: "parked" })
+      expect(parked[0]?.item.item.description).toBe("Model call \uFFFD\uFFFD")
+      expect(parked[0]?.item.item.log).toMatchObject(STORED)
+      // Its charge went back to the wallet; the queue is empty and flows: a later charge and a hand-back are written.
+      expect(yield* usageEntries(poisoned.requestId)).toEqual([])
+      expect(grant.pending).toBe(0)
+      expect(instance.queue.health()).toEqual({ failures: 0, refused: 0 })
+      const next = grantCharge(grant, dev.keyId, 1_000)
+      instance.queue.enqueue(next.queued)
+      grant.remaining = 100_000 - 6_000 - 1_000
+      closing.push(grant)
+      yield* instance.queue.flush
+      expect((yield* usageEntries(next.requestId)).map((e) => Number(e.amount))).toEqual([1_000])
+      expect(yield* grantAmount(grant.id)).toBe(0)
+      expect(yield* violations(dev.accountId)).toEqual([])
+    }), 30_000)
+
+  it.scoped("a settlement the database will neither write nor park is given up after a few tries: nothing loops, the rest is written", () =>
+    Effect.gen(function*() {
+      const dev = yield* caller("poison-give-up@example.com", { sen: 1000 })
+      const instance = yield* settlementInstance()
+      const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
+      const doomed = grantCharge(grant, dev.keyId, 5_000)
+      yield* raw(`ALTER TABLE request_logs ADD CONSTRAINT refuse_doomed CHECK (request_id <> '${doomed.requestId}')`)
+      yield* raw(`ALTER TABLE settlement_parked ADD CONSTRAINT refuse_doomed CHECK (request_id <> '${doomed.requestId}')`)
+      instance.queue.enqueue(doomed.queued)
+      const health = yield* eventually(Effect.sync(() => instance.queue.health()), (h) => h.refused === 0 && grant.pending === 0, 15_000)
+      yield* raw(`ALTER TABLE request_logs DROP CONSTRAINT refuse_doomed`)
+      yield* raw(`ALTER TABLE settlement_parked DROP CONSTRAINT refuse_doomed`)
+      expect(health).toEqual({ failures: 0, refused: 0 })
+      expect(grant.pending).toBe(0)
+      expect(yield* counted(instance.metrics.settlementParked, { kind: "dropped" })).toBe(1)
+      expect(yield* raw(`SELECT 1 FROM settlement_parked WHERE request_id = $1`, [doomed.requestId])).toEqual([])
+      const next = grantCharge(grant, dev.keyId, 2_000)
+      instance.queue.enqueue(next.queued)
+      yield* instance.queue.flush
+      expect((yield* usageEntries(next.requestId)).map((e) => Number(e.amount))).toEqual([2_000])
+      expect(instance.queue.health()).toEqual({ failures: 0, refused: 0 })
+    }), 30_000)
+
+  it.scoped("a pending row the database refuses does not hold back the grants' hand-backs", () =>
+    Effect.gen(function*() {
+      const dev = yield* caller("poison-pending@example.com", { sen: 1000 })
+      const closing: Array<Grant> = []
+      const instance = yield* settlementInstance({ closing })
+      const grant = yield* grantRow(dev.accountId, instance.holder, 100_000)
+      const running = `req_${newId("poison")}`
+      yield* raw(`ALTER TABLE request_logs ADD CONSTRAINT refuse_pending CHECK (request_id <> '${running}')`)
+      const log = logOf(dev.accountId, dev.keyId, running, 0)
+      // A call running for two seconds: its pending row is due, and the database refuses it.
+      instance.queue.track({ log, startedAt: new Date(Date.now() - 2_000), amountMicroMyr: 0, source: { _tag: "None" }, epoch: 0 })
+      grant.remaining = 100_000
+      closing.push(grant)
+      const left = yield* eventually(grantAmount(grant.id), (amount) => amount === 0)
+      yield* raw(`ALTER TABLE request_logs DROP CONSTRAINT refuse_pending`)
+      expect(left).toBe(0)
+      expect(yield* raw(`SELECT 1 FROM request_logs WHERE request_id = $1`, [running])).toEqual([])
+      expect(yield* violations(dev.accountId)).toEqual([])
+    }), 30_000)
+})

@@ -2,6 +2,7 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Clock, Context, Effect, Layer } from "effect"
 import { newId } from "../Domain/Ids.js"
 import { fromSen } from "../Domain/Money.js"
+import { storableJson } from "../Domain/Strict.js"
 
 export interface PaymentTransaction {
   readonly id: string
@@ -34,9 +35,6 @@ export type DisputeFact = Omit<DisputeRow, "id"> & {
 
 type Sql = Effect.Effect.Success<typeof SqlClient.SqlClient>
 
-/** PostgreSQL's jsonb refuses U+0000, which customer-entered fields may hold; the stored copy shows U+FFFD. */
-const storableJson = (value: unknown) =>
-  JSON.stringify(value, (_key, field: unknown) => typeof field === "string" ? field.replaceAll("\u0000", "\uFFFD") : field)
 type Q<A> = Effect.Effect<A, SqlError.SqlError>
 
 const transactionColumns = (sql: Sql) =>

@@ -1,11 +1,28 @@
 import { DateTime, ParseResult, Schema } from "effect"
 
+/** An unpaired UTF-16 surrogate: with the `u` flag a pair is one code point, so only a lone half matches. */
+const LONE_SURROGATE = /\p{Cs}/u
+
+/** Why PostgreSQL could not store `text`, or undefined when it can (text refuses U+0000; jsonb, a lone surrogate's escape). */
+export const unstorable = (text: string): string | undefined =>
+  text.includes("\u0000")
+    ? "must not contain the character U+0000"
+    : LONE_SURROGATE.test(text)
+    ? "must not contain an unpaired UTF-16 surrogate (U+D800 to U+DFFF alone)"
+    : undefined
+
+/** `text` made storable: U+0000 and each lone surrogate become U+FFFD (what a UTF-8 decoder shows for them). */
+export const storable = (text: string): string =>
+  unstorable(text) === undefined ? text : text.replaceAll("\u0000", "\uFFFD").replace(/\p{Cs}/gu, "\uFFFD")
+
 /**
- * A string PostgreSQL can store: its text type refuses U+0000, and a query
- * that tried would fail as a 500. Every client string that reaches SQL is one.
+ * A string PostgreSQL can store: its text type refuses U+0000, jsonb refuses
+ * the escape of an unpaired surrogate, and a write that tried would fail (a
+ * 500, or a settlement refused after the call answered). Every client string
+ * that is kept or reaches SQL is one.
  */
 export const SqlString = Schema.String.pipe(
-  Schema.filter((text) => !text.includes("\u0000"), { message: () => "must not contain the character U+0000" })
+  Schema.filter((text) => unstorable(text) ?? true)
 )
 
 // RFC 3339 section 5.6: full-date "T" full-time; seconds may carry a fraction; a zone is required.
@@ -63,3 +80,19 @@ export const jsonDeeperThan = (text: string, max: number): boolean => {
   }
   return false
 }
+
+const storableKeys = (object: object): object =>
+  Object.fromEntries(Object.entries(object).map(([key, value]) => [storable(key), value]))
+
+/**
+ * `value` as JSON that jsonb and text both take, whatever its strings hold:
+ * U+0000 and lone surrogates, in keys as in values, become U+FFFD.
+ */
+export const storableJson = (value: unknown): string =>
+  JSON.stringify(value, (_key, field: unknown) =>
+    typeof field === "string"
+      ? storable(field)
+      : typeof field === "object" && field !== null && !Array.isArray(field) &&
+          Object.keys(field).some((key) => unstorable(key) !== undefined)
+      ? storableKeys(field)
+      : field)

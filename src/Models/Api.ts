@@ -19,6 +19,7 @@ import {
   UnsupportedInput,
   wire
 } from "../Domain/Errors.js"
+import { SqlString, unstorable } from "../Domain/Strict.js"
 
 export const PUBLIC_MODEL = "svc/nenas-flash"
 export const CONTEXT_WINDOW = 1_000_000
@@ -29,12 +30,15 @@ const intBetween = (min: number, max: number) => Schema.Int.pipe(Schema.between(
 /** A per-request cost cap in MYR: greater than 0. */
 /** Up to RM 1,000,000: far above any call, and still a safe integer in micro-MYR. */
 /** OpenAI's `metadata`: up to 16 string pairs, keys up to 64 characters, values up to 512; stored on the call's log. */
-export const Metadata = Schema.Record({ key: Schema.String, value: Schema.String.pipe(Schema.maxLength(512)) }).pipe(
+export const Metadata = Schema.Record({ key: Schema.String, value: SqlString.pipe(Schema.maxLength(512)) }).pipe(
   Schema.filter((pairs) => {
     const keys = Object.keys(pairs)
     if (keys.length > 16) return "metadata has at most 16 pairs"
     const long = keys.find((key) => key.length === 0 || key.length > 64)
-    return long === undefined || `metadata keys have 1 to 64 characters; ${JSON.stringify(long.slice(0, 70))} does not`
+    if (long !== undefined) return `metadata keys have 1 to 64 characters; ${JSON.stringify(long.slice(0, 70))} does not`
+    // Named here, not by the key's own path: a param that quotes the bad key would carry the bad character.
+    const problem = keys.map(unstorable).find((found) => found !== undefined)
+    return problem === undefined || `metadata keys ${problem}`
   })
 ).annotations({ identifier: "Metadata" })
 
@@ -165,7 +169,7 @@ export const ResponsesBody = Schema.Struct({
     description: "Default true: the response is kept 30 days (GET/DELETE /v1/responses/{id}); false keeps nothing."
   })),
   /** Continue from a stored response: its input and output items come before `input` (its instructions do not). */
-  previous_response_id: Schema.optional(Schema.NullOr(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))).annotations({
+  previous_response_id: Schema.optional(Schema.NullOr(SqlString.pipe(Schema.minLength(1), Schema.maxLength(200))).annotations({
     description: "A stored response of this account: its input and output items come first, billed as input."
   })),
   reasoning: Schema.optional(Schema.Struct({
@@ -177,7 +181,7 @@ export const ResponsesBody = Schema.Struct({
   stream: Schema.optionalWith(Schema.Boolean, { default: () => false }),
   temperature: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 2)))),
   top_p: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))),
-  user: Schema.optional(Schema.String),
+  user: Schema.optional(SqlString),
   metadata: Schema.optional(Schema.NullOr(Metadata)),
   tools: Schema.optional(Schema.NullOr(Schema.Array(ResponsesTool))),
   tool_choice: Schema.optional(Schema.NullOr(ResponsesToolChoice)),
@@ -276,7 +280,7 @@ export const ChatCompletionRequest = Schema.Struct({
   stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) }))),
   top_p: Schema.optionalWith(Schema.Number.pipe(Schema.between(0, 1)), { nullable: true }),
   stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String).pipe(Schema.maxItems(4))))),
-  user: Schema.optional(Schema.String),
+  user: Schema.optional(SqlString),
   reasoning_effort: Schema.optionalWith(ReasoningEffort, { nullable: true }),
   n: Schema.optionalWith(Schema.Literal(1), { nullable: true }),
   seed: Schema.optional(Schema.NullOr(Schema.Int)),

@@ -94,7 +94,7 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       settlementParked: new Counter({
         name: "nenas_settlement_parked_total",
-        help: "Settlements the database kept refusing, parked in settlement_parked for `npm run settlement:replay`, by kind.",
+        help: "Settlements the database kept refusing, parked in settlement_parked for `npm run settlement:replay`, by kind (dropped: not even parking was taken).",
         labelNames: ["kind"] as const,
         registers
       }),

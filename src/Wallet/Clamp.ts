@@ -1,10 +1,11 @@
+import { storable } from "../Domain/Strict.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import type { SettleItem } from "./Settle.js"
 
 /**
  * Values a settlement would write that PostgreSQL refuses, made writable
  * before the flush, so that one call's absurd usage (3e9 tokens into an
- * `integer` column) cannot hold back its batch. Each change is an anomaly:
+ * `integer` column, U+0000 in a tag) cannot hold back its batch. Each change is an anomaly:
  * the queue counts it (`nenas_settlement_clamped_total`) and logs it with the
  * call's request id. Money is clamped the same way: whole, at least 0.
  */
@@ -31,12 +32,20 @@ const whole = (requestId: string, field: string, value: number, max: number, fou
   return written
 }
 
-/** PostgreSQL's text refuses the NUL character; it is dropped. */
+/** PostgreSQL's text refuses U+0000 and jsonb a lone surrogate's escape: each becomes U+FFFD, so the charge is still written. */
 const text = (requestId: string, field: string, value: string, found: Found): string => {
-  if (!value.includes("\u0000")) return value
-  const written = value.replaceAll("\u0000", "")
-  found.push({ requestId, field, value: JSON.stringify(value), written: JSON.stringify(written) })
+  const written = storable(value)
+  if (written !== value) found.push({ requestId, field, value: JSON.stringify(value), written: JSON.stringify(written) })
   return written
+}
+
+/** The caller's tags, each key and value storable; the same object when all were. */
+const tags = (requestId: string, metadata: Readonly<Record<string, string>>, found: Found): Readonly<Record<string, string>> => {
+  const before = found.length
+  const fixed = Object.fromEntries(
+    Object.entries(metadata).map(([key, value]) => [text(requestId, "metadata", key, found), text(requestId, `metadata.${storable(key)}`, value, found)])
+  )
+  return found.length === before ? metadata : fixed
 }
 
 const INT_FIELDS = [
@@ -58,6 +67,16 @@ export const clampLog = (row: LogWrite, found: Found): LogWrite => {
   for (const field of TEXT_FIELDS) fixed[field] = text(row.requestId, field, row[field], found)
   fixed.costMicroMyr = whole(row.requestId, "costMicroMyr", row.costMicroMyr, Number.MAX_SAFE_INTEGER, found)
   if (row.errorCode !== null) fixed.errorCode = text(row.requestId, "errorCode", row.errorCode, found)
+  // The caller's own words: validated at the door (`SqlString`), made storable here whatever got through.
+  if (row.endUser != null) fixed.endUser = text(row.requestId, "endUser", row.endUser, found)
+  if (row.metadata != null) fixed.metadata = tags(row.requestId, row.metadata, found)
+  if (row.attempts !== undefined) {
+    fixed.attempts = row.attempts.map((a) => ({
+      ...a,
+      target: text(row.requestId, "attempts.target", a.target, found),
+      outcome: text(row.requestId, "attempts.outcome", a.outcome, found)
+    }))
+  }
   return found.length === before ? row : fixed
 }
 

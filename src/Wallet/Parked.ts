@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Cause, Clock, Effect, Exit, Option, Schema } from "effect"
 import type { LogWrite } from "../Logs/RequestLogs.js"
+import { storable, storableJson } from "../Domain/Strict.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import type { Batch, SettleItem } from "./Settle.js"
 import { settleBatch } from "./Settle.js"
@@ -51,7 +52,10 @@ export interface Parking {
   readonly holder: string
 }
 
-/** Parks a settlement and gives its call's hold back to the wallet, in one transaction; false when it was parked already. */
+/**
+ * Parks a settlement and gives its call's hold back to the wallet, in one transaction; false when it was parked already.
+ * Its text is made storable (U+0000, lone surrogates → U+FFFD): what the database refused cannot refuse its parking too.
+ */
 export const park = (parking: Parking): Effect.Effect<boolean, SqlError.SqlError, SqlClient.SqlClient | RequestLogs> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -61,7 +65,7 @@ export const park = (parking: Parking): Effect.Effect<boolean, SqlError.SqlError
         INSERT INTO settlement_parked
           (id, request_id, account_id, kind, item, error, attempts, holder, first_failed_at, last_failed_at)
         VALUES (${parking.id}, ${requestIdOf(settlement)}, ${accountIdOf(settlement)}, ${kindOf(settlement)},
-                ${JSON.stringify(settlement)}::jsonb, ${parking.error}, ${parking.attempts}, ${parking.holder},
+                ${storableJson(settlement)}::jsonb, ${storable(parking.error)}, ${parking.attempts}, ${parking.holder},
                 ${parking.firstFailedAt}, ${parking.lastFailedAt})
         ON CONFLICT (id) DO NOTHING
         RETURNING id

@@ -2,7 +2,6 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import type { Scope } from "effect"
 import { Cause, Context, Duration, Effect, Exit, Fiber, Runtime, Schedule } from "effect"
-import { newId } from "../Domain/Ids.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import type { StoredWrite } from "../Responses/Store.js"
 import { pendingRow, RequestLogs } from "../Logs/RequestLogs.js"
@@ -13,7 +12,7 @@ import type { GrantPool } from "./GrantPool.js"
 import type { Grant } from "./Grants.js"
 import { ReservationLeases } from "./Leases.js"
 import { refusalOf, writeInParts } from "./Isolation.js"
-import { failureText, kindOf, park, requestIdOf } from "./Parked.js"
+import { parkRefused, type Refused, refuse, retryRefused } from "./Refusals.js"
 import { logCapture } from "./Repo.js"
 import type { Batch, BatchOutcome, NumberedReturn, SettleItem } from "./Settle.js"
 import { settleBatch } from "./Settle.js"
@@ -26,10 +25,6 @@ const FLUSH_AT_DEPTH = 512
 const PENDING_AFTER_MS = 1000
 /** After this many failed flushes in a row, settlements are written in parts: one the database refuses does not hold back the rest. */
 const ISOLATE_AFTER = 3
-/** A settlement the database refused this many times, written alone, is parked (`Parked.ts`). */
-const PARK_AFTER = 3
-/** A refused settlement is tried alone again after this long, doubled each time (so parked about a second after it was first refused). */
-const RETRY_ALONE_AFTER_MS = 250
 
 /** One settlement waiting for the flush: money to move, a log row, or both. */
 export interface Queued {
@@ -49,7 +44,7 @@ export interface Queued {
  * every item is safe to write twice (`settleBatch`). After `ISOLATE_AFTER`
  * failures in a row the batch is written in parts (`Isolation.ts`), halved
  * until each part is written or is one settlement the database refuses;
- * that one is retried alone, beside the batches, and parked after
+ * that one is retried alone, beside the batches (`Refusals.ts`), and parked after
  * `PARK_AFTER` refusals. At shutdown everything is written and every grant
  * handed back.
  */
@@ -68,18 +63,6 @@ export interface SettlementQueue {
 interface Running {
   readonly hold: CallHold
   written: boolean
-}
-
-/** A settlement the database refused, written alone: retried alone, later and later, then parked. */
-interface Refused {
-  readonly entry: Queued
-  /** Its id in `settlement_parked`, the same for every try at parking it. */
-  readonly parkedId: string
-  readonly firstFailedAt: Date
-  attempts: number
-  lastFailedAt: Date
-  error: string
-  nextTryAt: number
 }
 
 /** The queue's state, and what a flush needs. */
@@ -206,7 +189,7 @@ const flushOnce = (queue: Queue) =>
       const taken: Taken = { entries, due, returns, close: handBacks.close }
       yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeIsolated(queue, taken, now)
     }
-    yield* retryRefused(queue, now)
+    yield* retryRefused(queue, now, (entry) => write(queue, alone(entry), now, false))
     queue.metrics.settlementQueueDepth.set(queue.entries.length + queue.refused.length)
     queue.metrics.grantsHeld.set(queue.pool.unlent())
   })
@@ -221,7 +204,7 @@ const alone = (entry: Queued): Taken => ({ entries: [entry], due: [], returns: [
 const writeIsolated = (queue: Queue, taken: Taken, now: number) =>
   Effect.gen(function*() {
     const head = taken.due.length > 0 || taken.returns.length > 0 || taken.close.length > 0
-      ? yield* Effect.exit(write(queue, { ...taken, entries: [] }, now))
+      ? yield* writeHead(queue, taken, now)
       : undefined
     const parts = yield* writeInParts(
       taken.entries,
@@ -235,75 +218,22 @@ const writeIsolated = (queue: Queue, taken: Taken, now: number) =>
     if (!written && unanswered !== undefined) return yield* Effect.failCause(unanswered)
   })
 
-const refuse = (queue: Queue, entry: Queued, cause: Cause.Cause<unknown>, now: number) => {
-  const at = new Date(now)
-  queue.refused.push({
-    entry,
-    parkedId: newId("sp"),
-    firstFailedAt: at,
-    attempts: 1,
-    lastFailedAt: at,
-    error: failureText(cause),
-    nextTryAt: now + RETRY_ALONE_AFTER_MS
-  })
-}
-
-/** Refused settlements whose time has come, each alone: written, refused again (parked after `PARK_AFTER`), or left for later. */
-const retryRefused = (queue: Queue, now: number) =>
+/**
+ * The rows due and the hand-backs. A `pending` row the database refuses is given up (the call's final row
+ * comes with its settlement), and the hand-backs are written without it: they never wait behind it.
+ */
+const writeHead = (queue: Queue, taken: Taken, now: number) =>
   Effect.gen(function*() {
-    for (const refused of [...queue.refused]) {
-      if (refused.nextTryAt > now) continue
-      const exit = yield* Effect.exit(write(queue, alone(refused.entry), now, false))
-      if (Exit.isSuccess(exit)) {
-        queue.refused = queue.refused.filter((other) => other !== refused)
-        continue
-      }
-      const backOff = RETRY_ALONE_AFTER_MS * 2 ** Math.min(refused.attempts, 4)
-      refused.nextTryAt = now + backOff
-      if (refusalOf(exit.cause) === undefined) continue
-      refused.attempts++
-      refused.lastFailedAt = new Date(now)
-      refused.error = failureText(exit.cause)
-      if (refused.attempts >= PARK_AFTER) yield* parkRefused(queue, refused, now)
+    const head = { ...taken, entries: [] }
+    const exit = yield* Effect.exit(write(queue, head, now, taken.due.length === 0))
+    if (Exit.isSuccess(exit) || taken.due.length === 0) return exit
+    if (refusalOf(exit.cause) === undefined) {
+      queue.returns = [...taken.returns, ...queue.returns]
+      return exit
     }
-  })
-
-/** Parks a settlement: its hold goes back to the wallet, and this instance forgets it (the grant's charge, the lease). */
-const parkRefused = (queue: Queue, refused: Refused, now: number) =>
-  Effect.gen(function*() {
-    const { entry } = refused
-    const settlement = { item: entry.item, log: entry.log }
-    const exit = yield* Effect.exit(
-      park({
-        id: refused.parkedId,
-        settlement,
-        error: refused.error,
-        attempts: refused.attempts,
-        firstFailedAt: refused.firstFailedAt,
-        lastFailedAt: new Date(now),
-        holder: queue.leases.holder
-      }).pipe(Effect.provide(queue.context))
-    )
-    if (Exit.isFailure(exit)) {
-      return yield* Effect.logWarning("a refused settlement could not be parked; it is tried again", exit.cause).pipe(
-        Effect.annotateLogs({ requestId: requestIdOf(settlement) })
-      )
-    }
-    queue.refused = queue.refused.filter((other) => other !== refused)
-    if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount, entry.grant.apiKeyId)
-    if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
-    const kind = kindOf(settlement)
-    queue.metrics.settlementParked.inc({ kind })
-    yield* Effect.logError("settlement parked: the database kept refusing it; its hold went back to the wallet").pipe(
-      Effect.annotateLogs({
-        requestId: requestIdOf(settlement),
-        parkedId: refused.parkedId,
-        kind,
-        attempts: refused.attempts,
-        error: refused.error,
-        replay: `DATABASE_URL=... npm run settlement:replay -- ${refused.parkedId}`
-      })
-    )
+    for (const r of taken.due) r.written = true
+    yield* Effect.logWarning("pending rows refused by the database; their calls' final rows are written when they settle", exit.cause)
+    return yield* Effect.exit(write(queue, { ...head, due: [] }, now))
   })
 
 /** The batch `taken` writes, its values clamped to what the columns hold (each change an anomaly). */

@@ -1,9 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { newId } from "../src/Domain/Ids.js"
+import { expectClientError } from "./support/ErrorBody.js"
 import { call } from "./support/Http.js"
 import { deliverEvent, events, StripeDouble, testServerWithStripe, topUp } from "./support/Stripe.js"
-import { query, TestServer } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 import { developer } from "./support/Wallet.js"
 import { eventually } from "./support/WebhookReceiver.js"
 
@@ -195,5 +196,28 @@ layer(testServerWithStripe(), { excludeTestServices: true, timeout: 120_000 })("
       clock.advance("2 hours")
       yield* Effect.sleep("600 millis")
       expect(yield* chargesOf(accountId)).toHaveLength(1)
+    }))
+})
+
+layer(TestServerLive({ ipCheckoutsPerMinute: 2 }), { excludeTestServices: true, timeout: 60_000 })("saving a card is limited", (it) => {
+  it.effect("like checkout creation, per client address: 429 with retry_after_seconds, no setup session made", () =>
+    Effect.gen(function*() {
+      const { accountId, token } = yield* developer("card-limit@example.com")
+      const statuses: Array<number> = []
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const reply = yield* call("POST", "/dashboard/billing/card", { token })
+        statuses.push(reply.status)
+        if (reply.status === 429) {
+          expectClientError(reply, { status: 429, code: "rate_limit_exceeded" })
+          expect(reply.body.error.retry_after_seconds).toBeGreaterThanOrEqual(1)
+          expect(reply.body.error.retry_after_seconds).toBeLessThanOrEqual(60)
+        }
+      }
+      expect(statuses).toEqual([200, 200, 429])
+      const setups = yield* query("SELECT id FROM card_setups WHERE account_id = $1", [accountId])
+      expect(setups).toHaveLength(2)
+      // One budget with checkouts: alternating the two does not double it.
+      const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
+      expect(checkout.status, checkout.text).toBe(429)
     }))
 })

@@ -132,8 +132,10 @@ const ACCEPTED_WAIT_MS = 60 * 60 * 1000
 
 /**
  * Charges queued auto top-ups: each claimed by one instance (`FOR UPDATE SKIP
- * LOCKED`), charged off-session with an idempotency key per attempt (a retry
- * after a lost answer or a dead claimer is the same payment), and credited
+ * LOCKED`), checked at charge time (not suspended, auto top-up still on),
+ * charged off-session with an idempotency key per attempt (a retry after a
+ * lost answer is the same payment; an attempt claimed again looks for its
+ * PaymentIntent first, as Stripe forgets keys after 24 hours), and credited
  * only when `payment_intent.succeeded` reaches the webhook receiver.
  */
 export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {

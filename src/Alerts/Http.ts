@@ -10,6 +10,7 @@ import { CardProcessor } from "../Billing/CardProcessor.js"
 import { Cards } from "../Billing/Cards.js"
 import { Mail } from "../Outbox/Mail.js"
 import { NOT_ALLOWED, refusedWebhookUrl } from "../Outbox/Post.js"
+import { IpLimits } from "../Request/IpLimits.js"
 import { HostResolver } from "../Search/Fetch.js"
 import { Spending } from "../Wallet/Spending.js"
 import { WalletSettings } from "../Wallet/Settings.js"
@@ -160,6 +161,7 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
     const endpoints = yield* WebhookEndpoints
     const cards = yield* Cards
     const cardProcessor = yield* CardProcessor
+    const ipLimits = yield* IpLimits
     const read = (accountId: string) =>
       Effect.flatMap(Effect.orDie(settings.get(accountId)), (row) =>
         row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
@@ -183,6 +185,8 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
       .handle("saveCard", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          // A setup-mode Checkout Session costs what a top-up's does: counted in the same per-address budget.
+          yield* ipLimits.take("checkouts", yield* ipLimits.client)
           const known = yield* Effect.orDie(cards.find(account.id))
           const customerId = yield* cardProcessor.ensureCustomer(account.id, account.email, known?.customerId ?? null)
           yield* Effect.orDie(cards.saveCustomer(account.id, customerId))

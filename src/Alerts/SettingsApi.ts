@@ -1,7 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { BillingError, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { BillingError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 
 /** Top-up amounts auto top-up may charge, in MYR: the checkout's options. */
 export const AUTO_TOPUP_AMOUNTS_MYR = [10, 25, 50, 100, 250, 500] as const
@@ -59,7 +59,9 @@ export class AlertsApi extends HttpApiGroup.make("alerts")
     HttpApiEndpoint.post("saveCard", "/dashboard/billing/card")
       .addSuccess(Schema.Struct({ session_id: Schema.String, url: Schema.String }))
       .addError(wire(BillingError))
-      .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session.")
+      .addError(wire(RateLimitExceeded))
+      .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session. " +
+        "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`).")
   )
   .add(
     HttpApiEndpoint.del("forgetCard", "/dashboard/billing/card")

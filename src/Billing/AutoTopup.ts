@@ -9,7 +9,7 @@ import { SqlString } from "../Domain/Strict.js"
 import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
 import { type AutoTopupRow, AutoTopups } from "../Wallet/AutoTopups.js"
 import { WalletSettings } from "../Wallet/Settings.js"
-import { CardProcessor } from "./CardProcessor.js"
+import { CardProcessor, type ChargeOutcome } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
 import { deliver } from "./DevCheckout.js"
 import { CURRENCY, PaymentProcessor } from "./PaymentProcessor.js"
@@ -47,6 +47,8 @@ const reasonOf = (code: string) =>
 export class AutoTopupOutcomes extends Context.Tag("nenas/AutoTopupOutcomes")<AutoTopupOutcomes, {
   /** A refused charge: the attempt and its transaction fail, auto top-up turns off, and the developer is told. */
   readonly refused: (autoTopupId: string, code: string) => Effect.Effect<boolean, SqlError.SqlError>
+  /** Not charged: the account was suspended or auto top-up turned off after queuing (nothing to tell: the developer knows). */
+  readonly dropped: (autoTopupId: string, code: string) => Effect.Effect<boolean, SqlError.SqlError>
   /** The attempt is finished as paid (its money is credited by the receiver, once). */
   readonly paid: (autoTopupId: string) => Effect.Effect<boolean, SqlError.SqlError>
 }>() {
@@ -90,6 +92,13 @@ export class AutoTopupOutcomes extends Context.Tag("nenas/AutoTopupOutcomes")<Au
             })
             return true
           })).pipe(Effect.provideService(SqlClient.SqlClient, sql)),
+        dropped: (autoTopupId, code) =>
+          sql.withTransaction(Effect.gen(function*() {
+            const attempt = yield* attempts.find(autoTopupId)
+            if (attempt === undefined || !(yield* attempts.finish(autoTopupId, "failed", yield* now, code))) return false
+            if (attempt.transactionId !== null) yield* payments.fail(attempt.transactionId)
+            return true
+          })).pipe(Effect.provideService(SqlClient.SqlClient, sql)),
         paid: (autoTopupId) => Effect.flatMap(now, (at) => attempts.finish(autoTopupId, "succeeded", at, null))
       })
     })
@@ -123,8 +132,10 @@ const ACCEPTED_WAIT_MS = 60 * 60 * 1000
 
 /**
  * Charges queued auto top-ups: each claimed by one instance (`FOR UPDATE SKIP
- * LOCKED`), charged off-session with an idempotency key per attempt (a retry
- * after a lost answer or a dead claimer is the same payment), and credited
+ * LOCKED`), checked at charge time (not suspended, auto top-up still on),
+ * charged off-session with an idempotency key per attempt (a retry after a
+ * lost answer is the same payment; an attempt claimed again looks for its
+ * PaymentIntent first, as Stripe forgets keys after 24 hours), and credited
  * only when `payment_intent.succeeded` reaches the webhook receiver.
  */
 export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
@@ -137,22 +148,9 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
   const config = yield* AppConfig
   const client = yield* HttpClient.HttpClient
 
-  const charge = (attempt: AutoTopupRow) =>
+  /** Stripe took (or refused) the charge: the claim waits for its event, or the refusal turns auto top-up off. */
+  const settle = (attempt: AutoTopupRow, transactionId: string, outcome: ChargeOutcome) =>
     Effect.gen(function*() {
-      const card = yield* cards.find(attempt.accountId)
-      if (card?.paymentMethodId == null) return yield* outcomes.refused(attempt.id, "no_saved_card")
-      let transactionId = attempt.transactionId
-      if (transactionId === null) {
-        transactionId = yield* repo.createPending(attempt.accountId, attempt.amountSen)
-        yield* attempts.attachTransaction(attempt.id, transactionId)
-      }
-      const outcome = yield* processor.charge({
-        customerId: card.customerId,
-        paymentMethodId: card.paymentMethodId,
-        amountSen: attempt.amountSen,
-        idempotencyKey: `auto_topup_${attempt.id}`,
-        metadata: { transaction_id: transactionId, account_id: attempt.accountId, auto_topup_id: attempt.id }
-      })
       if (outcome._tag === "Refused") return yield* outcomes.refused(attempt.id, outcome.code)
       yield* attempts.attachIntent(attempt.id, outcome.paymentIntentId, new Date((yield* Clock.currentTimeMillis) + ACCEPTED_WAIT_MS))
       if (payments.simulated) {
@@ -160,6 +158,45 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
         yield* deliver(client, config, payments.webhookSecret, succeededEvent(attempt, transactionId, outcome.paymentIntentId, created))
       }
       return true
+    })
+
+  const charge = (attempt: AutoTopupRow) =>
+    Effect.gen(function*() {
+      const card = yield* cards.find(attempt.accountId)
+      // Claimed again: the first claimer may have made the payment and died before recording it. Stripe forgets
+      // an idempotency key after 24 hours, so the payment is looked for, never made a second time.
+      if (attempt.reclaimed && card !== undefined && attempt.transactionId !== null) {
+        const found = yield* processor.findCharge({
+          customerId: card.customerId,
+          paymentIntentId: attempt.paymentIntentId,
+          metadata: { auto_topup_id: attempt.id },
+          since: attempt.createdAt
+        })
+        if (found !== undefined) {
+          if (found._tag === "Accepted" && attempt.paymentIntentId !== null) {
+            yield* Effect.logWarning(`auto top-up ${attempt.id}: payment_intent.succeeded has not arrived for ${found.paymentIntentId}; ` +
+              "is the Stripe webhook endpoint subscribed to it?")
+          }
+          return yield* settle(attempt, attempt.transactionId, found)
+        }
+      }
+      let transactionId = attempt.transactionId
+      if (transactionId === null) {
+        transactionId = yield* repo.createPending(attempt.accountId, attempt.amountSen)
+        yield* attempts.attachTransaction(attempt.id, transactionId)
+      }
+      // Read at charge time, the last step before Stripe: what changed since queuing (a suspension, auto top-up off) counts.
+      const blocked = yield* attempts.blocker(attempt.id)
+      if (blocked !== undefined) return yield* outcomes.dropped(attempt.id, blocked)
+      if (card?.paymentMethodId == null) return yield* outcomes.refused(attempt.id, "no_saved_card")
+      const outcome = yield* processor.charge({
+        customerId: card.customerId,
+        paymentMethodId: card.paymentMethodId,
+        amountSen: attempt.amountSen,
+        idempotencyKey: `auto_topup_${attempt.id}`,
+        metadata: { transaction_id: transactionId, account_id: attempt.accountId, auto_topup_id: attempt.id }
+      })
+      return yield* settle(attempt, transactionId, outcome)
     }).pipe(Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`auto top-up ${attempt.id} was not charged yet`, cause), false)))
 
   const runOnce = Effect.gen(function*() {

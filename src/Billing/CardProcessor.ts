@@ -23,6 +23,15 @@ export interface OffSessionCharge {
   readonly metadata: Readonly<Record<string, string>>
 }
 
+/** What an earlier claim of an attempt may have paid: its intent if known, else the customer's intents since `since`. */
+export interface ChargeLookup {
+  readonly customerId: string
+  readonly paymentIntentId: string | null
+  /** The metadata the charge was made with: what tells the attempt's intent among the customer's. */
+  readonly metadata: Readonly<Record<string, string>>
+  readonly since: Date
+}
+
 /** A charge's outcome: Stripe confirms it (credited on `payment_intent.succeeded`), or refuses it with a code. */
 export type ChargeOutcome =
   | { readonly _tag: "Accepted"; readonly paymentIntentId: string }
@@ -40,6 +49,8 @@ export class CardProcessor extends Context.Tag("nenas/CardProcessor")<CardProces
   readonly createSetupCheckout: (input: { accountId: string; customerId: string; setupId: string }) => Effect.Effect<CheckoutSession, BillingError>
   readonly savedCard: (setupIntentId: string) => Effect.Effect<SavedCard, BillingError>
   readonly charge: (input: OffSessionCharge) => Effect.Effect<ChargeOutcome, BillingError>
+  /** The PaymentIntent an earlier claim made, and where it stands; none when no charge was made. */
+  readonly findCharge: (input: ChargeLookup) => Effect.Effect<ChargeOutcome | undefined, BillingError>
 }>() {
   static readonly layer = Layer.effect(
     CardProcessor,
@@ -56,6 +67,24 @@ const failed = (what: string) => (error: unknown) =>
     Effect.logWarning(`Stripe: ${what} failed`, error),
     Effect.fail(new BillingError({ message: `The payment processor did not ${what}; nothing was charged.` }))
   )
+
+/** Slack for the clocks of Stripe and this service when listing intents made since an attempt was queued. */
+const CLOCK_SLACK_S = 600
+/** A customer has a few automatic payments a day: more intents than this since one attempt is refused, not guessed at. */
+const MAX_LISTED = 1000
+
+/** Where an intent stands as a charge outcome: paid or under way, or refused (off-session, needing the cardholder is a refusal). */
+export const outcomeOfIntent = (intent: {
+  readonly id: string
+  readonly status: string
+  readonly last_payment_error?: { readonly code?: string | undefined; readonly message?: string | undefined } | null | undefined
+}): ChargeOutcome => {
+  if (intent.status === "succeeded" || intent.status === "processing" || intent.status === "requires_capture") {
+    return { _tag: "Accepted", paymentIntentId: intent.id }
+  }
+  const code = intent.status === "requires_action" ? "authentication_required" : intent.last_payment_error?.code ?? "payment_failed"
+  return { _tag: "Refused", code, message: intent.last_payment_error?.message ?? `The payment is ${intent.status}.`, paymentIntentId: intent.id }
+}
 
 const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
   CardProcessor.of({
@@ -123,6 +152,28 @@ const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
             })
             : failed("charge the saved card")(error)
         })
+      ),
+    findCharge: ({ customerId, metadata, paymentIntentId, since }) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (paymentIntentId !== null) return await stripe.paymentIntents.retrieve(paymentIntentId)
+          // Listing is consistent at once (search may lag a minute): the intent is there if it was ever made.
+          const list = stripe.paymentIntents.list({
+            customer: customerId,
+            created: { gte: Math.floor(since.getTime() / 1000) - CLOCK_SLACK_S },
+            limit: 100
+          })
+          let listed = 0
+          for await (const intent of list) {
+            if (Object.entries(metadata).every(([key, value]) => intent.metadata[key] === value)) return intent
+            if (++listed >= MAX_LISTED) throw new Error(`more than ${MAX_LISTED} payment intents of customer ${customerId}`)
+          }
+          return undefined
+        },
+        catch: (error) => error
+      }).pipe(
+        Effect.map((intent) => intent === undefined ? undefined : outcomeOfIntent(intent)),
+        Effect.catchAll(failed("find an earlier charge"))
       )
   })
 
@@ -159,7 +210,9 @@ const simulated = (config: AppConfigShape) =>
         message: card.outcome === "card_declined" ? "Your card was declined." : "This payment requires authentication by the cardholder.",
         paymentIntentId
       })
-    }
+    },
+    // Nothing is kept: a repeated simulated charge with the attempt's key is the same payment, credited once.
+    findCharge: () => Effect.succeed(undefined)
   })
 
 /** A simulated SetupIntent id carrying the test card's number. */

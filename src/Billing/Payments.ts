@@ -14,6 +14,7 @@ import { CardProcessor } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
 import { CURRENCY } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
+import { isHandled, type StripeEventType } from "./StripeEvents.js"
 
 /** A Stripe field that is an id, or the object when expanded. */
 const Expandable = Schema.Union(SqlString, Schema.Struct({ id: SqlString }))
@@ -338,7 +339,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
       /** The events we act on, and how; every other type is acknowledged and ignored. */
       const handlers: Record<
-        string,
+        StripeEventType,
         (event: StripeEvent) => Effect.Effect<boolean, InternalError | MalformedEvent | SqlError.SqlError>
       > = {
         "checkout.session.completed": completeCheckout,
@@ -356,7 +357,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
       return Payments.of({
         apply: (event) => {
-          const handle = Object.hasOwn(handlers, event.type) ? handlers[event.type] : undefined
+          const handle = isHandled(event.type) ? handlers[event.type] : undefined
           if (handle === undefined) return Effect.succeed(false)
           const decided = new Set<string>()
           return sql.withTransaction(Effect.gen(function*() {

@@ -41,9 +41,15 @@ export interface AutoTopupRow {
   readonly status: "queued" | "charging" | "succeeded" | "failed"
   readonly transactionId: string | null
   readonly paymentIntentId: string | null
+  readonly createdAt: Date
+  /** Claimed before (its claimer's lease lapsed): that claimer may have made a payment this one must find. */
+  readonly reclaimed: boolean
 }
 
-const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id"
+/** Why a claimed attempt must not be charged now: its account's state changed after it was queued. */
+export type AutoTopupBlocker = "account_suspended" | "auto_topup_disabled"
+
+const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id, created_at"
 
 export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
   /** Claims unfinished attempts (new ones, and ones whose claimer's lease lapsed) for `leaseMs`. */
@@ -54,6 +60,8 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
   /** Finishes an unfinished attempt; false when it was finished already. */
   readonly finish: (id: string, status: "succeeded" | "failed", at: Date, failureCode: string | null) => Effect.Effect<boolean, SqlError.SqlError>
   readonly find: (id: string) => Effect.Effect<AutoTopupRow | undefined, SqlError.SqlError>
+  /** Read at charge time, not only at queue time: a suspension or auto top-up turned off since then stops the charge. */
+  readonly blocker: (id: string) => Effect.Effect<AutoTopupBlocker | undefined, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     AutoTopups,
@@ -62,13 +70,14 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
       return AutoTopups.of({
         claim: (now, leaseMs) =>
           sql<AutoTopupRow>`
-            UPDATE auto_topups SET status = 'charging', claimed_until = ${new Date(now.getTime() + leaseMs)}
-            WHERE id IN (
-              SELECT id FROM auto_topups
+            WITH due AS (
+              SELECT id, status AS was FROM auto_topups
               WHERE status IN ('queued', 'charging') AND (claimed_until IS NULL OR claimed_until < ${now})
               ORDER BY created_at LIMIT 10 FOR UPDATE SKIP LOCKED
             )
-            RETURNING ${sql.unsafe(COLUMNS)}
+            UPDATE auto_topups t SET status = 'charging', claimed_until = ${new Date(now.getTime() + leaseMs)}
+            FROM due WHERE t.id = due.id
+            RETURNING ${sql.unsafe(COLUMNS.split(", ").map((c) => `t.${c}`).join(", "))}, due.was = 'charging' AS reclaimed
           `,
         attachTransaction: (id, transactionId) => Effect.asVoid(sql`UPDATE auto_topups SET transaction_id = ${transactionId} WHERE id = ${id}`),
         attachIntent: (id, paymentIntentId, holdUntil) =>
@@ -81,7 +90,21 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
             `,
             (rows) => rows.length > 0
           ),
-        find: (id) => Effect.map(sql<AutoTopupRow>`SELECT ${sql.unsafe(COLUMNS)} FROM auto_topups WHERE id = ${id}`, (rows) => rows[0])
+        find: (id) =>
+          Effect.map(sql<AutoTopupRow>`SELECT ${sql.unsafe(COLUMNS)}, false AS reclaimed FROM auto_topups WHERE id = ${id}`, (rows) => rows[0]),
+        blocker: (id) =>
+          Effect.map(
+            sql<{ suspended: boolean; enabled: boolean }>`
+              SELECT a.suspended_at IS NOT NULL AS suspended, w.auto_topup_enabled AS enabled
+              FROM auto_topups t JOIN accounts a ON a.id = t.account_id JOIN wallets w ON w.account_id = t.account_id
+              WHERE t.id = ${id}
+            `,
+            (rows): AutoTopupBlocker | undefined => {
+              const row = rows[0]
+              if (row?.suspended === true) return "account_suspended"
+              return row?.enabled === true ? undefined : "auto_topup_disabled"
+            }
+          )
       })
     })
   )

@@ -131,15 +131,38 @@ export interface StripeRequest {
   readonly idempotencyKey: string | undefined
 }
 
+/** A PaymentIntent the double made: every one is a real charge of the saved card. */
+export interface DoubleIntent {
+  readonly id: string
+  readonly object: "payment_intent"
+  readonly amount: number
+  readonly amount_received: number
+  readonly currency: string
+  readonly customer: string | null
+  readonly payment_method: string | null
+  readonly status: "succeeded"
+  readonly created: number
+  readonly metadata: Readonly<Record<string, string>>
+}
+
 /**
- * A local stand-in for Stripe's Checkout Sessions endpoint, reached by the
- * real `stripe` SDK through `STRIPE_API_URL`.
+ * A local stand-in for Stripe's API, reached by the real `stripe` SDK through
+ * `STRIPE_API_URL`: Checkout Sessions, customers, SetupIntents (each saves a
+ * Visa ending 4242) and off-session PaymentIntents (each pays). As Stripe
+ * does, a POST repeated with an Idempotency-Key it remembers answers the first
+ * result, until it forgets the key (after 24 hours; `forgetIdempotencyKeys`).
  */
 export class StripeDouble extends Context.Tag("test/StripeDouble")<StripeDouble, {
   readonly url: string
   readonly requests: Array<StripeRequest>
+  /** The PaymentIntents made, in order. */
+  readonly paymentIntents: Array<DoubleIntent>
   /** The next `n` session creations answer this HTTP status with a Stripe error body. */
   readonly failNext: (n: number, status: number) => void
+  /** The next `n` PaymentIntent creations are made (or replayed) but their answers lost: the connection is cut. */
+  readonly loseAnswers: (n: number) => void
+  /** Forgets every idempotency key, as Stripe does 24 hours after a key's first use. */
+  readonly forgetIdempotencyKeys: () => void
 }>() {}
 
 const readBody = (request: IncomingMessage) =>
@@ -151,47 +174,120 @@ const readBody = (request: IncomingMessage) =>
     request.on("error", reject)
   })
 
+/** `metadata[key]` form fields as an object. */
+const metadataOf = (form: Readonly<Record<string, string>>) =>
+  Object.fromEntries(Object.entries(form).flatMap(([field, value]) => {
+    const key = /^metadata\[(.+)\]$/.exec(field)?.[1]
+    return key === undefined ? [] : [[key, value]]
+  }))
+
 export const StripeDoubleLive = Layer.scoped(
   StripeDouble,
   Effect.gen(function*() {
     const requests: Array<StripeRequest> = []
+    const paymentIntents: Array<DoubleIntent> = []
+    const remembered = new Map<string, unknown>()
     let failures = 0
     let failureStatus = 500
-    const server = createServer(async (request, response) => {
-      const body = await readBody(request)
-      const form = Object.fromEntries(new URLSearchParams(body))
-      const idempotencyKey = request.headers["idempotency-key"]
-      requests.push({
-        method: request.method ?? "",
-        path: request.url ?? "",
-        form,
-        idempotencyKey: typeof idempotencyKey === "string" ? idempotencyKey : undefined
-      })
-      response.setHeader("content-type", "application/json")
-      if (request.method !== "POST" || request.url !== "/v1/checkout/sessions") {
-        response.writeHead(404).end(JSON.stringify({ error: { type: "invalid_request_error", message: "Unrecognized request URL" } }))
-        return
-      }
-      if (failures > 0) {
-        failures--
-        response.writeHead(failureStatus).end(JSON.stringify({ error: { type: "api_error", message: "Stripe double failure" } }))
-        return
-      }
+    let lost = 0
+    const notFound = (message: string) => ({ status: 404, json: { error: { type: "invalid_request_error", message } } })
+    const sessionOf = (form: Readonly<Record<string, string>>) => {
       const id = `cs_test_${randomBase62(24)}`
-      response.writeHead(200).end(JSON.stringify({
+      return {
         id,
         object: "checkout.session",
-        mode: "payment",
+        mode: form["mode"] ?? "payment",
         status: "open",
         payment_status: "unpaid",
         amount_total: Number(form["line_items[0][price_data][unit_amount]"]),
-        currency: form["line_items[0][price_data][currency]"],
+        currency: form["line_items[0][price_data][currency]"] ?? form["currency"],
         client_reference_id: form["client_reference_id"] ?? null,
-        metadata: { transaction_id: form["metadata[transaction_id]"] },
+        customer: form["customer"] ?? null,
+        metadata: metadataOf(form),
         success_url: form["success_url"],
         cancel_url: form["cancel_url"],
         url: `https://checkout.stripe.test/c/pay/${id}`
-      }))
+      }
+    }
+    const intentOf = (form: Readonly<Record<string, string>>): DoubleIntent => {
+      const intent: DoubleIntent = {
+        id: `pi_${randomBase62(24)}`,
+        object: "payment_intent",
+        amount: Number(form["amount"]),
+        amount_received: Number(form["amount"]),
+        currency: form["currency"] ?? "myr",
+        customer: form["customer"] ?? null,
+        payment_method: form["payment_method"] ?? null,
+        status: "succeeded",
+        created: Math.floor(Date.now() / 1000),
+        metadata: metadataOf(form)
+      }
+      paymentIntents.push(intent)
+      return intent
+    }
+    /** A POST's answer, made once per idempotency key while the key is remembered. */
+    const once = (key: string | undefined, make: () => unknown) => {
+      if (key === undefined) return make()
+      if (!remembered.has(key)) remembered.set(key, make())
+      return remembered.get(key)
+    }
+    const route = (method: string, url: URL, form: Readonly<Record<string, string>>, key: string | undefined): { status: number; json: unknown } => {
+      const path = url.pathname
+      if (method === "POST" && path === "/v1/checkout/sessions") {
+        if (failures > 0) {
+          failures--
+          return { status: failureStatus, json: { error: { type: "api_error", message: "Stripe double failure" } } }
+        }
+        return { status: 200, json: sessionOf(form) }
+      }
+      if (method === "POST" && path === "/v1/customers") {
+        return { status: 200, json: once(key, () => ({ id: `cus_${randomBase62(14)}`, object: "customer", metadata: metadataOf(form) })) }
+      }
+      if (method === "GET" && path.startsWith("/v1/setup_intents/")) {
+        const id = path.slice("/v1/setup_intents/".length)
+        return {
+          status: 200,
+          json: {
+            id,
+            object: "setup_intent",
+            status: "succeeded",
+            payment_method: { id: `pm_${id.slice(-12)}`, object: "payment_method", card: { brand: "visa", last4: "4242", exp_month: 12, exp_year: 2034 } }
+          }
+        }
+      }
+      if (method === "POST" && path === "/v1/payment_intents") return { status: 200, json: once(key, () => intentOf(form)) }
+      if (method === "GET" && path.startsWith("/v1/payment_intents/")) {
+        const found = paymentIntents.find((intent) => intent.id === path.slice("/v1/payment_intents/".length))
+        return found === undefined ? notFound("No such payment_intent") : { status: 200, json: found }
+      }
+      if (method === "GET" && path === "/v1/payment_intents") {
+        // Newest first, as Stripe lists, filtered by customer and `created[gte]`, paged by `starting_after`.
+        const since = Number(url.searchParams.get("created[gte]") ?? 0)
+        const customer = url.searchParams.get("customer")
+        const matching = paymentIntents.filter((intent) => intent.created >= since && (customer === null || intent.customer === customer)).reverse()
+        const after = url.searchParams.get("starting_after")
+        const from = after === null ? 0 : matching.findIndex((intent) => intent.id === after) + 1
+        const limit = Number(url.searchParams.get("limit") ?? 10)
+        const page = matching.slice(from, from + limit)
+        return { status: 200, json: { object: "list", url: "/v1/payment_intents", has_more: from + limit < matching.length, data: page } }
+      }
+      return notFound(`Unrecognized request URL (${method}: ${path})`)
+    }
+    const server = createServer(async (request, response) => {
+      const body = await readBody(request)
+      const url = new URL(request.url ?? "/", "http://stripe.test")
+      const form = Object.fromEntries(new URLSearchParams(request.method === "GET" ? url.search : body))
+      const header = request.headers["idempotency-key"]
+      const idempotencyKey = typeof header === "string" ? header : undefined
+      requests.push({ method: request.method ?? "", path: request.url ?? "", form, idempotencyKey })
+      const answer = route(request.method ?? "", url, form, idempotencyKey)
+      if (lost > 0 && request.method === "POST" && url.pathname === "/v1/payment_intents") {
+        lost--
+        request.socket.destroy()
+        return
+      }
+      response.setHeader("content-type", "application/json")
+      response.writeHead(answer.status).end(JSON.stringify(answer.json))
     })
     yield* Effect.acquireRelease(
       Effect.async<void>((resume) => {
@@ -199,6 +295,7 @@ export const StripeDoubleLive = Layer.scoped(
       }),
       () =>
         Effect.async<void>((resume) => {
+          server.closeAllConnections()
           server.close(() => resume(Effect.void))
         })
     )
@@ -206,21 +303,30 @@ export const StripeDoubleLive = Layer.scoped(
     return {
       url: `http://127.0.0.1:${port}`,
       requests,
+      paymentIntents,
       failNext: (n, status) => {
         failures = n
         failureStatus = status
-      }
+      },
+      loseAnswers: (n) => {
+        lost = n
+      },
+      forgetIdempotencyKeys: () => remembered.clear()
     }
   })
 )
 
-/** The service configured for real Stripe, whose API is the double above. */
-export const TestServerWithStripe = Layer.unwrapEffect(Effect.map(StripeDouble, (double) =>
-  TestServerLive({
-    ...webhookOverrides,
-    stripeSecretKey: Option.some(Redacted.make("sk_test_nenas_double")),
-    stripeApiUrl: Option.some(double.url)
-  }))).pipe(Layer.provideMerge(StripeDoubleLive))
+/** The service configured for real Stripe, whose API is the double above; `overrides` as `TestServerLive`'s. */
+export const testServerWithStripe = (overrides: Partial<AppConfigShape> = {}) =>
+  Layer.unwrapEffect(Effect.map(StripeDouble, (double) =>
+    TestServerLive({
+      ...webhookOverrides,
+      stripeSecretKey: Option.some(Redacted.make("sk_test_nenas_double")),
+      stripeApiUrl: Option.some(double.url),
+      ...overrides
+    }))).pipe(Layer.provideMerge(StripeDoubleLive))
+
+export const TestServerWithStripe = testServerWithStripe()
 
 /**
  * Tops up a developer's wallet through the real path: a checkout, then the

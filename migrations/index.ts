@@ -13,7 +13,8 @@ import tagRollups from "./0012_tag_rollups.js"
 import webhooks from "./0013_webhooks.js"
 import balanceAlerts from "./0014_balance_alerts.js"
 import upstreamAttempts from "./0015_upstream_attempts.js"
-import webhookFairness from "./0018_webhook_fairness.js"
+import storedResponseBounds from "./0016_stored_response_bounds.js"
+import webhookFairness from "./0017_webhook_fairness.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -36,5 +37,6 @@ export const migrations = {
   "0013_webhooks": webhooks,
   "0014_balance_alerts": balanceAlerts,
   "0015_upstream_attempts": upstreamAttempts,
-  "0018_webhook_fairness": webhookFairness
+  "0016_stored_response_bounds": storedResponseBounds,
+  "0017_webhook_fairness": webhookFairness
 }

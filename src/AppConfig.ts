@@ -100,6 +100,8 @@ export interface AppConfigShape {
   readonly webhookTimeoutMs: number
   /** How often each instance looks for due webhook deliveries and emails; not an environment setting. */
   readonly outboxPollMs: number
+  /** `STORED_RESPONSES_MAX_BYTES`: the most an account's stored responses may hold; past it its oldest are deleted. */
+  readonly storedResponsesMaxBytes: number
 }
 
 const nonEmpty = (name: string) =>
@@ -217,7 +219,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.withDefault(10_000),
     Config.validate({ message: "WEBHOOK_TIMEOUT_MS must be between 100 and 60000", validation: (ms) => ms >= 100 && ms <= 60_000 })
   ),
-  outboxPollMs: Config.succeed(250)
+  outboxPollMs: Config.succeed(250),
+  storedResponsesMaxBytes: integerBetween("STORED_RESPONSES_MAX_BYTES", 1_073_741_824, 1, Number.MAX_SAFE_INTEGER)
 }).pipe(
   Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, upstreamsJson, ...rest }) => {
     // `UPSTREAMS` overrides the one-upstream shorthand; its prices override the price table's.

@@ -176,9 +176,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
         expect(reply.status, `${method} ${path}`).toBe(404)
         expect(reply.body.error.code).toBe("not_found")
       }
+      // Continuing it answers as an unknown id does (as OpenAI's does): 400 naming the param.
       const continued = yield* modelCall(other.apiKey, "/v1/responses", { model: MODEL, previous_response_id: id, input: "More?" })
-      expect(continued.status).toBe(404)
-      expect(continued.body.error.param).toBe("previous_response_id")
+      expect(continued.status).toBe(400)
+      expect(continued.body.error).toMatchObject({ code: "invalid_request", param: "previous_response_id" })
       const referenced = yield* modelCall(other.apiKey, "/v1/responses", {
         model: MODEL,
         input: [{ role: "user", content: "Hi" }, { type: "item_reference", id: messageId }]
@@ -221,9 +222,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       expect(over.body.error.code).toBe("context_length_exceeded")
     }))
 
-  it.effect("responses expire after 30 days and are deleted in batches", () =>
+  it.effect("live keys' responses expire after 30 days and are deleted in batches", () =>
     Effect.gen(function*() {
-      const { accountId, apiKey } = yield* caller("stored-expiry@example.com", { environment: "test" })
+      const { accountId, apiKey } = yield* caller("stored-expiry@example.com", { sen: 1000 })
       const { clock } = yield* TestServer
       const created = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Short-lived." })
       const id = created.body.id as string

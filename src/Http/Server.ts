@@ -1,6 +1,7 @@
 import { createServer } from "node:http"
 import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
+import type { SqlClient } from "@effect/sql"
 import { type Clock, Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { AlertsLive, DevMailboxLive, DeveloperWebhooksLive } from "../Alerts/Http.js"
@@ -79,6 +80,8 @@ export interface ServerOverrides {
    */
   readonly walletRepo?: Layer.Layer<WalletRepo, never, Layer.Layer.Context<typeof WalletRepo.layer>>
   readonly clock?: Clock.Clock
+  /** The stored-response store (a wrapper around `StoredResponses.layer` that counts its reads, say). */
+  readonly storedResponses?: Layer.Layer<StoredResponses, never, SqlClient.SqlClient>
 }
 
 /** Set on `Wallet/RepoTest.ts`'s repositories (a global symbol, so production code does not import test code). */
@@ -146,7 +149,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       overrides.paymentProcessor ?? PaymentProcessorLive,
       Metrics.Default
     )),
-    Layer.provideMerge(Layer.mergeAll(RequestLogs.layer, StoredResponses.layer, ReservationLeases.layer())),
+    Layer.provideMerge(Layer.mergeAll(RequestLogs.layer, overrides.storedResponses ?? StoredResponses.layer, ReservationLeases.layer())),
     Layer.provideMerge(DatabaseLive)
   )
 

@@ -90,7 +90,7 @@ const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
  * wallet writes them with its next flush.
  */
 export const makeSettlement = Effect.gen(function*() {
-  const { prices } = yield* AppConfig
+  const { prices, storedResponsesMaxBytes } = yield* AppConfig
   const spending = yield* Spending
 
   /**
@@ -123,10 +123,17 @@ export const makeSettlement = Effect.gen(function*() {
         latencyMs
       }
       const store = complete ? call.input.store : undefined
-      const stored = store === undefined ? undefined : storedWrite(
+      const stored = store === undefined ? undefined : yield* storedWrite(
         store,
-        { requestId: call.requestId, accountId: call.key.accountId, apiKeyId: call.key.keyId, startedAt: call.startedAt },
-        responsesOutput(resultOf(call, answer, used, cost, latencyMs))
+        {
+          requestId: call.requestId,
+          accountId: call.key.accountId,
+          apiKeyId: call.key.keyId,
+          environment: call.key.environment,
+          startedAt: call.startedAt
+        },
+        responsesOutput(resultOf(call, answer, used, cost, latencyMs)),
+        storedResponsesMaxBytes
       )
       const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort, stored)
       return resultOf(call, answer, used, microMyr(charged), latencyMs)

@@ -75,6 +75,8 @@ interface Call {
   readonly endpoint: Endpoint
   readonly payload: unknown
   readonly idempotencyKey: string | undefined
+  /** The body asks for a stream (known before the input is resolved, so the slot is held as long as the stream). */
+  readonly stream: boolean
   readonly input: Effect.Effect<CallInput, ApiError, CurrentApiKey>
   readonly render: (result: CallResult) => unknown
   readonly renderStream: (context: StreamContext) => EventRenderer
@@ -145,8 +147,8 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         return respond(body, false)
       })
 
-    /** A streamed call: its rate-limit slot is held until the stream ends. */
-    const streamed = (call: Call, input: CallInput) =>
+    /** A streamed call: its rate-limit slot, taken before anything else, is held until the stream ends. */
+    const streamed = (call: Call) =>
       Effect.gen(function*() {
         const scope = yield* Scope.make()
         const close = Scope.close(scope, Exit.void)
@@ -159,19 +161,20 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
         const body = yield* Effect.onError(
           Effect.zipRight(
             Scope.extend(limits.admit((yield* CurrentApiKey).keyId, requestId), scope),
-            calls.stream(input, call.renderStream(context), close)
+            Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), close))
           ),
           () => close
         )
         return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
       })
 
+    /** Admission first (DESIGN.md, Security): the key's limits are taken before the input's stored responses are read. */
     const serve = (call: Call) =>
       Effect.gen(function*() {
         yield* requireActiveAccount
-        const input = yield* call.input
-        if (input.stream) return yield* streamed(call, input)
-        return yield* Effect.scoped(Effect.zipRight(limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId), answer(call, input)))
+        if (call.stream) return yield* streamed(call)
+        const admit = limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId)
+        return yield* Effect.scoped(Effect.zipRight(admit, Effect.flatMap(call.input, (input) => answer(call, input))))
       })
 
     return handlers
@@ -180,6 +183,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
           endpoint: "/v1/responses",
           payload,
           idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+          stream: payload.stream === true,
           input: Effect.gen(function*() {
             if (payload.model !== PUBLIC_MODEL) {
               return yield* new InvalidRequest({
@@ -218,6 +222,7 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
           endpoint: "/v1/chat/completions",
           payload,
           idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+          stream: payload.stream === true,
           input: Effect.map(chatConversation(payload), (conversation) => ({
             endpoint: "/v1/chat/completions",
             messages: conversation.messages,

@@ -1,7 +1,7 @@
-import { Clock, Context, Duration, Effect, Layer } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import { InvalidRequest, NotFound } from "../Domain/Errors.js"
-import type { Json, StoredResponse, StoredWrite } from "../Responses/Store.js"
-import { packRecord, responseIdOf, RETENTION_MS, StoredResponses } from "../Responses/Store.js"
+import type { BeyondBounds, Json, StoredResponse, StoredWrite } from "../Responses/Store.js"
+import { MAX_CHAIN_BYTES, MAX_CHAIN_RESPONSES, packRecord, responseIdOf, retentionMs, StoredResponses } from "../Responses/Store.js"
 import { Spending } from "../Wallet/Spending.js"
 import type { ResponsesBody } from "./Api.js"
 
@@ -10,9 +10,10 @@ import type { ResponsesBody } from "./Api.js"
  * responses): what a call stores, and how a later call finds it again —
  * `previous_response_id`, `item_reference` items, and the stored-response
  * endpoints. Rows are written by the settlement flush; a read first writes
- * this instance's queue, and waits briefly for a row another instance has yet
- * to flush (its flush runs every 20 ms), so a response reads back at once
- * through any instance.
+ * this instance's queue, and looks again a few times, further apart each time,
+ * for a row another instance has yet to flush (its flush runs every 20 ms), so
+ * a response reads back at once through any instance. Every read here runs
+ * after the call was admitted (its key's rate limit taken).
  */
 
 /** What a call keeps when it stores its response: its own input items (references resolved, ids given). */
@@ -22,9 +23,10 @@ export interface StoreRequest {
   readonly previousResponseId: string | null
 }
 
-/** How long a read waits for a row not flushed yet, and how often it looks. */
-const READ_WAIT = Duration.millis(1000)
-const READ_POLL = Duration.millis(10)
+/** When a read looks again for a row not flushed yet: a handful of queries over about 0.4 s, never a poll. */
+const READ_RETRIES = [25, 50, 100, 200].map(Duration.millis)
+/** The most `item_reference` items a call may send (DESIGN.md, Stored responses, "Bounds"). */
+export const MAX_ITEM_REFERENCES = 100
 
 /** Our response ids: `resp_` and a request id's 24 characters. Only these are waited for. */
 const RESPONSE_ID = /^resp_[0-9A-Za-z]{24}$/
@@ -70,20 +72,30 @@ const itemsOf = (stored: StoredResponse): ReadonlyArray<Json> => {
   return [...stored.input, ...(Array.isArray(output) ? output.filter(isRecord) : [])]
 }
 
-/** The stored row a turn writes with its settlement, the answer as the caller got it. */
+/** The stored row a turn writes with its settlement, the answer as the caller got it; a test key's is kept 24 hours. */
 export const storedWrite = (
   store: StoreRequest,
-  call: { readonly requestId: string; readonly accountId: string; readonly apiKeyId: string; readonly startedAt: number },
-  response: Json
-): StoredWrite => ({
-  id: responseIdOf(call.requestId),
-  accountId: call.accountId,
-  apiKeyId: call.apiKeyId,
-  previousResponseId: store.previousResponseId,
-  body: packRecord({ response, input: store.input, instructions: store.instructions }),
-  createdAt: new Date(call.startedAt),
-  expiresAt: new Date(call.startedAt + RETENTION_MS)
-})
+  call: {
+    readonly requestId: string
+    readonly accountId: string
+    readonly apiKeyId: string
+    readonly environment: "live" | "test"
+    readonly startedAt: number
+  },
+  response: Json,
+  quotaBytes: number
+): Effect.Effect<StoredWrite> =>
+  Effect.map(packRecord({ response, input: store.input, instructions: store.instructions }), ({ body, bytes }) => ({
+    id: responseIdOf(call.requestId),
+    accountId: call.accountId,
+    apiKeyId: call.apiKeyId,
+    previousResponseId: store.previousResponseId,
+    body,
+    bytes,
+    quotaBytes,
+    createdAt: new Date(call.startedAt),
+    expiresAt: new Date(call.startedAt + retentionMs(call.environment))
+  }))
 
 /** A stored response as `GET /v1/responses/{id}` answers it. */
 export const renderStored = (stored: StoredResponse) => ({
@@ -126,6 +138,20 @@ export interface ConversationState {
 const notFound = (id: string, param: string) =>
   new NotFound({ message: `No response with id '${id}' found for this account.`, param })
 
+/** OpenAI's answer to a `previous_response_id` it does not have: a 400 naming the param. */
+const unknownPrevious = (id: string) =>
+  new InvalidRequest({ message: `Previous response with id '${id}' not found.`, param: "previous_response_id" })
+
+const tooLong = (error: BeyondBounds) =>
+  new InvalidRequest({
+    message: error.limit === "responses"
+      ? `This conversation is longer than ${MAX_CHAIN_RESPONSES} responses, the most previous_response_id may continue; ` +
+        "start a new one, sending what matters as input."
+      : `This conversation's stored responses (instructions included) exceed ${MAX_CHAIN_BYTES / 1024 / 1024} MiB, ` +
+        "the most previous_response_id may continue; start a new one, sending what matters as input.",
+    param: "previous_response_id"
+  })
+
 export class StoredConversations extends Context.Tag("nenas/StoredConversations")<StoredConversations, {
   /** The account's stored response, read through any instance at once after it was answered. */
   readonly own: (accountId: string, id: string, param?: string) => Effect.Effect<StoredResponse, NotFound>
@@ -136,7 +162,7 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
     accountId: string,
     requestId: string,
     body: ResponsesBody
-  ) => Effect.Effect<ConversationState, NotFound | InvalidRequest>
+  ) => Effect.Effect<ConversationState, InvalidRequest>
 }>() {
   static readonly layer = Layer.effect(
     StoredConversations,
@@ -145,29 +171,31 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
       const spending = yield* Spending
 
       /**
-       * The rows among `ids`. Usually all are written already (a flush runs every 20 ms); an id of ours that is
-       * not is looked for again after this instance's flush, then every `READ_POLL` until `READ_WAIT` has passed.
+       * Which of `ids` the account has. Usually all are written already (a flush runs every 20 ms); an id of ours
+       * that is not is looked for again after this instance's flush, then at `READ_RETRIES`: a handful of queries.
        */
-      const visible = (ids: ReadonlyArray<string>) =>
+      const visible = (accountId: string, ids: ReadonlyArray<string>) =>
         Effect.gen(function*() {
-          const missing = (found: ReadonlyArray<StoredResponse>) =>
-            ids.some((id) => RESPONSE_ID.test(id) && !found.some((row) => row.id === id))
-          let found = yield* store.find(ids)
+          const missing = (found: ReadonlySet<string>) => ids.some((id) => RESPONSE_ID.test(id) && !found.has(id))
+          let found = yield* store.present(accountId, ids)
           if (!missing(found)) return found
           yield* spending.settled
-          const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(READ_WAIT)
-          found = yield* store.find(ids)
-          while (missing(found) && (yield* Clock.currentTimeMillis) < deadline) {
-            yield* Effect.sleep(READ_POLL)
-            found = yield* store.find(ids)
+          found = yield* store.present(accountId, ids)
+          for (const delay of READ_RETRIES) {
+            if (!missing(found)) return found
+            yield* Effect.sleep(delay)
+            found = yield* store.present(accountId, ids)
           }
           return found
         }).pipe(Effect.orDie)
 
+      /** A stored response is one record: within the bounds by construction, so going past them is a defect. */
       const own = (accountId: string, id: string, param = "response_id") =>
-        Effect.flatMap(visible([id]), (rows) => {
-          const row = rows.find((r) => r.id === id && r.accountId === accountId)
-          return row === undefined ? Effect.fail(notFound(id, param)) : Effect.succeed(row)
+        Effect.gen(function*() {
+          if (!(yield* visible(accountId, [id])).has(id)) return yield* notFound(id, param)
+          const rows = yield* Effect.orDie(store.find(accountId, [id]))
+          const row = rows.find((r) => r.id === id)
+          return row === undefined ? yield* notFound(id, param) : row
         })
 
       const remove = (accountId: string, id: string) =>
@@ -182,8 +210,24 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
             item["type"] === "item_reference" && typeof item["id"] === "string" ? [item["id"]] : []
           )
           if (wanted.length === 0) return input
+          if (wanted.length > MAX_ITEM_REFERENCES) {
+            return yield* new InvalidRequest({
+              message: `At most ${MAX_ITEM_REFERENCES} item_reference items may be sent a call; this input has ${wanted.length}.`,
+              param: "input"
+            })
+          }
           const responses = [...new Set(wanted.flatMap((id) => responseOfItem(id) ?? []))]
-          const rows = (yield* visible(responses)).filter((row) => row.accountId === accountId)
+          const present = [...yield* visible(accountId, responses)]
+          const rows = yield* store.find(accountId, present).pipe(
+            Effect.catchTags({
+              BeyondBounds: () =>
+                new InvalidRequest({
+                  message: `The responses these item references name exceed ${MAX_CHAIN_BYTES / 1024 / 1024} MiB together; send fewer.`,
+                  param: "input"
+                }),
+              SqlError: Effect.die
+            })
+          )
           const items = new Map(rows.flatMap((row) => itemsOf(row)).map((item) => [item["id"], item]))
           return yield* Effect.forEach(input, (item, i) => {
             if (item["type"] !== "item_reference") return Effect.succeed(item)
@@ -195,18 +239,26 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
           })
         })
 
+      /** The conversation before `previous`: read whole within the bounds, refused (400) past them or when unknown. */
+      const history = (accountId: string, previous: string) =>
+        Effect.gen(function*() {
+          if (!(yield* visible(accountId, [previous])).has(previous)) return yield* unknownPrevious(previous)
+          const chain = yield* store.chain(accountId, previous, true).pipe(
+            Effect.catchTags({ BeyondBounds: (error) => Effect.fail(tooLong(error)), SqlError: Effect.die })
+          )
+          // Deleted (or expired) between the two reads.
+          if (chain.length === 0) return yield* unknownPrevious(previous)
+          return chain.flatMap(itemsOf)
+        })
+
       const resolve = (accountId: string, requestId: string, body: ResponsesBody) =>
         Effect.gen(function*() {
           const previous = body.previous_response_id ?? undefined
-          let history: ReadonlyArray<Json> = []
-          if (previous !== undefined) {
-            yield* own(accountId, previous, "previous_response_id")
-            history = (yield* Effect.orDie(store.chain(accountId, previous))).flatMap(itemsOf)
-          }
+          const past = previous === undefined ? [] : yield* history(accountId, previous)
           const input = typeof body.input === "string" ? body.input : yield* dereference(accountId, body.input)
           const ownItems = typeof input === "string" ? [{ type: "message", role: "user", content: input }] : input
           return {
-            history,
+            history: past,
             input,
             store: body.store === false ? undefined : {
               input: ownItems.map((item, i) => storedItem(item, requestId, i)),

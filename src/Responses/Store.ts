@@ -1,13 +1,22 @@
-import { deflateRawSync, inflateRawSync } from "node:zlib"
+import { deflateRaw, inflateRaw } from "node:zlib"
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 
-/** How long a stored response is kept (DESIGN.md, Stored responses). */
+/** How long a stored response is kept (DESIGN.md, Stored responses): 30 days, a test key's 24 hours. */
 export const RETENTION_DAYS = 30
 export const RETENTION_MS = RETENTION_DAYS * 24 * 60 * 60 * 1000
+export const TEST_RETENTION_MS = 24 * 60 * 60 * 1000
+export const retentionMs = (environment: "live" | "test") => environment === "test" ? TEST_RETENTION_MS : RETENTION_MS
 /** Expired rows are deleted this many per statement, so a purge never holds a long lock. */
 export const PURGE_BATCH = 1000
 const PURGE_INTERVAL = Duration.minutes(10)
+/** The most of a chain that is ever read (DESIGN.md, Stored responses, "Bounds"): responses, and their records' bytes. */
+export const MAX_CHAIN_RESPONSES = 1000
+export const MAX_CHAIN_BYTES = 16 * 1024 * 1024
+/** Bodies are fetched in queries of about this many bytes, so no one reply takes long to decode. */
+const PIECE_BYTES = 1024 * 1024
+/** An account over its quota loses at most this many of its oldest rows a write; the next write goes on. */
+const QUOTA_BATCH = 1000
 
 export type Json = { readonly [key: string]: unknown }
 
@@ -18,13 +27,17 @@ export interface StoredRecord {
   readonly instructions: string | null
 }
 
-/** A stored response as the settlement flush writes it: the record deflated. */
+/** A stored response as the settlement flush writes it: the record deflated, and its size as read back. */
 export interface StoredWrite {
   readonly id: string
   readonly accountId: string
   readonly apiKeyId: string
   readonly previousResponseId: string | null
   readonly body: Uint8Array
+  /** The record's JSON in bytes: what reading it back costs, counted in chains and quotas. */
+  readonly bytes: number
+  /** `STORED_RESPONSES_MAX_BYTES`: the account's oldest rows go past it. */
+  readonly quotaBytes: number
   readonly createdAt: Date
   readonly expiresAt: Date
 }
@@ -35,11 +48,37 @@ export interface StoredResponse extends StoredRecord {
   readonly previousResponseId: string | null
 }
 
-/** The record as its row keeps it: deflated JSON, a few hundred bytes for a short turn. */
+/** A read that would go past a chain's bounds: more responses, or more bytes, than may be read. */
+export class BeyondBounds extends Schema.TaggedError<BeyondBounds>()("BeyondBounds", {
+  limit: Schema.Literal("responses", "bytes")
+}) {}
+
 /** The stored response of a call, by its request id (`req_X` answers as `resp_X`). */
 export const responseIdOf = (requestId: string) => `resp_${requestId.replace(/^req_/, "")}`
 
-export const packRecord = (record: StoredRecord): Uint8Array => deflateRawSync(JSON.stringify(record))
+/** zlib on its thread pool: a large body never holds the event loop. */
+const deflate = (input: Uint8Array) =>
+  Effect.async<Buffer>((resume) => {
+    deflateRaw(input, (error, result) => resume(error === null ? Effect.succeed(result) : Effect.die(error)))
+  })
+
+const inflate = (body: Uint8Array, maxOutputLength: number) =>
+  Effect.async<Buffer, BeyondBounds>((resume) => {
+    inflateRaw(body, { maxOutputLength }, (error, result) => {
+      if (error === null) return resume(Effect.succeed(result))
+      // A body that inflates past what is left of the budget (`maxOutputLength`) is refused, not read.
+      resume((error as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE"
+        ? Effect.fail(new BeyondBounds({ limit: "bytes" }))
+        : Effect.die(error))
+    })
+  })
+
+/** The record deflated (off the event loop), with its size as read back. */
+export const packRecord = (record: StoredRecord) =>
+  Effect.suspend(() => {
+    const json = Buffer.from(JSON.stringify(record), "utf8")
+    return Effect.map(deflate(json), (body) => ({ body: new Uint8Array(body), bytes: json.length }))
+  })
 
 interface Row {
   readonly id: string
@@ -48,44 +87,94 @@ interface Row {
   readonly body: Uint8Array
 }
 
-const unpack = (row: Row): StoredResponse => ({
-  ...(JSON.parse(inflateRawSync(row.body).toString("utf8")) as StoredRecord),
+/** A row the walk or the size check found, before its body is read. */
+interface Head {
+  readonly id: string
+  readonly bytes: number
+}
+
+const unpack = (row: Row, json: Buffer): StoredResponse => ({
+  ...(JSON.parse(json.toString("utf8")) as StoredRecord),
   id: row.id,
   accountId: row.accountId,
   previousResponseId: row.previousResponseId
 })
 
+/** `heads` in runs of about `PIECE_BYTES` (a larger row alone), in order. */
+const piecesOf = (heads: ReadonlyArray<Head>): ReadonlyArray<ReadonlyArray<Head>> => {
+  const pieces: Array<Array<Head>> = []
+  let size = Infinity
+  for (const head of heads) {
+    if (size + head.bytes > PIECE_BYTES) {
+      pieces.push([])
+      size = 0
+    }
+    pieces[pieces.length - 1]?.push(head)
+    size += head.bytes
+  }
+  return pieces
+}
+
 const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")
 
 /**
- * Writes stored responses; one statement, run in the settlement batch's
- * transaction. A row written twice (a batch retried after a commit whose
- * answer was lost) is written once.
+ * Writes stored responses, then deletes the oldest of any account they took
+ * past its quota (`STORED_RESPONSES_MAX_BYTES`); run in the settlement batch's
+ * transaction. A row written twice (a batch retried after a commit whose answer
+ * was lost) is written once. Accounts' totals are kept by triggers (0016).
  */
 export const writeStored = (sql: SqlClient.SqlClient, rows: ReadonlyArray<StoredWrite>) => {
   if (rows.length === 0) return Effect.void
   const column = <A>(f: (row: StoredWrite) => A) => rows.map(f)
-  return Effect.asVoid(sql`
-    INSERT INTO stored_responses (id, account_id, api_key_id, previous_response_id, body, created_at, expires_at)
-    SELECT id, account_id, api_key_id, previous_response_id, decode(body, 'hex'), created_at, expires_at FROM unnest(
-      ${column((r) => r.id)}::text[], ${column((r) => r.accountId)}::text[], ${column((r) => r.apiKeyId)}::text[],
-      ${column((r) => r.previousResponseId)}::text[], ${column((r) => hex(r.body))}::text[],
-      ${column((r) => r.createdAt.toISOString())}::timestamptz[], ${column((r) => r.expiresAt.toISOString())}::timestamptz[]
-    ) AS t(id, account_id, api_key_id, previous_response_id, body, created_at, expires_at)
-    ON CONFLICT (id) DO NOTHING
-  `)
+  const quotas = new Map<string, number>()
+  for (const row of rows) quotas.set(row.accountId, Math.min(row.quotaBytes, quotas.get(row.accountId) ?? Infinity))
+  return Effect.zipRight(
+    sql`
+      INSERT INTO stored_responses (id, account_id, api_key_id, previous_response_id, body, bytes, created_at, expires_at)
+      SELECT id, account_id, api_key_id, previous_response_id, decode(body, 'hex'), bytes, created_at, expires_at FROM unnest(
+        ${column((r) => r.id)}::text[], ${column((r) => r.accountId)}::text[], ${column((r) => r.apiKeyId)}::text[],
+        ${column((r) => r.previousResponseId)}::text[], ${column((r) => hex(r.body))}::text[], ${column((r) => r.bytes)}::bigint[],
+        ${column((r) => r.createdAt.toISOString())}::timestamptz[], ${column((r) => r.expiresAt.toISOString())}::timestamptz[]
+      ) AS t(id, account_id, api_key_id, previous_response_id, body, bytes, created_at, expires_at)
+      ON CONFLICT (id) DO NOTHING
+    `,
+    // Oldest first, just enough of them: each row goes if the rows older than it leave the account still over.
+    sql`
+      DELETE FROM stored_responses d USING (
+        SELECT o.id FROM unnest(${[...quotas.keys()]}::text[], ${[...quotas.values()]}::bigint[]) AS q(account_id, quota)
+        JOIN stored_response_totals t ON t.account_id = q.account_id AND t.bytes > q.quota
+        CROSS JOIN LATERAL (
+          SELECT id, sum(bytes) OVER (ORDER BY created_at, id) - bytes AS before FROM (
+            SELECT id, bytes, created_at FROM stored_responses s WHERE s.account_id = q.account_id
+            ORDER BY created_at, id LIMIT ${QUOTA_BATCH}
+          ) oldest
+        ) o
+        WHERE o.before < t.bytes - q.quota
+      ) doomed WHERE d.id = doomed.id
+    `
+  ).pipe(Effect.asVoid)
 }
 
 /**
  * The one owner of `stored_responses` besides the flush's write: reads of a
  * response, its conversation and its items, deletion, and the purge of
- * expired rows. Reads see only unexpired rows, by the service's clock.
+ * expired rows. Reads see only unexpired rows, by the service's clock; they
+ * size what they read before reading it, fetch bodies in pieces and inflate
+ * them off the event loop, never more than `MAX_CHAIN_BYTES` a read.
  */
 export class StoredResponses extends Context.Tag("nenas/StoredResponses")<StoredResponses, {
-  /** The unexpired responses among `ids`, whichever account they belong to (the caller checks). */
-  readonly find: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError>
-  /** The account's conversation up to `id`, oldest first; empty when `id` is not the account's. */
-  readonly chain: (accountId: string, id: string) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError>
+  /** The account's unexpired responses among `ids`; more than `MAX_CHAIN_BYTES` of them together is refused unread. */
+  readonly find: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError | BeyondBounds>
+  /**
+   * The account's conversation up to `id`, oldest first; empty when `id` is not the account's. One longer than
+   * `MAX_CHAIN_RESPONSES` or larger than `MAX_CHAIN_BYTES` is refused unread (`whole`), or read back only as far
+   * as the bounds go (its newest part).
+   */
+  readonly chain: (
+    accountId: string,
+    id: string,
+    whole: boolean
+  ) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError | BeyondBounds>
   /** Which of `ids` the account has stored (unexpired). */
   readonly present: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>, SqlError.SqlError>
   /** Deletes the account's response; whether there was one. */
@@ -99,26 +188,73 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
       const sql = yield* SqlClient.SqlClient
       const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
 
-      const find = (ids: ReadonlyArray<string>) =>
-        ids.length === 0 ? Effect.succeed([]) : Effect.flatMap(now, (at) =>
-          Effect.map(sql<Row>`
-            SELECT id, account_id, previous_response_id, body FROM stored_responses
-            WHERE id = ANY(${ids}::text[]) AND expires_at > ${at}::timestamptz
-          `, (rows) => rows.map(unpack)))
+      /**
+       * The bodies of `heads` (in their order), a piece at a time, each inflated within what is left of
+       * `MAX_CHAIN_BYTES`; past it, refused (`whole`) or cut there. A row deleted meanwhile is left out.
+       */
+      const load = (accountId: string, heads: ReadonlyArray<Head>, whole: boolean) =>
+        Effect.gen(function*() {
+          const loaded: Array<StoredResponse> = []
+          let left = MAX_CHAIN_BYTES
+          for (const piece of piecesOf(heads)) {
+            const rows = yield* sql<Row>`
+              SELECT id, account_id, previous_response_id, body FROM stored_responses
+              WHERE id = ANY(${piece.map((head) => head.id)}::text[]) AND account_id = ${accountId}
+            `
+            const byId = new Map(rows.map((row) => [row.id, row]))
+            for (const head of piece) {
+              const row = byId.get(head.id)
+              if (row === undefined) continue
+              const json = yield* inflate(row.body, Math.max(1, left)).pipe(
+                Effect.catchTag("BeyondBounds", (error) => whole ? Effect.fail(error) : Effect.succeed(undefined))
+              )
+              if (json === undefined) return loaded
+              left -= json.length
+              loaded.push(unpack(row, json))
+              // Parsing is the one part on the event loop: other requests run between records.
+              yield* Effect.yieldNow()
+            }
+          }
+          return loaded
+        })
 
-      const chain = (accountId: string, id: string) =>
-        Effect.flatMap(now, (at) =>
-          Effect.map(sql<Row>`
+      const find = (accountId: string, ids: ReadonlyArray<string>) =>
+        ids.length === 0 ? Effect.succeed([]) : Effect.gen(function*() {
+          const at = yield* now
+          const heads = yield* sql<{ id: string; bytes: string }>`
+            SELECT id, bytes FROM stored_responses
+            WHERE id = ANY(${ids}::text[]) AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
+          `
+          if (heads.reduce((sum, head) => sum + Number(head.bytes), 0) > MAX_CHAIN_BYTES) {
+            return yield* new BeyondBounds({ limit: "bytes" })
+          }
+          return yield* load(accountId, heads.map((head) => ({ id: head.id, bytes: Number(head.bytes) })), true)
+        })
+
+      const chain = (accountId: string, id: string, whole: boolean) =>
+        Effect.gen(function*() {
+          const at = yield* now
+          // Ids and sizes only, newest first; the walk stops one step past either bound.
+          const walked = yield* sql<{ id: string; bytes: string; depth: number; total: string }>`
             WITH RECURSIVE chain AS (
-              SELECT id, account_id, previous_response_id, body, 0 AS depth FROM stored_responses
+              SELECT id, previous_response_id, bytes, 1 AS depth, bytes AS total FROM stored_responses
               WHERE id = ${id} AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
               UNION ALL
-              SELECT s.id, s.account_id, s.previous_response_id, s.body, c.depth + 1
-              FROM stored_responses s JOIN chain c ON s.id = c.previous_response_id
-              WHERE s.account_id = ${accountId} AND s.expires_at > ${at}::timestamptz
+              SELECT s.id, s.previous_response_id, s.bytes, c.depth + 1, c.total + s.bytes
+              FROM chain c JOIN stored_responses s ON s.id = c.previous_response_id
+              WHERE c.depth <= ${MAX_CHAIN_RESPONSES} AND c.total <= ${MAX_CHAIN_BYTES}
+                AND s.account_id = ${accountId} AND s.expires_at > ${at}::timestamptz
             )
-            SELECT id, account_id, previous_response_id, body FROM chain ORDER BY depth DESC
-          `, (rows) => rows.map(unpack)))
+            SELECT id, bytes, depth, total FROM chain ORDER BY depth
+          `
+          const within = walked.filter((row) => row.depth <= MAX_CHAIN_RESPONSES && Number(row.total) <= MAX_CHAIN_BYTES)
+          if (whole && within.length < walked.length) {
+            const last = walked[walked.length - 1]
+            return yield* new BeyondBounds({ limit: last !== undefined && last.depth > MAX_CHAIN_RESPONSES ? "responses" : "bytes" })
+          }
+          const loaded = yield* load(accountId, within.map((row) => ({ id: row.id, bytes: Number(row.bytes) })), whole)
+          return loaded.reverse()
+        })
 
       const present = (accountId: string, ids: ReadonlyArray<string>) =>
         ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.flatMap(now, (at) =>

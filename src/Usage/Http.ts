@@ -220,7 +220,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const account = yield* CurrentAccount
           yield* settled
           const responseId = responseIdOf(path.request_id)
-          const chain = yield* Effect.orDie(storedResponses.chain(account.id, responseId))
+          // A conversation past the bounds shows its newest part, as far as they go.
+          const chain = yield* Effect.orDie(storedResponses.chain(account.id, responseId, false))
           if (chain.length === 0) {
             return yield* new NotFound({ message: `No stored conversation for request '${path.request_id}'.`, param: "request_id" })
           }

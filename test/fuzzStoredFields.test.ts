@@ -114,7 +114,7 @@ const checked = (label: string, reply: Reply) => {
 }
 
 describe("fuzz: hostile values in every stored field", () => {
-  layer(TestServerWithUpstream({ fetchAllowedHosts: new Set([WEBHOOK_HOST]) }), { timeout: 180_000 })((it) => {
+  layer(TestServerWithUpstream({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { timeout: 180_000 })((it) => {
     it.effect("no 5xx; every 2xx model call logged and billed; every 4xx holds nothing; nothing left parked or held", () =>
       Effect.gen(function*() {
         const live = yield* caller("fuzz-stored-live@example.com", { sen: 50_000 })

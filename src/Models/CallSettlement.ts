@@ -110,7 +110,7 @@ export const makeSettlement = Effect.gen(function*() {
         outputTokens: used.usage.outputTokens,
         searches: used.sources.searches,
         pages: used.sources.pages
-      }, call.ceiling)
+      }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
       const logged: SettledUsage = {
         ...used.usage,
         answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
@@ -151,8 +151,20 @@ export const makeSettlement = Effect.gen(function*() {
     Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (current) => ({ ...current, settled: true })), settle))
 
   /**
-   * The end of a call that did not settle itself: a client gone (or a deadline) after the upstream started pays
-   * for what was produced; before it, after web search spent something, for the search.
+   * A call that failed with `code` and produced nothing: billed for its web search when the search spent
+   * something (planning calls, searches, pages paid upstream: DESIGN.md, Money), logged with the code; else
+   * failed, its hold returned. A call whose idempotency key another instance took over is not billed: that
+   * instance runs (and bills) it again.
+   */
+  const settleUnproduced = (call: HeldCall, progress: Progress, code: string) =>
+    searchSpent(progress.sources) && code !== "idempotency_conflict"
+      ? Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answerSoFar(progress, "stop"), false, code)))
+      : settleFailed(call, code)
+
+  /**
+   * The end of a call that did not settle itself: a client gone after the upstream started pays for what was
+   * produced; a client gone before it, or a failure (a deadline, a failing search engine, a refusal), after web
+   * search spent something, for the search.
    */
   const settleAbandoned = (held: HeldCall, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
     if (progress.settled) return Effect.void
@@ -164,15 +176,16 @@ export const makeSettlement = Effect.gen(function*() {
         return Effect.asVoid(Effect.ignore(settleUsed(call, usedOf(call, progress.sources, answer, Option.none()), answer)))
       }
       if (searchSpent(progress.sources)) return Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answer)))
+      return settleFailed(call, "internal_error")
     }
-    return settleFailed(call, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
+    return settleUnproduced(call, progress, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
   }
 
   /** A call's last word, whatever its exit: it settles unless it settled itself. */
   const settleOnExit = (call: HeldCall, progress: Ref.Ref<Progress>) => <A, E>(exit: Exit.Exit<A, E>) =>
     Effect.flatMap(Ref.get(progress), (current) => settleAbandoned(call, current, exit))
 
-  return { settleUsed, settleAnswer, settleFailed, settleOnce, settleOnExit }
+  return { settleUsed, settleAnswer, settleFailed, settleUnproduced, settleOnce, settleOnExit }
 })
 
 export type Settlement = Effect.Effect.Success<typeof makeSettlement>

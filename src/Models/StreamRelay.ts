@@ -134,7 +134,8 @@ const failed = (settlement: Settlement, { call: held, progress }: StartedStream,
       const used = usedOf(call, current.sources, answer, current.reportedUsage)
       yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
     } else {
-      yield* settlement.settleOnce(progress, settlement.settleFailed(call, errorMeta(error).code))
+      // Nothing produced: billed for its web search, if it ran, else failed.
+      yield* settlement.settleOnce(progress, settlement.settleUnproduced(call, current, errorMeta(error).code))
     }
     return { _tag: "Failed", error } satisfies StreamEvent
   })

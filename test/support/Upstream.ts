@@ -42,6 +42,8 @@ export type Behaviour =
   | { readonly kind: "resetMidStream"; readonly afterChunks?: number }
   /** The next `times` (default 1) requests get their socket destroyed before any byte; later ones are answered `ok`. */
   | { readonly kind: "resetBeforeResponse"; readonly times?: number }
+  /** Each request as `choose` says from its parsed body (e.g. web search's planning calls one way, the answer another). */
+  | { readonly kind: "perRequest"; readonly choose: (body: unknown) => Exclude<Behaviour, { readonly kind: "perRequest" | "resetBeforeResponse" }> }
 
 export interface RecordedRequest {
   readonly method: string
@@ -335,8 +337,9 @@ export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamSe
     const query = url.indexOf("?")
     const path = query === -1 ? url : url.slice(0, query)
     const route = req.method === "POST" && isChatCompletions(path)
-    const current = route ? take() : OK
+    const taken = route ? take() : OK
     const body = parseJson(await readBody(req))
+    const current = taken.kind === "perRequest" ? taken.choose(body) : taken
     if (record) requests.push({ method: req.method ?? "", path, body, headers: req.headers })
     if (!route) return sendJson(res, 404, errorBody(`Unknown route: ${req.method} ${path}`, "invalid_request_error"))
     switch (current.kind) {

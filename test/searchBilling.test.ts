@@ -88,6 +88,35 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
       }))
   }
 
+  it.effect("streamed: the answer's stream breaks off before any output, after planning and a search: an error event, billed for the search", () =>
+    Effect.gen(function*() {
+      const searx = yield* Searx
+      const upstream = yield* Upstream
+      searx.reset()
+      upstream.reset()
+      upstream.setBehaviour({
+        kind: "perRequest",
+        choose: (body) =>
+          isPlanning(body)
+            ? { kind: "ok", text: answering(["river levels"], "unused"), usage: PLANNING_USAGE }
+            : { kind: "resetMidStream", afterChunks: 0 }
+      })
+      const { accountId, apiKey } = yield* caller("search-stream-broke@example.com", { sen: 1000 })
+      const reply = yield* modelCall(apiKey, "/v1/responses", {
+        input: "What happened to the river?",
+        max_output_tokens: 50,
+        stream: true,
+        web_search: { mode: "on", search_depth: "fast", max_searches: 1, max_results: 1 }
+      })
+      expect(reply.status, reply.text).toBe(200)
+      expect(reply.text).toContain("response.failed")
+      const requestId = reply.headers.get("x-request-id") ?? ""
+      const { log } = yield* booksOf(requestId)
+      const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: 150, cachedTokens: 0, outputTokens: 12, searches: 1, pages: 0 })
+      expect(log).toMatchObject({ status: "billed", error_code: "provider_unavailable", usage_source: "estimated", search_count: 1, output_tokens: 12 })
+      yield* expectBilled(accountId, requestId, cost)
+    }))
+
   it.effect("the search engine fails after planning ran: 502 search_error, billed for the planning call (not the failed search)", () =>
     Effect.gen(function*() {
       const searx = yield* Searx

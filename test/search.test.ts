@@ -241,10 +241,11 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       expect(yield* logOf(reply.body.request_id)).toMatchObject({ content_pages: 1 })
     }))
 
-  it.effect("a failing search engine answers 502 search_error, retryable; the answer is never asked for and nothing is billed", () =>
+  it.effect("a failing search engine answers 502 search_error, retryable; the answer is never asked for; the planning call that ran is billed", () =>
     Effect.gen(function*() {
       const { searx, upstream } = yield* reset
       searx.failWith = 500
+      upstream.setBehaviour({ kind: "ok", text: answering(["kuala lumpur"], "never asked"), usage: { prompt_tokens: 100, completion_tokens: 20 } })
       const { accountId, apiKey } = yield* caller("search-down@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/responses", {
         input: "What happened in Kuala Lumpur?",
@@ -255,14 +256,15 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       expect(reply.status, reply.text).toBe(502)
       expect(reply.body.error.code).toBe("search_error")
       expect(reply.body.error.retryable).toBe(true)
-      // Only the planning call reached the upstream.
+      // Only the planning call reached the upstream; it was paid for there, so it is billed (DESIGN.md, Money), the failed search is not.
       expect(upstream.requests.filter((r) => !isPlanning(r.body))).toHaveLength(0)
-      expect(yield* walletOf(accountId)).toEqual({ available: 10_000_000, reserved: 0, spent: 0 })
-      const [log] = yield* query<{ status: string; error_code: string; cost_micro_myr: string }>(
-        "SELECT status, error_code, cost_micro_myr FROM request_logs WHERE request_id = $1",
+      const [log] = yield* query<{ status: string; error_code: string; cost_micro_myr: string; upstream_model: string; search_count: number }>(
+        "SELECT status, error_code, cost_micro_myr, upstream_model, search_count FROM request_logs WHERE request_id = $1",
         [reply.body.error.request_id]
       )
-      expect(log).toEqual({ status: "failed", error_code: "search_error", cost_micro_myr: "0" })
+      const cost = costOf(DEFAULT_PRICES, log?.upstream_model ?? "", { inputTokens: 100, cachedTokens: 0, outputTokens: 20, searches: 0, pages: 0 })
+      expect(log).toMatchObject({ status: "billed", error_code: "search_error", cost_micro_myr: String(cost), search_count: 0 })
+      expect(yield* walletOf(accountId)).toEqual({ available: 10_000_000 - cost, reserved: 0, spent: cost })
       expect(yield* violations(accountId)).toEqual([])
     }))
 

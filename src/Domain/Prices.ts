@@ -44,14 +44,29 @@ export interface BilledUsage {
   readonly pages: number
 }
 
-/** The cost of a usage, rounded up to the next micro-MYR. */
-export const costOf = (table: PriceTable, model: string, usage: BilledUsage): MicroMyr => {
-  const price = priceOf(table, model)
-  const cached = Math.min(usage.cachedTokens, usage.inputTokens)
-  const tokens = (usage.inputTokens - cached) * price.inputPerMillion + cached * price.cachedInputPerMillion +
-    usage.outputTokens * price.outputPerMillion
-  return microMyr(Math.ceil(tokens / 1_000_000) + usage.searches * table.perSearchMicroMyr + usage.pages * table.perPageMicroMyr)
+/** Tokens priced at one model: a part of a call that more than one model answered (a fallback's planning call). */
+export interface ModelTokens {
+  readonly model: string
+  readonly inputTokens: number
+  readonly cachedTokens: number
+  readonly outputTokens: number
 }
+
+/** The cost of tokens priced each at its model's prices, plus searches and pages, rounded up once to the next micro-MYR. */
+export const costOfParts = (table: PriceTable, parts: ReadonlyArray<ModelTokens>, searches: number, pages: number): MicroMyr => {
+  let tokens = 0
+  for (const part of parts) {
+    const price = priceOf(table, part.model)
+    const cached = Math.min(part.cachedTokens, part.inputTokens)
+    tokens += (part.inputTokens - cached) * price.inputPerMillion + cached * price.cachedInputPerMillion +
+      part.outputTokens * price.outputPerMillion
+  }
+  return microMyr(Math.ceil(tokens / 1_000_000) + searches * table.perSearchMicroMyr + pages * table.perPageMicroMyr)
+}
+
+/** The cost of a usage, rounded up to the next micro-MYR. */
+export const costOf = (table: PriceTable, model: string, usage: BilledUsage): MicroMyr =>
+  costOfParts(table, [{ model, ...usage }], usage.searches, usage.pages)
 
 /** Input counted by our tokenizer may differ from the upstream's: the estimate adds 10% and 16 tokens. */
 export const withSafetyMargin = (inputTokens: number): number => Math.ceil(inputTokens * 1.1) + 16

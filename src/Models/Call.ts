@@ -136,6 +136,9 @@ export interface Progress {
   readonly reportedUsage: Option.Option<ProviderUsage>
   /** Each upstream attempt as it ended (Providers/Fallback.ts): the last `ok` one answered. */
   readonly attempts: ReadonlyArray<UpstreamAttempt>
+  /** Epoch ms: when the upstream was first asked, and when the first visible output arrived (ReasoningEstimate.ts). */
+  readonly upstreamSentAt: number | undefined
+  readonly firstVisibleAt: number | undefined
   readonly settled: boolean
 }
 
@@ -148,6 +151,8 @@ export const notStarted: Progress = {
   finishReason: "stop",
   reportedUsage: Option.none(),
   attempts: [],
+  upstreamSentAt: undefined,
+  firstVisibleAt: undefined,
   settled: false
 }
 

@@ -17,6 +17,7 @@ import { storedWrite } from "./Stored.js"
 import type { Sources } from "./WebSearch.js"
 import { responsesOutput } from "./Wire.js"
 import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
+import { estimateReasoningTokens, makeReasoningRates, thinkingMsOf } from "./ReasoningEstimate.js"
 
 /** The error code a failed call is logged with. */
 export const codeOf = (cause: Cause.Cause<unknown>): string =>
@@ -35,17 +36,24 @@ const fromProvider = (usage: ProviderUsage): CallUsage => ({
   cachedTokens: Math.min(usage.cachedTokens, usage.inputTokens)
 })
 
-/** Usage counted with the tokenizer: what was sent, and what came back before the call ended. */
-const estimatedUsage = (call: HeldCall, sources: Sources, produced: Answer): Used => ({
-  usage: withPlanning({
-    inputTokens: countInput(providerRequest(call, sources).messages, call.input.capabilities),
-    outputTokens: countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0),
-    reasoningTokens: 0,
-    cachedTokens: 0
-  }, sources),
-  source: "estimated",
-  sources
-})
+/**
+ * Usage counted with the tokenizer: what was sent, and what came back before the call ended, plus the reasoning
+ * estimated for it (ReasoningEstimate.ts), within what the output cap leaves.
+ */
+const estimatedUsage = (call: HeldCall, sources: Sources, produced: Answer, reasoningEstimate: number): Used => {
+  const visible = countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0)
+  const reasoningTokens = Math.max(0, Math.min(reasoningEstimate, call.outputCap - visible))
+  return {
+    usage: withPlanning({
+      inputTokens: countInput(providerRequest(call, sources).messages, call.input.capabilities),
+      outputTokens: visible + reasoningTokens,
+      reasoningTokens,
+      cachedTokens: 0
+    }, sources),
+    source: "estimated",
+    sources
+  }
+}
 
 /** A call cut before its upstream call, after its search spent something: the search alone, as we counted it. */
 const searchOnly = (sources: Sources): Used => ({
@@ -54,10 +62,16 @@ const searchOnly = (sources: Sources): Used => ({
   sources
 })
 
-/** What the call used: the upstream's usage when it reported one, else ours. */
-export const usedOf = (call: HeldCall, sources: Sources, answer: Answer, reported: Option.Option<ProviderUsage>): Used =>
+/** What the call used: the upstream's usage when it reported one, else ours (with `reasoningEstimate` reasoning tokens). */
+export const usedOf = (
+  call: HeldCall,
+  sources: Sources,
+  answer: Answer,
+  reported: Option.Option<ProviderUsage>,
+  reasoningEstimate = 0
+): Used =>
   Option.match(reported, {
-    onNone: () => estimatedUsage(call, sources, answer),
+    onNone: () => estimatedUsage(call, sources, answer, reasoningEstimate),
     onSome: (usage) => ({ usage: withPlanning(fromProvider(usage), sources), source: "provider" as const, sources })
   })
 
@@ -92,6 +106,24 @@ const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
 export const makeSettlement = Effect.gen(function*() {
   const { prices, storedResponsesMaxBytes } = yield* AppConfig
   const spending = yield* Spending
+  const rates = makeReasoningRates()
+
+  /**
+   * What a call that reached the upstream used, from its progress: reported usage teaches the model's thinking
+   * rate; without it, a reasoning model's thinking until its first visible output (or until now) is estimated.
+   */
+  const usedSoFar = (call: HeldCall, progress: Progress, answer: Answer) =>
+    Effect.map(Clock.currentTimeMillis, (now): Used => {
+      const model = call.route.upstreamModel
+      if (Option.isSome(progress.reportedUsage)) {
+        const thinkingMs = progress.firstVisibleAt === undefined ? undefined : thinkingMsOf(progress, progress.firstVisibleAt)
+        if (call.route.reasoningModel && thinkingMs !== undefined) rates.observe(model, progress.reportedUsage.value.reasoningTokens, thinkingMs)
+        return usedOf(call, progress.sources, answer, progress.reportedUsage)
+      }
+      const thinkingMs = call.route.reasoningModel ? thinkingMsOf(progress, now) : undefined
+      const reasoning = thinkingMs === undefined ? 0 : estimateReasoningTokens(thinkingMs, rates.rateOf(model), call.outputCap)
+      return usedOf(call, progress.sources, answer, Option.none(), reasoning)
+    })
 
   /**
    * Bills the usage (live keys) and logs it, before the answer goes out. A
@@ -110,7 +142,7 @@ export const makeSettlement = Effect.gen(function*() {
         outputTokens: used.usage.outputTokens,
         searches: used.sources.searches,
         pages: used.sources.pages
-      }, call.ceiling)
+      }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
       const logged: SettledUsage = {
         ...used.usage,
         answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
@@ -158,8 +190,20 @@ export const makeSettlement = Effect.gen(function*() {
     Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (current) => ({ ...current, settled: true })), settle))
 
   /**
-   * The end of a call that did not settle itself: a client gone (or a deadline) after the upstream started pays
-   * for what was produced; before it, after web search spent something, for the search.
+   * A call that failed with `code` and produced nothing: billed for its web search when the search spent
+   * something (planning calls, searches, pages paid upstream: DESIGN.md, Money), logged with the code; else
+   * failed, its hold returned. A call whose idempotency key another instance took over is not billed: that
+   * instance runs (and bills) it again.
+   */
+  const settleUnproduced = (call: HeldCall, progress: Progress, code: string) =>
+    searchSpent(progress.sources) && code !== "idempotency_conflict"
+      ? Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answerSoFar(progress, "stop"), false, code)))
+      : settleFailed(call, code)
+
+  /**
+   * The end of a call that did not settle itself: a client gone after the upstream started pays for what was
+   * produced; a client gone before it, or a failure (a deadline, a failing search engine, a refusal), after web
+   * search spent something, for the search.
    */
   const settleAbandoned = (held: HeldCall, progress: Progress, exit: Exit.Exit<unknown, unknown>) => {
     if (progress.settled) return Effect.void
@@ -168,18 +212,19 @@ export const makeSettlement = Effect.gen(function*() {
       const answer = answerSoFar(progress, "stop")
       // Billed as we counted what was produced so far.
       if (progress.upstreamStarted) {
-        return Effect.asVoid(Effect.ignore(settleUsed(call, usedOf(call, progress.sources, answer, Option.none()), answer)))
+        return Effect.asVoid(Effect.ignore(Effect.flatMap(usedSoFar(call, progress, answer), (used) => settleUsed(call, used, answer))))
       }
       if (searchSpent(progress.sources)) return Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answer)))
+      return settleFailed(call, "internal_error")
     }
-    return settleFailed(call, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
+    return settleUnproduced(call, progress, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")
   }
 
   /** A call's last word, whatever its exit: it settles unless it settled itself. */
   const settleOnExit = (call: HeldCall, progress: Ref.Ref<Progress>) => <A, E>(exit: Exit.Exit<A, E>) =>
     Effect.flatMap(Ref.get(progress), (current) => settleAbandoned(call, current, exit))
 
-  return { settleUsed, settleAnswer, settleFailed, settleOnce, settleOnExit }
+  return { usedSoFar, settleUsed, settleAnswer, settleFailed, settleUnproduced, settleOnce, settleOnExit }
 })
 
 export type Settlement = Effect.Effect.Success<typeof makeSettlement>

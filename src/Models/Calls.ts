@@ -183,7 +183,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
               })
           })
-          yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true }))
+          const upstreamSentAt = yield* Clock.currentTimeMillis
+          yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
           const request = {
             ...providerRequest({ ...call, input: { ...call.input, upstream } }, sources),
             attempted: (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))

@@ -2,8 +2,8 @@ import { Either } from "effect"
 import { ContextLengthExceeded, InvalidRequest } from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
-import type { BilledUsage, PriceTable } from "../Domain/Prices.js"
-import { costOf, withSafetyMargin } from "../Domain/Prices.js"
+import type { BilledUsage, ModelTokens, PriceTable } from "../Domain/Prices.js"
+import { costOf, costOfParts, withSafetyMargin } from "../Domain/Prices.js"
 import { countResponseFormat, countTools, countUpstreamMessages } from "../Providers/ContentTokens.js"
 import type { Capabilities, UpstreamMessage } from "../Providers/Provider.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS } from "./Api.js"
@@ -139,7 +139,25 @@ export const ceilingOf = (heldMicroMyr: number, costCap: MicroMyr | undefined): 
 
 /**
  * What a call is billed: its usage priced, never above its ceiling; nothing when
- * it held nothing (`usage` null: a test key, or a model priced at nothing).
+ * it held nothing (`usage` null: a test key, or a model priced at nothing). The
+ * parts of `usage` another model answered (`elsewhere`: web search's planning
+ * calls a fallback answered) are priced at that model's prices.
  */
-export const billedCost = (prices: PriceTable, upstreamModel: string, usage: BilledUsage | null, ceiling: number): MicroMyr =>
-  microMyr(Math.min(usage === null ? 0 : costOf(prices, upstreamModel, usage), ceiling))
+export const billedCost = (
+  prices: PriceTable,
+  upstreamModel: string,
+  usage: BilledUsage | null,
+  ceiling: number,
+  elsewhere: ReadonlyArray<ModelTokens> = []
+): MicroMyr => {
+  if (usage === null) return microMyr(0)
+  const moved = elsewhere.filter((part) => part.model !== upstreamModel)
+  const less = (pick: (part: ModelTokens) => number) => moved.reduce((sum, part) => sum + pick(part), 0)
+  const own: ModelTokens = {
+    model: upstreamModel,
+    inputTokens: Math.max(0, usage.inputTokens - less((part) => part.inputTokens)),
+    cachedTokens: Math.max(0, usage.cachedTokens - less((part) => part.cachedTokens)),
+    outputTokens: Math.max(0, usage.outputTokens - less((part) => part.outputTokens))
+  }
+  return microMyr(Math.min(costOfParts(prices, [own, ...moved], usage.searches, usage.pages), ceiling))
+}

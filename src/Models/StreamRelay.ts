@@ -7,7 +7,6 @@ import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Prov
 import type { HeldCall, Progress, StreamEvent } from "./Call.js"
 import { answerSoFar, servedCall } from "./Call.js"
 import type { Settlement } from "./CallSettlement.js"
-import { usedOf } from "./CallSettlement.js"
 import type { EventRenderer } from "./Wire.js"
 
 /**
@@ -114,7 +113,7 @@ const completed = (settlement: Settlement, { call: held, progress }: StartedStre
     const current = yield* Ref.get(progress)
     const call = servedCall(held, current.attempts)
     const answer = answerSoFar(current, current.finishReason)
-    const used = usedOf(call, current.sources, answer, current.reportedUsage)
+    const used = yield* settlement.usedSoFar(call, current, answer)
     const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
     return { _tag: "Completed", result } satisfies StreamEvent
   })
@@ -131,10 +130,11 @@ const failed = (settlement: Settlement, { call: held, progress }: StartedStream,
     // log keeps the error's code, so it is told apart from a complete answer (DESIGN.md, Fallbacks).
     if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
       const answer = answerSoFar(current, "stop")
-      const used = usedOf(call, current.sources, answer, current.reportedUsage)
+      const used = yield* settlement.usedSoFar(call, current, answer)
       yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
     } else {
-      yield* settlement.settleOnce(progress, settlement.settleFailed(call, errorMeta(error).code))
+      // Nothing produced: billed for its web search, if it ran, else failed.
+      yield* settlement.settleOnce(progress, settlement.settleUnproduced(call, current, errorMeta(error).code))
     }
     return { _tag: "Failed", error } satisfies StreamEvent
   })
@@ -148,7 +148,8 @@ const withRelayed = (stored: Progress, relayed: Progress): Progress => ({
   toolCalls: relayed.toolCalls,
   logprobs: relayed.logprobs,
   finishReason: relayed.finishReason,
-  reportedUsage: relayed.reportedUsage
+  reportedUsage: relayed.reportedUsage,
+  firstVisibleAt: relayed.firstVisibleAt
 })
 
 /**
@@ -189,6 +190,10 @@ export const relayBody = (
       if (state !== "open") return
       if (parts === undefined) return finish(completed(settlement, started))
       let text = ""
+      // A reasoning model's thinking ends with its first visible output: the time to it estimates reasoning on a cut.
+      if (current.firstVisibleAt === undefined && parts.some((part) => part._tag === "Delta" || part._tag === "ToolCallDelta")) {
+        current = { ...current, firstVisibleAt: Date.now() }
+      }
       for (const part of parts) {
         const [events, next] = relayPart(call.requestId, current, part)
         current = next

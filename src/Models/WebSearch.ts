@@ -1,6 +1,7 @@
 import { Clock, Context, Effect, Layer, Option } from "effect"
 import type { SearchError } from "../Domain/Errors.js"
-import type { ProviderError, ProviderShape, ProviderUsage } from "../Providers/Provider.js"
+import { servedBy } from "../Providers/Fallback.js"
+import type { ProviderError, ProviderShape, ProviderUsage, UpstreamAttempt } from "../Providers/Provider.js"
 import type { SearchResult, SearchShape } from "../Search/Search.js"
 import { Search, simulatedSearch } from "../Search/Search.js"
 import type { ReadResult } from "../Search/Planning.js"
@@ -42,21 +43,29 @@ export interface PlanningUsage {
   readonly cachedTokens: number
 }
 
+/** One planning call's tokens and the model that answered it (a fallback's, maybe): billed at that model's prices. */
+export interface PlanningCall {
+  readonly model: string
+  readonly usage: PlanningUsage
+}
+
 export interface Sources {
   readonly searches: number
   readonly pages: number
   /** Every source the model was given, numbered as it saw them. */
   readonly found: ReadonlyArray<Citation>
+  /** All planning calls' tokens, and each call's by the model that answered it. */
   readonly planning: PlanningUsage
+  readonly planningCalls: ReadonlyArray<PlanningCall>
   /** The system message that carries the sources to the model. */
   readonly message?: Message
 }
 
 const NO_USAGE: PlanningUsage = { inputTokens: 0, outputTokens: 0, reasoningTokens: 0, cachedTokens: 0 }
-export const noSources: Sources = { searches: 0, pages: 0, found: [], planning: NO_USAGE }
+export const noSources: Sources = { searches: 0, pages: 0, found: [], planning: NO_USAGE, planningCalls: [] }
 
 /** What a search has cost so far: searches sent, pages read, planning calls' tokens (a call sent, not yet answered: its prompt). */
-export type SearchSpent = Pick<Sources, "searches" | "pages" | "planning">
+export type SearchSpent = Pick<Sources, "searches" | "pages" | "planning" | "planningCalls">
 
 /** Whether a search has spent anything upstream: from the first planning call sent on, it has. */
 export const searchSpent = (spent: SearchSpent): boolean =>
@@ -247,40 +256,63 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
     const results: Array<ReadResult & { readonly publishedAt: string | null }> = []
     const seen = new Set<string>()
     let planning = NO_USAGE
-    // A planning call sent and not yet answered: its prompt was paid for already.
+    const planningCalls: Array<PlanningCall> = []
+    // A planning call sent and not yet answered: its prompt was paid for already, at the model it was sent to.
     let planningSent = NO_USAGE
     let searchesSent = 0
     let pagesRead = 0
     let pagesPlanned = 0
-    const tell = Effect.suspend(() => call.spent({ searches: searchesSent, pages: pagesRead, planning: addUsage(planning, planningSent) }))
+    const tell = Effect.suspend(() =>
+      call.spent({
+        searches: searchesSent,
+        pages: pagesRead,
+        planning: addUsage(planning, planningSent),
+        planningCalls: planningSent === NO_USAGE ? [...planningCalls] : [...planningCalls, { model: call.model, usage: planningSent }]
+      })
+    )
     for (const [round, budget] of plan.rounds.entries()) {
       if (budget.queries <= 0) continue
       const earlier = round === 0 ? undefined : { queries: queriesRun, results }
       const prompt = planningMessages(messages, budget.queries, today, earlier)
       planningSent = { ...NO_USAGE, inputTokens: countMessages(prompt) }
       yield* tell
+      // The fallback provider tells which target answered, as it does for the call itself.
+      const attempts: Array<UpstreamAttempt> = []
       const answer = yield* call.provider.complete({
         model: call.model,
         messages: prompt,
         maxOutputTokens: plan.planningOutputCap,
         reasoningEffort: call.reasoningModel ? "low" : undefined,
-        reasoningModel: call.reasoningModel
+        reasoningModel: call.reasoningModel,
+        attempted: (attempt) => Effect.sync(() => attempts.push(attempt))
       })
-      planning = addUsage(planning, planningUsageOf(prompt, answer.text, answer.usage))
+      const used = planningUsageOf(prompt, answer.text, answer.usage)
+      planning = addUsage(planning, used)
+      planningCalls.push({ model: Option.match(servedBy(attempts), { onNone: () => call.model, onSome: (a) => a.model }), usage: used })
       planningSent = NO_USAGE
       yield* tell
       const written = parseQueries(answer.text, budget.queries + queriesRun.length)
         .filter((query) => !queriesRun.some((done) => done.toLowerCase() === query.toLowerCase()))
         .slice(0, budget.queries)
       const queries = written.length > 0 ? written : round === 0 ? [lastQuestion(messages) || "news"] : []
-      const found = yield* Effect.forEach(queries, (query) =>
+      // A search counts once sent; one the engine failed is not billed. Each runs to its end, then the first failure fails the call.
+      const outcomes = yield* Effect.forEach(queries, (query) =>
         Effect.zipRight(
           Effect.suspend(() => {
             searchesSent += 1
             return tell
           }),
-          engine.search(query, plan.maxResults)
+          engine.search(query, plan.maxResults).pipe(
+            Effect.tapError(() =>
+              Effect.suspend(() => {
+                searchesSent -= 1
+                return tell
+              })
+            ),
+            Effect.either
+          )
         ), { concurrency: 3 })
+      const found = yield* Effect.all(outcomes)
       queriesRun.push(...queries)
       const fresh: Array<SearchResult> = []
       for (const result of found.flatMap((list) => list.slice(0, plan.maxResults))) {
@@ -323,6 +355,7 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         accessed_at: accessedAt
       })),
       planning,
+      planningCalls,
       ...(results.length > 0 ? { message: sourcesMessage(results) } : {})
     }
     return sources

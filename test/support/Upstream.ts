@@ -25,6 +25,8 @@ export type Behaviour =
     readonly delayMs?: number
     /** Wait between stream chunks (default `DEFAULT_CHUNK_DELAY_MS`): each chunk is its own write, as from a real upstream. */
     readonly chunkDelayMs?: number
+    /** Streaming: silence after the role chunk, before the first content, as a reasoning model thinks. */
+    readonly thinkMs?: number
     readonly finishReason?: string
     /**
      * Function calls in the answer (finish reason `tool_calls`), streamed as OpenAI streams them; none once the
@@ -38,10 +40,15 @@ export type Behaviour =
   | { readonly kind: "hang" }
   /** Streaming: headers, the role chunk and the first content chunk, then silence. */
   | { readonly kind: "hangAfterFirstChunk" }
-  /** Streaming: `afterChunks` (default 3) content chunks, then the socket is destroyed; non-streaming: half the JSON. */
-  | { readonly kind: "resetMidStream"; readonly afterChunks?: number }
+  /**
+   * Streaming: `afterChunks` (default 3) content chunks (after `thinkMs` of silence past the role chunk), then the
+   * socket is destroyed; non-streaming: half the JSON.
+   */
+  | { readonly kind: "resetMidStream"; readonly afterChunks?: number; readonly thinkMs?: number }
   /** The next `times` (default 1) requests get their socket destroyed before any byte; later ones are answered `ok`. */
   | { readonly kind: "resetBeforeResponse"; readonly times?: number }
+  /** Each request as `choose` says from its parsed body (e.g. web search's planning calls one way, the answer another). */
+  | { readonly kind: "perRequest"; readonly choose: (body: unknown) => Exclude<Behaviour, { readonly kind: "perRequest" | "resetBeforeResponse" }> }
 
 export interface RecordedRequest {
   readonly method: string
@@ -259,13 +266,13 @@ const answerOk = async (res: ServerResponse, c: Completion, behaviour: OkBehavio
   startStream(res)
   const gap = behaviour.chunkDelayMs ?? DEFAULT_CHUNK_DELAY_MS
   for (const [i, event] of all.entries()) {
-    if (i > 0 && !(await wait(gap, res))) return
+    if (i > 0 && !(await wait(i === 1 && behaviour.thinkMs !== undefined ? behaviour.thinkMs : gap, res))) return
     res.write(event)
   }
   res.end()
 }
 
-const answerBroken = (res: ServerResponse, c: Completion, behaviour: Behaviour) => {
+const answerBroken = async (res: ServerResponse, c: Completion, behaviour: Behaviour) => {
   if (!c.stream) {
     const json = completionJson(c)
     if (behaviour.kind === "hangAfterFirstChunk") return res.flushHeaders()
@@ -276,6 +283,12 @@ const answerBroken = (res: ServerResponse, c: Completion, behaviour: Behaviour) 
   startStream(res)
   if (behaviour.kind === "hangAfterFirstChunk") return res.write(events.role + (events.content[0] ?? ""))
   const afterChunks = behaviour.kind === "resetMidStream" ? behaviour.afterChunks ?? 3 : 0
+  const thinkMs = behaviour.kind === "resetMidStream" ? behaviour.thinkMs ?? 0 : 0
+  if (thinkMs > 0) {
+    res.write(events.role)
+    if (!(await wait(thinkMs, res))) return
+    return writeThenDestroy(res, events.content.slice(0, afterChunks).join(""))
+  }
   writeThenDestroy(res, events.role + events.content.slice(0, afterChunks).join(""))
 }
 
@@ -335,8 +348,9 @@ export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamSe
     const query = url.indexOf("?")
     const path = query === -1 ? url : url.slice(0, query)
     const route = req.method === "POST" && isChatCompletions(path)
-    const current = route ? take() : OK
+    const taken = route ? take() : OK
     const body = parseJson(await readBody(req))
+    const current = taken.kind === "perRequest" ? taken.choose(body) : taken
     if (record) requests.push({ method: req.method ?? "", path, body, headers: req.headers })
     if (!route) return sendJson(res, 404, errorBody(`Unknown route: ${req.method} ${path}`, "invalid_request_error"))
     switch (current.kind) {
@@ -353,7 +367,7 @@ export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamSe
     served += 1
     const id = `${idPrefix}${served.toString(36)}`
     if (current.kind === "ok") return answerOk(res, completionOf(id, body, current), current)
-    answerBroken(res, completionOf(id, body, OK), current)
+    return answerBroken(res, completionOf(id, body, OK), current)
   }
 
   const server = createServer((req, res) => {

@@ -13,6 +13,7 @@ import tagRollups from "./0012_tag_rollups.js"
 import webhooks from "./0013_webhooks.js"
 import balanceAlerts from "./0014_balance_alerts.js"
 import upstreamAttempts from "./0015_upstream_attempts.js"
+import keyIdNotify from "./0019_key_id_notify.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -34,5 +35,6 @@ export const migrations = {
   "0012_tag_rollups": tagRollups,
   "0013_webhooks": webhooks,
   "0014_balance_alerts": balanceAlerts,
-  "0015_upstream_attempts": upstreamAttempts
+  "0015_upstream_attempts": upstreamAttempts,
+  "0019_key_id_notify": keyIdNotify
 }

@@ -154,6 +154,37 @@ describe("keys managed in place, across two instances", () => {
         expect(other.body.full_key).not.toBe(first.body.full_key)
       }))
 
+    it.effect("a change to a rotated key reaches its old secret, cached on the other instance, within a second", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { token } = yield* on(a)(developer("km-old-secret@example.com"))
+        const created = yield* on(a)(createKey(token, { name: "old secret", environment: "test" }))
+        const rotated = yield* on(a)(call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, {
+          token,
+          json: { grace_seconds: 600 },
+          headers: { "idempotency-key": newId("idem") }
+        }))
+        expect(rotated.status).toBe(200)
+        const old = call("GET", "/v1/models", { token: created.full_key })
+        // The old secret is remembered by b once a lookup after the rotation's announcement answers from it.
+        yield* seenWithin(Date.now(), on(b)(old), (reply) => outcome(reply) === "200")
+        for (let i = 0; i < 3; i++) expect(outcome(yield* on(b)(old))).toBe("200")
+        const disabledAt = Date.now()
+        expect((yield* on(a)(patch(token, created.key.id, { disabled: true }))).status).toBe(200)
+        const refused = yield* seenWithin(disabledAt, on(b)(old), (reply) => outcome(reply) === "permission_denied")
+        expect(refused).toBeLessThanOrEqual(DEADLINE_MS)
+        const enabledAt = Date.now()
+        expect((yield* on(a)(patch(token, created.key.id, { disabled: false }))).status).toBe(200)
+        yield* seenWithin(enabledAt, on(b)(old), (reply) => outcome(reply) === "200")
+        // A rate limit set through a reaches the old secret on b too.
+        for (let i = 0; i < 3; i++) expect(outcome(yield* on(b)(old))).toBe("200")
+        const limitedAt = Date.now()
+        expect((yield* on(a)(patch(token, created.key.id, { rate_limit_rpm: 1 }))).status).toBe(200)
+        const limited = yield* seenWithin(limitedAt, on(b)(old), (reply) => reply.headers.get("x-ratelimit-limit-requests") === "1")
+        expect(limited).toBeLessThanOrEqual(DEADLINE_MS)
+      }))
+
     it.effect("per-key requests per minute are shared by both instances; above the operator's ceiling is refused", () =>
       Effect.gen(function*() {
         yield* bothListening

@@ -4,11 +4,13 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Either } from "effect"
+import { Effect, Either, Option } from "effect"
 import { parse } from "yaml"
+import { devRouteAllowed } from "../src/Http/DevRoutes.js"
 import { APP_CSP, corsPolicy } from "../src/Http/SecurityHeaders.js"
 import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
-import { call } from "./support/Http.js"
+import { expectClientError } from "./support/ErrorBody.js"
+import { call, devToken } from "./support/Http.js"
 import { linesOf, startService } from "./support/ServiceProcess.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
@@ -85,6 +87,72 @@ layer(TestServerLive(), { excludeTestServices: true })("security headers and COR
       expect(api.status).toBe(204)
       expect(api.headers.get("access-control-allow-origin")).toBe("*")
     }))
+})
+
+layer(TestServerLive(), { excludeTestServices: true })("development routes behind a proxy", (it) => {
+  const FORWARDING: ReadonlyArray<Record<string, string>> = [
+    { "x-forwarded-for": "203.0.113.9" },
+    { forwarded: "for=203.0.113.9;proto=https" },
+    { "x-forwarded-host": "nenas.example" },
+    { "x-forwarded-proto": "https" }
+  ]
+
+  it.effect("a forwarded request to any /dev route answers 404 not_found; the same request sent directly works", () =>
+    Effect.gen(function*() {
+      const token = yield* devToken("dev-proxy@example.com")
+      const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
+      expect(checkout.status, checkout.text).toBe(200)
+      const session: string = checkout.body.session_id
+      const routes: ReadonlyArray<readonly [string, string, Record<string, unknown> | undefined]> = [
+        ["POST", "/dev/session", { email: "anyone@example.com" }],
+        ["GET", "/dev/.well-known/jwks.json", undefined],
+        ["GET", "/dev/mailbox", undefined],
+        ["GET", `/dev/checkout/${session}`, undefined],
+        ["GET", `/dev/checkout/setup/${session}`, undefined],
+        ["POST", `/dev/checkout/setup/${session}/save`, undefined],
+        ["POST", `/dev/checkout/${session}/cancel`, undefined],
+        ["POST", `/dev/checkout/${session}/pay`, undefined]
+      ]
+      for (const [method, path, json] of routes) {
+        for (const headers of FORWARDING) {
+          const what = `${method} ${path} ${JSON.stringify(headers)}`
+          const refused = yield* call(method, path, { headers, ...(json === undefined ? {} : { json }) })
+          expectClientError(refused, { status: 404, code: "not_found" }, what)
+          expect(refused.body.error.message, what).toContain("X-Forwarded-*")
+          expect(refused.text, what).not.toContain("\"token\"")
+        }
+      }
+      // Nothing forwarded was done: the checkout is still open, and it pays when asked directly.
+      expect((yield* call("GET", `/dev/checkout/${session}`)).text).toContain(">Pay<")
+      const signedIn = yield* call("POST", "/dev/session", { json: { email: "anyone@example.com" } })
+      expect(signedIn.status).toBe(200)
+      expect(typeof signedIn.body.token).toBe("string")
+      expect((yield* call("GET", "/dev/.well-known/jwks.json")).status).toBe(200)
+      expect((yield* call("GET", "/dev/mailbox")).status).toBe(200)
+      const paid = yield* call("POST", `/dev/checkout/${session}/pay`)
+      expect(paid.status, paid.text).toBe(200)
+      expect(paid.text).toContain("Payment received")
+    }))
+})
+
+describe("devRouteAllowed", () => {
+  const local = { devAuth: Option.none(), production: false }
+  it("answers a loopback peer with no forwarding header, IPv4, IPv6 or mapped", () => {
+    for (const peer of ["127.0.0.1", "::1", "::ffff:127.0.0.1"]) expect(devRouteAllowed({ peer, headers: {} }, local), peer).toBe(true)
+  })
+  it("refuses a forwarded request, a peer off this machine, and an unknown peer", () => {
+    expect(devRouteAllowed({ peer: "127.0.0.1", headers: { "x-forwarded-for": "127.0.0.1" } }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: "127.0.0.1", headers: { forwarded: "for=127.0.0.1" } }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: "127.0.0.1", headers: { "x-forwarded-port": "443" } }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: undefined, headers: {} }, local)).toBe(false)
+  })
+  it("answers anyone with DEV_AUTH=1 outside production, and nobody off loopback in production", () => {
+    const devAuth = { devAuth: Option.some(true), production: false }
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: { "x-forwarded-for": "203.0.113.9" } }, devAuth)).toBe(true)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(true), production: true })).toBe(false)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(false), production: false })).toBe(false)
+  })
 })
 
 describe("corsPolicy", () => {

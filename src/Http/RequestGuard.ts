@@ -4,6 +4,8 @@ import { ApiKeyAuth } from "../Auth/Api.js"
 import { InvalidRequest } from "../Domain/Errors.js"
 import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
+import { AppConfig } from "../AppConfig.js"
+import { guardDevRoutes } from "./DevRoutes.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>
   request.headers["content-type"]?.split(";")[0]?.trim().toLowerCase()
@@ -56,7 +58,7 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
 
 /**
  * Refuses, before any handler reads it, what would stall or break one: NUL in
- * the URL, a multipart body (none is accepted, and an unterminated one never
+ * the URL, a development route asked through a proxy or from afar (`DevRoutes.ts`), a multipart body (none is accepted, and an unterminated one never
  * ends), a request to an API-key endpoint without a valid key (checked before
  * its body is read), a JSON endpoint's body of another type, and JSON nested
  * deeper than MAX_JSON_DEPTH. Every refusal is the spec's error; the body is
@@ -64,6 +66,7 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
  */
 export const makeRequestGuard = Effect.gen(function*() {
   const { api } = yield* HttpApi.Api
+  const devRoutes = guardDevRoutes(yield* AppConfig)
   const endpoints = endpointsOf(api)
   const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : Effect.void
   const endpointOf = (request: HttpServerRequest.HttpServerRequest): EndpointPattern | undefined => {
@@ -74,6 +77,7 @@ export const makeRequestGuard = Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const nul = nulInUrl(request.url)
     if (Option.isSome(nul)) return yield* nul.value
+    yield* devRoutes
     const type = mediaType(request)
     if (type?.startsWith("multipart/")) {
       return yield* new InvalidRequest({ message: "Multipart bodies are not accepted; send Content-Type: application/json." })

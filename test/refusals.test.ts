@@ -172,3 +172,19 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckouts
       expect(statuses).toEqual([200, 200, 200, 429, 429])
     }))
 })
+
+layer(TestServerLive(), { excludeTestServices: true, timeout: 60_000 })("dashboard refusals before the body", (it) => {
+  it.effect("a dashboard request without a valid session, announcing an 8 MiB body, answers 401 before the body is sent", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      // 64 KiB of 8 MiB sent: a server that read the body first would still be waiting.
+      for (const [path, authorization] of [["/dashboard/api-keys", "Bearer not-a-session-token"], ["/dashboard/webhooks", ""]] as const) {
+        const answer = yield* Effect.promise(() => partialPost(baseUrl, path, authorization, 64 * 1024))
+        expect(answer.statusLine, path).toMatch(/^HTTP\/1\.1 401 /)
+        expect(JSON.parse(answer.text), path).toMatchObject({ error: { code: "authentication_error" } })
+      }
+      // A valid session still reaches the handler, with its body.
+      const session = yield* devToken("dashboard-body@example.com")
+      expect((yield* createKey(session, { name: "after refusals", environment: "test" })).full_key).toMatch(/^nns_test_/)
+    }))
+})

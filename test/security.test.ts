@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process"
+import { randomUUID } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -10,9 +11,10 @@ import { devRouteAllowed } from "../src/Http/DevRoutes.js"
 import { APP_CSP, corsPolicy } from "../src/Http/SecurityHeaders.js"
 import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
 import { expectClientError } from "./support/ErrorBody.js"
-import { call, devToken } from "./support/Http.js"
+import { call, devToken, type Reply } from "./support/Http.js"
+import { developer } from "./support/Wallet.js"
 import { linesOf, startService } from "./support/ServiceProcess.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 
 /**
  * Issue 28's headers and CORS on a running service, and its refusal to start
@@ -132,6 +134,45 @@ layer(TestServerLive(), { excludeTestServices: true })("development routes behin
       const paid = yield* call("POST", `/dev/checkout/${session}/pay`)
       expect(paid.status, paid.text).toBe(200)
       expect(paid.text).toContain("Payment received")
+    }))
+})
+
+layer(TestServerLive(), { excludeTestServices: true })("answers that carry secrets", (it) => {
+  const noStore = (reply: Reply, what: string) => expect(reply.headers.get("cache-control"), `${what}: ${reply.status}`).toBe("no-store")
+
+  it.effect("a new key, a rotated key, a webhook secret, a session token and /v1/responses answers carry Cache-Control: no-store", () =>
+    Effect.gen(function*() {
+      const signedIn = yield* call("POST", "/dev/session", { json: { email: "no-store@example.com" } })
+      noStore(signedIn, "POST /dev/session")
+      const { accountId, token } = yield* developer("no-store@example.com")
+      const created = yield* call("POST", "/dashboard/api-keys", { token, json: { name: "secret", environment: "test" } })
+      expect(created.status).toBe(201)
+      noStore(created, "POST /dashboard/api-keys")
+      const rotated = yield* call("POST", `/dashboard/api-keys/${created.body.key.id}/rotate`, {
+        token,
+        json: {},
+        headers: { "idempotency-key": randomUUID() }
+      })
+      expect(rotated.status).toBe(200)
+      noStore(rotated, "rotate")
+      // Whatever the registration's URL rules, its answer is never stored.
+      noStore(yield* call("POST", "/dashboard/webhooks", { token, json: { url: "https://hooks.example/x", events: ["balance.low"] } }), "POST /dashboard/webhooks")
+      const endpoint = `we_${randomUUID()}`
+      yield* query(
+        "INSERT INTO webhook_endpoints (id, account_id, url, events, secret, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, now(), now())",
+        [endpoint, accountId, "https://hooks.example/x", ["balance.low"], "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"]
+      )
+      const secret = yield* call("POST", `/dashboard/webhooks/${endpoint}/rotate-secret`, { token })
+      expect(secret.status, secret.text).toBe(200)
+      noStore(secret, "rotate-secret")
+      const key: string = rotated.body.full_key
+      const ask = { model: "svc/nenas-flash", input: "Say hello.", max_output_tokens: 16 }
+      const answered = yield* call("POST", "/v1/responses", { token: key, json: ask })
+      expect(answered.status).toBe(200)
+      noStore(answered, "POST /v1/responses")
+      noStore(yield* call("GET", `/v1/responses/${answered.body.id}`, { token: key }), "GET /v1/responses/{id}")
+      noStore(yield* call("POST", "/v1/responses", { token: key, json: { ...ask, stream: true } }), "POST /v1/responses, streamed")
+      noStore(yield* call("GET", "/v1/responses/resp_unknown", { token: key }), "GET /v1/responses/{unknown}")
     }))
 })
 

@@ -15,6 +15,7 @@ import balanceAlerts from "./0014_balance_alerts.js"
 import upstreamAttempts from "./0015_upstream_attempts.js"
 import storedResponseBounds from "./0016_stored_response_bounds.js"
 import webhookFairness from "./0017_webhook_fairness.js"
+import keyIdNotify from "./0018_key_id_notify.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -38,5 +39,6 @@ export const migrations = {
   "0014_balance_alerts": balanceAlerts,
   "0015_upstream_attempts": upstreamAttempts,
   "0016_stored_response_bounds": storedResponseBounds,
-  "0017_webhook_fairness": webhookFairness
+  "0017_webhook_fairness": webhookFairness,
+  "0018_key_id_notify": keyIdNotify
 }

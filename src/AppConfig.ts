@@ -73,6 +73,11 @@ export interface AppConfigShape {
   readonly metricsToken: Option.Option<Redacted.Redacted>
   /** `OTEL_EXPORTER_OTLP_ENDPOINT`: where traces go over OTLP/HTTP; unset, no tracer runs. */
   readonly otlpEndpoint: Option.Option<string>
+  /**
+   * `ROTATION_SEAL_SECRET`: what a key rotation's replayable secret is sealed with besides its Idempotency-Key,
+   * shared by the instances of one deployment; unset, a secret kept in `DATA_DIR` (one machine).
+   */
+  readonly rotationSealSecret: Option.Option<Redacted.Redacted>
   /** Model, search and page prices; `PRICE_TABLE` (JSON) replaces the documented defaults. */
   readonly prices: PriceTable
   /** How often each instance sweeps lapsed reservations; not an environment setting (tests lengthen it). */
@@ -194,6 +199,12 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.map(Option.filter((token) => Redacted.value(token).length > 0))
   ),
   otlpEndpoint: nonEmpty("OTEL_EXPORTER_OTLP_ENDPOINT"),
+  rotationSealSecret: Config.option(Config.redacted("ROTATION_SEAL_SECRET")).pipe(
+    Config.validate({
+      message: "ROTATION_SEAL_SECRET must be at least 32 characters (a random secret shared by every instance)",
+      validation: (secret) => Option.isNone(secret) || Redacted.value(secret.value).length >= 32
+    })
+  ),
   prices: Config.string("PRICE_TABLE").pipe(
     Config.mapOrFail((json) =>
       Either.mapLeft(

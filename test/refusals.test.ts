@@ -124,7 +124,7 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckouts
       expect(reply.body.choices[0].message.content.length).toBeGreaterThan(0)
     }))
 
-  it.effect("100 failed authentications from one address: 401 up to the limit, then 429 with retry_after_seconds, a valid key included", () =>
+  it.effect("100 failed authentications from one address: 401 up to the limit, then 429 with retry_after_seconds; a valid key still works", () =>
     Effect.gen(function*() {
       const session = yield* devToken("limited@example.com")
       const valid = (yield* createKey(session, { name: "valid", environment: "test" })).full_key
@@ -146,8 +146,16 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckouts
       expect(firstRefused).toBeLessThanOrEqual(FAILURES_PER_MINUTE)
       expect(statuses.slice(0, firstRefused).every((status) => status === 401)).toBe(true)
       expect(statuses.slice(firstRefused).every((status) => status === 429)).toBe(true)
-      // Refused before any lookup: the address waits out its minute, whatever key it sends.
-      expect((yield* call("GET", "/v1/models", { token: valid })).status).toBe(429)
+      // A valid key is never refused by the limit; guesses shaped like keys still are.
+      const served = yield* call("GET", "/v1/models", { token: valid })
+      expect(served.status, served.text).toBe(200)
+      const model = yield* call("POST", "/v1/chat/completions", {
+        token: valid,
+        json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hello" }] }
+      })
+      expect(model.status, model.text).toBe(200)
+      expectClientError(yield* call("GET", "/v1/models", { token: `nns_live_${randomBase62(40)}` }), { status: 429, code: "rate_limit_exceeded" })
+      expect((yield* call("GET", "/v1/models", { token: `${valid.slice(0, -1)}${valid.endsWith("x") ? "y" : "x"}` })).status).toBe(429)
       // Dashboard routes are not API-key routes.
       expect((yield* call("GET", "/dashboard/api-keys", { token: session })).status).toBe(200)
     }))
@@ -162,5 +170,21 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckouts
         if (reply.status === 429) expectClientError(reply, { status: 429, code: "rate_limit_exceeded" })
       }
       expect(statuses).toEqual([200, 200, 200, 429, 429])
+    }))
+})
+
+layer(TestServerLive(), { excludeTestServices: true, timeout: 60_000 })("dashboard refusals before the body", (it) => {
+  it.effect("a dashboard request without a valid session, announcing an 8 MiB body, answers 401 before the body is sent", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestServer
+      // 64 KiB of 8 MiB sent: a server that read the body first would still be waiting.
+      for (const [path, authorization] of [["/dashboard/api-keys", "Bearer not-a-session-token"], ["/dashboard/webhooks", ""]] as const) {
+        const answer = yield* Effect.promise(() => partialPost(baseUrl, path, authorization, 64 * 1024))
+        expect(answer.statusLine, path).toMatch(/^HTTP\/1\.1 401 /)
+        expect(JSON.parse(answer.text), path).toMatchObject({ error: { code: "authentication_error" } })
+      }
+      // A valid session still reaches the handler, with its body.
+      const session = yield* devToken("dashboard-body@example.com")
+      expect((yield* createKey(session, { name: "after refusals", environment: "test" })).full_key).toMatch(/^nns_test_/)
     }))
 })

@@ -1,16 +1,20 @@
 import { spawnSync } from "node:child_process"
+import { randomUUID } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Either } from "effect"
+import { Effect, Either, Option } from "effect"
 import { parse } from "yaml"
+import { devRouteAllowed } from "../src/Http/DevRoutes.js"
 import { APP_CSP, corsPolicy } from "../src/Http/SecurityHeaders.js"
 import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
-import { call } from "./support/Http.js"
+import { expectClientError } from "./support/ErrorBody.js"
+import { call, devToken, type Reply } from "./support/Http.js"
+import { developer } from "./support/Wallet.js"
 import { linesOf, startService } from "./support/ServiceProcess.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 
 /**
  * Issue 28's headers and CORS on a running service, and its refusal to start
@@ -85,6 +89,111 @@ layer(TestServerLive(), { excludeTestServices: true })("security headers and COR
       expect(api.status).toBe(204)
       expect(api.headers.get("access-control-allow-origin")).toBe("*")
     }))
+})
+
+layer(TestServerLive(), { excludeTestServices: true })("development routes behind a proxy", (it) => {
+  const FORWARDING: ReadonlyArray<Record<string, string>> = [
+    { "x-forwarded-for": "203.0.113.9" },
+    { forwarded: "for=203.0.113.9;proto=https" },
+    { "x-forwarded-host": "nenas.example" },
+    { "x-forwarded-proto": "https" }
+  ]
+
+  it.effect("a forwarded request to any /dev route answers 404 not_found; the same request sent directly works", () =>
+    Effect.gen(function*() {
+      const token = yield* devToken("dev-proxy@example.com")
+      const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
+      expect(checkout.status, checkout.text).toBe(200)
+      const session: string = checkout.body.session_id
+      const routes: ReadonlyArray<readonly [string, string, Record<string, unknown> | undefined]> = [
+        ["POST", "/dev/session", { email: "anyone@example.com" }],
+        ["GET", "/dev/.well-known/jwks.json", undefined],
+        ["GET", "/dev/mailbox", undefined],
+        ["GET", `/dev/checkout/${session}`, undefined],
+        ["GET", `/dev/checkout/setup/${session}`, undefined],
+        ["POST", `/dev/checkout/setup/${session}/save`, undefined],
+        ["POST", `/dev/checkout/${session}/cancel`, undefined],
+        ["POST", `/dev/checkout/${session}/pay`, undefined]
+      ]
+      for (const [method, path, json] of routes) {
+        for (const headers of FORWARDING) {
+          const what = `${method} ${path} ${JSON.stringify(headers)}`
+          const refused = yield* call(method, path, { headers, ...(json === undefined ? {} : { json }) })
+          expectClientError(refused, { status: 404, code: "not_found" }, what)
+          expect(refused.body.error.message, what).toContain("X-Forwarded-*")
+          expect(refused.text, what).not.toContain("\"token\"")
+        }
+      }
+      // Nothing forwarded was done: the checkout is still open, and it pays when asked directly.
+      expect((yield* call("GET", `/dev/checkout/${session}`)).text).toContain(">Pay<")
+      const signedIn = yield* call("POST", "/dev/session", { json: { email: "anyone@example.com" } })
+      expect(signedIn.status).toBe(200)
+      expect(typeof signedIn.body.token).toBe("string")
+      expect((yield* call("GET", "/dev/.well-known/jwks.json")).status).toBe(200)
+      expect((yield* call("GET", "/dev/mailbox")).status).toBe(200)
+      const paid = yield* call("POST", `/dev/checkout/${session}/pay`)
+      expect(paid.status, paid.text).toBe(200)
+      expect(paid.text).toContain("Payment received")
+    }))
+})
+
+layer(TestServerLive(), { excludeTestServices: true })("answers that carry secrets", (it) => {
+  const noStore = (reply: Reply, what: string) => expect(reply.headers.get("cache-control"), `${what}: ${reply.status}`).toBe("no-store")
+
+  it.effect("a new key, a rotated key, a webhook secret, a session token and /v1/responses answers carry Cache-Control: no-store", () =>
+    Effect.gen(function*() {
+      const signedIn = yield* call("POST", "/dev/session", { json: { email: "no-store@example.com" } })
+      noStore(signedIn, "POST /dev/session")
+      const { accountId, token } = yield* developer("no-store@example.com")
+      const created = yield* call("POST", "/dashboard/api-keys", { token, json: { name: "secret", environment: "test" } })
+      expect(created.status).toBe(201)
+      noStore(created, "POST /dashboard/api-keys")
+      const rotated = yield* call("POST", `/dashboard/api-keys/${created.body.key.id}/rotate`, {
+        token,
+        json: {},
+        headers: { "idempotency-key": randomUUID() }
+      })
+      expect(rotated.status).toBe(200)
+      noStore(rotated, "rotate")
+      // Whatever the registration's URL rules, its answer is never stored.
+      noStore(yield* call("POST", "/dashboard/webhooks", { token, json: { url: "https://hooks.example/x", events: ["balance.low"] } }), "POST /dashboard/webhooks")
+      const endpoint = `we_${randomUUID()}`
+      yield* query(
+        "INSERT INTO webhook_endpoints (id, account_id, url, events, secret, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, now(), now())",
+        [endpoint, accountId, "https://hooks.example/x", ["balance.low"], "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"]
+      )
+      const secret = yield* call("POST", `/dashboard/webhooks/${endpoint}/rotate-secret`, { token })
+      expect(secret.status, secret.text).toBe(200)
+      noStore(secret, "rotate-secret")
+      const key: string = rotated.body.full_key
+      const ask = { model: "svc/nenas-flash", input: "Say hello.", max_output_tokens: 16 }
+      const answered = yield* call("POST", "/v1/responses", { token: key, json: ask })
+      expect(answered.status).toBe(200)
+      noStore(answered, "POST /v1/responses")
+      noStore(yield* call("GET", `/v1/responses/${answered.body.id}`, { token: key }), "GET /v1/responses/{id}")
+      noStore(yield* call("POST", "/v1/responses", { token: key, json: { ...ask, stream: true } }), "POST /v1/responses, streamed")
+      noStore(yield* call("GET", "/v1/responses/resp_unknown", { token: key }), "GET /v1/responses/{unknown}")
+    }))
+})
+
+describe("devRouteAllowed", () => {
+  const local = { devAuth: Option.none(), production: false }
+  it("answers a loopback peer with no forwarding header, IPv4, IPv6 or mapped", () => {
+    for (const peer of ["127.0.0.1", "::1", "::ffff:127.0.0.1"]) expect(devRouteAllowed({ peer, headers: {} }, local), peer).toBe(true)
+  })
+  it("refuses a forwarded request, a peer off this machine, and an unknown peer", () => {
+    expect(devRouteAllowed({ peer: "127.0.0.1", headers: { "x-forwarded-for": "127.0.0.1" } }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: "127.0.0.1", headers: { forwarded: "for=127.0.0.1" } }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: "127.0.0.1", headers: { "x-forwarded-port": "443" } }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, local)).toBe(false)
+    expect(devRouteAllowed({ peer: undefined, headers: {} }, local)).toBe(false)
+  })
+  it("answers anyone with DEV_AUTH=1 outside production, and nobody off loopback in production", () => {
+    const devAuth = { devAuth: Option.some(true), production: false }
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: { "x-forwarded-for": "203.0.113.9" } }, devAuth)).toBe(true)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(true), production: true })).toBe(false)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(false), production: false })).toBe(false)
+  })
 })
 
 describe("corsPolicy", () => {

@@ -1,9 +1,12 @@
 import { HttpApi, type HttpApiGroup, HttpServerRequest } from "@effect/platform"
 import { Effect, Option } from "effect"
-import { ApiKeyAuth } from "../Auth/Api.js"
+import { ApiKeyAuth, DashboardAuth } from "../Auth/Api.js"
+import { makeSessionBeforeBody } from "../Auth/Session.js"
 import { InvalidRequest } from "../Domain/Errors.js"
 import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
+import { AppConfig } from "../AppConfig.js"
+import { guardDevRoutes } from "./DevRoutes.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>
   request.headers["content-type"]?.split(";")[0]?.trim().toLowerCase()
@@ -36,9 +39,11 @@ interface EndpointPattern {
   readonly json: boolean
   /** It takes an API key (`ApiKeyAuth`). */
   readonly apiKey: boolean
+  /** It takes a dashboard session token (`DashboardAuth`). */
+  readonly session: boolean
 }
 
-/** Method and path patterns of the endpoints that take a JSON body or an API key. */
+/** Method and path patterns of the endpoints that take a JSON body, an API key or a session token. */
 const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>): ReadonlyArray<EndpointPattern> => {
   const found: Array<EndpointPattern> = []
   HttpApi.reflect(api, {
@@ -46,9 +51,10 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
     onEndpoint: ({ endpoint, middleware, payloads }) => {
       const json = endpoint.method !== "GET" && payloads.size > 0
       const apiKey = [...middleware].some((tag) => tag.key === ApiKeyAuth.key)
-      if (!json && !apiKey) return
+      const session = [...middleware].some((tag) => tag.key === DashboardAuth.key)
+      if (!json && !apiKey && !session) return
       const pattern = endpoint.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[^/]+/g, "[^/]+")
-      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey })
+      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey, session })
     }
   })
   return found
@@ -56,16 +62,18 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
 
 /**
  * Refuses, before any handler reads it, what would stall or break one: NUL in
- * the URL, a multipart body (none is accepted, and an unterminated one never
- * ends), a request to an API-key endpoint without a valid key (checked before
- * its body is read), a JSON endpoint's body of another type, and JSON nested
+ * the URL, a development route asked through a proxy or from afar (`DevRoutes.ts`), a multipart body (none is accepted, and an unterminated one never
+ * ends), a request to an API-key endpoint without a valid key or to a
+ * dashboard endpoint without a valid session token (checked before its body is read), a JSON endpoint's body of another type, and JSON nested
  * deeper than MAX_JSON_DEPTH. Every refusal is the spec's error; the body is
  * read once here (under the caller's body size limit) and kept for the handler.
  */
 export const makeRequestGuard = Effect.gen(function*() {
   const { api } = yield* HttpApi.Api
+  const devRoutes = guardDevRoutes(yield* AppConfig)
   const endpoints = endpointsOf(api)
   const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : Effect.void
+  const signedIn = endpoints.some((endpoint) => endpoint.session) ? yield* makeSessionBeforeBody : Effect.void
   const endpointOf = (request: HttpServerRequest.HttpServerRequest): EndpointPattern | undefined => {
     const path = request.url.split("?", 1)[0] ?? ""
     return endpoints.find((endpoint) => endpoint.method === request.method && endpoint.path.test(path))
@@ -74,12 +82,14 @@ export const makeRequestGuard = Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const nul = nulInUrl(request.url)
     if (Option.isSome(nul)) return yield* nul.value
+    yield* devRoutes
     const type = mediaType(request)
     if (type?.startsWith("multipart/")) {
       return yield* new InvalidRequest({ message: "Multipart bodies are not accepted; send Content-Type: application/json." })
     }
     const endpoint = endpointOf(request)
     if (endpoint?.apiKey === true) yield* authenticate
+    if (endpoint?.session === true) yield* signedIn
     if (endpoint?.json !== true || !hasBody(request)) return
     if (type !== undefined && !isJson(type)) {
       return yield* new InvalidRequest({

@@ -59,6 +59,14 @@ const under = (pathname: string, prefix: string) => pathname === prefix || pathn
 export const corsPolicy = (pathname: string): CorsPolicy =>
   under(pathname, "/v1") ? "any" : under(pathname, "/dashboard") || pathname === "/dev/session" ? "dashboard" : "none"
 
+/**
+ * Answers no cache may keep: the dashboard API's (one account's data, new and
+ * rotated key and webhook secrets among them), a development session token,
+ * and `/v1/responses`' (a stored conversation), streamed or not, errors included.
+ */
+export const isNoStore = (pathname: string): boolean =>
+  under(pathname, "/dashboard") || pathname === "/dev/session" || under(pathname, "/v1/responses")
+
 const contentSecurityPolicy = (pathname: string): string =>
   under(pathname, "/app") ? APP_CSP : under(pathname, "/docs") ? DOCS_CSP : DEFAULT_CSP
 
@@ -72,7 +80,7 @@ const originOf = (url: string): string | null => {
 
 /**
  * The outermost middleware: security headers on every answer (`nosniff`,
- * `no-referrer`, the path's CSP) and CORS by path. A preflight CORS does not
+ * `no-referrer`, the path's CSP, `no-store` where `isNoStore`) and CORS by path. A preflight CORS does not
  * allow answers 403 `permission_denied`, with no `Access-Control-Allow-*`.
  */
 export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) => {
@@ -98,6 +106,7 @@ export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) =>
         "x-content-type-options": "nosniff",
         "referrer-policy": "no-referrer",
         "content-security-policy": contentSecurityPolicy(pathname),
+        ...(isNoStore(pathname) ? { "cache-control": "no-store" } : {}),
         ...cors
       }
       const preflight = request.method === "OPTIONS" && origin !== undefined &&

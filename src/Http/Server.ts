@@ -22,6 +22,7 @@ import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
+import { RotationSeal } from "../Keys/RotationSeal.js"
 import { ModelCalls } from "../Models/Calls.js"
 import { ModelCallsLive, ModelsLive, StoredResponsesLive } from "../Models/Http.js"
 import { StoredConversations } from "../Models/Stored.js"
@@ -122,6 +123,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     WebhookDelivery.layerRunning,
     Mail.layerRunning,
     KeyExpiry.layerRunning,
+    RotationSeal.layer,
     WalletSettings.layer
   ).pipe(
     // Accounts open their wallets through WalletRepo.

@@ -1,7 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { IdempotencyConflict, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const Environment = Schema.Literal("live", "test")
@@ -128,9 +128,10 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
       .addSuccess(RotateApiKeyResponse)
       .addError(wire(InvalidRequest))
       .addError(wire(NotFound))
+      .addError(wire(IdempotencyConflict))
       .annotate(
         OpenApi.Description,
-        "Replaces the key's secret; id, name, limits and history stay. The old secret works for `grace_seconds`, then answers revoked_api_key. Repeated with the same `Idempotency-Key` (within a day), it returns the same new secret."
+        "Replaces the key's secret; id, name, limits and history stay. The old secret works for `grace_seconds`, then answers revoked_api_key. Repeated with the same `Idempotency-Key` (16 to 255 characters; within a day), it returns the same new secret."
       )
   )
   .add(

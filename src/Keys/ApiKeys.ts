@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto"
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto"
 import { Option } from "effect"
 import type { AppConfigShape } from "../AppConfig.js"
 import type { Environment } from "./Api.js"
@@ -19,28 +19,35 @@ export const MAX_KEYS_PER_ACCOUNT = 50
 /** How long a rotation repeated with its Idempotency-Key answers the same new secret. */
 export const ROTATION_REPEAT_SECONDS = 86_400
 
+/** An Idempotency-Key a rotation accepts is at least this long: a short one could be guessed. */
+export const MIN_ROTATION_IDEMPOTENCY_KEY = 16
+
 const derive = (purpose: string, keyId: string, idempotencyKey: string): Buffer =>
   createHash("sha256").update(`nenas:rotation:${purpose}:${keyId}:${idempotencyKey}`, "utf8").digest()
 
 /** What identifies a rotation by its Idempotency-Key, stored; it does not reveal the sealing key. */
 export const rotationToken = (keyId: string, idempotencyKey: string): Buffer => derive("token", keyId, idempotencyKey)
 
+/** The sealing key: the Idempotency-Key (which only the caller holds) under the server's secret (which the database never holds). */
+const sealingKey = (serverSecret: Buffer, keyId: string, idempotencyKey: string): Buffer =>
+  createHmac("sha256", serverSecret).update(`nenas:rotation:seal:${keyId}:${idempotencyKey}`, "utf8").digest()
+
 /**
  * The new secret sealed (AES-256-GCM) under a key derived from the
- * Idempotency-Key, which only the caller holds: the database alone cannot
- * open it, and a repeat of the rotation can.
+ * Idempotency-Key and the server's secret: a database dump with a guessed
+ * Idempotency-Key cannot open it, and a repeat of the rotation can.
  */
-export const sealSecret = (keyId: string, idempotencyKey: string, secret: string): Buffer => {
+export const sealSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: string, secret: string): Buffer => {
   const iv = randomBytes(12)
-  const cipher = createCipheriv("aes-256-gcm", derive("seal", keyId, idempotencyKey), iv)
+  const cipher = createCipheriv("aes-256-gcm", sealingKey(serverSecret, keyId, idempotencyKey), iv)
   const body = Buffer.concat([cipher.update(secret, "utf8"), cipher.final()])
   return Buffer.concat([iv, cipher.getAuthTag(), body])
 }
 
-/** The secret `sealSecret` sealed; undefined when it does not open with this Idempotency-Key. */
-export const openSecret = (keyId: string, idempotencyKey: string, sealed: Buffer): string | undefined => {
+/** The secret `sealSecret` sealed; undefined when it does not open with this server secret and Idempotency-Key. */
+export const openSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: string, sealed: Buffer): string | undefined => {
   try {
-    const decipher = createDecipheriv("aes-256-gcm", derive("seal", keyId, idempotencyKey), sealed.subarray(0, 12))
+    const decipher = createDecipheriv("aes-256-gcm", sealingKey(serverSecret, keyId, idempotencyKey), sealed.subarray(0, 12))
     decipher.setAuthTag(sealed.subarray(12, 28))
     return Buffer.concat([decipher.update(sealed.subarray(28)), decipher.final()]).toString("utf8")
   } catch {

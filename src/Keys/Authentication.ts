@@ -100,9 +100,10 @@ export const ApiKeyAuthLive = Layer.effect(
  * Authenticates the request's API key before anything reads its body, so
  * that a request without a valid key costs a lookup, not 8 MiB of reading.
  * A client address that failed `IP_AUTH_FAILURES_PER_MINUTE` times this
- * minute is refused (429) before its key is even looked up, a valid key
- * included: the refusal must cost nothing, and only a lookup tells a valid key
- * from a guess. The API's middleware then answers with this outcome.
+ * minute is refused (429) unless its key is genuine: a valid key is never
+ * refused by the limit (a neighbour behind one NAT, or someone who guessed
+ * for a while, must not lock its holder out). What cannot be a key is refused
+ * with no lookup at all. The API's middleware then answers with this outcome.
  */
 export const makeAuthenticateBeforeBody = Effect.gen(function*() {
   // Looked up, not required: the error middleware also serves APIs without keys (tests' small APIs).
@@ -117,18 +118,29 @@ export const makeAuthenticateBeforeBody = Effect.gen(function*() {
   return authenticating(keys.value, lastUsed.value, limits.value)
 })
 
+/** What every key ever issued looks like (`generateKey`; DESIGN: 32 or more base62 characters). */
+const KEY_SHAPE = /^nns_(?:live|test)_[0-9A-Za-z]{32,}$/
+
+/** A refusal that names a real key: its holder is known, so the per-address limit does not stand in its way. */
+const isGenuine = (failure: AuthFailure): boolean => failure._tag === "PermissionDenied" || failure._tag === "ExpiredApiKey"
+
 const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], limits: IpLimits["Type"]) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const address = yield* limits.client
-    yield* limits.check("authFailures", address)
+    // The refusal the address has earned this minute, if any.
+    const over = yield* Effect.option(Effect.flip(limits.check("authFailures", address)))
     // As the platform's bearer decoding reads it (HttpApiBuilder.securityDecode).
     const key = (request.headers["authorization"] ?? "").slice("Bearer ".length)
+    if (Option.isSome(over) && !KEY_SHAPE.test(key)) return yield* over.value
     const exit = yield* Effect.exit(lookupWith(keys, lastUsed, key))
+    const refused = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
+    // Past the limit, only a genuine key (one that names a key, disabled or expired included) gets its own answer.
+    if (Option.isSome(over) && Option.isSome(refused) && !isGenuine(refused.value)) return yield* over.value
     const requestId = yield* FiberRef.get(CurrentRequestId)
     yield* FiberRef.set(EarlyOutcome, { requestId, key, exit })
     // Only a refused key counts: a lookup that failed (the database away) says nothing of the client.
-    if (Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))) yield* limits.count("authFailures", address)
+    if (Option.isNone(over) && Option.isSome(refused)) yield* limits.count("authFailures", address)
     yield* exit
   }).pipe(Effect.withSpan("auth.before_body")) satisfies Effect.Effect<
     void,

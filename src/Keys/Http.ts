@@ -2,7 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Clock, DateTime, Effect, Option } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
-import { InvalidRequest, NotFound } from "../Domain/Errors.js"
+import { IdempotencyConflict, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
 import { AppConfig } from "../AppConfig.js"
@@ -12,16 +12,16 @@ import {
   generateKey,
   hashKey,
   keyPrefix,
-  openSecret,
+  MIN_ROTATION_IDEMPOTENCY_KEY,
   rateLimitCeilings,
   ROTATION_REPEAT_SECONDS,
-  rotationToken,
-  sealSecret
+  rotationToken
 } from "./ApiKeys.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
 import { Spending } from "../Wallet/Spending.js"
 import { type KeyRow, KeysRepo } from "./Repo.js"
+import { RotationSeal } from "./RotationSeal.js"
 
 const WARNING = "Store this key now: it is shown only once and cannot be recovered. Anyone holding it can spend your balance."
 
@@ -88,6 +88,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
     const lastUsed = yield* KeyLastUsed
     const spending = yield* Spending
     const limits = yield* AppConfig
+    const seals = yield* RotationSeal
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     return handlers
       .handle("create", ({ payload }) =>
@@ -159,6 +160,12 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           const account = yield* CurrentAccount
           const at = yield* now
           const idempotencyKey = headers["idempotency-key"]
+          if (idempotencyKey !== undefined && idempotencyKey.length < MIN_ROTATION_IDEMPOTENCY_KEY) {
+            return yield* new InvalidRequest({
+              message: `A rotation's Idempotency-Key must be at least ${MIN_ROTATION_IDEMPOTENCY_KEY} characters (a random one, such as a UUID).`,
+              param: "Idempotency-Key"
+            })
+          }
           const existing = yield* Effect.orDie(repo.list(account.id))
           const current = existing.find((row) => row.id === path.id)
           if (current === undefined) return yield* noSuchKey(path.id)
@@ -169,15 +176,20 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             graceSeconds: payload.grace_seconds,
             repeat: idempotencyKey === undefined ? null : {
               tokenHash: rotationToken(path.id, idempotencyKey),
-              sealed: sealSecret(path.id, idempotencyKey, fullKey)
+              sealed: seals.seal(path.id, idempotencyKey, fullKey)
             }
           }, ROTATION_REPEAT_SECONDS))
           if (rotated === undefined) return yield* noSuchKey(path.id)
           const answered = rotated.repeatOf === null || idempotencyKey === undefined
             ? fullKey
-            : openSecret(path.id, idempotencyKey, rotated.repeatOf)
-          // The token matched, so the seal opens with the same Idempotency-Key; anything else is a broken invariant.
-          if (answered === undefined) return yield* Effect.dieMessage("a repeated rotation's secret did not open")
+            : seals.open(path.id, idempotencyKey, rotated.repeatOf)
+          // Sealed under another server secret (an instance without the shared ROTATION_SEAL_SECRET): done, not shown again.
+          if (answered === undefined) {
+            return yield* new IdempotencyConflict({
+              message: "This rotation was already made, and its new secret cannot be shown again here. " +
+                "Rotate again with a new Idempotency-Key."
+            })
+          }
           yield* cache.forgetAccount(account.id)
           const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
           return {

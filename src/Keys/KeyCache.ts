@@ -4,7 +4,7 @@ import { Listener } from "../Database/Listener.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type KeyLookup, KeysRepo } from "./Repo.js"
 
-/** The channel migration 0004's triggers announce changes on: `key:<hash hex>` or `account:<id>`. */
+/** The channel the triggers of migrations 0004 and 0019 announce changes on: `key:<hash hex>`, `key_id:<id>` or `account:<id>`. */
 export const KEYS_CHANNEL = "nenas_keys"
 
 export interface KeyCacheOptions {
@@ -22,12 +22,14 @@ const defaults: KeyCacheOptions = {
 interface Entry {
   readonly found: KeyLookup
   readonly accountId: string | undefined
+  readonly keyId: string | undefined
   readonly storedAt: number
 }
 
 /**
  * `KeysRepo.lookup` answered from memory, so that a model call's
- * authentication usually costs no SQL. Every change to a key, a tombstone or
+ * authentication usually costs no SQL. Entries are indexed by key id too, so
+ * that a change to a key drops each of its secrets. Every change to a key, a tombstone or
  * an account's suspension is announced by the database (LISTEN/NOTIFY on
  * `nenas_keys`, heard through the instance's `Listener`) and drops what every
  * instance remembered of it, within milliseconds. Memory answers only while
@@ -63,34 +65,54 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
   Effect.gen(function*() {
     const ttl = Duration.toMillis(options.timeToLive)
     const entries = new Map<string, Entry>()
+    /** The hashes remembered of each key: its current secret and, after a rotation with grace, its previous one. */
+    const byKeyId = new Map<string, Set<string>>()
     /** Moves on every drop, so that a lookup that raced one is not remembered. */
     let generation = 0
 
+    const drop = (hash: string) => {
+      const entry = entries.get(hash)
+      if (entry === undefined) return
+      entries.delete(hash)
+      if (entry.keyId === undefined) return
+      const hashes = byKeyId.get(entry.keyId)
+      hashes?.delete(hash)
+      if (hashes?.size === 0) byKeyId.delete(entry.keyId)
+    }
     const forgetKey = (hash: string) => {
       generation++
-      entries.delete(hash)
+      drop(hash)
+    }
+    const forgetKeyId = (keyId: string) => {
+      generation++
+      for (const hash of byKeyId.get(keyId) ?? []) drop(hash)
     }
     const forgetAccount = (accountId: string) => {
       generation++
-      for (const [hash, entry] of entries) if (entry.accountId === accountId) entries.delete(hash)
+      for (const [hash, entry] of entries) if (entry.accountId === accountId) drop(hash)
     }
     const forgetAll = () => {
       generation++
       entries.clear()
+      byKeyId.clear()
     }
     const remember = (hash: string, found: KeyLookup, storedAt: number) => {
-      entries.delete(hash)
+      drop(hash)
       if (entries.size >= options.capacity) {
         const oldest = entries.keys().next()
-        if (oldest.done !== true) entries.delete(oldest.value)
+        if (oldest.done !== true) drop(oldest.value)
       }
-      entries.set(hash, { found, accountId: found._tag === "Active" ? found.key.accountId : undefined, storedAt })
+      const keyId = found._tag === "Active" ? found.key.id : undefined
+      entries.set(hash, { found, accountId: found._tag === "Active" ? found.key.accountId : undefined, keyId, storedAt })
+      if (keyId !== undefined) byKeyId.set(keyId, (byKeyId.get(keyId) ?? new Set()).add(hash))
     }
 
     yield* listener.on(KEYS_CHANNEL, (payload) => {
       // Pings an earlier version sent on this channel (a rolling deploy) say nothing about keys.
       if (payload.startsWith("ping:")) return
       if (payload.startsWith("key:")) return forgetKey(payload.slice("key:".length))
+      // Any change to a key reaches every secret it is remembered under (a rotated key's previous one too).
+      if (payload.startsWith("key_id:")) return forgetKeyId(payload.slice("key_id:".length))
       if (payload.startsWith("account:")) return forgetAccount(payload.slice("account:".length))
       forgetAll()
     })

@@ -137,9 +137,22 @@ export const clientAddress = (
 }
 
 /**
+ * What a per-address limit counts `address` under: an IPv6 client by its /64
+ * (one subscriber's network, whose 2^64 addresses are its own to change), an
+ * IPv4 one (IPv4-mapped IPv6 included) by its address.
+ */
+export const addressBucket = (address: string): string => {
+  if (!ipaddr.isValid(address)) return address
+  const parsed = ipaddr.process(address)
+  if (parsed.kind() === "ipv4") return parsed.toString()
+  const parts = (parsed as ipaddr.IPv6).parts.slice(0, 4).map((part) => part.toString(16))
+  return `${parts.join(":")}::/64`
+}
+
+/**
  * Per-client-address limits on what costs us before anyone is known: failed
  * authentication (API keys and dashboard session tokens), checkout creation
- * and development sign-ins. A fixed one-minute window,
+ * and development sign-ins, IPv6 clients by /64 (`addressBucket`). A fixed one-minute window,
  * in memory, or in Redis when `REDIS_URL` is set so that every instance
  * counts together.
  */
@@ -170,7 +183,7 @@ export class IpLimits extends Context.Tag("nenas/IpLimits")<IpLimits, {
           message: `Too many ${limits[rule].what} from this address; at most ${limits[rule].limit} a minute.`,
           retry_after_seconds: Math.max(1, Math.ceil(resetsInMs / 1000))
         })
-      const keyOf = (rule: IpRule, address: string) => `${rule}:${address}`
+      const keyOf = (rule: IpRule, address: string) => `${rule}:${addressBucket(address)}`
       return IpLimits.of({
         client: Effect.map(HttpServerRequest.HttpServerRequest, (request) =>
           clientAddress(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trusted)),

@@ -4,7 +4,7 @@ import { Listener } from "../Database/Listener.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type KeyLookup, KeysRepo } from "./Repo.js"
 
-/** The channel the triggers of migrations 0004 and 0019 announce changes on: `key:<hash hex>`, `key_id:<id>` or `account:<id>`. */
+/** The channel the triggers of migrations 0004 and 0018 announce changes on: `key:<hash hex>`, `key_id:<id>` or `account:<id>`. */
 export const KEYS_CHANNEL = "nenas_keys"
 
 export interface KeyCacheOptions {

@@ -1,19 +1,19 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Effect, Either, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import OpenAI from "openai"
 import type { AppConfigShape } from "../src/AppConfig.js"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { fromMyr, microMyr, toMyrString } from "../src/Domain/Money.js"
 import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../src/Domain/Prices.js"
 import { countMessages, countText } from "../src/Domain/Tokens.js"
-import { parseUpstreams, withUpstreamPrices } from "../src/Domain/Upstreams.js"
+import { withUpstreamPrices } from "../src/Domain/Upstreams.js"
 import { PUBLIC_MODEL } from "../src/Models/Api.js"
 import { makeTestBreakers } from "./support/Breakers.js"
 import { caller, modelCall, violations } from "./support/Models.js"
 import { readSse, sseJson, type SseEvent } from "./support/Sse.js"
 import { webhookOverrides } from "./support/Stripe.js"
 import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
+import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "./support/TwoUpstreams.js"
 import { call } from "./support/Http.js"
 import { eventually } from "./support/WebhookReceiver.js"
 
@@ -25,26 +25,11 @@ import { eventually } from "./support/WebhookReceiver.js"
  * billed once, at the prices of the model that answered, within its hold.
  */
 
-class Alpha extends Context.Tag("test/Alpha")<Alpha, UpstreamServer>() {}
-class Beta extends Context.Tag("test/Beta")<Beta, UpstreamServer>() {}
-
-const standIn = <I>(tag: Context.Tag<I, UpstreamServer>) =>
-  Layer.scoped(tag, Effect.acquireRelease(Effect.promise(() => startUpstream()), (server) => Effect.promise(() => server.close())))
-
-const CHEAP = { inputPerMillion: 1_000_000, cachedInputPerMillion: 250_000, outputPerMillion: 2_000_000 }
-const DEAR = { inputPerMillion: 5_000_000, cachedInputPerMillion: 1_250_000, outputPerMillion: 20_000_000 }
-
-const upstreamsJson = (alphaUrl: string, betaUrl: string) =>
-  JSON.stringify([
-    { name: "alpha", base_url: alphaUrl, api_key: "sk-alpha", models: { general: ["alpha-mini"], reasoning: ["alpha-think"] }, prices: { "alpha-mini": CHEAP } },
-    { name: "beta", base_url: betaUrl, api_key: "sk-beta", models: { general: ["beta-large"], reasoning: ["beta-think"] }, prices: { "beta-large": DEAR } }
-  ])
-
 const FIRST_BYTE_MS = 600
 const breakers = makeTestBreakers()
 
 const configFor = (alphaUrl: string, betaUrl: string): Partial<AppConfigShape> => {
-  const upstreams = Either.getOrThrow(parseUpstreams(upstreamsJson(alphaUrl, betaUrl)))
+  const upstreams = upstreamsOf(alphaUrl, betaUrl)
   return {
     ...webhookOverrides,
     upstreams,
@@ -60,9 +45,9 @@ const serverOver = (alphaUrl?: string) =>
     const alpha = yield* Alpha
     const beta = yield* Beta
     return TestServerLive(configFor(alphaUrl ?? alpha.baseUrl, beta.baseUrl), { breakers: breakers.layer })
-  })).pipe(Layer.provideMerge(Layer.merge(standIn(Alpha), standIn(Beta))))
+  })).pipe(Layer.provideMerge(AlphaAndBeta))
 
-const PRICES = withUpstreamPrices(DEFAULT_PRICES, Either.getOrThrow(parseUpstreams(upstreamsJson("http://a/v1", "http://b/v1"))))
+const PRICES = TWO_UPSTREAM_PRICES
 const PROMPT = "Say hello to the team in a friendly way"
 const MESSAGES = [{ role: "user" as const, content: PROMPT }]
 /** The usage beta reports: its price, not alpha's, is what the call costs. */

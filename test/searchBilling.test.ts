@@ -1,16 +1,16 @@
 import { expect, layer } from "@effect/vitest"
-import { Context, Effect, Either, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import type { AppConfigShape } from "../src/AppConfig.js"
 import { toMyrString } from "../src/Domain/Money.js"
 import { costOf, costOfParts, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { parseUpstreams, withUpstreamPrices } from "../src/Domain/Upstreams.js"
 import { booksOf } from "./support/Books.js"
 import { alwaysClosed } from "./support/Breakers.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { answering, isPlanning, Searx } from "./support/Search.js"
 import { webhookOverrides } from "./support/Stripe.js"
 import { TestServerLive } from "./support/TestServer.js"
-import { startUpstream, Upstream, type UpstreamServer } from "./support/Upstream.js"
+import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "./support/TwoUpstreams.js"
+import { Upstream } from "./support/Upstream.js"
 
 /**
  * Web search stopped by a failure is billed for what it spent (issue 33,
@@ -153,22 +153,7 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
     }))
 })
 
-/** Two upstreams: alpha (first, cheap) and beta (its fallback, dear), as in test/fallbacks.test.ts. */
-class Alpha extends Context.Tag("test/Alpha")<Alpha, UpstreamServer>() {}
-class Beta extends Context.Tag("test/Beta")<Beta, UpstreamServer>() {}
-
-const standIn = <I>(tag: Context.Tag<I, UpstreamServer>) =>
-  Layer.scoped(tag, Effect.acquireRelease(Effect.promise(() => startUpstream()), (server) => Effect.promise(() => server.close())))
-
-const CHEAP = { inputPerMillion: 1_000_000, cachedInputPerMillion: 250_000, outputPerMillion: 2_000_000 }
-const DEAR = { inputPerMillion: 5_000_000, cachedInputPerMillion: 1_250_000, outputPerMillion: 20_000_000 }
-
-const upstreamsOf = (alphaUrl: string, betaUrl: string) =>
-  Either.getOrThrow(parseUpstreams(JSON.stringify([
-    { name: "alpha", base_url: alphaUrl, api_key: "sk-alpha", models: { general: ["alpha-mini"], reasoning: ["alpha-think"] }, prices: { "alpha-mini": CHEAP } },
-    { name: "beta", base_url: betaUrl, api_key: "sk-beta", models: { general: ["beta-large"], reasoning: ["beta-think"] }, prices: { "beta-large": DEAR } }
-  ])))
-const PRICES = withUpstreamPrices(DEFAULT_PRICES, upstreamsOf("http://a/v1", "http://b/v1"))
+const PRICES = TWO_UPSTREAM_PRICES
 
 const TwoUpstreamsWithSearch = Layer.unwrapEffect(Effect.gen(function*() {
   const alpha = yield* Alpha
@@ -178,12 +163,12 @@ const TwoUpstreamsWithSearch = Layer.unwrapEffect(Effect.gen(function*() {
   const config: Partial<AppConfigShape> = {
     ...webhookOverrides,
     upstreams,
-    prices: withUpstreamPrices(DEFAULT_PRICES, upstreams),
+    prices: TWO_UPSTREAM_PRICES,
     searchBaseUrl: Option.some(searx.baseUrl),
     fetchAllowedHosts: new Set([searx.host])
   }
   return TestServerLive(config, { breakers: alwaysClosed })
-})).pipe(Layer.provideMerge(Layer.mergeAll(standIn(Alpha), standIn(Beta), Searx.layer)))
+})).pipe(Layer.provideMerge(Layer.merge(AlphaAndBeta, Searx.layer)))
 
 layer(TwoUpstreamsWithSearch, { excludeTestServices: true, timeout: 60_000 })("a planning call a fallback answered", (it) => {
   it.effect("alpha fails the planning call, beta plans, alpha answers: the planning call at beta's prices, the answer at alpha's", () =>

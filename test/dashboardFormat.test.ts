@@ -1,32 +1,41 @@
 import { describe, expect, it } from "vitest"
 import {
   formatBucket,
+  formatCostMyr,
   formatCount,
   formatDateTime,
   formatMicroMyrExact,
-  formatMyr,
   formatMyrTick,
   fromLocalInput
 } from "../web/src/format.js"
 
 /** The dashboard's money and time formatting (web/src/format.ts), as a person reads it. */
-describe("formatMyr: micro-MYR as RM with two decimals", () => {
+describe("formatCostMyr: every amount shown, exact, never rounded to the sen", () => {
   it.each([
     [0, "RM 0.00"],
+    [1, "RM 0.000001"],
+    [139, "RM 0.000139"],
+    [1_200, "RM 0.0012"],
+    [2_930, "RM 0.00293"],
+    // Under a sen: the digits, never "RM 0.00" or "RM 0.01".
+    [4_999, "RM 0.004999"],
+    [5_000, "RM 0.005"],
+    [10_000, "RM 0.01"],
+    [14_999, "RM 0.014999"],
+    [1_500_000, "RM 1.50"],
+    [1_234_567, "RM 1.234567"],
     [10_000_000, "RM 10.00"],
-    [1_234_567_890, "RM 1,234.57"],
-    [4_999, "RM 0.00"],
-    [5_000, "RM 0.01"],
-    [14_999, "RM 0.01"],
-    [15_000, "RM 0.02"],
-    [311, "RM 0.00"],
+    [1_234_567_890, "RM 1,234.56789"],
+    [-1, "−RM 0.000001"],
+    [-139, "−RM 0.000139"],
+    [-5_000, "−RM 0.005"],
     [-2_500_000, "−RM 2.50"],
-    [-5_000, "−RM 0.01"],
-    // Rounds to zero: no "−RM 0.00".
-    [-4_999, "RM 0.00"],
-    [500_000_000_000_000, "RM 500,000,000.00"]
+    [-1_234_567_891, "−RM 1,234.567891"],
+    [500_000_000_000_000, "RM 500,000,000.00"],
+    // The largest exact integer still prints every digit.
+    [Number.MAX_SAFE_INTEGER, "RM 9,007,199,254.740991"]
   ])("%d → %s", (micro, text) => {
-    expect(formatMyr(micro)).toBe(text)
+    expect(formatCostMyr(micro)).toBe(text)
   })
 })
 
@@ -50,7 +59,8 @@ describe("formatMyrTick: chart axes", () => {
     [311, "0.00031"],
     [5_000, "0.005"],
     [10_000, "0.01"],
-    [12_345_678, "12.35"]
+    [12_345_678, "12.35"],
+    [-12_345_678, "−12.35"]
   ])("%d → %s", (micro, text) => {
     expect(formatMyrTick(micro)).toBe(text)
   })

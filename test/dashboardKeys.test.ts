@@ -4,7 +4,7 @@ import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
 import { ensureDashboardBuilt, heading, launchBrowser, screenshots, SHOTS, signIn } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { formatCostMyr, hourlyAllowed } from "../web/src/format.js"
+import { hourlyAllowed } from "../web/src/format.js"
 
 /**
  * Managing a key from the dashboard in a real browser (Debian's Chromium via
@@ -13,20 +13,6 @@ import { formatCostMyr, hourlyAllowed } from "../web/src/format.js"
  * width go to test-results/dashboard/.
  */
 
-
-describe("formatCostMyr: a per-call cost with the digits that matter", () => {
-  it.each([
-    [139, "RM 0.000139"],
-    [1_200, "RM 0.0012"],
-    [0, "RM 0.00"],
-    [10_000, "RM 0.01"],
-    [1_500_000, "RM 1.50"],
-    [1_234_567_891, "RM 1,234.567891"],
-    [-139, "−RM 0.000139"]
-  ])("%d → %s", (micro, text) => {
-    expect(formatCostMyr(micro)).toBe(text)
-  })
-})
 
 describe("hourlyAllowed: the Usage page asks for no more than 744 hourly buckets", () => {
   const HOUR = 3_600_000

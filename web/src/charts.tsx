@@ -1,8 +1,11 @@
 import { Bar, CartesianGrid, ComposedChart, Legend, Line, ResponsiveContainer, Tooltip, XAxis, YAxis } from "recharts"
 import type { Granularity, SeriesPoint } from "./api"
-import { formatBucket, formatCount, formatMicroMyrExact, formatMyr, formatMyrTick } from "./format"
+import { formatBucket, formatCostMyr, formatCount, formatMicroMyrExact, formatMyrTick } from "./format"
 
 export const COLORS = { requests: "#1d4ed8", cost: "#b45309", input: "#0f766e", output: "#7c3aed", reasoning: "#be185d" }
+
+/** A cost in a tooltip: its digits, and the exact micro-MYR it stands for. */
+const costTooltip = (value: unknown): string => `${formatCostMyr(Number(value))} (${formatCount(Number(value))} micro-MYR)`
 
 const rows = (series: ReadonlyArray<SeriesPoint>, granularity: Granularity) =>
   series.map((point) => ({ ...point, label: formatBucket(point.bucket, granularity) }))
@@ -30,7 +33,7 @@ export const RequestsAndCostChart = ({ series, granularity, caption }: {
         <YAxis yAxisId="cost" orientation="right" tick={{ fontSize: 12, fill: "#374151" }} width={64}
           tickFormatter={formatMyrTick} />
         <Tooltip formatter={(value, name) =>
-          name === "Cost (RM)" ? [`${formatMyr(Number(value))} · ${formatMicroMyrExact(Number(value))}`, name] : [formatCount(Number(value)), name]} />
+          name === "Cost (RM)" ? [costTooltip(value), name] : [formatCount(Number(value)), name]} />
         <Legend />
         <Bar yAxisId="requests" dataKey="requests" name="Requests" fill={COLORS.requests} isAnimationActive={false} />
         <Line yAxisId="cost" dataKey="costMicroMyr" name="Cost (RM)" stroke={COLORS.cost} strokeWidth={2} dot={false} isAnimationActive={false} />
@@ -77,7 +80,7 @@ export const CostChart = ({ series, granularity, caption }: { series: ReadonlyAr
         <CartesianGrid stroke="#e5e7eb" vertical={false} />
         <XAxis dataKey="label" tick={{ fontSize: 12, fill: "#374151" }} minTickGap={16} />
         <YAxis tick={{ fontSize: 12, fill: "#374151" }} width={64} tickFormatter={formatMyrTick} />
-        <Tooltip formatter={(value) => `${formatMyr(Number(value))} · ${formatMicroMyrExact(Number(value))}`} />
+        <Tooltip formatter={costTooltip} />
         <Legend />
         <Bar dataKey="costMicroMyr" name="Cost (RM)" fill={COLORS.cost} isAnimationActive={false} />
       </ComposedChart>
@@ -103,7 +106,7 @@ export const SeriesTable = ({ series, granularity, caption }: { series: Readonly
               <td>{formatCount(point.inputTokens)}</td>
               <td>{formatCount(point.outputTokens)}</td>
               <td>{formatCount(point.reasoningTokens)}</td>
-              <td title={formatMicroMyrExact(point.costMicroMyr)}>{formatMyr(point.costMicroMyr)}</td>
+              <td title={formatMicroMyrExact(point.costMicroMyr)}>{formatCostMyr(point.costMicroMyr)}</td>
             </tr>
           ))}
         </tbody>

@@ -1,16 +1,11 @@
 import { useEffect, useId, useRef, useState, type ReactNode } from "react"
 import { Link } from "react-router"
 import { ApiError } from "./api"
-import { formatCostMyr, formatDateTime, formatMicroMyrExact, formatMyr } from "./format"
+import { formatCostMyr, formatDateTime, formatMicroMyrExact } from "./format"
 import { useSession, type Loadable } from "./session"
 
-/** RM with two decimals; the exact micro-MYR in the tooltip and for screen readers' description. */
+/** An amount with the digits that matter (`RM 0.000139`, `RM 10.00`); the exact micro-MYR in the tooltip. */
 export const Money = ({ micro }: { micro: number }) => (
-  <span className="money" title={formatMicroMyrExact(micro)} data-micro-myr={micro}>{formatMyr(micro)}</span>
-)
-
-/** A per-call cost with the digits that matter (`RM 0.000139`); the exact micro-MYR in the tooltip. */
-export const Cost = ({ micro }: { micro: number }) => (
   <span className="money" title={formatMicroMyrExact(micro)} data-micro-myr={micro}>{formatCostMyr(micro)}</span>
 )
 

@@ -5,11 +5,17 @@ const MICRO_PER_SEN = 10_000
 
 const grouped = new Intl.NumberFormat("en-MY", { maximumFractionDigits: 0 })
 
-/** Micro-MYR (an integer) as `RM 10.00`: rounded half away from zero to the sen, the sign before `RM`. */
-export const formatMyr = (micro: number): string => {
-  const sen = Math.round(Math.abs(micro) / MICRO_PER_SEN)
-  const text = `RM ${grouped.format(Math.floor(sen / 100))}.${String(sen % 100).padStart(2, "0")}`
-  return micro < 0 && sen > 0 ? `−${text}` : text
+/**
+ * Every amount the dashboard shows (costs, balances, ledger entries, limits):
+ * exact to the micro-MYR with the trailing zeros cut, never fewer than two
+ * decimals, so nothing under a sen reads as `RM 0.00`: `RM 0.000139`,
+ * `RM 0.0012`, `RM 1.50`, `RM 1.234567`; computed on integers.
+ */
+export const formatCostMyr = (micro: number): string => {
+  const magnitude = Math.abs(micro)
+  const whole = Math.floor(magnitude / MICRO_PER_MYR)
+  const fraction = String(magnitude % MICRO_PER_MYR).padStart(6, "0").replace(/0+$/, "").padEnd(2, "0")
+  return `${micro < 0 ? "−" : ""}RM ${grouped.format(whole)}.${fraction}`
 }
 
 /** The exact amount, for a tooltip: `1,234,567 micro-MYR (RM 1.234567)`, computed on integers. */
@@ -27,7 +33,8 @@ export const formatMicroMyrExact = (micro: number): string => {
  */
 export const formatMyrTick = (micro: number): string => {
   if (micro === 0) return "0"
-  if (Math.abs(micro) >= MICRO_PER_SEN) return formatMyr(micro).replace("RM ", "")
+  // A tick marks a place on the scale, not an amount: rounding it to the sen is honest.
+  if (Math.abs(micro) >= MICRO_PER_SEN) return formatCostMyr(Math.sign(micro) * Math.round(Math.abs(micro) / MICRO_PER_SEN) * MICRO_PER_SEN).replace("RM ", "")
   return String(Number((micro / MICRO_PER_MYR).toPrecision(2)))
 }
 
@@ -72,17 +79,6 @@ export const fromLocalInput = (value: string): string | undefined => {
   if (value === "") return undefined
   const date = new Date(value)
   return Number.isNaN(date.getTime()) ? undefined : date.toISOString()
-}
-
-/**
- * A per-call cost, exact to the micro-MYR with the trailing zeros cut, never
- * fewer than two decimals: `RM 0.000139`, `RM 0.0012`, `RM 1.50`; computed on integers.
- */
-export const formatCostMyr = (micro: number): string => {
-  const magnitude = Math.abs(micro)
-  const whole = Math.floor(magnitude / MICRO_PER_MYR)
-  const fraction = String(magnitude % MICRO_PER_MYR).padStart(6, "0").replace(/0+$/, "").padEnd(2, "0")
-  return `${micro < 0 ? "−" : ""}RM ${grouped.format(whole)}.${fraction}`
 }
 
 const HOUR_MS = 3_600_000

@@ -2,7 +2,7 @@ import { useState } from "react"
 import { useSearchParams } from "react-router"
 import { ApiError, LEDGER_TYPES, request, type Balance, type CheckoutResponse, type LedgerType, type TransactionsPage } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, MoneyStat, PageHeading, Pager } from "../components"
-import { formatMyr } from "../format"
+import { formatCostMyr } from "../format"
 import { useApi, useSession } from "../session"
 import { BillingSettingsPanel } from "./BillingSettings"
 
@@ -45,7 +45,7 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
       <div className="topups">
         {options.map((sen) => (
           <button key={sen} type="button" onClick={() => start(sen)} disabled={pending !== null}>
-            {pending === sen ? "Opening checkout…" : <><span className="visually-hidden">Top up </span>{formatMyr(sen * 10_000)}</>}
+            {pending === sen ? "Opening checkout…" : <><span className="visually-hidden">Top up </span>{formatCostMyr(sen * 10_000)}</>}
           </button>
         ))}
       </div>

@@ -1,6 +1,6 @@
 import { Fragment, useState } from "react"
 import { LOG_STATUSES, type ApiKey, type LogConversation, type LogEntry, type LogsPage as LogsPageData, type LogStatus } from "../api"
-import { Cost, DateTime, Empty, Field, Load, PageHeading, Pager } from "../components"
+import { DateTime, Empty, Field, Load, Money, PageHeading, Pager } from "../components"
 import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
 import { ExportButton } from "../ExportButton"
 import { useApi } from "../session"
@@ -151,7 +151,7 @@ export const LogsPage = () => {
                             <td data-label="Endpoint"><code>{log.endpoint}</code></td>
                             <td data-label="Status"><span className={`badge badge-${log.status}`}>{log.status}</span></td>
                             <td className="num" data-label="Tokens in / out">{formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}</td>
-                            <td className="num" data-label="Cost"><Cost micro={log.costMicroMyr} /></td>
+                            <td className="num" data-label="Cost"><Money micro={log.costMicroMyr} /></td>
                             <td className="num" data-label="Latency">{formatCount(log.latencyMs)} ms</td>
                           </tr>
                           {open === log.requestId

@@ -1,15 +1,20 @@
 import { FetchHttpClient } from "@effect/platform"
-import { describe, expect, it } from "@effect/vitest"
+import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Either, Layer, Option, Redacted, Stream } from "effect"
 import { AppConfig } from "../src/AppConfig.js"
 import { PaymentProcessor, PaymentProcessorLive } from "../src/Billing/PaymentProcessor.js"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { type ApiError, toErrorBody } from "../src/Domain/Errors.js"
+import { type ApiError, providerTimeoutGuidance, toErrorBody } from "../src/Domain/Errors.js"
 import { makeOpenAiCompatible } from "../src/Providers/OpenAiCompatible.js"
 import type { ProviderRequest } from "../src/Providers/Provider.js"
 import { PageFetcher } from "../src/Search/Fetch.js"
 import { makeSearxng } from "../src/Search/Search.js"
+import { call, createKey, type Reply } from "./support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
 import { startHttpDouble } from "./support/Search.js"
+import { TestServer } from "./support/TestServer.js"
+import { Upstream } from "./support/Upstream.js"
+import { developer } from "./support/Wallet.js"
 
 /** A host name only the service's configuration knows: it must never reach a client. */
 const INTERNAL = "internal-upstream.corp.example"
@@ -90,8 +95,97 @@ describe("failures of what the service calls are answered in generic words", () 
         stripeApiUrl: Option.some(`http://127.0.0.1:${closedPort}/private-stripe`)
       })
       const processor = yield* Effect.provide(PaymentProcessor, PaymentProcessorLive.pipe(Layer.provide(config)))
-      const error = yield* failureOf(processor.createCheckout({ transactionId: "txn_test", accountId: "acct_test", amountSen: 1000, email: null }))
+      const error = yield* failureOf(processor.createCheckout({ transactionId: "txn_test", accountId: "acct_test", amountSen: 1000, email: null, saveCardFor: null }))
       expect(error.message).toBe("The payment processor did not create a checkout session; nothing was charged.")
       expect(naming(bodyText(error), [String(closedPort), "private-stripe", "127.0.0.1", "Stripe"])).toEqual([])
     }), 60_000)
 })
+
+/** Issue 35, deviation 5: guidance that says what is so, through the real server. */
+layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 300, upstreamTotalTimeoutMs: 1_500 }), { timeout: 60_000 })(
+  "guidance that says what is so",
+  (it) => {
+    const errorOf = (reply: Reply, status: number, code: string) => {
+      expect(reply.status, reply.text).toBe(status)
+      expect(reply.body.error.code, reply.text).toBe(code)
+      return reply.body.error as { message: string; guidance: string; action_url: string | null }
+    }
+
+    it.effect("a refused /dashboard preflight says the origin is not allowed, with no billing link", () =>
+      Effect.gen(function*() {
+        const refused = yield* call("OPTIONS", "/dashboard/api-keys", {
+          headers: { origin: "https://elsewhere.example", "access-control-request-method": "GET" }
+        })
+        const error = errorOf(refused, 403, "permission_denied")
+        expect(error.message).toContain("not allowed from https://elsewhere.example")
+        expect(error.guidance).toMatch(/origin/i)
+        expect(error.guidance).not.toMatch(/dispute|suspended/i)
+        expect(error.action_url).toBeNull()
+      }))
+
+    it.effect("a rotated key's old secret says it was rotated, from the cache (grace over) and from its tombstone; a deleted key says deleted", () =>
+      Effect.gen(function*() {
+        const { clock } = yield* TestServer
+        const { token } = yield* developer("wording-rotated@example.com")
+        const rotate = (id: string, graceSeconds: number) =>
+          Effect.map(call("POST", `/dashboard/api-keys/${id}/rotate`, { token, json: { grace_seconds: graceSeconds } }), (reply) => {
+            expect(reply.status, reply.text).toBe(200)
+          })
+        const models = (key: string) => call("GET", "/v1/models", { token: key })
+
+        // Without grace: the old secret is a tombstone of a key that lives on.
+        const plain = yield* createKey(token, { name: "rotated at once", environment: "test" })
+        yield* rotate(plain.key.id, 0)
+        const tombstone = errorOf(yield* models(plain.full_key), 401, "revoked_api_key")
+        expect(tombstone.message).toMatch(/was rotated/)
+        expect(tombstone.guidance).toMatch(/new secret/)
+        expect(tombstone.guidance).not.toMatch(/deleted/)
+
+        // With grace: remembered while it works, then its grace ends.
+        const graced = yield* createKey(token, { name: "rotated with grace", environment: "test" })
+        yield* rotate(graced.key.id, 60)
+        expect((yield* models(graced.full_key)).status).toBe(200)
+        clock.advance("61 seconds")
+        const ended = errorOf(yield* models(graced.full_key), 401, "revoked_api_key")
+        expect(ended.message).toMatch(/was rotated, and the grace period of this old secret has ended/)
+        expect(ended.guidance).toMatch(/new secret/)
+        expect(ended.guidance).not.toMatch(/deleted/)
+
+        // Deleted: the rotated-out secret and the current one now belong to no key.
+        const removed = yield* call("DELETE", `/dashboard/api-keys/${plain.key.id}`, { token })
+        expect(removed.status, removed.text).toBeLessThan(300)
+        const gone = errorOf(yield* models(plain.full_key), 401, "revoked_api_key")
+        expect(gone.message).toMatch(/was deleted/)
+        expect(gone.guidance).toMatch(/deleted/)
+      }))
+
+    it.effect("chat's cost-cap and provider_timeout guidance name max_tokens; the cap shows the input count it priced", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        const { apiKey } = yield* caller("wording-chat@example.com", { sen: 1000 })
+        const chat = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hi." }], max_tokens: 100 }
+        const capped = errorOf(yield* modelCall(apiKey, "/v1/chat/completions", { ...chat, max_total_cost_myr: 0.000001 }), 400, "invalid_request")
+        expect(capped.guidance).toMatch(/or lower max_tokens\.$/)
+        expect(capped.guidance).not.toMatch(/max_output_tokens/)
+        // The priced count is the counted one with its margin: both shown, the priced one larger.
+        const [, priced, counted] = /\((\d+) input tokens: (\d+) counted plus a safety margin/.exec(capped.guidance) ?? []
+        expect(Number(priced)).toBeGreaterThan(Number(counted))
+        const responses = errorOf(
+          yield* modelCall(apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Say hi.", max_output_tokens: 100, max_total_cost_myr: 0.000001 }),
+          400,
+          "invalid_request"
+        )
+        expect(responses.guidance).toMatch(/or lower max_output_tokens\.$/)
+
+        upstream.setBehaviour({ kind: "hang" })
+        for (const stream of [false, true]) {
+          const timedOut = errorOf(yield* modelCall(apiKey, "/v1/chat/completions", { ...chat, stream }), 504, "provider_timeout")
+          expect(timedOut.guidance, `stream ${stream}`).toBe(providerTimeoutGuidance("max_tokens"))
+        }
+        const responsesTimeout = errorOf(yield* modelCall(apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Say hi." }), 504, "provider_timeout")
+        expect(responsesTimeout.guidance).toBe(providerTimeoutGuidance("max_output_tokens"))
+        upstream.reset()
+      }))
+  }
+)

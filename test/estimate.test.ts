@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
 import { ContextLengthExceeded, InvalidRequest } from "../src/Domain/Errors.js"
 import { microMyr } from "../src/Domain/Money.js"
-import { DEFAULT_PRICES } from "../src/Domain/Prices.js"
+import { DEFAULT_PRICES, withSafetyMargin } from "../src/Domain/Prices.js"
 import type { EstimateInput, SearchAllowance } from "../src/Models/Estimate.js"
 import { billedCost, ceilingOf, costCapOf, estimateCall, outputCapFor, withinCostCap, worstCaseCost } from "../src/Models/Estimate.js"
 
@@ -26,6 +26,7 @@ const call = (overrides: Partial<EstimateInput> = {}): EstimateInput => ({
   maxOutputTokens: undefined,
   maxTotalCostMyr: undefined,
   inputParam: "input",
+  outputParam: "max_output_tokens",
   ...overrides
 })
 
@@ -85,7 +86,7 @@ describe("the worst-case cost", () => {
 })
 
 describe("max_total_cost_myr", () => {
-  const breakdown = { inputTokens: 1_000, outputCap: 32_000, search: NO_SEARCH }
+  const breakdown = { inputTokens: 1_000, outputCap: 32_000, search: NO_SEARCH, outputParam: "max_output_tokens" }
 
   it("is micro-MYR when given", () => {
     expect(costCapOf(undefined)).toBeUndefined()
@@ -106,14 +107,17 @@ describe("max_total_cost_myr", () => {
     expect(refused.value.param).toBe("max_total_cost_myr")
     expect(refused.value.message).toBe("This request may cost up to RM 0.216915, above max_total_cost_myr (RM 0.216914).")
     expect(refused.value.guidance).toBe(
-      "The estimated maximum cost is RM 0.216915 (1000 input tokens with a safety margin, 32000 output tokens). " +
+      "The estimated maximum cost is RM 0.216915 (1116 input tokens: 1000 counted plus a safety margin, 32000 output tokens). " +
         "Raise max_total_cost_myr to at least 0.216915, or lower max_output_tokens."
     )
   })
 
   it("names the searches and pages when web search is priced in", () => {
-    const refused = Either.getLeft(withinCostCap(microMyr(68_623), microMyr(50_000), { inputTokens: 1_000, outputCap: 1_000, search: SEARCH }))
-    expect(refused._tag === "Some" ? refused.value.guidance : "").toContain("(1000 input tokens with a safety margin, 1000 output tokens, 2 searches, 1 pages)")
+    const refused = Either.getLeft(withinCostCap(microMyr(68_623), microMyr(50_000), { inputTokens: 1_000, outputCap: 1_000, search: SEARCH, outputParam: "max_tokens" }))
+    // 1000 input, 5000 of sources and 300 of planning, margined; 1000 output and 600 of planning.
+    expect(refused._tag === "Some" ? refused.value.guidance : "").toContain(
+      `(${withSafetyMargin(6_300)} input tokens: 6300 counted plus a safety margin, 1600 output tokens, 2 searches, 1 pages). Raise max_total_cost_myr to at least 0.068623, or lower max_tokens.`
+    )
   })
 })
 

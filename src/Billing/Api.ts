@@ -9,7 +9,9 @@ import { LedgerEntry, LedgerType, Wallet } from "../Wallet/Api.js"
 export const TOPUP_OPTIONS_SEN = [1000, 2500, 5000, 10000, 25000, 50000] as const
 
 export const CheckoutRequest = Schema.Struct({
-  amount_sen: Schema.Literal(...TOPUP_OPTIONS_SEN)
+  amount_sen: Schema.Literal(...TOPUP_OPTIONS_SEN),
+  /** Keep the paying card for auto top-up (`setup_future_usage: off_session`). */
+  save_card: Schema.optional(Schema.Boolean)
 }).annotations({ identifier: "CheckoutRequest" })
 
 export const CheckoutResponse = Schema.Struct({

@@ -48,6 +48,8 @@ export class CardProcessor extends Context.Tag("nenas/CardProcessor")<CardProces
   readonly ensureCustomer: (accountId: string, email: string | null, known: string | null) => Effect.Effect<string, BillingError>
   readonly createSetupCheckout: (input: { accountId: string; customerId: string; setupId: string }) => Effect.Effect<CheckoutSession, BillingError>
   readonly savedCard: (setupIntentId: string) => Effect.Effect<SavedCard, BillingError>
+  /** The card that paid a top-up Checkout saving it (`setup_future_usage: off_session`). */
+  readonly paymentCard: (paymentIntentId: string) => Effect.Effect<SavedCard, BillingError>
   readonly charge: (input: OffSessionCharge) => Effect.Effect<ChargeOutcome, BillingError>
   /** The PaymentIntent an earlier claim made, and where it stands; none when no charge was made. */
   readonly findCharge: (input: ChargeLookup) => Effect.Effect<ChargeOutcome | undefined, BillingError>
@@ -86,6 +88,19 @@ export const outcomeOfIntent = (intent: {
   return { _tag: "Refused", code, message: intent.last_payment_error?.message ?? `The payment is ${intent.status}.`, paymentIntentId: intent.id }
 }
 
+/** The card of an intent whose `payment_method` was expanded. */
+const cardOf = (intent: { readonly payment_method: string | Stripe.PaymentMethod | null }) => {
+  const method = intent.payment_method
+  if (method === null || typeof method === "string" || method.card === undefined) return Effect.fail("no card")
+  return Effect.succeed<SavedCard>({
+    paymentMethodId: method.id,
+    brand: method.card.brand,
+    last4: method.card.last4,
+    expMonth: method.card.exp_month,
+    expYear: method.card.exp_year
+  })
+}
+
 const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
   CardProcessor.of({
     ensureCustomer: (accountId, email, known) =>
@@ -113,20 +128,12 @@ const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
       Effect.tryPromise({
         try: () => stripe.setupIntents.retrieve(setupIntentId, { expand: ["payment_method"] }),
         catch: (error) => error
-      }).pipe(
-        Effect.flatMap((intent) => {
-          const method = intent.payment_method
-          if (method === null || typeof method === "string" || method.card === undefined) return Effect.fail("no card")
-          return Effect.succeed({
-            paymentMethodId: method.id,
-            brand: method.card.brand,
-            last4: method.card.last4,
-            expMonth: method.card.exp_month,
-            expYear: method.card.exp_year
-          })
-        }),
-        Effect.catchAll(failed("read the saved card"))
-      ),
+      }).pipe(Effect.flatMap(cardOf), Effect.catchAll(failed("read the saved card"))),
+    paymentCard: (paymentIntentId) =>
+      Effect.tryPromise({
+        try: () => stripe.paymentIntents.retrieve(paymentIntentId, { expand: ["payment_method"] }),
+        catch: (error) => error
+      }).pipe(Effect.flatMap(cardOf), Effect.catchAll(failed("read the paying card"))),
     charge: (input) =>
       Effect.tryPromise({
         try: () => stripe.paymentIntents.create({
@@ -186,6 +193,13 @@ export const TEST_CARDS: Readonly<Record<string, { readonly brand: string; reado
   "4000002760003184": { brand: "visa", outcome: "authentication_required" }
 }
 
+/** A simulated test card, by the number its intent's id carries. */
+const simulatedCard = (number: string | undefined) => {
+  const card = number === undefined ? undefined : TEST_CARDS[number]
+  if (number === undefined || card === undefined) return Effect.fail(new BillingError({ message: "Unknown simulated card." }))
+  return Effect.succeed<SavedCard>({ paymentMethodId: `pm_sim_${number}`, brand: card.brand, last4: number.slice(-4), expMonth: 12, expYear: 2034 })
+}
+
 /** The simulated processor: the card number rides in the ids it hands out, as nothing else is stored. */
 const simulated = (config: AppConfigShape) =>
   CardProcessor.of({
@@ -194,12 +208,8 @@ const simulated = (config: AppConfigShape) =>
       const sessionId = `cs_sim_setup_${setupId.slice(-24)}`
       return Effect.succeed({ sessionId, url: `${config.publicBaseUrl}/dev/checkout/setup/${sessionId}` })
     },
-    savedCard: (setupIntentId) => {
-      const number = /^seti_sim_(\d{16})_/.exec(setupIntentId)?.[1]
-      const card = number === undefined ? undefined : TEST_CARDS[number]
-      if (number === undefined || card === undefined) return Effect.fail(new BillingError({ message: "Unknown simulated card." }))
-      return Effect.succeed({ paymentMethodId: `pm_sim_${number}`, brand: card.brand, last4: number.slice(-4), expMonth: 12, expYear: 2034 })
-    },
+    savedCard: (setupIntentId) => simulatedCard(/^seti_sim_(\d{16})_/.exec(setupIntentId)?.[1]),
+    paymentCard: (paymentIntentId) => simulatedCard(/^pi_sim_(\d{16})_/.exec(paymentIntentId)?.[1]),
     charge: (input) => {
       const card = TEST_CARDS[input.paymentMethodId.replace(/^pm_sim_/, "")]
       const paymentIntentId = `pi_sim_${input.idempotencyKey.slice(-24)}`
@@ -214,6 +224,10 @@ const simulated = (config: AppConfigShape) =>
     // Nothing is kept: a repeated simulated charge with the attempt's key is the same payment, credited once.
     findCharge: () => Effect.succeed(undefined)
   })
+
+/** A simulated PaymentIntent id carrying the test card's number, one per session (a second Pay is the same payment). */
+export const simulatedPaymentIntent = (sessionId: string, cardNumber: string | null) =>
+  `pi_sim_${cardNumber === null ? "" : `${cardNumber}_`}${sessionId.slice(-24)}`
 
 /** A simulated SetupIntent id carrying the test card's number. */
 export const simulatedSetupIntent = (cardNumber: string) => `seti_sim_${cardNumber}_${randomBase62(12)}`

@@ -4,7 +4,8 @@ import Stripe from "stripe"
 import type { AppConfigShape } from "../AppConfig.js"
 import { BillingError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"
-import { CURRENCY } from "./PaymentProcessor.js"
+import { simulatedPaymentIntent } from "./CardProcessor.js"
+import { CURRENCY, SAVE_CARD_METADATA, SIMULATED_SAVING_PREFIX } from "./PaymentProcessor.js"
 import type { PaymentTransaction } from "./Repo.js"
 
 export type CheckoutOutcome = "checkout.session.completed" | "checkout.session.expired"
@@ -22,8 +23,15 @@ const simulatedEvent = <O>(type: string, created: number, object: O) => ({
 })
 
 /** The Checkout Session Stripe would send for this transaction, paid or expired. */
-export const sessionEvent = (transaction: PaymentTransaction, sessionId: string, type: CheckoutOutcome, created: number) => {
+export const sessionEvent = (
+  transaction: PaymentTransaction,
+  sessionId: string,
+  type: CheckoutOutcome,
+  created: number,
+  cardNumber: string | null
+) => {
   const paid = type === "checkout.session.completed"
+  const saving = sessionId.startsWith(SIMULATED_SAVING_PREFIX)
   return simulatedEvent(type, created, {
     id: sessionId,
     object: "checkout.session",
@@ -34,9 +42,8 @@ export const sessionEvent = (transaction: PaymentTransaction, sessionId: string,
     amount_total: transaction.amountSen,
     currency: CURRENCY,
     client_reference_id: transaction.id,
-    metadata: { transaction_id: transaction.id, account_id: transaction.accountId },
-    // One payment intent per session, so a second Pay is the same payment.
-    payment_intent: paid ? `pi_sim_${sessionId.slice(-24)}` : null,
+    metadata: { transaction_id: transaction.id, account_id: transaction.accountId, ...(saving ? { [SAVE_CARD_METADATA]: "true" } : {}) },
+    payment_intent: paid ? simulatedPaymentIntent(sessionId, saving ? cardNumber : null) : null,
     livemode: false
   })
 }
@@ -103,8 +110,13 @@ const ringgit = (sen: number) => `RM ${(sen / 100).toFixed(2)}`
 
 export const checkoutPage = (transaction: PaymentTransaction, sessionId: string) => {
   const base = `/dev/checkout/${encodeURIComponent(sessionId)}`
+  // A top-up that saves its card asks for one, as the setup page does: Stripe's test cards decide later charges.
+  const card = sessionId.startsWith(SIMULATED_SAVING_PREFIX)
+    ? `<p><label>Card number <input name="card_number" value="4242424242424242" inputmode="numeric" autocomplete="off"></label></p>
+<p class="note">This card is saved for auto top-up.</p>`
+    : ""
   const state = transaction.status === "pending"
-    ? `<form method="post" action="${base}/pay" style="display:inline"><button type="submit">Pay</button></form>
+    ? `<form method="post" action="${base}/pay" style="display:inline">${card}<button type="submit">Pay</button></form>
 <form method="post" action="${base}/cancel" style="display:inline"><button type="submit">Cancel</button></form>`
     : `<p>This checkout is ${transaction.status === "succeeded" ? "paid" : "closed"}.</p>`
   return page(

@@ -18,7 +18,7 @@ import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent, 
 import { AutoTopupOutcomes, AutoTopupWorker } from "./AutoTopup.js"
 import { CardProcessor, simulatedSetupIntent, TEST_CARDS } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
-import { PaymentProcessor } from "./PaymentProcessor.js"
+import { PaymentProcessor, SIMULATED_SAVING_PREFIX } from "./PaymentProcessor.js"
 import { Payments, StripeEvent } from "./Payments.js"
 import { PaymentsRepo } from "./Repo.js"
 
@@ -29,18 +29,30 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     const payments = yield* PaymentsRepo
     const processor = yield* PaymentProcessor
     const ipLimits = yield* IpLimits
+    const cards = yield* Cards
+    const cardProcessor = yield* CardProcessor
+    /** The account's Stripe customer, made once: the card a top-up saves is attached to it. */
+    const customerOf = (accountId: string, email: string | null) =>
+      Effect.gen(function*() {
+        const known = yield* Effect.orDie(cards.find(accountId))
+        const customerId = yield* cardProcessor.ensureCustomer(accountId, email, known?.customerId ?? null)
+        yield* Effect.orDie(cards.saveCustomer(accountId, customerId))
+        return customerId
+      })
     return handlers
       .handle("checkout", ({ payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           // Each session costs a call to the payment processor and a pending row: limited per client address.
           yield* ipLimits.take("checkouts", yield* ipLimits.client)
+          const saveCardFor = payload.save_card === true ? yield* customerOf(account.id, account.email) : null
           const transactionId = yield* Effect.orDie(payments.createPending(account.id, payload.amount_sen))
           const session = yield* processor.createCheckout({
             transactionId,
             accountId: account.id,
             amountSen: payload.amount_sen,
-            email: account.email
+            email: account.email,
+            saveCardFor
           }).pipe(Effect.tapError(() => Effect.orDie(payments.fail(transactionId))))
           yield* Effect.orDie(payments.attachSession(transactionId, session.sessionId))
           return { url: session.url, session_id: session.sessionId, transaction_id: transactionId }
@@ -154,13 +166,26 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
         }
         return transaction
       })
+    /** The test card a form posted: one of Stripe's test numbers, else refused. */
+    const postedCard = Effect.gen(function*() {
+      const form = new URLSearchParams(yield* Effect.orDie((yield* HttpServerRequest.HttpServerRequest).text))
+      const number = (form.get("card_number") ?? "").replace(/[\s-]/g, "")
+      if (TEST_CARDS[number] !== undefined) return number
+      return yield* new InvalidRequest({
+        message: `${number.slice(0, 19)} is not one of the simulated test cards: ${Object.keys(TEST_CARDS).join(", ")}.`,
+        param: "card_number"
+      })
+    })
     const finish = (sessionId: string, outcome: CheckoutOutcome) =>
       Effect.gen(function*() {
         const transaction = yield* find(sessionId)
+        // A top-up saving its card is paid with one; a cancel needs none.
+        const saving = outcome === "checkout.session.completed" && sessionId.startsWith(SIMULATED_SAVING_PREFIX)
+        const cardNumber = saving ? yield* postedCard : null
         // As on Stripe's page, only an open session can be paid or cancelled.
         if (transaction.status === "pending") {
           const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-          yield* deliver(client, config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created))
+          yield* deliver(client, config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created, cardNumber))
         }
         const settled = yield* find(sessionId)
         const returnUrl = outcome === "checkout.session.completed"
@@ -178,14 +203,7 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
       .handle("setupSave", ({ path }) =>
         Effect.gen(function*() {
           const setup = yield* findSetup(path.session_id)
-          const form = new URLSearchParams(yield* Effect.orDie((yield* HttpServerRequest.HttpServerRequest).text))
-          const number = (form.get("card_number") ?? "").replace(/[\s-]/g, "")
-          if (TEST_CARDS[number] === undefined) {
-            return yield* new InvalidRequest({
-              message: `${number.slice(0, 19)} is not one of the simulated test cards: ${Object.keys(TEST_CARDS).join(", ")}.`,
-              param: "card_number"
-            })
-          }
+          const number = yield* postedCard
           if (setup.status === "open") {
             const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
             yield* deliver(client, config, processor.webhookSecret, setupEvent(path.session_id, setup.accountId, simulatedSetupIntent(number), created))

@@ -11,7 +11,15 @@ export interface CheckoutInput {
   readonly accountId: string
   readonly amountSen: number
   readonly email: string | null
+  /** The Stripe customer that keeps the paying card for auto top-up; null when the card is not saved. */
+  readonly saveCardFor: string | null
 }
+
+/** Session metadata marking a top-up whose paying card is saved once it is paid. */
+export const SAVE_CARD_METADATA = "save_card"
+
+/** A simulated session that saves its card: its page asks for a card number, as the setup page does. */
+export const SIMULATED_SAVING_PREFIX = "cs_sim_card_"
 
 export interface CheckoutSession {
   readonly sessionId: string
@@ -65,8 +73,17 @@ const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhoo
   return PaymentProcessor.of({
     simulated: false,
     webhookSecret,
-    createCheckout: (input) =>
-      Effect.tryPromise({
+    createCheckout: (input) => {
+      const metadata = {
+        transaction_id: input.transactionId,
+        account_id: input.accountId,
+        ...(input.saveCardFor === null ? {} : { [SAVE_CARD_METADATA]: "true" })
+      }
+      // Stripe takes a customer or an email, not both: a saved card belongs to the account's customer.
+      const payer = input.saveCardFor !== null
+        ? { customer: input.saveCardFor }
+        : input.email === null ? {} : { customer_email: input.email }
+      return Effect.tryPromise({
         try: () =>
           stripe.checkout.sessions.create({
             mode: "payment",
@@ -79,9 +96,12 @@ const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhoo
               }
             }],
             client_reference_id: input.transactionId,
-            metadata: { transaction_id: input.transactionId, account_id: input.accountId },
-            payment_intent_data: { metadata: { transaction_id: input.transactionId, account_id: input.accountId } },
-            ...(input.email === null ? {} : { customer_email: input.email }),
+            metadata,
+            payment_intent_data: {
+              metadata: { transaction_id: input.transactionId, account_id: input.accountId },
+              ...(input.saveCardFor === null ? {} : { setup_future_usage: "off_session" as const })
+            },
+            ...payer,
             ...returnUrls(config)
           }, { idempotencyKey: `checkout-${input.transactionId}` }),
         catch: (error) => error
@@ -93,6 +113,7 @@ const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhoo
         ),
         Effect.catchAll(stripeFailure)
       )
+    }
   })
 }
 
@@ -101,9 +122,10 @@ const makeSimulated = (config: AppConfigShape, webhookSecret: Redacted.Redacted<
   PaymentProcessor.of({
     simulated: true,
     webhookSecret,
-    createCheckout: () =>
+    createCheckout: (input) =>
       Effect.sync(() => {
-        const sessionId = `cs_sim_${randomBase62(24)}`
+        // Nothing else is stored of the session: whether it saves its card rides in its id.
+        const sessionId = `${input.saveCardFor === null ? "cs_sim_" : SIMULATED_SAVING_PREFIX}${randomBase62(24)}`
         return { sessionId, url: `${config.publicBaseUrl}/dev/checkout/${sessionId}` }
       })
   })

@@ -3,16 +3,16 @@ import { Clock, Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Sch
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { AppConfig } from "../AppConfig.js"
 import type { EventType } from "../Domain/Events.js"
-import { InternalError } from "../Domain/Errors.js"
+import { type BillingError, InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { AutoTopupOutcomes, autoTopupIdOf, PaymentIntent } from "./AutoTopup.js"
-import { CardProcessor } from "./CardProcessor.js"
+import { CardProcessor, type SavedCard } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
-import { CURRENCY } from "./PaymentProcessor.js"
+import { CURRENCY, SAVE_CARD_METADATA } from "./PaymentProcessor.js"
 import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
 import { isHandled, type StripeEventType } from "./StripeEvents.js"
 
@@ -226,16 +226,17 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           return transaction
         })
 
+      /** Keeps a card for auto top-up; one that cannot be read fails the event, which Stripe delivers again. */
+      const keepCard = (accountId: string, read: Effect.Effect<SavedCard, BillingError>, what: string) =>
+        Effect.flatMap(Effect.mapError(read, () => anomaly(`The ${what} could not be read.`)), (card) => cards.saveCard(accountId, card))
+
       /** A Checkout in setup mode saved a card: kept for auto top-up, once. */
       const saveCard = (session: typeof CheckoutSession.Type) =>
         Effect.gen(function*() {
           const setupIntent = idOf(session.setup_intent)
           const setup = yield* cards.findSetup(session.id)
           if (setup === undefined || setupIntent === null || !(yield* cards.completeSetup(setup.id))) return false
-          const card = yield* cardProcessor.savedCard(setupIntent).pipe(
-            Effect.mapError(() => anomaly(`The saved card of setup session ${session.id} could not be read.`))
-          )
-          yield* cards.saveCard(setup.accountId, card)
+          yield* keepCard(setup.accountId, cardProcessor.savedCard(setupIntent), `saved card of setup session ${session.id}`)
           return true
         })
 
@@ -285,11 +286,12 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           }
           const newlyPaid = transaction.status !== "succeeded"
           yield* repo.succeed(transaction.id, paymentIntentId)
-          if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", {
-            transaction_id: transaction.id,
-            amount_myr: transaction.amountSen / 100,
-            automatic: false
-          })
+          // A top-up asked to save its card (`setup_future_usage: off_session`): the card that paid, once.
+          if (newlyPaid && paymentIntentId !== null && session.metadata?.[SAVE_CARD_METADATA] === "true") {
+            yield* keepCard(transaction.accountId, cardProcessor.paymentCard(paymentIntentId), `paying card of checkout session ${session.id}`)
+          }
+          const facts = { transaction_id: transaction.id, amount_myr: transaction.amountSen / 100, automatic: false }
+          if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", facts)
           const settled = { ...transaction, status: "succeeded" as const, paymentIntentId: paymentIntentId ?? transaction.paymentIntentId }
           return (yield* reconcile(settled)) || newlyPaid
         })
@@ -378,8 +380,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
   )
 }
 
-const closedStatus = (status: string): "won" | "lost" | "closed" =>
-  status === "won" ? "won" : status === "lost" ? "lost" : "closed"
+const closedStatus = (status: string): "won" | "lost" | "closed" => status === "won" || status === "lost" ? status : "closed"
 
 /**
  * What a dispute event says about Stripe's money (DESIGN.md, Payments): an

@@ -38,6 +38,10 @@ interface Meta {
 const MetaId = Symbol.for("nenas/ErrorMeta")
 const meta = (m: Meta) => ({ [HttpApiSchema.AnnotationStatus]: m.status, [MetaId]: m })
 
+/** `provider_timeout`'s advice, naming the output field of the endpoint called. */
+export const providerTimeoutGuidance = (outputField: string): string =>
+  `The model provider did not answer in time; retry, or lower ${outputField}.`
+
 export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("InvalidRequest", fields, meta({
   code: "invalid_request", status: 400, type: "invalid_request_error", retryable: false,
   guidance: "Correct the request as the message says (the field is named in `param`) and send it again."
@@ -76,7 +80,7 @@ export class RevokedApiKey extends Schema.TaggedError<RevokedApiKey>()("RevokedA
 })) {}
 export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("PermissionDenied", fields, meta({
   code: "permission_denied", status: 403, type: "permission_error", retryable: false,
-  guidance: "The account is suspended while a payment dispute is open.", action: "/billing"
+  guidance: "This credential may not do this; the message says why."
 })) {}
 export class InsufficientBalance extends Schema.TaggedError<InsufficientBalance>()("InsufficientBalance", fields, meta({
   code: "insufficient_balance", status: 402, type: "billing_error", retryable: false,
@@ -104,7 +108,7 @@ export class ProviderUnavailable extends Schema.TaggedError<ProviderUnavailable>
 })) {}
 export class ProviderTimeout extends Schema.TaggedError<ProviderTimeout>()("ProviderTimeout", fields, meta({
   code: "provider_timeout", status: 504, type: "provider_error", retryable: true,
-  guidance: "The model provider did not answer in time; retry, or lower max_output_tokens."
+  guidance: providerTimeoutGuidance("the request's output token limit")
 })) {}
 export class SearchError extends Schema.TaggedError<SearchError>()("SearchError", fields, meta({
   code: "search_error", status: 502, type: "provider_error", retryable: true,
@@ -235,5 +239,7 @@ export const notImplemented = (what: string) =>
 /** An account with an open payment dispute may not make model calls (DESIGN.md, Payments). */
 export const accountSuspended = () =>
   new PermissionDenied({
-    message: "This account is suspended while a payment dispute is open; model calls resume when it closes."
+    message: "This account is suspended while a payment dispute is open; model calls resume when it closes.",
+    guidance: "The account is suspended while a payment dispute is open.",
+    action: "/billing"
   })

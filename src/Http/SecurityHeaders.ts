@@ -121,7 +121,10 @@ export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) =>
       if (allowedOrigin === null) {
         const requestId = newId("req")
         const refused = new PermissionDenied({
-          message: `Cross-origin requests to ${pathname} are not allowed from ${origin}.`
+          message: `Cross-origin requests to ${pathname} are not allowed from ${origin}.`,
+          guidance: policy === "dashboard"
+            ? "Only the dashboard's own origin (DASHBOARD_URL) may call /dashboard from a browser; use the dashboard, or call from a server."
+            : "This path answers no cross-origin requests from a browser; call it from a server."
         })
         return HttpServerResponse.setHeaders(errorResponse(refused, requestId, config.dashboardUrl), {
           ...headers,

@@ -20,6 +20,14 @@ import { KeyLastUsed } from "./LastUsed.js"
 /** A hint that names the key without revealing it, as OpenAI's "sk-abc***" does. */
 const describe = (key: string): string => key.startsWith("nns_") ? `${keyPrefix(key)}…` : "(not a nenas key)"
 
+/** The previous secret of a rotated key, past its grace period (if it had one): the key lives on under its new secret. */
+const rotatedOut = (key: string, keyId: string) =>
+  new RevokedApiKey({
+    message: `The API key ${describe(key)} was rotated, and the grace period of this old secret has ended.`,
+    guidance: "This secret was replaced when the key was rotated; use the key's new secret (shown once at rotation), or rotate it again in the dashboard.",
+    action: keyEditAction(keyId)
+  })
+
 type AuthFailure = AuthenticationError | InvalidApiKey | ExpiredApiKey | RevokedApiKey | PermissionDenied
 
 /**
@@ -41,7 +49,9 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
     }
     const found = yield* Effect.orDie(keys.lookup(hashKey(key)))
     if (found._tag === "Revoked") {
-      return yield* new RevokedApiKey({ message: `The API key ${describe(key)} was deleted.` })
+      return yield* found.rotatedOf === null
+        ? new RevokedApiKey({ message: `The API key ${describe(key)} was deleted.` })
+        : rotatedOut(key, found.rotatedOf)
     }
     if (found._tag === "Unknown") {
       return yield* new InvalidApiKey({ message: `Invalid API key provided: ${describe(key)}` })
@@ -49,9 +59,7 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
     const now = new Date(yield* Clock.currentTimeMillis)
     const { key: row } = found
     // The previous secret of a rotated key, remembered from within its grace period.
-    if (found.graceUntil !== null && found.graceUntil <= now) {
-      return yield* new RevokedApiKey({ message: `The API key ${describe(key)} was replaced by a rotation.` })
-    }
+    if (found.graceUntil !== null && found.graceUntil <= now) return yield* rotatedOut(key, row.id)
     if (row.disabledAt !== null) {
       return yield* new PermissionDenied({
         message: `The API key ${row.prefix}… is disabled.`,

@@ -102,7 +102,8 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
         const oldest = entries.keys().next()
         if (oldest.done !== true) drop(oldest.value)
       }
-      const keyId = found._tag === "Active" ? found.key.id : undefined
+      // A rotated-out secret is remembered under its key too: deleting the key changes what it answers.
+      const keyId = found._tag === "Active" ? found.key.id : found._tag === "Revoked" ? found.rotatedOf ?? undefined : undefined
       entries.set(hash, { found, accountId: found._tag === "Active" ? found.key.accountId : undefined, keyId, storedAt })
       if (keyId !== undefined) byKeyId.set(keyId, (byKeyId.get(keyId) ?? new Set()).add(hash))
     }

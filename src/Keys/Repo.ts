@@ -61,7 +61,8 @@ export type KeyLookup =
     /** Set when the hash is the key's previous secret, in its grace period until then. */
     readonly graceUntil: Date | null
   }
-  | { readonly _tag: "Revoked" }
+  /** A tombstone: `rotatedOf` names the key when the secret was replaced by a rotation and the key still exists. */
+  | { readonly _tag: "Revoked"; readonly rotatedOf: string | null }
   | { readonly _tag: "Unknown" }
 
 export class TooManyKeys extends Data.TaggedError("TooManyKeys")<{ readonly limit: number }> {}
@@ -154,8 +155,13 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
               const { graceUntil, suspendedAt, ...key } = row
               return { _tag: "Active", key, accountSuspended: suspendedAt !== null, graceUntil } as const
             }
-            const tombstones = yield* sql`SELECT 1 FROM api_key_tombstones WHERE key_hash = ${keyHash}`
-            return tombstones.length > 0 ? { _tag: "Revoked" } as const : { _tag: "Unknown" } as const
+            // A tombstone whose key still exists is a rotated-out secret; a deleted key's tombstones have no key.
+            const tombstones = yield* sql<{ rotatedOf: string | null }>`
+              SELECT (SELECT k.id FROM api_keys k WHERE k.id = t.key_id) AS rotated_of
+              FROM api_key_tombstones t WHERE t.key_hash = ${keyHash}
+            `
+            const tombstone = tombstones[0]
+            return tombstone !== undefined ? { _tag: "Revoked", rotatedOf: tombstone.rotatedOf } as const : { _tag: "Unknown" } as const
           }),
         recordLastUsed: (uses) =>
           uses.length === 0 ? Effect.void : sql`

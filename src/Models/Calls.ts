@@ -5,7 +5,16 @@ import { KeyLimitReached } from "../Keys/LimitReached.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
-import { errorMeta, insufficientBalanceGuidance, InsufficientBalance, isApiError, keyEditAction, SpendLimitExceeded } from "../Domain/Errors.js"
+import {
+  errorMeta,
+  insufficientBalanceGuidance,
+  InsufficientBalance,
+  isApiError,
+  keyEditAction,
+  ProviderTimeout,
+  providerTimeoutGuidance,
+  SpendLimitExceeded
+} from "../Domain/Errors.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import type { OpenLog } from "../Logs/RequestLogs.js"
 import { forkWith } from "../Providers/PartReader.js"
@@ -45,6 +54,15 @@ export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiK
   if (error._tag === "InsufficientBalance" && error.guidance === undefined) {
     // Fields by name: an error's `message` is not an own enumerable property, so a spread would drop it.
     return new InsufficientBalance({ message: error.message, param: error.param, guidance: insufficientBalanceGuidance(OUTPUT_FIELD[endpoint]) })
+  }
+  if (error._tag === "ProviderTimeout" && error.guidance === undefined) {
+    return new ProviderTimeout({
+      message: error.message,
+      param: error.param,
+      retryable: error.retryable,
+      retry_after_seconds: error.retry_after_seconds,
+      guidance: providerTimeoutGuidance(OUTPUT_FIELD[endpoint])
+    })
   }
   if (error._tag === "SpendLimitExceeded" && error.action === undefined) {
     return new SpendLimitExceeded({ message: error.message, param: error.param, guidance: error.guidance, action: keyEditAction(apiKeyId) })
@@ -147,7 +165,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             search: searchEstimate(plan),
             maxOutputTokens: input.maxOutputTokens,
             maxTotalCostMyr: input.maxTotalCostMyr,
-            inputParam: input.inputParam
+            inputParam: input.inputParam,
+            outputParam: OUTPUT_FIELD[input.endpoint]
           })
           const log = openLog(input, key, requestId, route, inputTokens)
           const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
@@ -224,7 +243,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               const call = yield* accept(input)
               const progress = yield* Ref.make(notStarted)
               const { answer: parts } = yield* restore(begin(call, progress, call.provider.stream)).pipe(
-                Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause)))
+                Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause))),
+                Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
               )
               const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
               // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).

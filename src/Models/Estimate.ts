@@ -44,6 +44,8 @@ export interface EstimateInput {
   readonly maxTotalCostMyr: number | undefined
   /** The field that names the prompt in errors: `input` or `messages`. */
   readonly inputParam: string
+  /** The output limit the caller lowers, as the endpoint names it: `max_output_tokens` or chat's `max_tokens`. */
+  readonly outputParam: string
 }
 
 /** A call that may run: its output cap, the most it may cost, and the caller's own cap on that. */
@@ -104,17 +106,21 @@ export const costCapOf = (maxTotalCostMyr: number | undefined): MicroMyr | undef
 export const withinCostCap = (
   worstCase: MicroMyr,
   costCap: MicroMyr | undefined,
-  breakdown: { readonly inputTokens: number; readonly outputCap: number; readonly search: SearchAllowance }
+  breakdown: { readonly inputTokens: number; readonly outputCap: number; readonly search: SearchAllowance; readonly outputParam: string }
 ): Either.Either<void, InvalidRequest> => {
   if (costCap === undefined || worstCase <= costCap) return Either.void
   const { search } = breakdown
+  // The count priced is the margined one: shown as priced, with the count it was made from.
+  const counted = breakdown.inputTokens + search.contextTokens + search.planningInputTokens
   return Either.left(
     new InvalidRequest({
       message: `This request may cost up to RM ${toMyrString(worstCase)}, above max_total_cost_myr (RM ${toMyrString(costCap)}).`,
       param: "max_total_cost_myr",
-      guidance: `The estimated maximum cost is RM ${toMyrString(worstCase)} (${breakdown.inputTokens} input tokens with a safety margin, ${breakdown.outputCap} output tokens${
+      guidance: `The estimated maximum cost is RM ${toMyrString(worstCase)} (${withSafetyMargin(counted)} input tokens: ${counted} counted plus a safety margin, ${
+        breakdown.outputCap + search.planningOutputTokens
+      } output tokens${
         search.searches > 0 ? `, ${search.searches} searches, ${search.pages} pages` : ""
-      }). Raise max_total_cost_myr to at least ${toMyrString(worstCase)}, or lower max_output_tokens.`
+      }). Raise max_total_cost_myr to at least ${toMyrString(worstCase)}, or lower ${breakdown.outputParam}.`
     })
   )
 }
@@ -129,7 +135,7 @@ export const estimateCall = (input: EstimateInput): Either.Either<Estimate, Cont
       )
     ))
     const costCap = costCapOf(input.maxTotalCostMyr)
-    yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search })
+    yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search, outputParam: input.outputParam })
     return { outputCap, worstCase, costCap }
   })
 

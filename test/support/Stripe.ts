@@ -59,6 +59,8 @@ export interface SessionFacts {
   readonly paymentIntentId?: string
   readonly amountSen: number
   readonly paymentStatus?: "paid" | "unpaid" | "no_payment_required"
+  /** The metadata the session was created with, beyond `transaction_id`. */
+  readonly metadata?: Readonly<Record<string, string>>
 }
 
 const sessionObject = (facts: SessionFacts, status: string) => ({
@@ -71,7 +73,7 @@ const sessionObject = (facts: SessionFacts, status: string) => ({
   amount_total: facts.amountSen,
   currency: "myr",
   client_reference_id: facts.transactionId,
-  metadata: { transaction_id: facts.transactionId },
+  metadata: { ...facts.metadata, transaction_id: facts.transactionId },
   payment_intent: facts.paymentIntentId ?? null
 })
 
@@ -163,6 +165,11 @@ export class StripeDouble extends Context.Tag("test/StripeDouble")<StripeDouble,
   readonly loseAnswers: (n: number) => void
   /** Forgets every idempotency key, as Stripe does 24 hours after a key's first use. */
   readonly forgetIdempotencyKeys: () => void
+  /**
+   * A Checkout Session paid, as Stripe pays it: a PaymentIntent by a Mastercard ending 4444, attached to the
+   * session's customer when it asked `setup_future_usage`. The intent's id (for the session's event).
+   */
+  readonly payCheckout: (sessionId: string) => string
 }>() {}
 
 const readBody = (request: IncomingMessage) =>
@@ -191,8 +198,23 @@ export const StripeDoubleLive = Layer.scoped(
     let failureStatus = 500
     let lost = 0
     const notFound = (message: string) => ({ status: 404, json: { error: { type: "invalid_request_error", message } } })
+    const sessions = new Map<string, Readonly<Record<string, string>>>()
+    interface CheckoutIntent {
+      readonly id: string
+      readonly object: "payment_intent"
+      readonly status: "succeeded"
+      readonly customer: string | null
+      readonly payment_method: string
+    }
+    const checkoutIntents = new Map<string, CheckoutIntent>()
+    const paymentMethod = (id: string) => ({
+      id,
+      object: "payment_method",
+      card: { brand: "mastercard", last4: "4444", exp_month: 3, exp_year: 2031 }
+    })
     const sessionOf = (form: Readonly<Record<string, string>>) => {
       const id = `cs_test_${randomBase62(24)}`
+      sessions.set(id, form)
       return {
         id,
         object: "checkout.session",
@@ -256,6 +278,11 @@ export const StripeDoubleLive = Layer.scoped(
         }
       }
       if (method === "POST" && path === "/v1/payment_intents") return { status: 200, json: once(key, () => intentOf(form)) }
+      const checkoutIntent = method === "GET" ? checkoutIntents.get(path.slice("/v1/payment_intents/".length)) : undefined
+      if (checkoutIntent !== undefined) {
+        const expanded = url.searchParams.get("expand[0]") === "payment_method"
+        return { status: 200, json: { ...checkoutIntent, payment_method: expanded ? paymentMethod(checkoutIntent.payment_method) : checkoutIntent.payment_method } }
+      }
       if (method === "GET" && path.startsWith("/v1/payment_intents/")) {
         const found = paymentIntents.find((intent) => intent.id === path.slice("/v1/payment_intents/".length))
         return found === undefined ? notFound("No such payment_intent") : { status: 200, json: found }
@@ -311,7 +338,16 @@ export const StripeDoubleLive = Layer.scoped(
       loseAnswers: (n) => {
         lost = n
       },
-      forgetIdempotencyKeys: () => remembered.clear()
+      forgetIdempotencyKeys: () => remembered.clear(),
+      payCheckout: (sessionId) => {
+        const form = sessions.get(sessionId)
+        if (form === undefined) throw new Error(`no session ${sessionId}`)
+        const id = `pi_${randomBase62(24)}`
+        const saving = form["payment_intent_data[setup_future_usage]"] === "off_session"
+        const customer = saving ? form["customer"] ?? null : null
+        checkoutIntents.set(id, { id, object: "payment_intent", status: "succeeded", customer, payment_method: `pm_${randomBase62(14)}` })
+        return id
+      }
     }
   })
 )

@@ -13,9 +13,9 @@ export interface AppConfigShape {
   readonly redisUrl: Option.Option<string>
   readonly rateLimitRpm: number
   readonly rateLimitConcurrent: number
-  /** The most a key may be given (`RATE_LIMIT_RPM_MAX`); unset: `RATE_LIMIT_RPM`. */
+  /** The most a key may be given (`RATE_LIMIT_RPM_MAX`); unset: 10× `RATE_LIMIT_RPM`. */
   readonly rateLimitRpmMax: Option.Option<number>
-  /** The most a key may be given (`RATE_LIMIT_CONCURRENT_MAX`); unset: `RATE_LIMIT_CONCURRENT`. */
+  /** The most a key may be given (`RATE_LIMIT_CONCURRENT_MAX`); unset: 10× `RATE_LIMIT_CONCURRENT`. */
   readonly rateLimitConcurrentMax: Option.Option<number>
   readonly upstreamBaseUrl: Option.Option<string>
   readonly upstreamApiKey: Option.Option<Redacted.Redacted>
@@ -108,6 +108,9 @@ export interface AppConfigShape {
   /** `STORED_RESPONSES_MAX_BYTES`: the most an account's stored responses may hold; past it its oldest are deleted. */
   readonly storedResponsesMaxBytes: number
 }
+
+/** DESIGN: an unset `RATE_LIMIT_*_MAX` is this many times its default. */
+export const RATE_LIMIT_CEILING_FACTOR = 10
 
 const nonEmpty = (name: string) =>
   Config.option(Config.nonEmptyString(name))

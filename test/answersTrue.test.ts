@@ -155,6 +155,20 @@ layer(TestServerWithUpstream({ dashboardUrl: DASH, rateLimitRpm: RPM, rateLimitC
         expect(rows.map((r) => r.upstream_model)).toEqual([SIMULATED_MODEL])
       }))
 
+    it.effect("a test key's simulated text names the model its routing names, not the upstream's (issue 35)", () =>
+      Effect.gen(function*() {
+        const { apiKey } = yield* caller("true-simulated-text@example.com", { environment: "test" })
+        const responses = yield* modelCall(apiKey, RESPONSES, { model: MODEL, input: "Say hi." })
+        expect(responses.status, responses.text).toBe(200)
+        const routed: string = responses.body.routing.upstream_model
+        const named = (text: string) => /\bfrom ([\w.:-]+) to:/.exec(text)?.[1]
+        expect(named(responses.body.output_text), responses.body.output_text).toBe(routed)
+        const chat = yield* modelCall(apiKey, CHAT, { model: MODEL, messages: [{ role: "user", content: "Say hi." }] })
+        expect(chat.status, chat.text).toBe(200)
+        // Chat carries no routing object: its text names the same model as the responses call's routing.
+        expect(named(chat.body.choices[0].message.content), chat.text).toBe(routed)
+      }))
+
     it.effect("reasoning.effort low keeps a multi-step prompt on the general route over HTTP; medium lets the router send it to reasoning", () =>
       Effect.gen(function*() {
         const { apiKey } = yield* caller("true-low@example.com", { environment: "test" })

@@ -22,7 +22,7 @@ layer(Layer.merge(TestServerLive(), FetchHttpClient.layer), { excludeTestService
       expect(created.key.environment).toBe("test")
       expect(created.full_key.startsWith("nns_test_")).toBe(true)
 
-      const { keys } = yield* dashboard.apiKeys.list()
+      const { keys } = yield* dashboard.apiKeys.list({ urlParams: {} })
       expect(keys.map((k) => k.id)).toEqual([created.key.id])
 
       const api = yield* clientWith(created.full_key)

@@ -247,8 +247,8 @@ describe("keys managed in place, across two instances", () => {
         expect(raised.body).toMatchObject({ rate_limit_rpm: 900, rate_limit_concurrent: 2 })
         const since = Date.now()
         yield* bothSee(since, respond, "200")
-        // The concurrency default without an operator ceiling is RATE_LIMIT_CONCURRENT (50): more is refused.
-        const concurrent = yield* on(a)(call("PATCH", `/dashboard/api-keys/${created.key.id}`, { token, json: { rate_limit_concurrent: 51 } }))
+        // The concurrency ceiling without an operator's is 10× RATE_LIMIT_CONCURRENT (500): more is refused.
+        const concurrent = yield* on(a)(call("PATCH", `/dashboard/api-keys/${created.key.id}`, { token, json: { rate_limit_concurrent: 501 } }))
         expect(concurrent.body.error).toMatchObject({ code: "invalid_request", param: "rate_limit_concurrent" })
       }))
 

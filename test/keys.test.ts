@@ -127,6 +127,21 @@ layer(TestServerLive(), { excludeTestServices: true })("API keys", (it) => {
       expect(list.body.keys).toHaveLength(50)
     }))
 
+  it.effect("with the ceilings unset, a key may be given up to 10× the default limits (DESIGN; issue 35)", () =>
+    Effect.gen(function*() {
+      const token = yield* devToken("keys-ceiling@example.com")
+      const { key } = yield* createKey(token, { name: "fast" })
+      const patch = (json: Record<string, number>) => call("PATCH", `/dashboard/api-keys/${key.id}`, { token, json })
+      const raised = yield* patch({ rate_limit_rpm: 1_000, rate_limit_concurrent: 500 })
+      expect(raised.status, raised.text).toBe(200)
+      expect(raised.body).toMatchObject({ rate_limit_rpm: 1_000, rate_limit_concurrent: 500 })
+      for (const [field, value] of [["rate_limit_rpm", 6_001], ["rate_limit_concurrent", 501]] as const) {
+        const over = yield* patch({ [field]: value })
+        expect(over.status, over.text).toBe(400)
+        expect(over.body.error).toMatchObject({ code: "invalid_request", param: field })
+      }
+    }))
+
   it.effect("error messages name every allowed value and no internal schema names", () =>
     Effect.gen(function*() {
       const token = yield* devToken("keys-messages@example.com")

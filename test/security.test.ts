@@ -89,6 +89,16 @@ layer(TestServerLive(), { excludeTestServices: true })("security headers and COR
       expect(api.status).toBe(204)
       expect(api.headers.get("access-control-allow-origin")).toBe("*")
     }))
+
+  it.effect("a browser may delete a stored response: /v1's preflight allows DELETE (issue 35)", () =>
+    Effect.gen(function*() {
+      const api = yield* preflight("/v1/responses/resp_x", FOREIGN, "DELETE")
+      expect(api.status).toBe(204)
+      expect(api.headers.get("access-control-allow-origin")).toBe("*")
+      const methods = (api.headers.get("access-control-allow-methods") ?? "").split(",").map((method) => method.trim())
+      expect(methods).toContain("DELETE")
+      expect(methods).not.toContain("PATCH")
+    }))
 })
 
 layer(TestServerLive(), { excludeTestServices: true })("development routes behind a proxy", (it) => {

@@ -485,7 +485,7 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
       }))
 
     // Last: it moves the server's clock forward for the rest of the file.
-    it.effect("counts keys, and as active only those not past expires_at", () =>
+    it.effect("counts keys, and as active only those that work now: not disabled, not past expires_at, not deleted", () =>
       Effect.gen(function*() {
         const { clock } = yield* TestServer
         const { token } = yield* developer("overview-keys@example.com")
@@ -493,13 +493,16 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
         yield* createKey(token, { name: "short-lived", expires_at: expiresAt })
         const { key: deleted } = yield* createKey(token, { name: "deleted" })
         expect((yield* call("DELETE", `/dashboard/api-keys/${deleted.id}`, { token })).status).toBe(200)
+        const { key: disabled } = yield* createKey(token, { name: "disabled" })
+        const disabling = yield* call("PATCH", `/dashboard/api-keys/${disabled.id}`, { token, json: { disabled: true } })
+        expect(disabling.status, disabling.text).toBe(200)
 
         const before = yield* get("/dashboard/overview", token)
-        expect(before.api_key_count).toBe(2)
+        expect(before.api_key_count).toBe(3)
         expect(before.active_api_key_count).toBe(2)
         clock.advance("61 minutes")
         const after = yield* get("/dashboard/overview", token)
-        expect(after.api_key_count).toBe(2)
+        expect(after.api_key_count).toBe(3)
         expect(after.active_api_key_count).toBe(1)
       }))
   })

@@ -3,7 +3,7 @@ import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/Events.js"
 import { InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
-import { SqlString } from "../Domain/Strict.js"
+import { NoUrlParams, SqlString } from "../Domain/Strict.js"
 
 export const WebhookEventType = Schema.Literal(...EVENT_TYPES)
 
@@ -123,7 +123,7 @@ export class DeveloperWebhooksApi extends HttpApiGroup.make("developerWebhooks")
       .addSuccess(CreateWebhookResponse, { status: 201 })
       .annotate(OpenApi.Description, "Registers an endpoint. Its signing secret is in this answer only.")
   )
-  .add(HttpApiEndpoint.get("list", "/dashboard/webhooks").addSuccess(Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) })))
+  .add(HttpApiEndpoint.get("list", "/dashboard/webhooks").setUrlParams(NoUrlParams).addSuccess(Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) })))
   .add(
     HttpApiEndpoint.get("events", "/dashboard/webhooks/event-types")
       .addSuccess(Schema.Struct({ event_types: Schema.Array(WebhookEventType), payload: Schema.optional(WebhookEventPayloads) }))
@@ -152,6 +152,7 @@ export class DeveloperWebhooksApi extends HttpApiGroup.make("developerWebhooks")
   )
   .add(
     HttpApiEndpoint.get("deliveries")`/dashboard/webhooks/${Id}/deliveries`
+      .setUrlParams(NoUrlParams)
       .addSuccess(Schema.Struct({ deliveries: Schema.Array(WebhookDelivery) }))
       .addError(wire(NotFound))
       .annotate(OpenApi.Description, "The endpoint's latest 50 deliveries, newest first, each with every attempt.")

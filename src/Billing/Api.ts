@@ -3,7 +3,7 @@ import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
-import { SqlString } from "../Domain/Strict.js"
+import { SqlString, StrictUrlParams } from "../Domain/Strict.js"
 import { LedgerEntry, LedgerType, Wallet } from "../Wallet/Api.js"
 
 export const TOPUP_OPTIONS_SEN = [1000, 2500, 5000, 10000, 25000, 50000] as const
@@ -31,7 +31,7 @@ export const Balance = Schema.Struct({
   account_suspended: Schema.Boolean
 })
 
-export const TransactionsParams = Schema.Struct({ ...PageParams.fields, type: Schema.optional(LedgerType) })
+export const TransactionsParams = StrictUrlParams({ ...PageParams.fields, type: Schema.optional(LedgerType) })
 
 export const TransactionsPage = Schema.Struct({
   ledger: Schema.Array(LedgerEntry),

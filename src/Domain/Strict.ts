@@ -96,3 +96,16 @@ export const storableJson = (value: unknown): string =>
           Object.keys(field).some((key) => unstorable(key) !== undefined)
       ? storableKeys(field)
       : field)
+
+/**
+ * A list's query parameters: one it does not take answers 400 `invalid_request` naming it
+ * (`param`), rather than being dropped, so a misspelt filter never returns the unfiltered list.
+ */
+export const StrictUrlParams = <Fields extends Schema.Struct.Fields>(fields: Fields) =>
+  Schema.Struct(fields).annotations({ parseOptions: { onExcessProperty: "error" } })
+
+/** A list that takes no query parameters: any one answers 400 naming it (an empty `Schema.Struct` would accept every object). */
+export const NoUrlParams = Schema.Struct({}).pipe(Schema.filter((params) => {
+  const [first] = Object.keys(params)
+  return first === undefined || { path: [first], message: "is not a parameter of this list (it takes none)" }
+}))

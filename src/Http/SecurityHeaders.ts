@@ -136,7 +136,7 @@ export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) =>
         status: 204,
         headers: {
           ...headers,
-          "access-control-allow-methods": policy === "any" ? "GET, POST, OPTIONS" : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
+          "access-control-allow-methods": policy === "any" ? "GET, POST, DELETE, OPTIONS" : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
           ...(requested === undefined ? {} : { "access-control-allow-headers": requested }),
           "access-control-max-age": "600"
         }

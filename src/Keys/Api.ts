@@ -2,7 +2,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/p
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { IdempotencyConflict, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
-import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
+import { NoUrlParams, Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const Environment = Schema.Literal("live", "test")
 export type Environment = typeof Environment.Type
@@ -109,7 +109,7 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
       .addSuccess(CreateApiKeyResponse, { status: 201 })
       .addError(wire(InvalidRequest))
   )
-  .add(HttpApiEndpoint.get("list", "/dashboard/api-keys").addSuccess(ApiKeyList))
+  .add(HttpApiEndpoint.get("list", "/dashboard/api-keys").setUrlParams(NoUrlParams).addSuccess(ApiKeyList))
   .add(
     HttpApiEndpoint.patch("update")`/dashboard/api-keys/${HttpApiSchema.param("id", SqlString)}`
       .setPayload(UpdateApiKeyRequest)

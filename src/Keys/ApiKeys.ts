@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto"
 import { Option } from "effect"
-import type { AppConfigShape } from "../AppConfig.js"
+import { type AppConfigShape, RATE_LIMIT_CEILING_FACTOR } from "../AppConfig.js"
 import type { Environment } from "./Api.js"
 import { randomBase62 } from "../Domain/Ids.js"
 
@@ -57,10 +57,10 @@ export const openSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: 
 
 type LimitConfig = Pick<AppConfigShape, "rateLimitRpm" | "rateLimitConcurrent" | "rateLimitRpmMax" | "rateLimitConcurrentMax">
 
-/** The most a key may be given: the operator's ceiling, else the default. */
+/** The most a key may be given: the operator's ceiling, else DESIGN's 10× the default. */
 export const rateLimitCeilings = (config: LimitConfig) => ({
-  rpm: Option.getOrElse(config.rateLimitRpmMax, () => config.rateLimitRpm),
-  concurrent: Option.getOrElse(config.rateLimitConcurrentMax, () => config.rateLimitConcurrent)
+  rpm: Option.getOrElse(config.rateLimitRpmMax, () => config.rateLimitRpm * RATE_LIMIT_CEILING_FACTOR),
+  concurrent: Option.getOrElse(config.rateLimitConcurrentMax, () => config.rateLimitConcurrent * RATE_LIMIT_CEILING_FACTOR)
 })
 
 /** What a key is held to: its own limits, else the defaults, never above the ceilings (which may have been lowered since). */

@@ -97,7 +97,7 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
     { readonly row: KeyRow; readonly repeatOf: Buffer | null; readonly graceUntil: Date | null } | undefined,
     SqlError.SqlError
   >
-  /** The account's keys, and those of them not past `expires_at` at `at`. */
+  /** The account's keys, and those of them that work at `at`: not disabled, not past `expires_at` (deleted ones are gone). */
   readonly counts: (
     accountId: string,
     at: Date
@@ -240,7 +240,7 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
         counts: (accountId, at) =>
           sql<{ total: number; active: number }>`
             SELECT count(*)::int AS total,
-              (count(*) FILTER (WHERE expires_at IS NULL OR expires_at > ${at}::timestamptz))::int AS active
+              (count(*) FILTER (WHERE disabled_at IS NULL AND (expires_at IS NULL OR expires_at > ${at}::timestamptz)))::int AS active
             FROM api_keys WHERE account_id = ${accountId}
           `.pipe(Effect.flatMap(first))
       })

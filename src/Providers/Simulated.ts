@@ -146,5 +146,11 @@ export const simulatedProvider: ProviderShape = {
     })
 }
 
-/** Test keys always call the built-in model. */
-export const TestKeyProviderLive = Layer.succeed(TestKeyProvider, simulatedProvider)
+/** The built-in model under its own name, as `routing.upstream_model` reports a test key's call (Models/Call.ts `shownRoute`). */
+const asSimulatedModel = (request: ProviderRequest): ProviderRequest => ({ ...request, model: SIMULATED_MODEL })
+
+/** Test keys always call the built-in model, and its text names it as their routing does. */
+export const TestKeyProviderLive = Layer.succeed(TestKeyProvider, {
+  complete: (request) => simulatedProvider.complete(asSimulatedModel(request)),
+  stream: (request) => simulatedProvider.stream(asSimulatedModel(request))
+})

@@ -4,7 +4,7 @@ import { DashboardAuth } from "../Auth/Api.js"
 import { Wallet } from "../Wallet/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
-import { Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
+import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
 
@@ -12,33 +12,35 @@ export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "bille
 export const Environment = Schema.Literal("live", "test")
 
 /** The filters of logs, shared by the list and its export. */
-const LogFilterParams = Schema.Struct({
+const LogFilterFields = {
   status: Schema.optional(LogStatus),
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
   environment: Schema.optional(Environment),
-  /** Calls tagged with this `metadata` key; with `tag_value`, with that value too. */
+  /** DESIGN's `key:value` (split at the first colon): calls whose `metadata` has that key with that value. */
+  tag: Schema.optional(SqlString.pipe(Schema.maxLength(64 + 1 + 512))),
+  /** Calls tagged with this `metadata` key; with `tag_value`, with that value too (a key with a colon in it). */
   tag_key: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))),
   tag_value: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
   /** Calls of this chat `user`. */
   user: Schema.optional(SqlString.pipe(Schema.maxLength(256))),
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime)
-})
+}
 
-export const LogsParams = Schema.Struct({
+export const LogsParams = StrictUrlParams({
   ...PageParams.fields,
   /** A previous page's `next_cursor`: the rows after its last one (keyset paging; then `page` stays 1). */
   cursor: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
-  ...LogFilterParams.fields
+  ...LogFilterFields
 })
 
 /** The format of an export; CSV is the one there is. */
 export const ExportFormat = Schema.Literal("csv")
 
-export const LogsExportParams = Schema.Struct({
+export const LogsExportParams = StrictUrlParams({
   format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
-  ...LogFilterParams.fields
+  ...LogFilterFields
 })
 
 export const LogEntry = Schema.Struct({
@@ -94,12 +96,17 @@ export const LogsPage = Schema.Struct({
 
 export const Granularity = Schema.Literal("hour", "day")
 
-export const UsageParams = Schema.Struct({
+/** The range and filters of usage, shared by the series and its export. */
+const UsageFilterFields = {
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime),
   granularity: Schema.optionalWith(Granularity, { default: () => "day" as const }),
   api_key_id: Schema.optional(SqlString),
-  environment: Schema.optional(Environment),
+  environment: Schema.optional(Environment)
+}
+
+export const UsageParams = StrictUrlParams({
+  ...UsageFilterFields,
   /** Also total the range per value of this `metadata` key (`groups`). */
   group_by_tag: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64)))
 })
@@ -151,10 +158,10 @@ export const Overview = Schema.Struct({
   active_api_key_count: Schema.Int
 })
 
-export const UsageExportParams = Schema.Struct({
+export const UsageExportParams = StrictUrlParams({
   format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
-  ...UsageParams.fields
-}).pipe(Schema.omit("group_by_tag"))
+  ...UsageFilterFields
+})
 
 /** The tag keys usage is rolled up by (`group_by_tag` on them reads rollups; on any other key, the logs). */
 export const GroupingTags = Schema.Struct({

@@ -154,6 +154,26 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
 
     const series = (...args: Parameters<typeof seriesRows>) => Effect.map(seriesRows(...args), (rows) => rows.map(toSeriesPoint))
 
+    /** The one tag filter: `tag=key:value` (split at the first colon), or `tag_key` with an optional `tag_value`. */
+    const tagFilter = (params: Pick<typeof LogsExportParams.Type, "tag" | "tag_key" | "tag_value">) =>
+      Effect.gen(function*() {
+        if (params.tag === undefined) {
+          return params.tag_key === undefined ? undefined : { key: params.tag_key, value: params.tag_value }
+        }
+        if (params.tag_key !== undefined) {
+          return yield* new InvalidRequest({ message: "Pass either 'tag' or 'tag_key', not both.", param: "tag" })
+        }
+        const colon = params.tag.indexOf(":")
+        const key = params.tag.slice(0, colon)
+        if (colon < 1 || key.length > 64 || params.tag.length - colon - 1 > 512) {
+          return yield* new InvalidRequest({
+            message: "Invalid 'tag': must be key:value, e.g. tag=team:search (a key of 1 to 64 characters, a value of at most 512).",
+            param: "tag"
+          })
+        }
+        return { key, value: params.tag.slice(colon + 1) }
+      })
+
     /** The logs' filters from their params, checked. */
     const logFilter = (accountId: string, params: Omit<typeof LogsExportParams.Type, "format">) =>
       Effect.gen(function*() {
@@ -164,12 +184,13 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         if (params.tag_value !== undefined && params.tag_key === undefined) {
           return yield* new InvalidRequest({ message: "'tag_value' needs 'tag_key'.", param: "tag_value" })
         }
+        const tag = yield* tagFilter(params)
         return {
           status: params.status,
           apiKeyId: params.api_key_id,
           endpoint: params.endpoint,
           environment: params.environment,
-          tag: params.tag_key === undefined ? undefined : { key: params.tag_key, value: params.tag_value },
+          tag,
           endUser: params.user,
           from,
           to

@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises"
+import { chmod, mkdtemp, readdir, readFile, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect, Exit, Redacted, Scope } from "effect"
@@ -9,6 +9,7 @@ import {
   ROOT_STATE_DIR,
   startEmbeddedPostgres
 } from "../../src/Database/EmbeddedPostgres.js"
+import { type ClusterSeen, leftByRun } from "./RunClusters.js"
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -24,7 +25,7 @@ const clusterFolders = async (): Promise<ReadonlyArray<string>> =>
   (await readdir(ROOT_STATE_DIR).catch(() => [])).filter((name) => /^[0-9a-f]{16}$/.test(name))
 
 /** The DATA_DIR a cluster records, and whether a server runs on it now. */
-const describeCluster = async (name: string) => {
+const describeCluster = async (name: string): Promise<ClusterSeen> => {
   const ownDir = join(ROOT_STATE_DIR, name)
   const marker = await readFile(join(ownDir, "nenas.json"), "utf8").then(
     (text) => JSON.parse(text) as { readonly dataDir?: string },
@@ -38,20 +39,15 @@ const describeCluster = async (name: string) => {
 /**
  * As root, every temporary DATA_DIR the tests start the service on gets a
  * cluster under /var/lib/nenas. The run removes those whose DATA_DIR is gone
- * (as any start does) and fails if a cluster of a temporary DATA_DIR made
- * during the run is still there: a test that left its DATA_DIR behind. One a
- * server still runs on, or without a record yet (a start under way), belongs
- * to another run going on at the same time.
+ * (as any start does) and fails if a cluster of a DATA_DIR inside this run's
+ * own temporary directory is still there: a test that left its DATA_DIR
+ * behind. Any other cluster (an `npm start` beside the tests, another run) is
+ * not the run's.
  */
-const checkNoNewClusters = async (before: ReadonlySet<string>): Promise<void> => {
+const checkNoLeftClusters = async (runDir: string): Promise<void> => {
   if (!isRoot()) return
   await removeAbandonedClusters()
-  const left = []
-  for (const name of await clusterFolders()) {
-    if (before.has(name)) continue
-    const cluster = await describeCluster(name)
-    if (!cluster.served && cluster.dataDir?.startsWith(tmpdir()) === true) left.push(cluster)
-  }
+  const left = leftByRun(runDir, await Promise.all((await clusterFolders()).map(describeCluster)))
   if (left.length > 0) {
     throw new Error(
       `the tests left ${left.length} embedded cluster(s) under ${ROOT_STATE_DIR}: ` +
@@ -60,13 +56,35 @@ const checkNoNewClusters = async (before: ReadonlySet<string>): Promise<void> =>
   }
 }
 
+/**
+ * The run's own temporary directory: `TMPDIR` for the test files (their workers start after this,
+ * with this environment), so every DATA_DIR they make is inside it. As open as /tmp, for the
+ * tests that run the service as another user.
+ */
+const makeRunDir = async () => {
+  const outer = process.env["TMPDIR"]
+  const runDir = await mkdtemp(join(tmpdir(), "nenas-run-"))
+  await chmod(runDir, 0o1777)
+  process.env["TMPDIR"] = runDir
+  return {
+    runDir,
+    /** The check, then (when it passed) the directory gone and TMPDIR as it was. */
+    finish: async () => {
+      await checkNoLeftClusters(runDir)
+      if (outer === undefined) delete process.env["TMPDIR"]
+      else process.env["TMPDIR"] = outer
+      await rm(runDir, { recursive: true, force: true })
+    }
+  }
+}
+
 /** One PostgreSQL for the whole run: `DATABASE_URL` when set, else an embedded one. */
 export default async function setup(project: TestProject) {
-  const before = new Set(await clusterFolders())
+  const run = await makeRunDir()
   const configured = process.env["DATABASE_URL"]
   if (configured !== undefined && configured !== "") {
     project.provide("adminDatabaseUrl", configured)
-    return () => checkNoNewClusters(before)
+    return run.finish
   }
   const dir = await mkdtemp(join(tmpdir(), "nenas-test-pg-"))
   const scope = Effect.runSync(Scope.make())
@@ -78,6 +96,6 @@ export default async function setup(project: TestProject) {
     await Effect.runPromise(Scope.close(scope, Exit.void))
     await rm(ownDir, { recursive: true, force: true })
     await rm(dir, { recursive: true, force: true })
-    await checkNoNewClusters(before)
+    await run.finish()
   }
 }

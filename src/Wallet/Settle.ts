@@ -123,10 +123,12 @@ export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.
       yield* writeEntries(sql, batch.at, applied.entries)
       yield* logs.write(applied.logRows, batch.holder)
       yield* writeKeyHolds(sql, batch)
-      yield* writeStored(sql, batch.stored ?? [])
       yield* announceCrossings(before, locked.wallets, batch.at)
       yield* queueAutoTopups(before, locked.wallets, batch.at)
       const items = yield* withRepeatedEntries(sql, applied.outcomes, applied.repeated)
+      // Last: its trigger locks the account's stored-response total, which two instances' flushes share; a
+      // transaction holding it waits for no other lock, so flushes on two instances cannot deadlock on it.
+      yield* writeStored(sql, batch.stored ?? [])
       return { items, missingGrants: locked.missingGrants } satisfies BatchOutcome
     }))
   })

@@ -1,13 +1,13 @@
 import { HttpApi, OpenApi } from "@effect/platform"
-import { DeveloperWebhooksApi } from "./Alerts/Api.js"
-import { AlertsApi, DevMailboxApi } from "./Alerts/SettingsApi.js"
+import { DeveloperWebhooksApi } from "./Webhooks/Api.js"
+import { AlertsApi, DevMailboxApi } from "./Alerts/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, WebhooksApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { ModelCallsApi, ModelsApi } from "./Models/Api.js"
-import { StoredResponsesApi } from "./Models/StoredApi.js"
+import { StoredResponsesApi } from "./Responses/Api.js"
 import { UsageApi } from "./Usage/Api.js"
 
 /** The whole contract of the service; OpenAPI and typed clients are derived from it. */

@@ -1,31 +1,43 @@
 import { readdirSync, readFileSync, statSync } from "node:fs"
-import { dirname, join, relative, resolve } from "node:path"
+import { basename, dirname, join, relative, resolve } from "node:path"
 import { describe, expect, it } from "vitest"
 
+/** Every area's contract (`Api.ts`, `…Api.ts`) and the composed one (`src/Api.ts`): Schemas and endpoints only. */
+export const CONTRACTS = "(contracts)"
+/** Every area's handlers (`X/Http.ts`): they implement the contract's groups with the cores below them. */
+export const HANDLERS = "(handlers)"
+
 /**
- * The layer order of `src/`, lowest first, written down once: a module may import
- * from its own room or from a room in an earlier layer. Rooms in one layer do not
- * import each other. The only import that runs up is an area's `Http.ts` (its
- * handlers) reading the composed contract in `src/Api.ts`.
+ * The layer order of `src/`, lowest first, written down once. A folder is an
+ * area a user would name: its contract, its handlers, and its core (every other
+ * file). Cores are layered by folder: a core file may import its own folder,
+ * or a folder of an earlier layer; folders of one layer do not import each
+ * other. Contracts sit just above `Domain`: any core may read their Schemas,
+ * and a contract reads only `Domain` and other contracts. Handlers sit above
+ * every core: they may use any of them, and only the server imports them.
  */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Domain"],
+  [CONTRACTS],
   ["AppConfig"],
   ["Observability", "Request", "Database"],
   ["Routing", "Search", "Responses"],
   ["Providers"],
   ["Logs", "Outbox"],
-  ["Wallet"],
+  ["Wallet", "Webhooks"],
   ["Accounts"],
   ["Auth"],
   ["Keys"],
   ["Billing", "Usage", "Health"],
   ["Alerts"],
   ["Models"],
-  ["Api"],
+  [HANDLERS],
   ["Http"],
   ["main"]
 ]
+
+/** Base names every area may have, since their folder says what they hold. */
+export const ROLE_NAMES: ReadonlyArray<string> = ["Api.ts", "Http.ts", "Repo.ts"]
 
 const SRC = resolve(import.meta.dirname, "../src")
 
@@ -36,10 +48,22 @@ const sourceFiles = (dir: string): ReadonlyArray<string> =>
     return path.endsWith(".ts") ? [path] : []
   })
 
-/** A file's room: its folder under `src/`, or its own name for a top-level file. */
-const roomOf = (file: string): string => {
+/** A file's folder under `src/`, or its own name for a top-level file. */
+const folderOf = (file: string): string => {
   const [first = "", ...rest] = relative(SRC, file).split("/")
   return rest.length === 0 ? first.replace(/\.ts$/, "") : first
+}
+
+const isContract = (file: string): boolean => /Api\.ts$/.test(basename(file))
+const isHandlers = (file: string): boolean => basename(file) === "Http.ts" && folderOf(file) !== "Http"
+
+/** What a file is layered as: the contracts, its own handlers file, or its folder's core. */
+const unitOf = (file: string): string =>
+  isContract(file) ? CONTRACTS : isHandlers(file) ? relative(SRC, file) : folderOf(file)
+
+const layerOf = (file: string): number => {
+  const unit = isContract(file) ? CONTRACTS : isHandlers(file) ? HANDLERS : folderOf(file)
+  return LAYERS.findIndex((units) => units.includes(unit))
 }
 
 const IMPORT = /(?:from|import)\s*\(?\s*"(\.{1,2}\/[^"]+)"/g
@@ -57,31 +81,74 @@ export const arrowsOf = (): ReadonlyArray<Arrow> =>
     })
   )
 
-const layerOf = (room: string): number => LAYERS.findIndex((rooms) => rooms.includes(room))
+/** The circles of files that import each other (Tarjan's strongly connected components of more than one file). */
+export const fileCycles = (arrows: ReadonlyArray<Arrow>): ReadonlyArray<ReadonlyArray<string>> => {
+  const next = new Map<string, Array<string>>()
+  for (const { from, to } of arrows) next.set(from, [...(next.get(from) ?? []), to])
+  const index = new Map<string, number>()
+  const low = new Map<string, number>()
+  const stack: Array<string> = []
+  const onStack = new Set<string>()
+  const cycles: Array<Array<string>> = []
+  const visit = (file: string): void => {
+    index.set(file, index.size)
+    low.set(file, index.get(file)!)
+    stack.push(file)
+    onStack.add(file)
+    for (const to of next.get(file) ?? []) {
+      if (!index.has(to)) {
+        visit(to)
+        low.set(file, Math.min(low.get(file)!, low.get(to)!))
+      } else if (onStack.has(to)) low.set(file, Math.min(low.get(file)!, index.get(to)!))
+    }
+    if (low.get(file) !== index.get(file)) return
+    const cycle: Array<string> = []
+    for (let member = stack.pop(); member !== undefined; member = member === file ? undefined : stack.pop()) {
+      onStack.delete(member)
+      cycle.push(relative(SRC, member))
+    }
+    if (cycle.length > 1) cycles.push(cycle.sort())
+  }
+  for (const file of next.keys()) if (!index.has(file)) visit(file)
+  return cycles
+}
 
-/** The composition an area's handlers need: `X/Http.ts` implements the groups of `src/Api.ts`. */
-const isHandlerComposition = (arrow: Arrow): boolean =>
-  arrow.from.endsWith("/Http.ts") && relative(SRC, arrow.to) === "Api.ts"
+/**
+ * Names a newcomer confuses: two files whose names differ only by a plural
+ * (`Call.ts`, `Calls.ts`), or one base name in two folders when it is not a
+ * role name whose folder says what it holds.
+ */
+export const confusableNames = (files: ReadonlyArray<string>): ReadonlyArray<string> => {
+  const names = files.map((file) => relative(SRC, file))
+  const stem = (name: string) => basename(name, ".ts").toLowerCase()
+  const plurals = names.flatMap((a) =>
+    names.filter((b) => stem(b) === `${stem(a)}s` || stem(b) === `${stem(a)}es`).map((b) => `${a} ~ ${b}`)
+  )
+  const byBase = new Map<string, Array<string>>()
+  for (const name of names) byBase.set(basename(name), [...(byBase.get(basename(name)) ?? []), name])
+  const shared = [...byBase].filter(([base, all]) => all.length > 1 && !ROLE_NAMES.includes(base)).map(([, all]) => all.join(" ~ "))
+  return [...plurals, ...shared]
+}
 
 describe("the dependency rule of src/", () => {
+  const files = sourceFiles(SRC)
   const arrows = arrowsOf()
-  const between = arrows.filter((arrow) => roomOf(arrow.from) !== roomOf(arrow.to) && !isHandlerComposition(arrow))
+  const between = arrows.filter((arrow) => unitOf(arrow.from) !== unitOf(arrow.to))
 
-  it("names every room in exactly one layer", () => {
-    const rooms = new Set(sourceFiles(SRC).map(roomOf))
-    for (const room of rooms) expect(layerOf(room), `room ${room} is in no layer`).toBeGreaterThanOrEqual(0)
+  it("names every folder in exactly one layer", () => {
+    for (const file of files) expect(layerOf(file), `${relative(SRC, file)} is in no layer`).toBeGreaterThanOrEqual(0)
     expect(LAYERS.flat().length).toBe(new Set(LAYERS.flat()).size)
   })
 
-  it("has no import that runs up or sideways, other than handlers reading the composed contract", () => {
+  it("has no import that runs up or sideways", () => {
     const upward = between
-      .filter((arrow) => layerOf(roomOf(arrow.to)) >= layerOf(roomOf(arrow.from)))
+      .filter((arrow) => layerOf(arrow.to) >= layerOf(arrow.from))
       .map((arrow) => `${relative(SRC, arrow.from)} -> ${relative(SRC, arrow.to)}`)
     expect(upward).toEqual([])
   })
 
-  it("has no pair of rooms that import each other", () => {
-    const pairs = new Set(between.map((arrow) => `${roomOf(arrow.from)}>${roomOf(arrow.to)}`))
+  it("has no pair of folders that import each other", () => {
+    const pairs = new Set(between.map((arrow) => `${unitOf(arrow.from)}>${unitOf(arrow.to)}`))
     const twoWay = [...pairs].filter((pair) => {
       const [a, b] = pair.split(">")
       return a !== undefined && b !== undefined && a < b && pairs.has(`${b}>${a}`)
@@ -89,10 +156,35 @@ describe("the dependency rule of src/", () => {
     expect(twoWay).toEqual([])
   })
 
+  it("has no circle of files", () => {
+    expect(fileCycles(arrows)).toEqual([])
+  })
+
+  it("has no two names a newcomer confuses", () => {
+    expect(confusableNames(files)).toEqual([])
+  })
+
   it("keeps every file in src/ at 400 lines or fewer", () => {
-    const long = sourceFiles(SRC)
+    const long = files
       .map((file) => ({ file: relative(SRC, file), lines: readFileSync(file, "utf8").split("\n").length }))
       .filter(({ lines }) => lines > 400)
     expect(long).toEqual([])
+  })
+})
+
+describe("the checks themselves", () => {
+  const at = (name: string) => join(SRC, name)
+
+  it("finds a circle of three files, and none in a chain", () => {
+    const arrow = (from: string, to: string): Arrow => ({ from: at(from), to: at(to) })
+    expect(fileCycles([arrow("A/a.ts", "A/b.ts"), arrow("A/b.ts", "B/c.ts"), arrow("B/c.ts", "A/a.ts")]))
+      .toEqual([["A/a.ts", "A/b.ts", "B/c.ts"]])
+    expect(fileCycles([arrow("A/a.ts", "A/b.ts"), arrow("A/b.ts", "B/c.ts")])).toEqual([])
+  })
+
+  it("finds plurals and shared base names, but not role names", () => {
+    expect(confusableNames(["Models/Call.ts", "Models/Calls.ts", "Keys/Api.ts", "Logs/Api.ts"].map(at)))
+      .toEqual(["Models/Call.ts ~ Models/Calls.ts"])
+    expect(confusableNames(["Outbox/Post.ts", "Providers/Post.ts"].map(at))).toEqual(["Outbox/Post.ts ~ Providers/Post.ts"])
   })
 })

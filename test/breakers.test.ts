@@ -1,7 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, TestClock } from "effect"
 import { TargetCounts } from "../src/Providers/BreakerCounts.js"
-import { type AttemptOutcome, Breakers } from "../src/Providers/Breakers.js"
+import { Breakers } from "../src/Providers/Breakers.js"
+import type { AttemptOutcome } from "../src/Providers/BreakerTypes.js"
 import { configFrom } from "./support/Config.js"
 
 /**

@@ -2,7 +2,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { Context, Effect, Layer } from "effect"
-import { type Admission, Breakers } from "../src/Providers/Breakers.js"
+import { Breakers } from "../src/Providers/Breakers.js"
+import type { Admission } from "../src/Providers/BreakerTypes.js"
 
 /**
  * Two instances' breakers on one Redis (each test its own key prefix): the

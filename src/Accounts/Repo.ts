@@ -1,6 +1,6 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Clock, Context, Effect, Layer } from "effect"
-import type { Account, Identity } from "./Account.js"
+import type { Account, Identity } from "../Domain/Account.js"
 import { newId } from "../Domain/Ids.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 

@@ -1,174 +1,98 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { EVENT_TYPES } from "../Domain/Events.js"
-import { InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
-import { NoUrlParams, SqlString } from "../Domain/Strict.js"
+import { BillingError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 
-export const WebhookEventType = Schema.Literal(...EVENT_TYPES)
+/** Top-up amounts auto top-up may charge, in MYR: the checkout's options. */
+export const AUTO_TOPUP_AMOUNTS_MYR = [10, 25, 50, 100, 250, 500] as const
 
-const Url = Schema.compose(Schema.Trim, SqlString).pipe(Schema.minLength(1), Schema.maxLength(2048))
-const Description = SqlString.pipe(Schema.maxLength(200))
-const Events = Schema.Array(WebhookEventType).pipe(Schema.minItems(1), Schema.maxItems(EVENT_TYPES.length))
+const Myr = Schema.Number.pipe(Schema.finite(), Schema.between(0, 1_000_000))
 
-export const WebhookEndpoint = Schema.Struct({
-  id: Schema.String,
-  url: Schema.String,
-  description: Schema.String,
-  events: Schema.Array(Schema.String),
-  status: Schema.Literal("enabled", "disabled"),
-  disabled_reason: Schema.NullOr(Schema.String),
-  /** Since when its deliveries fail (null: the last one succeeded); 3 days of failures disable it. */
-  failing_since: Schema.NullOr(Schema.String),
-  created_at: Schema.String,
-  updated_at: Schema.String
-}).annotations({ identifier: "WebhookEndpoint" })
+export const SavedCard = Schema.Struct({
+  brand: Schema.String,
+  last4: Schema.String,
+  exp_month: Schema.Int,
+  exp_year: Schema.Int
+}).annotations({ identifier: "SavedCard" })
 
-export const CreateWebhookRequest = Schema.Struct({
-  url: Url,
-  events: Events,
-  description: Schema.optionalWith(Description, { default: () => "" })
-}).annotations({ identifier: "CreateWebhookRequest" })
-
-export const CreateWebhookResponse = Schema.Struct({
-  endpoint: WebhookEndpoint,
-  /** `whsec_…`, the Standard Webhooks signing secret: shown once. */
-  secret: Schema.String,
-  warning: Schema.String
-}).annotations({ identifier: "CreateWebhookResponse" })
-
-export const UpdateWebhookRequest = Schema.Struct({
-  url: Schema.optional(Url),
-  events: Schema.optional(Events),
-  description: Schema.optional(Description),
-  /** `false` enables a disabled endpoint again (its failures are forgotten). */
-  disabled: Schema.optional(Schema.Boolean)
-}).annotations({ identifier: "UpdateWebhookRequest" })
-
-export const WebhookSecret = Schema.Struct({ secret: Schema.String, warning: Schema.String })
-export const WebhookTestResponse = Schema.Struct({ event_id: Schema.String })
-
-export const WebhookAttempt = Schema.Struct({
-  attempt: Schema.Int,
-  attempted_at: Schema.String,
-  status_code: Schema.NullOr(Schema.Int),
-  latency_ms: Schema.Int,
-  ok: Schema.Boolean,
-  error: Schema.NullOr(Schema.String),
-  /** The answer's first 500 characters. */
-  response_excerpt: Schema.String
-}).annotations({ identifier: "WebhookAttempt" })
-
-export const WebhookDelivery = Schema.Struct({
-  id: Schema.String,
-  event_id: Schema.String,
-  event_type: Schema.String,
-  status: Schema.Literal("pending", "delivered", "failed"),
-  attempts: Schema.Int,
-  next_attempt_at: Schema.NullOr(Schema.String),
-  created_at: Schema.String,
-  delivered_at: Schema.NullOr(Schema.String),
-  attempt_log: Schema.Array(WebhookAttempt)
-}).annotations({ identifier: "WebhookDelivery" })
-
-const Money = Schema.Number
-/** The `data` of each event; every delivery's body is `{type, timestamp, data}` (Standard Webhooks). */
-export const WebhookEventPayloads = Schema.Union(
-  Schema.Struct({
-    type: Schema.Literal("balance.low"),
-    data: Schema.Struct({ account_id: Schema.String, balance_myr: Money, threshold_myr: Money })
+export const BillingSettings = Schema.Struct({
+  /** Below this balance (MYR) a usage-driven crossing alerts once: banner, email, `balance.low` webhook. */
+  low_balance_threshold_myr: Schema.NullOr(Schema.Number),
+  auto_topup: Schema.Struct({
+    enabled: Schema.Boolean,
+    threshold_myr: Schema.NullOr(Schema.Number),
+    amount_myr: Schema.NullOr(Schema.Number),
+    max_per_day: Schema.Int,
+    /** Why it turned itself off (a declined card, authentication required); null while on. */
+    disabled_reason: Schema.NullOr(Schema.String),
+    /** Where the card is re-authenticated after such a failure. */
+    action_url: Schema.NullOr(Schema.String)
   }),
-  Schema.Struct({
-    type: Schema.Literal("topup.succeeded"),
-    data: Schema.Struct({ account_id: Schema.String, transaction_id: Schema.String, amount_myr: Money, automatic: Schema.Boolean })
-  }),
-  Schema.Struct({
-    type: Schema.Literal("topup.failed", "auto_topup.failed"),
-    data: Schema.Struct({
-      account_id: Schema.String,
-      transaction_id: Schema.String,
-      amount_myr: Money,
-      reason: Schema.String,
-      action_url: Schema.NullOr(Schema.String)
-    })
-  }),
-  Schema.Struct({
-    type: Schema.Literal("key.limit_reached", "key.expiring"),
-    data: Schema.Struct({
-      account_id: Schema.String,
-      api_key_id: Schema.String,
-      /** key.expiring: when the key expires. */
-      expires_at: Schema.optional(Schema.String),
-      /** key.limit_reached: the month (YYYY-MM, BUSINESS_TIMEZONE) and the limit reached. */
-      month: Schema.optional(Schema.String),
-      monthly_spend_limit_myr: Schema.optional(Schema.NullOr(Schema.Number))
-    })
-  }),
-  Schema.Struct({
-    type: Schema.Literal("account.suspended", "account.reinstated"),
-    data: Schema.Struct({ account_id: Schema.String, reason: Schema.String })
-  }),
-  Schema.Struct({
-    type: Schema.Literal("webhook.test"),
-    data: Schema.Struct({ endpoint_id: Schema.String, message: Schema.String })
-  })
-).annotations({ identifier: "WebhookEventPayload" })
+  card: Schema.NullOr(SavedCard)
+}).annotations({ identifier: "BillingSettings" })
 
-const Id = HttpApiSchema.param("id", SqlString)
+export const UpdateBillingSettings = Schema.Struct({
+  low_balance_threshold_myr: Schema.optional(Schema.NullOr(Myr)),
+  auto_topup: Schema.optional(Schema.Struct({
+    enabled: Schema.optional(Schema.Boolean),
+    threshold_myr: Schema.optional(Myr),
+    amount_myr: Schema.optional(Schema.Literal(...AUTO_TOPUP_AMOUNTS_MYR)),
+    max_per_day: Schema.optional(Schema.Int.pipe(Schema.between(1, 3)))
+  }))
+}).annotations({ identifier: "UpdateBillingSettings" })
 
-export class DeveloperWebhooksApi extends HttpApiGroup.make("developerWebhooks")
+export const Banner = Schema.Struct({
+  kind: Schema.Literal("balance_low", "auto_topup_failed", "webhook_endpoint_disabled"),
+  message: Schema.String,
+  action_url: Schema.String
+}).annotations({ identifier: "Banner" })
+
+export class AlertsApi extends HttpApiGroup.make("alerts")
+  .add(HttpApiEndpoint.get("settings", "/dashboard/billing/settings").addSuccess(BillingSettings))
   .add(
-    HttpApiEndpoint.post("create", "/dashboard/webhooks")
-      .setPayload(CreateWebhookRequest)
-      .addSuccess(CreateWebhookResponse, { status: 201 })
-      .annotate(OpenApi.Description, "Registers an endpoint. Its signing secret is in this answer only.")
-  )
-  .add(HttpApiEndpoint.get("list", "/dashboard/webhooks").setUrlParams(NoUrlParams).addSuccess(Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) })))
-  .add(
-    HttpApiEndpoint.get("events", "/dashboard/webhooks/event-types")
-      .addSuccess(Schema.Struct({ event_types: Schema.Array(WebhookEventType), payload: Schema.optional(WebhookEventPayloads) }))
-      .annotate(OpenApi.Description, "The event types an endpoint may subscribe to; `WebhookEventPayload` shows each one's `data`.")
-  )
-  .add(HttpApiEndpoint.get("get")`/dashboard/webhooks/${Id}`.addSuccess(WebhookEndpoint).addError(wire(NotFound)))
-  .add(
-    HttpApiEndpoint.patch("update")`/dashboard/webhooks/${Id}`
-      .setPayload(UpdateWebhookRequest)
-      .addSuccess(WebhookEndpoint)
-      .addError(wire(NotFound))
-  )
-  .add(HttpApiEndpoint.del("delete")`/dashboard/webhooks/${Id}`.addSuccess(Schema.Struct({ ok: Schema.Literal(true) })).addError(wire(NotFound)))
-  .add(
-    HttpApiEndpoint.post("rotate")`/dashboard/webhooks/${Id}/rotate-secret`
-      .addSuccess(WebhookSecret)
-      .addError(wire(NotFound))
-      .annotate(OpenApi.Description, "Replaces the signing secret at once; the new one is in this answer only.")
+    HttpApiEndpoint.put("updateSettings", "/dashboard/billing/settings")
+      .setPayload(UpdateBillingSettings)
+      .addSuccess(BillingSettings)
+      .annotate(OpenApi.Description, "Changes the fields given; `low_balance_threshold_myr: null` removes the alert.")
   )
   .add(
-    HttpApiEndpoint.post("test")`/dashboard/webhooks/${Id}/test`
-      .addSuccess(WebhookTestResponse, { status: 202 })
-      .addError(wire(NotFound))
+    HttpApiEndpoint.post("saveCard", "/dashboard/billing/card")
+      .addSuccess(Schema.Struct({ session_id: Schema.String, url: Schema.String }))
+      .addError(wire(BillingError))
       .addError(wire(RateLimitExceeded))
-      .annotate(OpenApi.Description, "Queues a `webhook.test` event to this endpoint only. Test events and resends: 10 a minute per account.")
+      .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session. " +
+        "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`).")
   )
   .add(
-    HttpApiEndpoint.get("deliveries")`/dashboard/webhooks/${Id}/deliveries`
-      .setUrlParams(NoUrlParams)
-      .addSuccess(Schema.Struct({ deliveries: Schema.Array(WebhookDelivery) }))
-      .addError(wire(NotFound))
-      .annotate(OpenApi.Description, "The endpoint's latest 50 deliveries, newest first, each with every attempt.")
+    HttpApiEndpoint.del("forgetCard", "/dashboard/billing/card")
+      .addSuccess(BillingSettings)
+      .annotate(OpenApi.Description, "Forgets the saved card and turns auto top-up off.")
   )
   .add(
-    HttpApiEndpoint.post("resend")`/dashboard/webhooks/${Id}/deliveries/${HttpApiSchema.param("delivery_id", SqlString)}/resend`
-      .addSuccess(Schema.Struct({ ok: Schema.Literal(true) }), { status: 202 })
-      .addError(wire(NotFound))
-      .addError(wire(RateLimitExceeded))
-      .annotate(OpenApi.Description, "Sends a delivery again. Test events and resends: 10 a minute per account.")
+    HttpApiEndpoint.get("banners", "/dashboard/alerts")
+      .addSuccess(Schema.Struct({ banners: Schema.Array(Banner) }))
+      .annotate(OpenApi.Description, "What the dashboard shows at its top: a low balance, a failed auto top-up, a disabled endpoint.")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
-  .annotate(
-    OpenApi.Description,
-    "Webhook endpoints of the signed-in developer: signed as Standard Webhooks (`webhook-id`, `webhook-timestamp`, " +
-      "`webhook-signature`), retried with exponential back-off for 3 days, every attempt logged."
-  )
+  .annotate(OpenApi.Description, "Low-balance alerts and auto top-up settings of the signed-in developer.")
+{}
+
+export const MailboxMessage = Schema.Struct({
+  id: Schema.String,
+  to: Schema.String,
+  subject: Schema.String,
+  body: Schema.String,
+  status: Schema.Literal("pending", "sent", "kept", "failed"),
+  created_at: Schema.String
+}).annotations({ identifier: "MailboxMessage" })
+
+const Html = HttpApiSchema.Text({ contentType: "text/html; charset=utf-8" })
+
+/** The development mailbox (only while `SMTP_URL` is unset, never in production): what alert emails would have said. */
+export class DevMailboxApi extends HttpApiGroup.make("devMailbox")
+  .add(HttpApiEndpoint.get("page", "/dev/mailbox").addSuccess(Html))
+  .add(HttpApiEndpoint.get("messages", "/dev/mailbox/messages").addSuccess(Schema.Struct({ messages: Schema.Array(MailboxMessage) })))
+  .addError(wire(NotFound))
+  .annotate(OpenApi.Description, "Development only: emails kept instead of sent while SMTP_URL is unset.")
 {}

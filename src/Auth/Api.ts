@@ -12,7 +12,7 @@ import {
   wire
 } from "../Domain/Errors.js"
 import { SqlString } from "../Domain/Strict.js"
-import type { Account } from "../Accounts/Account.js"
+import type { Account } from "../Domain/Account.js"
 
 
 export class CurrentAccount extends Context.Tag("nenas/CurrentAccount")<CurrentAccount, Account>() {}

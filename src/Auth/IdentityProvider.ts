@@ -14,7 +14,7 @@ import {
   SignJWT
 } from "jose"
 import ipaddr from "ipaddr.js"
-import type { Identity } from "../Accounts/Account.js"
+import type { Identity } from "../Domain/Account.js"
 import { AppConfig, type AppConfigShape, identityConfigProblem } from "../AppConfig.js"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"

@@ -1,6 +1,6 @@
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Exit, FiberRef, Option } from "effect"
-import type { Account } from "../Accounts/Account.js"
+import type { Account } from "../Domain/Account.js"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { type AuthenticationError, CurrentRequestId, type RateLimitExceeded } from "../Domain/Errors.js"
 import { noteRequestFacts } from "../Request/Context.js"

@@ -2,7 +2,7 @@ import { toErrorBody } from "../Domain/Errors.js"
 import { toMyrString } from "../Domain/Money.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { ToolCall } from "../Providers/Provider.js"
-import type { CallResult, StreamEvent } from "./Calls.js"
+import type { CallResult, StreamEvent } from "./CallTypes.js"
 import type { Annotation } from "./WebSearch.js"
 
 /** Ids of the objects a call returns, derived from its request id so a response leads back to its log. */

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Effect } from "effect"
-import { type EventType, TEST_EVENT } from "../Domain/Events.js"
+import { type EventType, TEST_EVENT } from "../Domain/EventTypes.js"
 import { newId } from "../Domain/Ids.js"
 
 /** Stands for `DASHBOARD_URL` in an email's body; the sender puts the configured URL in its place. */
@@ -74,4 +74,4 @@ export const emailAccount = (accountId: string, email: EventEmail, at: Date, eve
     `
   })
 
-export { EVENT_TYPES, type EventType, TEST_EVENT } from "../Domain/Events.js"
+export { EVENT_TYPES, type EventType, TEST_EVENT } from "../Domain/EventTypes.js"

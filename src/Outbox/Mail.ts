@@ -3,7 +3,7 @@ import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
 import nodemailer from "nodemailer"
 import { AppConfig } from "../AppConfig.js"
-import { backoffMs, RETRY_WINDOW_MS } from "./Delivery.js"
+import { backoffMs, RETRY_WINDOW_MS } from "./Retries.js"
 import { DASHBOARD_URL } from "./Events.js"
 
 export interface MailRow {

@@ -2,6 +2,7 @@ import { Context, Effect, Layer, Option } from "effect"
 import { AppConfig, type AppConfigShape } from "../AppConfig.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type BreakerSettings, DEFAULT_BREAKER_SETTINGS } from "./BreakerCounts.js"
+import type { BreakersShape } from "./BreakerTypes.js"
 import { type BreakerGaugeValue, makeBreakers, memoryOpenStore } from "./BreakerService.js"
 import { type RedisBreakersOptions, redisOpenStore } from "./BreakersRedis.js"
 
@@ -19,35 +20,6 @@ import { type RedisBreakersOptions, redisOpenStore } from "./BreakersRedis.js"
  * a target skipped because it was `Open`. While a breaker is half-open the
  * first outcome recorded for it decides (there is no probe token).
  */
-
-/** Whether a call may try a target now. `Probe`: the one call let through a half-open breaker. */
-export type Admission =
-  | { readonly _tag: "Closed" }
-  | { readonly _tag: "Probe" }
-  | { readonly _tag: "Open"; /** Epoch milliseconds at which the breaker half-opens. */ readonly halfOpenAt: number }
-
-/** An attempt's outcome, as the breaker counts it. A refusal of the request itself (4xx but 429) is `success`: the upstream is up. */
-export type AttemptOutcome =
-  | { readonly _tag: "Success" }
-  | {
-    readonly _tag: "Failure"
-    /** An upstream's `Retry-After`: the target is not tried again before then, whatever the counts say. */
-    readonly retryAfterMs?: number | undefined
-  }
-
-export interface BreakerState {
-  readonly target: string
-  readonly state: "open" | "half_open"
-  /** Epoch milliseconds at which an open breaker half-opens. */
-  readonly halfOpenAt: number
-}
-
-export interface BreakersShape {
-  readonly admit: (target: string) => Effect.Effect<Admission>
-  readonly record: (target: string, outcome: AttemptOutcome) => Effect.Effect<void>
-  /** Every breaker not closed now: `/readyz` lists them, the metrics gauge reads them. */
-  readonly notClosed: Effect.Effect<ReadonlyArray<BreakerState>>
-}
 
 /** The `BREAKER_*` settings; a probe may take the first-byte deadline and a second before another may go. */
 export const breakerSettings = (config: AppConfigShape): BreakerSettings => ({

@@ -3,7 +3,7 @@ import { Redis } from "ioredis"
 import { Effect, Runtime, Schedule } from "effect"
 import type { Scope } from "effect"
 import { type OpenStore, stateAt } from "./BreakerService.js"
-import type { Admission, BreakerState } from "./Breakers.js"
+import type { Admission, BreakerState } from "./BreakerTypes.js"
 
 /**
  * Breakers' open state shared by every instance through Redis:

@@ -3,7 +3,7 @@ import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import { completionOf } from "./ChatDecode.js"
 import { eventStreamParts } from "./EventStream.js"
-import { dropBody, makePost, textOf } from "./Post.js"
+import { dropBody, makePost, textOf } from "./KeepAlivePost.js"
 import type { AttemptOutcome, Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 export interface UpstreamOptions {

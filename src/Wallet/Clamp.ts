@@ -1,6 +1,6 @@
 import { storable } from "../Domain/Strict.js"
 import type { LogWrite } from "../Logs/RequestLogs.js"
-import type { SettleItem } from "./Settle.js"
+import type { SettleItem } from "./SettleBatch.js"
 
 /**
  * Values a settlement would write that PostgreSQL refuses, made writable

@@ -8,7 +8,7 @@ import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.j
 import { type FenceView, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
-import type { GrantReturn, KeyHold } from "./Settle.js"
+import type { GrantReturn, KeyHold } from "./SettleBatch.js"
 
 /** A grant no call has reserved from for this long is handed back. */
 const GRANT_IDLE_MS = 5000

@@ -4,7 +4,7 @@ import { Cause, Clock, Effect, Exit, Option, Schema } from "effect"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { storable, storableJson } from "../Domain/Strict.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
-import type { Batch, SettleItem } from "./Settle.js"
+import type { Batch, SettleItem } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
 
 /**

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import type { LogWrite, RequestLogs } from "../Logs/RequestLogs.js"
 import type { CallHold } from "./CallHold.js"
 import { lockWallet } from "./Lock.js"
-import type { SettleItem } from "./Settle.js"
+import type { SettleItem } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
 import type { StoredWrite } from "../Responses/Store.js"
 

@@ -8,7 +8,7 @@ import type { GrantPool } from "./GrantPool.js"
 import { refusalOf } from "./Isolation.js"
 import type { ReservationLeases } from "./Leases.js"
 import { failureText, kindOf, park, requestIdOf } from "./Parked.js"
-import type { Queued } from "./SettlementQueue.js"
+import type { Queued } from "./SettleBatch.js"
 
 /**
  * Settlements the database refused, written alone (DESIGN.md, Money): each

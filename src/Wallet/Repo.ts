@@ -10,7 +10,8 @@ import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, typ
 import { ReservationLeases } from "./Leases.js"
 import { lockWallet } from "./Lock.js"
 import { type Reservation, type ReserveInput, reserveStatements } from "./Reserve.js"
-import { type SettleItem, settleBatch } from "./Settle.js"
+import { settleBatch } from "./Settle.js"
+import type { SettleItem } from "./SettleBatch.js"
 
 /**
  * The prepaid wallet as a bank keeps it. `open` makes the row at an account's

@@ -1,6 +1,6 @@
 import type { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import type { Batch, ItemOutcome } from "./Settle.js"
+import type { Batch, ItemOutcome } from "./SettleBatch.js"
 
 /**
  * The rows a settlement batch moves (`Settle.ts` applies the rules to them in

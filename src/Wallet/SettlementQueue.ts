@@ -2,7 +2,6 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import type { Scope } from "effect"
 import { Cause, Context, Duration, Effect, Exit, Fiber, Runtime, Schedule } from "effect"
-import type { LogWrite } from "../Logs/RequestLogs.js"
 import type { StoredWrite } from "../Responses/Store.js"
 import { pendingRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
@@ -14,7 +13,7 @@ import { ReservationLeases } from "./Leases.js"
 import { refusalOf, writeInParts } from "./Isolation.js"
 import { parkRefused, type Refused, refuse, retryRefused } from "./Refusals.js"
 import { logCapture } from "./Repo.js"
-import type { Batch, BatchOutcome, NumberedReturn, SettleItem } from "./Settle.js"
+import type { Batch, BatchOutcome, NumberedReturn, SettleItem, Queued } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
 
 /** Settlements are written at most this far apart (DESIGN.md: 20 ms). */
@@ -25,16 +24,6 @@ const FLUSH_AT_DEPTH = 512
 const PENDING_AFTER_MS = 1000
 /** After this many failed flushes in a row, settlements are written in parts: one the database refuses does not hold back the rest. */
 const ISOLATE_AFTER = 3
-
-/** One settlement waiting for the flush: money to move, a log row, or both. */
-export interface Queued {
-  readonly item?: SettleItem | undefined
-  readonly log?: LogWrite | undefined
-  /** What a grant charge moved to the grant's `pending`. */
-  readonly grant?: { readonly grant: Grant; readonly amount: number; readonly apiKeyId: string } | undefined
-  /** The call's stored response (`store`): written with its settlement. */
-  readonly stored?: StoredWrite | undefined
-}
 
 /**
  * Batched settlement (DESIGN.md, Money): the calls' charges, their ledger

@@ -1,5 +1,6 @@
 import { Effect, Layer } from "effect"
-import { type AttemptOutcome, type BreakerState, Breakers, type BreakersShape } from "../../src/Providers/Breakers.js"
+import { Breakers } from "../../src/Providers/Breakers.js"
+import type { AttemptOutcome, BreakerState, BreakersShape } from "../../src/Providers/BreakerTypes.js"
 
 /**
  * Circuit breakers in memory that a test drives by hand: `open` a target

@@ -2,8 +2,8 @@
 
 // Type-only: the schemas' types are erased, so none of the server's code (nor effect) reaches the bundle.
 import type { Schema } from "effect"
-import type * as WebhooksApi from "../../src/Alerts/Api.js"
-import type * as AlertsApi from "../../src/Alerts/SettingsApi.js"
+import type * as WebhooksApi from "../../src/Webhooks/Api.js"
+import type * as AlertsApi from "../../src/Alerts/Api.js"
 import type * as BillingApi from "../../src/Billing/Api.js"
 import type { ErrorBody } from "../../src/Domain/Errors.js"
 import type * as KeysApi from "../../src/Keys/Api.js"

@@ -26,8 +26,8 @@ import { ImageFetcher } from "../Search/ImageFetch.js"
 import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
 import { PUBLIC_MODEL } from "./Api.js"
-import type { CallInput, CallResult, HeldCall, Progress } from "./Call.js"
-import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./Call.js"
+import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
+import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
 import { targetsFor } from "../Domain/Upstreams.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
@@ -36,7 +36,6 @@ import type { EventRenderer } from "./Wire.js"
 import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 
-export type { CallInput, CallResult, CallUsage, Endpoint, StreamEvent } from "./Call.js"
 
 /** The wallet's refusals are the caller's errors; its other failures (SQL) are defects. */
 const apiErrorsOnly = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>

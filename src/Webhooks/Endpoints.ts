@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Clock, Context, Effect, Layer } from "effect"
 import { newId } from "../Domain/Ids.js"
-import { emit, TEST_EVENT } from "./Events.js"
+import { emit, TEST_EVENT } from "../Outbox/Events.js"
 
 export interface EndpointRow {
   readonly id: string

@@ -1,9 +1,9 @@
 import { fromMyr, microMyr, toMyrNumber } from "../Domain/Money.js"
-import type { CardRow } from "../Billing/Cards.js"
-import type { EndpointRow } from "../Outbox/Endpoints.js"
+import type { CardRow } from "./Cards.js"
+import type { EndpointRow } from "../Webhooks/Endpoints.js"
 import type { Wallet } from "../Wallet/Api.js"
 import type { WalletSettingsChange, WalletSettingsRow } from "../Wallet/Settings.js"
-import type { Banner, BillingSettings, SavedCard, UpdateBillingSettings } from "./SettingsApi.js"
+import type { Banner, BillingSettings, SavedCard, UpdateBillingSettings } from "../Alerts/Api.js"
 
 const myrOrNull = (micro: number | null) => micro === null ? null : toMyrNumber(microMyr(micro))
 

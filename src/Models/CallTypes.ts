@@ -19,7 +19,7 @@ import type { Effort, Route } from "../Routing/Router.js"
 import { SIMULATED_MODEL } from "../Providers/Simulated.js"
 import type { CallHold } from "../Wallet/Spending.js"
 import type { WebSearchConfig } from "./Api.js"
-import type { StoreRequest } from "./Stored.js"
+import type { StoreRequest } from "./StoredConversations.js"
 import type { Annotation, Citation, SearchPlan, Sources } from "./WebSearch.js"
 import { noSources } from "./WebSearch.js"
 

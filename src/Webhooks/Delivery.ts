@@ -4,13 +4,10 @@ import { Webhook } from "standardwebhooks"
 import { AppConfig } from "../AppConfig.js"
 import { newId } from "../Domain/Ids.js"
 import { HostResolver } from "../Search/Fetch.js"
-import { emailAccount } from "./Events.js"
-import { type PostOutcome, postEvent } from "./Post.js"
+import { emailAccount } from "../Outbox/Events.js"
+import { backoffMs, RETRY_WINDOW_MS } from "../Outbox/Retries.js"
+import { type PostOutcome, postEvent } from "./SignedPost.js"
 
-/** A delivery is retried this long after its event; an endpoint failing this long is disabled. */
-export const RETRY_WINDOW_MS = 3 * 24 * 60 * 60 * 1000
-const FIRST_RETRY_MS = 5_000
-const LONGEST_WAIT_MS = 6 * 60 * 60 * 1000
 /** Deliveries in flight to one endpoint, across instances (DESIGN.md, Fairness). */
 export const PER_ENDPOINT = 2
 /**
@@ -21,12 +18,6 @@ export const PER_ENDPOINT = 2
 export const PER_ACCOUNT = 10
 /** Deliveries one instance has in flight at once. */
 export const PER_INSTANCE = 128
-
-/** The wait after failed attempt `attempt` (1-based): 5 s doubling to 6 h, plus up to a tenth more so retries spread. */
-export const backoffMs = (attempt: number, jitter: number = Math.random()): number => {
-  const base = Math.min(FIRST_RETRY_MS * 2 ** Math.min(attempt - 1, 30), LONGEST_WAIT_MS)
-  return Math.round(base * (1 + 0.1 * jitter))
-}
 
 interface Claimed {
   readonly id: string

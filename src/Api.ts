@@ -1,14 +1,15 @@
 import { HttpApi, OpenApi } from "@effect/platform"
-import { DeveloperWebhooksApi } from "./Webhooks/Api.js"
 import { AlertsApi, DevMailboxApi } from "./Alerts/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"
-import { BillingApi, DevCheckoutApi, WebhooksApi } from "./Billing/Api.js"
+import { BillingApi, DevCheckoutApi, StripeWebhookApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
+import { LogsApi } from "./Logs/Api.js"
 import { ModelCallsApi, ModelsApi } from "./Models/Api.js"
 import { StoredResponsesApi } from "./Responses/Api.js"
 import { UsageApi } from "./Usage/Api.js"
+import { WebhooksApi } from "./Webhooks/Api.js"
 
 /** The whole contract of the service; OpenAPI and typed clients are derived from it. */
 export class NenasApi extends HttpApi.make("nenas")
@@ -17,9 +18,10 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(StoredResponsesApi)
   .add(KeysApi)
   .add(BillingApi)
+  .add(LogsApi)
   .add(UsageApi)
+  .add(StripeWebhookApi)
   .add(WebhooksApi)
-  .add(DeveloperWebhooksApi)
   .add(AlertsApi)
   .add(DevMailboxApi)
   .add(DevIdentityApi)

@@ -1,45 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { BillingError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
-
-/** Top-up amounts auto top-up may charge, in MYR: the checkout's options. */
-export const AUTO_TOPUP_AMOUNTS_MYR = [10, 25, 50, 100, 250, 500] as const
-
-const Myr = Schema.Number.pipe(Schema.finite(), Schema.between(0, 1_000_000))
-
-export const SavedCard = Schema.Struct({
-  brand: Schema.String,
-  last4: Schema.String,
-  exp_month: Schema.Int,
-  exp_year: Schema.Int
-}).annotations({ identifier: "SavedCard" })
-
-export const BillingSettings = Schema.Struct({
-  /** Below this balance (MYR) a usage-driven crossing alerts once: banner, email, `balance.low` webhook. */
-  low_balance_threshold_myr: Schema.NullOr(Schema.Number),
-  auto_topup: Schema.Struct({
-    enabled: Schema.Boolean,
-    threshold_myr: Schema.NullOr(Schema.Number),
-    amount_myr: Schema.NullOr(Schema.Number),
-    max_per_day: Schema.Int,
-    /** Why it turned itself off (a declined card, authentication required); null while on. */
-    disabled_reason: Schema.NullOr(Schema.String),
-    /** Where the card is re-authenticated after such a failure. */
-    action_url: Schema.NullOr(Schema.String)
-  }),
-  card: Schema.NullOr(SavedCard)
-}).annotations({ identifier: "BillingSettings" })
-
-export const UpdateBillingSettings = Schema.Struct({
-  low_balance_threshold_myr: Schema.optional(Schema.NullOr(Myr)),
-  auto_topup: Schema.optional(Schema.Struct({
-    enabled: Schema.optional(Schema.Boolean),
-    threshold_myr: Schema.optional(Myr),
-    amount_myr: Schema.optional(Schema.Literal(...AUTO_TOPUP_AMOUNTS_MYR)),
-    max_per_day: Schema.optional(Schema.Int.pipe(Schema.between(1, 3)))
-  }))
-}).annotations({ identifier: "UpdateBillingSettings" })
+import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 
 export const Banner = Schema.Struct({
   kind: Schema.Literal("balance_low", "auto_topup_failed", "webhook_endpoint_disabled"),
@@ -48,26 +10,6 @@ export const Banner = Schema.Struct({
 }).annotations({ identifier: "Banner" })
 
 export class AlertsApi extends HttpApiGroup.make("alerts")
-  .add(HttpApiEndpoint.get("settings", "/dashboard/billing/settings").addSuccess(BillingSettings))
-  .add(
-    HttpApiEndpoint.put("updateSettings", "/dashboard/billing/settings")
-      .setPayload(UpdateBillingSettings)
-      .addSuccess(BillingSettings)
-      .annotate(OpenApi.Description, "Changes the fields given; `low_balance_threshold_myr: null` removes the alert.")
-  )
-  .add(
-    HttpApiEndpoint.post("saveCard", "/dashboard/billing/card")
-      .addSuccess(Schema.Struct({ session_id: Schema.String, url: Schema.String }))
-      .addError(wire(BillingError))
-      .addError(wire(RateLimitExceeded))
-      .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session. " +
-        "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`).")
-  )
-  .add(
-    HttpApiEndpoint.del("forgetCard", "/dashboard/billing/card")
-      .addSuccess(BillingSettings)
-      .annotate(OpenApi.Description, "Forgets the saved card and turns auto top-up off.")
-  )
   .add(
     HttpApiEndpoint.get("banners", "/dashboard/alerts")
       .addSuccess(Schema.Struct({ banners: Schema.Array(Banner) }))
@@ -75,7 +17,7 @@ export class AlertsApi extends HttpApiGroup.make("alerts")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "Low-balance alerts and auto top-up settings of the signed-in developer.")
+  .annotate(OpenApi.Description, "What the dashboard alerts the signed-in developer to.")
 {}
 
 export const MailboxMessage = Schema.Struct({

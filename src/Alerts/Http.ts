@@ -1,214 +1,30 @@
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentAccount } from "../Auth/Api.js"
-import { EVENT_TYPES } from "../Domain/EventTypes.js"
-import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
-import { type AttemptRow, type DeliveryRow, type EndpointRow, MANUAL_SENDS_PER_MINUTE, WebhookEndpoints } from "../Webhooks/Endpoints.js"
-import { CardProcessor } from "../Billing/CardProcessor.js"
-import { Cards } from "../Billing/Cards.js"
+import { NotFound } from "../Domain/Errors.js"
 import { Mail } from "../Outbox/Mail.js"
-import { NOT_ALLOWED, refusedWebhookUrl } from "../Webhooks/SignedPost.js"
-import { IpLimits } from "../Request/IpLimits.js"
-import { HostResolver } from "../Search/Fetch.js"
-import { Spending } from "../Wallet/Spending.js"
+import { WebhookEndpoints } from "../Webhooks/Endpoints.js"
 import { WalletSettings } from "../Wallet/Settings.js"
-import type { WebhookDelivery, WebhookEndpoint } from "../Webhooks/Api.js"
+import { Spending } from "../Wallet/Spending.js"
+import { bannersOf } from "./Banners.js"
 import { mailboxPage } from "./Mailbox.js"
-import { autoTopupGap, bannersOf, toCard, toChange, toSettings } from "../Billing/SettingsView.js"
-
-const SECRET_WARNING = "Store this signing secret now: it is shown only once. Verify every delivery with it (Standard Webhooks)."
-const MAX_ENDPOINTS = 20
-
-const toEndpoint = (row: EndpointRow): typeof WebhookEndpoint.Type => ({
-  id: row.id,
-  url: row.url,
-  description: row.description,
-  events: row.events,
-  status: row.disabledAt === null ? "enabled" : "disabled",
-  disabled_reason: row.disabledReason,
-  failing_since: row.failingSince?.toISOString() ?? null,
-  created_at: row.createdAt.toISOString(),
-  updated_at: row.updatedAt.toISOString()
-})
-
-const toDelivery = (row: DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }): typeof WebhookDelivery.Type => ({
-  id: row.id,
-  event_id: row.eventId,
-  event_type: row.eventType,
-  status: row.status,
-  attempts: row.attempts,
-  next_attempt_at: row.status === "pending" ? row.nextAttemptAt.toISOString() : null,
-  created_at: row.createdAt.toISOString(),
-  delivered_at: row.deliveredAt?.toISOString() ?? null,
-  attempt_log: row.attemptLog.map((a) => ({
-    attempt: a.attempt,
-    attempted_at: a.attemptedAt.toISOString(),
-    status_code: a.statusCode,
-    latency_ms: a.latencyMs,
-    ok: a.ok,
-    error: a.error,
-    response_excerpt: a.responseExcerpt
-  }))
-})
-
-const noSuchEndpoint = (id: string) => new NotFound({ message: `No webhook endpoint with id '${id}'.`, param: "id" })
-
-export const DeveloperWebhooksLive = HttpApiBuilder.group(NenasApi, "developerWebhooks", (handlers) =>
-  Effect.gen(function*() {
-    const endpoints = yield* WebhookEndpoints
-    const config = yield* AppConfig
-    const resolver = yield* HostResolver
-    /**
-     * The address guard deliveries apply, at registration: a refused URL is a 400, not a silent failure later.
-     * Its answer never says why (what the host resolves to would be an internal DNS oracle); the log does.
-     */
-    const checkUrl = (url: string) =>
-      Effect.flatMap(refusedWebhookUrl(resolver, config.webhookAllowedHosts, url), (refused) =>
-        refused === undefined ? Effect.void : Effect.zipRight(
-          Effect.logInfo(`webhook URL refused: ${url.slice(0, 300)}: ${refused}`),
-          new InvalidRequest({
-            message: `The webhook URL is refused: ${NOT_ALLOWED}.`,
-            param: "url",
-            guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in WEBHOOK_ALLOWED_HOSTS by the operator."
-          })
-        ))
-    /** Test events and resends are the account's to ask for, 10 a minute: each is an outbound request we make. */
-    const manualSend = (accountId: string) =>
-      Effect.flatMap(Effect.orDie(endpoints.countManualSend(accountId)), ({ resetsInMs, sends }) =>
-        sends <= MANUAL_SENDS_PER_MINUTE ? Effect.void : new RateLimitExceeded({
-          message: `At most ${MANUAL_SENDS_PER_MINUTE} webhook test events and resends a minute per account.`,
-          retry_after_seconds: Math.max(1, Math.ceil(resetsInMs / 1000))
-        }))
-    const found = <A>(id: string, value: A | undefined) => value === undefined ? Effect.fail(noSuchEndpoint(id)) : Effect.succeed(value)
-    return handlers
-      .handle("create", ({ payload }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          yield* checkUrl(payload.url)
-          const existing = yield* Effect.orDie(endpoints.list(account.id))
-          if (existing.length >= MAX_ENDPOINTS) {
-            return yield* new InvalidRequest({ message: `An account may have at most ${MAX_ENDPOINTS} webhook endpoints.` })
-          }
-          const created = yield* Effect.orDie(endpoints.create(account.id, {
-            url: payload.url,
-            description: payload.description,
-            events: [...new Set(payload.events)]
-          }))
-          return { endpoint: toEndpoint(created.endpoint), secret: created.secret, warning: SECRET_WARNING }
-        }))
-      .handle("list", () =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          return { endpoints: (yield* Effect.orDie(endpoints.list(account.id))).map(toEndpoint) }
-        }))
-      .handle("events", () => Effect.succeed({ event_types: EVENT_TYPES }))
-      .handle("get", ({ path }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          return toEndpoint(yield* found(path.id, yield* Effect.orDie(endpoints.find(account.id, path.id))))
-        }))
-      .handle("update", ({ path, payload }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          if (payload.url !== undefined) yield* checkUrl(payload.url)
-          const events = payload.events === undefined ? undefined : [...new Set(payload.events)]
-          const row = yield* Effect.orDie(endpoints.update(account.id, path.id, { ...payload, events }))
-          return toEndpoint(yield* found(path.id, row))
-        }))
-      .handle("delete", ({ path }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          if (!(yield* Effect.orDie(endpoints.remove(account.id, path.id)))) return yield* noSuchEndpoint(path.id)
-          return { ok: true as const }
-        }))
-      .handle("rotate", ({ path }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          const secret = yield* found(path.id, yield* Effect.orDie(endpoints.rotateSecret(account.id, path.id)))
-          return { secret, warning: SECRET_WARNING }
-        }))
-      .handle("test", ({ path }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          yield* manualSend(account.id)
-          const eventId = yield* found(path.id, yield* Effect.orDie(endpoints.sendTest(account.id, path.id)))
-          return { event_id: eventId }
-        }))
-      .handle("deliveries", ({ path }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          yield* found(path.id, yield* Effect.orDie(endpoints.find(account.id, path.id)))
-          const rows = yield* Effect.orDie(endpoints.deliveries(account.id, path.id, 50))
-          return { deliveries: rows.map(toDelivery) }
-        }))
-      .handle("resend", ({ path }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          yield* manualSend(account.id)
-          if (!(yield* Effect.orDie(endpoints.resend(account.id, path.id, path.delivery_id)))) {
-            return yield* new NotFound({ message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`, param: "delivery_id" })
-          }
-          return { ok: true as const }
-        }))
-  })).pipe(Layer.provide(HostResolver.system))
 
 export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
   Effect.gen(function*() {
     const settings = yield* WalletSettings
     const spending = yield* Spending
     const endpoints = yield* WebhookEndpoints
-    const cards = yield* Cards
-    const cardProcessor = yield* CardProcessor
-    const ipLimits = yield* IpLimits
-    const read = (accountId: string) =>
-      Effect.flatMap(Effect.orDie(settings.get(accountId)), (row) =>
-        row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
-    const cardOf = (accountId: string) => Effect.map(Effect.orDie(cards.find(accountId)), toCard)
-    const current = (accountId: string) =>
-      Effect.zipWith(read(accountId), cardOf(accountId), toSettings)
-    return handlers
-      .handle("settings", () => Effect.flatMap(CurrentAccount, (account) => current(account.id)))
-      .handle("updateSettings", ({ payload }) =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          const change = toChange(payload)
-          if (change.autoTopupEnabled === true) {
-            const before = yield* read(account.id)
-            const missing = autoTopupGap(before, change, yield* cardOf(account.id))
-            if (missing !== undefined) return yield* new InvalidRequest({ message: missing.message, param: missing.param })
-          }
-          yield* Effect.orDie(settings.set(account.id, change))
-          return yield* current(account.id)
-        }))
-      .handle("saveCard", () =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          // A setup-mode Checkout Session costs what a top-up's does: counted in the same per-address budget.
-          yield* ipLimits.take("checkouts", yield* ipLimits.client)
-          const known = yield* Effect.orDie(cards.find(account.id))
-          const customerId = yield* cardProcessor.ensureCustomer(account.id, account.email, known?.customerId ?? null)
-          yield* Effect.orDie(cards.saveCustomer(account.id, customerId))
-          const setupId = yield* Effect.orDie(cards.openSetup(account.id))
-          const session = yield* cardProcessor.createSetupCheckout({ accountId: account.id, customerId, setupId })
-          yield* Effect.orDie(cards.attachSetupSession(setupId, session.sessionId))
-          return { session_id: session.sessionId, url: session.url }
-        }))
-      .handle("forgetCard", () =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          yield* Effect.orDie(cards.forget(account.id))
-          yield* Effect.orDie(settings.set(account.id, { autoTopupEnabled: false }))
-          return yield* current(account.id)
-        }))
-      .handle("banners", () =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          const wallet = yield* Effect.orDie(spending.balance(account.id))
-          const list = yield* Effect.orDie(endpoints.list(account.id))
-          return { banners: bannersOf(wallet, yield* read(account.id), list) }
-        }))
+    return handlers.handle("banners", () =>
+      Effect.gen(function*() {
+        const account = yield* CurrentAccount
+        const wallet = yield* Effect.orDie(spending.balance(account.id))
+        const row = yield* Effect.orDie(settings.get(account.id))
+        if (row === undefined) return yield* Effect.dieMessage(`no wallet for account ${account.id}`)
+        const list = yield* Effect.orDie(endpoints.list(account.id))
+        return { banners: bannersOf(wallet, row, list) }
+      }))
   }))
 
 /** The development mailbox; 404 while SMTP_URL is set or in production. */

@@ -21,6 +21,7 @@ import { Cards } from "./Cards.js"
 import { PaymentProcessor, SIMULATED_SAVING_PREFIX } from "./PaymentProcessor.js"
 import { Payments, StripeEvent } from "./Payments.js"
 import { PaymentsRepo } from "./Repo.js"
+import { autoTopupGap, toCard, toChange, toSettings } from "./SettingsView.js"
 
 export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) =>
   Effect.gen(function*() {
@@ -31,6 +32,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     const ipLimits = yield* IpLimits
     const cards = yield* Cards
     const cardProcessor = yield* CardProcessor
+    const settings = yield* WalletSettings
     /** The account's Stripe customer, made once: the card a top-up saves is attached to it. */
     const customerOf = (accountId: string, email: string | null) =>
       Effect.gen(function*() {
@@ -39,6 +41,12 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
         yield* Effect.orDie(cards.saveCustomer(accountId, customerId))
         return customerId
       })
+    const read = (accountId: string) =>
+      Effect.flatMap(Effect.orDie(settings.get(accountId)), (row) =>
+        row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
+    const cardOf = (accountId: string) => Effect.map(Effect.orDie(cards.find(accountId)), toCard)
+    const current = (accountId: string) =>
+      Effect.zipWith(read(accountId), cardOf(accountId), toSettings)
     return handlers
       .handle("checkout", ({ payload }) =>
         Effect.gen(function*() {
@@ -82,6 +90,37 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             limit: urlParams.limit
           }
         }))
+      .handle("settings", () => Effect.flatMap(CurrentAccount, (account) => current(account.id)))
+      .handle("updateSettings", ({ payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const change = toChange(payload)
+          if (change.autoTopupEnabled === true) {
+            const before = yield* read(account.id)
+            const missing = autoTopupGap(before, change, yield* cardOf(account.id))
+            if (missing !== undefined) return yield* new InvalidRequest({ message: missing.message, param: missing.param })
+          }
+          yield* Effect.orDie(settings.set(account.id, change))
+          return yield* current(account.id)
+        }))
+      .handle("saveCard", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          // A setup-mode Checkout Session costs what a top-up's does: counted in the same per-address budget.
+          yield* ipLimits.take("checkouts", yield* ipLimits.client)
+          const customerId = yield* customerOf(account.id, account.email)
+          const setupId = yield* Effect.orDie(cards.openSetup(account.id))
+          const session = yield* cardProcessor.createSetupCheckout({ accountId: account.id, customerId, setupId })
+          yield* Effect.orDie(cards.attachSetupSession(setupId, session.sessionId))
+          return { session_id: session.sessionId, url: session.url }
+        }))
+      .handle("forgetCard", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          yield* Effect.orDie(cards.forget(account.id))
+          yield* Effect.orDie(settings.set(account.id, { autoTopupEnabled: false }))
+          return yield* current(account.id)
+        }))
   }))
 
 const WEBHOOK_GUIDANCE =
@@ -95,7 +134,7 @@ const signatureRefused = (reason: string) =>
   })
 
 /** Verifies the raw body against `Stripe-Signature`, then applies the event once. */
-export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers) =>
+export const StripeWebhookLive = HttpApiBuilder.group(NenasApi, "stripeWebhook", (handlers) =>
   Effect.gen(function*() {
     const processor = yield* PaymentProcessor
     const payments = yield* Payments

@@ -4,14 +4,14 @@ import { NodeHttpServer } from "@effect/platform-node"
 import type { SqlClient } from "@effect/sql"
 import { type Clock, Effect, Layer } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
-import { AlertsLive, DevMailboxLive, DeveloperWebhooksLive } from "../Alerts/Http.js"
+import { AlertsLive, DevMailboxLive } from "../Alerts/Http.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { ApiKeyAuth } from "../Auth/Api.js"
 import { DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
 import { ApiKeyAuthLive } from "../Keys/Authentication.js"
 import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
-import { BillingLive, DevCheckoutLive, PaymentsServicesLive, WebhooksLive } from "../Billing/Http.js"
+import { BillingLive, DevCheckoutLive, PaymentsServicesLive, StripeWebhookLive } from "../Billing/Http.js"
 import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { Listener } from "../Database/Listener.js"
@@ -24,7 +24,8 @@ import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { RotationSeal } from "../Keys/RotationSeal.js"
 import { ModelCalls } from "../Models/ModelCalls.js"
-import { ModelCallsLive, ModelsLive, StoredResponsesLive } from "../Models/Http.js"
+import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
+import { StoredResponsesLive } from "../Responses/Http.js"
 import { StoredConversations } from "../Models/StoredConversations.js"
 import { WebhookDelivery } from "../Webhooks/Delivery.js"
 import { WebhookEndpoints } from "../Webhooks/Endpoints.js"
@@ -40,7 +41,9 @@ import { IpLimits } from "../Request/IpLimits.js"
 import { Router } from "../Routing/Router.js"
 import { ImageFetcher } from "../Search/ImageFetch.js"
 import { type Search, SearchLive } from "../Search/Search.js"
+import { LogsLive } from "../Logs/Http.js"
 import { UsageLive } from "../Usage/Http.js"
+import { WebhooksLive } from "../Webhooks/Http.js"
 import { RequestLogReads } from "../Logs/Reads.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import { StoredResponses } from "../Responses/Store.js"
@@ -164,10 +167,11 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     StoredResponsesLive,
     KeysLive,
     BillingLive,
+    StripeWebhookLive,
     WebhooksLive,
-    DeveloperWebhooksLive,
     AlertsLive,
     DevMailboxLive,
+    LogsLive,
     UsageLive,
     DevIdentityLive,
     DevCheckoutLive,

@@ -14,8 +14,8 @@ import { ModelCalls } from "./ModelCalls.js"
 import { Idempotency } from "./Idempotency.js"
 import { chatConversation, responsesConversation } from "./Input.js"
 import { CallLimits } from "./RateLimits.js"
-import { inputItemsPage, renderStored, StoredConversations } from "./StoredConversations.js"
 import { RETENTION_DAYS } from "../Responses/Store.js"
+import { StoredConversations } from "./StoredConversations.js"
 import type { StreamContext } from "./Wire.js"
 import { chatCompletion, chatEvents, type EventRenderer, responsesEvents, responsesOutput } from "./Wire.js"
 
@@ -45,31 +45,6 @@ export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
     handlers.handle("list", () =>
       Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
         Effect.scoped(limits.admit(key.keyId, requestId))).pipe(Effect.as(MODEL_LIST)))))
-
-const JSON_TYPE = { contentType: "application/json" }
-
-/** Stored responses: read, listed and deleted by any key of their account, each counted against the key's rate limits. */
-export const StoredResponsesLive = HttpApiBuilder.group(NenasApi, "storedResponses", (handlers) =>
-  Effect.gen(function*() {
-    const limits = yield* CallLimits
-    const stored = yield* StoredConversations
-    /** `use` with the key's account, holding a rate-limit slot. */
-    const admitted = <A, E>(use: (accountId: string) => Effect.Effect<A, E>) =>
-      Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
-        Effect.scoped(Effect.zipRight(limits.admit(key.keyId, requestId), use(key.accountId))))
-    return handlers
-      .handle("retrieve", ({ path }) =>
-        admitted((accountId) =>
-          Effect.map(stored.own(accountId, path.response_id), (response) =>
-            HttpServerResponse.text(JSON.stringify(renderStored(response)), JSON_TYPE))))
-      .handle("inputItems", ({ path, urlParams }) =>
-        admitted((accountId) =>
-          Effect.map(stored.own(accountId, path.response_id), (response) =>
-            HttpServerResponse.text(JSON.stringify(inputItemsPage(response, urlParams)), JSON_TYPE))))
-      .handle("remove", ({ path }) =>
-        admitted((accountId) =>
-          Effect.as(stored.remove(accountId, path.response_id), { id: path.response_id, object: "response" as const, deleted: true as const })))
-  }))
 
 interface Call {
   readonly endpoint: Endpoint

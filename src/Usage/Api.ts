@@ -1,98 +1,10 @@
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { Wallet } from "../Wallet/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
-import { PageParams } from "../Domain/Page.js"
+import { Csv, Environment, ExportFormat } from "../Logs/Api.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
-
-export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
-
-/** A key's environment: `test` calls are free, so a cost chart filters them out with `live`. */
-export const Environment = Schema.Literal("live", "test")
-
-/** The filters of logs, shared by the list and its export. */
-const LogFilterFields = {
-  status: Schema.optional(LogStatus),
-  api_key_id: Schema.optional(SqlString),
-  endpoint: Schema.optional(SqlString),
-  environment: Schema.optional(Environment),
-  /** DESIGN's `key:value` (split at the first colon): calls whose `metadata` has that key with that value. */
-  tag: Schema.optional(SqlString.pipe(Schema.maxLength(64 + 1 + 512))),
-  /** Calls tagged with this `metadata` key; with `tag_value`, with that value too (a key with a colon in it). */
-  tag_key: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))),
-  tag_value: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
-  /** Calls of this chat `user`. */
-  user: Schema.optional(SqlString.pipe(Schema.maxLength(256))),
-  from: Schema.optional(Rfc3339DateTime),
-  to: Schema.optional(Rfc3339DateTime)
-}
-
-export const LogsParams = StrictUrlParams({
-  ...PageParams.fields,
-  /** A previous page's `next_cursor`: the rows after its last one (keyset paging; then `page` stays 1). */
-  cursor: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
-  ...LogFilterFields
-})
-
-/** The format of an export; CSV is the one there is. */
-export const ExportFormat = Schema.Literal("csv")
-
-export const LogsExportParams = StrictUrlParams({
-  format: Schema.optionalWith(ExportFormat, { default: () => "csv" as const }),
-  ...LogFilterFields
-})
-
-export const LogEntry = Schema.Struct({
-  requestId: Schema.String,
-  apiKeyId: Schema.String,
-  publicModel: Schema.String,
-  endpoint: Schema.String,
-  stream: Schema.Boolean,
-  status: LogStatus,
-  /** `general`, `reasoning` or `search`; null for a call refused before it was routed. */
-  routingCategory: Schema.NullOr(Schema.String),
-  /** The error code a failed call answered with. */
-  errorCode: Schema.NullOr(Schema.String),
-  /** The key's environment at the call: `test` calls are free. */
-  environment: Environment,
-  /** The call's `metadata` (tags); null when it had none. */
-  metadata: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
-  /** The call's chat `user`; null when it had none. */
-  user: Schema.NullOr(Schema.String),
-  inputTokens: Schema.Int,
-  outputTokens: Schema.Int,
-  reasoningTokens: Schema.Int,
-  cachedTokens: Schema.Int,
-  usageSource: Schema.Literal("provider", "estimated"),
-  searchCount: Schema.Int,
-  contentPages: Schema.Int,
-  costMicroMyr: Schema.Int,
-  latencyMs: Schema.Int,
-  /**
-   * Each upstream attempt in the order it ran (fallbacks): the target (`upstream/model`), how it ended
-   * (`ok`, `refused`, `rate_limited`, `server_error`, `connection_error`, `first_byte_timeout`, `cut_short`,
-   * `breaker_open`) and how long it took; empty when none was recorded (a test key, a refused call).
-   */
-  attempts: Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Int })),
-  createdAt: Schema.String,
-  /** The stored response of a `/v1/responses` call made with `store` (30 days); null when none is kept. */
-  storedResponseId: Schema.NullOr(Schema.String)
-}).annotations({ identifier: "RequestLog" })
-
-/** A stored conversation up to one call's response, as the log detail shows it. */
-export const LogConversation = Schema.Struct({
-  responseId: Schema.String,
-  lines: Schema.Array(Schema.Struct({ kind: Schema.String, role: Schema.String, text: Schema.String }))
-}).annotations({ identifier: "LogConversation" })
-
-export const LogsPage = Schema.Struct({
-  logs: Schema.Array(LogEntry),
-  total: Schema.Int,
-  has_more: Schema.Boolean,
-  /** Pass as `cursor` for the next page; null on the last page. */
-  next_cursor: Schema.NullOr(Schema.String)
-})
 
 export const Granularity = Schema.Literal("hour", "day")
 
@@ -168,19 +80,9 @@ export const GroupingTags = Schema.Struct({
   tag_keys: Schema.Array(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))).pipe(Schema.maxItems(3))
 }).annotations({ identifier: "GroupingTags", examples: [{ tag_keys: ["team", "feature"] }] })
 
-/** CSV with a header line; money as MYR with 6 decimals (`cost_myr`) and as integer micro-MYR (`cost_micro_myr`). */
-const Csv = HttpApiSchema.Text({ contentType: "text/csv; charset=utf-8" })
-
 export class UsageApi extends HttpApiGroup.make("usage")
-  .add(HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage))
-  .add(
-    HttpApiEndpoint.get("conversation", "/dashboard/logs/:request_id/conversation")
-      .setPath(Schema.Struct({ request_id: Schema.String }))
-      .addSuccess(LogConversation)
-  )
   .add(HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries))
   .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
-  .add(HttpApiEndpoint.get("exportLogs", "/dashboard/logs/export").setUrlParams(LogsExportParams).addSuccess(Csv))
   .add(HttpApiEndpoint.get("exportUsage", "/dashboard/usage/export").setUrlParams(UsageExportParams).addSuccess(Csv))
   .add(
     HttpApiEndpoint.get("groupingTags", "/dashboard/usage/grouping-tags").addSuccess(GroupingTags)
@@ -193,5 +95,5 @@ export class UsageApi extends HttpApiGroup.make("usage")
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "Request logs, usage time series and the dashboard overview.")
+  .annotate(OpenApi.Description, "Usage time series, grouping tags and the dashboard overview.")
 {}

@@ -116,7 +116,7 @@ export const WebhookEventPayloads = Schema.Union(
 
 const Id = HttpApiSchema.param("id", SqlString)
 
-export class DeveloperWebhooksApi extends HttpApiGroup.make("developerWebhooks")
+export class WebhooksApi extends HttpApiGroup.make("webhooks")
   .add(
     HttpApiEndpoint.post("create", "/dashboard/webhooks")
       .setPayload(CreateWebhookRequest)

@@ -1,6 +1,6 @@
 import { Chunk, Effect, Option, Stream } from "effect"
 import { microMyr, toMyrString } from "../Domain/Money.js"
-import type { LogCursor, LogFilter, LogRow, RequestLogReads } from "../Logs/Reads.js"
+import type { LogCursor, LogFilter, LogRow, RequestLogReads } from "./Reads.js"
 
 /** Rows per read of an export: memory holds one batch at a time, however long the range. */
 export const EXPORT_BATCH = 2000
@@ -17,7 +17,8 @@ export const csvField = (value: string | number | boolean | null, callerText = f
   return /[",\r\n]/.test(safe) ? `"${safe.replaceAll("\"", "\"\"")}"` : safe
 }
 
-const line = (fields: ReadonlyArray<string>) => `${fields.join(",")}\r\n`
+/** One CSV record, its fields joined, ended by CRLF. */
+export const csvLine = (fields: ReadonlyArray<string>) => `${fields.join(",")}\r\n`
 
 export const LOG_COLUMNS = [
   "request_id", "created_at", "api_key_id", "environment", "endpoint", "status", "routing_category", "error_code",
@@ -26,7 +27,7 @@ export const LOG_COLUMNS = [
 ] as const
 
 export const logLine = (row: LogRow): string =>
-  line([
+  csvLine([
     csvField(row.requestId),
     csvField(row.createdAt.toISOString()),
     csvField(row.apiKeyId),
@@ -56,7 +57,7 @@ const encoder = new TextEncoder()
 /** The account's logs matching `filter`, newest first, as CSV bytes: read in keyset batches, one batch in memory. */
 export const logsCsv = (reads: typeof RequestLogReads.Service, accountId: string, filter: LogFilter) =>
   Stream.concat(
-    Stream.succeed(encoder.encode(line([...LOG_COLUMNS]))),
+    Stream.succeed(encoder.encode(csvLine([...LOG_COLUMNS]))),
     Stream.paginateChunkEffect(undefined as LogCursor | undefined, (after) =>
       Effect.map(Effect.orDie(reads.rows(accountId, filter, { limit: EXPORT_BATCH, offset: 0, after })), (rows) => {
         const batch = rows.slice(0, EXPORT_BATCH)
@@ -67,29 +68,3 @@ export const logsCsv = (reads: typeof RequestLogReads.Service, accountId: string
         return [batch.length === 0 ? Chunk.empty<Uint8Array>() : Chunk.of(encoder.encode(batch.map(logLine).join(""))), next] as const
       }))
   )
-
-export const USAGE_COLUMNS = [
-  "bucket", "requests", "cost_myr", "cost_micro_myr", "input_tokens", "output_tokens", "reasoning_tokens"
-] as const
-
-export interface UsageLine {
-  readonly bucket: string
-  readonly requests: number
-  readonly costMicroMyr: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-}
-
-export const usageCsv = (points: ReadonlyArray<UsageLine>): string =>
-  line([...USAGE_COLUMNS]) + points.map((point) =>
-    line([
-      csvField(point.bucket),
-      csvField(point.requests),
-      csvField(toMyrString(microMyr(point.costMicroMyr))),
-      csvField(point.costMicroMyr),
-      csvField(point.inputTokens),
-      csvField(point.outputTokens),
-      csvField(point.reasoningTokens)
-    ])
-  ).join("")

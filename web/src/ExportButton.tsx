@@ -1,16 +1,16 @@
 import { useState } from "react"
-import { ApiError, download, type Query } from "./api"
+import { ApiError } from "./api"
 import { useSession } from "./session"
 
-/** Downloads the CSV export at `path` with the page's filters; says why when it cannot. */
-export const ExportButton = ({ path, query, filename }: { path: string; query: Query; filename: string }) => {
+/** Starts a CSV export (`save`: `download` of an export route with the page's filters); says why when it cannot. */
+export const ExportButton = ({ save }: { save: (token: string | null) => Promise<void> }) => {
   const { token } = useSession()
   const [busy, setBusy] = useState(false)
   const [error, setError] = useState<string | null>(null)
   const start = () => {
     setBusy(true)
     setError(null)
-    download(path, { ...query, format: "csv" }, token, filename)
+    save(token)
       .catch((cause: unknown) => setError(cause instanceof ApiError ? cause.message : "The export failed; try again."))
       .finally(() => setBusy(false))
   }

@@ -1,19 +1,9 @@
-/** The dashboard API, typed as the service's Api.ts files declare it, over fetch with the session token. */
+/** The dashboard API over fetch with the session token, typed by the service's contract (web/src/contract.ts). */
 
-// Type-only: the schemas' types are erased, so none of the server's code (nor effect) reaches the bundle.
-import type { Schema } from "effect"
-import type * as WebhooksApi from "../../src/Webhooks/Api.js"
-import type * as AlertsApi from "../../src/Alerts/Api.js"
-import type * as BillingApi from "../../src/Billing/Api.js"
-import type { ErrorBody } from "../../src/Domain/Errors.js"
-import type * as KeysApi from "../../src/Keys/Api.js"
-import type * as UsageApi from "../../src/Usage/Api.js"
-import type * as WalletApi from "../../src/Wallet/Api.js"
+// Types only, generated from the contract: none of the server's code (nor effect) reaches the bundle.
+import type { ErrorBody, Routes } from "./contract"
 
-/** What a schema's JSON looks like in the browser: its encoded side (a decoded date, say, arrives as a string). */
-type Json<S extends Schema.Schema.Any> = Schema.Schema.Encoded<S>
-
-export type ApiErrorBody = Json<typeof ErrorBody>["error"]
+export type ApiErrorBody = ErrorBody["error"]
 
 /** A failed call: the spec's error body, or one made up when the body was not it (a network failure). */
 export class ApiError extends Error {
@@ -39,34 +29,78 @@ const localError = (status: number, message: string, guidance: string): ApiError
     retryable: true
   })
 
-export type Query = Record<string, string | number | undefined>
+// ---- the routes of the contract ---------------------------------------------
 
-const withQuery = (path: string, query: Query | undefined): string => {
-  if (query === undefined) return path
-  const params = new URLSearchParams()
-  for (const [key, value] of Object.entries(query)) if (value !== undefined && value !== "") params.set(key, String(value))
-  const text = params.toString()
-  return text === "" ? path : `${path}?${text}`
-}
+/** A route of the contract: `METHOD /path`, with `{name}` for each path parameter (as in /openapi.json). */
+export type Route = keyof Routes
 
-export interface RequestOptions {
+type Field<K extends Route, Name extends string> = Routes[K] extends { readonly [N in Name]: infer A } ? A : never
+
+/** What the route answers, as JSON (a CSV export: its text). */
+export type Success<K extends Route> = Routes[K]["success"]
+/** The JSON body the route takes; `never` when it takes none. */
+export type Payload<K extends Route> = Field<K, "payload">
+/** The query parameters the route takes, as text; `never` when it takes none. */
+export type Query<K extends Route> = Field<K, "query">
+/** The route's path parameters, put in place of its `{name}`s; `never` when it has none. */
+export type PathParams<K extends Route> = Field<K, "path">
+/** The request headers the route reads (besides the session's); `never` when it reads none. */
+export type Headers<K extends Route> = Field<K, "headers">
+
+/** Routes answering JSON, and those answering text (CSV exports). */
+export type JsonRoute = { [K in Route]: Routes[K] extends { readonly media: string } ? never : K }[Route]
+export type TextRoute = Exclude<Route, JsonRoute>
+/** Routes the pages read as they load. */
+export type ReadRoute = Extract<JsonRoute, `GET ${string}`>
+
+/** An option that must be given when the route has it (`needed`), and may not be given when it has not. */
+type Option<Name extends string, A, Needed extends boolean> = [A] extends [never] ? { readonly [N in Name]?: never }
+  : Needed extends true ? { readonly [N in Name]: A }
+  : { readonly [N in Name]?: A }
+
+/** Where a call of route `K` goes: its path parameters and query. */
+export type Target<K extends Route> = Option<"path", PathParams<K>, true> & Option<"query", Query<K>, false>
+
+export type RequestOptions<K extends Route> = Target<K> & Option<"json", Payload<K>, true> & Option<"headers", Headers<K>, false> & {
   readonly token?: string | null
-  readonly method?: "GET" | "POST" | "PUT" | "PATCH" | "DELETE"
-  readonly json?: unknown
-  /** Extra request headers, e.g. an `Idempotency-Key`. */
-  readonly headers?: Record<string, string>
-  readonly query?: Query
   readonly signal?: AbortSignal
 }
 
-export const request = async <A>(path: string, options: RequestOptions = {}): Promise<A> => {
+/** The options of any route, as the code that sends them sees them. */
+interface AnyOptions {
+  readonly token?: string | null
+  readonly signal?: AbortSignal
+  readonly path?: Readonly<Record<string, string>>
+  readonly query?: Readonly<Record<string, string | undefined>>
+  readonly json?: unknown
+  readonly headers?: Readonly<Record<string, string>>
+}
+
+/** The route's method, and its URL with the path parameters in place and the query given (empty values left out). */
+const locate = (route: string, options: AnyOptions): { readonly method: string; readonly url: string } => {
+  const [method = "GET", template = "/"] = route.split(" ")
+  const path = template.replace(/\{([^}]+)\}/g, (_, name: string) => {
+    const value = options.path?.[name]
+    // The types ask for every parameter; a call that gets here without one is a bug to see, not a request to send.
+    if (value === undefined) throw new Error(`${route}: no value for {${name}}`)
+    return encodeURIComponent(value)
+  })
+  const params = new URLSearchParams()
+  for (const [key, value] of Object.entries(options.query ?? {})) if (value !== undefined && value !== "") params.set(key, value)
+  const query = params.toString()
+  return { method, url: query === "" ? path : `${path}?${query}` }
+}
+
+const unreachable = () => localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
+
+const send = async (method: string, url: string, options: AnyOptions): Promise<unknown> => {
   const headers: Record<string, string> = { ...options.headers, accept: "application/json" }
   if (options.token) headers["authorization"] = `Bearer ${options.token}`
   if (options.json !== undefined) headers["content-type"] = "application/json"
   let response: Response
   try {
-    response = await fetch(withQuery(path, options.query), {
-      method: options.method ?? "GET",
+    response = await fetch(url, {
+      method,
       headers,
       body: options.json === undefined ? null : JSON.stringify(options.json),
       // The session is the bearer token alone: never send or accept cookies.
@@ -75,44 +109,53 @@ export const request = async <A>(path: string, options: RequestOptions = {}): Pr
     })
   } catch (cause) {
     if (cause instanceof DOMException && cause.name === "AbortError") throw cause
-    throw localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
+    throw unreachable()
   }
   const body: unknown = await response.json().catch(() => undefined)
-  if (response.ok) return body as A
+  if (response.ok) return body
   if (isErrorBody(body)) throw new ApiError(response.status, body.error)
   throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again; if it persists, check the service's log.")
 }
 
 /**
- * Saves what `path` answers (an export) as `filename`: fetched with the session
+ * Calls a route of the contract, e.g. `api("PATCH /dashboard/api-keys/{id}", { token, path: { id }, json: { disabled: true } })`:
+ * the path parameters, query and body are checked against the contract, and the answer is typed as it declares.
+ */
+export const api = <K extends JsonRoute>(route: K, options: RequestOptions<K>): Promise<Success<K>> => {
+  const loose = options as AnyOptions
+  const { method, url } = locate(route, loose)
+  return send(method, url, loose) as Promise<Success<K>>
+}
+
+/**
+ * Saves what an export route answers as `filename`: fetched with the session
  * token (a link could not carry it), then handed to the browser as a download.
  */
-export const download = async (path: string, query: Query, token: string | null, filename: string): Promise<void> => {
+export const download = async <K extends TextRoute>(route: K, options: Target<K> & { readonly token: string | null }, filename: string): Promise<void> => {
+  const { url } = locate(route, options as AnyOptions)
   let response: Response
   try {
-    response = await fetch(withQuery(path, query), {
-      headers: token ? { authorization: `Bearer ${token}` } : {},
+    response = await fetch(url, {
+      headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
       credentials: "omit"
     })
   } catch {
-    throw localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
+    throw unreachable()
   }
   if (!response.ok) {
     const body: unknown = await response.json().catch(() => undefined)
     if (isErrorBody(body)) throw new ApiError(response.status, body.error)
     throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again.")
   }
-  const url = URL.createObjectURL(await response.blob())
+  const href = URL.createObjectURL(await response.blob())
   const link = document.createElement("a")
-  link.href = url
+  link.href = href
   link.download = filename
   document.body.append(link)
   link.click()
   link.remove()
-  setTimeout(() => URL.revokeObjectURL(url), 60_000)
+  setTimeout(() => URL.revokeObjectURL(href), 60_000)
 }
-
-// ---- the shapes of src/*/Api.ts, as JSON -----------------------------------
 
 /** Served at /app/config.json by src/Http/Dashboard.ts, which declares no schema for it. */
 export interface ClientConfig {
@@ -124,48 +167,45 @@ export interface ClientConfig {
   readonly business_timezone: string
 }
 
+export const loadClientConfig = (): Promise<ClientConfig> => send("GET", "/app/config.json", {}) as Promise<ClientConfig>
+
+// ---- the shapes the pages name, taken from the routes --------------------------
+
 /**
- * Every member of a union of strings, in the order given; the compiler refuses
- * a list that misses one, so a value the server adds shows up here.
+ * Every member of a union, in the order given; the compiler refuses a list
+ * that misses one, so a value the server adds shows up here.
  */
-const allOf = <T extends string>() =>
+const allOf = <T extends string | number>() =>
   <const L extends ReadonlyArray<T>>(
     list: L & ([Exclude<T, L[number]>] extends [never] ? unknown : { readonly missing: Exclude<T, L[number]> })
   ): ReadonlyArray<T> => list
 
-export type Wallet = Json<typeof WalletApi.Wallet>
-export type Balance = Json<typeof BillingApi.Balance>
-export type LedgerType = Json<typeof WalletApi.LedgerType>
+export type Balance = Success<"GET /dashboard/billing/balance">
+export type TopUpSen = Payload<"POST /dashboard/billing/checkout">["amount_sen"]
+export type LedgerEntry = Success<"GET /dashboard/billing/transactions">["ledger"][number]
+export type LedgerType = LedgerEntry["type"]
 export const LEDGER_TYPES = allOf<LedgerType>()(["topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment"])
-export type LedgerEntry = Json<typeof WalletApi.LedgerEntry>
-export type TransactionsPage = Json<typeof BillingApi.TransactionsPage>
-export type CheckoutResponse = Json<typeof BillingApi.CheckoutResponse>
 
-export type ApiKey = Json<typeof KeysApi.ApiKeyRecord>
-export type CreatedKey = Json<typeof KeysApi.CreateApiKeyResponse>
-export type UpdateKey = Json<typeof KeysApi.UpdateApiKeyRequest>
-export type RotateKey = Json<typeof KeysApi.RotateApiKeyRequest>
-export type RotatedKey = Json<typeof KeysApi.RotateApiKeyResponse>
+export type ApiKey = Success<"GET /dashboard/api-keys">["keys"][number]
+export type CreatedKey = Success<"POST /dashboard/api-keys">
+export type UpdateKey = Payload<"PATCH /dashboard/api-keys/{id}">
+export type RotatedKey = Success<"POST /dashboard/api-keys/{id}/rotate">
 
-export type LogStatus = Json<typeof UsageApi.LogStatus>
+export type LogEntry = Success<"GET /dashboard/logs">["logs"][number]
+export type LogStatus = LogEntry["status"]
 export const LOG_STATUSES = allOf<LogStatus>()(["pending", "succeeded", "failed", "billed"])
-export type LogEntry = Json<typeof UsageApi.LogEntry>
-export type LogsPage = Json<typeof UsageApi.LogsPage>
-export type LogConversation = Json<typeof UsageApi.LogConversation>
-export type Granularity = Json<typeof UsageApi.Granularity>
-export type SeriesPoint = Json<typeof UsageApi.SeriesPoint>
-export type UsageSeries = Json<typeof UsageApi.UsageSeries>
-export type UsageCounters = Json<typeof UsageApi.UsageCounters>
-export type Overview = Json<typeof UsageApi.Overview>
+export type Granularity = Success<"GET /dashboard/usage">["granularity"]
+export type SeriesPoint = Success<"GET /dashboard/usage">["series"][number]
 
-export type BillingSettings = Json<typeof AlertsApi.BillingSettings>
-export type UpdateBillingSettings = Json<typeof AlertsApi.UpdateBillingSettings>
-export type Banner = Json<typeof AlertsApi.Banner>
-export const AUTO_TOPUP_AMOUNTS_MYR = [10, 25, 50, 100, 250, 500] as const
-export type WebhookEndpoint = Json<typeof WebhooksApi.WebhookEndpoint>
-export type CreatedWebhook = Json<typeof WebhooksApi.CreateWebhookResponse>
-export type WebhookDelivery = Json<typeof WebhooksApi.WebhookDelivery>
-export type WebhookEventType = Json<typeof WebhooksApi.WebhookEventType>
+export type BillingSettings = Success<"GET /dashboard/billing/settings">
+export type UpdateBillingSettings = Payload<"PUT /dashboard/billing/settings">
+export type AutoTopupAmount = NonNullable<NonNullable<UpdateBillingSettings["auto_topup"]>["amount_myr"]>
+export const AUTO_TOPUP_AMOUNTS_MYR = allOf<AutoTopupAmount>()([10, 25, 50, 100, 250, 500])
+export type Banner = Success<"GET /dashboard/alerts">["banners"][number]
+
+export type WebhookEndpoint = Success<"GET /dashboard/webhooks">["endpoints"][number]
+export type CreatedWebhook = Success<"POST /dashboard/webhooks">
+export type WebhookEventType = Success<"GET /dashboard/webhooks/event-types">["event_types"][number]
 export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
   "balance.low", "topup.succeeded", "topup.failed", "auto_topup.failed",
   "key.limit_reached", "key.expiring", "account.suspended", "account.reinstated"

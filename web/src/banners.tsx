@@ -6,7 +6,7 @@ import { useApi } from "./session"
 export const Banners = () => {
   const location = useLocation()
   // Read again on every page change: a top-up or a saved card changes them.
-  const [banners] = useApi<{ banners: ReadonlyArray<Banner> }>("/dashboard/alerts", { at: location.key })
+  const [banners] = useApi("GET /dashboard/alerts", { refresh: location.key })
   if (banners.state !== "ready" || banners.data.banners.length === 0) return null
   return (
     <div className="banners">

@@ -1,5 +1,5 @@
 import { createContext, useCallback, useContext, useEffect, useMemo, useRef, useState, type ReactNode } from "react"
-import { ApiError, request, type ClientConfig, type Query } from "./api"
+import { ApiError, api, loadClientConfig, type ClientConfig, type ReadRoute, type RequestOptions, type Success, type Target } from "./api"
 
 /**
  * The session token lives in memory and in this tab's sessionStorage (it
@@ -108,7 +108,7 @@ export const SessionProvider = ({ children }: { children: ReactNode }) => {
   })
   const [config, setConfig] = useState<ClientConfig | null>(null)
   useEffect(() => {
-    request<ClientConfig>("/app/config.json").then(setConfig, () =>
+    loadClientConfig().then(setConfig, () =>
       setConfig({ identity: "development", authorize: null, checkout: "simulated", business_timezone: "Asia/Kuala_Lumpur" })
     )
   }, [])
@@ -136,17 +136,26 @@ export type Loadable<A> =
   | { readonly state: "failed"; readonly error: ApiError; readonly data?: undefined }
   | { readonly state: "ready"; readonly data: A }
 
-/** GET a dashboard resource; refetches when the path or query changes, or on `reload()`. */
-export const useApi = <A,>(path: string, query?: Query): [Loadable<A>, () => void] => {
+/** How a page reads route `K`: where (its path parameters and query), and `refresh`, a value whose change reads it again. */
+export type ReadOptions<K extends ReadRoute> = Target<K> & { readonly refresh?: string }
+
+/** GET a dashboard resource; refetches when the route, its parameters or `refresh` change, or on `reload()`. */
+export const useApi = <K extends ReadRoute>(
+  route: K,
+  // The options may be left out when the route needs none (no path parameter).
+  ...[options]: {} extends ReadOptions<K> ? [options?: ReadOptions<K>] : [options: ReadOptions<K>]
+): [Loadable<Success<K>>, () => void] => {
   const { token } = useSession()
-  const [result, setResult] = useState<Loadable<A>>({ state: "loading" })
+  const [result, setResult] = useState<Loadable<Success<K>>>({ state: "loading" })
   const [generation, setGeneration] = useState(0)
-  const key = JSON.stringify(query ?? {})
-  const last = useRef<A | undefined>(undefined)
+  const key = JSON.stringify({ path: options?.path, query: options?.query })
+  const refresh = options?.refresh
+  const last = useRef<Success<K> | undefined>(undefined)
   useEffect(() => {
     const controller = new AbortController()
     setResult(last.current === undefined ? { state: "loading" } : { state: "loading", data: last.current })
-    request<A>(path, { token, query: JSON.parse(key) as Query, signal: controller.signal }).then(
+    const target = JSON.parse(key) as Target<K>
+    api(route, { ...target, token, signal: controller.signal } as RequestOptions<K>).then(
       (data) => {
         last.current = data
         setResult({ state: "ready", data })
@@ -163,6 +172,6 @@ export const useApi = <A,>(path: string, query?: Query): [Loadable<A>, () => voi
       }
     )
     return () => controller.abort()
-  }, [path, key, token, generation])
+  }, [route, key, refresh, token, generation])
   return [result, useCallback(() => setGeneration((n) => n + 1), [])]
 }

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
 import { useSearchParams } from "react-router"
-import { request, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
+import { api, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading, useSubmission } from "../components"
 import { fromLocalInput } from "../format"
 import { useApi, useSession } from "../session"
@@ -18,9 +18,8 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
     event.preventDefault()
     void run(async () => {
       const expiresAt = fromLocalInput(expires)
-      const created = await request<CreatedKey>("/dashboard/api-keys", {
+      const created = await api("POST /dashboard/api-keys", {
         token,
-        method: "POST",
         json: {
           name,
           environment,
@@ -114,7 +113,7 @@ const ConfirmDelete = ({ apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCanc
   }, [])
   const remove = () =>
     submit(async () => {
-      await request(`/dashboard/api-keys/${encodeURIComponent(apiKey.id)}`, { token, method: "DELETE" })
+      await api("DELETE /dashboard/api-keys/{id}", { token, path: { id: apiKey.id } })
       onDeleted(apiKey)
     })
   return (
@@ -138,7 +137,7 @@ const StatusBadge = ({ status }: { status: ApiKey["status"] | "revoked" }) => (
 )
 
 export const ApiKeysPage = () => {
-  const [keys, reload] = useApi<{ keys: ReadonlyArray<ApiKey> }>("/dashboard/api-keys")
+  const [keys, reload] = useApi("GET /dashboard/api-keys")
   const [created, setCreated] = useState<CreatedKey | null>(null)
   const [deleting, setDeleting] = useState<ApiKey | null>(null)
   const [deleted, setDeleted] = useState<ReadonlyArray<ApiKey>>([])

@@ -1,6 +1,6 @@
 import { useState } from "react"
 import { useSearchParams } from "react-router"
-import { ApiError, LEDGER_TYPES, request, type Balance, type CheckoutResponse, type LedgerType, type TransactionsPage } from "../api"
+import { ApiError, LEDGER_TYPES, api, type LedgerType, type TopUpSen } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, MoneyStat, PageHeading, Pager } from "../components"
 import { formatCostMyr } from "../format"
 import { useApi, useSession } from "../session"
@@ -25,7 +25,8 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
     setPending(amountSen)
     setError(null)
     try {
-      const { url } = await request<CheckoutResponse>("/dashboard/billing/checkout", { token, method: "POST", json: { amount_sen: amountSen } })
+      // One of the amounts the balance lists, which are those checkout takes.
+      const { url } = await api("POST /dashboard/billing/checkout", { token, json: { amount_sen: amountSen as TopUpSen } })
       window.location.assign(url)
     } catch (cause) {
       setPending(null)
@@ -71,13 +72,11 @@ const CheckoutNotice = () => {
 }
 
 export const BillingPage = () => {
-  const [balance, reloadBalance] = useApi<Balance>("/dashboard/billing/balance")
+  const [balance, reloadBalance] = useApi("GET /dashboard/billing/balance")
   const [type, setType] = useState<LedgerType | "">("")
   const [page, setPage] = useState(1)
-  const [ledger, reloadLedger] = useApi<TransactionsPage>("/dashboard/billing/transactions", {
-    page,
-    limit: PAGE_SIZE,
-    type: type === "" ? undefined : type
+  const [ledger, reloadLedger] = useApi("GET /dashboard/billing/transactions", {
+    query: { page: String(page), limit: String(PAGE_SIZE), type: type === "" ? undefined : type }
   })
   return (
     <>

@@ -1,5 +1,5 @@
 import { useState } from "react"
-import { AUTO_TOPUP_AMOUNTS_MYR, ApiError, request, type BillingSettings as Settings, type UpdateBillingSettings } from "../api"
+import { AUTO_TOPUP_AMOUNTS_MYR, ApiError, api, type AutoTopupAmount, type BillingSettings as Settings, type UpdateBillingSettings } from "../api"
 import { ErrorPanel, Field, Load } from "../components"
 import { useApi, useSession } from "../session"
 
@@ -12,7 +12,7 @@ const useSave = (onSaved: (settings: Settings) => void) => {
     setError(null)
     setSaved(null)
     try {
-      onSaved(await request<Settings>("/dashboard/billing/settings", { token, method: "PUT", json }))
+      onSaved(await api("PUT /dashboard/billing/settings", { token, json }))
       setSaved(what)
     } catch (cause) {
       if (cause instanceof ApiError) setError(cause)
@@ -52,7 +52,7 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
   const { error, saved, save } = useSave(onSaved)
   const saveCard = async () => {
     try {
-      const { url } = await request<{ url: string }>("/dashboard/billing/card", { token, method: "POST" })
+      const { url } = await api("POST /dashboard/billing/card", { token })
       window.location.assign(url)
     } catch (cause) {
       if (cause instanceof ApiError) setCardError(cause)
@@ -63,7 +63,7 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
     <form className="card" aria-labelledby="auto-heading" onSubmit={(e) => {
       e.preventDefault()
       void save({
-        auto_topup: { enabled, threshold_myr: Number(threshold), amount_myr: Number(amount) as typeof AUTO_TOPUP_AMOUNTS_MYR[number] }
+        auto_topup: { enabled, threshold_myr: Number(threshold), amount_myr: Number(amount) as AutoTopupAmount }
       }, enabled ? "Auto top-up is on." : "Auto top-up is off.")
     }}>
       <h2 id="auto-heading">Auto top-up</h2>
@@ -98,7 +98,7 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
 
 /** The Billing page's alert and auto top-up settings. */
 export const BillingSettingsPanel = () => {
-  const [loaded, reload] = useApi<Settings>("/dashboard/billing/settings")
+  const [loaded, reload] = useApi("GET /dashboard/billing/settings")
   const [current, setCurrent] = useState<Settings | null>(null)
   return (
     <Load value={loaded} what="your alert settings" retry={reload}>

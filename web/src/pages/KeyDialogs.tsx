@@ -1,10 +1,8 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
-import { request, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
+import { api, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
 import { ErrorPanel, Field, useSubmission } from "../components"
 import { fromLocalInput, toLocalInput } from "../format"
 import { useSession } from "../session"
-
-const keyPath = (apiKey: ApiKey) => `/dashboard/api-keys/${encodeURIComponent(apiKey.id)}`
 
 /** Micro-MYR as the MYR an input shows, exact (integers divided once, no float sums). */
 const microToMyrInput = (micro: number | null): string => micro === null ? "" : String(micro / 1_000_000)
@@ -43,7 +41,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
   const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
 
   const patch = (body: UpdateKey, done: boolean) =>
-    submit(async () => onSaved(await request<ApiKey>(keyPath(apiKey), { token, method: "PATCH", json: body }), done))
+    submit(async () => onSaved(await api("PATCH /dashboard/api-keys/{id}", { token, path: { id: apiKey.id }, json: body }), done))
 
   const save = (event: FormEvent) => {
     event.preventDefault()
@@ -118,9 +116,9 @@ export const RotateKey = ({ apiKey, onCancel, onRotated }: { apiKey: ApiKey; onC
 
   const rotate = () =>
     submit(async () =>
-      onRotated(await request<RotatedKey>(`${keyPath(apiKey)}/rotate`, {
+      onRotated(await api("POST /dashboard/api-keys/{id}/rotate", {
         token,
-        method: "POST",
+        path: { id: apiKey.id },
         json: { grace_seconds: grace },
         headers: { "idempotency-key": idempotencyKey }
       }))

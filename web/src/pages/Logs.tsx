@@ -1,5 +1,5 @@
 import { Fragment, useState } from "react"
-import { LOG_STATUSES, type ApiKey, type LogConversation, type LogEntry, type LogsPage as LogsPageData, type LogStatus } from "../api"
+import { LOG_STATUSES, download, type LogEntry, type LogStatus } from "../api"
 import { DateTime, Empty, Field, Load, Money, PageHeading, Pager } from "../components"
 import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
 import { ExportButton } from "../ExportButton"
@@ -16,7 +16,7 @@ const ROUTING: Record<string, string> = {
 
 /** The stored conversation up to this call's response (kept 30 days unless the call sent `store: false`). */
 const Conversation = ({ requestId, responseId }: { requestId: string; responseId: string }) => {
-  const [conversation, reload] = useApi<LogConversation>(`/dashboard/logs/${encodeURIComponent(requestId)}/conversation`)
+  const [conversation, reload] = useApi("GET /dashboard/logs/{request_id}/conversation", { path: { request_id: requestId } })
   return (
     <section className="conversation" aria-label="Conversation">
       <h3>Conversation <code>{responseId}</code></h3>
@@ -69,7 +69,7 @@ export const LogsPage = () => {
   const [to, setTo] = useState("")
   const [page, setPage] = useState(1)
   const [open, setOpen] = useState<string | null>(null)
-  const [keys] = useApi<{ keys: ReadonlyArray<ApiKey> }>("/dashboard/api-keys")
+  const [keys] = useApi("GET /dashboard/api-keys")
   const filters = {
     status: status === "" ? undefined : status,
     api_key_id: keyId === "" ? undefined : keyId,
@@ -77,7 +77,7 @@ export const LogsPage = () => {
     from: fromLocalInput(from),
     to: fromLocalInput(to)
   }
-  const [logs, reload] = useApi<LogsPageData>("/dashboard/logs", { page, limit: PAGE_SIZE, ...filters })
+  const [logs, reload] = useApi("GET /dashboard/logs", { query: { page: String(page), limit: String(PAGE_SIZE), ...filters } })
   // Every filter change starts again at the first page.
   const filter = <A,>(set: (value: A) => void) => (value: A) => {
     set(value)
@@ -89,7 +89,7 @@ export const LogsPage = () => {
     <>
       <PageHeading title="Logs">
         <button type="button" className="quiet" onClick={reload}>Refresh</button>
-        <ExportButton path="/dashboard/logs/export" query={filters} filename="nenas-logs.csv" />
+        <ExportButton save={(token) => download("GET /dashboard/logs/export", { token, query: { ...filters, format: "csv" } }, "nenas-logs.csv")} />
       </PageHeading>
       <form className="filters" aria-label="Filter the logs" onSubmit={(e) => e.preventDefault()}>
         <Field label="Status">

@@ -1,5 +1,4 @@
 import { Link } from "react-router"
-import type { Overview } from "../api"
 import { RequestsAndCostChart, SeriesTable } from "../charts"
 import { Load, MoneyStat, PageHeading, Stat } from "../components"
 import { formatCount } from "../format"
@@ -7,7 +6,7 @@ import { useApi, useSession } from "../session"
 
 export const OverviewPage = () => {
   const { config } = useSession()
-  const [overview, reload] = useApi<Overview>("/dashboard/overview")
+  const [overview, reload] = useApi("GET /dashboard/overview")
   const zone = config?.business_timezone ?? "the business time zone"
   return (
     <>

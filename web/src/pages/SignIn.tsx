@@ -1,5 +1,5 @@
 import { useState, type FormEvent } from "react"
-import { request } from "../api"
+import { api } from "../api"
 import { ErrorPanel, Field, Loading, PageHeading, useSubmission } from "../components"
 import { startProviderSignIn, tokenClaims, useSession } from "../session"
 
@@ -36,7 +36,7 @@ export const SignInPage = () => {
   const devSignIn = (event: FormEvent) => {
     event.preventDefault()
     void submit(async () => {
-      const { token } = await request<{ token: string }>("/dev/session", { method: "POST", json: { email } })
+      const { token } = await api("POST /dev/session", { json: { email } })
       signIn(token)
     })
   }

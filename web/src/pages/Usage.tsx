@@ -1,5 +1,5 @@
 import { useMemo, useState } from "react"
-import type { ApiKey, Granularity, UsageSeries } from "../api"
+import { download, type Granularity } from "../api"
 import { CostChart, RequestsChart, SeriesTable, TokensChart } from "../charts"
 import { Field, Load, MoneyStat, PageHeading, Stat } from "../components"
 import { formatCount, fromLocalInput, hourlyAllowed, toLocalInput } from "../format"
@@ -25,7 +25,7 @@ export const UsagePage = () => {
   const [keyId, setKeyId] = useState("")
   const [customFrom, setCustomFrom] = useState(() => toLocalInput(new Date(Date.now() - 7 * DAY_MS)))
   const [customTo, setCustomTo] = useState(() => toLocalInput(new Date()))
-  const [keys] = useApi<{ keys: ReadonlyArray<ApiKey> }>("/dashboard/api-keys")
+  const [keys] = useApi("GET /dashboard/api-keys")
   // A preset range is fixed when picked, so that re-renders do not refetch a moving window.
   const [now, setNow] = useState(() => Date.now())
   const { from, to } = useMemo(() => range === "custom"
@@ -35,7 +35,7 @@ export const UsagePage = () => {
   const byHourAllowed = hourlyAllowed(from, to)
   const granularity: Granularity = byHourAllowed ? chosenGranularity : "day"
   const usageQuery = { granularity, from, to, api_key_id: keyId === "" ? undefined : keyId }
-  const [usage, reload] = useApi<UsageSeries>("/dashboard/usage", usageQuery)
+  const [usage, reload] = useApi("GET /dashboard/usage", { query: usageQuery })
   const keyName = keys.data?.keys.find((key) => key.id === keyId)?.name
   const scope = keyName === undefined ? "all keys" : `key “${keyName}”`
   const unit = granularity === "day" ? `days in ${zone}` : `hours in ${zone}`
@@ -47,7 +47,7 @@ export const UsagePage = () => {
           setNow(Date.now())
           reload()
         }}>Refresh</button>
-        <ExportButton path="/dashboard/usage/export" query={usageQuery} filename="nenas-usage.csv" />
+        <ExportButton save={(token) => download("GET /dashboard/usage/export", { token, query: { ...usageQuery, format: "csv" } }, "nenas-usage.csv")} />
       </PageHeading>
       <form className="filters" aria-label="Choose the usage to show" onSubmit={(e) => e.preventDefault()}>
         <Field label="Range">

@@ -1,13 +1,13 @@
 import { useState } from "react"
-import { ApiError, request, WEBHOOK_EVENTS, type CreatedWebhook, type WebhookDelivery, type WebhookEndpoint, type WebhookEventType } from "../api"
+import { ApiError, api, WEBHOOK_EVENTS, type CreatedWebhook, type WebhookEndpoint, type WebhookEventType } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading } from "../components"
 import { useApi, useSession } from "../session"
 
 const Deliveries = ({ endpoint }: { endpoint: WebhookEndpoint }) => {
   const { token } = useSession()
-  const [list, reload] = useApi<{ deliveries: ReadonlyArray<WebhookDelivery> }>(`/dashboard/webhooks/${endpoint.id}/deliveries`)
+  const [list, reload] = useApi("GET /dashboard/webhooks/{id}/deliveries", { path: { id: endpoint.id } })
   const resend = async (id: string) => {
-    await request(`/dashboard/webhooks/${endpoint.id}/deliveries/${id}/resend`, { token, method: "POST" })
+    await api("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", { token, path: { id: endpoint.id, delivery_id: id } })
     reload()
   }
   return (
@@ -40,8 +40,9 @@ const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onCha
   const { token } = useSession()
   const [open, setOpen] = useState(false)
   const [round, setRound] = useState(0)
-  const act = async (path: string, method: "POST" | "PATCH" | "DELETE", json?: unknown) => {
-    await request(`/dashboard/webhooks/${endpoint.id}${path}`, { token, method, json })
+  const path = { id: endpoint.id }
+  const act = async (call: Promise<unknown>) => {
+    await call
     onChange()
     setRound((n) => n + 1)
   }
@@ -50,12 +51,12 @@ const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onCha
       <h3><code>{endpoint.url}</code></h3>
       <p className="note">{endpoint.status}{endpoint.disabled_reason === null ? "" : ` (${endpoint.disabled_reason})`} · {endpoint.events.join(", ")}</p>
       <div className="actions">
-        <button type="button" onClick={() => void act("/test", "POST").then(() => setOpen(true))}>Send test event</button>
+        <button type="button" onClick={() => void act(api("POST /dashboard/webhooks/{id}/test", { token, path })).then(() => setOpen(true))}>Send test event</button>
         <button type="button" className="quiet" onClick={() => setOpen((o) => !o)}>{open ? "Hide deliveries" : "Show deliveries"}</button>
-        <button type="button" className="quiet" onClick={() => void act("", "PATCH", { disabled: endpoint.status === "enabled" })}>
+        <button type="button" className="quiet" onClick={() => void act(api("PATCH /dashboard/webhooks/{id}", { token, path, json: { disabled: endpoint.status === "enabled" } }))}>
           {endpoint.status === "enabled" ? "Disable" : "Enable"}
         </button>
-        <button type="button" className="danger" onClick={() => void act("", "DELETE")}>Delete</button>
+        <button type="button" className="danger" onClick={() => void act(api("DELETE /dashboard/webhooks/{id}", { token, path }))}>Delete</button>
       </div>
       {open ? <Deliveries key={round} endpoint={endpoint} /> : null}
     </article>
@@ -64,7 +65,7 @@ const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onCha
 
 export const WebhooksPage = () => {
   const { token } = useSession()
-  const [list, reload] = useApi<{ endpoints: ReadonlyArray<WebhookEndpoint> }>("/dashboard/webhooks")
+  const [list, reload] = useApi("GET /dashboard/webhooks")
   const [url, setUrl] = useState("")
   const [events, setEvents] = useState<ReadonlyArray<WebhookEventType>>(["balance.low", "topup.succeeded", "auto_topup.failed"])
   const [created, setCreated] = useState<CreatedWebhook | null>(null)
@@ -72,7 +73,7 @@ export const WebhooksPage = () => {
   const create = async () => {
     setError(null)
     try {
-      setCreated(await request<CreatedWebhook>("/dashboard/webhooks", { token, method: "POST", json: { url, events } }))
+      setCreated(await api("POST /dashboard/webhooks", { token, json: { url, events } }))
       setUrl("")
       reload()
     } catch (cause) {

@@ -1,0 +1,88 @@
+/**
+ * The web client follows the contract: checked by `tsc -p web` (`npm run typecheck`),
+ * never imported by the app, so never bundled. Each `@ts-expect-error` below must
+ * be an error; were one to compile, tsc would fail on the unused directive.
+ */
+import type { Schema } from "effect"
+import type { Balance as BalanceSchema } from "../../src/Billing/Api.js"
+import type { ApiKeyRecord, UpdateApiKeyRequest } from "../../src/Keys/Api.js"
+import { api, download, type ApiKey, type Balance, type Payload, type PathParams, type Query, type Route, type Success, type UpdateKey } from "./api"
+import type { Routes } from "./contract"
+import { useApi } from "./session"
+
+type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2) ? true : false
+type Assert<T extends true> = T
+
+/** The types printed from the contract's OpenAPI are the schemas' own encoded types. */
+export type SameAsTheSchemas = [
+  Assert<Equals<Success<"GET /dashboard/billing/balance">, Schema.Schema.Encoded<typeof BalanceSchema>>>,
+  Assert<Equals<Balance, Schema.Schema.Encoded<typeof BalanceSchema>>>,
+  Assert<Equals<ApiKey, Schema.Schema.Encoded<typeof ApiKeyRecord>>>,
+  Assert<Equals<UpdateKey, Schema.Schema.Encoded<typeof UpdateApiKeyRequest>>>
+]
+
+/** The encoded side, not the decoded one: defaults are optional when sent, numbers in a query are text. */
+export type EncodedSide = [
+  Assert<Equals<Payload<"POST /dashboard/api-keys">["environment"], "live" | "test" | undefined>>,
+  Assert<Equals<Query<"GET /dashboard/logs">["page"], string | undefined>>,
+  Assert<Equals<PathParams<"PATCH /dashboard/api-keys/{id}">, { readonly id: string }>>,
+  Assert<Equals<Payload<"DELETE /dashboard/api-keys/{id}">, never>>,
+  Assert<Equals<Success<"GET /dashboard/logs/export">, string>>
+]
+
+/** Keys are method and path, not the group that serves them. */
+export type KeyScheme = [
+  Assert<"GET /dashboard/api-keys" extends Route ? true : false>,
+  Assert<"POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend" extends Route ? true : false>,
+  Assert<Equals<Extract<Route, `${string} /dashboard/logs${string}`>, "GET /dashboard/logs" | "GET /dashboard/logs/export" | "GET /dashboard/logs/{request_id}/conversation">>,
+  Assert<Equals<keyof Routes, Route>>
+]
+
+/** Calls the contract refuses; typed only (the function is never called). */
+export const refused = (token: string) => {
+  // @ts-expect-error a path the contract does not have
+  void api("GET /dashboard/api-key", { token })
+  // @ts-expect-error a method the path does not answer
+  void api("PUT /dashboard/api-keys", { token })
+  // @ts-expect-error the path's own form, not the route's
+  void api("/dashboard/api-keys", { token })
+  // @ts-expect-error a payload field the endpoint does not take
+  void api("POST /dashboard/api-keys", { token, json: { name: "backend", colour: "red" } })
+  // @ts-expect-error a payload field of the wrong type
+  void api("PATCH /dashboard/api-keys/{id}", { token, path: { id: "key_1" }, json: { disabled: "yes" } })
+  // @ts-expect-error a payload missing a required field
+  void api("POST /dashboard/webhooks", { token, json: { url: "https://example.com/hook" } })
+  // @ts-expect-error a body where the endpoint takes none
+  void api("DELETE /dashboard/api-keys/{id}", { token, path: { id: "key_1" }, json: {} })
+  // @ts-expect-error a payload left out
+  void api("PUT /dashboard/billing/settings", { token })
+  // @ts-expect-error the path parameter left out
+  void api("PATCH /dashboard/api-keys/{id}", { token, json: {} })
+  // @ts-expect-error a path parameter of another route
+  void api("GET /dashboard/logs/{request_id}/conversation", { token, path: { id: "req_1" } })
+  // @ts-expect-error a query where the endpoint takes none
+  void api("GET /dashboard/api-keys", { token, query: { page: "1" } })
+  // @ts-expect-error a query parameter the list does not take
+  void api("GET /dashboard/logs", { token, query: { colour: "red" } })
+  // @ts-expect-error a query value outside its literals
+  void api("GET /dashboard/logs", { token, query: { status: "lost" } })
+  // @ts-expect-error a CSV export is downloaded, not read as JSON
+  void api("GET /dashboard/logs/export", { token })
+  // @ts-expect-error a JSON route is not an export
+  void download("GET /dashboard/logs", { token }, "logs.csv")
+  // @ts-expect-error a field the success type lacks
+  void api("GET /dashboard/api-keys", { token }).then((list) => list.api_keys)
+  // @ts-expect-error a field of the answer read with the wrong type
+  void api("GET /dashboard/billing/balance", { token }).then((balance): string => balance.balance_myr)
+}
+
+/** What pages may read; typed only (a hook outside a component is never called). */
+export const refusedReads = () => {
+  // @ts-expect-error only GET routes are read as a page loads
+  useApi("POST /dashboard/api-keys")
+  // @ts-expect-error a route with a path parameter needs it
+  useApi("GET /dashboard/webhooks/{id}/deliveries")
+  const [keys] = useApi("GET /dashboard/api-keys")
+  // @ts-expect-error a field the key lacks
+  return keys.data?.keys[0]?.secret
+}

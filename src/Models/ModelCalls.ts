@@ -30,6 +30,7 @@ import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
 import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
 import { targetsFor } from "../Domain/Upstreams.js"
 import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
+import { makeCallSpans } from "./CallSpan.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
 import type { EventRenderer } from "./Wire.js"
@@ -116,6 +117,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       // Streams' settlements run on the service's fibers: awaited (after the handoffs below) before the wallet's last flush.
       const fork = forkWith(yield* FiberSet.makeRuntime<never>())
       const handoffs = yield* makeHandoffs(config.streamHandoffTimeoutMs)
+      const spans = makeCallSpans(Option.isSome(config.otlpEndpoint))
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
       const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number, endpoint: CallInput["endpoint"]) => {
@@ -213,6 +215,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       // Between the reservation and the hook that settles it, nothing may interrupt: a reservation no hook
       // settles would be renewed by this process for as long as its lease allows.
       const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
+        spans.complete(input, run(input))
+      const run = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
         Effect.uninterruptibleMask((restore) =>
           Effect.gen(function*() {
             const call = yield* accept(input)
@@ -236,6 +240,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
 
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
       const stream = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
+        spans.stream(input, renderer, closed, (renderer, closed) => relay(input, renderer, closed))
+      const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(
           Effect.uninterruptibleMask((restore) =>
             Effect.gen(function*() {

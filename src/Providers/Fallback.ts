@@ -41,7 +41,29 @@ export interface FallbackOptions {
   readonly upstreams: ReadonlyArray<UpstreamConfig>
   readonly firstByteTimeoutMs: number
   readonly totalTimeoutMs: number
+  /** Each attempt a span (`chat <model>`, GenAI conventions) under the call's: only while traces are exported. */
+  readonly traced?: boolean | undefined
 }
+
+/** An attempt as its own span: which target, and how it went (never what was asked or answered). */
+const attemptSpan = (target: Target, index: number) =>
+  <A>(attempt: Effect.Effect<A, AttemptFailure>): Effect.Effect<A, AttemptFailure> =>
+    attempt.pipe(
+      Effect.tapBoth({
+        onFailure: (failed) => Effect.annotateCurrentSpan("nenas.attempt.outcome", failed.outcome),
+        onSuccess: () => Effect.annotateCurrentSpan("nenas.attempt.outcome", "ok")
+      }),
+      Effect.withSpan(`chat ${target.model}`, {
+        kind: "client",
+        attributes: {
+          "gen_ai.operation.name": "chat",
+          "gen_ai.system": "openai",
+          "gen_ai.request.model": target.model,
+          "nenas.upstream": target.upstream,
+          "nenas.attempt": index + 1
+        }
+      })
+    )
 
 /** Every target open (`now` and `halfOpenAt` epoch ms, the service's `Clock`): retry once the earliest half-opens. */
 const allOpen = (halfOpenAt: number, now: number) =>
@@ -101,7 +123,8 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
           }
           const started = performance.now()
           const share = Math.ceil(left / (targets.length - index))
-          const result = yield* Effect.either(run(client, { ...request, model: target.model }, share))
+          const tried = run(client, { ...request, model: target.model }, share)
+          const result = yield* Effect.either(options.traced === true ? attemptSpan(target, index)(tried) : tried)
           const latencyMs = Math.round(performance.now() - started)
           if (result._tag === "Right") {
             yield* breakers.record(target.id, { _tag: "Success" })

@@ -1,4 +1,4 @@
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { Breakers } from "./Breakers.js"
@@ -21,7 +21,8 @@ export const ProviderLive = Layer.unwrapEffect(Effect.gen(function*() {
         return yield* makeFallbackProvider({
           upstreams: config.upstreams,
           firstByteTimeoutMs: config.upstreamFirstByteTimeoutMs,
-          totalTimeoutMs: config.upstreamTotalTimeoutMs
+          totalTimeoutMs: config.upstreamTotalTimeoutMs,
+          traced: Option.isSome(config.otlpEndpoint)
         }, breakers, (target, outcome, seconds) =>
           Effect.sync(() => {
             metrics.upstreamAttempts.inc({ target, outcome })

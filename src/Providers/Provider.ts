@@ -315,6 +315,7 @@ export const Script = { answer, streamed, refuse, usage }
 
 /** The configured model provider: the upstream when `UPSTREAM_BASE_URL` is set, else the simulated model. */
 export class Provider extends Context.Tag("nenas/Provider")<Provider, ProviderShape>() {
+  /** A provider for tests, scripted call by call (above), recording every request. */
   static readonly scripted = scripted
   /** The test Layer: a scripted provider as the configured `Provider`. */
   static readonly Test = (provider: ScriptedProvider): Layer.Layer<Provider> => Layer.succeed(Provider, provider)

@@ -57,7 +57,9 @@ const SignedIn = Layer.mergeAll(
 const logged: Array<string> = []
 const KeepLogs = Logger.replace(
   Logger.defaultLogger,
-  Logger.make(({ cause }) => cause.pipe(Cause.pretty, (text) => text === "" ? undefined : logged.push(text)))
+  Logger.make(({ cause }) => {
+    if (!Cause.isEmpty(cause)) logged.push(Cause.pretty(cause))
+  })
 )
 
 /** The keys handlers served on a test port, over `repo` and stubs of what else they use. */

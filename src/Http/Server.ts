@@ -88,7 +88,7 @@ export interface ServerOverrides {
   readonly storedResponses?: Layer.Layer<StoredResponses, never, SqlClient.SqlClient>
 }
 
-/** Set on `Wallet/RepoTest.ts`'s repositories (a global symbol, so production code does not import test code). */
+/** Set on `Wallet/InMemoryWalletRepo.ts`'s repositories (a global symbol, so production code does not import test code). */
 const IN_MEMORY_WALLET = Symbol.for("nenas/WalletRepo/inMemory")
 
 /** `layer` itself, refusing to start on an in-memory repository: captures written in SQL would find no reservation. */

@@ -1,5 +1,4 @@
-import type { Effect, Option, Stream } from "effect"
-import { Context } from "effect"
+import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
 import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Effort } from "../Routing/Router.js"
 import type { Message } from "../Domain/Tokens.js"
@@ -141,11 +140,192 @@ export interface ProviderShape {
   readonly stream: (request: ProviderRequest) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError>
 }
 
+/**
+ * A provider for tests (`Provider.scripted`), scripted call by call: each call
+ * takes the next step of a list (or the step a function picks from the
+ * request), and every request is recorded for the test to assert on. A step
+ * (`Script.answer`, `Script.streamed`, `Script.refuse`) is an answer, a stream
+ * of parts with real delays between them, or a typed provider error. Either
+ * kind of call can take either kind of answer: `complete` joins a streamed
+ * step's parts, `stream` sends a completion as one part.
+ */
+
+export type ScriptStep =
+  /** The whole answer at once. */
+  | { readonly _tag: "Answer"; readonly completion: Completion }
+  /** Parts sent `delay` apart (a real sleep on the fiber's clock); `failure`, when given, ends the stream after them. */
+  | {
+    readonly _tag: "Parts"
+    readonly parts: ReadonlyArray<StreamPart>
+    readonly delay: Duration.Duration
+    readonly failure: ProviderError | undefined
+  }
+  /** The upstream refuses before it answers: both `complete` and `stream` fail with it. */
+  | { readonly _tag: "Refuse"; readonly error: ProviderError }
+
+export type Script =
+  | ReadonlyArray<ScriptStep>
+  /** `index` counts calls from 0, over `complete` and `stream` together. */
+  | ((request: ProviderRequest, index: number) => ScriptStep)
+
+export interface ScriptedProvider extends ProviderShape {
+  /** Every request received, in order (a live array). */
+  readonly requests: ReadonlyArray<ProviderRequest>
+}
+
+const usage = (inputTokens: number, outputTokens: number, extra: Partial<ProviderUsage> = {}): ProviderUsage => ({
+  inputTokens,
+  outputTokens,
+  reasoningTokens: 0,
+  cachedTokens: 0,
+  ...extra
+})
+
+/** A step: `text` as the answer, with the usage the upstream reports (none: we count it ourselves). */
+const answer = (
+  text: string,
+  options: { readonly usage?: ProviderUsage; readonly toolCalls?: ReadonlyArray<ToolCall>; readonly finishReason?: Completion["finishReason"] } = {}
+): ScriptStep => ({
+  _tag: "Answer",
+  completion: {
+    text,
+    toolCalls: options.toolCalls ?? [],
+    finishReason: options.finishReason ?? (options.toolCalls !== undefined && options.toolCalls.length > 0 ? "tool_calls" : "stop"),
+    usage: Option.fromNullable(options.usage),
+    logprobs: undefined
+  }
+})
+
+/** A step: `chunks` as text deltas `delay` apart, then the finish and (when given) the usage; or `failure` after the chunks. */
+const streamed = (
+  chunks: ReadonlyArray<string>,
+  options: { readonly delay?: Duration.DurationInput; readonly usage?: ProviderUsage; readonly failure?: ProviderError } = {}
+): ScriptStep => ({
+  _tag: "Parts",
+  parts: [
+    ...chunks.map((text): StreamPart => ({ _tag: "Delta", text })),
+    ...(options.failure === undefined ? [{ _tag: "Finish", finishReason: "stop" } as const] : []),
+    ...(options.usage === undefined || options.failure !== undefined ? [] : [{ _tag: "Usage", usage: options.usage } as const])
+  ],
+  delay: Duration.decode(options.delay ?? 0),
+  failure: options.failure
+})
+
+const refuse = (error: ProviderError): ScriptStep => ({ _tag: "Refuse", error })
+
+/** The completion a streamed step adds up to, as the upstream would have answered it whole. */
+const joined = (parts: ReadonlyArray<StreamPart>): Completion => {
+  let text = ""
+  let finishReason: Completion["finishReason"] = "stop"
+  let reported: Option.Option<ProviderUsage> = Option.none()
+  const calls = new Map<number, { id: string; name: string; arguments: string }>()
+  for (const part of parts) {
+    switch (part._tag) {
+      case "Delta":
+        text += part.text
+        break
+      case "ToolCallDelta": {
+        const call = calls.get(part.index) ?? { id: "", name: "", arguments: "" }
+        calls.set(part.index, {
+          id: part.id ?? call.id,
+          name: part.name ?? call.name,
+          arguments: call.arguments + part.arguments
+        })
+        break
+      }
+      case "Finish":
+        finishReason = part.finishReason
+        break
+      case "Usage":
+        reported = Option.some(part.usage)
+        break
+    }
+  }
+  const toolCalls = [...calls.entries()].sort(([a], [b]) => a - b).map(([, call]): ToolCall => ({
+    id: call.id,
+    type: "function",
+    function: { name: call.name, arguments: call.arguments }
+  }))
+  return { text, toolCalls, finishReason, usage: reported, logprobs: undefined }
+}
+
+/** The parts a whole completion streams as: its text in one delta, its tool calls, the finish, the usage. */
+const split = (completion: Completion): ReadonlyArray<StreamPart> => [
+  ...(completion.text === "" ? [] : [{ _tag: "Delta", text: completion.text } as const]),
+  ...completion.toolCalls.map((call, index): StreamPart => ({
+    _tag: "ToolCallDelta",
+    index,
+    id: call.id,
+    name: call.function.name,
+    arguments: call.function.arguments
+  })),
+  { _tag: "Finish", finishReason: completion.finishReason },
+  ...Option.match(completion.usage, { onNone: () => [], onSome: (reported) => [{ _tag: "Usage", usage: reported } as const] })
+]
+
+const scripted = (script: Script): ScriptedProvider => {
+  const requests: Array<ProviderRequest> = []
+  const next = (request: ProviderRequest) =>
+    Effect.suspend(() => {
+      const index = requests.length
+      requests.push(request)
+      if (typeof script === "function") return Effect.succeed(script(request, index))
+      const step = script[index]
+      return step === undefined
+        ? Effect.dieMessage(`Provider.scripted: the script has ${script.length} step(s), and call ${index + 1} came (model ${request.model})`)
+        : Effect.succeed(step)
+    })
+  const complete = (request: ProviderRequest) =>
+    Effect.flatMap(next(request), (step): Effect.Effect<Completion, ProviderError> => {
+      switch (step._tag) {
+        case "Answer":
+          return Effect.succeed(step.completion)
+        case "Refuse":
+          return Effect.fail(step.error)
+        case "Parts":
+          // A whole answer waits for every part, as a complete call to a slow upstream would.
+          return Effect.sleep(Duration.times(step.delay, step.parts.length)).pipe(
+            Effect.zipRight(step.failure === undefined ? Effect.succeed(joined(step.parts)) : Effect.fail(step.failure))
+          )
+      }
+    })
+  const stream = (request: ProviderRequest) =>
+    Effect.flatMap(next(request), (step): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError> => {
+      switch (step._tag) {
+        case "Answer":
+          return Effect.succeed(Stream.fromIterable(split(step.completion)))
+        case "Refuse":
+          return Effect.fail(step.error)
+        case "Parts": {
+          const [first, ...rest] = step.parts
+          // The first part comes at once (the upstream has started answering); each later one `delay` after the last.
+          const parts: Stream.Stream<StreamPart, ProviderError> = first === undefined ? Stream.empty : Stream.concat(
+            Stream.succeed(first),
+            Stream.fromIterable(rest).pipe(Stream.mapEffect((part) => Effect.as(Effect.sleep(step.delay), part)))
+          )
+          return Effect.succeed(step.failure === undefined ? parts : Stream.concat(parts, Stream.fail(step.failure)))
+        }
+      }
+    })
+  return { complete, stream, requests }
+}
+
+/** The steps of a script, and the usage an upstream reports. */
+export const Script = { answer, streamed, refuse, usage }
+
 /** The configured model provider: the upstream when `UPSTREAM_BASE_URL` is set, else the simulated model. */
-export class Provider extends Context.Tag("nenas/Provider")<Provider, ProviderShape>() {}
+export class Provider extends Context.Tag("nenas/Provider")<Provider, ProviderShape>() {
+  /** A provider for tests, scripted call by call (above), recording every request. */
+  static readonly scripted = scripted
+  /** The test Layer: a scripted provider as the configured `Provider`. */
+  static readonly Test = (provider: ScriptedProvider): Layer.Layer<Provider> => Layer.succeed(Provider, provider)
+}
 
 /** The model test keys call: the simulated model, whatever the upstream; they cost nothing, so they must never reach it. */
-export class TestKeyProvider extends Context.Tag("nenas/TestKeyProvider")<TestKeyProvider, ProviderShape>() {}
+export class TestKeyProvider extends Context.Tag("nenas/TestKeyProvider")<TestKeyProvider, ProviderShape>() {
+  /** The test Layer: a scripted provider as the model test keys call. */
+  static readonly Test = (provider: ScriptedProvider): Layer.Layer<TestKeyProvider> => Layer.succeed(TestKeyProvider, provider)
+}
 
 export const finishReasonOf = (value: unknown): FinishReason =>
   value === "length" || value === "tool_calls" || value === "content_filter" ? value : "stop"

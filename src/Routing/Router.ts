@@ -105,9 +105,43 @@ export const decideRoute = (
   }
 }
 
+/**
+ * A router for tests with fixed decisions (`Router.fixed`): one route for every
+ * call, or a function of the input. Each input it was asked about is recorded.
+ */
+export interface FixedRouter {
+  readonly route: (input: RouteInput) => Route
+  readonly inputs: ReadonlyArray<RouteInput>
+}
+
 export class Router extends Context.Tag("nenas/Router")<Router, {
   readonly route: (input: RouteInput) => Route
 }>() {
+  /** A router that answers `decide` (a route, or a function of the input), recording every input. */
+  static readonly fixed = (decide: Route | ((input: RouteInput) => Route)): FixedRouter => {
+    const inputs: Array<RouteInput> = []
+    return {
+      inputs,
+      route: (input) => {
+        inputs.push(input)
+        return typeof decide === "function" ? decide(input) : decide
+      }
+    }
+  }
+
+  /** A route to `upstreamModel` in `category`, with a reason that says a test fixed it. */
+  static readonly fixedRoute = (category: Category, upstreamModel: string, reasoningModel = category === "reasoning"): Route => ({
+    category,
+    upstreamModel,
+    reasoningModel,
+    search: category === "search",
+    reasoning: `Routed to ${upstreamModel} because the test fixed the route.`
+  })
+
+  /** The test Layer: `router` (from `Router.fixed`) as the `Router`. */
+  static readonly Test = (router: FixedRouter): Layer.Layer<Router> => Layer.succeed(Router, router)
+
+
   static readonly layer = Layer.effect(
     Router,
     Effect.map(AppConfig, (config) => {

@@ -9,7 +9,6 @@ import { errorResponse, toApiError } from "../../src/Http/ErrorMiddleware.js"
 import { hashOf, judgeExisting, type RecordRow } from "../../src/Models/Idempotency.js"
 import type { RouteInput } from "../../src/Routing/Router.js"
 import { decideRoute, Router } from "../../src/Routing/Router.js"
-import * as RouterTest from "../../src/Routing/RouterTest.js"
 import { GRANT_FLOOR_CALLS, grantGrowth, newGrant, newPace, wantsGrant } from "../../src/Wallet/Grants.js"
 import { DESIGN_TABLE } from "../support/ErrorTable.js"
 
@@ -39,12 +38,12 @@ describe("routing", () => {
     ))))
 
   it.effect("a fixed Router answers its route whatever the prompt, and records what it was asked", () => {
-    const fixed = RouterTest.make(RouterTest.route("reasoning", "pinned-model"))
+    const fixed = Router.fixed(Router.fixedRoute("reasoning", "pinned-model"))
     return Effect.gen(function*() {
       const router = yield* Router
       for (const each of prompts) expect(router.route(each)).toMatchObject({ category: "reasoning", upstreamModel: "pinned-model", reasoningModel: true })
       expect(fixed.inputs).toEqual(prompts)
-    }).pipe(Effect.provide(RouterTest.layer(fixed)))
+    }).pipe(Effect.provide(Router.Test(fixed)))
   })
 
   it.effect("a fixed Router may decide from the input: here, search only when asked", () =>
@@ -52,8 +51,8 @@ describe("routing", () => {
       const router = yield* Router
       expect(router.route(input("hi", "medium", "on")).search).toBe(true)
       expect(router.route(input("What is the latest news?", "medium", "auto")).search).toBe(false)
-    }).pipe(Effect.provide(RouterTest.layer(RouterTest.make((asked) =>
-      asked.webSearch === "on" ? RouterTest.route("search", "m") : RouterTest.route("general", "m")
+    }).pipe(Effect.provide(Router.Test(Router.fixed((asked) =>
+      asked.webSearch === "on" ? Router.fixedRoute("search", "m") : Router.fixedRoute("general", "m")
     )))))
 })
 

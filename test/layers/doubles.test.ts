@@ -1,13 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Chunk, Effect, Exit, Fiber, Option, Schema, Stream, TestClock } from "effect"
 import { StripeEvent } from "../../src/Billing/Payments.js"
-import * as PaymentProcessorTest from "../../src/Billing/PaymentProcessorTest.js"
+import { completedEvent, PaymentProcessor } from "../../src/Billing/PaymentProcessor.js"
 import { ProviderTimeout, ProviderUnavailable } from "../../src/Domain/Errors.js"
 import type { ProviderRequest } from "../../src/Providers/Provider.js"
-import { Provider } from "../../src/Providers/Provider.js"
-import * as ProviderTest from "../../src/Providers/ProviderTest.js"
+import { Provider, Script } from "../../src/Providers/Provider.js"
 import { Search } from "../../src/Search/Search.js"
-import * as SearchTest from "../../src/Search/SearchTest.js"
 
 /** The test Layers themselves answer as the real services would: no PostgreSQL, no network. */
 
@@ -21,41 +19,41 @@ const request = (content: string, model = "m"): ProviderRequest => ({
 
 const collected = <A, E>(stream: Stream.Stream<A, E>) => Effect.map(Stream.runCollect(stream), Chunk.toReadonlyArray)
 
-describe("ProviderTest", () => {
+describe("Provider.scripted", () => {
   it.effect("answers its steps in order over complete and stream, records each request, and dies clearly past the script", () => {
-    const scripted = ProviderTest.make([
-      ProviderTest.answer("one", { usage: ProviderTest.usage(3, 1) }),
-      ProviderTest.answer("two"),
-      ProviderTest.refuse(new ProviderTimeout({ message: "late" }))
+    const scripted = Provider.scripted([
+      Script.answer("one", { usage: Script.usage(3, 1) }),
+      Script.answer("two"),
+      Script.refuse(new ProviderTimeout({ message: "late" }))
     ])
     return Effect.gen(function*() {
       const provider = yield* Provider
       const first = yield* provider.complete(request("a"))
-      expect(first).toMatchObject({ text: "one", finishReason: "stop", usage: Option.some(ProviderTest.usage(3, 1)) })
+      expect(first).toMatchObject({ text: "one", finishReason: "stop", usage: Option.some(Script.usage(3, 1)) })
       const parts = yield* Effect.flatMap(provider.stream(request("b")), collected)
       expect(parts).toEqual([{ _tag: "Delta", text: "two" }, { _tag: "Finish", finishReason: "stop" }])
       expect((yield* Effect.flip(provider.stream(request("c"))))._tag).toBe("ProviderTimeout")
       const past = yield* Effect.exit(provider.complete(request("d")))
       expect(Exit.isFailure(past) && Cause.pretty(past.cause)).toContain("the script has 3 step(s), and call 4 came")
       expect(scripted.requests.map((r) => r.messages[0]?.content)).toEqual(["a", "b", "c", "d"])
-    }).pipe(Effect.provide(ProviderTest.layer(scripted)))
+    }).pipe(Effect.provide(Provider.Test(scripted)))
   })
 
   it.effect("a function script answers from the request; a streamed step joins into one completion", () => {
-    const scripted = ProviderTest.make((asked, index) =>
+    const scripted = Provider.scripted((asked, index) =>
       asked.model === "broken"
-        ? ProviderTest.refuse(new ProviderUnavailable({ message: "down" }))
-        : ProviderTest.streamed([`call ${index}: `, "ok"], { usage: ProviderTest.usage(5, 2) }))
+        ? Script.refuse(new ProviderUnavailable({ message: "down" }))
+        : Script.streamed([`call ${index}: `, "ok"], { usage: Script.usage(5, 2) }))
     return Effect.gen(function*() {
-      expect(yield* scripted.complete(request("x"))).toMatchObject({ text: "call 0: ok", usage: Option.some(ProviderTest.usage(5, 2)) })
+      expect(yield* scripted.complete(request("x"))).toMatchObject({ text: "call 0: ok", usage: Option.some(Script.usage(5, 2)) })
       expect((yield* Effect.flip(scripted.complete(request("y", "broken"))))._tag).toBe("ProviderUnavailable")
     })
   })
 
   it.effect("parts come `delay` apart on the fiber's clock, and a failure ends the stream after them", () =>
     Effect.gen(function*() {
-      const provider = ProviderTest.make([
-        ProviderTest.streamed(["a", "b", "c"], { delay: "1 second", failure: new ProviderTimeout({ message: "cut" }) })
+      const provider = Provider.scripted([
+        Script.streamed(["a", "b", "c"], { delay: "1 second", failure: new ProviderTimeout({ message: "cut" }) })
       ])
       const seen: Array<string> = []
       const stream = yield* provider.stream(request("x"))
@@ -76,7 +74,7 @@ describe("ProviderTest", () => {
   it.effect("tool calls survive the trip between whole and streamed answers", () =>
     Effect.gen(function*() {
       const call = { id: "call_1", type: "function" as const, function: { name: "weather", arguments: "{\"city\":\"KL\"}" } }
-      const provider = ProviderTest.make([ProviderTest.answer("", { toolCalls: [call] })])
+      const provider = Provider.scripted([Script.answer("", { toolCalls: [call] })])
       const parts = yield* Effect.flatMap(provider.stream(request("x")), collected)
       expect(parts).toEqual([
         { _tag: "ToolCallDelta", index: 0, id: "call_1", name: "weather", arguments: "{\"city\":\"KL\"}" },
@@ -85,10 +83,10 @@ describe("ProviderTest", () => {
     }))
 })
 
-describe("SearchTest", () => {
+describe("Search.canned", () => {
   it.effect("canned results (at most maxResults), failing queries, canned pages; each query and page recorded", () => {
-    const canned = SearchTest.make({
-      results: (query) => [SearchTest.result("https://a.test/1", `${query} 1`), SearchTest.result("https://a.test/2", `${query} 2`)],
+    const canned = Search.canned({
+      results: (query) => [Search.cannedResult("https://a.test/1", `${query} 1`), Search.cannedResult("https://a.test/2", `${query} 2`)],
       pages: { "https://a.test/1": "Page one." },
       failing: ["down"]
     })
@@ -100,14 +98,14 @@ describe("SearchTest", () => {
       expect((yield* Effect.flip(search.readPage("https://a.test/2")))._tag).toBe("PageFailed")
       expect(canned.queries).toEqual([{ query: "kl", maxResults: 1 }, { query: "down", maxResults: 5 }])
       expect(canned.pagesRead).toEqual(["https://a.test/1", "https://a.test/2"])
-    }).pipe(Effect.provide(SearchTest.layer(canned)))
+    }).pipe(Effect.provide(Search.Test(canned)))
   })
 })
 
-describe("PaymentProcessorTest", () => {
+describe("PaymentProcessor.inMemory", () => {
   it.effect("one session per transaction, as Stripe's idempotency key makes it; unreachable fails as billing_error", () =>
     Effect.gen(function*() {
-      const checkout = PaymentProcessorTest.make()
+      const checkout = PaymentProcessor.inMemory()
       const input = { transactionId: "pt_1", accountId: "acc_1", amountSen: 1_000, email: null, saveCardFor: null }
       const first = yield* checkout.createCheckout(input)
       expect(yield* checkout.createCheckout(input)).toEqual(first)
@@ -118,7 +116,7 @@ describe("PaymentProcessorTest", () => {
       expect(checkout.state.calls.length).toBe(3)
       const session = checkout.state.sessions.get(first.sessionId)
       if (session === undefined) throw new Error("no session")
-      const event = yield* Schema.decodeUnknown(StripeEvent)(PaymentProcessorTest.completedEvent(session, "pi_1"))
+      const event = yield* Schema.decodeUnknown(StripeEvent)(completedEvent(session, "pi_1"))
       expect(event.data.object).toMatchObject({ client_reference_id: "pt_1", amount_total: 1_000, payment_status: "paid" })
     }))
 })

@@ -1,13 +1,13 @@
 import { expect, it, layer } from "@effect/vitest"
 import { Cause, Effect, Exit, Layer } from "effect"
-import * as PaymentProcessorTest from "../../src/Billing/PaymentProcessorTest.js"
+import { PaymentProcessor } from "../../src/Billing/PaymentProcessor.js"
 import { ProviderUnavailable } from "../../src/Domain/Errors.js"
 import { costOf, DEFAULT_PRICES } from "../../src/Domain/Prices.js"
-import * as ProviderTest from "../../src/Providers/ProviderTest.js"
-import * as RouterTest from "../../src/Routing/RouterTest.js"
+import { Provider, Script } from "../../src/Providers/Provider.js"
+import { Router } from "../../src/Routing/Router.js"
+import * as InMemoryWalletRepo from "../../src/Wallet/InMemoryWalletRepo.js"
 import { caller, modelCall, walletOf } from "../support/Models.js"
 import { WEBHOOK_SECRET, webhookOverrides } from "../support/Stripe.js"
-import * as WalletRepoTest from "../../src/Wallet/RepoTest.js"
 import { TestServerLive } from "../support/TestServer.js"
 
 /**
@@ -16,18 +16,18 @@ import { TestServerLive } from "../support/TestServer.js"
  * upstream double, no Stripe double. The wallet is the real one, on PostgreSQL.
  */
 
-const script = ProviderTest.make([
-  ProviderTest.answer("Selamat pagi!", { usage: ProviderTest.usage(20, 40) }),
-  ProviderTest.streamed(["Sela", "mat ", "pagi!"], { delay: "30 millis", usage: ProviderTest.usage(20, 40) }),
-  ProviderTest.refuse(new ProviderUnavailable({ message: "The model provider answered HTTP 503." }))
+const script = Provider.scripted([
+  Script.answer("Selamat pagi!", { usage: Script.usage(20, 40) }),
+  Script.streamed(["Sela", "mat ", "pagi!"], { delay: "30 millis", usage: Script.usage(20, 40) }),
+  Script.refuse(new ProviderUnavailable({ message: "The model provider answered HTTP 503." }))
 ])
-const router = RouterTest.make(RouterTest.route("reasoning", "o4-mini"))
-const checkout = PaymentProcessorTest.make()
+const router = Router.fixed(Router.fixedRoute("reasoning", "o4-mini"))
+const checkout = PaymentProcessor.inMemory()
 
 const server = TestServerLive(webhookOverrides, {
-  provider: ProviderTest.layer(script),
-  router: RouterTest.layer(router),
-  paymentProcessor: PaymentProcessorTest.layer(checkout, WEBHOOK_SECRET)
+  provider: Provider.Test(script),
+  router: Router.Test(router),
+  paymentProcessor: PaymentProcessor.Test(checkout, WEBHOOK_SECRET)
 })
 
 /** What 20 tokens in and 40 out cost on the routed model: what each successful call is billed. */
@@ -84,6 +84,6 @@ layer(server, { excludeTestServices: true })("a handler on test Layers", (it) =>
 
 it.effect("the server refuses to start on an in-memory WalletRepo: its calls settle in SQL, which would find no reservation", () =>
   Effect.gen(function*() {
-    const exit = yield* Effect.exit(Effect.scoped(Layer.build(TestServerLive({}, { walletRepo: WalletRepoTest.layer() }))))
+    const exit = yield* Effect.exit(Effect.scoped(Layer.build(TestServerLive({}, { walletRepo: InMemoryWalletRepo.layer() }))))
     expect(Exit.isFailure(exit) && Cause.pretty(exit.cause)).toContain("an in-memory WalletRepo cannot run under the server")
   }), { timeout: 120_000 })

@@ -3,16 +3,16 @@ import { Effect, Exit, TestClock } from "effect"
 import { microMyr } from "../../src/Domain/Money.js"
 import { WalletRepo } from "../../src/Wallet/Repo.js"
 import type { Reservation, ReserveInput } from "../../src/Wallet/Repo.js"
-import * as WalletRepoTest from "../../src/Wallet/RepoTest.js"
+import * as InMemoryWalletRepo from "../../src/Wallet/InMemoryWalletRepo.js"
 
 /** The in-memory WalletRepo keeps the SQL one's rules: no PostgreSQL here. */
 
 const ACCOUNT = "acc_memory"
 
 const funded = (amountMicroMyr: number) => {
-  const store = WalletRepoTest.makeStore()
+  const store = InMemoryWalletRepo.makeStore()
   store.open(ACCOUNT)
-  const repo = WalletRepoTest.make(store, "instance-a")
+  const repo = InMemoryWalletRepo.make(store, "instance-a")
   return { store, repo, funding: repo.post(topUp(amountMicroMyr)) }
 }
 
@@ -115,7 +115,7 @@ describe("WalletRepo.Test", () => {
     Effect.gen(function*() {
       const { funding, repo, store } = funded(9_000)
       yield* funding
-      const other = WalletRepoTest.make(store, "instance-b")
+      const other = InMemoryWalletRepo.make(store, "instance-b")
       expect(yield* repo.growGrant({ id: "gr_a", accountId: ACCOUNT, create: false }, () => 100)).toBe("missing")
       expect(yield* repo.growGrant({ id: "gr_a", accountId: ACCOUNT, create: true }, ({ availableMicroMyr }) => availableMicroMyr / 3)).toBe(3_000)
       expect(yield* repo.growGrant({ id: "gr_a", accountId: ACCOUNT, create: false }, ({ heldMicroMyr }) => heldMicroMyr)).toBe(3_000)
@@ -135,7 +135,7 @@ describe("WalletRepo.Test", () => {
       const exit = yield* Effect.exit(repo.reserve(hold(1, "req_1")))
       expect(Exit.isFailure(exit) && exit.cause._tag === "Die").toBe(true)
       expect(yield* repo.openHolds).toBe(0)
-    }).pipe(Effect.provide(WalletRepoTest.layer())))
+    }).pipe(Effect.provide(InMemoryWalletRepo.layer())))
 
   it.effect("a race of 400 fibers reserving against one wallet: never negative, at least the affordable ones held, exact totals", () =>
     Effect.gen(function*() {

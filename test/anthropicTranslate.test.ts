@@ -3,6 +3,8 @@ import { describe, expect, it } from "vitest"
 import type { ApiError } from "../src/Domain/Errors.js"
 import { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "../src/Models/AnthropicApi.js"
 import { anthropicCallInput, anthropicConversation } from "../src/Models/AnthropicInput.js"
+import { anthropicTokenCount } from "../src/Models/AnthropicWire.js"
+import { countInput } from "../src/Models/Estimate.js"
 
 /**
  * Anthropic's Messages API translated, without a database or a server: request bodies to the
@@ -353,10 +355,14 @@ describe("the Messages schemas", () => {
     expect(Either.isLeft(result) && result.left.message).toContain(mentioned)
   })
 
-  it("conversation alone, as count_tokens reads it", () => {
-    const conversation = Effect.runSync(anthropicConversation(
-      Schema.decodeUnknownSync(AnthropicCountTokensRequest)({ model: MODEL, system: "S", messages: [{ role: "user", content: "Hi" }] })
-    ))
+  it("conversation alone, as count_tokens reads it and counts it as the estimate does", () => {
+    const conversation = Effect.runSync(anthropicConversation(Schema.decodeUnknownSync(AnthropicCountTokensRequest)({
+      model: MODEL, system: "S", messages: [{ role: "user", content: "Hi" }], tools: [weatherTool]
+    })))
     expect(conversation.upstream).toEqual([{ role: "system", content: "S" }, { role: "user", content: "Hi" }])
+    expect(anthropicTokenCount(conversation)).toEqual({ input_tokens: countInput(conversation.upstream, conversation.capabilities) })
+    expect(anthropicTokenCount(conversation).input_tokens).toBeGreaterThan(
+      anthropicTokenCount({ ...conversation, capabilities: {} }).input_tokens
+    )
   })
 })

@@ -1,9 +1,11 @@
 import { toMyrString } from "../Domain/Money.js"
 import type { FinishReason, ToolCall } from "../Providers/Provider.js"
-import type { AnthropicMessage, AnthropicStopReason, AnthropicWebSearchCitation } from "./AnthropicApi.js"
+import type { AnthropicMessage, AnthropicStopReason, AnthropicTokenCount, AnthropicWebSearchCitation } from "./AnthropicApi.js"
 import { anthropicErrorBody } from "./AnthropicErrors.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { CallResult, CallUsage, StreamEvent } from "./CallTypes.js"
+import { countInput } from "./Estimate.js"
+import type { Conversation } from "./Input.js"
 import type { EventRenderer, StreamContext } from "./Wire.js"
 import { idsOf } from "./Wire.js"
 import type { Annotation } from "./WebSearch.js"
@@ -97,6 +99,11 @@ export const anthropicMessage = (result: CallResult): typeof AnthropicMessage.Ty
     cost_myr: toMyrString(result.cost)
   }
 }
+
+/** The 200 body of `POST /v1/messages/count_tokens`: the input as the estimate counts it (turns, tools, format). */
+export const anthropicTokenCount = (conversation: Pick<Conversation, "upstream" | "capabilities">): typeof AnthropicTokenCount.Type => ({
+  input_tokens: countInput(conversation.upstream, conversation.capabilities)
+})
 
 /** One server-sent event, named as Anthropic names them: the event name is also the data's `type`. */
 const sse = (type: string, fields: Record<string, unknown> = {}): string =>

@@ -42,7 +42,7 @@ export const Metadata = Schema.Record({ key: Schema.String, value: SqlString.pip
   })
 ).annotations({ identifier: "Metadata" })
 
-const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0), Schema.lessThanOrEqualTo(1_000_000))
+export const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0), Schema.lessThanOrEqualTo(1_000_000))
 
 export const ReasoningEffort = Schema.Literal("low", "medium", "high")
 

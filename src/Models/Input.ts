@@ -115,7 +115,7 @@ const toolCallOf = (value: unknown, path: string): Effect.Effect<ToolCall, Input
 }
 
 /** Tools and the choice among them, checked as OpenAI checks them: unique names, a named choice among the tools. */
-const toolsOf = (tools: ReadonlyArray<ToolDefinition>, choice: ToolChoice | undefined, choiceParam: string) =>
+export const toolsOf = (tools: ReadonlyArray<ToolDefinition>, choice: ToolChoice | undefined, choiceParam: string) =>
   Effect.gen(function*() {
     const names = new Set<string>()
     for (const [i, tool] of tools.entries()) {
@@ -165,7 +165,7 @@ const checkToolResults = (upstream: ReadonlyArray<UpstreamMessage>, param: (inde
 }
 
 /** The text view of the upstream turns, for routing and search: what people and the model said. */
-const textView = (upstream: ReadonlyArray<UpstreamMessage>): ReadonlyArray<Message> =>
+export const textView = (upstream: ReadonlyArray<UpstreamMessage>): ReadonlyArray<Message> =>
   upstream.flatMap((m): ReadonlyArray<Message> => {
     if (m.role === "tool") return []
     const content = m.content === null ? "" : plain(m.content)

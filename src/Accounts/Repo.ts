@@ -1,18 +1,22 @@
-import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import type { Account, Identity } from "../Domain/Account.js"
 import { newId } from "../Domain/Ids.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { now } from "../Domain/Time.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 
-interface AccountRow {
-  readonly id: string
-  readonly issuer: string | null
-  readonly subject: string
-  readonly email: string | null
-  readonly suspendedAt: Date | null
-}
+const AccountRow = Schema.Struct({
+  id: Schema.String,
+  issuer: Schema.NullOr(Schema.String),
+  subject: Schema.String,
+  email: Schema.NullOr(Schema.String),
+  suspendedAt: Schema.NullOr(Schema.DateFromSelf)
+})
 
-const toAccount = (row: AccountRow): Account => ({
+const IdentityKey = Schema.Struct({ issuer: Schema.String, subject: Schema.String })
+
+const toAccount = (row: typeof AccountRow.Type): Account => ({
   id: row.id,
   issuer: row.issuer,
   subject: row.subject,
@@ -26,10 +30,12 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
    * wallet, on first sign-in. An account made before issuers were recorded is claimed by the
    * first verified sign-in with its subject (from the provider configured now).
    */
-  readonly signIn: (identity: Identity) => Effect.Effect<Account, SqlError.SqlError>
+  readonly signIn: (identity: Identity) => Effect.Effect<Account>
   /**
    * Locks the account's row until the caller's SQL transaction ends, so that
    * decisions about one account (its suspension) read their facts one at a time.
+   * This and the two below keep `SqlError` a failure: they run inside `Payments.apply`,
+   * whose Stripe webhook handler counts a failed SQL statement before it dies.
    */
   readonly lock: (accountId: string) => Effect.Effect<{ readonly suspended: boolean }, SqlError.SqlError>
   /** Refuses the account's model calls; an account already suspended keeps its first suspension time. */
@@ -42,57 +48,90 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const wallets = yield* WalletRepo
-      const find = (identity: Identity) =>
-        sql<AccountRow>`
-          SELECT id, issuer, subject, email, suspended_at FROM accounts
-          WHERE issuer = ${identity.issuer} AND subject = ${identity.subject}
-        `.pipe(Effect.map((rows) => rows[0]))
+      const find = SqlSchema.findOne({
+        Request: IdentityKey,
+        Result: AccountRow,
+        execute: (identity) =>
+          sql`
+            SELECT id, issuer, subject, email, suspended_at FROM accounts
+            WHERE issuer = ${identity.issuer} AND subject = ${identity.subject}
+          `
+      })
       // A concurrent claim waits on the row and then finds its issuer set: it claims nothing and finds the account.
-      const claimLegacy = (identity: Identity) =>
-        sql<AccountRow>`
-          UPDATE accounts SET issuer = ${identity.issuer}
-          WHERE issuer IS NULL AND subject = ${identity.subject}
-          RETURNING id, issuer, subject, email, suspended_at
-        `.pipe(Effect.map((rows) => rows[0]))
-      const create = (identity: Identity) =>
-        sql.withTransaction(Effect.gen(function*() {
-          const id = newId("acct")
-          const inserted = yield* sql<{ id: string }>`
+      const claimLegacy = SqlSchema.findOne({
+        Request: IdentityKey,
+        Result: AccountRow,
+        execute: (identity) =>
+          sql`
+            UPDATE accounts SET issuer = ${identity.issuer}
+            WHERE issuer IS NULL AND subject = ${identity.subject}
+            RETURNING id, issuer, subject, email, suspended_at
+          `
+      })
+      const insert = SqlSchema.findAll({
+        Request: Schema.Struct({
+          id: Schema.String,
+          issuer: Schema.String,
+          subject: Schema.String,
+          email: Schema.NullOr(Schema.String),
+          name: Schema.NullOr(Schema.String)
+        }),
+        Result: Schema.Struct({ id: Schema.String }),
+        execute: (account) =>
+          sql`
             INSERT INTO accounts (id, issuer, subject, email, name)
-            VALUES (${id}, ${identity.issuer}, ${identity.subject}, ${identity.email}, ${identity.name})
+            VALUES (${account.id}, ${account.issuer}, ${account.subject}, ${account.email}, ${account.name})
             ON CONFLICT (issuer, subject) DO NOTHING
             RETURNING id
           `
+      })
+      const create = (identity: Identity) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const id = newId("acct")
+          const inserted = yield* insert({ ...identity, id })
           // Inside this transaction: the account never exists without its wallet.
           if (inserted.length > 0) yield* wallets.open(id)
         }))
+      const lockRow = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: Schema.Struct({ suspended: Schema.Boolean }),
+        execute: (accountId) =>
+          sql`SELECT suspended_at IS NOT NULL AS suspended FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`
+      })
       return AccountsRepo.of({
         signIn: (identity) =>
           Effect.gen(function*() {
             const existing = yield* find(identity)
-            if (existing !== undefined) return toAccount(existing)
+            if (Option.isSome(existing)) return toAccount(existing.value)
             const claimed = yield* claimLegacy(identity)
-            if (claimed !== undefined) return toAccount(claimed)
+            if (Option.isSome(claimed)) return toAccount(claimed.value)
             const claimedMeanwhile = yield* find(identity)
-            if (claimedMeanwhile !== undefined) return toAccount(claimedMeanwhile)
+            if (Option.isSome(claimedMeanwhile)) return toAccount(claimedMeanwhile.value)
             yield* create(identity)
             const created = yield* find(identity)
-            if (created === undefined) return yield* Effect.dieMessage("account vanished after creation")
-            return toAccount(created)
-          }),
+            if (Option.isNone(created)) return yield* Effect.dieMessage("account vanished after creation")
+            return toAccount(created.value)
+          }).pipe(Effect.orDie, Effect.withSpan("AccountsRepo.signIn")),
         // The lock an UPDATE of the row takes: inserts referencing the account (its key) are not held up.
         lock: (accountId) =>
-          Effect.map(
-            sql<{ suspended: boolean }>`SELECT suspended_at IS NOT NULL AS suspended FROM accounts WHERE id = ${accountId} FOR NO KEY UPDATE`,
-            (rows) => ({ suspended: rows[0]?.suspended === true })
+          lockRow(accountId).pipe(
+            Effect.map((row) => ({ suspended: Option.isSome(row) && row.value.suspended })),
+            Effect.catchTag("ParseError", Effect.die),
+            Effect.withSpan("AccountsRepo.lock")
           ),
         suspend: (accountId) =>
-          Effect.flatMap(Clock.currentTimeMillis, (ms) =>
+          Effect.flatMap(now, (at) =>
             sql`
-              UPDATE accounts SET suspended_at = COALESCE(suspended_at, ${new Date(ms)}) WHERE id = ${accountId}
-            `).pipe(Effect.asVoid),
-        reinstate: (accountId) => Effect.asVoid(sql`UPDATE accounts SET suspended_at = NULL WHERE id = ${accountId}`)
+              UPDATE accounts SET suspended_at = COALESCE(suspended_at, ${at}) WHERE id = ${accountId}
+            `).pipe(Effect.asVoid, Effect.withSpan("AccountsRepo.suspend")),
+        reinstate: (accountId) =>
+          sql`UPDATE accounts SET suspended_at = NULL WHERE id = ${accountId}`.pipe(
+            Effect.asVoid,
+            Effect.withSpan("AccountsRepo.reinstate")
+          )
       })
     })
   )
+  /** Only the members a test gives; any other dies when used. */
+  static readonly Test = makeTestLayer(AccountsRepo)
 }

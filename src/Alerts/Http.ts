@@ -22,7 +22,7 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
         const wallet = yield* Effect.orDie(spending.balance(account.id))
         const row = yield* Effect.orDie(settings.get(account.id))
         if (row === undefined) return yield* Effect.dieMessage(`no wallet for account ${account.id}`)
-        const list = yield* Effect.orDie(endpoints.list(account.id))
+        const list = yield* endpoints.list(account.id)
         return { banners: bannersOf(wallet, row, list) }
       }))
   }))

@@ -31,7 +31,7 @@ const verifySession = (
 ) =>
   identity.verify(token).pipe(
     Effect.tapError(() => Effect.flatMap(limits.client, (address) => limits.take("authFailures", address))),
-    Effect.flatMap((who) => Effect.orDie(accounts.signIn(who))),
+    Effect.flatMap((who) => accounts.signIn(who)),
     Effect.tap((account) => noteRequestFacts({ accountId: account.id }))
   )
 

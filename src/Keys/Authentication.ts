@@ -1,5 +1,5 @@
 import { HttpServerRequest } from "@effect/platform"
-import { Cause, Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
+import { Cause, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
 import {
   AuthenticationError,
@@ -11,6 +11,7 @@ import {
   type RateLimitExceeded,
   RevokedApiKey
 } from "../Domain/Errors.js"
+import { now } from "../Domain/Time.js"
 import { noteRequestFacts } from "../Request/Context.js"
 import { IpLimits } from "../Request/IpLimits.js"
 import { hashKey, keyPrefix } from "./ApiKeys.js"
@@ -47,7 +48,7 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
         message: "Missing API key. Send `Authorization: Bearer <API_KEY>`."
       })
     }
-    const found = yield* Effect.orDie(keys.lookup(hashKey(key)))
+    const found = yield* keys.lookup(hashKey(key))
     if (found._tag === "Revoked") {
       return yield* found.rotatedOf === null
         ? new RevokedApiKey({ message: `The API key ${describe(key)} was deleted.` })
@@ -56,10 +57,10 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
     if (found._tag === "Unknown") {
       return yield* new InvalidApiKey({ message: `Invalid API key provided: ${describe(key)}` })
     }
-    const now = new Date(yield* Clock.currentTimeMillis)
+    const at = yield* now
     const { key: row } = found
     // The previous secret of a rotated key, remembered from within its grace period.
-    if (found.graceUntil !== null && found.graceUntil <= now) return yield* rotatedOut(key, row.id)
+    if (found.graceUntil !== null && found.graceUntil <= at) return yield* rotatedOut(key, row.id)
     if (row.disabledAt !== null) {
       return yield* new PermissionDenied({
         message: `The API key ${row.prefix}… is disabled.`,
@@ -67,12 +68,12 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
         action: keyEditAction(row.id)
       })
     }
-    if (row.expiresAt !== null && row.expiresAt <= now) {
+    if (row.expiresAt !== null && row.expiresAt <= at) {
       return yield* new ExpiredApiKey({
         message: `The API key ${row.prefix}… expired at ${row.expiresAt.toISOString()}.`
       })
     }
-    yield* lastUsed.touch(row.id, now)
+    yield* lastUsed.touch(row.id, at)
     yield* noteRequestFacts({ keyId: row.id, accountId: row.accountId })
     return {
       keyId: row.id,

@@ -1,5 +1,6 @@
-import { SqlClient } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { now } from "../Domain/Time.js"
 import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
 
 /** A key is announced as expiring this long before its `expires_at`. */
@@ -20,19 +21,31 @@ export class KeyExpiry extends Context.Tag("nenas/KeyExpiry")<KeyExpiry, {
     KeyExpiry,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const markExpiring = SqlSchema.findAll({
+        Request: Schema.DateFromSelf,
+        Result: Schema.Struct({
+          id: Schema.String,
+          accountId: Schema.String,
+          name: Schema.String,
+          prefix: Schema.String,
+          expiresAt: Schema.DateFromSelf
+        }),
+        execute: (at) =>
+          sql`
+            UPDATE api_keys SET expiring_announced_for = expires_at
+            WHERE expires_at > ${at} AND expires_at <= ${new Date(at.getTime() + EXPIRING_NOTICE_MS)}
+              AND expiring_announced_for IS DISTINCT FROM expires_at
+            RETURNING id, account_id, name, prefix, expires_at
+          `
+      })
       const runOnce = sql.withTransaction(Effect.gen(function*() {
-        const now = new Date(yield* Clock.currentTimeMillis)
-        const keys = yield* sql<{ id: string; accountId: string; name: string; prefix: string; expiresAt: Date }>`
-          UPDATE api_keys SET expiring_announced_for = expires_at
-          WHERE expires_at > ${now} AND expires_at <= ${new Date(now.getTime() + EXPIRING_NOTICE_MS)}
-            AND expiring_announced_for IS DISTINCT FROM expires_at
-          RETURNING id, account_id, name, prefix, expires_at
-        `
+        const at = yield* now
+        const keys = yield* markExpiring(at)
         for (const key of keys) {
           yield* emit({
             accountId: key.accountId,
             type: "key.expiring",
-            at: now,
+            at,
             data: { account_id: key.accountId, api_key_id: key.id, expires_at: key.expiresAt.toISOString() },
             email: {
               subject: `Your API key "${key.name}" expires on ${key.expiresAt.toISOString().slice(0, 10)}`,

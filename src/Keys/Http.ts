@@ -1,10 +1,11 @@
 import { HttpApiBuilder } from "@effect/platform"
-import { Clock, DateTime, Effect, Option } from "effect"
+import { DateTime, Effect, Option } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { IdempotencyConflict, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
+import { now } from "../Domain/Time.js"
 import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyRecord } from "./Api.js"
 import {
@@ -89,7 +90,6 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
     const spending = yield* Spending
     const limits = yield* AppConfig
     const seals = yield* RotationSeal
-    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
     return handlers
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
@@ -116,8 +116,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             rateLimitConcurrent: payload.rate_limit_concurrent ?? null
           }).pipe(
             Effect.catchTag("TooManyKeys", ({ limit }) =>
-              new InvalidRequest({ message: `An account can have at most ${limit} API keys; delete one first.` })),
-            Effect.catchTag("SqlError", Effect.die)
+              new InvalidRequest({ message: `An account can have at most ${limit} API keys; delete one first.` }))
           )
           return { key: toRecord(limits, row, at, Option.none(), new Map()), full_key: fullKey, warning: WARNING }
         }))
@@ -125,7 +124,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const at = yield* now
-          const rows = yield* Effect.orDie(repo.list(account.id))
+          const rows = yield* repo.list(account.id)
           const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
           return { keys: rows.map((row) => toRecord(limits, row, at, lastUsed.pending(row.id), spent)) }
         }))
@@ -139,14 +138,14 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           }
           yield* withinCeilings(limits, payload)
           const limit = payload.monthly_spend_limit_myr
-          const row = yield* Effect.orDie(repo.update(account.id, path.id, {
+          const row = yield* repo.update(account.id, path.id, {
             ...(payload.name === undefined ? {} : { name: payload.name }),
             ...(limit === undefined ? {} : { monthlySpendLimitMicroMyr: limit === null ? null : fromMyr(limit) }),
             ...(expiresAt === undefined ? {} : { expiresAt }),
             ...(payload.disabled === undefined ? {} : { disabled: payload.disabled }),
             ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
             ...(payload.rate_limit_concurrent === undefined ? {} : { rateLimitConcurrent: payload.rate_limit_concurrent })
-          }))
+          })
           if (row === undefined) return yield* noSuchKey(path.id)
           // Every instance hears of it through the key's NOTIFY within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)
@@ -166,11 +165,11 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               param: "Idempotency-Key"
             })
           }
-          const existing = yield* Effect.orDie(repo.list(account.id))
+          const existing = yield* repo.list(account.id)
           const current = existing.find((row) => row.id === path.id)
           if (current === undefined) return yield* noSuchKey(path.id)
           const fullKey = generateKey(current.environment)
-          const rotated = yield* Effect.orDie(repo.rotate(account.id, path.id, {
+          const rotated = yield* repo.rotate(account.id, path.id, {
             keyHash: hashKey(fullKey),
             prefix: keyPrefix(fullKey),
             graceSeconds: payload.grace_seconds,
@@ -178,7 +177,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               tokenHash: rotationToken(path.id, idempotencyKey),
               sealed: seals.seal(path.id, idempotencyKey, fullKey)
             }
-          }, ROTATION_REPEAT_SECONDS))
+          }, ROTATION_REPEAT_SECONDS)
           if (rotated === undefined) return yield* noSuchKey(path.id)
           const answered = rotated.repeatOf === null || idempotencyKey === undefined
             ? fullKey
@@ -204,7 +203,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const deleted = yield* Effect.orDie(repo.remove(account.id, path.id))
+          const deleted = yield* repo.remove(account.id, path.id)
           if (!deleted) return yield* noSuchKey(path.id)
           // Every instance hears of it within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)

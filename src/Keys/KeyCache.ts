@@ -1,4 +1,3 @@
-import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer } from "effect"
 import { Listener } from "../Database/Listener.js"
 import { Metrics } from "../Observability/Metrics.js"
@@ -39,7 +38,7 @@ interface Entry {
  * where they were answered (`nenas_key_lookups_total`).
  */
 export class KeyCache extends Context.Tag("nenas/KeyCache")<KeyCache, {
-  readonly lookup: (keyHash: Buffer) => Effect.Effect<KeyLookup, SqlError.SqlError>
+  readonly lookup: (keyHash: Buffer) => Effect.Effect<KeyLookup>
   /** Drops what is remembered of an account's keys: this instance just changed them. */
   readonly forgetAccount: (accountId: string) => Effect.Effect<void>
   /** Whether memory answers now (announcements are being heard). */

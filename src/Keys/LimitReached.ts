@@ -1,6 +1,8 @@
-import { SqlClient } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Context, Effect, Layer, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
+import { MicroMyr } from "../Domain/Money.js"
+import { now } from "../Domain/Time.js"
 import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
 
 /** `YYYY-MM` of `at` in `timeZone`: the spend-limit month. */
@@ -27,7 +29,7 @@ export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLim
       const announced = { month: "", keys: new Set<string>() }
       const announce = (apiKeyId: string) =>
         Effect.gen(function*() {
-          const at = new Date(yield* Clock.currentTimeMillis)
+          const at = yield* now
           const month = monthOf(at, businessTimezone)
           if (announced.month !== month) announced.keys.clear()
           announced.month = month
@@ -35,13 +37,24 @@ export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLim
           yield* claim(apiKeyId, at, month)
           announced.keys.add(apiKeyId)
         })
-      const claim = (apiKeyId: string, at: Date, month: string) =>
-        sql.withTransaction(Effect.gen(function*() {
-          const keys = yield* sql<{ id: string; accountId: string; name: string; monthlySpendLimitMicroMyr: number | null }>`
+      const markAnnounced = SqlSchema.findAll({
+        Request: Schema.Struct({ apiKeyId: Schema.String, month: Schema.String }),
+        Result: Schema.Struct({
+          id: Schema.String,
+          accountId: Schema.String,
+          name: Schema.String,
+          monthlySpendLimitMicroMyr: Schema.NullOr(MicroMyr)
+        }),
+        execute: ({ apiKeyId, month }) =>
+          sql`
             UPDATE api_keys SET limit_announced_month = ${month}
             WHERE id = ${apiKeyId} AND limit_announced_month IS DISTINCT FROM ${month}
             RETURNING id, account_id, name, monthly_spend_limit_micro_myr
           `
+      })
+      const claim = (apiKeyId: string, at: Date, month: string) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const keys = yield* markAnnounced({ apiKeyId, month })
           for (const key of keys) {
             const limit = key.monthlySpendLimitMicroMyr === null ? null : key.monthlySpendLimitMicroMyr / 1e6
             yield* emit({

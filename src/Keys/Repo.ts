@@ -1,34 +1,42 @@
-import { SqlClient, type SqlError } from "@effect/sql"
-import { Context, Data, Effect, Layer } from "effect"
-import type { Environment } from "./Api.js"
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Context, Data, Effect, Layer, Option, Schema } from "effect"
+import { MicroMyr } from "../Domain/Money.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { Environment } from "./Api.js"
 import { MAX_KEYS_PER_ACCOUNT } from "./ApiKeys.js"
 
-export interface KeyRow {
-  readonly id: string
-  readonly accountId: string
-  readonly name: string
-  readonly prefix: string
-  readonly environment: Environment
-  readonly monthlySpendLimitMicroMyr: number | null
-  readonly expiresAt: Date | null
-  readonly createdAt: Date
-  readonly lastUsedAt: Date | null
-  readonly disabledAt: Date | null
+/** A `bytea` column or parameter: pg gives and takes it as a Node `Buffer`. */
+const Bytes = Schema.declare((input: unknown): input is Buffer => Buffer.isBuffer(input), { identifier: "Buffer" })
+const NullableDate = Schema.NullOr(Schema.DateFromSelf)
+
+export const KeyRow = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  name: Schema.String,
+  prefix: Schema.String,
+  environment: Environment,
+  monthlySpendLimitMicroMyr: Schema.NullOr(MicroMyr),
+  expiresAt: NullableDate,
+  createdAt: Schema.DateFromSelf,
+  lastUsedAt: NullableDate,
+  disabledAt: NullableDate,
   /** Null: the operator's default (`RATE_LIMIT_RPM`). */
-  readonly rateLimitRpm: number | null
+  rateLimitRpm: Schema.NullOr(Schema.Int),
   /** Null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
-  readonly rateLimitConcurrent: number | null
-}
+  rateLimitConcurrent: Schema.NullOr(Schema.Int)
+})
+export interface KeyRow extends Schema.Schema.Type<typeof KeyRow> {}
 
 /** The fields `PATCH /dashboard/api-keys/{id}` may change; an absent field stays as it is. */
-export interface KeyChanges {
-  readonly name?: string
-  readonly monthlySpendLimitMicroMyr?: number | null
-  readonly expiresAt?: Date | null
-  readonly disabled?: boolean
-  readonly rateLimitRpm?: number | null
-  readonly rateLimitConcurrent?: number | null
-}
+export const KeyChanges = Schema.Struct({
+  name: Schema.optionalWith(Schema.String, { exact: true }),
+  monthlySpendLimitMicroMyr: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
+  expiresAt: Schema.optionalWith(NullableDate, { exact: true }),
+  disabled: Schema.optionalWith(Schema.Boolean, { exact: true }),
+  rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
+  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
+})
+export interface KeyChanges extends Schema.Schema.Type<typeof KeyChanges> {}
 
 /** A rotation to write: the new hash, and what lets a repeat with the same Idempotency-Key answer the same secret. */
 export interface Rotation {
@@ -38,19 +46,20 @@ export interface Rotation {
   readonly repeat: { readonly tokenHash: Buffer; readonly sealed: Buffer } | null
 }
 
-export type NewKey = {
-  readonly id: string
-  readonly accountId: string
-  readonly name: string
-  readonly prefix: string
-  readonly environment: Environment
-  readonly keyHash: Buffer
-  readonly monthlySpendLimitMicroMyr: number | null
-  readonly expiresAt: Date | null
+export const NewKey = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  name: Schema.String,
+  prefix: Schema.String,
+  environment: Environment,
+  keyHash: Bytes,
+  monthlySpendLimitMicroMyr: Schema.NullOr(Schema.Number),
+  expiresAt: NullableDate,
   /** Absent or null: the operator's defaults. */
-  readonly rateLimitRpm?: number | null
-  readonly rateLimitConcurrent?: number | null
-}
+  rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
+  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
+})
+export type NewKey = Schema.Schema.Type<typeof NewKey>
 
 /** What a key hash resolves to when a `/v1` call presents it. */
 export type KeyLookup =
@@ -65,22 +74,27 @@ export type KeyLookup =
   | { readonly _tag: "Revoked"; readonly rotatedOf: string | null }
   | { readonly _tag: "Unknown" }
 
+const OwnKey = Schema.Struct({ accountId: Schema.String, keyId: Schema.String })
+
 export class TooManyKeys extends Data.TaggedError("TooManyKeys")<{ readonly limit: number }> {}
 
 const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
-  readonly create: (key: NewKey) => Effect.Effect<KeyRow, SqlError.SqlError | TooManyKeys>
-  readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<KeyRow>, SqlError.SqlError>
+  readonly create: (key: NewKey) => Effect.Effect<KeyRow, TooManyKeys>
+  readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<KeyRow>>
   /** Deletes the key for good and keeps its hash as a tombstone; false when the account has no such key. */
-  readonly remove: (accountId: string, keyId: string) => Effect.Effect<boolean, SqlError.SqlError>
-  readonly lookup: (keyHash: Buffer) => Effect.Effect<KeyLookup, SqlError.SqlError>
-  /** Records when keys were last used, many keys in one statement. */
+  readonly remove: (accountId: string, keyId: string) => Effect.Effect<boolean>
+  readonly lookup: (keyHash: Buffer) => Effect.Effect<KeyLookup>
+  /**
+   * Records when keys were last used, many keys in one statement. Its `SqlError` stays a failure:
+   * `KeyLastUsed` catches it to keep the batch for its next flush.
+   */
   readonly recordLastUsed: (uses: ReadonlyArray<{ readonly id: string; readonly at: Date }>) => Effect.Effect<void, SqlError.SqlError>
   /** Whether the key is, or was before its deletion, one of the account's keys. */
-  readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean>
   /** Applies `changes` to the account's key; undefined when the account has no such key. */
-  readonly update: (accountId: string, keyId: string, changes: KeyChanges) => Effect.Effect<KeyRow | undefined, SqlError.SqlError>
+  readonly update: (accountId: string, keyId: string, changes: KeyChanges) => Effect.Effect<KeyRow | undefined>
   /**
    * Replaces the key's secret (its hash): the replaced one gets a tombstone
    * and, with a grace period, keeps authenticating until it ends (replacing
@@ -94,157 +108,243 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
     rotation: Rotation,
     repeatWindowSeconds: number
   ) => Effect.Effect<
-    { readonly row: KeyRow; readonly repeatOf: Buffer | null; readonly graceUntil: Date | null } | undefined,
-    SqlError.SqlError
+    { readonly row: KeyRow; readonly repeatOf: Buffer | null; readonly graceUntil: Date | null } | undefined
   >
   /** The account's keys, and those of them that work at `at`: not disabled, not past `expires_at` (deleted ones are gone). */
-  readonly counts: (
-    accountId: string,
-    at: Date
-  ) => Effect.Effect<{ readonly total: number; readonly active: number }, SqlError.SqlError>
+  readonly counts: (accountId: string, at: Date) => Effect.Effect<{ readonly total: number; readonly active: number }>
 }>() {
   static readonly layer = Layer.effect(
     KeysRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const columns = sql.literal(keyColumns)
-      const first = <A>(rows: ReadonlyArray<A>) =>
-        rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
+      const returning = sql.literal(keyColumns.replaceAll("k.", ""))
+
+      const countKeys = SqlSchema.single({
+        Request: Schema.String,
+        Result: Schema.Struct({ count: Schema.Int }),
+        execute: (accountId) => sql`SELECT count(*)::int AS count FROM api_keys WHERE account_id = ${accountId}`
+      })
+      const insertKey = SqlSchema.single({
+        Request: NewKey,
+        Result: KeyRow,
+        execute: (key) =>
+          sql`
+            INSERT INTO api_keys ${sql.insert({ ...key, rateLimitRpm: key.rateLimitRpm ?? null, rateLimitConcurrent: key.rateLimitConcurrent ?? null })}
+            RETURNING ${returning}
+          `
+      })
+      const listKeys = SqlSchema.findAll({
+        Request: Schema.String,
+        Result: KeyRow,
+        execute: (accountId) =>
+          sql`SELECT ${columns} FROM api_keys k WHERE k.account_id = ${accountId} ORDER BY k.created_at DESC, k.id DESC`
+      })
+      const deleteKey = SqlSchema.findOne({
+        Request: OwnKey,
+        Result: Schema.Struct({ keyHash: Bytes }),
+        execute: ({ accountId, keyId }) =>
+          sql`DELETE FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} RETURNING key_hash`
+      })
+      const findActive = SqlSchema.findOne({
+        Request: Bytes,
+        Result: Schema.Struct({ ...KeyRow.fields, suspendedAt: NullableDate, graceUntil: NullableDate }),
+        execute: (keyHash) =>
+          sql`
+            SELECT ${columns}, a.suspended_at,
+              CASE WHEN k.key_hash = ${keyHash} THEN NULL ELSE k.previous_valid_until END AS grace_until
+            FROM api_keys k JOIN accounts a ON a.id = k.account_id
+            WHERE k.key_hash = ${keyHash} OR (k.previous_key_hash = ${keyHash} AND k.previous_valid_until > now())
+          `
+      })
+      // A tombstone whose key still exists is a rotated-out secret; a deleted key's tombstones have no key.
+      const findTombstone = SqlSchema.findOne({
+        Request: Bytes,
+        Result: Schema.Struct({ rotatedOf: Schema.NullOr(Schema.String) }),
+        execute: (keyHash) =>
+          sql`
+            SELECT (SELECT k.id FROM api_keys k WHERE k.id = t.key_id) AS rotated_of
+            FROM api_key_tombstones t WHERE t.key_hash = ${keyHash}
+          `
+      })
+      const everAccountKey = SqlSchema.single({
+        Request: OwnKey,
+        Result: Schema.Struct({ found: Schema.Boolean }),
+        execute: ({ accountId, keyId }) =>
+          sql`
+            SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId})
+              OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
+          `
+      })
+      const updateKey = SqlSchema.findOne({
+        Request: Schema.Struct({ ...OwnKey.fields, changes: KeyChanges }),
+        Result: KeyRow,
+        execute: ({ accountId, changes, keyId }) => {
+          const set = {
+            ...(changes.name === undefined ? {} : { name: changes.name }),
+            ...(changes.monthlySpendLimitMicroMyr === undefined
+              ? {}
+              : { monthly_spend_limit_micro_myr: changes.monthlySpendLimitMicroMyr }),
+            ...(changes.expiresAt === undefined ? {} : { expires_at: changes.expiresAt }),
+            ...(changes.rateLimitRpm === undefined ? {} : { rate_limit_rpm: changes.rateLimitRpm }),
+            ...(changes.rateLimitConcurrent === undefined ? {} : { rate_limit_concurrent: changes.rateLimitConcurrent })
+          }
+          // Disabling keeps the first moment it was disabled; enabling clears it.
+          const disabled = changes.disabled === undefined
+            ? sql`disabled_at`
+            : changes.disabled
+            ? sql`COALESCE(disabled_at, now())`
+            : sql`NULL`
+          return Object.keys(set).length === 0
+            ? sql`
+              UPDATE api_keys SET disabled_at = ${disabled} WHERE id = ${keyId} AND account_id = ${accountId}
+              RETURNING ${returning}`
+            : sql`
+              UPDATE api_keys SET ${sql.update(set)}, disabled_at = ${disabled}
+              WHERE id = ${keyId} AND account_id = ${accountId}
+              RETURNING ${returning}`
+        }
+      })
+      // Locked, so that two concurrent repeats of one rotation cannot both rotate.
+      const lockForRotation = SqlSchema.findOne({
+        Request: Schema.Struct({ ...OwnKey.fields, tokenHash: Schema.NullOr(Bytes), repeatWindowSeconds: Schema.Number }),
+        Result: Schema.Struct({ keyHash: Bytes, repeatOf: Schema.NullOr(Bytes), previousValidUntil: NullableDate }),
+        execute: ({ accountId, keyId, repeatWindowSeconds, tokenHash }) =>
+          sql`
+            SELECT key_hash, previous_valid_until,
+              CASE WHEN rotation_token_hash = ${tokenHash}
+                AND rotated_at > now() - ${repeatWindowSeconds} * interval '1 second'
+              THEN rotation_sealed END AS repeat_of
+            FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} FOR UPDATE
+          `
+      })
+      const findKey = SqlSchema.single({
+        Request: Schema.String,
+        Result: KeyRow,
+        execute: (keyId) => sql`SELECT ${columns} FROM api_keys k WHERE k.id = ${keyId}`
+      })
+      const replaceSecret = SqlSchema.single({
+        Request: Schema.Struct({
+          keyId: Schema.String,
+          keyHash: Bytes,
+          prefix: Schema.String,
+          oldKeyHash: Bytes,
+          graceSeconds: Schema.Number,
+          tokenHash: Schema.NullOr(Bytes),
+          sealed: Schema.NullOr(Bytes)
+        }),
+        Result: Schema.Struct({ ...KeyRow.fields, previousValidUntil: NullableDate }),
+        execute: (rotation) =>
+          sql`
+            UPDATE api_keys SET
+              key_hash = ${rotation.keyHash},
+              prefix = ${rotation.prefix},
+              previous_key_hash = ${rotation.graceSeconds > 0 ? rotation.oldKeyHash : null},
+              previous_valid_until = ${rotation.graceSeconds > 0 ? sql`now() + ${rotation.graceSeconds} * interval '1 second'` : null},
+              rotation_token_hash = ${rotation.tokenHash},
+              rotation_sealed = ${rotation.sealed},
+              rotated_at = now()
+            WHERE id = ${rotation.keyId}
+            RETURNING ${returning}, previous_valid_until
+          `
+      })
+      const countWorking = SqlSchema.single({
+        Request: Schema.Struct({ accountId: Schema.String, at: Schema.DateFromSelf }),
+        Result: Schema.Struct({ total: Schema.Int, active: Schema.Int }),
+        execute: ({ accountId, at }) =>
+          sql`
+            SELECT count(*)::int AS total,
+              (count(*) FILTER (WHERE disabled_at IS NULL AND (expires_at IS NULL OR expires_at > ${at}::timestamptz)))::int AS active
+            FROM api_keys WHERE account_id = ${accountId}
+          `
+      })
+
       return KeysRepo.of({
         create: (key) =>
           sql.withTransaction(Effect.gen(function*() {
             // Lock the account so that concurrent creations cannot pass the limit together.
             yield* sql`SELECT id FROM accounts WHERE id = ${key.accountId} FOR UPDATE`
-            const [count] = yield* sql<{ count: number }>`
-              SELECT count(*)::int AS count FROM api_keys WHERE account_id = ${key.accountId}
-            `
-            if ((count?.count ?? 0) >= MAX_KEYS_PER_ACCOUNT) return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT })
-            const rows = yield* sql<KeyRow>`
-              INSERT INTO api_keys ${sql.insert({ ...key, rateLimitRpm: key.rateLimitRpm ?? null, rateLimitConcurrent: key.rateLimitConcurrent ?? null })}
-              RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}
-            `
-            const row = rows[0]
-            if (row === undefined) return yield* Effect.dieMessage("INSERT returned no row")
-            return row
-          })),
-        list: (accountId) =>
-          sql<KeyRow>`SELECT ${columns} FROM api_keys k WHERE k.account_id = ${accountId} ORDER BY k.created_at DESC, k.id DESC`,
+            const { count } = yield* countKeys(key.accountId)
+            if (count >= MAX_KEYS_PER_ACCOUNT) return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT })
+            return yield* insertKey(key)
+          })).pipe(
+            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
+            Effect.withSpan("KeysRepo.create")
+          ),
+        list: (accountId) => listKeys(accountId).pipe(Effect.orDie, Effect.withSpan("KeysRepo.list")),
         remove: (accountId, keyId) =>
           sql.withTransaction(Effect.gen(function*() {
-            const deleted = yield* sql<{ keyHash: Buffer }>`
-              DELETE FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} RETURNING key_hash
-            `
-            const hash = deleted[0]?.keyHash
-            if (hash === undefined) return false
+            const deleted = yield* deleteKey({ accountId, keyId })
+            if (Option.isNone(deleted)) return false
             yield* sql`
               INSERT INTO api_key_tombstones (key_hash, key_id, account_id)
-              VALUES (${hash}, ${keyId}, ${accountId})
+              VALUES (${deleted.value.keyHash}, ${keyId}, ${accountId})
             `
             return true
-          })),
+          })).pipe(Effect.orDie, Effect.withSpan("KeysRepo.remove")),
+        // Runs on a `KeyCache` miss only, so decoding its row costs a model call nothing most of the time.
         lookup: (keyHash) =>
           Effect.gen(function*() {
-            const found = yield* sql<KeyRow & { readonly suspendedAt: Date | null; readonly graceUntil: Date | null }>`
-              SELECT ${columns}, a.suspended_at,
-                CASE WHEN k.key_hash = ${keyHash} THEN NULL ELSE k.previous_valid_until END AS grace_until
-              FROM api_keys k JOIN accounts a ON a.id = k.account_id
-              WHERE k.key_hash = ${keyHash} OR (k.previous_key_hash = ${keyHash} AND k.previous_valid_until > now())
-            `
-            const row = found[0]
-            if (row !== undefined) {
-              const { graceUntil, suspendedAt, ...key } = row
+            const found = yield* findActive(keyHash)
+            if (Option.isSome(found)) {
+              const { graceUntil, suspendedAt, ...key } = found.value
               return { _tag: "Active", key, accountSuspended: suspendedAt !== null, graceUntil } as const
             }
-            // A tombstone whose key still exists is a rotated-out secret; a deleted key's tombstones have no key.
-            const tombstones = yield* sql<{ rotatedOf: string | null }>`
-              SELECT (SELECT k.id FROM api_keys k WHERE k.id = t.key_id) AS rotated_of
-              FROM api_key_tombstones t WHERE t.key_hash = ${keyHash}
-            `
-            const tombstone = tombstones[0]
-            return tombstone !== undefined ? { _tag: "Revoked", rotatedOf: tombstone.rotatedOf } as const : { _tag: "Unknown" } as const
-          }),
+            const tombstone = yield* findTombstone(keyHash)
+            return Option.isSome(tombstone)
+              ? { _tag: "Revoked", rotatedOf: tombstone.value.rotatedOf } as const
+              : { _tag: "Unknown" } as const
+          }).pipe(Effect.orDie, Effect.withSpan("KeysRepo.lookup")),
         recordLastUsed: (uses) =>
-          uses.length === 0 ? Effect.void : sql`
+          (uses.length === 0 ? Effect.void : sql`
             UPDATE api_keys AS k SET last_used_at = GREATEST(k.last_used_at, u.at)
             FROM jsonb_to_recordset(${JSON.stringify(uses)}::jsonb) AS u(id text, at timestamptz)
             WHERE k.id = u.id
-          `.pipe(Effect.asVoid),
+          `.pipe(Effect.asVoid)).pipe(Effect.withSpan("KeysRepo.recordLastUsed")),
         isAccountKey: (accountId, keyId) =>
-          sql<{ found: boolean }>`
-            SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId})
-              OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
-          `.pipe(Effect.flatMap(first), Effect.map((row) => row.found)),
+          everAccountKey({ accountId, keyId }).pipe(
+            Effect.map((row) => row.found),
+            Effect.orDie,
+            Effect.withSpan("KeysRepo.isAccountKey")
+          ),
         update: (accountId, keyId, changes) =>
-          Effect.gen(function*() {
-            const set = {
-              ...(changes.name === undefined ? {} : { name: changes.name }),
-              ...(changes.monthlySpendLimitMicroMyr === undefined
-                ? {}
-                : { monthly_spend_limit_micro_myr: changes.monthlySpendLimitMicroMyr }),
-              ...(changes.expiresAt === undefined ? {} : { expires_at: changes.expiresAt }),
-              ...(changes.rateLimitRpm === undefined ? {} : { rate_limit_rpm: changes.rateLimitRpm }),
-              ...(changes.rateLimitConcurrent === undefined ? {} : { rate_limit_concurrent: changes.rateLimitConcurrent })
-            }
-            // Disabling keeps the first moment it was disabled; enabling clears it.
-            const disabled = changes.disabled === undefined
-              ? sql`disabled_at`
-              : changes.disabled
-              ? sql`COALESCE(disabled_at, now())`
-              : sql`NULL`
-            const rows = Object.keys(set).length === 0
-              ? yield* sql<KeyRow>`
-                UPDATE api_keys SET disabled_at = ${disabled} WHERE id = ${keyId} AND account_id = ${accountId}
-                RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}`
-              : yield* sql<KeyRow>`
-                UPDATE api_keys SET ${sql.update(set)}, disabled_at = ${disabled}
-                WHERE id = ${keyId} AND account_id = ${accountId}
-                RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}`
-            return rows[0]
-          }),
+          updateKey({ accountId, keyId, changes }).pipe(
+            Effect.map(Option.getOrUndefined),
+            Effect.orDie,
+            Effect.withSpan("KeysRepo.update")
+          ),
         rotate: (accountId, keyId, rotation, repeatWindowSeconds) =>
           sql.withTransaction(Effect.gen(function*() {
-            // Locked, so that two concurrent repeats of one rotation cannot both rotate.
-            const locked = yield* sql<{ keyHash: Buffer; repeatOf: Buffer | null; previousValidUntil: Date | null }>`
-              SELECT key_hash, previous_valid_until,
-                CASE WHEN rotation_token_hash = ${rotation.repeat?.tokenHash ?? null}
-                  AND rotated_at > now() - ${repeatWindowSeconds} * interval '1 second'
-                THEN rotation_sealed END AS repeat_of
-              FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} FOR UPDATE
-            `
-            const old = locked[0]
-            if (old === undefined) return undefined
+            const locked = yield* lockForRotation({
+              accountId,
+              keyId,
+              tokenHash: rotation.repeat?.tokenHash ?? null,
+              repeatWindowSeconds
+            })
+            if (Option.isNone(locked)) return undefined
+            const old = locked.value
             if (old.repeatOf !== null) {
-              const same = yield* sql<KeyRow>`SELECT ${columns} FROM api_keys k WHERE k.id = ${keyId}`
-              return { row: yield* first(same), repeatOf: old.repeatOf, graceUntil: old.previousValidUntil }
+              return { row: yield* findKey(keyId), repeatOf: old.repeatOf, graceUntil: old.previousValidUntil }
             }
             yield* sql`
               INSERT INTO api_key_tombstones (key_hash, key_id, account_id)
               VALUES (${old.keyHash}, ${keyId}, ${accountId}) ON CONFLICT (key_hash) DO NOTHING
             `
-            const grace = rotation.graceSeconds > 0
-            const rows = yield* sql<KeyRow & { readonly previousValidUntil: Date | null }>`
-              UPDATE api_keys SET
-                key_hash = ${rotation.keyHash},
-                prefix = ${rotation.prefix},
-                previous_key_hash = ${grace ? old.keyHash : null},
-                previous_valid_until = ${grace ? sql`now() + ${rotation.graceSeconds} * interval '1 second'` : null},
-                rotation_token_hash = ${rotation.repeat?.tokenHash ?? null},
-                rotation_sealed = ${rotation.repeat?.sealed ?? null},
-                rotated_at = now()
-              WHERE id = ${keyId}
-              RETURNING ${sql.literal(keyColumns.replaceAll("k.", ""))}, previous_valid_until
-            `
-            const { previousValidUntil, ...row } = yield* first(rows)
+            const { previousValidUntil, ...row } = yield* replaceSecret({
+              keyId,
+              keyHash: rotation.keyHash,
+              prefix: rotation.prefix,
+              oldKeyHash: old.keyHash,
+              graceSeconds: rotation.graceSeconds,
+              tokenHash: rotation.repeat?.tokenHash ?? null,
+              sealed: rotation.repeat?.sealed ?? null
+            })
             return { row, repeatOf: null, graceUntil: previousValidUntil }
-          })),
-        counts: (accountId, at) =>
-          sql<{ total: number; active: number }>`
-            SELECT count(*)::int AS total,
-              (count(*) FILTER (WHERE disabled_at IS NULL AND (expires_at IS NULL OR expires_at > ${at}::timestamptz)))::int AS active
-            FROM api_keys WHERE account_id = ${accountId}
-          `.pipe(Effect.flatMap(first))
+          })).pipe(Effect.orDie, Effect.withSpan("KeysRepo.rotate")),
+        counts: (accountId, at) => countWorking({ accountId, at }).pipe(Effect.orDie, Effect.withSpan("KeysRepo.counts"))
       })
     })
   )
+  /** Only the members a test gives; any other dies when used. */
+  static readonly Test = makeTestLayer(KeysRepo)
 }
-

@@ -144,7 +144,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
           const { wallet, daily, keyCounts } = yield* Effect.all({
             wallet: Effect.orDie(spending.balance(account.id)),
             daily: seriesRows(account.id, days.first, days.tomorrow, "day"),
-            keyCounts: Effect.orDie(keys.counts(account.id, at))
+            keyCounts: keys.counts(account.id, at)
           }, { concurrency: "unbounded" })
           return {
             wallet,

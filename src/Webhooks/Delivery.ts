@@ -1,8 +1,9 @@
-import { SqlClient } from "@effect/sql"
-import { Clock, Context, Duration, Effect, FiberSet, Layer, Schedule } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Clock, Context, Duration, Effect, FiberSet, Layer, Schedule, Schema } from "effect"
 import { Webhook } from "standardwebhooks"
 import { AppConfig } from "../AppConfig.js"
 import { newId } from "../Domain/Ids.js"
+import { now } from "../Domain/Time.js"
 import { HostResolver } from "../Search/Fetch.js"
 import { emailAccount } from "../Outbox/Events.js"
 import { backoffMs, RETRY_WINDOW_MS } from "../Outbox/Retries.js"
@@ -19,18 +20,19 @@ export const PER_ACCOUNT = 10
 /** Deliveries one instance has in flight at once. */
 export const PER_INSTANCE = 128
 
-interface Claimed {
-  readonly id: string
-  readonly attempts: number
-  readonly createdAt: Date
-  readonly endpointId: string
-  readonly accountId: string
-  readonly url: string
-  readonly secret: string
-  readonly eventId: string
+const Claimed = Schema.Struct({
+  id: Schema.String,
+  attempts: Schema.Int,
+  createdAt: Schema.DateFromSelf,
+  endpointId: Schema.String,
+  accountId: Schema.String,
+  url: Schema.String,
+  secret: Schema.String,
+  eventId: Schema.String,
   /** The event's JSON as stored, as text: the client would rename its keys if it parsed it. */
-  readonly body: string
-}
+  body: Schema.String
+})
+type Claimed = typeof Claimed.Type
 
 /** Standard Webhooks headers for `body`, signed with `secret` at `at`. */
 export const signedHeaders = (secret: string, eventId: string, at: Date, body: string): Record<string, string> => ({
@@ -63,25 +65,20 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
       const timeout = Duration.millis(config.webhookTimeoutMs)
       const leaseMs = config.webhookTimeoutMs * 2 + 1_000
 
-      const leaseEnd = (now: Date) => new Date(now.getTime() + leaseMs)
+      const leaseEnd = (at: Date) => new Date(at.getTime() + leaseMs)
 
-      /**
-       * Up to `room` due deliveries, leaving each endpoint at most `PER_ENDPOINT`
-       * in flight and each account at most `PER_ACCOUNT`. The endpoints are
-       * locked first (`SKIP LOCKED`: another instance claiming for them is busy
-       * with them, and skipped); the claim then counts what is in flight on a
-       * fresh snapshot, which every earlier claim for them has committed to.
-       */
-      const claim = (now: Date, room: number) =>
-        sql.withTransaction(Effect.gen(function*() {
-          const endpoints = yield* sql<{ id: string }>`
+      const lockDueEndpoints = SqlSchema.findAll({
+        Request: Schema.Struct({ at: Schema.DateFromSelf, room: Schema.Number }),
+        Result: Schema.Struct({ id: Schema.String }),
+        execute: ({ at, room }) =>
+          sql`
             WITH due AS (
               SELECT d.endpoint_id, min(d.next_attempt_at) AS first_due FROM webhook_deliveries d
-              WHERE d.status = 'pending' AND d.next_attempt_at <= ${now} AND (d.claimed_until IS NULL OR d.claimed_until < ${now})
+              WHERE d.status = 'pending' AND d.next_attempt_at <= ${at} AND (d.claimed_until IS NULL OR d.claimed_until < ${at})
               GROUP BY d.endpoint_id
             ), busy AS (
               SELECT d.endpoint_id, count(*) AS n FROM webhook_deliveries d
-              WHERE d.status = 'pending' AND d.claimed_until >= ${now} GROUP BY d.endpoint_id
+              WHERE d.status = 'pending' AND d.claimed_until >= ${at} GROUP BY d.endpoint_id
             ), account_busy AS (
               SELECT e.account_id, sum(b.n) AS n FROM busy b JOIN webhook_endpoints e ON e.id = b.endpoint_id GROUP BY e.account_id
             )
@@ -93,19 +90,22 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
             ORDER BY due.first_due LIMIT ${room}
             FOR UPDATE OF e SKIP LOCKED
           `
-          if (endpoints.length === 0) return []
-          const ids = endpoints.map((row) => row.id)
-          return yield* sql<Claimed>`
+      })
+      const claimDue = SqlSchema.findAll({
+        Request: Schema.Struct({ ids: Schema.Array(Schema.String), at: Schema.DateFromSelf, room: Schema.Number }),
+        Result: Claimed,
+        execute: ({ at, ids, room }) =>
+          sql`
             WITH busy AS (
               SELECT d.endpoint_id, count(*)::int AS n FROM webhook_deliveries d
-              WHERE d.endpoint_id = ANY(${ids}::text[]) AND d.status = 'pending' AND d.claimed_until >= ${now}
+              WHERE d.endpoint_id = ANY(${ids}::text[]) AND d.status = 'pending' AND d.claimed_until >= ${at}
               GROUP BY d.endpoint_id
             ), ranked AS (
               SELECT d.id, d.endpoint_id, e.account_id, d.next_attempt_at,
                      row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS place
               FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-              WHERE d.endpoint_id = ANY(${ids}::text[]) AND d.status = 'pending' AND d.next_attempt_at <= ${now}
-                AND (d.claimed_until IS NULL OR d.claimed_until < ${now})
+              WHERE d.endpoint_id = ANY(${ids}::text[]) AND d.status = 'pending' AND d.next_attempt_at <= ${at}
+                AND (d.claimed_until IS NULL OR d.claimed_until < ${at})
             ), per_endpoint AS (
               SELECT r.id, r.account_id, r.next_attempt_at,
                      row_number() OVER (PARTITION BY r.account_id ORDER BY r.next_attempt_at, r.id) AS place
@@ -113,7 +113,7 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
               WHERE r.place <= ${PER_ENDPOINT} - COALESCE(b.n, 0)
             ), account_busy AS (
               SELECT e.account_id, count(*)::int AS n FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-              WHERE e.account_id IN (SELECT account_id FROM per_endpoint) AND d.status = 'pending' AND d.claimed_until >= ${now}
+              WHERE e.account_id IN (SELECT account_id FROM per_endpoint) AND d.status = 'pending' AND d.claimed_until >= ${at}
               GROUP BY e.account_id
             ), chosen AS (
               SELECT p.id FROM per_endpoint p LEFT JOIN account_busy ab ON ab.account_id = p.account_id
@@ -124,13 +124,40 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
               SELECT d.id FROM webhook_deliveries d WHERE d.id IN (SELECT id FROM chosen) FOR UPDATE OF d SKIP LOCKED
             )
             UPDATE webhook_deliveries d
-            SET claimed_until = ${leaseEnd(now)}, attempts = d.attempts + 1
+            SET claimed_until = ${leaseEnd(at)}, attempts = d.attempts + 1
             FROM locked, webhook_endpoints e, outbox_events ev
             WHERE d.id = locked.id AND e.id = d.endpoint_id AND ev.id = d.event_id
             RETURNING d.id, d.attempts, d.created_at, e.id AS endpoint_id, e.account_id, e.url, e.secret,
                       ev.id AS event_id, ev.payload::text AS body
           `
+      })
+      /**
+       * Up to `room` due deliveries, leaving each endpoint at most `PER_ENDPOINT`
+       * in flight and each account at most `PER_ACCOUNT`. The endpoints are
+       * locked first (`SKIP LOCKED`: another instance claiming for them is busy
+       * with them, and skipped); the claim then counts what is in flight on a
+       * fresh snapshot, which every earlier claim for them has committed to.
+       */
+      const claim = (at: Date, room: number) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const endpoints = yield* lockDueEndpoints({ at, room })
+          if (endpoints.length === 0) return []
+          return yield* claimDue({ ids: endpoints.map((row) => row.id), at, room })
         }))
+
+      const markFailing = SqlSchema.findAll({
+        Request: Schema.Struct({ endpointId: Schema.String, failingSince: Schema.DateFromSelf, windowStart: Schema.DateFromSelf }),
+        Result: Schema.Struct({ id: Schema.String, url: Schema.String, disabled: Schema.Boolean }),
+        execute: ({ endpointId, failingSince, windowStart }) =>
+          sql`
+            UPDATE webhook_endpoints
+            SET failing_since = COALESCE(failing_since, ${failingSince}),
+                disabled_at = CASE WHEN failing_since <= ${windowStart}::timestamptz THEN ${failingSince}::timestamptz ELSE NULL END,
+                disabled_reason = CASE WHEN failing_since <= ${windowStart}::timestamptz THEN 'failing for 3 days' ELSE NULL END
+            WHERE id = ${endpointId} AND disabled_at IS NULL
+            RETURNING id, url, disabled_at IS NOT NULL AS disabled
+          `
+      })
 
       const record = (delivery: Claimed, at: Date, outcome: PostOutcome) =>
         sql.withTransaction(Effect.gen(function*() {
@@ -154,15 +181,7 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
                     claimed_until = NULL WHERE id = ${delivery.id}`
           const failingSince = new Date(done)
           const windowStart = new Date(done - RETRY_WINDOW_MS)
-          const disabled = yield* sql<{ id: string; url: string }>`
-            UPDATE webhook_endpoints
-            SET failing_since = COALESCE(failing_since, ${failingSince}),
-                disabled_at = CASE WHEN failing_since <= ${windowStart}::timestamptz THEN ${failingSince}::timestamptz ELSE NULL END,
-                disabled_reason = CASE WHEN failing_since <= ${windowStart}::timestamptz THEN 'failing for 3 days' ELSE NULL END
-            WHERE id = ${delivery.endpointId} AND disabled_at IS NULL
-            RETURNING id, url, disabled_at IS NOT NULL AS disabled
-          `
-          const row = disabled[0] as { id: string; url: string; disabled?: boolean } | undefined
+          const [row] = yield* markFailing({ endpointId: delivery.endpointId, failingSince, windowStart })
           if (row?.disabled === true) {
             yield* emailAccount(delivery.accountId, {
               subject: "A webhook endpoint was disabled",
@@ -174,7 +193,7 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
 
       const deliver = (delivery: Claimed) =>
         Effect.gen(function*() {
-          const at = new Date(yield* Clock.currentTimeMillis)
+          const at = yield* now
           const body = delivery.body
           const headers = signedHeaders(delivery.secret, delivery.eventId, at, body)
           const outcome = yield* postEvent(resolver, config.webhookAllowedHosts, timeout, delivery.url, headers, body)
@@ -189,7 +208,7 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
       const runOnce = Effect.gen(function*() {
         const room = PER_INSTANCE - (yield* FiberSet.size(running))
         if (room <= 0) return 0
-        const claimed = yield* claim(new Date(yield* Clock.currentTimeMillis), room)
+        const claimed = yield* claim(yield* now, room)
         for (const delivery of claimed) yield* FiberSet.run(running, deliver(delivery))
         return claimed.length
       }).pipe(Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("webhook claim failed", cause), 0)))

@@ -1,44 +1,52 @@
 import { randomBytes } from "node:crypto"
-import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { newId } from "../Domain/Ids.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { now } from "../Domain/Time.js"
 import { emit, TEST_EVENT } from "../Outbox/Events.js"
 
-export interface EndpointRow {
-  readonly id: string
-  readonly accountId: string
-  readonly url: string
-  readonly description: string
-  readonly events: ReadonlyArray<string>
-  readonly disabledAt: Date | null
-  readonly disabledReason: string | null
-  readonly failingSince: Date | null
-  readonly createdAt: Date
-  readonly updatedAt: Date
-}
+const NullableDate = Schema.NullOr(Schema.DateFromSelf)
 
-export interface AttemptRow {
-  readonly deliveryId: string
-  readonly attempt: number
-  readonly attemptedAt: Date
-  readonly statusCode: number | null
-  readonly latencyMs: number
-  readonly ok: boolean
-  readonly error: string | null
-  readonly responseExcerpt: string
-}
+export const EndpointRow = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  url: Schema.String,
+  description: Schema.String,
+  events: Schema.Array(Schema.String),
+  disabledAt: NullableDate,
+  disabledReason: Schema.NullOr(Schema.String),
+  failingSince: NullableDate,
+  createdAt: Schema.DateFromSelf,
+  updatedAt: Schema.DateFromSelf
+})
+export interface EndpointRow extends Schema.Schema.Type<typeof EndpointRow> {}
 
-export interface DeliveryRow {
-  readonly id: string
-  readonly eventId: string
-  readonly eventType: string
-  readonly status: "pending" | "delivered" | "failed"
-  readonly attempts: number
-  readonly nextAttemptAt: Date
-  readonly createdAt: Date
-  readonly deliveredAt: Date | null
-}
+export const AttemptRow = Schema.Struct({
+  deliveryId: Schema.String,
+  attempt: Schema.Int,
+  attemptedAt: Schema.DateFromSelf,
+  statusCode: Schema.NullOr(Schema.Int),
+  latencyMs: Schema.Int,
+  ok: Schema.Boolean,
+  error: Schema.NullOr(Schema.String),
+  responseExcerpt: Schema.String
+})
+export interface AttemptRow extends Schema.Schema.Type<typeof AttemptRow> {}
+
+export const DeliveryRow = Schema.Struct({
+  id: Schema.String,
+  eventId: Schema.String,
+  eventType: Schema.String,
+  status: Schema.Literal("pending", "delivered", "failed"),
+  attempts: Schema.Int,
+  nextAttemptAt: Schema.DateFromSelf,
+  createdAt: Schema.DateFromSelf,
+  deliveredAt: NullableDate
+})
+export interface DeliveryRow extends Schema.Schema.Type<typeof DeliveryRow> {}
+
+const OwnEndpoint = Schema.Struct({ accountId: Schema.String, id: Schema.String })
 
 export interface EndpointChange {
   readonly url?: string | undefined
@@ -60,76 +68,151 @@ const COLUMNS = "id, account_id, url, description, events, disabled_at, disabled
 /** The developer's webhook endpoints and their deliveries; every read and write is scoped to one account. */
 export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<WebhookEndpoints, {
   readonly create: (accountId: string, input: { url: string; description: string; events: ReadonlyArray<string> }) =>
-    Effect.Effect<{ endpoint: EndpointRow; secret: string }, SqlError.SqlError>
-  readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<EndpointRow>, SqlError.SqlError>
-  readonly find: (accountId: string, id: string) => Effect.Effect<EndpointRow | undefined, SqlError.SqlError>
-  readonly update: (accountId: string, id: string, change: EndpointChange) => Effect.Effect<EndpointRow | undefined, SqlError.SqlError>
-  readonly remove: (accountId: string, id: string) => Effect.Effect<boolean, SqlError.SqlError>
-  readonly rotateSecret: (accountId: string, id: string) => Effect.Effect<string | undefined, SqlError.SqlError>
+    Effect.Effect<{ endpoint: EndpointRow; secret: string }>
+  readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<EndpointRow>>
+  readonly find: (accountId: string, id: string) => Effect.Effect<EndpointRow | undefined>
+  readonly update: (accountId: string, id: string, change: EndpointChange) => Effect.Effect<EndpointRow | undefined>
+  readonly remove: (accountId: string, id: string) => Effect.Effect<boolean>
+  readonly rotateSecret: (accountId: string, id: string) => Effect.Effect<string | undefined>
   /** Queues a `webhook.test` event to this endpoint only; its event id. */
-  readonly sendTest: (accountId: string, id: string) => Effect.Effect<string | undefined, SqlError.SqlError>
+  readonly sendTest: (accountId: string, id: string) => Effect.Effect<string | undefined>
   readonly deliveries: (accountId: string, id: string, limit: number) =>
-    Effect.Effect<ReadonlyArray<DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }>, SqlError.SqlError>
+    Effect.Effect<ReadonlyArray<DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }>>
   /**
    * Counts one test event or resend against the account's minute (a fixed
    * window, shared by every instance through the database): its count so far,
    * this one included, and the milliseconds until the window ends.
    */
-  readonly countManualSend: (accountId: string) => Effect.Effect<{ readonly sends: number; readonly resetsInMs: number }, SqlError.SqlError>
+  readonly countManualSend: (accountId: string) => Effect.Effect<{ readonly sends: number; readonly resetsInMs: number }>
   /** Makes a delivery due now again (any status; one on the wire now is left to finish its attempt). */
-  readonly resend: (accountId: string, endpointId: string, deliveryId: string) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly resend: (accountId: string, endpointId: string, deliveryId: string) => Effect.Effect<boolean>
 }>() {
   static readonly layer = Layer.effect(
     WebhookEndpoints,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-      const find = (accountId: string, id: string) =>
-        Effect.map(
-          sql<EndpointRow>`SELECT ${sql.unsafe(COLUMNS)} FROM webhook_endpoints WHERE id = ${id} AND account_id = ${accountId}`,
-          (rows) => rows[0]
-        )
+      const columns = sql.unsafe(COLUMNS)
+      const insert = SqlSchema.single({
+        Request: Schema.Struct({
+          id: Schema.String,
+          accountId: Schema.String,
+          url: Schema.String,
+          description: Schema.String,
+          events: Schema.Array(Schema.String),
+          secret: Schema.String,
+          at: Schema.DateFromSelf
+        }),
+        Result: EndpointRow,
+        execute: (row) =>
+          sql`
+            INSERT INTO webhook_endpoints (id, account_id, url, description, events, secret, created_at, updated_at)
+            VALUES (${row.id}, ${row.accountId}, ${row.url}, ${row.description}, ${row.events}::text[],
+                    ${row.secret}, ${row.at}, ${row.at})
+            RETURNING ${columns}
+          `
+      })
+      const listEndpoints = SqlSchema.findAll({
+        Request: Schema.String,
+        Result: EndpointRow,
+        execute: (accountId) =>
+          sql`SELECT ${columns} FROM webhook_endpoints WHERE account_id = ${accountId} ORDER BY created_at, id`
+      })
+      const findEndpoint = SqlSchema.findOne({
+        Request: OwnEndpoint,
+        Result: EndpointRow,
+        execute: ({ accountId, id }) =>
+          sql`SELECT ${columns} FROM webhook_endpoints WHERE id = ${id} AND account_id = ${accountId}`
+      })
+      const find = (accountId: string, id: string) => Effect.map(findEndpoint({ accountId, id }), Option.getOrUndefined)
+      const updateEndpoint = SqlSchema.findOne({
+        Request: Schema.Struct({
+          ...OwnEndpoint.fields,
+          at: Schema.DateFromSelf,
+          url: Schema.NullOr(Schema.String),
+          description: Schema.NullOr(Schema.String),
+          events: Schema.NullOr(Schema.Array(Schema.String)),
+          disabled: Schema.NullOr(Schema.Boolean)
+        }),
+        Result: EndpointRow,
+        execute: (change) =>
+          sql`
+            UPDATE webhook_endpoints SET
+              url = COALESCE(${change.url}, url),
+              description = COALESCE(${change.description}, description),
+              events = COALESCE(${change.events}::text[], events),
+              disabled_at = CASE WHEN ${change.disabled}::boolean IS NULL THEN disabled_at
+                                 WHEN ${change.disabled}::boolean THEN COALESCE(disabled_at, ${change.at}) ELSE NULL END,
+              disabled_reason = CASE WHEN ${change.disabled}::boolean IS NULL THEN disabled_reason
+                                     WHEN ${change.disabled}::boolean THEN COALESCE(disabled_reason, 'disabled by the developer')
+                                     ELSE NULL END,
+              failing_since = CASE WHEN ${change.disabled}::boolean = false THEN NULL ELSE failing_since END,
+              updated_at = ${change.at}
+            WHERE id = ${change.id} AND account_id = ${change.accountId}
+            RETURNING ${columns}
+          `
+      })
+      const recentDeliveries = SqlSchema.findAll({
+        Request: Schema.Struct({ ...OwnEndpoint.fields, limit: Schema.Number }),
+        Result: DeliveryRow,
+        execute: ({ accountId, id, limit }) =>
+          sql`
+            SELECT d.id, d.event_id, ev.type AS event_type, d.status, d.attempts, d.next_attempt_at, d.created_at, d.delivered_at
+            FROM webhook_deliveries d
+            JOIN webhook_endpoints e ON e.id = d.endpoint_id
+            JOIN outbox_events ev ON ev.id = d.event_id
+            WHERE d.endpoint_id = ${id} AND e.account_id = ${accountId}
+            ORDER BY d.created_at DESC, d.id DESC LIMIT ${limit}
+          `
+      })
+      const attemptsOf = SqlSchema.findAll({
+        Request: Schema.Array(Schema.String),
+        Result: AttemptRow,
+        execute: (ids) =>
+          sql`
+            SELECT delivery_id, attempt, attempted_at, status_code, latency_ms, ok, error, response_excerpt
+            FROM webhook_attempts WHERE delivery_id = ANY(${ids}::text[]) ORDER BY attempt
+          `
+      })
+      const countSend = SqlSchema.findOne({
+        Request: Schema.Struct({ accountId: Schema.String, at: Schema.DateFromSelf, windowFrom: Schema.DateFromSelf }),
+        Result: Schema.Struct({ sends: Schema.Int, windowStart: Schema.DateFromSelf }),
+        execute: ({ accountId, at, windowFrom }) =>
+          sql`
+            INSERT INTO webhook_send_windows AS w (account_id, window_start, sends) VALUES (${accountId}, ${at}, 1)
+            ON CONFLICT (account_id) DO UPDATE SET
+              sends = CASE WHEN w.window_start <= ${windowFrom} THEN 1 ELSE w.sends + 1 END,
+              window_start = CASE WHEN w.window_start <= ${windowFrom} THEN ${at} ELSE w.window_start END
+            RETURNING sends, window_start
+          `
+      })
       return WebhookEndpoints.of({
         create: (accountId, input) =>
           Effect.gen(function*() {
             const at = yield* now
             const secret = newSecret()
-            const rows = yield* sql<EndpointRow>`
-              INSERT INTO webhook_endpoints (id, account_id, url, description, events, secret, created_at, updated_at)
-              VALUES (${newId("we")}, ${accountId}, ${input.url}, ${input.description}, ${input.events as Array<string>}::text[],
-                      ${secret}, ${at}, ${at})
-              RETURNING ${sql.unsafe(COLUMNS)}
-            `
-            return { endpoint: rows[0]!, secret } // INSERT … RETURNING answers its one row.
-          }),
-        list: (accountId) =>
-          sql<EndpointRow>`SELECT ${sql.unsafe(COLUMNS)} FROM webhook_endpoints WHERE account_id = ${accountId} ORDER BY created_at, id`,
-        find,
+            const endpoint = yield* insert({ id: newId("we"), accountId, ...input, secret, at })
+            return { endpoint, secret }
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.create")),
+        list: (accountId) => listEndpoints(accountId).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.list")),
+        find: (accountId, id) => find(accountId, id).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.find")),
         update: (accountId, id, change) =>
           Effect.gen(function*() {
-            const at = yield* now
-            const rows = yield* sql<EndpointRow>`
-              UPDATE webhook_endpoints SET
-                url = COALESCE(${change.url ?? null}, url),
-                description = COALESCE(${change.description ?? null}, description),
-                events = COALESCE(${(change.events ?? null) as Array<string> | null}::text[], events),
-                disabled_at = CASE WHEN ${change.disabled ?? null}::boolean IS NULL THEN disabled_at
-                                   WHEN ${change.disabled ?? null}::boolean THEN COALESCE(disabled_at, ${at}) ELSE NULL END,
-                disabled_reason = CASE WHEN ${change.disabled ?? null}::boolean IS NULL THEN disabled_reason
-                                       WHEN ${change.disabled ?? null}::boolean THEN COALESCE(disabled_reason, 'disabled by the developer')
-                                       ELSE NULL END,
-                failing_since = CASE WHEN ${change.disabled ?? null}::boolean = false THEN NULL ELSE failing_since END,
-                updated_at = ${at}
-              WHERE id = ${id} AND account_id = ${accountId}
-              RETURNING ${sql.unsafe(COLUMNS)}
-            `
-            return rows[0]
-          }),
+            const row = yield* updateEndpoint({
+              accountId,
+              id,
+              at: yield* now,
+              url: change.url ?? null,
+              description: change.description ?? null,
+              events: change.events ?? null,
+              disabled: change.disabled ?? null
+            })
+            return Option.getOrUndefined(row)
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.update")),
         remove: (accountId, id) =>
           Effect.map(
             sql`DELETE FROM webhook_endpoints WHERE id = ${id} AND account_id = ${accountId} RETURNING id`,
             (rows) => rows.length > 0
-          ),
+          ).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.remove")),
         rotateSecret: (accountId, id) =>
           Effect.gen(function*() {
             const secret = newSecret()
@@ -138,7 +221,7 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
               WHERE id = ${id} AND account_id = ${accountId} RETURNING id
             `
             return rows.length > 0 ? secret : undefined
-          }),
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.rotateSecret")),
         sendTest: (accountId, id) =>
           Effect.gen(function*() {
             const endpoint = yield* find(accountId, id)
@@ -151,40 +234,27 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
               endpointId: id,
               data: { endpoint_id: id, message: "A test event from nenas: your endpoint receives and verifies webhooks." }
             }))
-          }).pipe(Effect.provideService(SqlClient.SqlClient, sql)),
+          }).pipe(
+            Effect.provideService(SqlClient.SqlClient, sql),
+            Effect.orDie,
+            Effect.withSpan("WebhookEndpoints.sendTest")
+          ),
         deliveries: (accountId, id, limit) =>
           Effect.gen(function*() {
-            const rows = yield* sql<DeliveryRow>`
-              SELECT d.id, d.event_id, ev.type AS event_type, d.status, d.attempts, d.next_attempt_at, d.created_at, d.delivered_at
-              FROM webhook_deliveries d
-              JOIN webhook_endpoints e ON e.id = d.endpoint_id
-              JOIN outbox_events ev ON ev.id = d.event_id
-              WHERE d.endpoint_id = ${id} AND e.account_id = ${accountId}
-              ORDER BY d.created_at DESC, d.id DESC LIMIT ${limit}
-            `
+            const rows = yield* recentDeliveries({ accountId, id, limit })
             const ids = rows.map((row) => row.id)
-            const attempts = ids.length === 0 ? [] : yield* sql<AttemptRow>`
-              SELECT delivery_id, attempt, attempted_at, status_code, latency_ms, ok, error, response_excerpt
-              FROM webhook_attempts WHERE delivery_id = ANY(${ids}::text[]) ORDER BY attempt
-            `
+            const attempts = ids.length === 0 ? [] : yield* attemptsOf(ids)
             return rows.map((row) => ({ ...row, attemptLog: attempts.filter((a) => a.deliveryId === row.id) }))
-          }),
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.deliveries")),
         countManualSend: (accountId) =>
           Effect.gen(function*() {
             const at = yield* now
-            const windowFrom = new Date(at.getTime() - SEND_WINDOW_MS)
-            const rows = yield* sql<{ sends: number; windowStart: Date }>`
-              INSERT INTO webhook_send_windows AS w (account_id, window_start, sends) VALUES (${accountId}, ${at}, 1)
-              ON CONFLICT (account_id) DO UPDATE SET
-                sends = CASE WHEN w.window_start <= ${windowFrom} THEN 1 ELSE w.sends + 1 END,
-                window_start = CASE WHEN w.window_start <= ${windowFrom} THEN ${at} ELSE w.window_start END
-              RETURNING sends, window_start
-            `
-            const row = rows[0]
-            return row === undefined
-              ? { sends: 1, resetsInMs: SEND_WINDOW_MS }
-              : { sends: row.sends, resetsInMs: row.windowStart.getTime() + SEND_WINDOW_MS - at.getTime() }
-          }),
+            const row = yield* countSend({ accountId, at, windowFrom: new Date(at.getTime() - SEND_WINDOW_MS) })
+            return Option.match(row, {
+              onNone: () => ({ sends: 1, resetsInMs: SEND_WINDOW_MS }),
+              onSome: ({ sends, windowStart }) => ({ sends, resetsInMs: windowStart.getTime() + SEND_WINDOW_MS - at.getTime() })
+            })
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.countManualSend")),
         resend: (accountId, endpointId, deliveryId) =>
           Effect.gen(function*() {
             const at = yield* now
@@ -197,8 +267,10 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
               RETURNING d.id
             `
             return rows.length > 0
-          })
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.resend"))
       })
     })
   )
+  /** Only the members a test gives; any other dies when used. */
+  static readonly Test = makeTestLayer(WebhookEndpoints)
 }

@@ -68,7 +68,7 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
         ))
     /** Test events and resends are the account's to ask for, 10 a minute: each is an outbound request we make. */
     const manualSend = (accountId: string) =>
-      Effect.flatMap(Effect.orDie(endpoints.countManualSend(accountId)), ({ resetsInMs, sends }) =>
+      Effect.flatMap(endpoints.countManualSend(accountId), ({ resetsInMs, sends }) =>
         sends <= MANUAL_SENDS_PER_MINUTE ? Effect.void : new RateLimitExceeded({
           message: `At most ${MANUAL_SENDS_PER_MINUTE} webhook test events and resends a minute per account.`,
           retry_after_seconds: Math.max(1, Math.ceil(resetsInMs / 1000))
@@ -79,67 +79,67 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           yield* checkUrl(payload.url)
-          const existing = yield* Effect.orDie(endpoints.list(account.id))
+          const existing = yield* endpoints.list(account.id)
           if (existing.length >= MAX_ENDPOINTS) {
             return yield* new InvalidRequest({ message: `An account may have at most ${MAX_ENDPOINTS} webhook endpoints.` })
           }
-          const created = yield* Effect.orDie(endpoints.create(account.id, {
+          const created = yield* endpoints.create(account.id, {
             url: payload.url,
             description: payload.description,
             events: [...new Set(payload.events)]
-          }))
+          })
           return { endpoint: toEndpoint(created.endpoint), secret: created.secret, warning: SECRET_WARNING }
         }))
       .handle("list", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          return { endpoints: (yield* Effect.orDie(endpoints.list(account.id))).map(toEndpoint) }
+          return { endpoints: (yield* endpoints.list(account.id)).map(toEndpoint) }
         }))
       .handle("events", () => Effect.succeed({ event_types: EVENT_TYPES }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          return toEndpoint(yield* found(path.id, yield* Effect.orDie(endpoints.find(account.id, path.id))))
+          return toEndpoint(yield* found(path.id, yield* endpoints.find(account.id, path.id)))
         }))
       .handle("update", ({ path, payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           if (payload.url !== undefined) yield* checkUrl(payload.url)
           const events = payload.events === undefined ? undefined : [...new Set(payload.events)]
-          const row = yield* Effect.orDie(endpoints.update(account.id, path.id, { ...payload, events }))
+          const row = yield* endpoints.update(account.id, path.id, { ...payload, events })
           return toEndpoint(yield* found(path.id, row))
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          if (!(yield* Effect.orDie(endpoints.remove(account.id, path.id)))) return yield* noSuchEndpoint(path.id)
+          if (!(yield* endpoints.remove(account.id, path.id))) return yield* noSuchEndpoint(path.id)
           return { ok: true as const }
         }))
       .handle("rotate", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const secret = yield* found(path.id, yield* Effect.orDie(endpoints.rotateSecret(account.id, path.id)))
+          const secret = yield* found(path.id, yield* endpoints.rotateSecret(account.id, path.id))
           return { secret, warning: SECRET_WARNING }
         }))
       .handle("test", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           yield* manualSend(account.id)
-          const eventId = yield* found(path.id, yield* Effect.orDie(endpoints.sendTest(account.id, path.id)))
+          const eventId = yield* found(path.id, yield* endpoints.sendTest(account.id, path.id))
           return { event_id: eventId }
         }))
       .handle("deliveries", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* found(path.id, yield* Effect.orDie(endpoints.find(account.id, path.id)))
-          const rows = yield* Effect.orDie(endpoints.deliveries(account.id, path.id, 50))
+          yield* found(path.id, yield* endpoints.find(account.id, path.id))
+          const rows = yield* endpoints.deliveries(account.id, path.id, 50)
           return { deliveries: rows.map(toDelivery) }
         }))
       .handle("resend", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           yield* manualSend(account.id)
-          if (!(yield* Effect.orDie(endpoints.resend(account.id, path.id, path.delivery_id)))) {
+          if (!(yield* endpoints.resend(account.id, path.id, path.delivery_id))) {
             return yield* new NotFound({ message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`, param: "delivery_id" })
           }
           return { ok: true as const }

@@ -8,6 +8,7 @@ import { DashboardAuthLive } from "../../src/Auth/Http.js"
 import { IdentityProvider } from "../../src/Auth/IdentityProvider.js"
 import type { Account } from "../../src/Domain/Account.js"
 import { AuthenticationError, ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "../../src/Domain/Errors.js"
+import { microMyr } from "../../src/Domain/Money.js"
 import { makeTestLayer } from "../../src/Domain/TestLayer.js"
 import { ErrorMiddlewareLive } from "../../src/Http/ErrorMiddleware.js"
 import { ApiKeyList, KeysApi } from "../../src/Keys/Api.js"
@@ -49,7 +50,7 @@ const SignedIn = Layer.mergeAll(
         ? Effect.succeed({ issuer: ANA.issuer ?? "", subject: ANA.subject, email: ANA.email, name: null })
         : Effect.fail(new AuthenticationError({ message: "The session token is not valid." }))
   }),
-  makeTestLayer(AccountsRepo)({ signIn: () => Effect.succeed(ANA) }),
+  AccountsRepo.Test({ signIn: () => Effect.succeed(ANA) }),
   makeTestLayer(IpLimits)({ client: Effect.succeed("203.0.113.9"), take: () => Effect.void })
 )
 
@@ -109,7 +110,7 @@ const row = (id: string, fields: Partial<KeyRow>): KeyRow => ({
 })
 
 const ROWS = [
-  row("key_limited", { name: "production backend", monthlySpendLimitMicroMyr: 50_000_000, rateLimitRpm: 120 }),
+  row("key_limited", { name: "production backend", monthlySpendLimitMicroMyr: microMyr(50_000_000), rateLimitRpm: 120 }),
   row("key_old", { environment: "test", prefix: "nns_test_x9Z", expiresAt: new Date("2020-01-01T00:00:00.000Z") }),
   row("key_off", { disabledAt: new Date("2026-11-02T00:00:00.000Z"), lastUsedAt: new Date("2026-11-01T09:30:00.000Z") })
 ]
@@ -117,7 +118,7 @@ const ROWS = [
 const listedFor: Array<string> = []
 
 layer(
-  keysServer(makeTestLayer(KeysRepo)({ list: (accountId) => Effect.sync(() => (listedFor.push(accountId), ROWS)) })),
+  keysServer(KeysRepo.Test({ list: (accountId) => Effect.sync(() => (listedFor.push(accountId), ROWS)) })),
   { excludeTestServices: true }
 )("a keys repository stubbed with `list` only", (it) => {
   it.effect("GET /dashboard/api-keys answers the signed-in account's rows as the contract's records", () =>
@@ -169,7 +170,7 @@ layer(
 })
 
 layer(
-  keysServer(makeTestLayer(KeysRepo)({ update: () => Effect.succeed(undefined) })),
+  keysServer(KeysRepo.Test({ update: () => Effect.succeed(undefined) })),
   { excludeTestServices: true }
 )("a keys repository whose `update` finds no key", (it) => {
   it.effect("PATCH /dashboard/api-keys/:id answers 404 not_found, naming the id", () =>

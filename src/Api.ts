@@ -6,6 +6,7 @@ import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } 
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { LogsApi } from "./Logs/Api.js"
+import { AnthropicMessagesApi } from "./Models/AnthropicApi.js"
 import { ModelCallsApi, ModelsApi } from "./Models/Api.js"
 import { StoredResponsesApi } from "./Responses/Api.js"
 import { UsageApi } from "./Usage/Api.js"
@@ -14,6 +15,7 @@ import { WebhooksApi } from "./Webhooks/Api.js"
 /** The whole contract of the service; OpenAPI and typed clients are derived from it. */
 export class NenasApi extends HttpApi.make("nenas")
   .add(ModelCallsApi)
+  .add(AnthropicMessagesApi)
   .add(ModelsApi)
   .add(StoredResponsesApi)
   .add(KeysApi)

@@ -525,6 +525,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
         context_window: 1_000_000,
         max_output_tokens: 32_000,
         capabilities: ["text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"],
+        endpoints: ["/v1/responses", "/v1/chat/completions", "/v1/messages"],
         response_storage: { default_store: true, retention_days: 30, opt_out: "Send store: false with a /v1/responses call." }
       })
       const all = yield* collect(client.models.list())

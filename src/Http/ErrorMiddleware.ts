@@ -25,6 +25,7 @@ import {
   toErrorBody
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
+import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
 import { makeRequestGuard } from "./RequestGuard.js"
 import { CurrentResponseHeaders, noteRequestFacts } from "../Request/Context.js"
 
@@ -127,8 +128,11 @@ export const toApiError = (cause: Cause.Cause<unknown>): Option.Option<ApiError>
   return Option.none()
 }
 
-export const errorResponse = (error: ApiError, requestId: string, dashboardUrl: string) => {
-  const body = toErrorBody(error, requestId, dashboardUrl)
+/** Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`, with any query): its errors in Anthropic's body. */
+const ANTHROPIC_PATH = /^\/v1\/messages(?:\/|\?|$)/
+
+export const errorResponse = (error: ApiError, requestId: string, dashboardUrl: string, url = "") => {
+  const body = ANTHROPIC_PATH.test(url) ? anthropicErrorBody(error, requestId, dashboardUrl) : toErrorBody(error, requestId, dashboardUrl)
   const retryAfter = body.error.retry_after_seconds
   return HttpServerResponse.unsafeJson(body, {
     status: httpStatus(error),
@@ -211,7 +215,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         yield* FiberRef.set(CurrentRequestId, requestId)
         yield* FiberRef.set(CurrentDashboardUrl, dashboardUrl)
         yield* FiberRef.set(CurrentResponseHeaders, extraHeaders)
-        const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl)
+        const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl, request.url)
         pauseInsteadOfDestroy(request)
         let refused = false
         const guarded = Effect.zipRight(Effect.tapError(guard, () => Effect.sync(() => refused = true)), app)

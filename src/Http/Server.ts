@@ -24,7 +24,7 @@ import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { RotationSeal } from "../Keys/RotationSeal.js"
 import { ModelCalls } from "../Models/ModelCalls.js"
-import { ModelCallsLive, ModelsLive } from "../Models/Http.js"
+import { AnthropicMessagesLive, ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { StoredResponsesLive } from "../Responses/Http.js"
 import { StoredConversations } from "../Models/StoredConversations.js"
 import { WebhookDelivery } from "../Webhooks/Delivery.js"
@@ -163,6 +163,7 @@ export const ServicesLive = makeServices()
 const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   Layer.provide([
     ModelCallsLive,
+    AnthropicMessagesLive,
     ModelsLive,
     StoredResponsesLive,
     KeysLive,

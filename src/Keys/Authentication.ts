@@ -86,6 +86,15 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
     }
   })
 
+/**
+ * The API key a request presents: `Authorization: Bearer` (as the platform's bearer decoding reads it,
+ * HttpApiBuilder.securityDecode), else Anthropic's `x-api-key` header (Claude Code may send both).
+ */
+export const presentedKey = (headers: Readonly<Record<string, string | undefined>>): string => {
+  const bearer = (headers["authorization"] ?? "").slice("Bearer ".length)
+  return bearer !== "" ? bearer : headers["x-api-key"] ?? ""
+}
+
 export const ApiKeyAuthLive = Layer.effect(
   ApiKeyAuth,
   Effect.gen(function*() {
@@ -94,7 +103,7 @@ export const ApiKeyAuthLive = Layer.effect(
     return ApiKeyAuth.of({
       apiKey: (token) =>
         Effect.gen(function*() {
-          const key = Redacted.value(token)
+          const key = Redacted.value(token) || presentedKey((yield* HttpServerRequest.HttpServerRequest).headers)
           const early = yield* FiberRef.get(EarlyOutcome)
           if (early !== undefined && early.key === key && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
             return yield* early.exit
@@ -139,8 +148,7 @@ const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], l
     const address = yield* limits.client
     // The refusal the address has earned this minute, if any.
     const over = yield* Effect.option(Effect.flip(limits.check("authFailures", address)))
-    // As the platform's bearer decoding reads it (HttpApiBuilder.securityDecode).
-    const key = (request.headers["authorization"] ?? "").slice("Bearer ".length)
+    const key = presentedKey(request.headers)
     if (Option.isSome(over) && !KEY_SHAPE.test(key)) return yield* over.value
     const exit = yield* Effect.exit(lookupWith(keys, lastUsed, key))
     const refused = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()

@@ -1,6 +1,26 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { ApiKeyAuth } from "../Auth/Api.js"
+import {
+  BillingError,
+  ContextLengthExceeded,
+  IdempotencyConflict,
+  InsufficientBalance,
+  InternalError,
+  InvalidRequest,
+  NotFound,
+  NotImplemented,
+  PermissionDenied,
+  ProviderTimeout,
+  ProviderUnavailable,
+  RateLimitExceeded,
+  SearchError,
+  SpendLimitExceeded,
+  UnsupportedInput,
+  wire
+} from "../Domain/Errors.js"
 import { SqlString } from "../Domain/Strict.js"
-import { CostCapMyr, MAX_OUTPUT_TOKENS, RoutingInfo } from "./Api.js"
+import { CostCapMyr, IdempotencyKeyHeader, MAX_OUTPUT_TOKENS, RoutingInfo } from "./Api.js"
 
 /**
  * Anthropic's Messages API as nenas takes it (DESIGN.md, "Anthropic Messages
@@ -304,3 +324,43 @@ export const AnthropicErrorBody = Schema.Struct({
   request_id: Schema.String
 }).annotations({ identifier: "AnthropicErrorBody" })
 export type AnthropicErrorBody = typeof AnthropicErrorBody.Type
+
+/**
+ * `POST /v1/messages` and `POST /v1/messages/count_tokens` (`?beta=true`, as Claude Code sends, is accepted).
+ * Every error of these paths is written in Anthropic's body (`AnthropicErrorBody`), `error.type` from its list
+ * and nenas's code, guidance and action inside `error`: the error middleware picks the body by path.
+ */
+export class AnthropicMessagesApi extends HttpApiGroup.make("anthropicMessages")
+  .add(
+    HttpApiEndpoint.post("messages", "/v1/messages")
+      .setPayload(AnthropicMessagesRequest)
+      .setHeaders(IdempotencyKeyHeader)
+      .addSuccess(AnthropicMessage)
+  )
+  .add(
+    HttpApiEndpoint.post("countTokens", "/v1/messages/count_tokens")
+      .setPayload(AnthropicCountTokensRequest)
+      .addSuccess(AnthropicTokenCount)
+  )
+  .addError(wire(InvalidRequest))
+  .addError(wire(UnsupportedInput))
+  .addError(wire(NotImplemented))
+  .addError(wire(ContextLengthExceeded))
+  .addError(wire(NotFound))
+  .addError(wire(PermissionDenied))
+  .addError(wire(InsufficientBalance))
+  .addError(wire(SpendLimitExceeded))
+  .addError(wire(BillingError))
+  .addError(wire(IdempotencyConflict))
+  .addError(wire(RateLimitExceeded))
+  .addError(wire(ProviderUnavailable))
+  .addError(wire(ProviderTimeout))
+  .addError(wire(SearchError))
+  .addError(wire(InternalError))
+  .middleware(ApiKeyAuth)
+  .annotate(
+    OpenApi.Description,
+    "Anthropic's Messages API over the same model, keys and wallet (for Claude Code and Anthropic's SDKs). " +
+      "Errors are written as AnthropicErrorBody: {type: \"error\", error: {type, message, code, guidance, ...}, request_id}."
+  )
+{}

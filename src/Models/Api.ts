@@ -346,6 +346,8 @@ export const ModelRecord = Schema.Struct({
   context_window: Schema.Int,
   max_output_tokens: Schema.Int,
   capabilities: Schema.Array(Capability),
+  /** The endpoints that call it: OpenAI's two and Anthropic's Messages API. */
+  endpoints: Schema.Array(Schema.Literal("/v1/responses", "/v1/chat/completions", "/v1/messages")),
   /** How `/v1/responses` keeps what it answers: stored by default, for `retention_days`; `store: false` opts out. */
   response_storage: Schema.Struct({ default_store: Schema.Boolean, retention_days: Schema.Int, opt_out: Schema.String })
 })

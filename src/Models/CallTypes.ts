@@ -25,7 +25,7 @@ import { noSources } from "./WebSearch.js"
 
 /** A model call's vocabulary: what comes in, what goes out, and what it carries while it runs. */
 
-export type Endpoint = "/v1/responses" | "/v1/chat/completions"
+export type Endpoint = "/v1/responses" | "/v1/chat/completions" | "/v1/messages"
 
 /** A model call, whichever endpoint it came through. */
 export interface CallInput {

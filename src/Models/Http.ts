@@ -15,6 +15,9 @@ import { Idempotency } from "./Idempotency.js"
 import { chatConversation, responsesConversation } from "./Input.js"
 import { CallLimits } from "./RateLimits.js"
 import { RETENTION_DAYS } from "../Responses/Store.js"
+import { anthropicErrorBody } from "./AnthropicErrors.js"
+import { anthropicCallInput, anthropicConversation, requireAnthropicModel } from "./AnthropicInput.js"
+import { anthropicEvents, anthropicMessage, anthropicTokenCount } from "./AnthropicWire.js"
 import { StoredConversations } from "./StoredConversations.js"
 import type { StreamContext } from "./Wire.js"
 import { chatCompletion, chatEvents, type EventRenderer, responsesEvents, responsesOutput } from "./Wire.js"
@@ -35,6 +38,7 @@ const MODEL_LIST = {
     context_window: CONTEXT_WINDOW,
     max_output_tokens: MAX_OUTPUT_TOKENS,
     capabilities: CAPABILITIES,
+    endpoints: ["/v1/responses", "/v1/chat/completions", "/v1/messages"] as const,
     response_storage: { default_store: true, retention_days: RETENTION_DAYS, opt_out: "Send store: false with a /v1/responses call." }
   }]
 }
@@ -55,103 +59,111 @@ interface Call {
   readonly input: Effect.Effect<CallInput, ApiError, CurrentApiKey>
   readonly render: (result: CallResult) => unknown
   readonly renderStream: (context: StreamContext) => EventRenderer
+  /** An error as this endpoint writes it: kept for an idempotent replay (the error middleware writes the live one). */
+  readonly errorBody: (error: ApiError, requestId: string, dashboardUrl: string) => unknown
 }
 
 const SSE_HEADERS = { "cache-control": "no-cache", "x-accel-buffering": "no" }
 
+/** Serves a model call, whichever endpoint it came through: admission, idempotency, the answer or its stream. */
+const makeCallServing = Effect.gen(function*() {
+  const calls = yield* ModelCalls
+  const limits = yield* CallLimits
+  const idempotency = yield* Idempotency
+  const { dashboardUrl } = yield* AppConfig
+
+  /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
+  const answer = (call: Call, input: CallInput) =>
+    Effect.gen(function*() {
+      const key = yield* CurrentApiKey
+      const runOf = (callInput: CallInput) => Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
+      const respond = (body: string, replayed: boolean, status = 200) =>
+        HttpServerResponse.text(body, {
+          status,
+          contentType: "application/json",
+          headers: replayed ? { "idempotent-replayed": "true" } : {}
+        })
+      if (call.idempotencyKey === undefined) return respond(yield* runOf(input), false)
+      const claimKey = call.idempotencyKey
+      const requestId = yield* currentRequestId
+      const outcome = yield* idempotency.claim({
+        apiKeyId: key.keyId,
+        key: claimKey,
+        endpoint: call.endpoint,
+        body: call.payload,
+        requestId
+      }).pipe(Effect.catchTag("SqlError", Effect.die))
+      if (outcome._tag === "Replay") {
+        // The replay answers as the first request did: its body quotes that request's id, and so does the header.
+        yield* addResponseHeaders({ "x-request-id": outcome.requestId })
+        return respond(outcome.body, true, outcome.status)
+      }
+      // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
+      const confirmed = { ...input, confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) }
+      const body = yield* runOf(confirmed).pipe(
+        Effect.onExit((exit) => {
+          if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
+          const failure = Cause.failureOption(exit.cause)
+          // A typed error is the request's answer, kept like a success; only a taken-over key is not ours to write.
+          if (failure._tag === "Some" && isApiError(failure.value) && failure.value._tag !== "IdempotencyConflict") {
+            const body = JSON.stringify(call.errorBody(failure.value, requestId, dashboardUrl))
+            return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
+          }
+          if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)
+          // Cut by shutdown's deadline after it may have run (and been billed): a retry must not run it again.
+          const cut = new ProviderTimeout({
+            message: `The request with this Idempotency-Key was cut off when the service stopped (${requestId}); ` +
+              "work already done upstream was billed.",
+            retryable: false,
+            guidance: "Send a new Idempotency-Key to run the request again."
+          })
+          return idempotency.complete(
+            key.keyId, claimKey, requestId, httpStatus(cut), JSON.stringify(call.errorBody(cut, requestId, dashboardUrl))
+          )
+        }),
+        idempotency.detach,
+        Effect.flatMap(Fiber.join)
+      )
+      return respond(body, false)
+    })
+
+  /** A streamed call: its rate-limit slot, taken before anything else, is held until the stream ends. */
+  const streamed = (call: Call) =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const close = Scope.close(scope, Exit.void)
+      const requestId = yield* currentRequestId
+      const context: StreamContext = {
+        requestId,
+        createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
+        dashboardUrl
+      }
+      const body = yield* Effect.onError(
+        Effect.zipRight(
+          Scope.extend(limits.admit((yield* CurrentApiKey).keyId, requestId), scope),
+          Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), close))
+        ),
+        () => close
+      )
+      return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
+    })
+
+  /** Admission first (DESIGN.md, Security): the key's limits are taken before the input's stored responses are read. */
+  const serve = (call: Call) =>
+    Effect.gen(function*() {
+      yield* requireActiveAccount
+      if (call.stream) return yield* streamed(call)
+      const admit = limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId)
+      return yield* Effect.scoped(Effect.zipRight(admit, Effect.flatMap(call.input, (input) => answer(call, input))))
+    })
+
+  return { serve, limits }
+})
+
 export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
   Effect.gen(function*() {
-    const calls = yield* ModelCalls
-    const limits = yield* CallLimits
-    const idempotency = yield* Idempotency
+    const { serve } = yield* makeCallServing
     const stored = yield* StoredConversations
-    const { dashboardUrl } = yield* AppConfig
-
-    /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
-    const answer = (call: Call, input: CallInput) =>
-      Effect.gen(function*() {
-        const key = yield* CurrentApiKey
-        const runOf = (callInput: CallInput) => Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
-        const respond = (body: string, replayed: boolean, status = 200) =>
-          HttpServerResponse.text(body, {
-            status,
-            contentType: "application/json",
-            headers: replayed ? { "idempotent-replayed": "true" } : {}
-          })
-        if (call.idempotencyKey === undefined) return respond(yield* runOf(input), false)
-        const claimKey = call.idempotencyKey
-        const requestId = yield* currentRequestId
-        const outcome = yield* idempotency.claim({
-          apiKeyId: key.keyId,
-          key: claimKey,
-          endpoint: call.endpoint,
-          body: call.payload,
-          requestId
-        }).pipe(Effect.catchTag("SqlError", Effect.die))
-        if (outcome._tag === "Replay") {
-          // The replay answers as the first request did: its body quotes that request's id, and so does the header.
-          yield* addResponseHeaders({ "x-request-id": outcome.requestId })
-          return respond(outcome.body, true, outcome.status)
-        }
-        // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
-        const confirmed = { ...input, confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) }
-        const body = yield* runOf(confirmed).pipe(
-          Effect.onExit((exit) => {
-            if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
-            const failure = Cause.failureOption(exit.cause)
-            // A typed error is the request's answer, kept like a success; only a taken-over key is not ours to write.
-            if (failure._tag === "Some" && isApiError(failure.value) && failure.value._tag !== "IdempotencyConflict") {
-              const body = JSON.stringify(toErrorBody(failure.value, requestId, dashboardUrl))
-              return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
-            }
-            if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)
-            // Cut by shutdown's deadline after it may have run (and been billed): a retry must not run it again.
-            const cut = new ProviderTimeout({
-              message: `The request with this Idempotency-Key was cut off when the service stopped (${requestId}); ` +
-                "work already done upstream was billed.",
-              retryable: false,
-              guidance: "Send a new Idempotency-Key to run the request again."
-            })
-            return idempotency.complete(
-              key.keyId, claimKey, requestId, httpStatus(cut), JSON.stringify(toErrorBody(cut, requestId, dashboardUrl))
-            )
-          }),
-          idempotency.detach,
-          Effect.flatMap(Fiber.join)
-        )
-        return respond(body, false)
-      })
-
-    /** A streamed call: its rate-limit slot, taken before anything else, is held until the stream ends. */
-    const streamed = (call: Call) =>
-      Effect.gen(function*() {
-        const scope = yield* Scope.make()
-        const close = Scope.close(scope, Exit.void)
-        const requestId = yield* currentRequestId
-        const context: StreamContext = {
-          requestId,
-          createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
-          dashboardUrl
-        }
-        const body = yield* Effect.onError(
-          Effect.zipRight(
-            Scope.extend(limits.admit((yield* CurrentApiKey).keyId, requestId), scope),
-            Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), close))
-          ),
-          () => close
-        )
-        return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
-      })
-
-    /** Admission first (DESIGN.md, Security): the key's limits are taken before the input's stored responses are read. */
-    const serve = (call: Call) =>
-      Effect.gen(function*() {
-        yield* requireActiveAccount
-        if (call.stream) return yield* streamed(call)
-        const admit = limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId)
-        return yield* Effect.scoped(Effect.zipRight(admit, Effect.flatMap(call.input, (input) => answer(call, input))))
-      })
-
     return handlers
       .handle("responses", ({ headers, payload }) =>
         serve({
@@ -190,7 +202,8 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             } satisfies CallInput
           }),
           render: responsesOutput,
-          renderStream: responsesEvents
+          renderStream: responsesEvents,
+          errorBody: toErrorBody
         }))
       .handle("chatCompletions", ({ headers, payload }) =>
         serve({
@@ -217,6 +230,35 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
             inputParam: "messages"
           } satisfies CallInput)),
           render: chatCompletion,
-          renderStream: chatEvents
+          renderStream: chatEvents,
+          errorBody: toErrorBody
+        }))
+  }))
+
+/** Anthropic's Messages API: the same call, in Anthropic's shapes (`AnthropicInput.ts`, `AnthropicWire.ts`). */
+export const AnthropicMessagesLive = HttpApiBuilder.group(NenasApi, "anthropicMessages", (handlers) =>
+  Effect.gen(function*() {
+    const { limits, serve } = yield* makeCallServing
+    return handlers
+      .handle("messages", ({ headers, payload }) =>
+        serve({
+          endpoint: "/v1/messages",
+          payload,
+          idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+          stream: payload.stream,
+          input: anthropicCallInput(payload),
+          render: anthropicMessage,
+          renderStream: anthropicEvents,
+          errorBody: anthropicErrorBody
+        }))
+      // Free and not logged as a call, but counted against the key's rate limits as every /v1 request is.
+      .handle("countTokens", ({ payload }) =>
+        Effect.gen(function*() {
+          yield* requireActiveAccount
+          const key = yield* CurrentApiKey
+          return yield* Effect.scoped(Effect.zipRight(
+            limits.admit(key.keyId, yield* currentRequestId),
+            Effect.zipRight(requireAnthropicModel(payload.model), Effect.map(anthropicConversation(payload), anthropicTokenCount))
+          ))
         }))
   }))

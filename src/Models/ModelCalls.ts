@@ -46,6 +46,7 @@ const apiErrorsOnly = <A, E extends { readonly _tag: string }>(effect: Effect.Ef
 /** The output limit a caller lowers to reserve less, as each endpoint names it. */
 export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
   "/v1/chat/completions": "max_tokens",
+  "/v1/messages": "max_tokens",
   "/v1/responses": "max_output_tokens"
 }
 

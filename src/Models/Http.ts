@@ -95,7 +95,9 @@ const makeCallServing = Effect.gen(function*() {
       }).pipe(Effect.catchTag("SqlError", Effect.die))
       if (outcome._tag === "Replay") {
         // The replay answers as the first request did: its body quotes that request's id, and so does the header.
-        yield* addResponseHeaders({ "x-request-id": outcome.requestId })
+        yield* addResponseHeaders(call.endpoint === "/v1/messages"
+          ? { "x-request-id": outcome.requestId, "request-id": outcome.requestId }
+          : { "x-request-id": outcome.requestId })
         return respond(outcome.body, true, outcome.status)
       }
       // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.

@@ -6,7 +6,7 @@ import { ExportButton } from "../ExportButton"
 import { useApi } from "../session"
 
 const PAGE_SIZE = 25
-const ENDPOINTS = ["/v1/responses", "/v1/chat/completions"] as const
+const ENDPOINTS = ["/v1/responses", "/v1/chat/completions", "/v1/messages"] as const
 
 const ROUTING: Record<string, string> = {
   general: "general (the general model)",

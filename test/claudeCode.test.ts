@@ -20,7 +20,8 @@ import { Upstream } from "./support/Upstream.js"
  * Claude Code 2.1.197 itself (DESIGN.md, "Anthropic Messages API") as the client of the real service:
  * `claude -p … --output-format json` with `ANTHROPIC_BASE_URL` at the server, on a test key (the
  * simulated model), on a live key whose upstream answers a tool call Claude Code runs in a scratch
- * directory, and on a live key with an empty wallet. Every request it makes is recorded on the way (a
+ * directory (Read; WebSearch, whose own Messages call carries the web_search server tool), and on a live
+ * key with an empty wallet. Every request it makes is recorded on the way (a
  * loopback proxy): with money, each is accepted (never a 400 for what Claude Code sends).
  */
 
@@ -34,6 +35,8 @@ interface LogEntry {
   readonly status: string
   readonly environment: string
   readonly costMicroMyr: number
+  readonly routingCategory: string | null
+  readonly searchCount: number
   readonly inputTokens: number
   readonly outputTokens: number
 }
@@ -234,6 +237,60 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
             errorCode: "insufficient_balance",
             costMicroMyr: 0
           })
+        }),
+      RUN_TIMEOUT
+    )
+
+    it.scoped.skipIf(cannotStart !== undefined)(
+      "claude -p with WebSearch: its nested call with the web_search server tool runs nenas's web search; every call answered and billed once",
+      () =>
+        Effect.gen(function*() {
+          const FINAL = "Here is what the search found."
+          const upstream = yield* Upstream
+          upstream.reset()
+          const offers = (body: unknown, name: string) =>
+            ((body as { tools?: ReadonlyArray<{ function?: { name?: string } }> }).tools ?? []).some((t) => t.function?.name === name)
+          upstream.setBehaviour({
+            kind: "perRequest",
+            // The main loop asks for WebSearch; Claude Code's WebSearch tool is a Messages call of its own (the
+            // planning and answering calls of nenas's web search reach the upstream without custom tools).
+            choose: (body) =>
+              offers(body, "WebSearch")
+                ? { kind: "ok", toolCalls: [{ name: "WebSearch", arguments: JSON.stringify({ query: "Kuala Lumpur floods" }) }], text: FINAL }
+                : { kind: "ok", text: "Roads in Kuala Lumpur were closed by floods [1]." }
+          })
+          const who = yield* caller("claude-code-search@example.com", { sen: 1000 })
+          const work = yield* tempDir("claude-work-")
+          const run = yield* runClaude(
+            ["-p", "Search the web for Kuala Lumpur floods", "--output-format", "json", "--allowedTools", "WebSearch"],
+            { apiKey: who.apiKey, keyVariable: "ANTHROPIC_API_KEY", cwd: work }
+          )
+          const calls = messagesCalls(run)
+          const result = claudeResult(run)
+          expect(result).toMatchObject({ type: "result", subtype: "success", is_error: false, result: FINAL, permission_denials: [] })
+          const searching = calls.filter((e) =>
+            (e.body.tools as ReadonlyArray<{ type?: string }>).some((t) => t.type?.startsWith("web_search_") === true)
+          )
+          expect(searching, exchangeLines(run)).toHaveLength(1)
+          expect(searching[0]?.body).toMatchObject({ tool_choice: { type: "auto" }, max_tokens: 32_000, stream: true })
+          // The search's answer comes back to the main loop as WebSearch's tool_result. (Claude Code lists sources
+          // from `web_search_tool_result` blocks; nenas answers text with `citations`, so the result has no links.)
+          const toolResult = calls[calls.length - 1]?.body.messages.at(-1)?.content?.[0]
+          expect(toolResult).toMatchObject({ type: "tool_result" })
+          expect(JSON.stringify(toolResult?.content)).toContain("Roads in Kuala Lumpur were closed by floods")
+
+          const logs = yield* dashboardLogs(who.token)
+          expect(logs).toHaveLength(calls.length)
+          const searchLog = logs.find((l) => l.requestId === searching[0]?.answerHeaders["x-request-id"])
+          expect(searchLog).toMatchObject({ endpoint: "/v1/messages", status: "billed", routingCategory: "search" })
+          expect(searchLog?.searchCount).toBeGreaterThan(0)
+          for (const log of logs) {
+            expect(log).toMatchObject({ endpoint: "/v1/messages", status: "billed" })
+            expect(log.costMicroMyr).toBeGreaterThan(0)
+          }
+          const spent = logs.reduce((sum, l) => sum + l.costMicroMyr, 0)
+          expect(yield* walletOf(who.accountId)).toMatchObject({ reserved: 0, spent })
+          expect(yield* violations(who.accountId)).toEqual([])
         }),
       RUN_TIMEOUT
     )

@@ -1,26 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { ApiKeyAuth } from "../Auth/Api.js"
-import {
-  BillingError,
-  ContextLengthExceeded,
-  IdempotencyConflict,
-  InsufficientBalance,
-  InternalError,
-  InvalidRequest,
-  NotFound,
-  NotImplemented,
-  PermissionDenied,
-  ProviderTimeout,
-  ProviderUnavailable,
-  RateLimitExceeded,
-  SearchError,
-  SpendLimitExceeded,
-  UnsupportedInput,
-  wire
-} from "../Domain/Errors.js"
 import { SqlString } from "../Domain/Strict.js"
-import { CostCapMyr, IdempotencyKeyHeader, MAX_OUTPUT_TOKENS, RoutingInfo } from "./Api.js"
+import { CostCapMyr, IdempotencyKeyHeader, MAX_OUTPUT_TOKENS, modelCallGroup, RoutingInfo } from "./Api.js"
 
 /**
  * Anthropic's Messages API as nenas takes it (DESIGN.md, "Anthropic Messages
@@ -342,22 +323,7 @@ export class AnthropicMessagesApi extends HttpApiGroup.make("anthropicMessages")
       .setPayload(AnthropicCountTokensRequest)
       .addSuccess(AnthropicTokenCount)
   )
-  .addError(wire(InvalidRequest))
-  .addError(wire(UnsupportedInput))
-  .addError(wire(NotImplemented))
-  .addError(wire(ContextLengthExceeded))
-  .addError(wire(NotFound))
-  .addError(wire(PermissionDenied))
-  .addError(wire(InsufficientBalance))
-  .addError(wire(SpendLimitExceeded))
-  .addError(wire(BillingError))
-  .addError(wire(IdempotencyConflict))
-  .addError(wire(RateLimitExceeded))
-  .addError(wire(ProviderUnavailable))
-  .addError(wire(ProviderTimeout))
-  .addError(wire(SearchError))
-  .addError(wire(InternalError))
-  .middleware(ApiKeyAuth)
+  .pipe(modelCallGroup)
   .annotate(
     OpenApi.Description,
     "Anthropic's Messages API over the same model, keys and wallet (for Claude Code and Anthropic's SDKs). " +

@@ -358,7 +358,29 @@ export const IdempotencyKeyHeader = Schema.Struct({
   "idempotency-key": Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)))
 })
 
-/** The two model calls; every error a call can end in is declared once, for both. */
+/** Every error a model call can end in, declared once for each group of model calls, behind the API key. */
+export const modelCallGroup = <Id extends string, Endpoints extends HttpApiEndpoint.HttpApiEndpoint.Any, E, R>(
+  group: HttpApiGroup.HttpApiGroup<Id, Endpoints, E, R>
+) =>
+  group
+    .addError(wire(InvalidRequest))
+    .addError(wire(UnsupportedInput))
+    .addError(wire(NotImplemented))
+    .addError(wire(ContextLengthExceeded))
+    .addError(wire(NotFound))
+    .addError(wire(PermissionDenied))
+    .addError(wire(InsufficientBalance))
+    .addError(wire(SpendLimitExceeded))
+    .addError(wire(BillingError))
+    .addError(wire(IdempotencyConflict))
+    .addError(wire(RateLimitExceeded))
+    .addError(wire(ProviderUnavailable))
+    .addError(wire(ProviderTimeout))
+    .addError(wire(SearchError))
+    .addError(wire(InternalError))
+    .middleware(ApiKeyAuth)
+
+/** OpenAI's two model calls. */
 export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
   .add(
     HttpApiEndpoint.post("responses", "/v1/responses")
@@ -372,22 +394,7 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(ChatCompletion)
   )
-  .addError(wire(InvalidRequest))
-  .addError(wire(UnsupportedInput))
-  .addError(wire(NotImplemented))
-  .addError(wire(ContextLengthExceeded))
-  .addError(wire(NotFound))
-  .addError(wire(PermissionDenied))
-  .addError(wire(InsufficientBalance))
-  .addError(wire(SpendLimitExceeded))
-  .addError(wire(BillingError))
-  .addError(wire(IdempotencyConflict))
-  .addError(wire(RateLimitExceeded))
-  .addError(wire(ProviderUnavailable))
-  .addError(wire(ProviderTimeout))
-  .addError(wire(SearchError))
-  .addError(wire(InternalError))
-  .middleware(ApiKeyAuth)
+  .pipe(modelCallGroup)
   .annotate(OpenApi.Description, "Model calls: responses and OpenAI-compatible chat completions.")
 {}
 

@@ -19,8 +19,8 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
     return handlers.handle("banners", () =>
       Effect.gen(function*() {
         const account = yield* CurrentAccount
-        const wallet = yield* Effect.orDie(spending.balance(account.id))
-        const row = yield* Effect.orDie(settings.get(account.id))
+        const wallet = yield* spending.balance(account.id)
+        const row = yield* settings.get(account.id)
         if (row === undefined) return yield* Effect.dieMessage(`no wallet for account ${account.id}`)
         const list = yield* Effect.orDie(endpoints.list(account.id))
         return { banners: bannersOf(wallet, row, list) }

@@ -1,10 +1,12 @@
-import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Context, Effect, Layer, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { type LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as WalletSchema } from "../Wallet/Api.js"
+import { LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as WalletSchema } from "../Wallet/Api.js"
 import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { now } from "../Domain/Time.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, type GrantToGrow } from "./GrantRows.js"
 import { ReservationLeases } from "./Leases.js"
@@ -51,9 +53,8 @@ export interface PostInput {
 }
 
 /** A ledger entry as the contract has it, with its time as a `Date`. */
-export interface LedgerEntryRow extends Omit<typeof LedgerEntry.Type, "createdAt"> {
-  readonly createdAt: Date
-}
+export const LedgerEntryRow = Schema.Struct({ ...LedgerEntry.fields, createdAt: Schema.DateFromSelf })
+export type LedgerEntryRow = typeof LedgerEntryRow.Type
 
 export interface LedgerQuery {
   readonly page: number
@@ -105,7 +106,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   readonly askForKeyHolds: (accountId: string, apiKeyId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
-  readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>
+  /** The dashboard's page of the ledger, newest first (a failed read is a defect). */
+  readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>>
   /** Reservations still open, across every instance (for the operator's metrics). */
   readonly openHolds: Effect.Effect<number, SqlError.SqlError>
 }>() {
@@ -116,8 +118,6 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       const { businessTimezone } = yield* AppConfig
       const leases = yield* ReservationLeases
       const logs = yield* RequestLogs
-
-      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
       /** One capture or release, as a batch of one (one copy of the settlement rules: `Settle.ts`). */
       const settleOne = (item: SettleItem & { readonly _tag: "Capture" | "Release" }) =>
@@ -204,15 +204,22 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
         release,
         post,
         ledger: (accountId, query) =>
-          sql<LedgerEntryRow>`
-            SELECT id, type, amount_micro_myr, balance_after_micro_myr, description, created_at
-            FROM ledger_entries
-            WHERE account_id = ${accountId}
-              ${query.type === undefined ? sql`` : sql`AND type = ${query.type}`}
-            ORDER BY seq DESC
-            LIMIT ${query.limit} OFFSET ${(query.page - 1) * query.limit}
-          `
+          SqlSchema.findAll({
+            Request: Schema.Void,
+            Result: LedgerEntryRow,
+            execute: () =>
+              sql`
+                SELECT id, type, amount_micro_myr, balance_after_micro_myr, description, created_at
+                FROM ledger_entries
+                WHERE account_id = ${accountId}
+                  ${query.type === undefined ? sql`` : sql`AND type = ${query.type}`}
+                ORDER BY seq DESC
+                LIMIT ${query.limit} OFFSET ${(query.page - 1) * query.limit}
+              `
+          })(undefined).pipe(Effect.orDie, Effect.withSpan("WalletRepo.ledger"))
       })
     })
   )
+
+  static readonly Test = makeTestLayer(WalletRepo)
 }

@@ -13,13 +13,6 @@ import { logsCsv } from "./LogsCsv.js"
 import { checkRange, dateOf } from "./Range.js"
 import { type LogCursor, type LogFilter, type LogRow, RequestLogReads } from "./Reads.js"
 
-/** The `attempts` column as read (its JSON keys camel-cased by the client, or not): `latencyMs` either way. */
-const attemptsOf = (attempts: LogRow["attempts"] | null): typeof LogEntry.Type["attempts"] =>
-  (attempts ?? []).map((a) => {
-    const raw = a as { readonly latencyMs?: number; readonly latency_ms?: number }
-    return { target: a.target, outcome: a.outcome, latencyMs: raw.latencyMs ?? raw.latency_ms ?? 0 }
-  })
-
 const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.Type => ({
   requestId: row.requestId,
   apiKeyId: row.apiKeyId,
@@ -41,7 +34,7 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   contentPages: row.contentPages,
   costMicroMyr: row.costMicroMyr,
   latencyMs: row.latencyMs,
-  attempts: attemptsOf(row.attempts),
+  attempts: row.attempts ?? [],
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })
@@ -118,11 +111,11 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           }
           const after = urlParams.cursor === undefined ? undefined : yield* decodeCursor(urlParams.cursor)
           yield* settled
-          const { rows, total } = yield* Effect.orDie(requestLogs.logs(
+          const { rows, total } = yield* requestLogs.logs(
             account.id,
             filter,
             { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit, after }
-          ))
+          )
           const page = rows.slice(0, urlParams.limit)
           const last = page.at(-1)
           const more = rows.length > urlParams.limit

@@ -120,7 +120,7 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           const last = page.at(-1)
           const more = rows.length > urlParams.limit
           const responses = page.flatMap((row) => row.endpoint === "/v1/responses" ? [responseIdOf(row.requestId)] : [])
-          const stored = yield* Effect.orDie(storedResponses.present(account.id, responses))
+          const stored = yield* storedResponses.present(account.id, responses)
           return {
             logs: page.map((row) => toLogEntry(row, stored)),
             total,
@@ -133,7 +133,7 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           const account = yield* CurrentAccount
           yield* settled
           const responseId = responseIdOf(path.request_id)
-          // A conversation past the bounds shows its newest part, as far as they go.
+          // A conversation past the bounds shows its newest part, as far as they go: never refused, so a refusal is a defect.
           const chain = yield* Effect.orDie(storedResponses.chain(account.id, responseId, false))
           if (chain.length === 0) {
             return yield* new NotFound({ message: `No stored conversation for request '${path.request_id}'.`, param: "request_id" })

@@ -35,7 +35,7 @@ export const DevMailboxLive = HttpApiBuilder.group(NenasApi, "devMailbox", (hand
     const open = mail.sending || config.production
       ? Effect.fail(new NotFound({ message: "The development mailbox exists only while SMTP_URL is unset." }))
       : Effect.void
-    const recent = Effect.zipRight(open, Effect.orDie(mail.recent(100)))
+    const recent = Effect.zipRight(open, mail.recent(100))
     return handlers
       .handle("page", () => Effect.map(recent, mailboxPage))
       .handle("messages", () =>

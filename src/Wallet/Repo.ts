@@ -1,7 +1,7 @@
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
-import { Context, Effect, Layer, Schema } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as WalletSchema } from "../Wallet/Api.js"
+import { LedgerEntry, type LedgerType as LedgerTypeSchema, Wallet as WalletSchema } from "../Wallet/Api.js"
 import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
@@ -63,9 +63,10 @@ export interface LedgerQuery {
 }
 
 /** The wallet row as stored: what grants hold is apart from what calls hold. */
-export interface StoredWallet extends Wallet {
-  readonly grantedMicroMyr: number
-}
+export const StoredWallet = Schema.Struct({ ...WalletSchema.fields, grantedMicroMyr: Schema.Int })
+export type StoredWallet = typeof StoredWallet.Type
+
+const OpenHolds = Schema.Struct({ open: Schema.Int })
 
 export type { GrantSizing, GrantsAsked } from "./GrantRows.js"
 
@@ -182,10 +183,22 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
             : Effect.void
         ))
 
-      const openHolds = Effect.map(
-        sql<{ readonly open: number }>`SELECT count(*)::int AS open FROM reservations WHERE status = 'open'`,
-        (rows) => rows[0]?.open ?? 0
-      )
+      // `wallet` is read on a call's hold (a free call's balance check) and `openHolds` by the metrics, which
+      // report a failed read: both keep their `SqlError`; a row of another shape is a defect.
+      const openHolds = SqlSchema.findAll({
+        Request: Schema.Void,
+        Result: OpenHolds,
+        execute: () => sql`SELECT count(*)::int AS open FROM reservations WHERE status = 'open'`
+      })(undefined).pipe(Effect.map((rows) => rows[0]?.open ?? 0), Effect.catchTag("ParseError", Effect.die))
+      const storedWallet = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: StoredWallet,
+        execute: (accountId) =>
+          sql`
+            SELECT available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
+            FROM wallets WHERE account_id = ${accountId}
+          `
+      })
 
       return WalletRepo.of({
         ...reserveStatements(sql, leases, businessTimezone),
@@ -193,13 +206,12 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
         open: (accountId) => Effect.asVoid(sql`INSERT INTO wallets (account_id) VALUES (${accountId}) ON CONFLICT (account_id) DO NOTHING`),
         openHolds,
         wallet: (accountId) =>
-          sql<StoredWallet>`
-            SELECT available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
-            FROM wallets WHERE account_id = ${accountId}
-          `.pipe(Effect.map((rows) =>
-            rows[0] ??
-              { availableMicroMyr: 0, reservedMicroMyr: 0, grantedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 }
-          )),
+          storedWallet(accountId).pipe(
+            Effect.map(Option.getOrElse((): StoredWallet =>
+              ({ availableMicroMyr: 0, reservedMicroMyr: 0, grantedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 })
+            )),
+            Effect.catchTag("ParseError", Effect.die)
+          ),
         capture,
         release,
         post,

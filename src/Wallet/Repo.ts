@@ -5,7 +5,6 @@ import { LedgerEntry, type LedgerType as LedgerTypeSchema, Wallet as WalletSchem
 import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
-import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, type GrantToGrow } from "./GrantRows.js"
@@ -232,6 +231,4 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       })
     })
   )
-
-  static readonly Test = makeTestLayer(WalletRepo)
 }

@@ -19,8 +19,8 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
     return handlers.handle("banners", () =>
       Effect.gen(function*() {
         const account = yield* CurrentAccount
-        const wallet = yield* Effect.orDie(spending.balance(account.id))
-        const row = yield* Effect.orDie(settings.get(account.id))
+        const wallet = yield* spending.balance(account.id)
+        const row = yield* settings.get(account.id)
         if (row === undefined) return yield* Effect.dieMessage(`no wallet for account ${account.id}`)
         const list = yield* endpoints.list(account.id)
         return { banners: bannersOf(wallet, row, list) }
@@ -35,7 +35,7 @@ export const DevMailboxLive = HttpApiBuilder.group(NenasApi, "devMailbox", (hand
     const open = mail.sending || config.production
       ? Effect.fail(new NotFound({ message: "The development mailbox exists only while SMTP_URL is unset." }))
       : Effect.void
-    const recent = Effect.zipRight(open, Effect.orDie(mail.recent(100)))
+    const recent = Effect.zipRight(open, mail.recent(100))
     return handlers
       .handle("page", () => Effect.map(recent, mailboxPage))
       .handle("messages", () =>

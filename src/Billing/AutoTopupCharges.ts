@@ -6,6 +6,7 @@ import Stripe from "stripe"
 import { AppConfig } from "../AppConfig.js"
 import { randomBase62 } from "../Domain/Ids.js"
 import { SqlString } from "../Domain/Strict.js"
+import { now } from "../Domain/Time.js"
 import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
 import { type AutoTopupRow, AutoTopups } from "../Wallet/AutoTopupAttempts.js"
 import { WalletSettings } from "../Wallet/Settings.js"
@@ -60,7 +61,6 @@ export class AutoTopupOutcomes extends Context.Tag("nenas/AutoTopupOutcomes")<Au
       const settings = yield* WalletSettings
       const payments = yield* PaymentsRepo
       const config = yield* AppConfig
-      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
       return AutoTopupOutcomes.of({
         refused: (autoTopupId, code) =>
           sql.withTransaction(Effect.gen(function*() {
@@ -200,7 +200,7 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
     }).pipe(Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`auto top-up ${attempt.id} was not charged yet`, cause), false)))
 
   const runOnce = Effect.gen(function*() {
-    const claimed = yield* attempts.claim(new Date(yield* Clock.currentTimeMillis), LEASE_MS)
+    const claimed = yield* attempts.claim(yield* now, LEASE_MS)
     yield* Effect.forEach(claimed, charge, { concurrency: 4, discard: true })
   }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("auto top-up claim failed", cause)))
 

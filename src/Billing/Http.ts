@@ -36,15 +36,15 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     /** The account's Stripe customer, made once: the card a top-up saves is attached to it. */
     const customerOf = (accountId: string, email: string | null) =>
       Effect.gen(function*() {
-        const known = yield* Effect.orDie(cards.find(accountId))
+        const known = yield* cards.find(accountId)
         const customerId = yield* cardProcessor.ensureCustomer(accountId, email, known?.customerId ?? null)
-        yield* Effect.orDie(cards.saveCustomer(accountId, customerId))
+        yield* cards.saveCustomer(accountId, customerId)
         return customerId
       })
     const read = (accountId: string) =>
-      Effect.flatMap(Effect.orDie(settings.get(accountId)), (row) =>
+      Effect.flatMap(settings.get(accountId), (row) =>
         row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
-    const cardOf = (accountId: string) => Effect.map(Effect.orDie(cards.find(accountId)), toCard)
+    const cardOf = (accountId: string) => Effect.map(cards.find(accountId), toCard)
     const current = (accountId: string) =>
       Effect.zipWith(read(accountId), cardOf(accountId), toSettings)
     return handlers
@@ -54,7 +54,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           // Each session costs a call to the payment processor and a pending row: limited per client address.
           yield* ipLimits.take("checkouts", yield* ipLimits.client)
           const saveCardFor = payload.save_card === true ? yield* customerOf(account.id, account.email) : null
-          const transactionId = yield* Effect.orDie(payments.createPending(account.id, payload.amount_sen))
+          const transactionId = yield* payments.createPending(account.id, payload.amount_sen)
           const session = yield* processor.createCheckout({
             transactionId,
             accountId: account.id,
@@ -62,13 +62,13 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             email: account.email,
             saveCardFor
           }).pipe(Effect.tapError(() => Effect.orDie(payments.fail(transactionId))))
-          yield* Effect.orDie(payments.attachSession(transactionId, session.sessionId))
+          yield* payments.attachSession(transactionId, session.sessionId)
           return { url: session.url, session_id: session.sessionId, transaction_id: transactionId }
         }))
       .handle("balance", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const wallet = yield* Effect.orDie(spending.balance(account.id))
+          const wallet = yield* spending.balance(account.id)
           return {
             wallet,
             balance_myr: toMyrNumber(microMyr(wallet.availableMicroMyr)),
@@ -83,7 +83,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           yield* spending.settled
-          const rows = yield* Effect.orDie(wallets.ledger(account.id, urlParams))
+          const rows = yield* wallets.ledger(account.id, urlParams)
           return {
             ledger: rows.map((row) => ({ ...row, createdAt: row.createdAt.toISOString() })),
             page: urlParams.page,
@@ -100,7 +100,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             const missing = autoTopupGap(before, change, yield* cardOf(account.id))
             if (missing !== undefined) return yield* new InvalidRequest({ message: missing.message, param: missing.param })
           }
-          yield* Effect.orDie(settings.set(account.id, change))
+          yield* settings.set(account.id, change)
           return yield* current(account.id)
         }))
       .handle("saveCard", () =>
@@ -109,16 +109,16 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           // A setup-mode Checkout Session costs what a top-up's does: counted in the same per-address budget.
           yield* ipLimits.take("checkouts", yield* ipLimits.client)
           const customerId = yield* customerOf(account.id, account.email)
-          const setupId = yield* Effect.orDie(cards.openSetup(account.id))
+          const setupId = yield* cards.openSetup(account.id)
           const session = yield* cardProcessor.createSetupCheckout({ accountId: account.id, customerId, setupId })
-          yield* Effect.orDie(cards.attachSetupSession(setupId, session.sessionId))
+          yield* cards.attachSetupSession(setupId, session.sessionId)
           return { session_id: session.sessionId, url: session.url }
         }))
       .handle("forgetCard", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* Effect.orDie(cards.forget(account.id))
-          yield* Effect.orDie(settings.set(account.id, { autoTopupEnabled: false }))
+          yield* cards.forget(account.id)
+          yield* settings.set(account.id, { autoTopupEnabled: false })
           return yield* current(account.id)
         }))
   }))

@@ -1,11 +1,12 @@
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
+import { Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { AppConfig } from "../AppConfig.js"
 import type { EventType } from "../Domain/EventTypes.js"
 import { type BillingError, InternalError } from "../Domain/Errors.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
+import { now } from "../Domain/Time.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
@@ -135,8 +136,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
       /** An event to the developer's webhooks, in the transaction applying the Stripe event. */
       const announce = (accountId: string, type: EventType, data: Record<string, unknown>) =>
-        Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          emit({ accountId, type, at: new Date(now), data: { account_id: accountId, ...data } })).pipe(
+        Effect.flatMap(now, (at) => emit({ accountId, type, at, data: { account_id: accountId, ...data } })).pipe(
           Effect.provideService(SqlClient.SqlClient, sql)
         )
 

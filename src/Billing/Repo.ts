@@ -1,30 +1,35 @@
-import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { SqlClient, type SqlError, SqlSchema, type Statement } from "@effect/sql"
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import type { ParseError } from "effect/ParseResult"
 import { newId } from "../Domain/Ids.js"
-import { fromSen } from "../Domain/Money.js"
+import { fromSen, MicroMyr } from "../Domain/Money.js"
 import { storableJson } from "../Domain/Strict.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { now } from "../Domain/Time.js"
 
-export interface PaymentTransaction {
-  readonly id: string
-  readonly accountId: string
-  readonly amountSen: number
-  readonly amountMicroMyr: number
-  readonly status: "pending" | "succeeded" | "failed"
-  readonly checkoutSessionId: string | null
-  readonly paymentIntentId: string | null
-  readonly chargeId: string | null
-  readonly refundedMicroMyr: number
-}
+export const PaymentTransaction = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  amountSen: Schema.Int,
+  amountMicroMyr: MicroMyr,
+  status: Schema.Literal("pending", "succeeded", "failed"),
+  checkoutSessionId: Schema.NullOr(Schema.String),
+  paymentIntentId: Schema.NullOr(Schema.String),
+  chargeId: Schema.NullOr(Schema.String),
+  refundedMicroMyr: MicroMyr
+})
+export type PaymentTransaction = typeof PaymentTransaction.Type
 
-export interface DisputeRow {
-  readonly id: string
-  readonly amountMicroMyr: number
-  readonly status: "open" | "won" | "lost" | "closed"
+export const DisputeRow = Schema.Struct({
+  id: Schema.String,
+  amountMicroMyr: MicroMyr,
+  status: Schema.Literal("open", "won", "lost", "closed"),
   /** Stripe took the disputed amount (a dispute, not an inquiry). */
-  readonly fundsWithdrawn: boolean
+  fundsWithdrawn: Schema.Boolean,
   /** Stripe gave it back (funds reinstated, or the dispute won). */
-  readonly fundsReinstated: boolean
-}
+  fundsReinstated: Schema.Boolean
+})
+export type DisputeRow = typeof DisputeRow.Type
 
 /** What one event says about a dispute; facts only ever accumulate. */
 export type DisputeFact = Omit<DisputeRow, "id"> & {
@@ -37,6 +42,17 @@ type Sql = Effect.Effect.Success<typeof SqlClient.SqlClient>
 
 type Q<A> = Effect.Effect<A, SqlError.SqlError>
 
+const Id = Schema.Struct({ id: Schema.String })
+const Total = Schema.Struct({ total: MicroMyr })
+const Disputed = Schema.Struct({ disputed: Schema.Boolean })
+/** What a transaction's facts are found by. */
+const Transaction = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  paymentIntentId: Schema.NullOr(Schema.String),
+  chargeId: Schema.NullOr(Schema.String)
+})
+
 const transactionColumns = (sql: Sql) =>
   sql`id, account_id, amount_sen, amount_micro_myr, status, checkout_session_id, payment_intent_id, charge_id, refunded_micro_myr`
 
@@ -44,11 +60,14 @@ const transactionColumns = (sql: Sql) =>
  * Payment transactions and the Stripe facts (charges' refunded totals,
  * disputes) that move money on them. Facts are stored as they arrive, in any
  * order; the payment service turns them into ledger entries once the payment
- * they belong to is known.
+ * they belong to is known. Rows are decoded (a row of another shape is a defect).
+ * Every method but `createPending` and `attachSession` runs in the Stripe webhook's
+ * transaction, whose handler counts a failed event by its `SqlError`: they keep it
+ * as a failure; those two (a checkout's, and the auto top-up worker's) make it a defect.
  */
 export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo, {
-  readonly createPending: (accountId: string, amountSen: number) => Q<string>
-  readonly attachSession: (transactionId: string, sessionId: string) => Q<void>
+  readonly createPending: (accountId: string, amountSen: number) => Effect.Effect<string>
+  readonly attachSession: (transactionId: string, sessionId: string) => Effect.Effect<void>
   readonly findBySession: (sessionId: string) => Q<PaymentTransaction | undefined>
   /** Locks a transaction row for the rest of the SQL transaction. */
   readonly lock: (transactionId: string) => Q<PaymentTransaction | undefined>
@@ -79,8 +98,59 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
     PaymentsRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-      const first = <A>(rows: ReadonlyArray<A>) => rows[0]
+      /** A row of another shape is a defect; the `SqlError` stays a failure (see above). */
+      const decoded = (name: string) => <A>(self: Effect.Effect<A, ParseError | SqlError.SqlError>): Q<A> =>
+        self.pipe(Effect.catchTag("ParseError", Effect.die), Effect.withSpan(`PaymentsRepo.${name}`))
+      const transactionBy = (where: (key: string) => Statement.Fragment) =>
+        SqlSchema.findOne({
+          Request: Schema.String,
+          Result: PaymentTransaction,
+          execute: (key) => sql`SELECT ${transactionColumns(sql)} FROM payment_transactions WHERE ${where(key)}`
+        })
+      const bySession = transactionBy((sessionId) => sql`checkout_session_id = ${sessionId}`)
+      const locked = transactionBy((id) => sql`id = ${id} FOR UPDATE`)
+      const idByIntentOrCharge = SqlSchema.findOne({
+        Request: Schema.Struct({ paymentIntentId: Schema.NullOr(Schema.String), chargeId: Schema.NullOr(Schema.String) }),
+        Result: Id,
+        execute: ({ chargeId, paymentIntentId }) =>
+          sql`
+            SELECT id FROM payment_transactions
+            WHERE (${paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${paymentIntentId})
+               OR (${chargeId}::text IS NOT NULL AND charge_id = ${chargeId})
+            LIMIT 1
+          `
+      })
+      const refundedTotal = SqlSchema.single({
+        Request: Transaction,
+        Result: Total,
+        execute: (transaction) =>
+          sql`
+            SELECT COALESCE(SUM(amount_refunded_micro_myr), 0)::bigint AS total FROM stripe_charges
+            WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
+               OR (${transaction.chargeId}::text IS NOT NULL AND id = ${transaction.chargeId})
+          `
+      })
+      const claimDisputes = SqlSchema.findAll({
+        Request: Transaction,
+        Result: DisputeRow,
+        execute: (transaction) =>
+          sql`
+            UPDATE disputes SET account_id = ${transaction.accountId}, payment_transaction_id = ${transaction.id}
+            WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
+               OR (${transaction.chargeId}::text IS NOT NULL AND charge_id = ${transaction.chargeId})
+            RETURNING id, amount_micro_myr, status, funds_withdrawn, funds_reinstated
+          `
+      })
+      const hasWithdrawnDispute = SqlSchema.single({
+        Request: Schema.String,
+        Result: Disputed,
+        execute: (accountId) =>
+          sql`
+            SELECT EXISTS (
+              SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open' AND funds_withdrawn
+            ) AS disputed
+          `
+      })
 
       return PaymentsRepo.of({
         createPending: (accountId, amountSen) =>
@@ -92,34 +162,17 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
               VALUES (${id}, ${accountId}, ${amountSen}, ${fromSen(amountSen)}, ${at}, ${at})
             `
             return id
-          }),
+          }).pipe(Effect.orDie, Effect.withSpan("PaymentsRepo.createPending")),
         attachSession: (transactionId, sessionId) =>
-          Effect.asVoid(sql`
+          sql`
             UPDATE payment_transactions SET checkout_session_id = ${sessionId} WHERE id = ${transactionId}
-          `),
-        findBySession: (sessionId) =>
-          Effect.map(
-            sql<PaymentTransaction>`
-              SELECT ${transactionColumns(sql)} FROM payment_transactions WHERE checkout_session_id = ${sessionId}
-            `,
-            first
-          ),
-        lock: (transactionId) =>
-          Effect.map(
-            sql<PaymentTransaction>`
-              SELECT ${transactionColumns(sql)} FROM payment_transactions WHERE id = ${transactionId} FOR UPDATE
-            `,
-            first
-          ),
+          `.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("PaymentsRepo.attachSession")),
+        findBySession: (sessionId) => bySession(sessionId).pipe(Effect.map(Option.getOrUndefined), decoded("findBySession")),
+        lock: (transactionId) => locked(transactionId).pipe(Effect.map(Option.getOrUndefined), decoded("lock")),
         findIdByIntentOrCharge: (paymentIntentId, chargeId) =>
-          Effect.map(
-            sql<{ id: string }>`
-              SELECT id FROM payment_transactions
-              WHERE (${paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${paymentIntentId})
-                 OR (${chargeId}::text IS NOT NULL AND charge_id = ${chargeId})
-              LIMIT 1
-            `,
-            (rows) => rows[0]?.id
+          idByIntentOrCharge({ paymentIntentId, chargeId }).pipe(
+            Effect.map((row) => Option.getOrUndefined(row)?.id),
+            decoded("findIdByIntentOrCharge")
           ),
         succeed: (transactionId, paymentIntentId) =>
           Effect.flatMap(now, (at) =>
@@ -159,13 +212,10 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
               RETURNING id
             `).pipe(Effect.map((rows) => rows.length > 0)),
         refundedTotal: (transaction) =>
-          Effect.map(
-            sql<{ total: number }>`
-              SELECT COALESCE(SUM(amount_refunded_micro_myr), 0)::bigint AS total FROM stripe_charges
-              WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
-                 OR (${transaction.chargeId}::text IS NOT NULL AND id = ${transaction.chargeId})
-            `,
-            (rows) => rows[0]?.total ?? 0
+          refundedTotal(transaction).pipe(
+            Effect.map((row) => row.total),
+            Effect.catchTag("NoSuchElementException", Effect.die),
+            decoded("refundedTotal")
           ),
         recordDispute: (fact) =>
           Effect.flatMap(now, (at) => {
@@ -188,21 +238,12 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
               RETURNING id
             `.pipe(Effect.map((rows) => rows.length > 0))
           }),
-        claimDisputes: (transaction) =>
-          sql<DisputeRow>`
-            UPDATE disputes SET account_id = ${transaction.accountId}, payment_transaction_id = ${transaction.id}
-            WHERE (${transaction.paymentIntentId}::text IS NOT NULL AND payment_intent_id = ${transaction.paymentIntentId})
-               OR (${transaction.chargeId}::text IS NOT NULL AND charge_id = ${transaction.chargeId})
-            RETURNING id, amount_micro_myr, status, funds_withdrawn, funds_reinstated
-          `,
+        claimDisputes: (transaction) => claimDisputes(transaction).pipe(decoded("claimDisputes")),
         hasWithdrawnDispute: (accountId) =>
-          Effect.map(
-            sql<{ disputed: boolean }>`
-              SELECT EXISTS (
-                SELECT 1 FROM disputes WHERE account_id = ${accountId} AND status = 'open' AND funds_withdrawn
-              ) AS disputed
-            `,
-            (rows) => rows[0]?.disputed ?? false
+          hasWithdrawnDispute(accountId).pipe(
+            Effect.map((row) => row.disputed),
+            Effect.catchTag("NoSuchElementException", Effect.die),
+            decoded("hasWithdrawnDispute")
           ),
         recordEvent: (id, type, payload) =>
           Effect.flatMap(now, (at) =>
@@ -223,4 +264,6 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
       })
     })
   )
+
+  static readonly Test = makeTestLayer(PaymentsRepo)
 }

@@ -13,13 +13,6 @@ import { logsCsv } from "./LogsCsv.js"
 import { checkRange, dateOf } from "./Range.js"
 import { type LogCursor, type LogFilter, type LogRow, RequestLogReads } from "./Reads.js"
 
-/** The `attempts` column as read (its JSON keys camel-cased by the client, or not): `latencyMs` either way. */
-const attemptsOf = (attempts: LogRow["attempts"] | null): typeof LogEntry.Type["attempts"] =>
-  (attempts ?? []).map((a) => {
-    const raw = a as { readonly latencyMs?: number; readonly latency_ms?: number }
-    return { target: a.target, outcome: a.outcome, latencyMs: raw.latencyMs ?? raw.latency_ms ?? 0 }
-  })
-
 const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.Type => ({
   requestId: row.requestId,
   apiKeyId: row.apiKeyId,
@@ -41,7 +34,7 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   contentPages: row.contentPages,
   costMicroMyr: row.costMicroMyr,
   latencyMs: row.latencyMs,
-  attempts: attemptsOf(row.attempts),
+  attempts: row.attempts ?? [],
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })
@@ -118,16 +111,16 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           }
           const after = urlParams.cursor === undefined ? undefined : yield* decodeCursor(urlParams.cursor)
           yield* settled
-          const { rows, total } = yield* Effect.orDie(requestLogs.logs(
+          const { rows, total } = yield* requestLogs.logs(
             account.id,
             filter,
             { limit: urlParams.limit, offset: (urlParams.page - 1) * urlParams.limit, after }
-          ))
+          )
           const page = rows.slice(0, urlParams.limit)
           const last = page.at(-1)
           const more = rows.length > urlParams.limit
           const responses = page.flatMap((row) => row.endpoint === "/v1/responses" ? [responseIdOf(row.requestId)] : [])
-          const stored = yield* Effect.orDie(storedResponses.present(account.id, responses))
+          const stored = yield* storedResponses.present(account.id, responses)
           return {
             logs: page.map((row) => toLogEntry(row, stored)),
             total,
@@ -140,7 +133,7 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           const account = yield* CurrentAccount
           yield* settled
           const responseId = responseIdOf(path.request_id)
-          // A conversation past the bounds shows its newest part, as far as they go.
+          // A conversation past the bounds shows its newest part, as far as they go: never refused, so a refusal is a defect.
           const chain = yield* Effect.orDie(storedResponses.chain(account.id, responseId, false))
           if (chain.length === 0) {
             return yield* new NotFound({ message: `No stored conversation for request '${path.request_id}'.`, param: "request_id" })

@@ -59,7 +59,7 @@ export const logsCsv = (reads: typeof RequestLogReads.Service, accountId: string
   Stream.concat(
     Stream.succeed(encoder.encode(csvLine([...LOG_COLUMNS]))),
     Stream.paginateChunkEffect(undefined as LogCursor | undefined, (after) =>
-      Effect.map(Effect.orDie(reads.rows(accountId, filter, { limit: EXPORT_BATCH, offset: 0, after })), (rows) => {
+      Effect.map(reads.rows(accountId, filter, { limit: EXPORT_BATCH, offset: 0, after }), (rows) => {
         const batch = rows.slice(0, EXPORT_BATCH)
         const last = batch.at(-1)
         const next = rows.length > EXPORT_BATCH && last !== undefined

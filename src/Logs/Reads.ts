@@ -1,7 +1,10 @@
-import { SqlClient, type SqlError, type Statement } from "@effect/sql"
-import { Context, Data, Effect, Layer } from "effect"
+import { SqlClient, type SqlError, SqlSchema, type Statement } from "@effect/sql"
+import { Context, Data, Effect, Layer, Schema } from "effect"
+import type { ParseError } from "effect/ParseResult"
 import { AppConfig } from "../AppConfig.js"
-import type { LoggedUsage, LogWrite } from "./RequestLogs.js"
+import { MicroMyr } from "../Domain/Money.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import type { LoggedAttempt, LogWrite } from "./RequestLogs.js"
 import { logUsage, rolledUsage, rollupsFit, type UsageScope } from "./Rollups.js"
 import { groupingTags, setGroupingTags, type TagTotal, tagTotals } from "./TagRollups.js"
 
@@ -15,23 +18,51 @@ export type Granularity = "hour" | "day"
 /** How many buckets one usage series may have, by granularity (31 days hourly, a leap year daily). */
 export const MAX_BUCKETS: Readonly<Record<Granularity, number>> = { hour: 744, day: 366 }
 
+/** An upstream attempt as the `attempts` column keeps it (its JSON keys camel-cased by the client, or not). */
+const StoredAttempt = Schema.transform(
+  Schema.Struct({
+    target: Schema.String,
+    outcome: Schema.String,
+    latencyMs: Schema.optional(Schema.Number),
+    latency_ms: Schema.optional(Schema.Number)
+  }),
+  Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Number }),
+  {
+    strict: true,
+    decode: (stored): LoggedAttempt => ({ target: stored.target, outcome: stored.outcome, latencyMs: stored.latencyMs ?? stored.latency_ms ?? 0 }),
+    encode: (attempt) => attempt
+  }
+)
+
 /** A log row as the dashboard reads it: the usage a finished call wrote (`LoggedUsage`), and what called. */
-export interface LogRow extends LoggedUsage {
-  readonly requestId: string
-  readonly apiKeyId: string
-  readonly publicModel: string
-  readonly endpoint: string
-  readonly stream: boolean
-  readonly status: LogStatus
-  readonly routingCategory: string | null
-  readonly errorCode: string | null
-  readonly environment: Environment
-  readonly metadata: Readonly<Record<string, string>> | null
-  readonly endUser: string | null
-  readonly createdAt: Date
+export const LogRow = Schema.Struct({
+  requestId: Schema.String,
+  apiKeyId: Schema.String,
+  publicModel: Schema.String,
+  endpoint: Schema.String,
+  stream: Schema.Boolean,
+  status: Schema.Literal("pending", "succeeded", "failed", "billed"),
+  routingCategory: Schema.NullOr(Schema.String),
+  errorCode: Schema.NullOr(Schema.String),
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int,
+  cachedTokens: Schema.Int,
+  usageSource: Schema.Literal("provider", "estimated"),
+  searchCount: Schema.Int,
+  contentPages: Schema.Int,
+  costMicroMyr: MicroMyr,
+  latencyMs: Schema.Int,
+  environment: Schema.Literal("live", "test"),
+  metadata: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
+  endUser: Schema.NullOr(Schema.String),
+  /** Each upstream attempt, in order; null: none was recorded. */
+  attempts: Schema.NullOr(Schema.Array(StoredAttempt)),
+  createdAt: Schema.DateFromSelf,
   /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
-  readonly atMicros: string
-}
+  atMicros: Schema.String
+})
+export type LogRow = typeof LogRow.Type
 
 /** The last row of a page: the next page starts after it (keyset paging). */
 export interface LogCursor {
@@ -61,19 +92,20 @@ export interface LogFilter {
   readonly to?: Date | undefined
 }
 
-export interface SeriesRow {
+export const SeriesRow = Schema.Struct({
   /** The bucket's start in local time, `YYYY-MM-DDTHH:MM:SS`. */
-  readonly localStart: string
+  localStart: Schema.String,
   /** The zone's offset from UTC at the bucket's start, in seconds. */
-  readonly offsetSeconds: number
-  readonly requests: number
-  readonly costMicroMyr: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-  readonly searchCount: number
-  readonly contentPages: number
-}
+  offsetSeconds: Schema.Int,
+  requests: Schema.Int,
+  costMicroMyr: MicroMyr,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int,
+  searchCount: Schema.Int,
+  contentPages: Schema.Int
+})
+export type SeriesRow = typeof SeriesRow.Type
 
 export interface SeriesQuery {
   /** Inclusive. */
@@ -86,14 +118,17 @@ export interface SeriesQuery {
 }
 
 
-
 /** Local day boundaries around an instant, as instants. */
-export interface LocalDays {
+export const LocalDays = Schema.Struct({
   /** The start of the day `days - 1` days before today. */
-  readonly first: Date
-  readonly today: Date
-  readonly tomorrow: Date
-}
+  first: Schema.DateFromSelf,
+  today: Schema.DateFromSelf,
+  tomorrow: Schema.DateFromSelf
+})
+export type LocalDays = typeof LocalDays.Type
+
+const Count = Schema.Struct({ count: Schema.Int })
+const Total = Schema.Struct({ total: Schema.Int })
 
 export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonly limit: number }> {}
 
@@ -105,6 +140,7 @@ const logColumns = `request_id, api_key_id, public_model, endpoint, stream, stat
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
  * Local times (day and hour buckets) are in the business time zone; buckets
  * are computed on local timestamps, so a day bucket starts at local midnight.
+ * Rows are decoded; a failed read is a defect.
  */
 export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<RequestLogReads, {
   /** One page of logs, newest first (up to `limit + 1` rows: the last shows that more follow), and how many match the filter. */
@@ -112,22 +148,22 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
     accountId: string,
     filter: LogFilter,
     page: LogPage
-  ) => Effect.Effect<{ readonly rows: ReadonlyArray<LogRow>; readonly total: number }, SqlError.SqlError>
+  ) => Effect.Effect<{ readonly rows: ReadonlyArray<LogRow>; readonly total: number }>
   /** The same rows as `logs`, without the count. */
-  readonly rows: (accountId: string, filter: LogFilter, page: LogPage) => Effect.Effect<ReadonlyArray<LogRow>, SqlError.SqlError>
+  readonly rows: (accountId: string, filter: LogFilter, page: LogPage) => Effect.Effect<ReadonlyArray<LogRow>>
   /** The dense series of buckets from the one holding `from` to the one holding the instant before `to`. */
   readonly series: (
     accountId: string,
     query: SeriesQuery
-  ) => Effect.Effect<ReadonlyArray<SeriesRow>, SqlError.SqlError | TooManyBuckets>
+  ) => Effect.Effect<ReadonlyArray<SeriesRow>, TooManyBuckets>
   /** Totals per value of one metadata key over the scope, costliest first, up to 100 (rolled up for grouping tags: `TagRollups.ts`). */
-  readonly tagTotals: (scope: UsageScope, key: string) => Effect.Effect<ReadonlyArray<TagTotal>, SqlError.SqlError>
+  readonly tagTotals: (scope: UsageScope, key: string) => Effect.Effect<ReadonlyArray<TagTotal>>
   /** The tag keys the account's usage is rolled up by. */
-  readonly groupingTags: (accountId: string) => Effect.Effect<ReadonlyArray<string>, SqlError.SqlError>
+  readonly groupingTags: (accountId: string) => Effect.Effect<ReadonlyArray<string>>
   /** Marks the account's grouping tags (those added backfilled from its logs). */
-  readonly setGroupingTags: (accountId: string, keys: ReadonlyArray<string>) => Effect.Effect<void, SqlError.SqlError>
+  readonly setGroupingTags: (accountId: string, keys: ReadonlyArray<string>) => Effect.Effect<void>
   /** The business time zone's days around `at`, the `days`th last of them first. */
-  readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays, SqlError.SqlError>
+  readonly localDays: (at: Date, days: number) => Effect.Effect<LocalDays>
 }>() {
   static readonly layer = Layer.effect(
     RequestLogReads,
@@ -138,8 +174,17 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
       const usage = (yield* rollupsFit(sql, timeZone))
         ? (scope: UsageScope) => rolledUsage(sql, scope)
         : (scope: UsageScope) => logUsage(sql, scope)
-      const first = <A>(rows: ReadonlyArray<A>) =>
-        rows[0] === undefined ? Effect.dieMessage("the query returned no row") : Effect.succeed(rows[0])
+      /** The rows of `statement`, decoded. */
+      const all = <A, I>(Result: Schema.Schema<A, I>, statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>) =>
+        SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined)
+      /** The one row of `statement`, decoded (none is a defect). */
+      const one = <A, I>(Result: Schema.Schema<A, I>, statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>) =>
+        SqlSchema.single({ Request: Schema.Void, Result, execute: () => statement })(undefined).pipe(
+          Effect.catchTag("NoSuchElementException", () => Effect.dieMessage("the query returned no row"))
+        )
+      /** A method's SQL and decoding failures as defects, in a span named after it. */
+      const owned = (name: string) => <A>(self: Effect.Effect<A, SqlError.SqlError | ParseError>) =>
+        self.pipe(Effect.orDie, Effect.withSpan(`RequestLogReads.${name}`))
       const local = (at: Date) => sql`(${at}::timestamptz AT TIME ZONE ${timeZone}::text)`
       const step = (granularity: Granularity) => sql.literal(granularity === "hour" ? "interval '1 hour'" : "interval '1 day'")
 
@@ -148,10 +193,13 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
       const lastBucket = ({ to, granularity }: SeriesQuery) =>
         sql`date_trunc(${granularity}::text, (${to}::timestamptz - interval '1 microsecond') AT TIME ZONE ${timeZone}::text)`
       const bucketCount = (query: SeriesQuery) =>
-        sql<{ count: number }>`
-          SELECT (extract(epoch FROM ${lastBucket(query)} - ${firstBucket(query)})
-            / extract(epoch FROM ${step(query.granularity)}))::bigint + 1 AS count
-        `.pipe(Effect.flatMap(first), Effect.map((row) => row.count))
+        one(
+          Count,
+          sql`
+            SELECT (extract(epoch FROM ${lastBucket(query)} - ${firstBucket(query)})
+              / extract(epoch FROM ${step(query.granularity)}))::bigint + 1 AS count
+          `
+        ).pipe(Effect.map((row) => row.count))
 
       const position = (after: LogCursor) =>
         sql`(timestamptz 'epoch' + ${after.atMicros}::bigint * interval '1 microsecond', ${after.requestId}::text)`
@@ -187,39 +235,42 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
         ])
 
       const pageRows = (where: Statement.Fragment, page: LogPage) =>
-        sql<LogRow>`
-          SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where} AND ${start(where, page)}
-          ORDER BY created_at DESC, request_id DESC
-          LIMIT ${page.limit + 1}
-        `
+        all(
+          LogRow,
+          sql`
+            SELECT ${sql.literal(logColumns)} FROM request_logs WHERE ${where} AND ${start(where, page)}
+            ORDER BY created_at DESC, request_id DESC
+            LIMIT ${page.limit + 1}
+          `
+        )
 
       return RequestLogReads.of({
-        rows: (accountId, filter, page) => pageRows(whereOf(accountId, filter), page),
+        rows: (accountId, filter, page) => pageRows(whereOf(accountId, filter), page).pipe(owned("rows")),
         logs: (accountId, filter, page) => {
           const where = whereOf(accountId, filter)
           return Effect.all({
             rows: pageRows(where, page),
             // Tags are not rolled up: a tag filter counts its rows.
-            total: (filter.tag === undefined && filter.endUser === undefined
-              ? sql<{ total: number }>`
-                SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
-                FROM (${usage({ accountId, ...filter })}) u
-              `
-              : sql<{ total: number }>`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`).pipe(
-              Effect.flatMap(first),
-              Effect.map((row) => row.total)
-            )
-          }, { concurrency: 2 })
+            total: one(
+              Total,
+              filter.tag === undefined && filter.endUser === undefined
+                ? sql`
+                  SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
+                  FROM (${usage({ accountId, ...filter })}) u
+                `
+                : sql`SELECT count(*)::int AS total FROM request_logs WHERE ${where}`
+            ).pipe(Effect.map((row) => row.total))
+          }, { concurrency: 2 }).pipe(owned("logs"))
         },
 
         series: (accountId, query) =>
           Effect.gen(function*() {
             const limit = MAX_BUCKETS[query.granularity]
-            if ((yield* bucketCount(query)) > limit) return yield* new TooManyBuckets({ limit })
+            if ((yield* Effect.orDie(bucketCount(query))) > limit) return yield* new TooManyBuckets({ limit })
             const unit = sql`${query.granularity}::text`
             const scope = { accountId, from: query.from, to: query.to, apiKeyId: query.apiKeyId, environment: query.environment }
             // Buckets and logs meet on local timestamps; a bucket's offset is that of its start instant.
-            return yield* sql<SeriesRow>`
+            return yield* all(SeriesRow, sql`
               WITH buckets AS (
                 SELECT generate_series(${firstBucket(query)}, ${lastBucket(query)}, ${step(query.granularity)}) AS bucket
               ), totals AS (
@@ -245,21 +296,26 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                 COALESCE(t.content_pages, 0)::bigint AS content_pages
               FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
               ORDER BY b.bucket
-            `
-          }),
+            `).pipe(Effect.orDie)
+          }).pipe(Effect.withSpan("RequestLogReads.series")),
 
-        tagTotals: (scope, key) => tagTotals(sql, scope, key),
-        groupingTags: (accountId) => groupingTags(sql, accountId),
-        setGroupingTags: (accountId, keys) => setGroupingTags(sql, accountId, keys),
+        tagTotals: (scope, key) => tagTotals(sql, scope, key).pipe(owned("tagTotals")),
+        groupingTags: (accountId) => groupingTags(sql, accountId).pipe(owned("groupingTags")),
+        setGroupingTags: (accountId, keys) => setGroupingTags(sql, accountId, keys).pipe(owned("setGroupingTags")),
 
         localDays: (at, days) =>
-          sql<LocalDays>`
-            SELECT (today - make_interval(days => ${days - 1}::int)) AT TIME ZONE ${timeZone}::text AS first,
-              today AT TIME ZONE ${timeZone}::text AS today,
-              (today + interval '1 day') AT TIME ZONE ${timeZone}::text AS tomorrow
-            FROM (SELECT date_trunc('day', ${local(at)}) AS today) d
-          `.pipe(Effect.flatMap(first))
+          one(
+            LocalDays,
+            sql`
+              SELECT (today - make_interval(days => ${days - 1}::int)) AT TIME ZONE ${timeZone}::text AS first,
+                today AT TIME ZONE ${timeZone}::text AS today,
+                (today + interval '1 day') AT TIME ZONE ${timeZone}::text AS tomorrow
+              FROM (SELECT date_trunc('day', ${local(at)}) AS today) d
+            `
+          ).pipe(owned("localDays"))
       })
     })
   )
+
+  static readonly Test = makeTestLayer(RequestLogReads)
 }

@@ -2,6 +2,8 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError, Statement } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): the log writes run per settlement flush, where a Schema per row would cost measurable CPU.
+
 /** What a call's row says when it opens: who called, which route, how much input. */
 export interface OpenLog {
   readonly requestId: string

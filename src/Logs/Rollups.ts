@@ -1,6 +1,8 @@
 import type { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): the rollup statements run beside the per-flush log writes (triggers) and are kept in the same tuned form.
+
 /** The width of a rollup bucket (migrations/0011_usage_rollups.ts): 30 minutes, from the Unix epoch. */
 export const BUCKET_MS = 30 * 60 * 1000
 

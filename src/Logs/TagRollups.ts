@@ -1,19 +1,24 @@
-import type { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { type SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import { MicroMyr } from "../Domain/Money.js"
 import { partBuckets, type UsageScope, wholeBuckets } from "./Rollups.js"
 
 /** How many tag keys an account may roll usage up by. */
 export const MAX_GROUPING_TAGS = 3
 
 /** A range's totals for one value of a tag (null: calls without the tag). */
-export interface TagTotal {
-  readonly value: string | null
-  readonly requests: number
-  readonly costMicroMyr: number
-  readonly inputTokens: number
-  readonly outputTokens: number
-  readonly reasoningTokens: number
-}
+export const TagTotal = Schema.Struct({
+  value: Schema.NullOr(Schema.String),
+  requests: Schema.Int,
+  costMicroMyr: MicroMyr,
+  inputTokens: Schema.Int,
+  outputTokens: Schema.Int,
+  reasoningTokens: Schema.Int
+})
+export type TagTotal = typeof TagTotal.Type
+
+const TagKey = Schema.Struct({ tagKey: Schema.String })
+const Count = Schema.Struct({ count: Schema.Int })
 
 const KEY = "account_id, tag_key, bucket, tagged, tag_value, api_key_id, environment"
 const COUNTERS = "requests, input_tokens, output_tokens, reasoning_tokens, cost_micro_myr"
@@ -31,10 +36,11 @@ const fromLogs = (sql: SqlClient.SqlClient, where: ReturnType<SqlClient.SqlClien
 
 /** The tag keys the account's usage is rolled up by, in the order they were marked. */
 export const groupingTags = (sql: SqlClient.SqlClient, accountId: string) =>
-  Effect.map(
-    sql<{ tagKey: string }>`SELECT tag_key FROM grouping_tags WHERE account_id = ${accountId} ORDER BY created_at, tag_key`,
-    (rows) => rows.map((row) => row.tagKey)
-  )
+  SqlSchema.findAll({
+    Request: Schema.String,
+    Result: TagKey,
+    execute: (id) => sql`SELECT tag_key FROM grouping_tags WHERE account_id = ${id} ORDER BY created_at, tag_key`
+  })(accountId).pipe(Effect.map((rows) => rows.map((row) => row.tagKey)))
 
 /**
  * Makes `keys` the account's grouping tags: the rollups of keys no longer
@@ -66,7 +72,11 @@ export const rebuildTagRollups = (sql: SqlClient.SqlClient) =>
     yield* sql`LOCK TABLE request_logs IN SHARE MODE`
     yield* sql`DELETE FROM usage_tag_rollups`
     yield* fromLogs(sql, sql.and([]))
-    const rows = yield* sql<{ count: number }>`SELECT count(*)::int AS count FROM usage_tag_rollups`
+    const rows = yield* SqlSchema.findAll({
+      Request: Schema.Void,
+      Result: Count,
+      execute: () => sql`SELECT count(*)::int AS count FROM usage_tag_rollups`
+    })(undefined)
     return rows[0]?.count ?? 0
   }))
 
@@ -99,11 +109,11 @@ export const tagTotals = (sql: SqlClient.SqlClient, scope: UsageScope, key: stri
         ])}
         UNION ALL ${logs(partBuckets(sql, scope))}`
       : logs(sql`created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz`)
-    return yield* sql<TagTotal>`
+    return yield* SqlSchema.findAll({ Request: Schema.Void, Result: TagTotal, execute: () => sql`
       SELECT value, sum(requests)::int AS requests, sum(cost_micro_myr)::bigint AS cost_micro_myr,
         sum(input_tokens)::bigint AS input_tokens, sum(output_tokens)::bigint AS output_tokens,
         sum(reasoning_tokens)::bigint AS reasoning_tokens
       FROM (${rows}) t
       GROUP BY value ORDER BY sum(cost_micro_myr) DESC, sum(requests) DESC, value LIMIT 100
-    `
+    ` })(undefined)
   })

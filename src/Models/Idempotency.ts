@@ -7,6 +7,8 @@ import { IdempotencyConflict } from "../Domain/Errors.js"
 import { holderDead, secondsSql } from "../Wallet/Instances.js"
 import { LEASE_RENEWAL, MAX_HOLD, RESERVATION_LEASE, ReservationLeases } from "../Wallet/Leases.js"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per call with an Idempotency-Key (claim, confirm, complete), where a Schema decode per row would cost measurable CPU.
+
 export const RETENTION = Duration.hours(24)
 /** Tries of a record's completion on the call's path (back-off doubling from 50 ms); then it is retried in the background. */
 export const COMPLETION_TRIES = 4

@@ -187,7 +187,7 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
             found = yield* store.present(accountId, ids)
           }
           return found
-        }).pipe(Effect.orDie)
+        })
 
       /** A stored response is one record: within the bounds by construction, so going past them is a defect. */
       const own = (accountId: string, id: string, param = "response_id") =>
@@ -200,7 +200,7 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
 
       const remove = (accountId: string, id: string) =>
         Effect.flatMap(own(accountId, id), () =>
-          Effect.flatMap(Effect.orDie(store.remove(accountId, id)), (removed) =>
+          Effect.flatMap(store.remove(accountId, id), (removed) =>
             removed ? Effect.void : Effect.fail(notFound(id, "response_id"))))
 
       /** Each `item_reference` replaced by the stored item it names (of this account); an unknown id is refused by name. */
@@ -224,8 +224,7 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
                 new InvalidRequest({
                   message: `The responses these item references name exceed ${MAX_CHAIN_BYTES / 1024 / 1024} MiB together; send fewer.`,
                   param: "input"
-                }),
-              SqlError: Effect.die
+                })
             })
           )
           const items = new Map(rows.flatMap((row) => itemsOf(row)).map((item) => [item["id"], item]))
@@ -244,7 +243,7 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
         Effect.gen(function*() {
           if (!(yield* visible(accountId, [previous])).has(previous)) return yield* unknownPrevious(previous)
           const chain = yield* store.chain(accountId, previous, true).pipe(
-            Effect.catchTags({ BeyondBounds: (error) => Effect.fail(tooLong(error)), SqlError: Effect.die })
+            Effect.catchTag("BeyondBounds", (error) => Effect.fail(tooLong(error)))
           )
           // Deleted (or expired) between the two reads.
           if (chain.length === 0) return yield* unknownPrevious(previous)

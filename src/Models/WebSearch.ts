@@ -1,4 +1,4 @@
-import { Clock, Context, Effect, Layer, Option } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
 import type { SearchError } from "../Domain/Errors.js"
 import { servedBy } from "../Providers/Fallback.js"
 import type { ProviderError, ProviderShape, ProviderUsage, UpstreamAttempt } from "../Providers/Provider.js"
@@ -9,6 +9,7 @@ import { DIGEST_PAGE_BOUND_CHARS, DIGEST_RESULT_CHARS, parseQueries, planningMes
 import type { Citation as CitationSchema, WebSearchConfig } from "./Api.js"
 import type { Message } from "../Domain/Tokens.js"
 import { countMessages, countText } from "../Domain/Tokens.js"
+import { now } from "../Domain/Time.js"
 
 /** One planning call and what follows it: its queries, and the pages it may read. */
 export interface SearchRound {
@@ -251,7 +252,7 @@ const lastQuestion = (messages: ReadonlyArray<Message>): string =>
 
 const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArray<Message>, call: SearchCall) =>
   Effect.gen(function*() {
-    const today = new Date(yield* Clock.currentTimeMillis).toISOString().slice(0, 10)
+    const today = (yield* now).toISOString().slice(0, 10)
     const queriesRun: Array<string> = []
     const results: Array<ReadResult & { readonly publishedAt: string | null }> = []
     const seen = new Set<string>()
@@ -343,7 +344,7 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
       }))
       results.push(...fresh.map((result) => ({ ...result, page: pages.get(result.url) })))
     }
-    const accessedAt = new Date(yield* Clock.currentTimeMillis).toISOString()
+    const accessedAt = (yield* now).toISOString()
     const sources: Sources = {
       searches: queriesRun.length,
       pages: pagesRead,

@@ -1,25 +1,26 @@
-import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import nodemailer from "nodemailer"
 import { AppConfig } from "../AppConfig.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { now } from "../Domain/Time.js"
 import { backoffMs, RETRY_WINDOW_MS } from "./Retries.js"
 import { DASHBOARD_URL } from "./Events.js"
 
-export interface MailRow {
-  readonly id: string
-  readonly accountId: string
-  readonly toAddress: string
-  readonly subject: string
-  readonly body: string
-  readonly status: "pending" | "sent" | "kept" | "failed"
-  readonly createdAt: Date
-  readonly sentAt: Date | null
-}
+export const MailRow = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  toAddress: Schema.String,
+  subject: Schema.String,
+  body: Schema.String,
+  status: Schema.Literal("pending", "sent", "kept", "failed"),
+  createdAt: Schema.DateFromSelf,
+  sentAt: Schema.NullOr(Schema.DateFromSelf)
+})
+export type MailRow = typeof MailRow.Type
 
-interface Claimed extends MailRow {
-  readonly attempts: number
-}
+const Claimed = Schema.Struct({ ...MailRow.fields, attempts: Schema.Int })
+type Claimed = typeof Claimed.Type
 
 const SEND_TIMEOUT = Duration.seconds(30)
 const CLAIM_BATCH = 10
@@ -34,8 +35,8 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
   readonly runOnce: Effect.Effect<number>
   /** Whether emails go out (SMTP_URL set) rather than into the development mailbox. */
   readonly sending: boolean
-  /** The newest emails, sent or kept. */
-  readonly recent: (limit: number) => Effect.Effect<ReadonlyArray<MailRow>, SqlError.SqlError>
+  /** The newest emails, sent or kept (a failed read is a defect). */
+  readonly recent: (limit: number) => Effect.Effect<ReadonlyArray<MailRow>>
 }>() {
   static readonly layer = Layer.effect(
     Mail,
@@ -45,8 +46,11 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
       const transport = Option.map(config.smtpUrl, (url) => nodemailer.createTransport(Redacted.value(url)))
       const render = (text: string) => text.replaceAll(DASHBOARD_URL, config.dashboardUrl)
 
-      const claim = (now: Date) =>
-        sql<Claimed>`
+      const claim = SqlSchema.findAll({
+        Request: Schema.DateFromSelf,
+        Result: Claimed,
+        execute: (now) =>
+          sql`
           UPDATE outbox_emails SET claimed_until = ${new Date(now.getTime() + Duration.toMillis(SEND_TIMEOUT) * 2)}, attempts = attempts + 1
           WHERE id IN (
             SELECT id FROM outbox_emails
@@ -55,6 +59,16 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
           )
           RETURNING id, account_id, to_address, subject, body, status, created_at, sent_at, attempts
         `
+      })
+      const recent = SqlSchema.findAll({
+        Request: Schema.Number,
+        Result: MailRow,
+        execute: (limit) =>
+          sql`
+            SELECT id, account_id, to_address, subject, body, status, created_at, sent_at
+            FROM outbox_emails ORDER BY created_at DESC, id DESC LIMIT ${limit}
+          `
+      })
 
       const send = (mail: Claimed) =>
         Effect.gen(function*() {
@@ -80,7 +94,7 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
         }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`email ${mail.id} was not recorded`, cause)))
 
       const runOnce = Effect.gen(function*() {
-        const claimed = yield* claim(new Date(yield* Clock.currentTimeMillis))
+        const claimed = yield* claim(yield* now)
         yield* Effect.forEach(claimed, send, { concurrency: CLAIM_BATCH, discard: true })
         return claimed.length
       }).pipe(Effect.catchAllCause((cause) => Effect.as(Effect.logWarning("email claim failed", cause), 0)))
@@ -89,12 +103,10 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
         runOnce,
         sending: Option.isSome(transport),
         recent: (limit) =>
-          Effect.map(
-            sql<MailRow>`
-              SELECT id, account_id, to_address, subject, body, status, created_at, sent_at
-              FROM outbox_emails ORDER BY created_at DESC, id DESC LIMIT ${limit}
-            `,
-            (rows) => rows.map((row) => ({ ...row, body: render(row.body) }))
+          recent(limit).pipe(
+            Effect.map((rows) => rows.map((row) => ({ ...row, body: render(row.body) }))),
+            Effect.orDie,
+            Effect.withSpan("Mail.recent")
           )
       })
     })
@@ -106,4 +118,6 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
     const config = yield* AppConfig
     yield* Effect.forkScoped(Effect.repeat(mail.runOnce, Schedule.spaced(Duration.millis(config.outboxPollMs))))
   })).pipe(Layer.provideMerge(Mail.layer))
+
+  static readonly Test = makeTestLayer(Mail)
 }

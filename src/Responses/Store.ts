@@ -1,6 +1,8 @@
 import { deflateRaw, inflateRaw } from "node:zlib"
-import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+import { now } from "../Domain/Time.js"
 
 /** How long a stored response is kept (DESIGN.md, Stored responses): 30 days, a test key's 24 hours. */
 export const RETENTION_DAYS = 30
@@ -80,18 +82,22 @@ export const packRecord = (record: StoredRecord) =>
     return Effect.map(deflate(json), (body) => ({ body: new Uint8Array(body), bytes: json.length }))
   })
 
-interface Row {
-  readonly id: string
-  readonly accountId: string
-  readonly previousResponseId: string | null
-  readonly body: Uint8Array
-}
+const Row = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  previousResponseId: Schema.NullOr(Schema.String),
+  body: Schema.Uint8ArrayFromSelf
+})
+type Row = typeof Row.Type
 
 /** A row the walk or the size check found, before its body is read. */
-interface Head {
-  readonly id: string
-  readonly bytes: number
-}
+const Head = Schema.Struct({ id: Schema.String, bytes: Schema.Number })
+type Head = typeof Head.Type
+
+/** A step of the walk back along a conversation: how deep, and the bytes up to it. */
+const Walked = Schema.Struct({ ...Head.fields, depth: Schema.Int, total: Schema.Number })
+
+const Id = Schema.Struct({ id: Schema.String })
 
 const unpack = (row: Row, json: Buffer): StoredResponse => ({
   ...(JSON.parse(json.toString("utf8")) as StoredRecord),
@@ -160,11 +166,12 @@ export const writeStored = (sql: SqlClient.SqlClient, rows: ReadonlyArray<Stored
  * response, its conversation and its items, deletion, and the purge of
  * expired rows. Reads see only unexpired rows, by the service's clock; they
  * size what they read before reading it, fetch bodies in pieces and inflate
- * them off the event loop, never more than `MAX_CHAIN_BYTES` a read.
+ * them off the event loop, never more than `MAX_CHAIN_BYTES` a read. Rows are
+ * decoded; a failed read or delete is a defect (the purge's failures stay its own).
  */
 export class StoredResponses extends Context.Tag("nenas/StoredResponses")<StoredResponses, {
   /** The account's unexpired responses among `ids`; more than `MAX_CHAIN_BYTES` of them together is refused unread. */
-  readonly find: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError | BeyondBounds>
+  readonly find: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<StoredResponse>, BeyondBounds>
   /**
    * The account's conversation up to `id`, oldest first; empty when `id` is not the account's. One longer than
    * `MAX_CHAIN_RESPONSES` or larger than `MAX_CHAIN_BYTES` is refused unread (`whole`), or read back only as far
@@ -174,11 +181,11 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
     accountId: string,
     id: string,
     whole: boolean
-  ) => Effect.Effect<ReadonlyArray<StoredResponse>, SqlError.SqlError | BeyondBounds>
+  ) => Effect.Effect<ReadonlyArray<StoredResponse>, BeyondBounds>
   /** Which of `ids` the account has stored (unexpired). */
-  readonly present: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>, SqlError.SqlError>
+  readonly present: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlySet<string>>
   /** Deletes the account's response; whether there was one. */
-  readonly remove: (accountId: string, id: string) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly remove: (accountId: string, id: string) => Effect.Effect<boolean>
   /** Deletes expired rows, `PURGE_BATCH` per statement; how many. */
   readonly purgeExpired: Effect.Effect<number, SqlError.SqlError>
 }>() {
@@ -186,7 +193,10 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
     StoredResponses,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms).toISOString())
+      const isoNow = Effect.map(now, (at) => at.toISOString())
+      /** The rows of `statement`, decoded. */
+      const all = <A, I>(Result: Schema.Schema<A, I>, statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>) =>
+        SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined)
 
       /**
        * The bodies of `heads` (in their order), a piece at a time, each inflated within what is left of
@@ -197,10 +207,10 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
           const loaded: Array<StoredResponse> = []
           let left = MAX_CHAIN_BYTES
           for (const piece of piecesOf(heads)) {
-            const rows = yield* sql<Row>`
+            const rows = yield* all(Row, sql`
               SELECT id, account_id, previous_response_id, body FROM stored_responses
               WHERE id = ANY(${piece.map((head) => head.id)}::text[]) AND account_id = ${accountId}
-            `
+            `).pipe(Effect.orDie)
             const byId = new Map(rows.map((row) => [row.id, row]))
             for (const head of piece) {
               const row = byId.get(head.id)
@@ -220,22 +230,22 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
 
       const find = (accountId: string, ids: ReadonlyArray<string>) =>
         ids.length === 0 ? Effect.succeed([]) : Effect.gen(function*() {
-          const at = yield* now
-          const heads = yield* sql<{ id: string; bytes: string }>`
+          const at = yield* isoNow
+          const heads = yield* all(Head, sql`
             SELECT id, bytes FROM stored_responses
             WHERE id = ANY(${ids}::text[]) AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
-          `
-          if (heads.reduce((sum, head) => sum + Number(head.bytes), 0) > MAX_CHAIN_BYTES) {
+          `).pipe(Effect.orDie)
+          if (heads.reduce((sum, head) => sum + head.bytes, 0) > MAX_CHAIN_BYTES) {
             return yield* new BeyondBounds({ limit: "bytes" })
           }
-          return yield* load(accountId, heads.map((head) => ({ id: head.id, bytes: Number(head.bytes) })), true)
-        })
+          return yield* load(accountId, heads, true)
+        }).pipe(Effect.withSpan("StoredResponses.find"))
 
       const chain = (accountId: string, id: string, whole: boolean) =>
         Effect.gen(function*() {
-          const at = yield* now
+          const at = yield* isoNow
           // Ids and sizes only, newest first; the walk stops one step past either bound.
-          const walked = yield* sql<{ id: string; bytes: string; depth: number; total: string }>`
+          const walked = yield* all(Walked, sql`
             WITH RECURSIVE chain AS (
               SELECT id, previous_response_id, bytes, 1 AS depth, bytes AS total FROM stored_responses
               WHERE id = ${id} AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
@@ -246,30 +256,30 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
                 AND s.account_id = ${accountId} AND s.expires_at > ${at}::timestamptz
             )
             SELECT id, bytes, depth, total FROM chain ORDER BY depth
-          `
-          const within = walked.filter((row) => row.depth <= MAX_CHAIN_RESPONSES && Number(row.total) <= MAX_CHAIN_BYTES)
+          `).pipe(Effect.orDie)
+          const within = walked.filter((row) => row.depth <= MAX_CHAIN_RESPONSES && row.total <= MAX_CHAIN_BYTES)
           if (whole && within.length < walked.length) {
             const last = walked[walked.length - 1]
             return yield* new BeyondBounds({ limit: last !== undefined && last.depth > MAX_CHAIN_RESPONSES ? "responses" : "bytes" })
           }
-          const loaded = yield* load(accountId, within.map((row) => ({ id: row.id, bytes: Number(row.bytes) })), whole)
+          const loaded = yield* load(accountId, within.map((row) => ({ id: row.id, bytes: row.bytes })), whole)
           return loaded.reverse()
-        })
+        }).pipe(Effect.withSpan("StoredResponses.chain"))
 
       const present = (accountId: string, ids: ReadonlyArray<string>) =>
-        ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.flatMap(now, (at) =>
-          Effect.map(sql<{ id: string }>`
+        ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.flatMap(isoNow, (at) =>
+          Effect.map(all(Id, sql`
             SELECT id FROM stored_responses
             WHERE id = ANY(${ids}::text[]) AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
-          `, (rows) => new Set(rows.map((row) => row.id))))
+          `), (rows) => new Set(rows.map((row) => row.id)))).pipe(Effect.orDie, Effect.withSpan("StoredResponses.present"))
 
       const remove = (accountId: string, id: string) =>
         Effect.map(
           sql`DELETE FROM stored_responses WHERE id = ${id} AND account_id = ${accountId} RETURNING id`,
           (rows) => rows.length > 0
-        )
+        ).pipe(Effect.orDie, Effect.withSpan("StoredResponses.remove"))
 
-      const purgeExpired = Effect.flatMap(now, (at) =>
+      const purgeExpired = Effect.flatMap(isoNow, (at) =>
         Effect.gen(function*() {
           let total = 0
           while (true) {
@@ -292,4 +302,6 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
       return StoredResponses.of({ find, chain, present, remove, purgeExpired })
     })
   )
+
+  static readonly Test = makeTestLayer(StoredResponses)
 }

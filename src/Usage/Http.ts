@@ -1,8 +1,9 @@
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Clock, Duration, Effect } from "effect"
+import { Duration, Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest } from "../Domain/Errors.js"
+import { now } from "../Domain/Time.js"
 import { requireAccountKey } from "../Keys/AccountKey.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { checkRange, dateOf } from "../Logs/Range.js"
@@ -54,7 +55,6 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
     const spending = yield* Spending
     /** Every call this instance answered is written before a read. */
     const settled = spending.settled
-    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
     const seriesRows = (
       accountId: string,
@@ -70,8 +70,7 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
               message: `A usage series has at most ${limit} ${granularity === "hour" ? "hourly" : "daily"} buckets; ` +
                 "narrow the range from 'from' to 'to' or use a coarser granularity.",
               param: "from"
-            }),
-          SqlError: Effect.die
+            })
         })
       )
 
@@ -103,23 +102,23 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
               environment: urlParams.environment
             }),
             ...(urlParams.group_by_tag === undefined ? {} : {
-              groups: (yield* Effect.orDie(requestLogs.tagTotals(
+              groups: (yield* requestLogs.tagTotals(
                 { accountId: account.id, from, to, apiKeyId: urlParams.api_key_id, environment: urlParams.environment },
                 urlParams.group_by_tag
-              ))).map(({ value, ...totals }) => ({ tag_value: value, ...totals }))
+              )).map(({ value, ...totals }) => ({ tag_value: value, ...totals }))
             })
           }
         }))
       .handle("groupingTags", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          return { tag_keys: yield* Effect.orDie(requestLogs.groupingTags(account.id)) }
+          return { tag_keys: yield* requestLogs.groupingTags(account.id) }
         }))
       .handle("setGroupingTags", ({ payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* Effect.orDie(requestLogs.setGroupingTags(account.id, [...new Set(payload.tag_keys)]))
-          return { tag_keys: yield* Effect.orDie(requestLogs.groupingTags(account.id)) }
+          yield* requestLogs.setGroupingTags(account.id, [...new Set(payload.tag_keys)])
+          return { tag_keys: yield* requestLogs.groupingTags(account.id) }
         }))
       .handle("exportUsage", ({ urlParams }) =>
         Effect.gen(function*() {
@@ -138,11 +137,11 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const at = yield* now
-          const days = yield* Effect.orDie(requestLogs.localDays(at, OVERVIEW_DAYS))
+          const days = yield* requestLogs.localDays(at, OVERVIEW_DAYS)
           yield* settled
           // One read of the 30 local days: the last is today, and the totals are their sum.
           const { wallet, daily, keyCounts } = yield* Effect.all({
-            wallet: Effect.orDie(spending.balance(account.id)),
+            wallet: spending.balance(account.id),
             daily: seriesRows(account.id, days.first, days.tomorrow, "day"),
             keyCounts: keys.counts(account.id, at)
           }, { concurrency: "unbounded" })

@@ -1,7 +1,8 @@
-import { SqlClient } from "@effect/sql"
+import { SqlClient, SqlSchema } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { newId } from "../Domain/Ids.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
 import { totalOf } from "./LowBalance.js"
 import type { WalletRow } from "./SettleRows.js"
 
@@ -34,23 +35,30 @@ export const queueAutoTopups = (
     }
   })
 
-export interface AutoTopupRow {
-  readonly id: string
-  readonly accountId: string
-  readonly amountSen: number
-  readonly status: "queued" | "charging" | "succeeded" | "failed"
-  readonly transactionId: string | null
-  readonly paymentIntentId: string | null
-  readonly createdAt: Date
+export const AutoTopupRow = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  amountSen: Schema.Int,
+  status: Schema.Literal("queued", "charging", "succeeded", "failed"),
+  transactionId: Schema.NullOr(Schema.String),
+  paymentIntentId: Schema.NullOr(Schema.String),
+  createdAt: Schema.DateFromSelf,
   /** Claimed before (its claimer's lease lapsed): that claimer may have made a payment this one must find. */
-  readonly reclaimed: boolean
-}
+  reclaimed: Schema.Boolean
+})
+export type AutoTopupRow = typeof AutoTopupRow.Type
+
+const BlockerRow = Schema.Struct({ suspended: Schema.Boolean, enabled: Schema.Boolean })
 
 /** Why a claimed attempt must not be charged now: its account's state changed after it was queued. */
 export type AutoTopupBlocker = "account_suspended" | "auto_topup_disabled"
 
 const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id, created_at"
 
+/**
+ * The attempts' rows, decoded (a row of another shape is a defect). Their `SqlError` stays a failure: the
+ * Stripe webhook's transaction uses them through `AutoTopupOutcomes` and counts a failed event by it.
+ */
 export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
   /** Claims unfinished attempts (new ones, and ones whose claimer's lease lapsed) for `leaseMs`. */
   readonly claim: (now: Date, leaseMs: number) => Effect.Effect<ReadonlyArray<AutoTopupRow>, SqlError.SqlError>
@@ -67,9 +75,11 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
     AutoTopups,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      return AutoTopups.of({
-        claim: (now, leaseMs) =>
-          sql<AutoTopupRow>`
+      const claim = SqlSchema.findAll({
+        Request: Schema.Struct({ now: Schema.DateFromSelf, leaseMs: Schema.Number }),
+        Result: AutoTopupRow,
+        execute: ({ leaseMs, now }) =>
+          sql`
             WITH due AS (
               SELECT id, status AS was FROM auto_topups
               WHERE status IN ('queued', 'charging') AND (claimed_until IS NULL OR claimed_until < ${now})
@@ -78,7 +88,25 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
             UPDATE auto_topups t SET status = 'charging', claimed_until = ${new Date(now.getTime() + leaseMs)}
             FROM due WHERE t.id = due.id
             RETURNING ${sql.unsafe(COLUMNS.split(", ").map((c) => `t.${c}`).join(", "))}, due.was = 'charging' AS reclaimed
-          `,
+          `
+      })
+      const find = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: AutoTopupRow,
+        execute: (id) => sql`SELECT ${sql.unsafe(COLUMNS)}, false AS reclaimed FROM auto_topups WHERE id = ${id}`
+      })
+      const blocker = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: BlockerRow,
+        execute: (id) =>
+          sql`
+            SELECT a.suspended_at IS NOT NULL AS suspended, w.auto_topup_enabled AS enabled
+            FROM auto_topups t JOIN accounts a ON a.id = t.account_id JOIN wallets w ON w.account_id = t.account_id
+            WHERE t.id = ${id}
+          `
+      })
+      return AutoTopups.of({
+        claim: (now, leaseMs) => claim({ now, leaseMs }).pipe(Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.claim")),
         attachTransaction: (id, transactionId) => Effect.asVoid(sql`UPDATE auto_topups SET transaction_id = ${transactionId} WHERE id = ${id}`),
         attachIntent: (id, paymentIntentId, holdUntil) =>
           Effect.asVoid(sql`UPDATE auto_topups SET payment_intent_id = ${paymentIntentId}, claimed_until = ${holdUntil} WHERE id = ${id}`),
@@ -91,21 +119,20 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
             (rows) => rows.length > 0
           ),
         find: (id) =>
-          Effect.map(sql<AutoTopupRow>`SELECT ${sql.unsafe(COLUMNS)}, false AS reclaimed FROM auto_topups WHERE id = ${id}`, (rows) => rows[0]),
+          find(id).pipe(Effect.map(Option.getOrUndefined), Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.find")),
         blocker: (id) =>
-          Effect.map(
-            sql<{ suspended: boolean; enabled: boolean }>`
-              SELECT a.suspended_at IS NOT NULL AS suspended, w.auto_topup_enabled AS enabled
-              FROM auto_topups t JOIN accounts a ON a.id = t.account_id JOIN wallets w ON w.account_id = t.account_id
-              WHERE t.id = ${id}
-            `,
-            (rows): AutoTopupBlocker | undefined => {
-              const row = rows[0]
+          blocker(id).pipe(
+            Effect.map((found): AutoTopupBlocker | undefined => {
+              const row = Option.getOrUndefined(found)
               if (row?.suspended === true) return "account_suspended"
               return row?.enabled === true ? undefined : "auto_topup_disabled"
-            }
+            }),
+            Effect.catchTag("ParseError", Effect.die),
+            Effect.withSpan("AutoTopups.blocker")
           )
       })
     })
   )
+
+  static readonly Test = makeTestLayer(AutoTopups)
 }

@@ -1,7 +1,10 @@
 import type { SqlClient, SqlError } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Effect } from "effect"
+import { now } from "../Domain/Time.js"
 import { holderDead } from "./Instances.js"
 import { lockWallet } from "./Lock.js"
+
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs on a call's path when a grant grows and with every settlement flush (measurable CPU per row decoded).
 
 /**
  * The `credit_grants` rows (DESIGN.md, Money): what each instance holds of a
@@ -55,7 +58,7 @@ export const grantStatements = (sql: SqlClient.SqlClient, holder: string): Grant
       if (held === undefined && !grant.create) return "missing" as const
       const growth = Math.floor(size({ availableMicroMyr: wallet.availableMicroMyr, heldMicroMyr: held ?? 0 }))
       if (growth <= 0 || growth > wallet.availableMicroMyr) return 0
-      const at = new Date(yield* Clock.currentTimeMillis)
+      const at = yield* now
       yield* sql`
         UPDATE wallets
         SET available_micro_myr = available_micro_myr - ${growth}, granted_micro_myr = granted_micro_myr + ${growth},

@@ -1,7 +1,8 @@
-import { Clock, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
+import { now } from "../Domain/Time.js"
 import type { InvariantReport } from "./Invariant.js"
 import type {
   Capture,
@@ -181,7 +182,6 @@ export type WalletStore = ReturnType<typeof makeStore>
 export const make = (store: WalletStore, holder: string = newId("inst")): WalletRepo["Type"] => {
   store.alive(holder)
   const { grants, reservations } = store.mutable
-  const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
   const refusal = (input: ReserveInput, at: Date): InsufficientBalance | SpendLimitExceeded | ReturnType<typeof accountSuspended> | undefined => {
     const wallet = store.walletOf(input.accountId)

@@ -1,6 +1,8 @@
 import type { SqlClient, SqlError } from "@effect/sql"
 import { Data, Duration, Effect } from "effect"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): heartbeats and liveness checks run beside every flush and sweep; left as the settlement path has them.
+
 /**
  * The `instances` table: one row per process start, its `heartbeat_at` the
  * database's `now()` at the process's last beat. Every statement on it is

@@ -1,6 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): it checks the settlement statements and is kept in their hand-tuned form, unchanged.
+
 export interface InvariantReport {
   readonly accountId: string
   readonly availableMicroMyr: number

@@ -1,11 +1,14 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Cause, Clock, Effect, Exit, Option, Schema } from "effect"
+import { Cause, Effect, Exit, Option, Schema } from "effect"
 import type { LogWrite } from "../Logs/RequestLogs.js"
 import { storable, storableJson } from "../Domain/Strict.js"
+import { now } from "../Domain/Time.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import type { Batch, SettleItem } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
+
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs with the settlement flush (parking and replaying its batches), like the statements it replays.
 
 /**
  * Settlements the database kept refusing (DESIGN.md, Money), kept in
@@ -175,7 +178,7 @@ const replayOne = (sql: SqlClient.SqlClient, id: string) =>
     `
     const row = rows[0]
     if (row === undefined) return undefined
-    const at = new Date(yield* Clock.currentTimeMillis)
+    const at = yield* now
     // A savepoint: a replay still refused is rolled back alone, and its attempt is counted.
     const exit = yield* Effect.exit(
       Schema.decodeUnknown(SettlementJson)(row.item).pipe(

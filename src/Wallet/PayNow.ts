@@ -7,6 +7,8 @@ import type { SettleItem } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
 import type { StoredWrite } from "../Responses/Store.js"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs on a call's path (paying before answering), with the settlement statements it must agree with.
+
 /**
  * Paying for a call before answering it (DESIGN.md, Faults), when its hold may
  * have been taken back: this instance stalled, and another's sweeper may have

@@ -1,10 +1,11 @@
-import { SqlClient, type SqlError } from "@effect/sql"
-import { Clock, Context, Effect, Layer } from "effect"
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { type LedgerEntry, type LedgerType as LedgerTypeSchema, type Wallet as WalletSchema } from "../Wallet/Api.js"
+import { LedgerEntry, type LedgerType as LedgerTypeSchema, Wallet as WalletSchema } from "../Wallet/Api.js"
 import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
+import { now } from "../Domain/Time.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
 import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, type GrantToGrow } from "./GrantRows.js"
 import { ReservationLeases } from "./Leases.js"
@@ -51,9 +52,8 @@ export interface PostInput {
 }
 
 /** A ledger entry as the contract has it, with its time as a `Date`. */
-export interface LedgerEntryRow extends Omit<typeof LedgerEntry.Type, "createdAt"> {
-  readonly createdAt: Date
-}
+export const LedgerEntryRow = Schema.Struct({ ...LedgerEntry.fields, createdAt: Schema.DateFromSelf })
+export type LedgerEntryRow = typeof LedgerEntryRow.Type
 
 export interface LedgerQuery {
   readonly page: number
@@ -62,9 +62,10 @@ export interface LedgerQuery {
 }
 
 /** The wallet row as stored: what grants hold is apart from what calls hold. */
-export interface StoredWallet extends Wallet {
-  readonly grantedMicroMyr: number
-}
+export const StoredWallet = Schema.Struct({ ...WalletSchema.fields, grantedMicroMyr: Schema.Int })
+export type StoredWallet = typeof StoredWallet.Type
+
+const OpenHolds = Schema.Struct({ open: Schema.Int })
 
 export type { GrantSizing, GrantsAsked } from "./GrantRows.js"
 
@@ -105,7 +106,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   readonly askForKeyHolds: (accountId: string, apiKeyId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
-  readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>, SqlError.SqlError>
+  /** The dashboard's page of the ledger, newest first (a failed read is a defect). */
+  readonly ledger: (accountId: string, query: LedgerQuery) => Effect.Effect<ReadonlyArray<LedgerEntryRow>>
   /** Reservations still open, across every instance (for the operator's metrics). */
   readonly openHolds: Effect.Effect<number, SqlError.SqlError>
 }>() {
@@ -116,8 +118,6 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       const { businessTimezone } = yield* AppConfig
       const leases = yield* ReservationLeases
       const logs = yield* RequestLogs
-
-      const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
       /** One capture or release, as a batch of one (one copy of the settlement rules: `Settle.ts`). */
       const settleOne = (item: SettleItem & { readonly _tag: "Capture" | "Release" }) =>
@@ -182,10 +182,22 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
             : Effect.void
         ))
 
-      const openHolds = Effect.map(
-        sql<{ readonly open: number }>`SELECT count(*)::int AS open FROM reservations WHERE status = 'open'`,
-        (rows) => rows[0]?.open ?? 0
-      )
+      // `wallet` is read on a call's hold (a free call's balance check) and `openHolds` by the metrics, which
+      // report a failed read: both keep their `SqlError`; a row of another shape is a defect.
+      const openHolds = SqlSchema.findAll({
+        Request: Schema.Void,
+        Result: OpenHolds,
+        execute: () => sql`SELECT count(*)::int AS open FROM reservations WHERE status = 'open'`
+      })(undefined).pipe(Effect.map((rows) => rows[0]?.open ?? 0), Effect.catchTag("ParseError", Effect.die))
+      const storedWallet = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: StoredWallet,
+        execute: (accountId) =>
+          sql`
+            SELECT available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
+            FROM wallets WHERE account_id = ${accountId}
+          `
+      })
 
       return WalletRepo.of({
         ...reserveStatements(sql, leases, businessTimezone),
@@ -193,25 +205,29 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
         open: (accountId) => Effect.asVoid(sql`INSERT INTO wallets (account_id) VALUES (${accountId}) ON CONFLICT (account_id) DO NOTHING`),
         openHolds,
         wallet: (accountId) =>
-          sql<StoredWallet>`
-            SELECT available_micro_myr, reserved_micro_myr, granted_micro_myr, lifetime_topup_micro_myr, lifetime_spend_micro_myr
-            FROM wallets WHERE account_id = ${accountId}
-          `.pipe(Effect.map((rows) =>
-            rows[0] ??
-              { availableMicroMyr: 0, reservedMicroMyr: 0, grantedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 }
-          )),
+          storedWallet(accountId).pipe(
+            Effect.map(Option.getOrElse((): StoredWallet =>
+              ({ availableMicroMyr: 0, reservedMicroMyr: 0, grantedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 })
+            )),
+            Effect.catchTag("ParseError", Effect.die)
+          ),
         capture,
         release,
         post,
         ledger: (accountId, query) =>
-          sql<LedgerEntryRow>`
-            SELECT id, type, amount_micro_myr, balance_after_micro_myr, description, created_at
-            FROM ledger_entries
-            WHERE account_id = ${accountId}
-              ${query.type === undefined ? sql`` : sql`AND type = ${query.type}`}
-            ORDER BY seq DESC
-            LIMIT ${query.limit} OFFSET ${(query.page - 1) * query.limit}
-          `
+          SqlSchema.findAll({
+            Request: Schema.Void,
+            Result: LedgerEntryRow,
+            execute: () =>
+              sql`
+                SELECT id, type, amount_micro_myr, balance_after_micro_myr, description, created_at
+                FROM ledger_entries
+                WHERE account_id = ${accountId}
+                  ${query.type === undefined ? sql`` : sql`AND type = ${query.type}`}
+                ORDER BY seq DESC
+                LIMIT ${query.limit} OFFSET ${(query.page - 1) * query.limit}
+              `
+          })(undefined).pipe(Effect.orDie, Effect.withSpan("WalletRepo.ledger"))
       })
     })
   )

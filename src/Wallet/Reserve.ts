@@ -1,11 +1,14 @@
 import type { SqlClient, SqlError } from "@effect/sql"
-import { Clock, Effect } from "effect"
+import { Effect } from "effect"
 import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
+import { now } from "../Domain/Time.js"
 import { secondsSql } from "./Instances.js"
 import { RESERVATION_LEASE, type ReservationLeases } from "./Leases.js"
 import { type LockedWallet, lockWallet } from "./Lock.js"
+
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per call (every reservation), where a Schema decode per row would cost measurable CPU.
 
 /**
  * Reservations taken (DESIGN.md, Money): a live call's maximum moved from
@@ -72,8 +75,6 @@ export const reserveStatements = (
   leases: ReservationLeases["Type"],
   businessTimezone: string
 ): ReserveStatements => {
-  const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-
   /** What the key spent this month, and what its calls in flight hold: reservations, and grants (`key_grant_holds`). */
   const monthToDate = (apiKeyId: string, at: Date) =>
     sql<{ spent: number; held: number }>`

@@ -1,19 +1,22 @@
-import { SqlClient } from "@effect/sql"
+import { SqlClient, SqlSchema } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
+import { MicroMyr } from "../Domain/Money.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
 
 /** What a developer set on their wallet (issue 25): the low-balance threshold and auto top-up. */
-export interface WalletSettingsRow {
-  readonly lowBalanceThresholdMicroMyr: number | null
-  readonly autoTopupEnabled: boolean
-  readonly autoTopupThresholdMicroMyr: number | null
-  readonly autoTopupAmountSen: number | null
-  readonly autoTopupMaxPerDay: number
+export const WalletSettingsRow = Schema.Struct({
+  lowBalanceThresholdMicroMyr: Schema.NullOr(MicroMyr),
+  autoTopupEnabled: Schema.Boolean,
+  autoTopupThresholdMicroMyr: Schema.NullOr(MicroMyr),
+  autoTopupAmountSen: Schema.NullOr(Schema.Int),
+  autoTopupMaxPerDay: Schema.Int,
   /** Why auto top-up turned itself off (a decline, authentication required); null while on or never failed. */
-  readonly autoTopupDisabledReason: string | null
+  autoTopupDisabledReason: Schema.NullOr(Schema.String),
   /** Where the developer re-authenticates the card after such a failure. */
-  readonly autoTopupActionUrl: string | null
-}
+  autoTopupActionUrl: Schema.NullOr(Schema.String)
+})
+export type WalletSettingsRow = typeof WalletSettingsRow.Type
 
 /** A change: absent fields stay; `null` clears a threshold. */
 export interface WalletSettingsChange {
@@ -27,9 +30,13 @@ export interface WalletSettingsChange {
 const COLUMNS = `low_balance_threshold_micro_myr, auto_topup_enabled, auto_topup_threshold_micro_myr, auto_topup_amount_sen,
   auto_topup_max_per_day, auto_topup_disabled_reason, auto_topup_action_url`
 
+/**
+ * The wallet's settings. `lock` and `disableAutoTopup` run in the Stripe webhook's transaction, whose
+ * handler counts a failed event by its `SqlError`: they keep it; `get` and `set` make it a defect.
+ */
 export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSettings, {
-  readonly get: (accountId: string) => Effect.Effect<WalletSettingsRow | undefined, SqlError.SqlError>
-  readonly set: (accountId: string, change: WalletSettingsChange) => Effect.Effect<WalletSettingsRow | undefined, SqlError.SqlError>
+  readonly get: (accountId: string) => Effect.Effect<WalletSettingsRow | undefined>
+  readonly set: (accountId: string, change: WalletSettingsChange) => Effect.Effect<WalletSettingsRow | undefined>
   /**
    * Locks the wallet's row for the caller's transaction: taken before an auto top-up
    * attempt's row, in the order settlement takes them (wallet, then attempt).
@@ -42,12 +49,19 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
     WalletSettings,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const get = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: WalletSettingsRow,
+        execute: (accountId) => sql`SELECT ${sql.unsafe(COLUMNS)} FROM wallets WHERE account_id = ${accountId}`
+      })
       return WalletSettings.of({
-        get: (accountId) =>
-          Effect.map(sql<WalletSettingsRow>`SELECT ${sql.unsafe(COLUMNS)} FROM wallets WHERE account_id = ${accountId}`, (rows) => rows[0]),
+        get: (accountId) => get(accountId).pipe(Effect.map(Option.getOrUndefined), Effect.orDie, Effect.withSpan("WalletSettings.get")),
         set: (accountId, change) =>
-          Effect.map(
-            sql<WalletSettingsRow>`
+          SqlSchema.findOne({
+            Request: Schema.Void,
+            Result: WalletSettingsRow,
+            execute: () =>
+              sql`
               UPDATE wallets SET
                 low_balance_threshold_micro_myr = CASE WHEN ${change.lowBalanceThresholdMicroMyr === undefined}
                   THEN low_balance_threshold_micro_myr ELSE ${change.lowBalanceThresholdMicroMyr ?? null}::bigint END,
@@ -59,9 +73,8 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
                 auto_topup_action_url = CASE WHEN ${change.autoTopupEnabled === true} THEN NULL ELSE auto_topup_action_url END
               WHERE account_id = ${accountId}
               RETURNING ${sql.unsafe(COLUMNS)}
-            `,
-            (rows) => rows[0]
-          ),
+            `
+          })(undefined).pipe(Effect.map(Option.getOrUndefined), Effect.orDie, Effect.withSpan("WalletSettings.set")),
         lock: (accountId) => Effect.asVoid(sql`SELECT account_id FROM wallets WHERE account_id = ${accountId} FOR UPDATE`),
         disableAutoTopup: (accountId, reason, actionUrl) =>
           Effect.map(
@@ -74,4 +87,6 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
       })
     })
   )
+
+  static readonly Test = makeTestLayer(WalletSettings)
 }

@@ -2,6 +2,8 @@ import type { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Batch, ItemOutcome } from "./SettleBatch.js"
 
+// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per settlement flush, where a Schema decode of every row would cost measurable CPU.
+
 /**
  * The rows a settlement batch moves (`Settle.ts` applies the rules to them in
  * memory): locked in one order — reservations, wallets, grants, each by id —

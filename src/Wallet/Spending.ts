@@ -66,8 +66,8 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
    * the read goes on with what is written.
    */
   readonly settled: Effect.Effect<void>
-  /** The balance as developers see it: grants are available money, calls in flight are reserved. */
-  readonly balance: (accountId: string) => Effect.Effect<Wallet, SqlError.SqlError>
+  /** The balance as developers see it: grants are available money, calls in flight are reserved (a failed read is a defect). */
+  readonly balance: (accountId: string) => Effect.Effect<Wallet>
   /** What each of the account's keys was billed this month, this instance's calls included. */
   readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
   /**
@@ -105,7 +105,8 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
         fail: (held, errorCode, latencyMs, attempts) => fail(calls, held, errorCode, latencyMs, attempts),
         refused: (log, errorCode, latencyMs) => refused(calls, log, errorCode, latencyMs),
         settled,
-        balance: (accountId) => Effect.zipRight(settled, balance(calls, accountId)),
+        balance: (accountId) =>
+          Effect.zipRight(settled, balance(calls, accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.balance")),
         spentThisMonth: (accountId) => Effect.zipRight(settled, wallets.spentThisMonth(accountId)),
         limitSet: (accountId, apiKeyId) => limitSet(calls, accountId, apiKeyId)
       })

@@ -335,25 +335,6 @@ export const ChatCompletion = Schema.Struct({
   cost_myr: Schema.String
 }).annotations({ identifier: "ChatCompletion" })
 
-export const Capability = Schema.Literal(
-  "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
-)
-
-export const ModelRecord = Schema.Struct({
-  id: Schema.String,
-  object: Schema.Literal("model"),
-  owned_by: Schema.String,
-  context_window: Schema.Int,
-  max_output_tokens: Schema.Int,
-  capabilities: Schema.Array(Capability),
-  /** The endpoints that call it: OpenAI's two and Anthropic's Messages API. */
-  endpoints: Schema.Array(Schema.Literal("/v1/responses", "/v1/chat/completions", "/v1/messages")),
-  /** How `/v1/responses` keeps what it answers: stored by default, for `retention_days`; `store: false` opts out. */
-  response_storage: Schema.Struct({ default_store: Schema.Boolean, retention_days: Schema.Int, opt_out: Schema.String })
-})
-
-export const ModelList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ModelRecord) })
-
 export const IdempotencyKeyHeader = Schema.Struct({
   "idempotency-key": Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)))
 })
@@ -396,10 +377,4 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
   )
   .pipe(modelCallGroup)
   .annotate(OpenApi.Description, "Model calls: responses and OpenAI-compatible chat completions.")
-{}
-
-export class ModelsApi extends HttpApiGroup.make("models")
-  .add(HttpApiEndpoint.get("list", "/v1/models").addSuccess(ModelList).addError(wire(RateLimitExceeded)))
-  .middleware(ApiKeyAuth)
-  .annotate(OpenApi.Description, "The models this service offers.")
 {}

@@ -8,7 +8,7 @@ import { httpStatus, InvalidRequest, isApiError, ProviderTimeout, toErrorBody } 
 import { addResponseHeaders, currentRequestId } from "../Request/Context.js"
 import { requireActiveAccount } from "./Access.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
-import type { Capability } from "./Api.js"
+import type { Capability } from "./CatalogApi.js"
 import type { CallInput, CallResult, Endpoint } from "./CallTypes.js"
 import { ModelCalls } from "./ModelCalls.js"
 import { Idempotency } from "./Idempotency.js"

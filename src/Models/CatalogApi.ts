@@ -1,0 +1,31 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { ApiKeyAuth } from "../Auth/Api.js"
+import { RateLimitExceeded, wire } from "../Domain/Errors.js"
+
+/** The model catalog, `GET /v1/models`: the one public model and what it can do. */
+
+export const Capability = Schema.Literal(
+  "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
+)
+
+export const ModelRecord = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("model"),
+  owned_by: Schema.String,
+  context_window: Schema.Int,
+  max_output_tokens: Schema.Int,
+  capabilities: Schema.Array(Capability),
+  /** The endpoints that call it: OpenAI's two and Anthropic's Messages API. */
+  endpoints: Schema.Array(Schema.Literal("/v1/responses", "/v1/chat/completions", "/v1/messages")),
+  /** How `/v1/responses` keeps what it answers: stored by default, for `retention_days`; `store: false` opts out. */
+  response_storage: Schema.Struct({ default_store: Schema.Boolean, retention_days: Schema.Int, opt_out: Schema.String })
+})
+
+export const ModelList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ModelRecord) })
+
+export class ModelsApi extends HttpApiGroup.make("models")
+  .add(HttpApiEndpoint.get("list", "/v1/models").addSuccess(ModelList).addError(wire(RateLimitExceeded)))
+  .middleware(ApiKeyAuth)
+  .annotate(OpenApi.Description, "The models this service offers.")
+{}

@@ -72,6 +72,17 @@ describe("tags on calls: metadata and user", () => {
         expect(plain.body.groups).toBe(undefined)
       }))
 
+    it.effect("tag keys read back as they were sent: snake_case and camelCase keys are not renamed, in the list or the export", () =>
+      Effect.gen(function*() {
+        const dev = yield* caller("tag-keys@example.com", { environment: "test" })
+        const metadata = { cost_center: "ops_team", runId: "r_1", "x-trace": "t" }
+        expect((yield* modelCall(dev.apiKey, "/v1/chat/completions", { ...CHAT, metadata })).status).toBe(200)
+        expect((yield* logs(dev.token)).logs.map((entry) => entry.metadata)).toEqual([metadata])
+        expect((yield* logs(dev.token, { tag: "cost_center:ops_team" })).total).toBe(1)
+        const csv = yield* call("GET", "/dashboard/logs/export?format=csv", { token: dev.token })
+        for (const [key, value] of Object.entries(metadata)) expect(csv.text).toContain(`""${key}"":""${value}""`)
+      }))
+
     it.effect("a grouping tag's usage is rolled up: backfilled when marked, kept by each flush, equal to the logs' sums", () =>
       Effect.gen(function*() {
         const dev = yield* caller("tags-rolled@example.com", { environment: "test" })

@@ -125,7 +125,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           const account = yield* CurrentAccount
           const at = yield* now
           const rows = yield* repo.list(account.id)
-          const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
+          const spent = yield* spending.spentThisMonth(account.id)
           return { keys: rows.map((row) => toRecord(limits, row, at, lastUsed.pending(row.id), spent)) }
         }))
       .handle("update", ({ path, payload }) =>
@@ -150,8 +150,8 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           // Every instance hears of it through the key's NOTIFY within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)
           // The new limit counts what the key's calls on credit grants hold, on every instance, before this answers.
-          if (typeof limit === "number") yield* Effect.orDie(spending.limitSet(account.id, row.id))
-          const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
+          if (typeof limit === "number") yield* spending.limitSet(account.id, row.id)
+          const spent = yield* spending.spentThisMonth(account.id)
           return toRecord(limits, row, at, lastUsed.pending(row.id), spent)
         }))
       .handle("rotate", ({ headers, path, payload }) =>
@@ -190,7 +190,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             })
           }
           yield* cache.forgetAccount(account.id)
-          const spent = yield* Effect.orDie(spending.spentThisMonth(account.id))
+          const spent = yield* spending.spentThisMonth(account.id)
           return {
             key: toRecord(limits, rotated.row, at, lastUsed.pending(rotated.row.id), spent),
             full_key: answered,

@@ -54,7 +54,8 @@ export const LogRow = Schema.Struct({
   costMicroMyr: MicroMyr,
   latencyMs: Schema.Int,
   environment: Schema.Literal("live", "test"),
-  metadata: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.String })),
+  /** Read as text and parsed here: the client would camel-case the keys of a JSON value (`cost_center` → `costCenter`). */
+  metadata: Schema.NullOr(Schema.parseJson(Schema.Record({ key: Schema.String, value: Schema.String }))),
   endUser: Schema.NullOr(Schema.String),
   /** Each upstream attempt, in order; null: none was recorded. */
   attempts: Schema.NullOr(Schema.Array(StoredAttempt)),
@@ -134,7 +135,7 @@ export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonl
 
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, environment, metadata, end_user, attempts, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
+  cost_micro_myr, latency_ms, environment, metadata::text AS metadata, end_user, attempts, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).

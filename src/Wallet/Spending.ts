@@ -68,15 +68,15 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
   readonly settled: Effect.Effect<void>
   /** The balance as developers see it: grants are available money, calls in flight are reserved (a failed read is a defect). */
   readonly balance: (accountId: string) => Effect.Effect<Wallet>
-  /** What each of the account's keys was billed this month, this instance's calls included. */
-  readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
+  /** What each of the account's keys was billed this month, this instance's calls included (a failed read is a defect). */
+  readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>>
   /**
    * A monthly limit was set on the key (or lowered): every instance hands back
    * the account's grants and writes what the key's calls in flight on them
    * hold, and what they were charged but not yet written, for the limit's
-   * check to count. Returns once they answered (or after a second).
+   * check to count. Returns once they answered (or after a second); a failed write is a defect.
    */
-  readonly limitSet: (accountId: string, apiKeyId: string) => Effect.Effect<void, SqlError.SqlError>
+  readonly limitSet: (accountId: string, apiKeyId: string) => Effect.Effect<void>
 }>() {
   static readonly layer = Layer.scoped(
     Spending,
@@ -107,8 +107,10 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
         settled,
         balance: (accountId) =>
           Effect.zipRight(settled, balance(calls, accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.balance")),
-        spentThisMonth: (accountId) => Effect.zipRight(settled, wallets.spentThisMonth(accountId)),
-        limitSet: (accountId, apiKeyId) => limitSet(calls, accountId, apiKeyId)
+        spentThisMonth: (accountId) =>
+          Effect.zipRight(settled, wallets.spentThisMonth(accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.spentThisMonth")),
+        limitSet: (accountId, apiKeyId) =>
+          limitSet(calls, accountId, apiKeyId).pipe(Effect.orDie, Effect.withSpan("Spending.limitSet"))
       })
     })
   )

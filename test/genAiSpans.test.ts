@@ -116,6 +116,34 @@ layer(server, { excludeTestServices: true, timeout: 60_000 })("GenAI spans of mo
       yield* exportsNothingOf("Streamed-private-prompt", "Streamed-private-answer")
     }))
 
+  it.effect("a /v1/messages call's span: Anthropic's message id, the same usage and cost", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      upstream.reset()
+      upstream.setBehaviour({ kind: "ok", text: "Messages-private-answer", usage: { prompt_tokens: 15, completion_tokens: 4 } })
+      const { apiKey } = yield* caller("spans-messages@example.com", { sen: 1000 })
+      const reply = yield* modelCall(apiKey, "/v1/messages", {
+        model: "svc/nenas-flash",
+        max_tokens: 40,
+        messages: [{ role: "user", content: "Messages-private-prompt" }]
+      })
+      expect(reply.status, reply.text).toBe(200)
+      const requestId = reply.headers.get("x-request-id") ?? ""
+      const span = yield* callSpanOf(requestId)
+      expect(span.attributes).toMatchObject({
+        "gen_ai.request.max_tokens": 40,
+        "gen_ai.response.id": reply.body.id,
+        "gen_ai.response.finish_reasons": ["stop"],
+        "gen_ai.usage.input_tokens": 15,
+        "gen_ai.usage.output_tokens": 4,
+        "nenas.cost_micro_myr": Number((yield* logOf(requestId))?.cost_micro_myr),
+        "nenas.endpoint": "/v1/messages"
+      })
+      expect(reply.body.id).toMatch(/^msg_/)
+      expect((yield* attemptsOf(span)).map((a) => a.name)).toEqual(["chat gpt-4.1-mini"])
+      yield* exportsNothingOf("Messages-private-prompt", "Messages-private-answer")
+    }))
+
   it.effect("a refused call's span names the error; a failing upstream attempt is a child span that says how it failed", () =>
     Effect.gen(function*() {
       const upstream = yield* Upstream

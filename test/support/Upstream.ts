@@ -373,6 +373,9 @@ export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamSe
   const server = createServer((req, res) => {
     handle(req, res).catch(() => res.socket?.destroy())
   })
+  // As a hosted API's load balancer keeps idle connections (about a minute), not Node's 5 s: a kept-alive socket
+  // closed by the server just as the service reuses it is a reset no test here is about.
+  server.keepAliveTimeout = 65_000
   server.on("connection", (socket) => {
     sockets.add(socket)
     socket.once("close", () => sockets.delete(socket))

@@ -2,7 +2,7 @@ import { layer } from "@effect/vitest"
 import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, launchBrowser, screenshots, SHOTS, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { hourlyAllowed } from "../web/src/format.js"
 
@@ -45,82 +45,77 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managi
   it.effect("edit, disable, enable and rotate a key, each seen by the model API", () =>
     Effect.gen(function*() {
       const { baseUrl } = yield* TestServer
-      yield* Effect.acquireUseRelease(
-        Effect.promise(launchBrowser),
-        ({ context }) =>
-          Effect.promise(async () => {
-            await mkdir(SHOTS, { recursive: true })
-            const problems: Array<string> = []
-            const page = await context.newPage()
-            page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+      yield* inBrowser(async (context) => {
+        await mkdir(SHOTS, { recursive: true })
+        const problems: Array<string> = []
+        const page = await context.newPage()
+        page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
 
-            await signIn(page, baseUrl, "keys@example.com")
+        await signIn(page, baseUrl, "keys@example.com")
 
-            // A test key: the simulated model answers it without a balance.
-            await page.getByRole("link", { name: "API keys" }).click()
-            await heading(page, "API keys").waitFor()
-            await page.getByLabel("Name", { exact: true }).fill("e2e managed")
-            await page.getByLabel("Environment").selectOption("test")
-            await page.getByRole("button", { name: "Create key" }).click()
-            const oldSecret = await page.getByLabel("Full API key").inputValue()
-            expect(oldSecret).toMatch(/^nns_test_/)
-            await page.getByRole("button", { name: "I have saved it" }).click()
-            expect(await modelCall(baseUrl, oldSecret)).toEqual({ status: 200, code: undefined })
+        // A test key: the simulated model answers it without a balance.
+        await page.getByRole("link", { name: "API keys" }).click()
+        await heading(page, "API keys").waitFor()
+        await page.getByLabel("Name", { exact: true }).fill("e2e managed")
+        await page.getByLabel("Environment").selectOption("test")
+        await page.getByRole("button", { name: "Create key" }).click()
+        const oldSecret = await page.getByLabel("Full API key").inputValue()
+        expect(oldSecret).toMatch(/^nns_test_/)
+        await page.getByRole("button", { name: "I have saved it" }).click()
+        expect(await modelCall(baseUrl, oldSecret)).toEqual({ status: 200, code: undefined })
 
-            // Edit: name and monthly limit; the list shows both, and the URL names the key being edited.
-            await page.getByRole("button", { name: "Edit e2e managed" }).click()
-            const edit = page.getByRole("dialog", { name: /Edit the key/ })
-            await edit.waitFor()
-            expect(new URL(page.url()).searchParams.get("edit")).toMatch(/^key_/)
-            const editUrl = page.url()
-            await edit.getByLabel("Key name").fill("e2e renamed")
-            await edit.getByLabel("Monthly limit (RM)").fill("12.5")
-            await screenshots(page, "11-api-keys-edit")
-            await edit.getByRole("button", { name: "Save changes" }).click()
-            await edit.waitFor({ state: "detached" })
-            const row = page.getByRole("row", { name: /e2e renamed/ })
-            await row.waitFor()
-            // The month's spend against the limit: a test key's calls are free.
-            expect(await row.getByRole("cell", { name: /of RM 12\.50/ }).textContent()).toBe("RM 0.00 of RM 12.50")
-            await row.getByRole("meter", { name: "0% of the monthly limit" }).waitFor()
+        // Edit: name and monthly limit; the list shows both, and the URL names the key being edited.
+        await page.getByRole("button", { name: "Edit e2e managed" }).click()
+        const edit = page.getByRole("dialog", { name: /Edit the key/ })
+        await edit.waitFor()
+        expect(new URL(page.url()).searchParams.get("edit")).toMatch(/^key_/)
+        const editUrl = page.url()
+        await edit.getByLabel("Key name").fill("e2e renamed")
+        await edit.getByLabel("Monthly limit (RM)").fill("12.5")
+        await screenshots(page, "11-api-keys-edit")
+        await edit.getByRole("button", { name: "Save changes" }).click()
+        await edit.waitFor({ state: "detached" })
+        const row = page.getByRole("row", { name: /e2e renamed/ })
+        await row.waitFor()
+        // The month's spend against the limit: a test key's calls are free.
+        expect(await row.getByRole("cell", { name: /of RM 12\.50/ }).textContent()).toBe("RM 0.00 of RM 12.50")
+        await row.getByRole("meter", { name: "0% of the monthly limit" }).waitFor()
 
-            // Opened directly from a link (an error's action_url): disable, and the key answers 403.
-            await page.goto(editUrl)
-            await page.getByRole("dialog", { name: /Edit the key “e2e renamed”/ }).waitFor()
-            await page.getByRole("button", { name: "Disable key" }).click()
-            await page.getByRole("button", { name: "Enable key" }).waitFor()
-            await expect.poll(() => row.textContent()).toContain("disabled")
-            await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
-              .toEqual({ status: 403, code: "permission_denied" })
-            await screenshots(page, "12-api-keys-disabled")
-            await page.getByRole("button", { name: "Enable key" }).click()
-            await page.getByRole("button", { name: "Disable key" }).waitFor()
-            await expect.poll(() => row.textContent()).toContain("active")
-            await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
-              .toEqual({ status: 200, code: undefined })
-            await page.getByRole("button", { name: "Close" }).click()
+        // Opened directly from a link (an error's action_url): disable, and the key answers 403.
+        await page.goto(editUrl)
+        await page.getByRole("dialog", { name: /Edit the key “e2e renamed”/ }).waitFor()
+        await page.getByRole("button", { name: "Disable key" }).click()
+        await page.getByRole("button", { name: "Enable key" }).waitFor()
+        await expect.poll(() => row.textContent()).toContain("disabled")
+        await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
+          .toEqual({ status: 403, code: "permission_denied" })
+        await screenshots(page, "12-api-keys-disabled")
+        await page.getByRole("button", { name: "Enable key" }).click()
+        await page.getByRole("button", { name: "Disable key" }).waitFor()
+        await expect.poll(() => row.textContent()).toContain("active")
+        await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
+          .toEqual({ status: 200, code: undefined })
+        await page.getByRole("button", { name: "Close" }).click()
 
-            // Rotate with no grace: the new secret is shown once and works; the old one is revoked.
-            await page.getByRole("button", { name: "Rotate e2e renamed" }).click()
-            const rotate = page.getByRole("dialog", { name: /Rotate the key/ })
-            await rotate.getByLabel("Grace period").selectOption("0")
-            await rotate.getByRole("button", { name: "Rotate key" }).click()
-            const newSecret = await page.getByLabel("Full API key").inputValue()
-            expect(newSecret).toMatch(/^nns_test_/)
-            expect(newSecret).not.toBe(oldSecret)
-            await page.getByRole("heading", { name: /The new secret of “e2e renamed”/ }).waitFor()
-            await page.getByText("The old secret no longer works").waitFor()
-            await screenshots(page, "13-api-keys-rotated")
-            await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
-              .toEqual({ status: 401, code: "revoked_api_key" })
-            expect(await modelCall(baseUrl, newSecret)).toEqual({ status: 200, code: undefined })
-            // Still one key: same row, same name and limit.
-            expect(await page.getByRole("row", { name: /e2e renamed/ }).count()).toBe(1)
-            expect(await row.textContent()).toContain("RM 12.50")
+        // Rotate with no grace: the new secret is shown once and works; the old one is revoked.
+        await page.getByRole("button", { name: "Rotate e2e renamed" }).click()
+        const rotate = page.getByRole("dialog", { name: /Rotate the key/ })
+        await rotate.getByLabel("Grace period").selectOption("0")
+        await rotate.getByRole("button", { name: "Rotate key" }).click()
+        const newSecret = await page.getByLabel("Full API key").inputValue()
+        expect(newSecret).toMatch(/^nns_test_/)
+        expect(newSecret).not.toBe(oldSecret)
+        await page.getByRole("heading", { name: /The new secret of “e2e renamed”/ }).waitFor()
+        await page.getByText("The old secret no longer works").waitFor()
+        await screenshots(page, "13-api-keys-rotated")
+        await expect.poll(() => modelCall(baseUrl, oldSecret), { timeout: 5_000 })
+          .toEqual({ status: 401, code: "revoked_api_key" })
+        expect(await modelCall(baseUrl, newSecret)).toEqual({ status: 200, code: undefined })
+        // Still one key: same row, same name and limit.
+        expect(await page.getByRole("row", { name: /e2e renamed/ }).count()).toBe(1)
+        expect(await row.textContent()).toContain("RM 12.50")
 
-            expect(problems).toEqual([])
-          }),
-        ({ close }) => Effect.promise(close)
-      )
+        expect(problems).toEqual([])
+      })
     }), 120_000)
 })

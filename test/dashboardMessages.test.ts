@@ -3,7 +3,7 @@ import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import { beforeAll, expect } from "vitest"
 import { formatCostMyr } from "../web/src/format.js"
-import { ensureDashboardBuilt, heading, launchBrowser, screenshots, SHOTS, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { simulatedTopUp } from "./support/Stripe.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -37,24 +37,19 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("/v1/me
       const cost = Number((messages.body.cost_myr as string).replace(".", ""))
       expect(cost).toBeGreaterThan(0)
 
-      yield* Effect.acquireUseRelease(
-        Effect.promise(launchBrowser),
-        ({ context }) =>
-          Effect.promise(async () => {
-            await mkdir(SHOTS, { recursive: true })
-            const page = await context.newPage()
-            await signIn(page, baseUrl, email)
-            await page.getByRole("link", { name: "Logs" }).click()
-            await heading(page, "Logs").waitFor()
-            const row = page.getByRole("row", { name: /\/v1\/messages.*billed/ })
-            await row.waitFor()
-            expect(await row.locator(".money").textContent()).toBe(formatCostMyr(cost))
-            await page.getByLabel("Endpoint").selectOption("/v1/messages")
-            await expect.poll(() => page.getByRole("row", { name: /\/v1\/chat\/completions/ }).count()).toBe(0)
-            expect(await page.getByRole("row", { name: /\/v1\/messages/ }).count()).toBe(1)
-            await screenshots(page, "18-logs-messages")
-          }),
-        ({ close }) => Effect.promise(close)
-      )
+      yield* inBrowser(async (context) => {
+        await mkdir(SHOTS, { recursive: true })
+        const page = await context.newPage()
+        await signIn(page, baseUrl, email)
+        await page.getByRole("link", { name: "Logs" }).click()
+        await heading(page, "Logs").waitFor()
+        const row = page.getByRole("row", { name: /\/v1\/messages.*billed/ })
+        await row.waitFor()
+        expect(await row.locator(".money").textContent()).toBe(formatCostMyr(cost))
+        await page.getByLabel("Endpoint").selectOption("/v1/messages")
+        await expect.poll(() => page.getByRole("row", { name: /\/v1\/chat\/completions/ }).count()).toBe(0)
+        expect(await page.getByRole("row", { name: /\/v1\/messages/ }).count()).toBe(1)
+        await screenshots(page, "18-logs-messages")
+      })
     }), { timeout: 180_000 })
 })

@@ -3,7 +3,7 @@ import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { DESKTOP, ensureDashboardBuilt, heading, launchBrowser, PHONE, screenshots, SHOTS, signIn } from "./support/Browser.js"
+import { DESKTOP, ensureDashboardBuilt, heading, PHONE, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { simulatedTopUp } from "./support/Stripe.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -68,72 +68,67 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("amount
       expect(usageCsv.filter((line) => line.split(",")[1] === "1").map((line) => line.split(",").slice(2, 4)))
         .toEqual([[costMyr, String(cost)]])
 
-      yield* Effect.acquireUseRelease(
-        Effect.promise(launchBrowser),
-        ({ context }) =>
-          Effect.promise(async () => {
-            await mkdir(SHOTS, { recursive: true })
-            const problems: Array<string> = []
-            const page = await context.newPage()
-            page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
-            await signIn(page, baseUrl, email)
+      yield* inBrowser(async (context) => {
+        await mkdir(SHOTS, { recursive: true })
+        const problems: Array<string> = []
+        const page = await context.newPage()
+        page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+        await signIn(page, baseUrl, email)
 
-            // Overview: today's spend is the call's cost, all its digits; the balance too.
-            await expect.poll(() => text(stat(page, "Spent today"))).not.toBe("RM 0.00")
-            expect(shownMicro(await text(stat(page, "Spent today")))).toBe(cost)
-            expect(shownMicro(await text(stat(page, "Spent, last 30 days")))).toBe(cost)
-            expect(shownMicro(await text(stat(page, "Available")))).toBe(10_000_000 - cost)
-            await screenshots(page, "14-overview-sub-sen")
-            expect(await overflowAtPhoneWidth(page)).toBe(0)
+        // Overview: today's spend is the call's cost, all its digits; the balance too.
+        await expect.poll(() => text(stat(page, "Spent today"))).not.toBe("RM 0.00")
+        expect(shownMicro(await text(stat(page, "Spent today")))).toBe(cost)
+        expect(shownMicro(await text(stat(page, "Spent, last 30 days")))).toBe(cost)
+        expect(shownMicro(await text(stat(page, "Available")))).toBe(10_000_000 - cost)
+        await screenshots(page, "14-overview-sub-sen")
+        expect(await overflowAtPhoneWidth(page)).toBe(0)
 
-            // Billing: the usage entry and the balance after it, to the micro-MYR.
-            await page.getByRole("link", { name: "Billing" }).click()
-            await heading(page, "Billing").waitFor()
-            const usageRow = page.getByRole("row").filter({ has: page.getByRole("cell", { name: "Usage", exact: true }) })
-            await usageRow.waitFor()
-            const [amount, balance] = await usageRow.locator(".money").allTextContents()
-            expect(amount).toBe(formatCostMyr(-cost))
-            expect(shownMicro(amount ?? "")).toBe(-cost)
-            expect(shownMicro(balance ?? "")).toBe(10_000_000 - cost)
-            await screenshots(page, "15-billing-sub-sen")
-            // At phone width the ledger's entries stack and fit: nothing to scroll sideways (a request id wraps).
-            expect(await overflowAtPhoneWidth(page)).toBe(0)
-            await page.setViewportSize(PHONE)
-            expect(await page.locator(".table-wrap").evaluate((box) => box.scrollWidth - box.clientWidth)).toBe(0)
-            await page.setViewportSize(DESKTOP)
+        // Billing: the usage entry and the balance after it, to the micro-MYR.
+        await page.getByRole("link", { name: "Billing" }).click()
+        await heading(page, "Billing").waitFor()
+        const usageRow = page.getByRole("row").filter({ has: page.getByRole("cell", { name: "Usage", exact: true }) })
+        await usageRow.waitFor()
+        const [amount, balance] = await usageRow.locator(".money").allTextContents()
+        expect(amount).toBe(formatCostMyr(-cost))
+        expect(shownMicro(amount ?? "")).toBe(-cost)
+        expect(shownMicro(balance ?? "")).toBe(10_000_000 - cost)
+        await screenshots(page, "15-billing-sub-sen")
+        // At phone width the ledger's entries stack and fit: nothing to scroll sideways (a request id wraps).
+        expect(await overflowAtPhoneWidth(page)).toBe(0)
+        await page.setViewportSize(PHONE)
+        expect(await page.locator(".table-wrap").evaluate((box) => box.scrollWidth - box.clientWidth)).toBe(0)
+        await page.setViewportSize(DESKTOP)
 
-            // Usage: the total, the numbers behind the charts, and the cost chart's tooltip.
-            await page.getByRole("link", { name: "Usage" }).click()
-            await heading(page, "Usage").waitFor()
-            await expect.poll(() => text(stat(page, "Cost"))).not.toBe("RM 0.00")
-            expect(shownMicro(await text(stat(page, "Cost")))).toBe(cost)
-            await page.getByText("Show the numbers").click()
-            const costCells = await page.locator(".series-table tbody td:last-child").allTextContents()
-            expect(costCells.filter((cell) => cell !== "RM 0.00").map(shownMicro)).toEqual([cost])
-            const bar = page.locator(".recharts-bar-rectangle").last()
-            await bar.hover()
-            const tooltip = page.locator(".recharts-tooltip-wrapper").filter({ hasText: "Cost (RM)" })
-            await expect.poll(() => text(tooltip)).toContain(`${formatCostMyr(cost)} (`)
-            await page.waitForTimeout(300)
-            await page.locator("figure", { hasText: "Cost per day" }).screenshot({ path: `${SHOTS}/16-usage-sub-sen-tooltip.png` })
-            // The tooltip follows the pointer: away from the chart, so the page is screenshot as a reader sees it.
-            await page.mouse.move(0, 0)
-            await screenshots(page, "16-usage-sub-sen")
-            expect(await overflowAtPhoneWidth(page)).toBe(0)
+        // Usage: the total, the numbers behind the charts, and the cost chart's tooltip.
+        await page.getByRole("link", { name: "Usage" }).click()
+        await heading(page, "Usage").waitFor()
+        await expect.poll(() => text(stat(page, "Cost"))).not.toBe("RM 0.00")
+        expect(shownMicro(await text(stat(page, "Cost")))).toBe(cost)
+        await page.getByText("Show the numbers").click()
+        const costCells = await page.locator(".series-table tbody td:last-child").allTextContents()
+        expect(costCells.filter((cell) => cell !== "RM 0.00").map(shownMicro)).toEqual([cost])
+        const bar = page.locator(".recharts-bar-rectangle").last()
+        await bar.hover()
+        const tooltip = page.locator(".recharts-tooltip-wrapper").filter({ hasText: "Cost (RM)" })
+        await expect.poll(() => text(tooltip)).toContain(`${formatCostMyr(cost)} (`)
+        await page.waitForTimeout(300)
+        await page.locator("figure", { hasText: "Cost per day" }).screenshot({ path: `${SHOTS}/16-usage-sub-sen-tooltip.png` })
+        // The tooltip follows the pointer: away from the chart, so the page is screenshot as a reader sees it.
+        await page.mouse.move(0, 0)
+        await screenshots(page, "16-usage-sub-sen")
+        expect(await overflowAtPhoneWidth(page)).toBe(0)
 
-            // API keys: the month to date spend of the key that made the call.
-            await page.getByRole("link", { name: "API keys" }).click()
-            await heading(page, "API keys").waitFor()
-            const keyRow = page.getByRole("row", { name: /e2e sub-sen/ })
-            await keyRow.waitFor()
-            await expect.poll(() => keyRow.locator(".money").first().textContent()).not.toBe("RM 0.00")
-            expect(shownMicro(await text(keyRow.locator(".money").first()))).toBe(cost)
-            await screenshots(page, "17-api-keys-sub-sen")
-            expect(await overflowAtPhoneWidth(page)).toBe(0)
+        // API keys: the month to date spend of the key that made the call.
+        await page.getByRole("link", { name: "API keys" }).click()
+        await heading(page, "API keys").waitFor()
+        const keyRow = page.getByRole("row", { name: /e2e sub-sen/ })
+        await keyRow.waitFor()
+        await expect.poll(() => keyRow.locator(".money").first().textContent()).not.toBe("RM 0.00")
+        expect(shownMicro(await text(keyRow.locator(".money").first()))).toBe(cost)
+        await screenshots(page, "17-api-keys-sub-sen")
+        expect(await overflowAtPhoneWidth(page)).toBe(0)
 
-            expect(problems).toEqual([])
-          }),
-        ({ close }) => Effect.promise(close)
-      )
+        expect(problems).toEqual([])
+      })
     }), { timeout: 180_000 })
 })

@@ -1,8 +1,8 @@
 import { layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option } from "effect"
-import type { BrowserContext, Page } from "playwright-core"
+import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, launchBrowser } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, inBrowser } from "./support/Browser.js"
 import { type Idp, startIdp } from "./support/Idp.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 
@@ -31,14 +31,6 @@ const IdpAndServer = Layer.unwrapScoped(Effect.gen(function*() {
 }))
 
 const storedSession = (page: Page) => page.evaluate<string | null>("window.sessionStorage.getItem('nenas.session')")
-
-/** Runs `use` with a fresh browser, closed afterwards. */
-const inBrowser = (use: (context: BrowserContext) => Promise<void>) =>
-  Effect.acquireUseRelease(
-    Effect.promise(launchBrowser),
-    ({ context }) => Effect.promise(() => use(context)),
-    ({ close }) => Effect.promise(close)
-  )
 
 layer(IdpAndServer, { excludeTestServices: true, timeout: 120_000 })("signing in to the dashboard", (it) => {
   it.effect("a fragment token without the state this browser stored is ignored", () =>

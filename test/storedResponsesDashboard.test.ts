@@ -1,7 +1,7 @@
 import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, launchBrowser, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, inBrowser, signIn } from "./support/Browser.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall } from "./support/Models.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -51,24 +51,19 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("stored
       expect((yield* call("GET", `/dashboard/logs/${second.body.request_id}/conversation`, { token: other.token })).status).toBe(404)
 
       const { baseUrl } = yield* TestServer
-      yield* Effect.acquireUseRelease(
-        Effect.promise(launchBrowser),
-        ({ context }) =>
-          Effect.promise(async () => {
-            const page = await context.newPage()
-            await signIn(page, baseUrl, email)
-            await page.getByRole("link", { name: "Logs" }).click()
-            await page.getByRole("heading", { level: 1, name: "Logs" }).waitFor()
-            await expect.poll(() => page.getByRole("row", { name: /\/v1\/responses/ }).count()).toBe(3)
-            // The newest stored call is the second row (the unstored one is newest of all).
-            await page.getByRole("row", { name: /\/v1\/responses/ }).nth(1).getByRole("button").click()
-            const lines = page.locator(".conversation-lines li")
-            await expect.poll(() => lines.count()).toBe(4)
-            expect(await page.locator(".details").textContent()).toContain(`Stored response${second.body.id}`)
-            expect(await lines.nth(2).textContent()).toBe("user Why?")
-            expect(await lines.nth(3).textContent()).toBe(`assistant ${second.body.output_text}`)
-          }),
-        ({ close }) => Effect.promise(close)
-      )
+      yield* inBrowser(async (context) => {
+        const page = await context.newPage()
+        await signIn(page, baseUrl, email)
+        await page.getByRole("link", { name: "Logs" }).click()
+        await page.getByRole("heading", { level: 1, name: "Logs" }).waitFor()
+        await expect.poll(() => page.getByRole("row", { name: /\/v1\/responses/ }).count()).toBe(3)
+        // The newest stored call is the second row (the unstored one is newest of all).
+        await page.getByRole("row", { name: /\/v1\/responses/ }).nth(1).getByRole("button").click()
+        const lines = page.locator(".conversation-lines li")
+        await expect.poll(() => lines.count()).toBe(4)
+        expect(await page.locator(".details").textContent()).toContain(`Stored response${second.body.id}`)
+        expect(await lines.nth(2).textContent()).toBe("user Why?")
+        expect(await lines.nth(3).textContent()).toBe(`assistant ${second.body.output_text}`)
+      })
     }))
 })

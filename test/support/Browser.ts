@@ -3,6 +3,7 @@ import { mkdtemp, readdir, rm, stat } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { Effect } from "effect"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { DASHBOARD_DIST } from "../../src/Http/Dashboard.js"
 
@@ -90,3 +91,11 @@ export const screenshots = async (page: Page, name: string) => {
   }
   await page.setViewportSize(DESKTOP)
 }
+
+/** Runs `use` with a fresh browser (`launchBrowser`), closed afterwards whatever `use` does. */
+export const inBrowser = (use: (context: BrowserContext) => Promise<void>) =>
+  Effect.acquireUseRelease(
+    Effect.promise(launchBrowser),
+    ({ context }) => Effect.promise(() => use(context)),
+    ({ close }) => Effect.promise(close)
+  )

@@ -39,7 +39,12 @@ const idempotencyInstance = (scope: Scope.Scope) =>
   })
 
 // The general model priced at nothing, as a local upstream would be.
-layer(TestServerWithUpstream({ prices: { ...DEFAULT_PRICES, models: { ...DEFAULT_PRICES.models, "gpt-4.1-mini": FREE } } }), {
+// The server's own sweeper waits an hour: the orphan test counts what its sweep closes, and a background sweep between
+// its inserts and that sweep would close them first.
+layer(TestServerWithUpstream({
+  prices: { ...DEFAULT_PRICES, models: { ...DEFAULT_PRICES.models, "gpt-4.1-mini": FREE } },
+  reservationSweepIntervalMs: 3_600_000
+}), {
   excludeTestServices: true
 })("settlement edges", (it) => {
   it.scoped("max_total_cost_myr too large for micro-MYR answers 400 naming it, not 500", () =>

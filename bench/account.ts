@@ -62,6 +62,16 @@ export const createAccount = async (base: string): Promise<Account> => {
   return { base, token, apiKey: String(field(key.body, "full_key")) }
 }
 
+/** A test key of the account: its calls answer from the simulated model, with no hold, no upstream and no charge. */
+export const createTestKey = async (account: Account): Promise<string> => {
+  const key = await request("POST", `${account.base}/dashboard/api-keys`, {
+    token: account.token,
+    json: { name: "bench-test", environment: "test" }
+  })
+  expectStatus(key, [200, 201], "create test API key")
+  return String(field(key.body, "full_key"))
+}
+
 const balance = async (account: Account) => {
   const reply = await request("GET", `${account.base}/dashboard/billing/balance`, { token: account.token })
   expectStatus(reply, [200], "balance")

@@ -1,26 +1,41 @@
 /**
- * `npm run bench:pipeline`: where a model call's CPU goes, by what each kind
- * of request adds (issue 22). The compiled service (embedded PostgreSQL, the
- * shared bench's fake upstream, as `npm run bench` runs it) is driven by
- * autocannon at 32 connections, one request kind at a time, and the CPU of
- * its node process alone (not PostgreSQL's) is read from /proc around each:
+ * `npm run bench:pipeline`: where a model call's CPU goes, stage by stage
+ * (issue 36). The compiled service (embedded PostgreSQL, the shared bench's
+ * fake upstream, as `npm run bench` runs it) is driven by autocannon at 32
+ * connections, one request kind at a time, each kind doing one stage more
+ * than the one before; the CPU of its node process and of its PostgreSQL
+ * (the node process's descendants) are read from /proc around each:
  *
- * - `GET /healthz`: the HTTP server, HttpApi routing and the middleware;
- * - `GET /v1/models` with an API key: that, plus authentication;
- * - `POST /v1/chat/completions`, plain and streamed: that, plus the call
- *   (limits, estimate, hold, upstream request and answer, settlement, log).
+ * 1. `GET /healthz`: the HTTP server, HttpApi routing, the error middleware,
+ *    the request guard, metrics, the access log and the security headers;
+ * 2. `GET /v1/models` with an API key: that, plus authentication from the
+ *    key cache and the key's rate limits;
+ * 3. `POST /v1/messages/count_tokens`: that, plus the body's read, its JSON
+ *    parse and Schema decode, and the conversation's token count;
+ * 4. `POST /v1/chat/completions` with a test key: that, plus the call's
+ *    machinery without money or upstream (routing, the estimate, the
+ *    simulated model, the answer's encoding, the request log);
+ * 5. the same with a live key: plus the hold, the upstream exchange, the
+ *    settlement (amortized over its batches) and PostgreSQL's share;
+ * 6. the same, streamed.
+ *
+ * Each stage's cost is the difference between two kinds; the table holds it
+ * to the budget in README.md ("Stage budget"). With BENCH_CPU_PROF=1 the
+ * service runs under --cpu-prof and the live plain call's profile is summed
+ * by part (the Effect runtime, GC, Node's HTTP, our code by folder).
  *
  * Settings (environment): BENCH_DURATION (s per kind, default 8),
+ * BENCH_KINDS (which kinds, e.g. "1,5"; default all), BENCH_CPU_PROF=1,
  * BENCH_PEERS_DIR (default <repo>/../shared/bench: fake-upstream.mjs and autocannon).
  */
-import { readFileSync } from "node:fs"
+import { readdirSync, readFileSync } from "node:fs"
 import { mkdtemp, rm } from "node:fs/promises"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { createAccount, ensureFunds } from "./account.js"
+import { createAccount, createTestKey, ensureFunds } from "./account.js"
 import { buildService, type Child, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, waitHttp } from "./processes.js"
 
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
@@ -28,16 +43,98 @@ const peersDir = resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "sha
 const durationS = Number(process.env["BENCH_DURATION"] ?? 8)
 const CLOCK_TICKS_PER_S = 100
 
-/** CPU seconds (user + system) a process has used so far (/proc/PID/stat). */
-const cpuSeconds = (pid: number): number => {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\) /s, "").split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_S
+/** The fields of /proc/PID/stat after the command name, or undefined for a process gone. */
+const statOf = (pid: number): ReadonlyArray<string> | undefined => {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\) /s, "").split(" ")
+  } catch {
+    return undefined
+  }
 }
+
+/** CPU seconds (user + system) a process has used so far. */
+const cpuSeconds = (pid: number): number => {
+  const fields = statOf(pid)
+  return fields === undefined ? 0 : (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_S
+}
+
+/** Every process below `root` (for the service: its embedded PostgreSQL's postmaster and backends). */
+const descendants = (root: number): ReadonlyArray<number> => {
+  const children = new Map<number, Array<number>>()
+  for (const entry of readdirSync("/proc")) {
+    const pid = Number(entry)
+    if (!Number.isInteger(pid)) continue
+    const parent = Number(statOf(pid)?.[1])
+    children.set(parent, [...(children.get(parent) ?? []), pid])
+  }
+  const found: Array<number> = []
+  const visit = (pid: number) => {
+    for (const child of children.get(pid) ?? []) {
+      found.push(child)
+      visit(child)
+    }
+  }
+  visit(root)
+  return found
+}
+
+/** CPU seconds of the service's node process, and of each of its descendants (PostgreSQL's postmaster and backends). */
+const serviceCpu = (pid: number) => ({
+  node: cpuSeconds(pid),
+  database: new Map(descendants(pid).map((child) => [child, cpuSeconds(child)]))
+})
+
+/** PostgreSQL's CPU seconds between two readings: a backend that ended in between is not counted, one that began is counted whole. */
+const databaseSeconds = (before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number =>
+  [...after].reduce((sum, [pid, seconds]) => sum + seconds - (before.get(pid) ?? 0), 0)
 
 interface Autocannon {
   (options: Record<string, unknown>): Promise<{ readonly requests: { readonly total: number }; readonly non2xx: number; readonly errors: number }>
 }
 const autocannon = createRequire(join(peersDir, "package.json"))("autocannon") as Autocannon
+
+interface Measured {
+  readonly name: string
+  readonly rps: number
+  /** µs of the node process's CPU per request. */
+  readonly node: number
+  /** µs of PostgreSQL's CPU per request. */
+  readonly database: number
+}
+
+/**
+ * Each stage as the difference of two kinds (by their index in `kinds`, the later minus the earlier; -1: nothing),
+ * with its budget in µs of the node process's CPU per call (README.md, "Stage budget").
+ */
+const STAGES: ReadonlyArray<{ readonly name: string; readonly of: number; readonly minus: number; readonly budget: number }> = [
+  { name: "server, routing, middleware, metrics, access log", of: 0, minus: -1, budget: 110 },
+  { name: "authentication from cache, rate limits", of: 1, minus: 0, budget: 60 },
+  { name: "body read, JSON parse, decode, token count", of: 2, minus: 1, budget: 90 },
+  { name: "call: route, estimate, answer encoding, log", of: 3, minus: 2, budget: 180 },
+  { name: "hold, upstream exchange, settlement", of: 4, minus: 3, budget: 220 },
+  { name: "streaming instead (the same call, streamed)", of: 5, minus: 4, budget: 150 }
+]
+
+/** PostgreSQL's CPU per live call, at most (README.md, "Stage budget"). */
+const DATABASE_BUDGET = 120
+
+const stageTable = (measured: ReadonlyArray<Measured | undefined>): Array<string> => {
+  const rows = [`${"stage".padEnd(50)} ${"CPU µs".padStart(7)} ${"budget".padStart(7)}`]
+  for (const stage of STAGES) {
+    const of = measured[stage.of]
+    const minus = stage.minus < 0 ? { node: 0 } : measured[stage.minus]
+    if (of === undefined || minus === undefined) continue
+    const cost = of.node - minus.node
+    const over = cost > stage.budget ? `  over by ${Math.round(cost - stage.budget)}` : ""
+    rows.push(`${stage.name.padEnd(50)} ${cost.toFixed(0).padStart(7)} ${String(stage.budget).padStart(7)}${over}`)
+  }
+  const live = measured[4]
+  if (live !== undefined) {
+    const over = live.database > DATABASE_BUDGET ? `  over by ${Math.round(live.database - DATABASE_BUDGET)}` : ""
+    rows.push(`${"PostgreSQL, per live plain call".padEnd(50)} ${live.database.toFixed(0).padStart(7)} ${String(DATABASE_BUDGET).padStart(7)}${over}`)
+  }
+  return rows
+}
 
 const main = async () => {
   const dataDir = await mkdtemp(join(tmpdir(), "nenas-pipeline-"))
@@ -48,7 +145,9 @@ const main = async () => {
     children.push(upstream.child)
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
-    const service = startNode("the service", [...SERVICE_NODE_ARGS, "dist/main.js"], {
+    const profileDir = process.env["BENCH_CPU_PROF"] === "1" ? join(dataDir, "..", `nenas-pipeline-profile-${Date.now()}`) : undefined
+    const profileArgs = profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`]
+    const service = startNode("the service", [...SERVICE_NODE_ARGS, ...profileArgs, "dist/main.js"], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
       env: {
@@ -67,30 +166,52 @@ const main = async () => {
     children.push(service)
     await waitHttp(service, `${base}/readyz`, 120_000)
     const account = await createAccount(base)
+    const testKey = await createTestKey(account)
     await ensureFunds(account, 40_000_000)
-    const auth = { authorization: `Bearer ${account.apiKey}`, "content-type": "application/json" }
-    const chat = (stream: boolean) =>
-      JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], max_tokens: 16, ...(stream ? { stream: true } : {}) })
+    const headers = (key: string) => ({ authorization: `Bearer ${key}`, "content-type": "application/json" })
+    const messages = [{ role: "user", content: "hi" }]
+    const chat = (stream: boolean) => JSON.stringify({ model: "svc/nenas-flash", messages, max_tokens: 16, ...(stream ? { stream: true } : {}) })
+    const post = (path: string, key: string, body: string) => ({ url: `${base}${path}`, method: "POST", headers: headers(key), body })
     const kinds = [
       { name: "GET /healthz", options: { url: `${base}/healthz` } },
-      { name: "GET /v1/models (API key)", options: { url: `${base}/v1/models`, headers: auth } },
-      { name: "POST /v1/chat/completions", options: { url: `${base}/v1/chat/completions`, method: "POST", headers: auth, body: chat(false) } },
-      { name: "  the same, streamed", options: { url: `${base}/v1/chat/completions`, method: "POST", headers: auth, body: chat(true) } }
+      { name: "GET /v1/models (API key)", options: { url: `${base}/v1/models`, headers: headers(account.apiKey) } },
+      {
+        name: "POST /v1/messages/count_tokens",
+        options: post("/v1/messages/count_tokens", account.apiKey, JSON.stringify({ model: "svc/nenas-flash", messages }))
+      },
+      { name: "POST /v1/chat/completions, test key", options: post("/v1/chat/completions", testKey, chat(false)) },
+      { name: "  the same, live key", options: post("/v1/chat/completions", account.apiKey, chat(false)) },
+      { name: "  the same, streamed", options: post("/v1/chat/completions", account.apiKey, chat(true)) }
     ]
-    const rows: Array<string> = []
-    for (const kind of kinds) {
+    const only = process.env["BENCH_KINDS"]?.split(",")
+    const measured: Array<Measured | undefined> = []
+    for (const [index, kind] of kinds.entries()) {
+      if (only !== undefined && !only.includes(String(index + 1))) continue
       await autocannon({ ...kind.options, connections: 32, duration: 2 })
-      const before = cpuSeconds(service.pid)
+      const before = serviceCpu(service.pid)
       const result = await autocannon({ ...kind.options, connections: 32, duration: durationS })
-      const used = cpuSeconds(service.pid) - before
+      const after = serviceCpu(service.pid)
       if (result.non2xx > 0 || result.errors > 0) throw new Error(`${kind.name}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
-      const perRequest = (used * 1e6) / result.requests.total
-      rows.push(`${kind.name.padEnd(28)} ${String(Math.round(result.requests.total / durationS)).padStart(7)}  ${perRequest.toFixed(0).padStart(8)}`)
-      log(`${kind.name}: ${perRequest.toFixed(0)} µs of the service's CPU a request`)
+      const per = (seconds: number) => (seconds * 1e6) / result.requests.total
+      measured[index] = {
+        name: kind.name,
+        rps: result.requests.total / durationS,
+        node: per(after.node - before.node),
+        database: per(databaseSeconds(before.database, after.database))
+      }
+      log(`${kind.name}: ${per(after.node - before.node).toFixed(0)} µs of the service's CPU a request`)
     }
-    console.log(`\n32 connections, ${durationS} s each; CPU of the service's node process only (PostgreSQL's not counted)`)
-    console.log(`${"request".padEnd(28)} ${"req/s".padStart(7)}  ${"CPU µs".padStart(8)}`)
-    for (const row of rows) console.log(row)
+    console.log(`\n32 connections, ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
+    console.log(`${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}`)
+    for (const row of measured) {
+      if (row === undefined) continue
+      console.log(
+        `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${row.database.toFixed(0).padStart(7)}`
+      )
+    }
+    console.log(`\nStage budget (node process, each stage the difference of two rows above)`)
+    for (const row of stageTable(measured)) console.log(row)
+    if (profileDir !== undefined) console.log(`\nthe service's CPU profile goes to ${profileDir} as it stops`)
   } finally {
     for (const child of children.reverse()) await stopChild(child, 15_000)
     await rm(dataDir, { recursive: true, force: true })

@@ -1,8 +1,8 @@
 import { createServer } from "node:http"
-import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
+import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import type { SqlClient } from "@effect/sql"
-import { type Clock, Effect, Layer } from "effect"
+import { type Clock, Effect, Layer, Option } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { AlertsLive, DevMailboxLive } from "../Alerts/Http.js"
 import { NenasApi } from "../Api.js"
@@ -184,8 +184,8 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
  * The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`)
  * and the error encoder; security headers and CORS (`SecurityHeaders.ts`) outermost, on every answer.
  */
-const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
-  HttpApiBuilder.serve((app) => sandboxedDocs(securityHeaders(config)(accessLog(app)))).pipe(
+const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
+  const app = HttpApiBuilder.serve((app) => sandboxedDocs(securityHeaders(config)(accessLog(app)))).pipe(
     Layer.provide([
       // No fonts from Scalar's CDN: the docs' CSP allows nothing off this origin.
       HttpApiScalar.layer({ path: "/docs", scalar: { withDefaultFonts: false } }),
@@ -195,7 +195,10 @@ const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
     ]),
     Layer.provide(ApiLive)
   )
-))
+  // The platform's server span, made for every request even with no tracer (a URL parse, the headers redacted
+  // and read for a parent, a span and a context copy): only while traces are exported.
+  return Option.isNone(config.otlpEndpoint) ? HttpMiddleware.withTracerDisabledWhen(app, () => true) : app
+}))
 
 /** A whole request, body included, must arrive within this; Node's default is 300 s. */
 export const REQUEST_TIMEOUT_MS = 60_000

@@ -133,7 +133,9 @@ export const makeAuthenticateBeforeBody = Effect.gen(function*() {
   if (Option.isNone(keys) || Option.isNone(lastUsed) || Option.isNone(limits)) {
     return yield* Effect.dieMessage("API-key endpoints need KeyCache, KeyLastUsed and IpLimits under the error middleware.")
   }
-  return authenticating(keys.value, lastUsed.value, limits.value)
+  const authenticate = authenticating(keys.value, lastUsed.value, limits.value)
+  // A span only while traces are exported: a span nobody reads still costs a copy of the request's context.
+  return (yield* FiberRef.get(FiberRef.currentTracerEnabled)) ? Effect.withSpan(authenticate, "auth.before_body") : authenticate
 })
 
 /** What every key ever issued looks like (`generateKey`; DESIGN: 32 or more base62 characters). */
@@ -159,7 +161,7 @@ const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], l
     // Only a refused key counts: a lookup that failed (the database away) says nothing of the client.
     if (Option.isNone(over) && Option.isSome(refused)) yield* limits.count("authFailures", address)
     yield* exit
-  }).pipe(Effect.withSpan("auth.before_body")) satisfies Effect.Effect<
+  }) satisfies Effect.Effect<
     void,
     AuthFailure | RateLimitExceeded,
     HttpServerRequest.HttpServerRequest

@@ -1,8 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { layerStore as redisStore } from "@effect/experimental/RateLimiter/Redis"
 import { Redis } from "ioredis"
-import { Context, Duration, Effect, Layer, Option } from "effect"
-import type { Scope } from "effect"
+import { Context, Duration, Effect, Layer, Option, Scope } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import { effectiveRateLimits } from "../Keys/ApiKeys.js"
@@ -10,6 +9,10 @@ import { RateLimitExceeded } from "../Domain/Errors.js"
 import { addResponseHeaders } from "../Request/Context.js"
 
 const seconds = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toSeconds(duration)))
+const MINUTE_MS = 60_000
+
+/** A refusal with the headers that say which limit it met. */
+const refuse = (headers: Record<string, string>, error: RateLimitExceeded) => Effect.zipRight(addResponseHeaders(headers), Effect.fail(error))
 
 /**
  * Calls in flight per key. Each call holds a slot named by its request id
@@ -92,76 +95,71 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
 }>() {
   static readonly make = (inFlight: InFlightStore) =>
     Effect.gen(function*() {
-      const limiter = yield* RateLimiter.RateLimiter
+      // The bucket store itself, not `RateLimiter.consume`: in memory a take is one synchronous step (issue 36).
+      const store = yield* RateLimiter.RateLimiterStore
       const config = yield* AppConfig
       const { upstreamTotalTimeoutMs } = config
       // A slot outlives the longest call by a minute.
       const lapseMs = upstreamTotalTimeoutMs + 60_000
 
-      const perMinute = (key: string, rateLimitRpm: number) =>
-        limiter.consume({ algorithm: "token-bucket", key: `rpm:${key}`, limit: rateLimitRpm, window: "1 minute" }).pipe(
-          Effect.map(Option.some),
-          Effect.catchAll((error) =>
-            error.reason === "Exceeded"
-              ? Effect.zipRight(
-                addResponseHeaders({
-                  "x-ratelimit-limit-requests": String(rateLimitRpm),
+      /** A token bucket of `rpm` tokens refilled over a minute: the tokens left after this call's, or none when the store failed. */
+      const perMinute = (key: string, rpm: number) => {
+        const refillMs = MINUTE_MS / rpm
+        return store.tokenBucket({ key: `rpm:${key}`, tokens: 1, limit: rpm, refillRate: Duration.millis(refillMs), allowOverflow: false }).pipe(
+          Effect.flatMap((remaining) =>
+            remaining >= 0
+              ? Effect.succeed({ remaining, resetSeconds: seconds(Duration.millis(refillMs * (rpm - remaining))) })
+              : refuse(
+                {
+                  "x-ratelimit-limit-requests": String(rpm),
                   "x-ratelimit-remaining-requests": "0",
-                  "x-ratelimit-reset-requests": `${seconds(error.retryAfter)}s`
-                }),
-                Effect.fail(new RateLimitExceeded({
-                  message: `This API key is limited to ${rateLimitRpm} requests per minute.`,
-                  retry_after_seconds: seconds(error.retryAfter)
-                }))
+                  "x-ratelimit-reset-requests": `${seconds(Duration.millis(refillMs * -remaining))}s`
+                },
+                new RateLimitExceeded({
+                  message: `This API key is limited to ${rpm} requests per minute.`,
+                  retry_after_seconds: seconds(Duration.millis(refillMs * -remaining))
+                })
               )
-              // The store is unreachable: calls go on unlimited rather than all failing.
-              : Effect.as(Effect.logWarning("rate limit store failed; admitting the call", error), Option.none())
-          )
+          ),
+          // The store is unreachable: calls go on unlimited rather than all failing.
+          Effect.catchTag("RateLimiterError", (error) => Effect.as(Effect.logWarning("rate limit store failed; admitting the call", error), undefined))
         )
+      }
 
-      const slot = (key: string, requestId: string, rateLimitConcurrent: number) =>
-        Effect.acquireRelease(
-          inFlight.take(key, requestId, rateLimitConcurrent, lapseMs),
-          (held) => held === undefined ? Effect.void : inFlight.giveBack(key, requestId)
-        ).pipe(Effect.flatMap((held) =>
-          held !== undefined
-            ? Effect.succeed(held)
-            : Effect.zipRight(
-              addResponseHeaders({
-                "x-ratelimit-limit-concurrent": String(rateLimitConcurrent),
-                "x-ratelimit-remaining-concurrent": "0"
-              }),
-              Effect.fail(new RateLimitExceeded({
-                message: `This API key is limited to ${rateLimitConcurrent} requests in flight at once.`,
-                // A slot frees as soon as one of the calls in flight ends.
-                retry_after_seconds: 1
-              }))
-            )
-        ))
+      /**
+       * A slot for the life of the scope. Its release is the scope's own finalizer, not `Effect.acquireRelease`'s,
+       * which diffs and patches the fiber's references (its whole context) around every release.
+       */
+      const slot = (key: string, requestId: string, concurrent: number) =>
+        Effect.uninterruptible(Effect.flatMap(Effect.scope, (scope) =>
+          Effect.flatMap(inFlight.take(key, requestId, concurrent, lapseMs), (held) =>
+            held === undefined
+              ? refuse(
+                { "x-ratelimit-limit-concurrent": String(concurrent), "x-ratelimit-remaining-concurrent": "0" },
+                new RateLimitExceeded({
+                  message: `This API key is limited to ${concurrent} requests in flight at once.`,
+                  // A slot frees as soon as one of the calls in flight ends.
+                  retry_after_seconds: 1
+                })
+              )
+              : Effect.as(Scope.addFinalizer(scope, inFlight.giveBack(key, requestId)), held))))
 
       const admit = (apiKeyId: string, requestId: string) =>
-        Effect.gen(function*() {
+        Effect.flatMap(Effect.serviceOption(CurrentApiKey), (principal) => {
           // The key's own limits (capped by the operator's ceilings) when the call is that key's, else the defaults.
-          const principal = yield* Effect.serviceOption(CurrentApiKey)
-          const own = Option.filter(principal, (key) => key.keyId === apiKeyId)
-          const { concurrent: rateLimitConcurrent, rpm: rateLimitRpm } = effectiveRateLimits(
-            config,
-            Option.getOrElse(own, () => ({}))
-          )
-          const minute = yield* perMinute(apiKeyId, rateLimitRpm)
-          const held = yield* slot(apiKeyId, requestId, rateLimitConcurrent)
-          yield* addResponseHeaders({
-            ...Option.match(minute, {
-              onNone: () => ({}),
-              onSome: (result) => ({
-                "x-ratelimit-limit-requests": String(result.limit),
-                "x-ratelimit-remaining-requests": String(Math.max(0, result.remaining)),
-                "x-ratelimit-reset-requests": `${seconds(result.resetAfter)}s`
-              })
-            }),
-            "x-ratelimit-limit-concurrent": String(rateLimitConcurrent),
-            "x-ratelimit-remaining-concurrent": String(Math.max(0, rateLimitConcurrent - held))
-          })
+          const own = Option.getOrElse(Option.filter(principal, (key) => key.keyId === apiKeyId), () => ({}))
+          const { concurrent, rpm } = effectiveRateLimits(config, own)
+          return Effect.flatMap(perMinute(apiKeyId, rpm), (minute) =>
+            Effect.flatMap(slot(apiKeyId, requestId, concurrent), (held) =>
+              addResponseHeaders({
+                ...(minute === undefined ? {} : {
+                  "x-ratelimit-limit-requests": String(rpm),
+                  "x-ratelimit-remaining-requests": String(minute.remaining),
+                  "x-ratelimit-reset-requests": `${minute.resetSeconds}s`
+                }),
+                "x-ratelimit-limit-concurrent": String(concurrent),
+                "x-ratelimit-remaining-concurrent": String(Math.max(0, concurrent - held))
+              })))
         })
 
       return { admit }
@@ -172,12 +170,10 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
     Option.match(redisUrl, {
       onNone: () =>
         Layer.effect(CallLimits, CallLimits.make(inFlightInMemory())).pipe(
-          Layer.provide(RateLimiter.layer),
           Layer.provide(RateLimiter.layerStoreMemory)
         ),
       onSome: (url) =>
         Layer.scoped(CallLimits, Effect.flatMap(inFlightInRedis(url), CallLimits.make)).pipe(
-          Layer.provide(RateLimiter.layer),
           Layer.provide(redisStore(redisOptions(url)))
         )
     })

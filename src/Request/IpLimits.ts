@@ -114,6 +114,26 @@ export const parseRanges = (entries: ReadonlyArray<string>): Array<Range> | { re
 }
 
 /**
+ * What parsing `address` gives, remembered: every request asks for its client's address and bucket, and the
+ * same few peers (a load balancer, a client's pool) ask again and again. Forgotten whole past `MEMO_SIZE` addresses.
+ */
+const memo = (parse: (address: string) => string) => {
+  const known = new Map<string, string>()
+  return (address: string): string => {
+    const found = known.get(address)
+    if (found !== undefined) return found
+    if (known.size >= MEMO_SIZE) known.clear()
+    const parsed = parse(address)
+    known.set(address, parsed)
+    return parsed
+  }
+}
+const MEMO_SIZE = 10_000
+
+/** The address as ipaddr.js writes it (IPv4-mapped IPv6 as IPv4), or as given when it is not one. */
+const normal = memo((address) => ipaddr.isValid(address) ? ipaddr.process(address).toString() : address)
+
+/**
  * The client's address: the socket's peer, or, when that peer is a trusted
  * proxy, the nearest `X-Forwarded-For` entry that is not one (a client can
  * write any entries of its own to the left of what the proxies append).
@@ -123,7 +143,6 @@ export const clientAddress = (
   forwardedFor: string | undefined,
   trusted: ReadonlyArray<Range>
 ): string => {
-  const normal = (address: string) => ipaddr.isValid(address) ? ipaddr.process(address).toString() : address
   let client = peer ?? "unknown"
   if (forwardedFor === undefined || !inRanges(client, trusted)) return normal(client)
   const hops = forwardedFor.split(",").map((hop) => hop.trim()).filter((hop) => hop.length > 0)
@@ -141,13 +160,13 @@ export const clientAddress = (
  * (one subscriber's network, whose 2^64 addresses are its own to change), an
  * IPv4 one (IPv4-mapped IPv6 included) by its address.
  */
-export const addressBucket = (address: string): string => {
+export const addressBucket = memo((address) => {
   if (!ipaddr.isValid(address)) return address
   const parsed = ipaddr.process(address)
   if (parsed.kind() === "ipv4") return parsed.toString()
   const parts = (parsed as ipaddr.IPv6).parts.slice(0, 4).map((part) => part.toString(16))
   return `${parts.join(":")}::/64`
-}
+})
 
 /**
  * Per-client-address limits on what costs us before anyone is known: failed

@@ -246,11 +246,17 @@ const main = async () => {
         ]
         log(`peers.mjs, ${label(spec)}, round ${round} of ${rounds}`)
         const out = join(outDir, `${name}-${round}.json`)
-        const { exitCode, stderr } = await runPeers(peersScript, args, { cwd: ROOT, out, tracker, quiet: !first })
+        const { exitCode, memory, stderr } = await runPeers(peersScript, args, {
+          cwd: ROOT,
+          out,
+          tracker,
+          quiet: !first,
+          pids: { [TARGET]: service.pid, direct: upstreamChild.pid }
+        })
         first = false
         await ensureRunning(upstreamChild)
         await ensureRunning(service)
-        const results = await readResults(out).catch(() => undefined)
+        const results = await readResults(out, memory).catch(() => undefined)
         if (results === undefined) {
           throw new Error(`peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`)
         }

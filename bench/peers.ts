@@ -5,6 +5,8 @@ import { existsSync } from "node:fs"
 import { readFile } from "node:fs/promises"
 import { join } from "node:path"
 import type { WindowTracker } from "./database.js"
+import type { TargetMemory } from "./memory.js"
+import { MemoryWatch } from "./memory.js"
 
 export const TARGET = "nenas"
 
@@ -26,7 +28,7 @@ export const preparePeers = (dir: string) => {
 export class OneLine extends Error {}
 
 /** One target's medians over the rounds, as peers.mjs writes them. */
-export interface PeerSummary {
+interface PeersMjsSummary {
   readonly name: string
   readonly failed?: string
   readonly rps: number
@@ -43,9 +45,20 @@ export interface PeerSummary {
   readonly cpuTreeProcs?: ReadonlyArray<string>
 }
 
+/** A target's figures: peers.mjs's, and the memory of the node process behind it (see TargetMemory). */
+export interface PeerSummary extends PeersMjsSummary, TargetMemory {}
+
+type PeerTargets = ReadonlyArray<{ readonly name: string; readonly preflight_notes?: ReadonlyArray<string>; readonly failed?: string }>
+
+/** The results JSON of peers.mjs, as far as it is read here. */
+interface PeersMjsResults {
+  readonly summary: ReadonlyArray<PeersMjsSummary>
+  readonly targets: PeerTargets
+}
+
 export interface PeerResults {
   readonly summary: ReadonlyArray<PeerSummary>
-  readonly targets: ReadonlyArray<{ readonly name: string; readonly preflight_notes?: ReadonlyArray<string>; readonly failed?: string }>
+  readonly targets: PeerTargets
 }
 
 let running: ChildProcess | undefined
@@ -58,38 +71,57 @@ export const stopPeers = () => {
 /** Lines of peers.mjs's progress that say the same every time: echoed on its first run only. */
 const ROUTINE = /^(node v|plan: |note: only|started \S+ pid|stopped |results: |preflight \S+: HTTP 2\d\d ok)/
 
+/** What runPeers follows in peers.mjs's progress: a process it started, a target's load beginning, a measured window's end. */
+const EVENTS = /(?<=^|\n)(?:started (?<started>\S+) pid (?<pid>\d+)\n|(?<warmUp>\S+): warm-up)|(?<measured>\d+ req\/s, p50 )/g
+
+/** The target a process peers.mjs starts is behind: its own name, but the fake upstream is `direct`'s. */
+const targetOf = (name: string) => name === "upstream" ? "direct" : name
+
 /**
- * Runs peers.mjs to its end, echoing its progress (stderr) indented, and tells
- * `tracker` when the service's warm-up starts and when its measured seconds end.
+ * Runs peers.mjs to its end, echoing its progress (stderr) indented; tells
+ * `tracker` when the service's warm-up starts and when its measured seconds
+ * end, and reads each target's memory (`pids`: the processes behind targets
+ * that peers.mjs does not start, by target name; it names those it starts).
  * The service must be its last target, so that nothing runs after its window.
  */
 export const runPeers = async (
   script: string,
   args: ReadonlyArray<string>,
-  options: { readonly cwd: string; readonly out: string; readonly tracker: WindowTracker; readonly quiet: boolean }
-): Promise<{ readonly exitCode: number; readonly stderr: string }> => {
+  options: {
+    readonly cwd: string
+    readonly out: string
+    readonly tracker: WindowTracker
+    readonly quiet: boolean
+    readonly pids: Readonly<Record<string, number>>
+  }
+): Promise<{ readonly exitCode: number; readonly stderr: string; readonly memory: ReadonlyMap<string, TargetMemory> }> => {
   const child = spawn(process.execPath, [script, ...args, "--rounds", "1", "--out", options.out], {
     cwd: options.cwd,
     stdio: ["ignore", "ignore", "pipe"]
   })
   running = child
+  const memory = new MemoryWatch(options.pids)
   let stderr = ""
   let scanned = 0
   let echoed = 0
-  let inWindow = false
-  const start = new RegExp(`(^|\\n)${TARGET}: warm-up`, "g")
-  const end = /\d+ req\/s, p50 /g
+  let loaded: string | undefined
   child.stderr.setEncoding("utf8").on("data", (text: string) => {
     stderr += text
     for (;;) {
-      const pattern = inWindow ? end : start
-      pattern.lastIndex = scanned
-      const match = pattern.exec(stderr)
-      if (match === null) break
-      scanned = pattern.lastIndex
-      if (inWindow) options.tracker.ended()
-      else options.tracker.started()
-      inWindow = !inWindow
+      EVENTS.lastIndex = scanned
+      const groups = EVENTS.exec(stderr)?.groups
+      if (groups === undefined) break
+      scanned = EVENTS.lastIndex
+      if (groups["started"] !== undefined) memory.started(targetOf(groups["started"]), Number(groups["pid"]))
+      else if (groups["warmUp"] !== undefined) {
+        loaded = groups["warmUp"]
+        memory.loadBegins(loaded)
+        if (loaded === TARGET) options.tracker.started()
+      } else if (groups["measured"] !== undefined && loaded !== undefined) {
+        memory.windowEnds(loaded)
+        if (loaded === TARGET) options.tracker.ended()
+        loaded = undefined
+      }
     }
     const complete = stderr.lastIndexOf("\n") + 1
     for (const line of stderr.slice(echoed, complete).split("\n")) {
@@ -100,12 +132,20 @@ export const runPeers = async (
   const exitCode = await new Promise<number>((resolveExit, reject) => {
     child.once("error", reject)
     child.once("exit", (code, signal) => resolveExit(code ?? (signal === null ? 1 : 128)))
-  })
-  return { exitCode, stderr }
+  }).finally(() => memory.stop())
+  return { exitCode, stderr, memory: memory.figures() }
 }
 
-export const readResults = async (out: string): Promise<PeerResults> =>
-  JSON.parse(await readFile(out, "utf8")) as PeerResults
+/** peers.mjs's results, each target's summary with the memory runPeers read (NaN where it read none). */
+export const readResults = async (out: string, memory: ReadonlyMap<string, TargetMemory>): Promise<PeerResults> => {
+  const results = JSON.parse(await readFile(out, "utf8")) as PeersMjsResults
+  const summary = results.summary.map((s): PeerSummary => ({
+    ...s,
+    idleRssMb: memory.get(s.name)?.idleRssMb ?? NaN,
+    peakRssMb: memory.get(s.name)?.peakRssMb ?? NaN
+  }))
+  return { ...results, summary }
+}
 
 const median = (values: ReadonlyArray<number>) => {
   const sorted = values.filter(Number.isFinite).sort((a, b) => a - b)
@@ -120,7 +160,7 @@ export const combineRounds = (rounds: ReadonlyArray<PeerResults>): PeerResults =
   const summary = names.map((name): PeerSummary => {
     const ran = rounds.flatMap((r) => r.summary.filter((s) => s.name === name && s.failed === undefined))
     const failed = rounds.flatMap((r) => r.summary.filter((s) => s.name === name && s.failed !== undefined))
-    const pick = (key: "rps" | "p50" | "p99" | "cpu" | "hostBusy") => median(ran.map((s) => s[key]))
+    const pick = (key: "rps" | "p50" | "p99" | "cpu" | "hostBusy" | "idleRssMb" | "peakRssMb") => median(ran.map((s) => s[key]))
     const last = ran.at(-1)
     return {
       name,
@@ -133,6 +173,8 @@ export const combineRounds = (rounds: ReadonlyArray<PeerResults>): PeerResults =
       errs: ran.reduce((total, s) => total + s.errs, 0),
       cpu: pick("cpu"),
       hostBusy: pick("hostBusy"),
+      idleRssMb: pick("idleRssMb"),
+      peakRssMb: pick("peakRssMb"),
       rounds: ran.length,
       ...(last?.cpuTreeProcs === undefined ? {} : { cpuTreeProcs: last.cpuTreeProcs })
     }

@@ -7,15 +7,17 @@
  * reservation, request log, upstream call, capture) on embedded PostgreSQL
  * with its default durable commits.
  *
- * It prints a table per run, PostgreSQL's transactions and WAL bytes per call,
- * and PASS/MISS for the issue's goals; it never fails on a MISS, only when it
- * cannot run.
+ * It prints a table per run (with each target's idle and peak RSS: that of
+ * its node process, read from /proc), PostgreSQL's transactions and WAL bytes
+ * per call, and PASS/MISS for issue 36's goals; it never fails on a MISS, only
+ * when it cannot run.
  *
  * Settings (environment): BENCH_DURATION (s per target and round, default 10),
  * BENCH_WARMUP (s, default 3), BENCH_ROUNDS (default 3; medians),
  * BENCH_RUNS (default "32,32s,1,1s": connections, `s` for streamed),
  * BENCH_BUILTINS (peers.mjs's built-in targets beside the service, default
- * "direct,floor,portkey,effect"; the goals need portkey and effect),
+ * "direct,floor,portkey,effect"; the goals need portkey, the summary's
+ * CPU ÷ effect needs effect),
  * BENCH_PEERS_DIR (default <repo>/../shared/bench), BENCH_DATABASE_URL (a
  * PostgreSQL server to use instead of the embedded one: a database is created
  * in it and dropped after), BENCH_CPU_PROF=1 (the service runs under
@@ -246,11 +248,17 @@ const main = async () => {
         ]
         log(`peers.mjs, ${label(spec)}, round ${round} of ${rounds}`)
         const out = join(outDir, `${name}-${round}.json`)
-        const { exitCode, stderr } = await runPeers(peersScript, args, { cwd: ROOT, out, tracker, quiet: !first })
+        const { exitCode, memory, stderr } = await runPeers(peersScript, args, {
+          cwd: ROOT,
+          out,
+          tracker,
+          quiet: !first,
+          pids: { [TARGET]: service.pid, direct: upstreamChild.pid }
+        })
         first = false
         await ensureRunning(upstreamChild)
         await ensureRunning(service)
-        const results = await readResults(out).catch(() => undefined)
+        const results = await readResults(out, memory).catch(() => undefined)
         if (results === undefined) {
           throw new Error(`peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`)
         }
@@ -273,7 +281,7 @@ const main = async () => {
 
     const billing = await billingCheck(account, BODY)
     process.stdout.write(`\nSummary (${rounds} round(s) of ${durationS} s per target; ratios within each run)\n${summaryTable(outcomes)}\n`)
-    process.stdout.write(`\nGoals (a MISS never fails the bench)\n${goalLines(outcomes).map((l) => `  ${l}`).join("\n")}\n`)
+    process.stdout.write(`\nGoals (a MISS never fails the bench)\n${goalLines(outcomes, billing).map((l) => `  ${l}`).join("\n")}\n`)
     process.stdout.write(`\nBilling\n${billing.map((l) => `  ${l}`).join("\n")}\n`)
     const problems = await serviceProblems(service)
     if (problems.length > 0) {

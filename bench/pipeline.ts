@@ -88,6 +88,13 @@ const serviceCpu = (pid: number) => ({
 const databaseSeconds = (before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number =>
   [...after].reduce((sum, [pid, seconds]) => sum + seconds - (before.get(pid) ?? 0), 0)
 
+/** VmRSS and VmHWM (its peak so far) of a process, in MB. */
+const residentMb = (pid: number) => {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8")
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, "m").exec(status)?.[1] ?? NaN) / 1024
+  return { rss: field("VmRSS"), peak: field("VmHWM") }
+}
+
 interface Autocannon {
   (options: Record<string, unknown>): Promise<{ readonly requests: { readonly total: number }; readonly non2xx: number; readonly errors: number }>
 }
@@ -183,6 +190,7 @@ const main = async () => {
       { name: "  the same, live key", options: post("/v1/chat/completions", account.apiKey, chat(false)) },
       { name: "  the same, streamed", options: post("/v1/chat/completions", account.apiKey, chat(true)) }
     ]
+    const idleMb = residentMb(service.pid).rss
     const only = process.env["BENCH_KINDS"]?.split(",")
     const measured: Array<Measured | undefined> = []
     for (const [index, kind] of kinds.entries()) {
@@ -209,12 +217,15 @@ const main = async () => {
         `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${row.database.toFixed(0).padStart(7)}`
       )
     }
+    const { peak } = residentMb(service.pid)
+    console.log(`\nthe service's node process (${SERVICE_NODE_ARGS.join(" ") || "no flags"}): ${idleMb.toFixed(0)} MB idle, ${peak.toFixed(0)} MB at its peak`)
     console.log(`\nStage budget (node process, each stage the difference of two rows above)`)
     for (const row of stageTable(measured)) console.log(row)
     if (profileDir !== undefined) console.log(`\nthe service's CPU profile goes to ${profileDir} as it stops`)
   } finally {
     for (const child of children.reverse()) await stopChild(child, 15_000)
-    await rm(dataDir, { recursive: true, force: true })
+    if (process.env["BENCH_KEEP_LOG"] === "1") console.log(`the service's log: ${join(dataDir, "service.log")}`)
+    else await rm(dataDir, { recursive: true, force: true })
   }
 }
 

@@ -76,8 +76,13 @@ export const waitHttp = async (child: Child, url: string, timeoutMs: number) => 
   throw new Error(`${child.name} was not ready at ${url} within ${timeoutMs} ms:\n${await tail(child)}`)
 }
 
-/** The node flags the service runs with: the young generation the Dockerfile and `npm run start:prod` give it. */
-export const SERVICE_NODE_ARGS: ReadonlyArray<string> = ["--max-semi-space-size=64"]
+/**
+ * The node flags the service runs with: as the Dockerfile and `npm run start:prod` run it, unless
+ * BENCH_NODE_ARGS gives others (space-separated; "" for none), to weigh a flag's CPU against its memory.
+ */
+export const SERVICE_NODE_ARGS: ReadonlyArray<string> = process.env["BENCH_NODE_ARGS"] === undefined
+  ? ["--max-semi-space-size=64"]
+  : process.env["BENCH_NODE_ARGS"].split(" ").filter((flag) => flag !== "")
 
 /** Compiles the service as production runs it (`npm run build`'s TypeScript half; incremental) into `dist/`. */
 export const buildService = (root: string) => {

@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import type { AppConfigShape } from "../AppConfig.js"
 import { PermissionDenied } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
+import { memoized } from "../Domain/Memo.js"
 import { errorResponse } from "./ErrorMiddleware.js"
 
 /**
@@ -70,6 +71,9 @@ export const isNoStore = (pathname: string): boolean =>
 const contentSecurityPolicy = (pathname: string): string =>
   under(pathname, "/app") ? APP_CSP : under(pathname, "/docs") ? DOCS_CSP : DEFAULT_CSP
 
+/** A request URL's path, as the WHATWG URL parser reads it (dot segments resolved), remembered: the same few paths come again and again. */
+const pathnameOf = memoized((url) => new URL(url, "http://localhost").pathname)
+
 const originOf = (url: string): string | null => {
   try {
     return new URL(url).origin
@@ -88,7 +92,7 @@ export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) =>
   return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
-      const pathname = new URL(request.url, "http://localhost").pathname
+      const pathname = pathnameOf(request.url)
       const origin = request.headers["origin"]
       const policy = corsPolicy(pathname)
       const allowedOrigin = policy === "any"
@@ -187,7 +191,7 @@ const addMemoryStorage = (response: HttpServerResponse.HttpServerResponse): Http
 export const sandboxedDocs = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    if (new URL(request.url, "http://localhost").pathname === "/docs") {
+    if (pathnameOf(request.url) === "/docs") {
       yield* HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(addMemoryStorage(response)))
     }
     return yield* app

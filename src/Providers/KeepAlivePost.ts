@@ -2,6 +2,7 @@ import http from "node:http"
 import https from "node:https"
 import type { IncomingMessage } from "node:http"
 import type { Readable } from "node:stream"
+import { urlToHttpOptions } from "node:url"
 
 /**
  * POSTs to one URL over Node's own HTTP client, on keep-alive connections of
@@ -20,12 +21,15 @@ export interface Post {
 
 export const makePost = (url: string): Post => {
   const target = new URL(url)
+  // The URL read into request options once, not by Node on every request.
+  const options = urlToHttpOptions(target)
   const secure = target.protocol === "https:"
   const agent = secure ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true })
   const request = secure ? https.request : http.request
   return {
     send: (headers, body, answered, failed) => {
-      const sent = request(target, {
+      const sent = request({
+        ...options,
         method: "POST",
         agent,
         headers: { ...headers, "content-length": String(Buffer.byteLength(body)) }

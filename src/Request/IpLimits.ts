@@ -2,6 +2,7 @@ import { HttpServerRequest } from "@effect/platform"
 import ipaddr from "ipaddr.js"
 import { Redis } from "ioredis"
 import { Context, Effect, Layer, Option } from "effect"
+import { memoized } from "../Domain/Memo.js"
 import { AppConfig } from "../AppConfig.js"
 import { RateLimitExceeded } from "../Domain/Errors.js"
 
@@ -113,25 +114,8 @@ export const parseRanges = (entries: ReadonlyArray<string>): Array<Range> | { re
   return ranges
 }
 
-/**
- * What parsing `address` gives, remembered: every request asks for its client's address and bucket, and the
- * same few peers (a load balancer, a client's pool) ask again and again. Forgotten whole past `MEMO_SIZE` addresses.
- */
-const memo = (parse: (address: string) => string) => {
-  const known = new Map<string, string>()
-  return (address: string): string => {
-    const found = known.get(address)
-    if (found !== undefined) return found
-    if (known.size >= MEMO_SIZE) known.clear()
-    const parsed = parse(address)
-    known.set(address, parsed)
-    return parsed
-  }
-}
-const MEMO_SIZE = 10_000
-
 /** The address as ipaddr.js writes it (IPv4-mapped IPv6 as IPv4), or as given when it is not one. */
-const normal = memo((address) => ipaddr.isValid(address) ? ipaddr.process(address).toString() : address)
+const normal = memoized((address) => ipaddr.isValid(address) ? ipaddr.process(address).toString() : address)
 
 /**
  * The client's address: the socket's peer, or, when that peer is a trusted
@@ -160,7 +144,7 @@ export const clientAddress = (
  * (one subscriber's network, whose 2^64 addresses are its own to change), an
  * IPv4 one (IPv4-mapped IPv6 included) by its address.
  */
-export const addressBucket = memo((address) => {
+export const addressBucket = memoized((address) => {
   if (!ipaddr.isValid(address)) return address
   const parsed = ipaddr.process(address)
   if (parsed.kind() === "ipv4") return parsed.toString()

@@ -2,6 +2,7 @@ import { HttpApi, type HttpApp, HttpServerRequest } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect, Exit, FiberRef } from "effect"
 import { NenasApi } from "../Api.js"
+import { memoized } from "../Domain/Memo.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { CurrentRequestFacts, type RequestFacts } from "../Request/Context.js"
 
@@ -33,12 +34,15 @@ const OTHER_ROUTES: ReadonlyArray<readonly [string, RegExp]> = [
 ]
 
 /** The route pattern a request matched; anything else is `other` (a scan of random paths adds no series). */
-export const routeOf = (method: string, url: string): string => {
-  const path = url.split("?")[0] ?? url
-  const endpoint = routePatterns.find((route) => route.method === method && route.regex.test(path))
+export const routeOf = (method: string, url: string): string => patternOf(`${method} ${url.split("?")[0] ?? url}`)
+
+/** Found once per method and path: the patterns are tried one by one, and the same few paths come again and again. */
+const patternOf = memoized((route) => {
+  const [method, path = ""] = route.split(" ", 2)
+  const endpoint = routePatterns.find((pattern) => pattern.method === method && pattern.regex.test(path))
   if (endpoint !== undefined) return endpoint.pattern
   return OTHER_ROUTES.find(([, regex]) => regex.test(path))?.[0] ?? "other"
-}
+})
 
 /**
  * One access-log line and the request metrics per request, once the answer

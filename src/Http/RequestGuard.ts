@@ -6,6 +6,7 @@ import { InvalidRequest } from "../Domain/Errors.js"
 import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { AppConfig } from "../AppConfig.js"
+import { memoized } from "../Domain/Memo.js"
 import { guardDevRoutes } from "./DevRoutes.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>
@@ -74,10 +75,13 @@ export const makeRequestGuard = Effect.gen(function*() {
   const endpoints = endpointsOf(api)
   const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : Effect.void
   const signedIn = endpoints.some((endpoint) => endpoint.session) ? yield* makeSessionBeforeBody : Effect.void
-  const endpointOf = (request: HttpServerRequest.HttpServerRequest): EndpointPattern | undefined => {
-    const path = request.url.split("?", 1)[0] ?? ""
-    return endpoints.find((endpoint) => endpoint.method === request.method && endpoint.path.test(path))
-  }
+  // Found once per method and path: the same few come again and again, and the patterns are tried one by one.
+  const endpointAt = memoized((route) => {
+    const [method, path] = route.split(" ", 2)
+    return endpoints.find((endpoint) => endpoint.method === method && endpoint.path.test(path ?? ""))
+  })
+  const endpointOf = (request: HttpServerRequest.HttpServerRequest): EndpointPattern | undefined =>
+    endpointAt(`${request.method} ${request.url.split("?", 1)[0] ?? ""}`)
   return Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const nul = nulInUrl(request.url)

@@ -3,13 +3,13 @@
  * /proc/PID/status (Linux): the node process itself, not its children (the
  * service's embedded PostgreSQL is not counted).
  */
-import { readFileSync } from "node:fs"
+import { readFileSync, writeFileSync } from "node:fs"
 
 /** One target's resident memory in MB (MiB, as /proc counts kB in KiB); NaN when it could not be read. */
 export interface TargetMemory {
   /** VmRSS when its load began, after its start-up and preflight. */
   readonly idleRssMb: number
-  /** VmHWM (the process's lifetime peak of VmRSS) at the end of its measured seconds. */
+  /** VmHWM (the peak of VmRSS since the process started, or since the round began for one that outlives it) at the end of its measured seconds. */
   readonly peakRssMb: number
 }
 
@@ -25,6 +25,15 @@ const readStatus = (pid: number) => {
     return { rss: statusMb(status, "VmRSS"), hwm: statusMb(status, "VmHWM") }
   } catch {
     return { rss: NaN, hwm: NaN }
+  }
+}
+
+/** Restarts `pid`'s VmHWM from its VmRSS now (Linux's clear_refs); left as it is where that is refused. */
+const resetPeak = (pid: number) => {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, "5")
+  } catch {
+    // not Linux, or not ours to reset: the peak is then the process's lifetime peak
   }
 }
 
@@ -45,6 +54,8 @@ export class MemoryWatch {
   /** `pids`: target name to the PID of the node process behind it, for those known before the run. */
   constructor(pids: Readonly<Record<string, number>>, intervalMs = 200) {
     this.pids = new Map(Object.entries(pids))
+    // These outlive the run (the service, the upstream): their peak restarts from now, as a peer started for this run has.
+    for (const pid of this.pids.values()) resetPeak(pid)
     this.timer = setInterval(() => {
       for (const name of this.pids.keys()) if (!this.ended.has(name)) this.sample(name)
     }, intervalMs)

@@ -94,7 +94,7 @@ export const runTable = (outcome: RunOutcome) => {
   const lines = [table(rows)]
   const nenas = results.summary.find((s) => s.name === TARGET)
   if (nenas?.cpuTreeProcs !== undefined) lines.push(`${TARGET} CPU = its process tree: ${summarize(nenas.cpuTreeProcs)}`)
-  lines.push("idle MB = RSS when a target's load began; peak MB = its process's peak RSS (VmHWM) at the end of its window; node processes only")
+  lines.push("idle MB = RSS when a target's load began; peak MB = its process's peak RSS (VmHWM) in this round (the service's and the upstream's restarted at its start); node processes only")
   for (const t of results.targets) {
     if (t.failed !== undefined) lines.push(`${t.name}: ${t.failed}`)
     else if ((t.preflight_notes ?? []).length > 0) lines.push(`${t.name} preflight: ${(t.preflight_notes ?? []).join("; ")}`)

@@ -1,6 +1,4 @@
-import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { NodeHttpServerRequest } from "@effect/platform-node"
-import type { ServerResponse } from "node:http"
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect, Exit, Fiber, Schema, Scope } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
@@ -66,23 +64,6 @@ interface Call {
 }
 
 const SSE_HEADERS = { "cache-control": "no-cache", "x-accel-buffering": "no" }
-
-/**
- * Holds the client's writes until the end of this turn of the event loop (Node's cork): a stream's opening and
- * the first upstream read already there, or its last events and the body's end, go out in one system call.
- */
-const oneWritePerTurn = (response: ServerResponse) => {
-  let corked = false
-  return () => {
-    if (corked) return
-    corked = true
-    response.cork()
-    setImmediate(() => {
-      corked = false
-      response.uncork()
-    })
-  }
-}
 
 /** Serves a model call, whichever endpoint it came through: admission, idempotency, the answer or its stream. */
 const makeCallServing = Effect.gen(function*() {
@@ -159,11 +140,10 @@ const makeCallServing = Effect.gen(function*() {
         createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
         dashboardUrl
       }
-      const batch = oneWritePerTurn(NodeHttpServerRequest.toServerResponse(yield* HttpServerRequest.HttpServerRequest))
       const body = yield* Effect.onError(
         Effect.zipRight(
           Scope.extend(limits.admit((yield* CurrentApiKey).keyId, requestId), scope),
-          Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), close, batch))
+          Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), close))
         ),
         () => close
       )

@@ -99,15 +99,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
   readonly complete: (input: CallInput) => Effect.Effect<CallResult, ApiError, CurrentApiKey>
   /**
    * Fails before the first byte as `complete` does; then the client's body, as `renderer` writes its events
-   * (failures after the first byte are `Failed` events); `closed` runs once the body is done. `batch` runs before
-   * each write to the body (the HTTP layer holds the client's writes to the end of the event loop's turn with it).
+   * (failures after the first byte are `Failed` events); `closed` runs once the body is done.
    */
-  readonly stream: (
-    input: CallInput,
-    renderer: EventRenderer,
-    closed: Effect.Effect<void>,
-    batch?: () => void
-  ) => Effect.Effect<Readable, ApiError, CurrentApiKey>
+  readonly stream: (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) => Effect.Effect<Readable, ApiError, CurrentApiKey>
 }>() {
   static readonly layer = Layer.scoped(
     ModelCalls,
@@ -246,9 +240,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         )
 
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
-      const stream = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>, batch: () => void = () => {}) =>
-        spans.stream(input, renderer, closed, (renderer, closed) => relay(input, renderer, closed, batch))
-      const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>, batch: () => void) =>
+      const stream = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
+        spans.stream(input, renderer, closed, (renderer, closed) => relay(input, renderer, closed))
+      const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(
           Effect.uninterruptibleMask((restore) =>
             Effect.gen(function*() {
@@ -264,7 +258,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               return { call, progress, parts, handoff }
             })
           ),
-          (started) => relayBody(settlement, started, renderer, fork, closed, batch)
+          (started) => relayBody(settlement, started, renderer, fork, closed)
         )
 
       return { complete, stream }

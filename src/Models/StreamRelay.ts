@@ -155,18 +155,14 @@ const withRelayed = (stored: Progress, relayed: Progress): Progress => ({
 /**
  * The client's body: the renderer's opening, one write per upstream read
  * that gives any events, then `Completed` or `Failed`; `closed` runs once the
- * body is done, however it ends. `batch` runs before each write (the HTTP
- * layer holds the writes of one turn of the event loop with it, so that the
- * opening and a first read already there, or the last events and the body's
- * end, go out in one system call).
+ * body is done, however it ends.
  */
 export const relayBody = (
   settlement: Settlement,
   started: StartedStream,
   renderer: EventRenderer,
   fork: Fork,
-  closed: Effect.Effect<void>,
-  batch: () => void = () => {}
+  closed: Effect.Effect<void>
 ): Readable => {
   const { call, progress } = started
   const reader = readerOf(started.parts, fork)
@@ -185,7 +181,6 @@ export const relayBody = (
       }
       if (state !== "settling" || body.destroyed) return
       state = "done"
-      batch()
       body.push(renderer.render(Exit.isSuccess(exit) ? exit.value : { _tag: "Failed", error: internal() }))
       body.push(null)
     })
@@ -204,9 +199,8 @@ export const relayBody = (
         current = next
         for (const event of events) text += renderer.render(event)
       }
-      if (text.length === 0) return pump()
-      batch()
-      body.push(text)
+      if (text.length === 0) pump()
+      else body.push(text)
     }, (stop: Stop) => {
       if (state === "open") finish(failed(settlement, started, stop))
     })
@@ -217,13 +211,11 @@ export const relayBody = (
       if (state !== "new") return
       if (started.handoff.attach()) {
         state = "open"
-        batch()
         this.push(renderer.start)
         return
       }
       state = "done"
       reader.cancel()
-      batch()
       this.push(renderer.start + renderer.render({ _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }))
       this.push(null)
     },

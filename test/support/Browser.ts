@@ -96,6 +96,17 @@ export const screenshots = async (page: Page, name: string) => {
 export const inBrowser = (use: (context: BrowserContext) => Promise<void>) =>
   Effect.acquireUseRelease(
     Effect.promise(launchBrowser),
-    ({ context }) => Effect.promise(() => use(context)),
+    ({ context }) => Effect.promise(() => use(context).catch(async (error: unknown) => Promise.reject(await withScreens(context, error)))),
     ({ close }) => Effect.promise(close)
   )
+
+/** A failure with what each open page showed when it failed (its URL and text), so that a failure says what was on screen. */
+const withScreens = async (context: BrowserContext, error: unknown): Promise<unknown> => {
+  if (!(error instanceof Error)) return error
+  const screens = await Promise.all(context.pages().map(async (page) => {
+    const text = await page.locator("body").innerText({ timeout: 2_000 }).catch(() => "(unreadable)")
+    return `${page.url()}\n${text.slice(0, 1_500)}`
+  }))
+  error.message = `${error.message}\n\nOpen pages when it failed:\n${screens.join("\n---\n")}`
+  return error
+}

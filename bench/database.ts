@@ -8,7 +8,7 @@ import { readFile } from "node:fs/promises"
 import { join } from "node:path"
 import pg from "pg"
 import { embeddedClusterLocation } from "../src/Database/EmbeddedPostgres.js"
-import { sleep } from "./processes.js"
+import { log, sleep } from "./processes.js"
 
 /**
  * A backend flushes its statistics at most once a second and, when it goes idle
@@ -34,6 +34,8 @@ export class DatabaseCounters {
   /** A client of our own in the `postgres` database, so that its queries are not counted as the service's. */
   static async connect(config: pg.ClientConfig, database: string, upstream: string) {
     const client = new pg.Client({ ...config, application_name: "nenas-bench" })
+    // A PostgreSQL that goes away under the bench fails the next reading (reported), not the whole process and its clean-up.
+    client.on("error", (error) => log(`PostgreSQL readings' connection failed: ${error.message}`))
     await client.connect()
     const counters = new DatabaseCounters(client, database, upstream)
     await counters.read()

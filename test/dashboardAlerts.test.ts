@@ -1,8 +1,7 @@
-import { mkdir } from "node:fs/promises"
 import { layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
 
@@ -26,10 +25,7 @@ layer(Server, { excludeTestServices: true, timeout: 150_000 })("alerts, auto top
       const { baseUrl } = yield* TestServer
       const receiver = yield* WebhookReceiver
       yield* inBrowser(async (context) => {
-        await mkdir(SHOTS, { recursive: true })
-        const problems: Array<string> = []
-        const page = await context.newPage()
-        page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+        const { page, problems } = await watchedPage(context)
 
         await signIn(page, baseUrl, "alerts-ui@example.com")
 

@@ -1,8 +1,7 @@
 import { layer } from "@effect/vitest"
-import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
+import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "./support/Browser.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
 import { hourlyAllowed } from "../web/src/format.js"
 
@@ -46,10 +45,7 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("managi
     Effect.gen(function*() {
       const { baseUrl } = yield* TestServer
       yield* inBrowser(async (context) => {
-        await mkdir(SHOTS, { recursive: true })
-        const problems: Array<string> = []
-        const page = await context.newPage()
-        page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+        const { page, problems } = await watchedPage(context)
 
         await signIn(page, baseUrl, "keys@example.com")
 

@@ -1,9 +1,8 @@
 import { layer } from "@effect/vitest"
-import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { DESKTOP, ensureDashboardBuilt, heading, PHONE, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
+import { DESKTOP, ensureDashboardBuilt, heading, PHONE, screenshots, SHOTS, inBrowser, signIn, watchedPage } from "./support/Browser.js"
 import { call, createKey, devToken } from "./support/Http.js"
 import { simulatedTopUp } from "./support/Stripe.js"
 import { TestServer, TestServerLive } from "./support/TestServer.js"
@@ -69,10 +68,7 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("amount
         .toEqual([[costMyr, String(cost)]])
 
       yield* inBrowser(async (context) => {
-        await mkdir(SHOTS, { recursive: true })
-        const problems: Array<string> = []
-        const page = await context.newPage()
-        page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+        const { page, problems } = await watchedPage(context)
         await signIn(page, baseUrl, email)
 
         // Overview: today's spend is the call's cost, all its digits; the balance too.

@@ -71,8 +71,12 @@ export const isNoStore = (pathname: string): boolean =>
 const contentSecurityPolicy = (pathname: string): string =>
   under(pathname, "/app") ? APP_CSP : under(pathname, "/docs") ? DOCS_CSP : DEFAULT_CSP
 
-/** A request URL's path, as the WHATWG URL parser reads it (dot segments resolved), remembered: the same few paths come again and again. */
-const pathnameOf = memoized((url) => new URL(url, "http://localhost").pathname)
+/**
+ * A request URL's path, as the WHATWG URL parser reads it (dot segments resolved), remembered by the part before
+ * its query (which the path does not depend on, and which varies: a cache-busting parameter would churn the memo).
+ */
+const parsedPath = memoized((path) => new URL(path, "http://localhost").pathname)
+const pathnameOf = (url: string): string => parsedPath(url.split("?", 1)[0] ?? "")
 
 const originOf = (url: string): string | null => {
   try {

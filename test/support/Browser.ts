@@ -1,5 +1,5 @@
 import { existsSync, statSync } from "node:fs"
-import { mkdtemp, readdir, rm, stat } from "node:fs/promises"
+import { mkdir, mkdtemp, readdir, rm, stat } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -99,6 +99,15 @@ export const inBrowser = (use: (context: BrowserContext) => Promise<void>) =>
     ({ context }) => Effect.promise(() => use(context).catch(async (error: unknown) => Promise.reject(await withScreens(context, error)))),
     ({ close }) => Effect.promise(close)
   )
+
+/** A new page whose uncaught errors are collected in `problems` (a test expects none), with the screenshots' folder made. */
+export const watchedPage = async (context: BrowserContext) => {
+  await mkdir(SHOTS, { recursive: true })
+  const problems: Array<string> = []
+  const page = await context.newPage()
+  page.on("pageerror", (error) => problems.push(`pageerror: ${error.message}`))
+  return { page, problems }
+}
 
 /** A failure with what each open page showed when it failed (its URL and text), so that a failure says what was on screen. */
 const withScreens = async (context: BrowserContext, error: unknown): Promise<unknown> => {

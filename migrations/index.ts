@@ -16,6 +16,7 @@ import upstreamAttempts from "./0015_upstream_attempts.js"
 import storedResponseBounds from "./0016_stored_response_bounds.js"
 import webhookFairness from "./0017_webhook_fairness.js"
 import keyIdNotify from "./0018_key_id_notify.js"
+import teams from "./0019_teams.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -40,5 +41,6 @@ export const migrations = {
   "0015_upstream_attempts": upstreamAttempts,
   "0016_stored_response_bounds": storedResponseBounds,
   "0017_webhook_fairness": webhookFairness,
-  "0018_key_id_notify": keyIdNotify
+  "0018_key_id_notify": keyIdNotify,
+  "0019_teams": teams
 }

@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../src/Accounts/Repo.js"
+import { MembersRepo } from "../src/Members/Repo.js"
 import { AppConfig } from "../src/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Database.js"
 import { newId } from "../src/Domain/Ids.js"
@@ -48,7 +49,7 @@ describe("the API-key cache of one instance", () => {
   const Parts = KeyCache.layer({ timeToLive: TIME_TO_LIVE_MS }).pipe(
     Layer.provide(CountingKeysRepo),
     Layer.provideMerge(Layer.merge(Listener.layer({ channels: [KEYS_CHANNEL] }), Metrics.Default)),
-    Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(WalletRepoLive))),
+    Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(Layer.merge(WalletRepoLive, MembersRepo.layer)))),
     Layer.provideMerge(Database)
   )
 

@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../src/Accounts/Repo.js"
+import { MembersRepo } from "../src/Members/Repo.js"
 import { AppConfig } from "../src/AppConfig.js"
 import { DatabaseLive } from "../src/Database/Database.js"
 import { newId } from "../src/Domain/Ids.js"
@@ -14,7 +15,7 @@ import { WalletRepoLive } from "./support/Wallet.js"
 const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
   DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
 
-const Repos = Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(WalletRepoLive), Layer.provideMerge(Database))
+const Repos = Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(Layer.merge(WalletRepoLive, MembersRepo.layer)), Layer.provideMerge(Database))
 
 layer(Repos, { excludeTestServices: true })("last_used_at", (it) => {
   const makeKey = Effect.gen(function*() {

@@ -4,6 +4,7 @@ import type { Account, Identity } from "../Domain/Account.js"
 import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
+import { MembersRepo } from "../Members/Repo.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 
 const AccountRow = Schema.Struct({
@@ -48,6 +49,7 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const wallets = yield* WalletRepo
+      const members = yield* MembersRepo
       const find = SqlSchema.findOne({
         Request: IdentityKey,
         Result: AccountRow,
@@ -89,8 +91,8 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
         sql.withTransaction(Effect.gen(function*() {
           const id = newId("acct")
           const inserted = yield* insert({ ...identity, id })
-          // Inside this transaction: the account never exists without its wallet.
-          if (inserted.length > 0) yield* wallets.open(id)
+          // Inside this transaction: the account never exists without its wallet and its owner.
+          if (inserted.length > 0) yield* Effect.zipRight(wallets.open(id), members.addOwner(id, identity))
         }))
       const lockRow = SqlSchema.findOne({
         Request: Schema.String,
@@ -104,7 +106,10 @@ export class AccountsRepo extends Context.Tag("nenas/AccountsRepo")<AccountsRepo
             const existing = yield* find(identity)
             if (Option.isSome(existing)) return toAccount(existing.value)
             const claimed = yield* claimLegacy(identity)
-            if (Option.isSome(claimed)) return toAccount(claimed.value)
+            if (Option.isSome(claimed)) {
+              yield* members.claimOwner(claimed.value.id, identity)
+              return toAccount(claimed.value)
+            }
             const claimedMeanwhile = yield* find(identity)
             if (Option.isSome(claimedMeanwhile)) return toAccount(claimedMeanwhile.value)
             yield* create(identity)

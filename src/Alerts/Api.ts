@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
+import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 
 export const Banner = Schema.Struct({
@@ -14,6 +15,7 @@ export class AlertsApi extends HttpApiGroup.make("alerts")
     HttpApiEndpoint.get("banners", "/dashboard/alerts")
       .addSuccess(Schema.Struct({ banners: Schema.Array(Banner) }))
       .annotate(OpenApi.Description, "What the dashboard shows at its top: a low balance, a failed auto top-up, a disabled endpoint.")
+      .pipe(allowRoles(...EVERY_ROLE))
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)

@@ -12,10 +12,11 @@ import {
   wire
 } from "../Domain/Errors.js"
 import { SqlString } from "../Domain/Strict.js"
-import type { Account } from "../Domain/Account.js"
+import type { SignedIn } from "../Domain/Account.js"
 
 
-export class CurrentAccount extends Context.Tag("nenas/CurrentAccount")<CurrentAccount, Account>() {}
+/** The account a dashboard request acts on, and the signed-in person's membership in it. */
+export class CurrentAccount extends Context.Tag("nenas/CurrentAccount")<CurrentAccount, SignedIn>() {}
 
 /** The API key a `/v1` call was made with, and its account. */
 export interface ApiKeyPrincipal {
@@ -32,9 +33,13 @@ export interface ApiKeyPrincipal {
 
 export class CurrentApiKey extends Context.Tag("nenas/CurrentApiKey")<CurrentApiKey, ApiKeyPrincipal>() {}
 
-/** `Authorization: Bearer <SESSION_TOKEN>` on `/dashboard/*`; an address past its failed authentications gets 429. */
+/**
+ * `Authorization: Bearer <SESSION_TOKEN>` on `/dashboard/*`, acting on the account named by `Nenas-Account` (else the
+ * person's own); a role the endpoint does not allow (`allowRoles`) gets 403, an address past its failed
+ * authentications 429.
+ */
 export class DashboardAuth extends HttpApiMiddleware.Tag<DashboardAuth>()("DashboardAuth", {
-  failure: Schema.Union(wire(AuthenticationError), wire(RateLimitExceeded)),
+  failure: Schema.Union(wire(AuthenticationError), wire(PermissionDenied), wire(RateLimitExceeded)),
   provides: CurrentAccount,
   security: { sessionToken: HttpApiSecurity.bearer }
 }) {}

@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
+import { allowRoles, EVERY_ROLE, PAYERS, SETTINGS_MAKERS } from "../Domain/Roles.js"
 import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 import { SqlString, StrictUrlParams } from "../Domain/Strict.js"
@@ -86,19 +87,28 @@ export class BillingApi extends HttpApiGroup.make("billing")
       .addSuccess(CheckoutResponse)
       .addError(wire(BillingError))
       .addError(wire(RateLimitExceeded))
+      .pipe(allowRoles(...PAYERS))
   )
-  .add(HttpApiEndpoint.get("balance", "/dashboard/billing/balance").addSuccess(Balance))
+  .add(
+    HttpApiEndpoint.get("balance", "/dashboard/billing/balance").addSuccess(Balance)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.get("transactions", "/dashboard/billing/transactions")
       .setUrlParams(TransactionsParams)
       .addSuccess(TransactionsPage)
+      .pipe(allowRoles(...EVERY_ROLE))
   )
-  .add(HttpApiEndpoint.get("settings", "/dashboard/billing/settings").addSuccess(BillingSettings))
+  .add(
+    HttpApiEndpoint.get("settings", "/dashboard/billing/settings").addSuccess(BillingSettings)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.put("updateSettings", "/dashboard/billing/settings")
       .setPayload(UpdateBillingSettings)
       .addSuccess(BillingSettings)
       .annotate(OpenApi.Description, "Changes the fields given; `low_balance_threshold_myr: null` removes the alert.")
+      .pipe(allowRoles(...SETTINGS_MAKERS))
   )
   .add(
     HttpApiEndpoint.post("saveCard", "/dashboard/billing/card")
@@ -106,12 +116,13 @@ export class BillingApi extends HttpApiGroup.make("billing")
       .addError(wire(BillingError))
       .addError(wire(RateLimitExceeded))
       .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session. " +
-        "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`).")
+        "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`).").pipe(allowRoles(...PAYERS))
   )
   .add(
     HttpApiEndpoint.del("forgetCard", "/dashboard/billing/card")
       .addSuccess(BillingSettings)
       .annotate(OpenApi.Description, "Forgets the saved card and turns auto top-up off.")
+      .pipe(allowRoles(...PAYERS))
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)

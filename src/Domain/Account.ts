@@ -1,3 +1,5 @@
+import type { Role } from "./Roles.js"
+
 /** The signed-in developer account. */
 export interface Account {
   readonly id: string
@@ -15,4 +17,23 @@ export interface Identity {
   readonly subject: string
   readonly email: string | null
   readonly name: string | null
+}
+
+/** A person's place in an account (DESIGN.md, Teams). */
+export interface Member {
+  readonly id: string
+  readonly role: Role
+  readonly email: string | null
+  readonly name: string | null
+  /** Caps the sum of the member's keys' spend this month; null for none. */
+  readonly monthlySpendLimitMicroMyr: number | null
+}
+
+/**
+ * Who a dashboard request acts as: the account it names (`Nenas-Account`, else
+ * the person's personal one) and the person's membership in it.
+ */
+export interface SignedIn extends Account {
+  readonly member: Member
+  readonly identity: Identity
 }

@@ -1,8 +1,9 @@
 import { HttpApi, type HttpApiGroup, HttpServerRequest } from "@effect/platform"
-import { Effect, Option } from "effect"
+import { Context, Effect, Option } from "effect"
 import { ApiKeyAuth, DashboardAuth } from "../Auth/Api.js"
 import { makeSessionBeforeBody } from "../Auth/Session.js"
 import { InvalidRequest } from "../Domain/Errors.js"
+import { AllowedRoles, type Role } from "../Domain/Roles.js"
 import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { AppConfig } from "../AppConfig.js"
@@ -42,7 +43,13 @@ interface EndpointPattern {
   readonly apiKey: boolean
   /** It takes a dashboard session token (`DashboardAuth`). */
   readonly session: boolean
+  /** The roles it allows (`allowRoles`); none: nobody. */
+  readonly roles: ReadonlyArray<Role>
 }
+
+/** The roles an endpoint declares (`allowRoles`); one that declares none allows nobody. */
+export const rolesOf = (endpoint: { readonly annotations: Context.Context<never> }): ReadonlyArray<Role> =>
+  Option.getOrElse(Context.getOption(endpoint.annotations, AllowedRoles), () => [])
 
 /** Method and path patterns of the endpoints that take a JSON body, an API key or a session token. */
 const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>): ReadonlyArray<EndpointPattern> => {
@@ -55,7 +62,7 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
       const session = [...middleware].some((tag) => tag.key === DashboardAuth.key)
       if (!json && !apiKey && !session) return
       const pattern = endpoint.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[^/]+/g, "[^/]+")
-      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey, session })
+      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey, session, roles: rolesOf(endpoint) })
     }
   })
   return found
@@ -74,7 +81,7 @@ export const makeRequestGuard = Effect.gen(function*() {
   const devRoutes = guardDevRoutes(yield* AppConfig)
   const endpoints = endpointsOf(api)
   const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : Effect.void
-  const signedIn = endpoints.some((endpoint) => endpoint.session) ? yield* makeSessionBeforeBody : Effect.void
+  const signedIn = endpoints.some((endpoint) => endpoint.session) ? yield* makeSessionBeforeBody : () => Effect.void
   // Found once per method and path: the same few come again and again, and the patterns are tried one by one.
   const endpointAt = memoized((route) => {
     const [method, path] = route.split(" ", 2)
@@ -93,7 +100,7 @@ export const makeRequestGuard = Effect.gen(function*() {
     }
     const endpoint = endpointOf(request)
     if (endpoint?.apiKey === true) yield* authenticate
-    if (endpoint?.session === true) yield* signedIn
+    if (endpoint?.session === true) yield* signedIn(endpoint.roles)
     if (endpoint?.json !== true || !hasBody(request)) return
     if (type !== undefined && !isJson(type)) {
       return yield* new InvalidRequest({

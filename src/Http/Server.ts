@@ -22,6 +22,7 @@ import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
+import { MembersRepo } from "../Members/Repo.js"
 import { RotationSeal } from "../Keys/RotationSeal.js"
 import { ModelCalls } from "../Models/ModelCalls.js"
 import { AnthropicMessagesLive, ModelCallsLive, ModelsLive } from "../Models/Http.js"
@@ -149,6 +150,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     Layer.provideMerge(Layer.mergeAll(
       IpLimits.layer,
       KeysRepo.layer,
+      MembersRepo.layer,
       RequestLogReads.layer,
       IdentityProviderLive,
       overrides.paymentProcessor ?? PaymentProcessorLive,

@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
+import { allowRoles, EVERY_ROLE, KEY_MAKERS } from "../Domain/Roles.js"
 import { IdempotencyConflict, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { NoUrlParams, Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
@@ -108,8 +109,12 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
       .setPayload(CreateApiKeyRequest)
       .addSuccess(CreateApiKeyResponse, { status: 201 })
       .addError(wire(InvalidRequest))
+      .pipe(allowRoles(...KEY_MAKERS))
   )
-  .add(HttpApiEndpoint.get("list", "/dashboard/api-keys").setUrlParams(NoUrlParams).addSuccess(ApiKeyList))
+  .add(
+    HttpApiEndpoint.get("list", "/dashboard/api-keys").setUrlParams(NoUrlParams).addSuccess(ApiKeyList)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.patch("update")`/dashboard/api-keys/${HttpApiSchema.param("id", SqlString)}`
       .setPayload(UpdateApiKeyRequest)
@@ -119,7 +124,7 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
       .annotate(
         OpenApi.Description,
         "Changes a key in place: name, monthly spend limit, expiry, rate limits, disabled. Every instance applies the change within a second."
-      )
+      ).pipe(allowRoles(...KEY_MAKERS))
   )
   .add(
     HttpApiEndpoint.post("rotate")`/dashboard/api-keys/${HttpApiSchema.param("id", SqlString)}/rotate`
@@ -132,12 +137,13 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
       .annotate(
         OpenApi.Description,
         "Replaces the key's secret; id, name, limits and history stay. The old secret works for `grace_seconds`, then answers revoked_api_key. Repeated with the same `Idempotency-Key` (16 to 255 characters; within a day), it returns the same new secret."
-      )
+      ).pipe(allowRoles(...KEY_MAKERS))
   )
   .add(
     HttpApiEndpoint.del("delete")`/dashboard/api-keys/${HttpApiSchema.param("id", SqlString)}`
       .addSuccess(Ok)
       .addError(wire(NotFound))
+      .pipe(allowRoles(...KEY_MAKERS))
   )
   .middleware(DashboardAuth)
   .annotate(OpenApi.Description, "API keys of the signed-in developer.")

@@ -104,6 +104,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           const row = yield* repo.create({
             id: newId("key"),
             accountId: account.id,
+            memberId: account.member.id,
             name: payload.name,
             prefix: keyPrefix(fullKey),
             environment: payload.environment,

@@ -23,7 +23,9 @@ export const KeyRow = Schema.Struct({
   /** Null: the operator's default (`RATE_LIMIT_RPM`). */
   rateLimitRpm: Schema.NullOr(Schema.Int),
   /** Null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
-  rateLimitConcurrent: Schema.NullOr(Schema.Int)
+  rateLimitConcurrent: Schema.NullOr(Schema.Int),
+  /** The member who created the key (or was given it); its budget caps the key's spend with its siblings'. */
+  memberId: Schema.NullOr(Schema.String)
 })
 export interface KeyRow extends Schema.Schema.Type<typeof KeyRow> {}
 
@@ -53,6 +55,8 @@ export const NewKey = Schema.Struct({
   prefix: Schema.String,
   environment: Environment,
   keyHash: Bytes,
+  /** The member creating it; absent or null: none recorded (a key made outside the dashboard, in tests). */
+  memberId: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true }),
   monthlySpendLimitMicroMyr: Schema.NullOr(Schema.Number),
   expiresAt: NullableDate,
   /** Absent or null: the operator's defaults. */
@@ -78,7 +82,7 @@ const OwnKey = Schema.Struct({ accountId: Schema.String, keyId: Schema.String })
 
 export class TooManyKeys extends Data.TaggedError("TooManyKeys")<{ readonly limit: number }> {}
 
-const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent"
+const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   readonly create: (key: NewKey) => Effect.Effect<KeyRow, TooManyKeys>
@@ -130,7 +134,12 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
         Result: KeyRow,
         execute: (key) =>
           sql`
-            INSERT INTO api_keys ${sql.insert({ ...key, rateLimitRpm: key.rateLimitRpm ?? null, rateLimitConcurrent: key.rateLimitConcurrent ?? null })}
+            INSERT INTO api_keys ${sql.insert({
+              ...key,
+              memberId: key.memberId ?? null,
+              rateLimitRpm: key.rateLimitRpm ?? null,
+              rateLimitConcurrent: key.rateLimitConcurrent ?? null
+            })}
             RETURNING ${returning}
           `
       })
@@ -142,9 +151,9 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
       })
       const deleteKey = SqlSchema.findOne({
         Request: OwnKey,
-        Result: Schema.Struct({ keyHash: Bytes }),
+        Result: Schema.Struct({ keyHash: Bytes, memberId: Schema.NullOr(Schema.String) }),
         execute: ({ accountId, keyId }) =>
-          sql`DELETE FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} RETURNING key_hash`
+          sql`DELETE FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId} RETURNING key_hash, member_id`
       })
       const findActive = SqlSchema.findOne({
         Request: Bytes,
@@ -277,8 +286,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             const deleted = yield* deleteKey({ accountId, keyId })
             if (Option.isNone(deleted)) return false
             yield* sql`
-              INSERT INTO api_key_tombstones (key_hash, key_id, account_id)
-              VALUES (${deleted.value.keyHash}, ${keyId}, ${accountId})
+              INSERT INTO api_key_tombstones (key_hash, key_id, account_id, member_id)
+              VALUES (${deleted.value.keyHash}, ${keyId}, ${accountId}, ${deleted.value.memberId})
             `
             return true
           })).pipe(Effect.orDie, Effect.withSpan("KeysRepo.remove")),
@@ -327,8 +336,9 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
               return { row: yield* findKey(keyId), repeatOf: old.repeatOf, graceUntil: old.previousValidUntil }
             }
             yield* sql`
-              INSERT INTO api_key_tombstones (key_hash, key_id, account_id)
-              VALUES (${old.keyHash}, ${keyId}, ${accountId}) ON CONFLICT (key_hash) DO NOTHING
+              INSERT INTO api_key_tombstones (key_hash, key_id, account_id, member_id)
+              SELECT ${old.keyHash}, id, account_id, member_id FROM api_keys WHERE id = ${keyId}
+              ON CONFLICT (key_hash) DO NOTHING
             `
             const { previousValidUntil, ...row } = yield* replaceSecret({
               keyId,

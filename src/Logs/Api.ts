@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
+import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
@@ -97,13 +98,20 @@ export const LogsPage = Schema.Struct({
 export const Csv = HttpApiSchema.Text({ contentType: "text/csv; charset=utf-8" })
 
 export class LogsApi extends HttpApiGroup.make("logs")
-  .add(HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage))
+  .add(
+    HttpApiEndpoint.get("logs", "/dashboard/logs").setUrlParams(LogsParams).addSuccess(LogsPage)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.get("conversation", "/dashboard/logs/:request_id/conversation")
       .setPath(Schema.Struct({ request_id: Schema.String }))
       .addSuccess(LogConversation)
+      .pipe(allowRoles(...EVERY_ROLE))
   )
-  .add(HttpApiEndpoint.get("exportLogs", "/dashboard/logs/export").setUrlParams(LogsExportParams).addSuccess(Csv))
+  .add(
+    HttpApiEndpoint.get("exportLogs", "/dashboard/logs/export").setUrlParams(LogsExportParams).addSuccess(Csv)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
   .middleware(DashboardAuth)

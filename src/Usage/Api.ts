@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
+import { allowRoles, ADMINS, EVERY_ROLE } from "../Domain/Roles.js"
 import { Wallet } from "../Wallet/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { Csv, Environment, ExportFormat } from "../Logs/Api.js"
@@ -81,16 +82,24 @@ export const GroupingTags = Schema.Struct({
 }).annotations({ identifier: "GroupingTags", examples: [{ tag_keys: ["team", "feature"] }] })
 
 export class UsageApi extends HttpApiGroup.make("usage")
-  .add(HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries))
-  .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview))
-  .add(HttpApiEndpoint.get("exportUsage", "/dashboard/usage/export").setUrlParams(UsageExportParams).addSuccess(Csv))
+  .add(
+    HttpApiEndpoint.get("usage", "/dashboard/usage").setUrlParams(UsageParams).addSuccess(UsageSeries)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
+  .add(HttpApiEndpoint.get("overview", "/dashboard/overview").addSuccess(Overview).pipe(allowRoles(...EVERY_ROLE)))
+  .add(
+    HttpApiEndpoint.get("exportUsage", "/dashboard/usage/export").setUrlParams(UsageExportParams).addSuccess(Csv)
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.get("groupingTags", "/dashboard/usage/grouping-tags").addSuccess(GroupingTags)
       .annotate(OpenApi.Description, "The tag keys (at most 3) whose usage is rolled up: `group_by_tag` on them stays fast at any history.")
+      .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
     HttpApiEndpoint.put("setGroupingTags", "/dashboard/usage/grouping-tags").setPayload(GroupingTags).addSuccess(GroupingTags)
       .annotate(OpenApi.Description, "Replaces the grouping tag keys; a key added is rolled up from the account's logs before this answers.")
+      .pipe(allowRoles(...ADMINS))
   )
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))

@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
+import { allowRoles, ADMINS, EVERY_ROLE } from "../Domain/Roles.js"
 import { EVENT_TYPES } from "../Domain/EventTypes.js"
 import { InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 import { NoUrlParams, SqlString } from "../Domain/Strict.js"
@@ -122,26 +123,39 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .setPayload(CreateWebhookRequest)
       .addSuccess(CreateWebhookResponse, { status: 201 })
       .annotate(OpenApi.Description, "Registers an endpoint. Its signing secret is in this answer only.")
+      .pipe(allowRoles(...ADMINS))
   )
-  .add(HttpApiEndpoint.get("list", "/dashboard/webhooks").setUrlParams(NoUrlParams).addSuccess(Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) })))
+  .add(
+    HttpApiEndpoint.get("list", "/dashboard/webhooks").setUrlParams(NoUrlParams).addSuccess(Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) }))
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.get("events", "/dashboard/webhooks/event-types")
       .addSuccess(Schema.Struct({ event_types: Schema.Array(WebhookEventType), payload: Schema.optional(WebhookEventPayloads) }))
       .annotate(OpenApi.Description, "The event types an endpoint may subscribe to; `WebhookEventPayload` shows each one's `data`.")
+      .pipe(allowRoles(...EVERY_ROLE))
   )
-  .add(HttpApiEndpoint.get("get")`/dashboard/webhooks/${Id}`.addSuccess(WebhookEndpoint).addError(wire(NotFound)))
+  .add(
+    HttpApiEndpoint.get("get")`/dashboard/webhooks/${Id}`.addSuccess(WebhookEndpoint).addError(wire(NotFound))
+      .pipe(allowRoles(...EVERY_ROLE))
+  )
   .add(
     HttpApiEndpoint.patch("update")`/dashboard/webhooks/${Id}`
       .setPayload(UpdateWebhookRequest)
       .addSuccess(WebhookEndpoint)
       .addError(wire(NotFound))
+      .pipe(allowRoles(...ADMINS))
   )
-  .add(HttpApiEndpoint.del("delete")`/dashboard/webhooks/${Id}`.addSuccess(Schema.Struct({ ok: Schema.Literal(true) })).addError(wire(NotFound)))
+  .add(
+    HttpApiEndpoint.del("delete")`/dashboard/webhooks/${Id}`.addSuccess(Schema.Struct({ ok: Schema.Literal(true) })).addError(wire(NotFound))
+      .pipe(allowRoles(...ADMINS))
+  )
   .add(
     HttpApiEndpoint.post("rotate")`/dashboard/webhooks/${Id}/rotate-secret`
       .addSuccess(WebhookSecret)
       .addError(wire(NotFound))
       .annotate(OpenApi.Description, "Replaces the signing secret at once; the new one is in this answer only.")
+      .pipe(allowRoles(...ADMINS))
   )
   .add(
     HttpApiEndpoint.post("test")`/dashboard/webhooks/${Id}/test`
@@ -149,6 +163,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .addError(wire(NotFound))
       .addError(wire(RateLimitExceeded))
       .annotate(OpenApi.Description, "Queues a `webhook.test` event to this endpoint only. Test events and resends: 10 a minute per account.")
+      .pipe(allowRoles(...ADMINS))
   )
   .add(
     HttpApiEndpoint.get("deliveries")`/dashboard/webhooks/${Id}/deliveries`
@@ -156,6 +171,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .addSuccess(Schema.Struct({ deliveries: Schema.Array(WebhookDelivery) }))
       .addError(wire(NotFound))
       .annotate(OpenApi.Description, "The endpoint's latest 50 deliveries, newest first, each with every attempt.")
+      .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
     HttpApiEndpoint.post("resend")`/dashboard/webhooks/${Id}/deliveries/${HttpApiSchema.param("delivery_id", SqlString)}/resend`
@@ -163,6 +179,7 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .addError(wire(NotFound))
       .addError(wire(RateLimitExceeded))
       .annotate(OpenApi.Description, "Sends a delivery again. Test events and resends: 10 a minute per account.")
+      .pipe(allowRoles(...ADMINS))
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)

@@ -17,6 +17,7 @@ import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { type KeyRow, KeysRepo } from "../../src/Keys/Repo.js"
 import { RotationSeal } from "../../src/Keys/RotationSeal.js"
+import { MembersRepo } from "../../src/Members/Repo.js"
 import { IpLimits } from "../../src/Request/IpLimits.js"
 import { Spending } from "../../src/Wallet/Spending.js"
 import { expectClientError, isErrorBody } from "../support/ErrorBody.js"
@@ -51,6 +52,13 @@ const SignedIn = Layer.mergeAll(
         : Effect.fail(new AuthenticationError({ message: "The session token is not valid." }))
   }),
   AccountsRepo.Test({ signIn: () => Effect.succeed(ANA) }),
+  MembersRepo.Test({
+    membership: () =>
+      Effect.succeed(Option.some({
+        account: ANA,
+        member: { id: "mem_ana", role: "owner" as const, email: ANA.email, name: null, monthlySpendLimitMicroMyr: null }
+      }))
+  }),
   makeTestLayer(IpLimits)({ client: Effect.succeed("203.0.113.9"), take: () => Effect.void })
 )
 
@@ -96,6 +104,7 @@ const dashboard = (method: "GET" | "PATCH", path: string, options: { readonly js
 const row = (id: string, fields: Partial<KeyRow>): KeyRow => ({
   id,
   accountId: ANA.id,
+  memberId: "mem_ana",
   name: id,
   prefix: "nns_live_a1B",
   environment: "live",

@@ -1,0 +1,433 @@
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Context, Data, Effect, Layer, Option, Schema } from "effect"
+import type { Account, Identity, Member } from "../Domain/Account.js"
+import { newId } from "../Domain/Ids.js"
+import { Role } from "../Domain/Roles.js"
+import { makeTestLayer } from "../Domain/TestLayer.js"
+
+/** At most this many members in one account, and open invitations: every list here is bounded. */
+export const MAX_MEMBERS = 200
+export const MAX_OPEN_INVITATIONS = 100
+
+export const MemberRow = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  issuer: Schema.NullOr(Schema.String),
+  subject: Schema.String,
+  email: Schema.NullOr(Schema.String),
+  name: Schema.NullOr(Schema.String),
+  role: Role,
+  monthlySpendLimitMicroMyr: Schema.NullOr(Schema.Number),
+  createdAt: Schema.DateFromSelf
+})
+export interface MemberRow extends Schema.Schema.Type<typeof MemberRow> {}
+
+const MembershipRow = Schema.Struct({
+  ...MemberRow.fields,
+  accountIssuer: Schema.NullOr(Schema.String),
+  accountSubject: Schema.String,
+  accountEmail: Schema.NullOr(Schema.String),
+  suspendedAt: Schema.NullOr(Schema.DateFromSelf)
+})
+
+export const AccountOfRow = Schema.Struct({
+  accountId: Schema.String,
+  accountName: Schema.NullOr(Schema.String),
+  accountEmail: Schema.NullOr(Schema.String),
+  memberId: Schema.String,
+  role: Role,
+  personal: Schema.Boolean,
+  createdAt: Schema.DateFromSelf
+})
+export interface AccountOfRow extends Schema.Schema.Type<typeof AccountOfRow> {}
+
+export const InvitationRow = Schema.Struct({
+  id: Schema.String,
+  accountId: Schema.String,
+  accountName: Schema.NullOr(Schema.String),
+  email: Schema.String,
+  role: Role,
+  invitedBy: Schema.NullOr(Schema.String),
+  invitedByEmail: Schema.NullOr(Schema.String),
+  createdAt: Schema.DateFromSelf,
+  expiresAt: Schema.DateFromSelf
+})
+export interface InvitationRow extends Schema.Schema.Type<typeof InvitationRow> {}
+
+export const toMember = (row: MemberRow): Member => ({
+  id: row.id,
+  role: row.role,
+  email: row.email,
+  name: row.name,
+  monthlySpendLimitMicroMyr: row.monthlySpendLimitMicroMyr
+})
+
+/** The change would leave the account without an owner. */
+export class LastOwner extends Data.TaggedError("LastOwner")<{}> {}
+/** The account has as many members, or open invitations, as it may. */
+export class TooMany extends Data.TaggedError("TooMany")<{ readonly what: "members" | "invitations"; readonly limit: number }> {}
+/** The invited email already belongs to a member, or has an open invitation. */
+export class AlreadyThere extends Data.TaggedError("AlreadyThere")<{ readonly what: "member" | "invitation" }> {}
+/** A key transfer names a member that is not one of the account's, or the member being removed. */
+export class NoSuchMember extends Data.TaggedError("NoSuchMember")<{ readonly id: string }> {}
+/** Why an invitation cannot be accepted now. */
+export class NotAcceptable extends Data.TaggedError("NotAcceptable")<{
+  readonly reason: "unknown" | "expired" | "revoked" | "accepted" | "other_email" | "already_member"
+}> {}
+
+export interface MemberChange {
+  readonly role?: Role | undefined
+  /** null removes the budget. */
+  readonly monthlySpendLimitMicroMyr?: number | null | undefined
+}
+
+const MEMBER_COLUMNS = "m.id, m.account_id, m.issuer, m.subject, m.email, m.name, m.role, m.monthly_spend_limit_micro_myr, m.created_at"
+
+/** Members and invitations (DESIGN.md, Teams): the `members` and `invitations` tables are read and written here only. */
+export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
+  /**
+   * The person's membership in `accountId`, or (null) in their personal account (the one their identity opened),
+   * else in the account they joined first; none when they belong to no such account.
+   */
+  readonly membership: (identity: Identity, accountId: string | null) => Effect.Effect<
+    Option.Option<{ readonly account: Account; readonly member: Member }>
+  >
+  /** The accounts the person belongs to, the personal one first. */
+  readonly accountsOf: (identity: Identity) => Effect.Effect<ReadonlyArray<AccountOfRow>>
+  /** The account's members, owners first. */
+  readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<MemberRow>>
+  readonly find: (accountId: string, memberId: string) => Effect.Effect<MemberRow | undefined>
+  /** Changes a member's role or budget; refuses (`LastOwner`) to demote the last owner. Undefined: no such member. */
+  readonly update: (accountId: string, memberId: string, change: MemberChange) =>
+    Effect.Effect<{ readonly before: MemberRow; readonly after: MemberRow } | undefined, LastOwner>
+  /**
+   * Removes a member: its keys are disabled, or transferred to `transferTo`. Refuses to remove the last owner.
+   * An account whose identity was the removed person's is detached from it: their next sign-in opens a new personal account.
+   */
+  readonly remove: (accountId: string, memberId: string, transferTo: string | null) => Effect.Effect<
+    { readonly member: MemberRow; readonly keys: ReadonlyArray<string> } | undefined,
+    LastOwner | NoSuchMember
+  >
+  readonly invite: (invitation: {
+    readonly accountId: string
+    readonly email: string
+    readonly role: Role
+    readonly invitedBy: string
+    readonly expiresAt: Date
+  }) => Effect.Effect<InvitationRow, TooMany | AlreadyThere>
+  /** The account's open invitations (not accepted, revoked or expired). */
+  readonly invitations: (accountId: string) => Effect.Effect<ReadonlyArray<InvitationRow>>
+  /** The open invitations to an email, from any account. */
+  readonly invitationsTo: (email: string) => Effect.Effect<ReadonlyArray<InvitationRow>>
+  /** Revokes an open invitation; undefined when the account has no such open invitation. */
+  readonly revoke: (accountId: string, invitationId: string) => Effect.Effect<InvitationRow | undefined>
+  /** Accepts an invitation to `identity`'s email: exactly one of two concurrent accepts makes the member. */
+  readonly accept: (invitationId: string, identity: Identity) => Effect.Effect<
+    { readonly invitation: InvitationRow; readonly member: MemberRow },
+    NotAcceptable | TooMany
+  >
+  /** The first member of a new account, its owner: written in the account's own transaction. */
+  readonly addOwner: (accountId: string, identity: Identity) => Effect.Effect<void>
+  /** A legacy account claimed by its first verified sign-in: its owner gets the issuer too. */
+  readonly claimOwner: (accountId: string, identity: Identity) => Effect.Effect<void>
+  /** The emails of the account's members with one of `roles` (whom alerts are sent to). */
+  readonly emailsOf: (accountId: string, roles: ReadonlyArray<Role>) => Effect.Effect<ReadonlyArray<string>>
+}>() {
+  static readonly layer = Layer.effect(
+    MembersRepo,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const columns = sql.literal(MEMBER_COLUMNS)
+      const invitationColumns = sql.literal(
+        "i.id, i.account_id, a.name AS account_name, i.email, i.role, i.invited_by, b.email AS invited_by_email, i.created_at, i.expires_at"
+      )
+
+      const findMembership = SqlSchema.findOne({
+        Request: Schema.Struct({ issuer: Schema.String, subject: Schema.String, accountId: Schema.NullOr(Schema.String) }),
+        Result: MembershipRow,
+        execute: ({ accountId, issuer, subject }) =>
+          sql`
+            SELECT ${columns}, a.issuer AS account_issuer, a.subject AS account_subject, a.email AS account_email, a.suspended_at
+            FROM members m JOIN accounts a ON a.id = m.account_id
+            WHERE m.issuer = ${issuer} AND m.subject = ${subject} AND m.removed_at IS NULL
+              ${accountId === null ? sql`` : sql`AND m.account_id = ${accountId}`}
+            ORDER BY (a.issuer = ${issuer} AND a.subject = ${subject}) DESC, m.created_at, m.id
+            LIMIT 1
+          `
+      })
+      const accountsOf = SqlSchema.findAll({
+        Request: Schema.Struct({ issuer: Schema.String, subject: Schema.String }),
+        Result: AccountOfRow,
+        execute: ({ issuer, subject }) =>
+          sql`
+            SELECT a.id AS account_id, a.name AS account_name, a.email AS account_email, m.id AS member_id, m.role,
+              (a.issuer = ${issuer} AND a.subject = ${subject}) AS personal, m.created_at
+            FROM members m JOIN accounts a ON a.id = m.account_id
+            WHERE m.issuer = ${issuer} AND m.subject = ${subject} AND m.removed_at IS NULL
+            ORDER BY personal DESC, m.created_at, m.id
+            LIMIT ${MAX_MEMBERS}
+          `
+      })
+      const listMembers = SqlSchema.findAll({
+        Request: Schema.String,
+        Result: MemberRow,
+        execute: (accountId) =>
+          sql`
+            SELECT ${columns} FROM members m WHERE m.account_id = ${accountId} AND m.removed_at IS NULL
+            ORDER BY array_position(ARRAY['owner', 'admin', 'developer', 'billing', 'viewer'], m.role), m.created_at, m.id
+            LIMIT ${MAX_MEMBERS}
+          `
+      })
+      const findMember = SqlSchema.findOne({
+        Request: Schema.Struct({ accountId: Schema.String, memberId: Schema.String }),
+        Result: MemberRow,
+        execute: ({ accountId, memberId }) =>
+          sql`SELECT ${columns} FROM members m WHERE m.id = ${memberId} AND m.account_id = ${accountId} AND m.removed_at IS NULL`
+      })
+      /** Every member row of the account locked, so that two changes cannot each leave the other its last owner. */
+      const lockMembers = SqlSchema.findAll({
+        Request: Schema.String,
+        Result: MemberRow,
+        execute: (accountId) =>
+          sql`SELECT ${columns} FROM members m WHERE m.account_id = ${accountId} AND m.removed_at IS NULL ORDER BY m.id FOR UPDATE`
+      })
+      const updateMember = SqlSchema.single({
+        Request: Schema.Struct({ memberId: Schema.String, change: Schema.Unknown }),
+        Result: MemberRow,
+        execute: ({ change, memberId }) => {
+          const { monthlySpendLimitMicroMyr, role } = change as MemberChange
+          const set = {
+            ...(role === undefined ? {} : { role }),
+            ...(monthlySpendLimitMicroMyr === undefined ? {} : { monthly_spend_limit_micro_myr: monthlySpendLimitMicroMyr })
+          }
+          return Object.keys(set).length === 0
+            ? sql`SELECT ${columns} FROM members m WHERE m.id = ${memberId}`
+            : sql`UPDATE members m SET ${sql.update(set)} WHERE m.id = ${memberId} RETURNING ${columns}`
+        }
+      })
+      const openInvitations = SqlSchema.findAll({
+        Request: Schema.Struct({ accountId: Schema.NullOr(Schema.String), email: Schema.NullOr(Schema.String) }),
+        Result: InvitationRow,
+        execute: ({ accountId, email }) =>
+          sql`
+            SELECT ${invitationColumns}
+            FROM invitations i JOIN accounts a ON a.id = i.account_id LEFT JOIN members b ON b.id = i.invited_by
+            WHERE i.accepted_at IS NULL AND i.revoked_at IS NULL AND i.expires_at > now()
+              ${accountId === null ? sql`` : sql`AND i.account_id = ${accountId}`}
+              ${email === null ? sql`` : sql`AND i.email = ${email}`}
+            ORDER BY i.created_at DESC, i.id DESC
+            LIMIT ${MAX_OPEN_INVITATIONS}
+          `
+      })
+      const invitationById = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: InvitationRow,
+        execute: (id) =>
+          sql`
+            SELECT ${invitationColumns}
+            FROM invitations i JOIN accounts a ON a.id = i.account_id LEFT JOIN members b ON b.id = i.invited_by
+            WHERE i.id = ${id}
+          `
+      })
+      const InvitationState = Schema.Struct({
+        email: Schema.String,
+        accountId: Schema.String,
+        role: Role,
+        expired: Schema.Boolean,
+        acceptedAt: Schema.NullOr(Schema.DateFromSelf),
+        revokedAt: Schema.NullOr(Schema.DateFromSelf)
+      })
+      const lockInvitation = SqlSchema.findOne({
+        Request: Schema.String,
+        Result: InvitationState,
+        execute: (id) =>
+          sql`
+            SELECT email, account_id, role, expires_at <= now() AS expired, accepted_at, revoked_at
+            FROM invitations WHERE id = ${id} FOR UPDATE
+          `
+      })
+      const countOf = (query: Effect.Effect<ReadonlyArray<{ readonly count: number }>, SqlError.SqlError>) =>
+        Effect.map(query, (rows) => Number(rows[0]?.count ?? 0))
+
+      const addMember = (accountId: string, identity: Identity, role: Role) =>
+        Effect.gen(function*() {
+          const id = newId("mem")
+          const rows = yield* sql<MemberRow>`
+            INSERT INTO members (id, account_id, issuer, subject, email, name, role)
+            VALUES (${id}, ${accountId}, ${identity.issuer}, ${identity.subject}, ${identity.email}, ${identity.name}, ${role})
+            RETURNING id, account_id, issuer, subject, email, name, role, monthly_spend_limit_micro_myr, created_at
+          `
+          return yield* Schema.decodeUnknown(MemberRow)(rows[0])
+        })
+
+      return MembersRepo.of({
+        membership: (identity, accountId) =>
+          findMembership({ issuer: identity.issuer, subject: identity.subject, accountId }).pipe(
+            Effect.map(Option.map((row) => ({
+              account: {
+                id: row.accountId,
+                issuer: row.accountIssuer,
+                subject: row.accountSubject,
+                email: row.accountEmail,
+                suspended: row.suspendedAt !== null
+              },
+              member: toMember(row)
+            }))),
+            Effect.orDie,
+            Effect.withSpan("MembersRepo.membership")
+          ),
+        accountsOf: (identity) =>
+          accountsOf({ issuer: identity.issuer, subject: identity.subject }).pipe(Effect.orDie, Effect.withSpan("MembersRepo.accountsOf")),
+        list: (accountId) => listMembers(accountId).pipe(Effect.orDie, Effect.withSpan("MembersRepo.list")),
+        find: (accountId, memberId) =>
+          findMember({ accountId, memberId }).pipe(
+            Effect.map(Option.getOrUndefined),
+            Effect.orDie,
+            Effect.withSpan("MembersRepo.find")
+          ),
+        update: (accountId, memberId, change) =>
+          sql.withTransaction(Effect.gen(function*() {
+            const members = yield* lockMembers(accountId)
+            const before = members.find((member) => member.id === memberId)
+            if (before === undefined) return undefined
+            const owners = members.filter((member) => member.role === "owner").length
+            if (before.role === "owner" && change.role !== undefined && change.role !== "owner" && owners <= 1) {
+              return yield* new LastOwner()
+            }
+            const after = yield* updateMember({ memberId, change })
+            return { before, after }
+          })).pipe(
+            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
+            Effect.withSpan("MembersRepo.update")
+          ),
+        remove: (accountId, memberId, transferTo) =>
+          sql.withTransaction(Effect.gen(function*() {
+            const members = yield* lockMembers(accountId)
+            const member = members.find((row) => row.id === memberId)
+            if (member === undefined) return undefined
+            if (member.role === "owner" && members.filter((row) => row.role === "owner").length <= 1) {
+              return yield* new LastOwner()
+            }
+            if (transferTo !== null && (transferTo === memberId || !members.some((row) => row.id === transferTo))) {
+              return yield* new NoSuchMember({ id: transferTo })
+            }
+            yield* sql`UPDATE members SET removed_at = now() WHERE id = ${memberId}`
+            const keys = transferTo === null
+              ? yield* sql<{ id: string }>`
+                UPDATE api_keys SET disabled_at = COALESCE(disabled_at, now())
+                WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id`
+              : yield* sql<{ id: string }>`
+                UPDATE api_keys SET member_id = ${transferTo}
+                WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id`
+            // The removed person's identity no longer opens this account: their next sign-in opens a personal one.
+            yield* sql`
+              UPDATE accounts SET issuer = 'nenas:detached', subject = id
+              WHERE id = ${accountId} AND issuer IS NOT DISTINCT FROM ${member.issuer} AND subject = ${member.subject}
+            `
+            return { member, keys: keys.map((key) => key.id) }
+          })).pipe(
+            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die }),
+            Effect.withSpan("MembersRepo.remove")
+          ),
+        invite: (invitation) =>
+          sql.withTransaction(Effect.gen(function*() {
+            const { accountId, email } = invitation
+            // The account's row locked: concurrent invitations count one at a time.
+            yield* sql`SELECT id FROM accounts WHERE id = ${accountId} FOR UPDATE`
+            const members = yield* countOf(sql<{ count: number }>`
+              SELECT count(*)::int AS count FROM members WHERE account_id = ${accountId} AND removed_at IS NULL`)
+            if (members >= MAX_MEMBERS) return yield* new TooMany({ what: "members", limit: MAX_MEMBERS })
+            const isMember = yield* countOf(sql<{ count: number }>`
+              SELECT count(*)::int AS count FROM members
+              WHERE account_id = ${accountId} AND removed_at IS NULL AND lower(email) = ${email}`)
+            if (isMember > 0) return yield* new AlreadyThere({ what: "member" })
+            // An expired invitation no longer counts: it is revoked so that a new one may take its place.
+            yield* sql`
+              UPDATE invitations SET revoked_at = now()
+              WHERE account_id = ${accountId} AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at <= now()`
+            const open = yield* countOf(sql<{ count: number }>`
+              SELECT count(*)::int AS count FROM invitations
+              WHERE account_id = ${accountId} AND accepted_at IS NULL AND revoked_at IS NULL`)
+            if (open >= MAX_OPEN_INVITATIONS) return yield* new TooMany({ what: "invitations", limit: MAX_OPEN_INVITATIONS })
+            const id = newId("inv")
+            const inserted = yield* sql<{ id: string }>`
+              INSERT INTO invitations (id, account_id, email, role, invited_by, expires_at)
+              VALUES (${id}, ${accountId}, ${email}, ${invitation.role}, ${invitation.invitedBy}, ${invitation.expiresAt})
+              ON CONFLICT (account_id, email) WHERE accepted_at IS NULL AND revoked_at IS NULL DO NOTHING
+              RETURNING id`
+            if (inserted.length === 0) return yield* new AlreadyThere({ what: "invitation" })
+            return yield* Effect.flatten(invitationById(id))
+          })).pipe(
+            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
+            Effect.withSpan("MembersRepo.invite")
+          ),
+        invitations: (accountId) =>
+          openInvitations({ accountId, email: null }).pipe(Effect.orDie, Effect.withSpan("MembersRepo.invitations")),
+        invitationsTo: (email) =>
+          openInvitations({ accountId: null, email: email.toLowerCase() }).pipe(
+            Effect.orDie,
+            Effect.withSpan("MembersRepo.invitationsTo")
+          ),
+        revoke: (accountId, invitationId) =>
+          Effect.gen(function*() {
+            const revoked = yield* sql<{ id: string }>`
+              UPDATE invitations SET revoked_at = now()
+              WHERE id = ${invitationId} AND account_id = ${accountId}
+                AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at > now()
+              RETURNING id`
+            if (revoked.length === 0) return undefined
+            return Option.getOrUndefined(yield* invitationById(invitationId))
+          }).pipe(Effect.orDie, Effect.withSpan("MembersRepo.revoke")),
+        accept: (invitationId, identity) =>
+          sql.withTransaction(Effect.gen(function*() {
+            // Locked: of two concurrent accepts, the second waits here and then finds it accepted.
+            const found = yield* lockInvitation(invitationId)
+            if (Option.isNone(found)) return yield* new NotAcceptable({ reason: "unknown" })
+            const state = found.value
+            // Another person's invitation is as unknown to this one as a made-up id.
+            if (identity.email === null || state.email !== identity.email.toLowerCase()) {
+              return yield* new NotAcceptable({ reason: "other_email" })
+            }
+            if (state.acceptedAt !== null) return yield* new NotAcceptable({ reason: "accepted" })
+            if (state.revokedAt !== null) return yield* new NotAcceptable({ reason: "revoked" })
+            if (state.expired) return yield* new NotAcceptable({ reason: "expired" })
+            yield* sql`SELECT id FROM accounts WHERE id = ${state.accountId} FOR UPDATE`
+            const already = yield* countOf(sql<{ count: number }>`
+              SELECT count(*)::int AS count FROM members
+              WHERE account_id = ${state.accountId} AND issuer = ${identity.issuer} AND subject = ${identity.subject}
+                AND removed_at IS NULL`)
+            if (already > 0) return yield* new NotAcceptable({ reason: "already_member" })
+            const members = yield* countOf(sql<{ count: number }>`
+              SELECT count(*)::int AS count FROM members WHERE account_id = ${state.accountId} AND removed_at IS NULL`)
+            if (members >= MAX_MEMBERS) return yield* new TooMany({ what: "members", limit: MAX_MEMBERS })
+            const member = yield* addMember(state.accountId, identity, state.role)
+            yield* sql`UPDATE invitations SET accepted_at = now(), accepted_by = ${member.id} WHERE id = ${invitationId}`
+            const invitation = yield* Effect.flatten(invitationById(invitationId))
+            return { invitation, member }
+          })).pipe(
+            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
+            Effect.withSpan("MembersRepo.accept")
+          ),
+        addOwner: (accountId, identity) =>
+          addMember(accountId, identity, "owner").pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("MembersRepo.addOwner")),
+        claimOwner: (accountId, identity) =>
+          sql`
+            UPDATE members SET issuer = ${identity.issuer}
+            WHERE account_id = ${accountId} AND issuer IS NULL AND subject = ${identity.subject}
+          `.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("MembersRepo.claimOwner")),
+        emailsOf: (accountId, roles) =>
+          sql<{ email: string }>`
+            SELECT DISTINCT email FROM members
+            WHERE account_id = ${accountId} AND removed_at IS NULL AND email IS NOT NULL AND role IN ${sql.in(roles)}
+            ORDER BY email LIMIT ${MAX_MEMBERS}
+          `.pipe(
+            Effect.map((rows) => rows.map((row) => row.email)),
+            Effect.orDie,
+            Effect.withSpan("MembersRepo.emailsOf")
+          )
+      })
+    })
+  )
+  /** Only the members a test gives; any other dies when used. */
+  static readonly Test = makeTestLayer(MembersRepo)
+}

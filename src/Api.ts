@@ -1,11 +1,13 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { AlertsApi, DevMailboxApi } from "./Alerts/Api.js"
+import { AuditApi } from "./Audit/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, StripeWebhookApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { LogsApi } from "./Logs/Api.js"
+import { AccountsApi, MembersApi } from "./Members/Api.js"
 import { AnthropicMessagesApi } from "./Models/AnthropicApi.js"
 import { ModelCallsApi } from "./Models/Api.js"
 import { ModelsApi } from "./Models/CatalogApi.js"
@@ -25,6 +27,9 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(UsageApi)
   .add(StripeWebhookApi)
   .add(WebhooksApi)
+  .add(MembersApi)
+  .add(AccountsApi)
+  .add(AuditApi)
   .add(AlertsApi)
   .add(DevMailboxApi)
   .add(DevIdentityApi)

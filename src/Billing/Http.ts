@@ -3,6 +3,7 @@ import { Clock, Effect, Layer, Redacted, Schema } from "effect"
 import Stripe from "stripe"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
+import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
@@ -33,6 +34,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     const cards = yield* Cards
     const cardProcessor = yield* CardProcessor
     const settings = yield* WalletSettings
+    const audit = yield* AuditLog
     /** The account's Stripe customer, made once: the card a top-up saves is attached to it. */
     const customerOf = (accountId: string, email: string | null) =>
       Effect.gen(function*() {
@@ -100,7 +102,12 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             const missing = autoTopupGap(before, change, yield* cardOf(account.id))
             if (missing !== undefined) return yield* new InvalidRequest({ message: missing.message, param: missing.param })
           }
-          yield* settings.set(account.id, change)
+          yield* audit.within(settings.set(account.id, change), () => ({
+            action: "billing.settings_updated",
+            targetType: "billing",
+            targetId: null,
+            details: { ...payload }
+          }))
           return yield* current(account.id)
         }))
       .handle("saveCard", () =>
@@ -109,7 +116,12 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           // A setup-mode Checkout Session costs what a top-up's does: counted in the same per-address budget.
           yield* ipLimits.take("checkouts", yield* ipLimits.client)
           const customerId = yield* customerOf(account.id, account.email)
-          const setupId = yield* cards.openSetup(account.id)
+          const setupId = yield* audit.within(cards.openSetup(account.id), (id) => ({
+            action: "billing.card_setup_started",
+            targetType: "card",
+            targetId: id,
+            details: {}
+          }))
           const session = yield* cardProcessor.createSetupCheckout({ accountId: account.id, customerId, setupId })
           yield* cards.attachSetupSession(setupId, session.sessionId)
           return { session_id: session.sessionId, url: session.url }
@@ -117,8 +129,10 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
       .handle("forgetCard", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* cards.forget(account.id)
-          yield* settings.set(account.id, { autoTopupEnabled: false })
+          yield* audit.within(
+            Effect.zipLeft(cards.forget(account.id), settings.set(account.id, { autoTopupEnabled: false })),
+            (forgotten) => forgotten ? { action: "billing.card_removed", targetType: "card", targetId: null, details: { auto_topup: false } } : undefined
+          )
           return yield* current(account.id)
         }))
   }))

@@ -4,6 +4,8 @@ import { NodeHttpServer } from "@effect/platform-node"
 import type { SqlClient } from "@effect/sql"
 import { type Clock, Effect, Layer, Option } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
+import { AuditLive } from "../Audit/Http.js"
+import { AuditLog } from "../Audit/Repo.js"
 import { AlertsLive, DevMailboxLive } from "../Alerts/Http.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
@@ -22,6 +24,7 @@ import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeyLastUsed } from "../Keys/LastUsed.js"
 import { KeyLimitReached } from "../Keys/LimitReached.js"
 import { KeysRepo } from "../Keys/Repo.js"
+import { AccountsLive, MembersLive } from "../Members/Http.js"
 import { MembersRepo } from "../Members/Repo.js"
 import { RotationSeal } from "../Keys/RotationSeal.js"
 import { ModelCalls } from "../Models/ModelCalls.js"
@@ -130,8 +133,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     RotationSeal.layer,
     WalletSettings.layer
   ).pipe(
-    // Accounts open their wallets through WalletRepo.
-    Layer.provideMerge(Layer.merge(traced(Spending, "spending", Spending.layer), AccountsRepo.layer)),
+    // Accounts open their wallets through WalletRepo; Stripe's events and the handlers write the audit log.
+    Layer.provideMerge(Layer.mergeAll(traced(Spending, "spending", Spending.layer), AccountsRepo.layer, AuditLog.layerRunning)),
     Layer.provideMerge(Layer.mergeAll(
       KeyLastUsed.layer(),
       KeyCache.layer(),
@@ -172,6 +175,9 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     BillingLive,
     StripeWebhookLive,
     WebhooksLive,
+    MembersLive,
+    AccountsLive,
+    AuditLive,
     AlertsLive,
     DevMailboxLive,
     LogsLive,

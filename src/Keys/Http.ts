@@ -2,7 +2,9 @@ import { HttpApiBuilder } from "@effect/platform"
 import { DateTime, Effect, Option } from "effect"
 import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
-import { IdempotencyConflict, InvalidRequest, NotFound } from "../Domain/Errors.js"
+import { AuditLog } from "../Audit/Repo.js"
+import type { SignedIn } from "../Domain/Account.js"
+import { IdempotencyConflict, InvalidRequest, NotFound, PermissionDenied } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
@@ -82,6 +84,31 @@ const withinCeilings = (
 
 const noSuchKey = (id: string) => new NotFound({ message: `No API key with id '${id}'.`, param: "id" })
 
+/**
+ * The account's key `id`, when the signed-in member may change it: a developer changes only the keys it made
+ * (DESIGN.md, Teams); owners and admins change any.
+ */
+const changeable = (repo: KeysRepo["Type"], account: SignedIn, id: string) =>
+  Effect.gen(function*() {
+    const found = (yield* repo.list(account.id)).find((row) => row.id === id)
+    if (found === undefined) return yield* noSuchKey(id)
+    if (account.member.role === "developer" && found.memberId !== account.member.id) {
+      return yield* new PermissionDenied({
+        message: `A developer changes only the keys it created; key '${id}' is another member's.`,
+        guidance: "Ask an owner or admin of the account to change this key, or to make you an admin (PATCH /dashboard/members/{id}).",
+        action: "/api-keys"
+      })
+    }
+    return found
+  })
+
+/** What an audit entry of a key change says about it: the fields given, never its secret. */
+const keyDetails = (row: KeyRow, given: object) => ({
+  name: row.name,
+  environment: row.environment,
+  ...Object.fromEntries(Object.entries(given).map(([field, value]) => [field, DateTime.isDateTime(value) ? DateTime.formatIso(value) : value]))
+})
+
 export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* KeysRepo
@@ -90,6 +117,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
     const spending = yield* Spending
     const limits = yield* AppConfig
     const seals = yield* RotationSeal
+    const audit = yield* AuditLog
     return handlers
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
@@ -101,7 +129,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           }
           yield* withinCeilings(limits, payload)
           const fullKey = generateKey(payload.environment)
-          const row = yield* repo.create({
+          const row = yield* audit.within(repo.create({
             id: newId("key"),
             accountId: account.id,
             memberId: account.member.id,
@@ -115,7 +143,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             expiresAt,
             rateLimitRpm: payload.rate_limit_rpm ?? null,
             rateLimitConcurrent: payload.rate_limit_concurrent ?? null
-          }).pipe(
+          }), (created) => ({ action: "api_key.created", targetType: "api_key", targetId: created.id, details: keyDetails(created, payload) })).pipe(
             Effect.catchTag("TooManyKeys", ({ limit }) =>
               new InvalidRequest({ message: `An account can have at most ${limit} API keys; delete one first.` }))
           )
@@ -138,15 +166,19 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             return yield* new InvalidRequest({ message: "'expires_at' must be in the future.", param: "expires_at" })
           }
           yield* withinCeilings(limits, payload)
+          yield* changeable(repo, account, path.id)
           const limit = payload.monthly_spend_limit_myr
-          const row = yield* repo.update(account.id, path.id, {
+          const row = yield* audit.within(repo.update(account.id, path.id, {
             ...(payload.name === undefined ? {} : { name: payload.name }),
             ...(limit === undefined ? {} : { monthlySpendLimitMicroMyr: limit === null ? null : fromMyr(limit) }),
             ...(expiresAt === undefined ? {} : { expiresAt }),
             ...(payload.disabled === undefined ? {} : { disabled: payload.disabled }),
             ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
             ...(payload.rate_limit_concurrent === undefined ? {} : { rateLimitConcurrent: payload.rate_limit_concurrent })
-          })
+          }), (updated) =>
+            updated === undefined
+              ? undefined
+              : { action: "api_key.updated", targetType: "api_key", targetId: updated.id, details: keyDetails(updated, payload) })
           if (row === undefined) return yield* noSuchKey(path.id)
           // Every instance hears of it through the key's NOTIFY within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)
@@ -166,11 +198,9 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               param: "Idempotency-Key"
             })
           }
-          const existing = yield* repo.list(account.id)
-          const current = existing.find((row) => row.id === path.id)
-          if (current === undefined) return yield* noSuchKey(path.id)
+          const current = yield* changeable(repo, account, path.id)
           const fullKey = generateKey(current.environment)
-          const rotated = yield* repo.rotate(account.id, path.id, {
+          const rotated = yield* audit.within(repo.rotate(account.id, path.id, {
             keyHash: hashKey(fullKey),
             prefix: keyPrefix(fullKey),
             graceSeconds: payload.grace_seconds,
@@ -178,7 +208,14 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               tokenHash: rotationToken(path.id, idempotencyKey),
               sealed: seals.seal(path.id, idempotencyKey, fullKey)
             }
-          }, ROTATION_REPEAT_SECONDS)
+          }, ROTATION_REPEAT_SECONDS), (result) =>
+            // A repeat of the same rotation changed nothing: its entry is the first one's.
+            result === undefined || result.repeatOf !== null ? undefined : {
+              action: "api_key.rotated",
+              targetType: "api_key",
+              targetId: result.row.id,
+              details: keyDetails(result.row, { grace_seconds: payload.grace_seconds })
+            })
           if (rotated === undefined) return yield* noSuchKey(path.id)
           const answered = rotated.repeatOf === null || idempotencyKey === undefined
             ? fullKey
@@ -204,7 +241,12 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const deleted = yield* repo.remove(account.id, path.id)
+          const key = yield* changeable(repo, account, path.id)
+          const deleted = yield* audit.within(
+            repo.remove(account.id, path.id),
+            (removed) =>
+              removed ? { action: "api_key.deleted", targetType: "api_key", targetId: path.id, details: keyDetails(key, {}) } : undefined
+          )
           if (!deleted) return yield* noSuchKey(path.id)
           // Every instance hears of it within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)

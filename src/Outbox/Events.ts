@@ -23,13 +23,25 @@ export interface Emitted {
   readonly endpointId?: string | undefined
 }
 
+/** The account an event or email is about, as its receivers see it: every payload and email names it. */
+export interface NamedAccount {
+  readonly id: string
+  readonly name: string | null
+}
+
 /**
- * The Standard Webhooks payload: `{type, timestamp, data}`. Its id (`msg_…`)
+ * The Standard Webhooks payload: `{type, timestamp, account, data}`. Its id (`msg_…`)
  * is the `webhook-id` of every attempt, so a receiver can drop repeats.
  */
-export const payloadOf = (event: { readonly type: string; readonly at: Date; readonly data: Record<string, unknown> }) => ({
+export const payloadOf = (event: {
+  readonly type: string
+  readonly at: Date
+  readonly data: Record<string, unknown>
+  readonly account?: NamedAccount | undefined
+}) => ({
   type: event.type,
   timestamp: event.at.toISOString(),
+  ...(event.account === undefined ? {} : { account: { id: event.account.id, name: event.account.name } }),
   data: event.data
 })
 
@@ -43,7 +55,8 @@ export const emit = (event: Emitted): Effect.Effect<string, SqlError.SqlError, S
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const id = newId("msg")
-    const payload = payloadOf(event)
+    const named = yield* sql<{ name: string | null }>`SELECT name FROM accounts WHERE id = ${event.accountId}`
+    const payload = payloadOf({ ...event, account: { id: event.accountId, name: named[0]?.name ?? null } })
     yield* sql`
       INSERT INTO outbox_events (id, account_id, type, payload, created_at)
       VALUES (${id}, ${event.accountId}, ${event.type}, ${JSON.stringify(payload)}::jsonb, ${event.at})
@@ -63,15 +76,39 @@ export const emit = (event: Emitted): Effect.Effect<string, SqlError.SqlError, S
     return id
   })
 
-/** Queues an email to the account's address (none: nothing), optionally tied to an event. */
+/** At most this many people get one account's email. */
+const MAX_RECIPIENTS = 50
+
+/**
+ * Queues an email to every owner and billing member of the account (DESIGN.md, Teams), optionally tied to an
+ * event; its first line names the account. An account whose members have no address gets none.
+ */
 export const emailAccount = (accountId: string, email: EventEmail, at: Date, eventId: string | null = null) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    // Read here, in the transaction of the change that causes the email: the members table is MembersRepo's otherwise.
     yield* sql`
       INSERT INTO outbox_emails (id, account_id, event_id, to_address, subject, body, status, next_attempt_at, created_at)
-      SELECT ${newId("eml")}, id, ${eventId}, email, ${email.subject}, ${email.body}, 'pending', ${at}, ${at}
-      FROM accounts WHERE id = ${accountId} AND email IS NOT NULL AND email <> ''
+      SELECT ${newId("eml")} || '_' || row_number() OVER (ORDER BY r.email), ${accountId}, ${eventId}, r.email,
+        ${email.subject},
+        'Account: ' || COALESCE(NULLIF(a.name, ''), NULLIF(a.email, ''), a.id) || ' (' || a.id || E')\n\n' || ${email.body},
+        'pending', ${at}, ${at}
+      FROM accounts a, (
+        SELECT DISTINCT email FROM members
+        WHERE account_id = ${accountId} AND removed_at IS NULL AND role IN ('owner', 'billing')
+          AND email IS NOT NULL AND email <> ''
+        ORDER BY email LIMIT ${MAX_RECIPIENTS}
+      ) r
+      WHERE a.id = ${accountId}
     `
   })
+
+/** Queues an email to one address (an invitation), on the caller's connection: inside the change's transaction. */
+export const emailAddress = (accountId: string, address: string, email: EventEmail, at: Date) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql`
+      INSERT INTO outbox_emails (id, account_id, event_id, to_address, subject, body, status, next_attempt_at, created_at)
+      VALUES (${newId("eml")}, ${accountId}, NULL, ${address}, ${email.subject}, ${email.body}, 'pending', ${at}, ${at})
+    `)
 
 export { EVENT_TYPES, type EventType, TEST_EVENT } from "../Domain/EventTypes.js"

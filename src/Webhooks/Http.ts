@@ -2,6 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
+import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/EventTypes.js"
 import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
@@ -50,6 +51,7 @@ const noSuchEndpoint = (id: string) => new NotFound({ message: `No webhook endpo
 export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers) =>
   Effect.gen(function*() {
     const endpoints = yield* WebhookEndpoints
+    const audit = yield* AuditLog
     const config = yield* AppConfig
     const resolver = yield* HostResolver
     /**
@@ -83,11 +85,15 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           if (existing.length >= MAX_ENDPOINTS) {
             return yield* new InvalidRequest({ message: `An account may have at most ${MAX_ENDPOINTS} webhook endpoints.` })
           }
-          const created = yield* endpoints.create(account.id, {
-            url: payload.url,
-            description: payload.description,
-            events: [...new Set(payload.events)]
-          })
+          const created = yield* audit.within(
+            endpoints.create(account.id, { url: payload.url, description: payload.description, events: [...new Set(payload.events)] }),
+            ({ endpoint }) => ({
+              action: "webhook.created",
+              targetType: "webhook",
+              targetId: endpoint.id,
+              details: { url: endpoint.url, events: endpoint.events }
+            })
+          )
           return { endpoint: toEndpoint(created.endpoint), secret: created.secret, warning: SECRET_WARNING }
         }))
       .handle("list", () =>
@@ -106,19 +112,30 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           const account = yield* CurrentAccount
           if (payload.url !== undefined) yield* checkUrl(payload.url)
           const events = payload.events === undefined ? undefined : [...new Set(payload.events)]
-          const row = yield* endpoints.update(account.id, path.id, { ...payload, events })
+          const row = yield* audit.within(
+            endpoints.update(account.id, path.id, { ...payload, events }),
+            (updated) => updated === undefined ? undefined : { action: "webhook.updated", targetType: "webhook", targetId: updated.id, details: { ...payload } }
+          )
           return toEndpoint(yield* found(path.id, row))
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          if (!(yield* endpoints.remove(account.id, path.id))) return yield* noSuchEndpoint(path.id)
+          const removed = yield* audit.within(
+            endpoints.remove(account.id, path.id),
+            (gone) => gone ? { action: "webhook.deleted", targetType: "webhook", targetId: path.id, details: {} } : undefined
+          )
+          if (!removed) return yield* noSuchEndpoint(path.id)
           return { ok: true as const }
         }))
       .handle("rotate", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          const secret = yield* found(path.id, yield* endpoints.rotateSecret(account.id, path.id))
+          const rotated = yield* audit.within(
+            endpoints.rotateSecret(account.id, path.id),
+            (secret) => secret === undefined ? undefined : { action: "webhook.secret_rotated", targetType: "webhook", targetId: path.id, details: {} }
+          )
+          const secret = yield* found(path.id, rotated)
           return { secret, warning: SECRET_WARNING }
         }))
       .handle("test", ({ path }) =>

@@ -18,6 +18,7 @@ import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { type KeyRow, KeysRepo } from "../../src/Keys/Repo.js"
 import { RotationSeal } from "../../src/Keys/RotationSeal.js"
 import { MembersRepo } from "../../src/Members/Repo.js"
+import { AuditLog } from "../../src/Audit/Repo.js"
 import { IpLimits } from "../../src/Request/IpLimits.js"
 import { Spending } from "../../src/Wallet/Spending.js"
 import { expectClientError, isErrorBody } from "../support/ErrorBody.js"
@@ -82,7 +83,8 @@ const keysServer = (repo: Layer.Layer<KeysRepo>) =>
       makeTestLayer(Spending)({ spentThisMonth: () => Effect.succeed(new Map([["key_limited", 1_250_000]])) }),
       makeTestLayer(KeyLastUsed)({ pending: () => Option.none() }),
       makeTestLayer(KeyCache)({}),
-      makeTestLayer(RotationSeal)({})
+      makeTestLayer(RotationSeal)({}),
+      AuditLog.Test({ within: (change) => change })
     )),
     Layer.provide(SignedIn),
     Layer.provide(AppConfig.layerWith({ dashboardUrl: "https://dash.test" })),

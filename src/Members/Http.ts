@@ -1,0 +1,312 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { NenasApi } from "../Api.js"
+import { AppConfig } from "../AppConfig.js"
+import { AuditLog } from "../Audit/Repo.js"
+import { CurrentAccount } from "../Auth/Api.js"
+import type { SignedIn } from "../Domain/Account.js"
+import { InvalidRequest, NotFound, PermissionDenied } from "../Domain/Errors.js"
+import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
+import type { Role } from "../Domain/Roles.js"
+import { now } from "../Domain/Time.js"
+import { KeyCache } from "../Keys/KeyCache.js"
+import { KeysRepo } from "../Keys/Repo.js"
+import { DASHBOARD_URL, emailAddress } from "../Outbox/Events.js"
+import { Spending } from "../Wallet/Spending.js"
+import type { AccountSummary, InvitationRecord, MemberRecord } from "./Api.js"
+import { type AccountOfRow, type InvitationRow, type MemberRow, MembersRepo } from "./Repo.js"
+
+/** How long an invitation may be accepted (DESIGN.md, Teams). */
+const INVITATION_DAYS = 7
+
+const noSuchMember = (id: string) => new NotFound({ message: `No member with id '${id}' in this account.`, param: "id" })
+
+const lastOwner = new InvalidRequest({
+  message: "An account keeps at least one owner: make another member an owner first.",
+  param: "role"
+})
+
+/** Only an owner makes, unmakes or removes an owner (DESIGN.md: the owner transfers ownership). */
+const ownersOnly = (actor: SignedIn, touches: ReadonlyArray<Role | undefined>) =>
+  actor.member.role !== "owner" && touches.includes("owner")
+    ? Effect.fail(
+      new PermissionDenied({
+        message: `Only an owner makes, changes or removes an owner; you are ${actor.member.role === "admin" ? "an" : "a"} ${actor.member.role}.`,
+        guidance: "Ask an owner of the account to make this change.",
+        action: "/members"
+      })
+    )
+    : Effect.void
+
+const article = (role: Role) => role === "owner" || role === "admin" ? "an" : "a"
+
+export const invitationUrl = (dashboardUrl: string, id: string) => `${dashboardUrl}/invitations?id=${encodeURIComponent(id)}`
+
+const toInvitation = (dashboardUrl: string) => (row: InvitationRow): InvitationRecord => ({
+  id: row.id,
+  account_id: row.accountId,
+  account_name: row.accountName,
+  email: row.email,
+  role: row.role,
+  invited_by_email: row.invitedByEmail,
+  created_at: row.createdAt.toISOString(),
+  expires_at: row.expiresAt.toISOString(),
+  accept_url: invitationUrl(dashboardUrl, row.id)
+})
+
+const toSummary = (row: AccountOfRow): typeof AccountSummary.Type => ({
+  id: row.accountId,
+  name: row.accountName ?? row.accountEmail,
+  role: row.role,
+  member_id: row.memberId,
+  personal: row.personal
+})
+
+export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) =>
+  Effect.gen(function*() {
+    const repo = yield* MembersRepo
+    const keys = yield* KeysRepo
+    const cache = yield* KeyCache
+    const spending = yield* Spending
+    const audit = yield* AuditLog
+    const config = yield* AppConfig
+
+    /** Each member's record: its keys counted, and what they were billed this month. */
+    const records = (account: SignedIn, rows: ReadonlyArray<MemberRow>) =>
+      Effect.gen(function*() {
+        const [accountKeys, spent] = yield* Effect.all([keys.list(account.id), spending.spentThisMonthByMember(account.id)])
+        return rows.map((row): MemberRecord => ({
+          id: row.id,
+          email: row.email,
+          name: row.name,
+          role: row.role,
+          monthly_spend_limit_micro_myr: row.monthlySpendLimitMicroMyr,
+          month_to_date_spend_micro_myr: spent.get(row.id) ?? 0,
+          key_count: accountKeys.filter((key) => key.memberId === row.id).length,
+          created_at: row.createdAt.toISOString(),
+          you: row.id === account.member.id
+        }))
+      })
+
+    return handlers
+      .handle("list", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          return { members: yield* records(account, yield* repo.list(account.id)) }
+        }))
+      .handle("update", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const target = yield* repo.find(account.id, path.id)
+          if (target === undefined) return yield* noSuchMember(path.id)
+          yield* ownersOnly(account, [payload.role, payload.role === undefined ? undefined : target.role])
+          const limit = payload.monthly_spend_limit_myr
+          const changed = yield* audit.within(
+            repo.update(account.id, path.id, {
+              role: payload.role,
+              monthlySpendLimitMicroMyr: limit === undefined ? undefined : limit === null ? null : fromMyr(limit)
+            }),
+            (result) =>
+              result === undefined ? undefined : {
+                action: "member.updated",
+                targetType: "member",
+                targetId: path.id,
+                details: {
+                  email: result.after.email,
+                  ...(payload.role === undefined ? {} : { role: { from: result.before.role, to: result.after.role } }),
+                  ...(limit === undefined ? {} : {
+                    monthly_spend_limit_myr: {
+                      from: result.before.monthlySpendLimitMicroMyr === null
+                        ? null
+                        : toMyrString(microMyr(result.before.monthlySpendLimitMicroMyr)),
+                      to: result.after.monthlySpendLimitMicroMyr === null
+                        ? null
+                        : toMyrString(microMyr(result.after.monthlySpendLimitMicroMyr))
+                    }
+                  })
+                }
+              }
+          ).pipe(Effect.catchTag("LastOwner", () => Effect.fail(lastOwner)))
+          if (changed === undefined) return yield* noSuchMember(path.id)
+          // Every instance hears of it through the member's NOTIFY within moments; this one knows at once.
+          yield* cache.forgetAccount(account.id)
+          // A budget counts what the member's calls on credit grants hold, on every instance, before this answers.
+          if (typeof limit === "number") yield* spending.memberLimitSet(account.id, path.id)
+          const [record] = yield* records(account, [changed.after])
+          return record!
+        }))
+      .handle("remove", ({ path, urlParams }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const target = yield* repo.find(account.id, path.id)
+          if (target === undefined) return yield* noSuchMember(path.id)
+          yield* ownersOnly(account, [target.role])
+          const transferTo = urlParams.transfer_keys_to ?? null
+          const removed = yield* audit.within(
+            repo.remove(account.id, path.id, transferTo),
+            (result) =>
+              result === undefined ? undefined : {
+                action: "member.removed",
+                targetType: "member",
+                targetId: path.id,
+                details: {
+                  email: result.member.email,
+                  role: result.member.role,
+                  ...(transferTo === null ? { keys_disabled: result.keys } : { keys_transferred_to: transferTo, keys: result.keys })
+                }
+              }
+          ).pipe(
+            Effect.catchTags({
+              LastOwner: () => Effect.fail(lastOwner),
+              NoSuchMember: ({ id }) =>
+                Effect.fail(
+                  new InvalidRequest({
+                    message: `'transfer_keys_to' must name another member of this account; '${id}' does not.`,
+                    param: "transfer_keys_to"
+                  })
+                )
+            })
+          )
+          if (removed === undefined) return yield* noSuchMember(path.id)
+          // Other instances hear of the keys' change through their NOTIFY within a second; this one knows at once.
+          yield* cache.forgetAccount(account.id)
+          return {
+            ok: true,
+            keys_disabled: transferTo === null ? removed.keys : [],
+            keys_transferred: transferTo === null ? [] : removed.keys
+          } as const
+        }))
+      .handle("invite", ({ payload }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          yield* ownersOnly(account, [payload.role])
+          const at = yield* now
+          const email = payload.email.toLowerCase()
+          const inviter = account.identity.name ?? account.identity.email ?? "A member"
+          const invitation = yield* audit.within(
+            Effect.tap(
+              repo.invite({
+                accountId: account.id,
+                email,
+                role: payload.role,
+                invitedBy: account.member.id,
+                expiresAt: new Date(at.getTime() + INVITATION_DAYS * 86_400_000)
+              }),
+              (row) =>
+                emailAddress(account.id, email, {
+                  subject: `${inviter} invited you to ${row.accountName ?? row.accountId} on nenas`,
+                  body: `${inviter} invited you to join the nenas account ${row.accountName ?? row.accountId} as ${
+                    article(row.role)
+                  } ${row.role}.\n\nSign in with this email address (${email}) and accept:\n${
+                    invitationUrl(DASHBOARD_URL, row.id)
+                  }\n\nThe invitation expires on ${row.expiresAt.toISOString()}.`
+                }, at).pipe(Effect.orDie)
+            ),
+            (row) => ({
+              action: "member.invited",
+              targetType: "invitation",
+              targetId: row.id,
+              details: { email: row.email, role: row.role, expires_at: row.expiresAt.toISOString() }
+            })
+          ).pipe(
+            Effect.catchTags({
+              TooMany: ({ limit, what }) =>
+                Effect.fail(
+                  new InvalidRequest({
+                    message: what === "members"
+                      ? `An account has at most ${limit} members.`
+                      : `An account has at most ${limit} open invitations; revoke one first.`
+                  })
+                ),
+              AlreadyThere: ({ what }) =>
+                Effect.fail(
+                  new InvalidRequest({
+                    message: what === "member"
+                      ? `${email} is already a member of this account.`
+                      : `${email} already has an open invitation to this account; revoke it to invite again.`,
+                    param: "email"
+                  })
+                )
+            })
+          )
+          return toInvitation(config.dashboardUrl)(invitation)
+        }))
+      .handle("invitations", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          return { invitations: (yield* repo.invitations(account.id)).map(toInvitation(config.dashboardUrl)) }
+        }))
+      .handle("revoke", ({ path }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const revoked = yield* audit.within(
+            repo.revoke(account.id, path.id),
+            (row) =>
+              row === undefined ? undefined : {
+                action: "member.invitation_revoked",
+                targetType: "invitation",
+                targetId: row.id,
+                details: { email: row.email, role: row.role }
+              }
+          )
+          if (revoked === undefined) {
+            return yield* new NotFound({ message: `No open invitation with id '${path.id}' in this account.`, param: "id" })
+          }
+          return { ok: true } as const
+        }))
+  }))
+
+export const AccountsLive = HttpApiBuilder.group(NenasApi, "accounts", (handlers) =>
+  Effect.gen(function*() {
+    const repo = yield* MembersRepo
+    const audit = yield* AuditLog
+    const config = yield* AppConfig
+    return handlers
+      .handle("list", () =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          return { accounts: (yield* repo.accountsOf(account.identity)).map(toSummary) }
+        }))
+      .handle("invitations", () =>
+        Effect.gen(function*() {
+          const { identity } = yield* CurrentAccount
+          const open = identity.email === null ? [] : yield* repo.invitationsTo(identity.email)
+          return { invitations: open.map(toInvitation(config.dashboardUrl)) }
+        }))
+      .handle("accept", ({ path }) =>
+        Effect.gen(function*() {
+          const { identity } = yield* CurrentAccount
+          const accepted = yield* audit.within(
+            repo.accept(path.id, identity),
+            ({ invitation, member }) => ({
+              action: "member.joined",
+              targetType: "member",
+              targetId: member.id,
+              details: { email: member.email, role: member.role, invitation_id: invitation.id },
+              as: { accountId: invitation.accountId, memberId: member.id }
+            })
+          ).pipe(
+            Effect.catchTags({
+              NotAcceptable: ({ reason }) =>
+                Effect.fail(
+                  reason === "unknown" || reason === "other_email"
+                    ? new NotFound({ message: `No invitation with id '${path.id}' to your email address.`, param: "id" })
+                    : new InvalidRequest({
+                      message: {
+                        accepted: "This invitation was already accepted.",
+                        revoked: "This invitation was revoked; ask the account's owner or admin for a new one.",
+                        expired: `This invitation expired (they last ${INVITATION_DAYS} days); ask the account's owner or admin for a new one.`,
+                        already_member: "You are already a member of this account."
+                      }[reason],
+                      param: "id"
+                    })
+                ),
+              TooMany: ({ limit }) => Effect.fail(new InvalidRequest({ message: `The account already has ${limit} members, its most.` }))
+            })
+          )
+          const mine = yield* repo.accountsOf(identity)
+          const summary = mine.find((row) => row.accountId === accepted.invitation.accountId)
+          if (summary === undefined) return yield* Effect.dieMessage("an accepted invitation's account is not among the person's")
+          return { account: toSummary(summary) }
+        }))
+  }))

@@ -1,7 +1,8 @@
 /**
  * Writes web/src/contract.ts: the routes the dashboard calls, as the service's
  * contract declares them (the OpenAPI document of `NenasApi`, which is what
- * /openapi.json serves), printed as TypeScript types of their JSON.
+ * /openapi.json serves), printed as TypeScript types of their JSON, and the
+ * roles each allows (its `x-nenas-roles`) as the data `ROUTE_ROLES`.
  *
  * The types of an `HttpApiEndpoint` hold neither its path nor the encoded side
  * of its schemas, so the dashboard cannot derive them with `import type`; the
@@ -116,6 +117,8 @@ interface Parameter {
 }
 
 interface Operation {
+  /** The roles the endpoint allows (`allowRoles` in its contract); absent: it takes no session role. */
+  readonly "x-nenas-roles"?: ReadonlyArray<string>
   readonly parameters?: ReadonlyArray<Parameter>
   readonly requestBody?: { readonly content: Readonly<Record<string, { readonly schema: Json }>> }
   readonly responses: Readonly<Record<string, { readonly content?: Readonly<Record<string, { readonly schema: Json }>> }>>
@@ -170,6 +173,10 @@ export const contractSource = (): string => {
     return `  readonly ${JSON.stringify(route)}: {\n${lines.map((line) => `    ${line}`).join("\n")}\n  }`
   })
   const errorType = print({ $ref: "#/$defs/ErrorBody" }, "")
+  const roleLines = routes.flatMap(({ route, operation }) => {
+    const roles = operation["x-nenas-roles"]
+    return roles === undefined ? [] : [`  ${JSON.stringify(route)}: [${roles.map((role) => JSON.stringify(role)).join(", ")}],`]
+  })
 
   // Named schemas, printed until none refers to one not printed yet.
   const schemas = new Map<string, string>()
@@ -197,6 +204,14 @@ export const contractSource = (): string => {
     "",
     "/** The body of every error answer. */",
     `export type ErrorBody = ${errorType}`,
+    "",
+    "/**",
+    " * The roles each route allows (its `x-nenas-roles`): the service answers any other role 403 `permission_denied`.",
+    " * The dashboard's one piece of runtime data from the contract, so that a page offers only what the role may do.",
+    " */",
+    "export const ROUTE_ROLES = {",
+    ...roleLines,
+    "} as const",
     ""
   ].join("\n")
 }

@@ -13,15 +13,51 @@ export interface Routes {
   readonly "DELETE /dashboard/billing/card": {
     readonly success: Schemas["BillingSettings"]
   }
+  readonly "DELETE /dashboard/members/invitations/{id}": {
+    readonly path: { readonly id: string }
+    readonly success: { readonly ok: true }
+  }
+  readonly "DELETE /dashboard/members/{id}": {
+    readonly path: { readonly id: string }
+    readonly query: { readonly transfer_keys_to?: string }
+    readonly success: Schemas["RemovedMember"]
+  }
   readonly "DELETE /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
     readonly success: { readonly ok: true }
+  }
+  readonly "GET /dashboard/accounts": {
+    readonly success: { readonly accounts: ReadonlyArray<Schemas["AccountSummary"]> }
   }
   readonly "GET /dashboard/alerts": {
     readonly success: { readonly banners: ReadonlyArray<Schemas["Banner"]> }
   }
   readonly "GET /dashboard/api-keys": {
     readonly success: { readonly keys: ReadonlyArray<Schemas["ApiKey"]> }
+  }
+  readonly "GET /dashboard/audit-log": {
+    readonly query: {
+      readonly page?: string
+      readonly limit?: string
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated"
+      readonly member_id?: string
+      readonly target_id?: string
+      readonly from?: string
+      readonly to?: string
+    }
+    readonly success: { readonly entries: ReadonlyArray<Schemas["AuditEntry"]>; readonly total: number; readonly has_more: boolean }
+  }
+  readonly "GET /dashboard/audit-log/export": {
+    readonly query: {
+      readonly format?: "csv"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated"
+      readonly member_id?: string
+      readonly target_id?: string
+      readonly from?: string
+      readonly to?: string
+    }
+    readonly success: string
+    readonly media: "text/csv; charset=utf-8"
   }
   readonly "GET /dashboard/billing/balance": {
     readonly success: {
@@ -44,6 +80,9 @@ export interface Routes {
       readonly type?: "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
     }
     readonly success: { readonly ledger: ReadonlyArray<Schemas["LedgerEntry"]>; readonly page: number; readonly limit: number }
+  }
+  readonly "GET /dashboard/invitations": {
+    readonly success: { readonly invitations: ReadonlyArray<Schemas["Invitation"]> }
   }
   readonly "GET /dashboard/logs": {
     readonly query: {
@@ -88,6 +127,12 @@ export interface Routes {
   readonly "GET /dashboard/logs/{request_id}/conversation": {
     readonly path: { readonly request_id: string }
     readonly success: Schemas["LogConversation"]
+  }
+  readonly "GET /dashboard/members": {
+    readonly success: { readonly members: ReadonlyArray<Schemas["Member"]> }
+  }
+  readonly "GET /dashboard/members/invitations": {
+    readonly success: { readonly invitations: ReadonlyArray<Schemas["Invitation"]> }
   }
   readonly "GET /dashboard/overview": {
     readonly success: {
@@ -153,6 +198,11 @@ export interface Routes {
     readonly payload: Schemas["UpdateApiKeyRequest"]
     readonly success: Schemas["ApiKey"]
   }
+  readonly "PATCH /dashboard/members/{id}": {
+    readonly path: { readonly id: string }
+    readonly payload: Schemas["UpdateMemberRequest"]
+    readonly success: Schemas["Member"]
+  }
   readonly "PATCH /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
     readonly payload: Schemas["UpdateWebhookRequest"]
@@ -174,6 +224,24 @@ export interface Routes {
   readonly "POST /dashboard/billing/checkout": {
     readonly payload: Schemas["CheckoutRequest"]
     readonly success: { readonly url: string; readonly session_id: string; readonly transaction_id: string }
+  }
+  readonly "POST /dashboard/invitations/{id}/accept": {
+    readonly path: { readonly id: string }
+    readonly success: Schemas["AcceptedInvitation"]
+  }
+  readonly "POST /dashboard/members/invitations": {
+    readonly payload: Schemas["InviteRequest"]
+    readonly success: {
+      readonly id: string
+      readonly account_id: string
+      readonly account_name: string | null
+      readonly email: string
+      readonly role: "owner" | "admin" | "developer" | "billing" | "viewer"
+      readonly invited_by_email: string | null
+      readonly created_at: string
+      readonly expires_at: string
+      readonly accept_url: string
+    }
   }
   readonly "POST /dashboard/webhooks": {
     readonly payload: Schemas["CreateWebhookRequest"]
@@ -207,6 +275,14 @@ export interface Routes {
 
 /** The contract's named schemas (components), as JSON. */
 export interface Schemas {
+  readonly AcceptedInvitation: { readonly account: Schemas["AccountSummary"] }
+  readonly AccountSummary: {
+    readonly id: string
+    readonly name: string | null
+    readonly role: "owner" | "admin" | "developer" | "billing" | "viewer"
+    readonly member_id: string
+    readonly personal: boolean
+  }
   readonly ApiKey: {
     readonly id: string
     readonly name: string
@@ -220,6 +296,18 @@ export interface Schemas {
     readonly expires_at: string | null
     readonly rate_limit_rpm: number
     readonly rate_limit_concurrent: number
+  }
+  readonly AuditEntry: {
+    readonly id: string
+    readonly member_id: string | null
+    readonly actor_email: string | null
+    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated"
+    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook"
+    readonly target_id: string | null
+    readonly details: { readonly [key: string]: unknown }
+    readonly client_address: string | null
+    readonly request_id: string | null
+    readonly created_at: string
   }
   readonly Banner: {
     readonly kind: "balance_low" | "auto_topup_failed" | "webhook_endpoint_disabled"
@@ -267,6 +355,18 @@ export interface Schemas {
     }
   }
   readonly GroupingTags: { readonly tag_keys: ReadonlyArray<string> }
+  readonly Invitation: {
+    readonly id: string
+    readonly account_id: string
+    readonly account_name: string | null
+    readonly email: string
+    readonly role: "owner" | "admin" | "developer" | "billing" | "viewer"
+    readonly invited_by_email: string | null
+    readonly created_at: string
+    readonly expires_at: string
+    readonly accept_url: string
+  }
+  readonly InviteRequest: { readonly email: string; readonly role: "owner" | "admin" | "developer" | "billing" | "viewer" }
   readonly LedgerEntry: {
     readonly id: string
     readonly type: "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
@@ -279,6 +379,18 @@ export interface Schemas {
     readonly responseId: string
     readonly lines: ReadonlyArray<{ readonly kind: string; readonly role: string; readonly text: string }>
   }
+  readonly Member: {
+    readonly id: string
+    readonly email: string | null
+    readonly name: string | null
+    readonly role: "owner" | "admin" | "developer" | "billing" | "viewer"
+    readonly monthly_spend_limit_micro_myr: number | null
+    readonly month_to_date_spend_micro_myr: number
+    readonly key_count: number
+    readonly created_at: string
+    readonly you: boolean
+  }
+  readonly RemovedMember: { readonly ok: true; readonly keys_disabled: ReadonlyArray<string>; readonly keys_transferred: ReadonlyArray<string> }
   readonly RequestLog: {
     readonly requestId: string
     readonly apiKeyId: string
@@ -344,6 +456,10 @@ export interface Schemas {
       readonly amount_myr?: 10 | 25 | 50 | 100 | 250 | 500
       readonly max_per_day?: number
     }
+  }
+  readonly UpdateMemberRequest: {
+    readonly role?: "owner" | "admin" | "developer" | "billing" | "viewer"
+    readonly monthly_spend_limit_myr?: number | null
   }
   readonly UpdateWebhookRequest: {
     readonly url?: string
@@ -434,3 +550,52 @@ export interface Schemas {
 
 /** The body of every error answer. */
 export type ErrorBody = Schemas["ErrorBody"]
+
+/**
+ * The roles each route allows (its `x-nenas-roles`): the service answers any other role 403 `permission_denied`.
+ * The dashboard's one piece of runtime data from the contract, so that a page offers only what the role may do.
+ */
+export const ROUTE_ROLES = {
+  "DELETE /dashboard/api-keys/{id}": ["owner", "admin", "developer"],
+  "DELETE /dashboard/billing/card": ["owner", "billing"],
+  "DELETE /dashboard/members/invitations/{id}": ["owner", "admin"],
+  "DELETE /dashboard/members/{id}": ["owner", "admin"],
+  "DELETE /dashboard/webhooks/{id}": ["owner", "admin"],
+  "GET /dashboard/accounts": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/alerts": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/api-keys": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/audit-log": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/audit-log/export": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/balance": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/settings": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/transactions": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/invitations": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/logs": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/logs/export": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/logs/{request_id}/conversation": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/members": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/members/invitations": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/overview": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/usage": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/usage/export": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/usage/grouping-tags": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/webhooks": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/webhooks/event-types": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/webhooks/{id}": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/webhooks/{id}/deliveries": ["owner", "admin", "developer", "billing", "viewer"],
+  "PATCH /dashboard/api-keys/{id}": ["owner", "admin", "developer"],
+  "PATCH /dashboard/members/{id}": ["owner", "admin"],
+  "PATCH /dashboard/webhooks/{id}": ["owner", "admin"],
+  "POST /dashboard/api-keys": ["owner", "admin", "developer"],
+  "POST /dashboard/api-keys/{id}/rotate": ["owner", "admin", "developer"],
+  "POST /dashboard/billing/card": ["owner", "billing"],
+  "POST /dashboard/billing/checkout": ["owner", "billing"],
+  "POST /dashboard/invitations/{id}/accept": ["owner", "admin", "developer", "billing", "viewer"],
+  "POST /dashboard/members/invitations": ["owner", "admin"],
+  "POST /dashboard/webhooks": ["owner", "admin"],
+  "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend": ["owner", "admin"],
+  "POST /dashboard/webhooks/{id}/rotate-secret": ["owner", "admin"],
+  "POST /dashboard/webhooks/{id}/test": ["owner", "admin"],
+  "PUT /dashboard/billing/settings": ["owner", "admin", "billing"],
+  "PUT /dashboard/usage/grouping-tags": ["owner", "admin"],
+} as const

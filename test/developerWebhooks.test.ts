@@ -230,6 +230,9 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         expect(got.map((r) => r.headers["webhook-id"])).toEqual([delivery!.event_id, delivery!.event_id, delivery!.event_id])
         const payload = verify(secret, got[2]!)
         expect(payload).toMatchObject({ type: "topup.succeeded", data: { transaction_id: transactionId, amount_myr: 10, automatic: false } })
+        // Every payload names its account (issue 38: a person may belong to several).
+        expect(Object.keys(payload.account)).toEqual(["id", "name"])
+        expect(payload.account.id).toMatch(/^acct_/)
         // Delivered once: nothing more arrives however far time moves.
         clock.advance("1 hour")
         yield* Effect.sleep("400 millis")

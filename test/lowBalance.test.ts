@@ -77,6 +77,8 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("low-balance alerts 
       expect(mailbox.length).toBe(1)
       expect(mailbox[0]!.subject).toMatch(/^Your nenas balance is below RM \d+\.\d\d$/)
       expect(mailbox[0]!.body).toContain(`${a}/app/billing`)
+      // It names the account it is about: a person may belong to several (issue 38).
+      expect(mailbox[0]!.body).toMatch(/^Account: lowbal@example\.com \(acct_/)
       const page = yield* on(a)(call("GET", "/dev/mailbox"))
       expect(page.text).toContain(mailbox[0]!.subject)
       const banners = (yield* on(b)(call("GET", "/dashboard/alerts", { token }))).body.banners as Array<{ kind: string; action_url: string }>

@@ -1,8 +1,16 @@
+import type { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
+import { AppConfig } from "../src/AppConfig.js"
+import { AuditLog } from "../src/Audit/Repo.js"
+import { DatabaseLive } from "../src/Database/Database.js"
+import { newId } from "../src/Domain/Ids.js"
+import { makeTestLayer } from "../src/Domain/TestLayer.js"
+import { emailAccount } from "../src/Outbox/Events.js"
+import { IpLimits } from "../src/Request/IpLimits.js"
 import { expectClientError } from "./support/ErrorBody.js"
 import { call, createKey, devToken, type Reply } from "./support/Http.js"
-import { query, TestServerLive } from "./support/TestServer.js"
+import { query, TestServer, TestServerLive } from "./support/TestServer.js"
 
 /**
  * Issue 38 on PostgreSQL through the real server: invitations (and their races), the last owner, roles
@@ -39,6 +47,22 @@ const auditOf = (accountId: string) =>
     "SELECT action, member_id, target_id, client_address, request_id FROM audit_log WHERE account_id = $1 ORDER BY created_at, id",
     [accountId]
   )
+
+/** `effect` on the test server's database, as another process of the service would run it. */
+const onDatabase = <A, E>(effect: Effect.Effect<A, E, AuditLog | SqlClient.SqlClient>) =>
+  Effect.gen(function*() {
+    const { databaseUrl } = yield* TestServer
+    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
+    return yield* effect.pipe(
+      Effect.provide(AuditLog.layer.pipe(
+        Layer.provideMerge(DatabaseLive),
+        Layer.provide(makeTestLayer(IpLimits)({})),
+        Layer.provide(config)
+      )),
+      Effect.scoped,
+      Effect.orDie
+    )
+  })
 
 const expectDenied = (reply: Reply, needed: string) => {
   expectClientError(reply, { status: 403, code: "permission_denied" }, needed)
@@ -265,5 +289,31 @@ layer(TestServerLive({ ipDevSessionsPerMinute: 1000 }), { excludeTestServices: t
       expect(lines[0]).toBe("id,created_at,action,target_type,target_id,member_id,actor_email,client_address,request_id,details")
       expect(lines.length).toBe(4)
       for (const id of made) expect(csv.text).toContain(id)
+    }))
+
+  it.effect("an alert's email goes to every owner and billing member, naming the account; entries older than a year are purged", () =>
+    Effect.gen(function*() {
+      const owner = yield* person("mail-owner@example.com")
+      yield* join(owner, "mail-billing@example.com", "billing")
+      yield* join(owner, "mail-viewer@example.com", "viewer")
+      const subject = `alert ${newId("t")}`
+      yield* onDatabase(emailAccount(owner.account, { subject, body: "The balance is low." }, new Date()))
+      const sent = yield* query<{ to_address: string; body: string }>(
+        "SELECT to_address, body FROM outbox_emails WHERE subject = $1 ORDER BY to_address",
+        [subject]
+      )
+      expect(sent.map((row) => row.to_address)).toEqual(["mail-billing@example.com", "mail-owner@example.com"])
+      for (const row of sent) expect(row.body).toBe(`Account: mail-owner@example.com (${owner.account})\n\nThe balance is low.`)
+
+      yield* query(
+        `INSERT INTO audit_log (id, account_id, action, target_type, created_at)
+         VALUES ('aud_old', $1, 'api_key.created', 'api_key', now() - interval '366 days'),
+                ('aud_young', $1, 'api_key.created', 'api_key', now() - interval '364 days')`,
+        [owner.account]
+      )
+      const purged = yield* onDatabase(Effect.flatMap(AuditLog, (log) => log.purge))
+      expect(purged).toBeGreaterThanOrEqual(1)
+      const left = yield* query<{ id: string }>("SELECT id FROM audit_log WHERE id IN ('aud_old', 'aud_young')")
+      expect(left.map((row) => row.id)).toEqual(["aud_young"])
     }))
 })

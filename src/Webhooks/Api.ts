@@ -74,17 +74,23 @@ export const WebhookDelivery = Schema.Struct({
 
 const Money = Schema.Number
 /** The `data` of each event; every delivery's body is `{type, timestamp, data}` (Standard Webhooks). */
+/** The account every event is about: its id and name (its first owner's, when given). */
+const EventAccount = Schema.Struct({ id: Schema.String, name: Schema.NullOr(Schema.String) })
+
 export const WebhookEventPayloads = Schema.Union(
   Schema.Struct({
     type: Schema.Literal("balance.low"),
+    account: EventAccount,
     data: Schema.Struct({ account_id: Schema.String, balance_myr: Money, threshold_myr: Money })
   }),
   Schema.Struct({
     type: Schema.Literal("topup.succeeded"),
+    account: EventAccount,
     data: Schema.Struct({ account_id: Schema.String, transaction_id: Schema.String, amount_myr: Money, automatic: Schema.Boolean })
   }),
   Schema.Struct({
     type: Schema.Literal("topup.failed", "auto_topup.failed"),
+    account: EventAccount,
     data: Schema.Struct({
       account_id: Schema.String,
       transaction_id: Schema.String,
@@ -95,6 +101,7 @@ export const WebhookEventPayloads = Schema.Union(
   }),
   Schema.Struct({
     type: Schema.Literal("key.limit_reached", "key.expiring"),
+    account: EventAccount,
     data: Schema.Struct({
       account_id: Schema.String,
       api_key_id: Schema.String,
@@ -107,10 +114,12 @@ export const WebhookEventPayloads = Schema.Union(
   }),
   Schema.Struct({
     type: Schema.Literal("account.suspended", "account.reinstated"),
+    account: EventAccount,
     data: Schema.Struct({ account_id: Schema.String, reason: Schema.String })
   }),
   Schema.Struct({
     type: Schema.Literal("webhook.test"),
+    account: EventAccount,
     data: Schema.Struct({ endpoint_id: Schema.String, message: Schema.String })
   })
 ).annotations({ identifier: "WebhookEventPayload" })

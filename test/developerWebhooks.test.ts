@@ -57,7 +57,7 @@ const deliveries = (token: string, endpointId: string) =>
 
 /** Verifies with `standardwebhooks`' own verifier, as a receiver would. */
 const verify = (secret: string, received: Received) =>
-  new Webhook(secret).verify(received.body, received.headers as Record<string, string>) as { type: string; timestamp: string; data: Record<string, unknown> }
+  new Webhook(secret).verify(received.body, received.headers as Record<string, string>) as { type: string; timestamp: string; account: { id: string; name: string | null }; data: Record<string, unknown> }
 
 layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the developer", (it) => {
   describe("endpoints", () => {

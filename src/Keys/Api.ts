@@ -24,7 +24,9 @@ export const ApiKeyRecord = Schema.Struct({
   expires_at: Schema.NullOr(Schema.String),
   /** What the key is held to now: its own limit, else the operator's default, never above the ceiling. */
   rate_limit_rpm: Schema.Int,
-  rate_limit_concurrent: Schema.Int
+  rate_limit_concurrent: Schema.Int,
+  /** The member who created the key (or was given it): its budget caps the key's spend; a developer changes only its own. */
+  member_id: Schema.NullOr(Schema.String)
 }).annotations({
   identifier: "ApiKey",
   examples: [{
@@ -39,7 +41,8 @@ export const ApiKeyRecord = Schema.Struct({
     month_to_date_spend_micro_myr: 12_345_678,
     expires_at: null,
     rate_limit_rpm: 120,
-    rate_limit_concurrent: 5
+    rate_limit_concurrent: 5,
+    member_id: "mem_01JD4Q8Z7K3M9X2V5B6N8R1T0Z"
   }]
 })
 export type ApiKeyRecord = typeof ApiKeyRecord.Type

@@ -57,7 +57,8 @@ const toRecord = (
     month_to_date_spend_micro_myr: spentThisMonth.get(row.id) ?? 0,
     expires_at: row.expiresAt?.toISOString() ?? null,
     rate_limit_rpm: rate.rpm,
-    rate_limit_concurrent: rate.concurrent
+    rate_limit_concurrent: rate.concurrent,
+    member_id: row.memberId
   }
 }
 
@@ -166,7 +167,8 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             return yield* new InvalidRequest({ message: "'expires_at' must be in the future.", param: "expires_at" })
           }
           yield* withinCeilings(limits, payload)
-          yield* changeable(repo, account, path.id)
+          // Owners and admins change any key of the account: only a developer's is read first.
+          if (account.member.role === "developer") yield* changeable(repo, account, path.id)
           const limit = payload.monthly_spend_limit_myr
           const row = yield* audit.within(repo.update(account.id, path.id, {
             ...(payload.name === undefined ? {} : { name: payload.name }),

@@ -155,7 +155,8 @@ layer(
         month_to_date_spend_micro_myr: 1_250_000,
         expires_at: null,
         rate_limit_rpm: 120,
-        rate_limit_concurrent: expect.any(Number)
+        rate_limit_concurrent: expect.any(Number),
+        member_id: "mem_ana"
       })
       expect(reply.body.keys[1]).toMatchObject({ expires_at: "2020-01-01T00:00:00.000Z", month_to_date_spend_micro_myr: 0 })
       expect(reply.body.keys[2]).toMatchObject({ last_used_at: "2026-11-01T09:30:00.000Z" })

@@ -263,7 +263,18 @@ layer(TestServerLive({ ipDevSessionsPerMinute: 1000 }), { excludeTestServices: t
       const keys = yield* query<{ n: number }>("SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1", [owner.account])
       expect(keys[0]!.n).toBe(0)
       const made = yield* createKey(owner.token, { name: "kept" })
-      expect((yield* auditOf(owner.account)).map((entry) => [entry.action, entry.target_id])).toEqual([["api_key.created", made.key.id]])
+      // A rotation repeated with its Idempotency-Key changes nothing the second time: one entry.
+      const rotate = call("POST", `/dashboard/api-keys/${made.key.id}/rotate`, {
+        token: owner.token,
+        json: {},
+        headers: { "idempotency-key": "rotation-0123456789abcdef" }
+      })
+      const [first, repeat] = [yield* rotate, yield* rotate]
+      expect(repeat.body.full_key).toBe(first.body.full_key)
+      expect((yield* auditOf(owner.account)).map((entry) => [entry.action, entry.target_id])).toEqual([
+        ["api_key.created", made.key.id],
+        ["api_key.rotated", made.key.id]
+      ])
     }))
 
   it.effect("the audit log pages and filters, and exports the same entries as CSV", () =>

@@ -24,7 +24,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Routing", "Search", "Responses"],
   ["Providers"],
   ["Logs", "Outbox"],
-  ["Wallet", "Webhooks"],
+  ["Wallet", "Webhooks", "Audit", "Members"],
   ["Accounts"],
   ["Auth"],
   ["Keys"],

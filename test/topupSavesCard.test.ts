@@ -49,6 +49,11 @@ layer(TestServerWithStripe, { excludeTestServices: true, timeout: 60_000 })("a t
       }))
       expect(delivered.body, delivered.text).toEqual({ received: true, processed: true })
       expect(yield* settingsCard(token)).toEqual({ brand: "mastercard", last4: "4444", exp_month: 3, exp_year: 2031 })
+      // Stripe's event saved it: the audit log says so, once, as the service's doing (issue 38).
+      const trail = yield* call("GET", "/dashboard/audit-log?action=billing.card_saved", { token })
+      expect(trail.body.entries.map((e: { member_id: string | null; details: unknown }) => [e.member_id, e.details])).toEqual([
+        [null, { brand: "mastercard", last4: "4444" }]
+      ])
       const balance = yield* call("GET", "/dashboard/billing/balance", { token })
       expect(balance.body.balance_myr).toBe(25)
     }))

@@ -1,6 +1,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Context, Effect, Layer, Option, Schema } from "effect"
+import { AuditLog } from "../Audit/Repo.js"
 import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
@@ -45,6 +46,7 @@ export class Cards extends Context.Tag("nenas/Cards")<Cards, {
     Cards,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const audit = yield* AuditLog
       const findCard = SqlSchema.findOne({
         Request: Schema.String,
         Result: CardRow,
@@ -67,7 +69,13 @@ export class Cards extends Context.Tag("nenas/Cards")<Cards, {
           Effect.flatMap(now, (at) =>
             sql`UPDATE billing_cards SET payment_method_id = ${card.paymentMethodId}, brand = ${card.brand}, last4 = ${card.last4},
                   exp_month = ${card.expMonth}, exp_year = ${card.expYear}, updated_at = ${at}
-                WHERE account_id = ${accountId}`),
+                WHERE account_id = ${accountId}`).pipe(
+            // Saved by Stripe's event, in its transaction: the service did it, not a member.
+            Effect.zipRight(audit.write(
+              { accountId, memberId: null, actorEmail: null, clientAddress: null, requestId: null },
+              { action: "billing.card_saved", targetType: "card", targetId: null, details: { brand: card.brand, last4: card.last4 } }
+            ))
+          ),
         forget: (accountId) =>
           Effect.map(
             sql`UPDATE billing_cards SET payment_method_id = NULL, brand = NULL, last4 = NULL, exp_month = NULL, exp_year = NULL

@@ -1,6 +1,5 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
-import { AuditLog } from "../Audit/Repo.js"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { AppConfig } from "../AppConfig.js"
 import type { EventType } from "../Domain/EventTypes.js"
@@ -120,7 +119,6 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const cards = yield* Cards
       const cardProcessor = yield* CardProcessor
       const autoTopups = yield* AutoTopupOutcomes
-      const audit = yield* AuditLog
 
       /**
        * Suspended exactly while a dispute whose funds were withdrawn is open (a change is announced to the
@@ -230,15 +228,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
       /** Keeps a card for auto top-up; one that cannot be read fails the event, which Stripe delivers again. */
       const keepCard = (accountId: string, read: Effect.Effect<SavedCard, BillingError>, what: string) =>
-        Effect.flatMap(Effect.mapError(read, () => anomaly(`The ${what} could not be read.`)), (card) =>
-          Effect.zipRight(
-            cards.saveCard(accountId, card),
-            // Stripe's event saved it, in its transaction: the service is the one who did it, not a member.
-            audit.write(
-              { accountId, memberId: null, actorEmail: null, clientAddress: null, requestId: null },
-              { action: "billing.card_saved", targetType: "card", targetId: null, details: { brand: card.brand, last4: card.last4, source: what } }
-            )
-          ))
+        Effect.flatMap(Effect.mapError(read, () => anomaly(`The ${what} could not be read.`)), (card) => cards.saveCard(accountId, card))
 
       /** A Checkout in setup mode saved a card: kept for auto top-up, once. */
       const saveCard = (session: typeof CheckoutSession.Type) =>

@@ -17,6 +17,7 @@ import storedResponseBounds from "./0016_stored_response_bounds.js"
 import webhookFairness from "./0017_webhook_fairness.js"
 import keyIdNotify from "./0018_key_id_notify.js"
 import teams from "./0019_teams.js"
+import memberBudgets from "./0020_member_budgets.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -42,5 +43,6 @@ export const migrations = {
   "0016_stored_response_bounds": storedResponseBounds,
   "0017_webhook_fairness": webhookFairness,
   "0018_key_id_notify": keyIdNotify,
-  "0019_teams": teams
+  "0019_teams": teams,
+  "0020_member_budgets": memberBudgets
 }

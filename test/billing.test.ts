@@ -324,7 +324,9 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
           apiKeyId: "key_x",
           requestId: "req_x",
           amountMicroMyr: microMyr(1_234_567),
-          monthlySpendLimitMicroMyr: null
+          monthlySpendLimitMicroMyr: null,
+          memberId: null,
+          memberMonthlySpendLimitMicroMyr: null
         })
         const reserved = yield* balance(token)
         expect(reserved.wallet).toEqual({
@@ -497,7 +499,9 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
         apiKeyId: "key_alice",
         requestId: "req_alice",
         amountMicroMyr: microMyr(500_000),
-        monthlySpendLimitMicroMyr: null
+        monthlySpendLimitMicroMyr: null,
+        memberId: null,
+        memberMonthlySpendLimitMicroMyr: null
       })
       // Bob starts a checkout of his own, which is never paid.
       expect((yield* checkout(bob.token, { amount_sen: 1000 })).status).toBe(200)

@@ -205,6 +205,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call ha
         accountId: live.accountId,
         environment: "live" as const,
         monthlySpendLimitMicroMyr: null,
+        memberId: null,
+        memberMonthlySpendLimitMicroMyr: null,
         accountSuspended: false
       }
       // What the body's end releases (a rate-limit slot): released once, though the body was never read.

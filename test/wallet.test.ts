@@ -37,7 +37,9 @@ const reserve = (
     apiKeyId: options.apiKeyId ?? "key_wallet_test",
     requestId: newId("req"),
     amountMicroMyr: microMyr(amount),
-    monthlySpendLimitMicroMyr: options.limit ?? null
+    monthlySpendLimitMicroMyr: options.limit ?? null,
+    memberId: null,
+    memberMonthlySpendLimitMicroMyr: null
   })
 
 /** "ok", or the failure's `_tag`. */

@@ -24,6 +24,10 @@ export interface ApiKeyPrincipal {
   readonly accountId: string
   readonly environment: "live" | "test"
   readonly monthlySpendLimitMicroMyr: number | null
+  /** The member who made the key (null: none recorded). */
+  readonly memberId: string | null
+  /** That member's monthly budget over all its keys; null for none (or a removed member). */
+  readonly memberMonthlySpendLimitMicroMyr: number | null
   readonly accountSuspended: boolean
   /** The key's own requests per minute; null: the operator's default (`RATE_LIMIT_RPM`). */
   readonly rateLimitRpm?: number | null

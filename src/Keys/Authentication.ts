@@ -80,6 +80,8 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
       accountId: row.accountId,
       environment: row.environment,
       monthlySpendLimitMicroMyr: row.monthlySpendLimitMicroMyr,
+      memberId: row.memberId,
+      memberMonthlySpendLimitMicroMyr: found.memberMonthlySpendLimitMicroMyr,
       accountSuspended: found.accountSuspended,
       rateLimitRpm: row.rateLimitRpm,
       rateLimitConcurrent: row.rateLimitConcurrent

@@ -71,6 +71,8 @@ export type KeyLookup =
     readonly _tag: "Active"
     readonly key: KeyRow
     readonly accountSuspended: boolean
+    /** The key's member's monthly budget over all its keys; null for none (or no member, or a removed one). */
+    readonly memberMonthlySpendLimitMicroMyr: MicroMyr | null
     /** Set when the hash is the key's previous secret, in its grace period until then. */
     readonly graceUntil: Date | null
   }
@@ -157,12 +159,20 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
       })
       const findActive = SqlSchema.findOne({
         Request: Bytes,
-        Result: Schema.Struct({ ...KeyRow.fields, suspendedAt: NullableDate, graceUntil: NullableDate }),
+        Result: Schema.Struct({
+          ...KeyRow.fields,
+          suspendedAt: NullableDate,
+          graceUntil: NullableDate,
+          memberMonthlySpendLimitMicroMyr: Schema.NullOr(MicroMyr)
+        }),
+        // A removed member's keys are disabled by its removal; were one not, it would answer to no budget.
         execute: (keyHash) =>
           sql`
             SELECT ${columns}, a.suspended_at,
-              CASE WHEN k.key_hash = ${keyHash} THEN NULL ELSE k.previous_valid_until END AS grace_until
+              CASE WHEN k.key_hash = ${keyHash} THEN NULL ELSE k.previous_valid_until END AS grace_until,
+              m.monthly_spend_limit_micro_myr AS member_monthly_spend_limit_micro_myr
             FROM api_keys k JOIN accounts a ON a.id = k.account_id
+              LEFT JOIN members m ON m.id = k.member_id AND m.removed_at IS NULL
             WHERE k.key_hash = ${keyHash} OR (k.previous_key_hash = ${keyHash} AND k.previous_valid_until > now())
           `
       })
@@ -296,8 +306,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
           Effect.gen(function*() {
             const found = yield* findActive(keyHash)
             if (Option.isSome(found)) {
-              const { graceUntil, suspendedAt, ...key } = found.value
-              return { _tag: "Active", key, accountSuspended: suspendedAt !== null, graceUntil } as const
+              const { graceUntil, memberMonthlySpendLimitMicroMyr, suspendedAt, ...key } = found.value
+              return { _tag: "Active", key, accountSuspended: suspendedAt !== null, memberMonthlySpendLimitMicroMyr, graceUntil } as const
             }
             const tombstone = yield* findTombstone(keyHash)
             return Option.isSome(tombstone)

@@ -25,6 +25,7 @@ import { Router } from "../Routing/Router.js"
 import { ImageFetcher } from "../Search/ImageFetch.js"
 import { currentRequestId } from "../Request/Context.js"
 import { Spending } from "../Wallet/Spending.js"
+import { isMemberBudgetRefusal } from "../Wallet/SpendLimits.js"
 import { PUBLIC_MODEL } from "./Api.js"
 import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
 import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
@@ -129,7 +130,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             apiKeyId: key.keyId,
             requestId: log.requestId,
             amountMicroMyr: worstCase,
-            monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr
+            monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr,
+            memberId: key.memberId,
+            memberMonthlySpendLimitMicroMyr: key.memberMonthlySpendLimitMicroMyr
           }
           : null
         return spending.hold(money, log).pipe(
@@ -138,7 +141,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               ? Effect.flatMap(elapsed(startedAt), (ms) => spending.refused(log, errorMeta(error).code, ms))
               : Effect.void
           ),
-          Effect.tapErrorTag("SpendLimitExceeded", () => limitReached.announce(key.keyId)),
+          // `key.limit_reached` is the key's own limit's; a member's budget is not the key's.
+          Effect.tapErrorTag("SpendLimitExceeded", (error) =>
+            isMemberBudgetRefusal(error) ? Effect.void : limitReached.announce(key.keyId)),
           apiErrorsOnly,
           Effect.mapError((error) => forCaller(error, endpoint, key.keyId))
         )

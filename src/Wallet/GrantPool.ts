@@ -9,6 +9,7 @@ import { type FenceView, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
 import type { GrantReturn, KeyHold } from "./SettleBatch.js"
+import { isLimited } from "./SpendLimits.js"
 
 /** A grant no call has reserved from for this long is handed back. */
 const GRANT_IDLE_MS = 5000
@@ -34,8 +35,8 @@ export interface HandBacks {
  */
 export interface GrantPool {
   /**
-   * Counts the call into its account's pace. For a key without a monthly limit
-   * (one with a limit is counted in the database, call by call), starts growing
+   * Counts the call into its account's pace. For a call under no monthly limit (one under its key's or its
+   * member's is counted in the database, call by call: `isLimited`), starts growing
    * the account's grant when its pace asks, and lends the call's amount from it
    * when it holds enough; undefined when the call must reserve.
    */
@@ -52,11 +53,11 @@ export interface GrantPool {
   /** A call of `apiKeyId` on `grant` failed: all it held is lent again. */
   readonly giveBack: (grant: Grant, held: number, apiKeyId: string) => void
   /**
-   * A monthly limit was set on the key: its calls lend no more, the account's
-   * grant is handed back, and from the next flush on `key_grant_holds` says
-   * what the key's calls hold of this instance's grants until nothing is left.
+   * A monthly limit was set on the keys (a key's own, or its member's on each of its keys): their calls lend no more,
+   * the account's grant is handed back, and from the next flush on `key_grant_holds` says what each key's calls hold
+   * of this instance's grants until nothing is left.
    */
-  readonly report: (accountId: string, apiKeyId: string, now: number) => void
+  readonly report: (accountId: string, apiKeyIds: ReadonlyArray<string>, now: number) => void
   /** What each reported key's calls will hold of grants once `entries` (a batch's) are written, where it changed. */
   readonly keyHoldsAfter: (entries: ReadonlyArray<{ readonly grant?: { readonly amount: number; readonly apiKeyId: string } | undefined }>) => ReadonlyArray<KeyHold>
   /** Someone (another instance, a debit, a call refused here) needs the account's grant: hand it back, take none for a while. */
@@ -85,7 +86,7 @@ interface Pool {
   readonly grants: Map<string, Grant>
   /** What each key's calls hold of grants: in flight, and charged but not yet written. */
   readonly keyHolds: Map<string, number>
-  /** Keys a limit was set on, whose holds go to `key_grant_holds`: the amount last written there. */
+  /** Keys a limit (theirs or their member's) was set on, whose holds go to `key_grant_holds`: the amount last written there. */
   readonly reported: Map<string, number>
   /** Each account's growth under way, done when it ends. */
   readonly growths: Map<string, Deferred.Deferred<void>>
@@ -147,7 +148,7 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
       giveBack(grant, held)
       addKeyHold(pool, apiKeyId, -held)
     },
-    report: (accountId, apiKeyId, now) => report(pool, accountId, apiKeyId, now),
+    report: (accountId, apiKeyIds, now) => report(pool, accountId, apiKeyIds, now),
     keyHoldsAfter: (entries) => keyHoldsAfter(pool, entries),
     handBack: (accountId, now) => handBack(pool, accountId, now),
     holds: (accountId) => pool.grants.has(accountId),
@@ -173,8 +174,8 @@ const listen = (pool: Pool, listener: Listener["Type"]) =>
   Effect.gen(function*() {
     yield* listener.on(GRANT_CHANNEL, (accountId) => handBack(pool, accountId, pool.now()))
     yield* listener.on(KEY_LIMIT_CHANNEL, (payload) => {
-      const [accountId = "", apiKeyId = ""] = payload.split(" ")
-      report(pool, accountId, apiKeyId, pool.now())
+      const [accountId = "", ...apiKeyIds] = payload.split(" ")
+      report(pool, accountId, apiKeyIds, pool.now())
     })
     yield* listener.onHeardAgain(() => handBackAll(pool))
   })
@@ -212,7 +213,7 @@ const lend = (pool: Pool, input: ReserveInput, now: number, count: boolean): Gra
   const pace = paceOf(pool, input.accountId, now)
   if (count) notePace(pace, input.amountMicroMyr, now)
   // Deaf, or stale, a request for the grant would go unheard or a sweeper may have taken it: no lending, and no growing.
-  if (input.monthlySpendLimitMicroMyr !== null || pool.reported.has(input.apiKeyId) || !mayLend(pool)) return undefined
+  if (isLimited(input) || pool.reported.has(input.apiKeyId) || !mayLend(pool)) return undefined
   closeAfterLapse(pool)
   const grant = pool.grants.get(input.accountId)
   if (!pool.stopping && wantsGrant(pace, grant, now)) startGrowing(pool, input.accountId, pace, now)
@@ -230,9 +231,9 @@ const addKeyHold = (pool: Pool, apiKeyId: string, amount: number) => {
   else pool.keyHolds.delete(apiKeyId)
 }
 
-const report = (pool: Pool, accountId: string, apiKeyId: string, now: number) => {
+const report = (pool: Pool, accountId: string, apiKeyIds: ReadonlyArray<string>, now: number) => {
   // -1: nothing written yet, so the next flush writes the key's holds even when they are none.
-  if (!pool.reported.has(apiKeyId)) pool.reported.set(apiKeyId, -1)
+  for (const apiKeyId of apiKeyIds) if (apiKeyId !== "" && !pool.reported.has(apiKeyId)) pool.reported.set(apiKeyId, -1)
   handBack(pool, accountId, now)
 }
 

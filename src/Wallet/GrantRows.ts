@@ -15,7 +15,7 @@ import { lockWallet } from "./Lock.js"
 
 /** Where instances ask each other to hand back their grants for an account (the payload). */
 export const GRANT_CHANNEL = "nenas_grants"
-/** Where instances are told a key's monthly limit was set: `<account id> <key id>` (`GrantPool.report`). */
+/** Where instances are told a monthly limit was set on keys (a key's, or its member's): `<account id> <key id>…` (`GrantPool.report`). */
 export const KEY_LIMIT_CHANNEL = "nenas_key_limits"
 
 /** A grant's growth, decided under the wallet's lock from what it holds. */
@@ -41,8 +41,8 @@ export interface GrantStatements {
   readonly returnDeadGrants: Effect.Effect<number, SqlError.SqlError>
   readonly askForGrants: (accountId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   readonly unansweredGrants: (accountId: string, askedAt: Date) => Effect.Effect<number, SqlError.SqlError>
-  /** Tells every instance a limit was set on the key: each hands back the account's grants, writing the key's holds of them. */
-  readonly askForKeyHolds: (accountId: string, apiKeyId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
+  /** Tells every instance a limit was set on the keys: each hands back the account's grants, writing the keys' holds of them. */
+  readonly askForKeyHolds: (accountId: string, apiKeyIds: ReadonlyArray<string>) => Effect.Effect<GrantsAsked, SqlError.SqlError>
 }
 
 /** The grant statements of the process `holder`. */
@@ -109,7 +109,8 @@ export const grantStatements = (sql: SqlClient.SqlClient, holder: string): Grant
     `.pipe(Effect.map((rows): GrantsAsked => rows[0] ?? { others: 0, askedAt: new Date(0) }))
 
   const askForGrants = (accountId: string) => ask(accountId, GRANT_CHANNEL, accountId)
-  const askForKeyHolds = (accountId: string, apiKeyId: string) => ask(accountId, KEY_LIMIT_CHANNEL, `${accountId} ${apiKeyId}`)
+  const askForKeyHolds = (accountId: string, apiKeyIds: ReadonlyArray<string>) =>
+    ask(accountId, KEY_LIMIT_CHANNEL, [accountId, ...apiKeyIds].join(" "))
 
   const unansweredGrants = (accountId: string, askedAt: Date) =>
     sql<{ unanswered: number }>`

@@ -1,5 +1,5 @@
 import { Effect, Layer } from "effect"
-import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, SpendLimitExceeded } from "../Domain/Errors.js"
+import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
@@ -18,6 +18,7 @@ import type {
 import { WalletRepo } from "./Repo.js"
 import { newReservation } from "./Reserve.js"
 import { captureInto } from "./Settle.js"
+import { keyLimitRefusal, memberBudgetRefusal, type MonthToDate, spentByMember } from "./SpendLimits.js"
 
 /**
  * `WalletRepo` in memory, for tests that decide things about money without
@@ -29,11 +30,11 @@ import { captureInto } from "./Settle.js"
  * be shared by several views (instances) and checks DESIGN.md's invariant
  * (`invariant`) as `Invariant.ts` does.
  *
- * What it does not model: leases (no reservation expires by itself) and
- * grant requests between instances (a debit's request is recorded in
- * `grantRequests`, nobody listens). Calls settled by `Spending` are written
- * by its own SQL (`Settle.ts`), not through `WalletRepo`: `Spending` cannot
- * run on this store.
+ * What it does not model: leases (no reservation expires by itself), grant
+ * requests between instances (a debit's request is recorded in
+ * `grantRequests`, nobody listens) and keys (a key's member is the one its
+ * reservations named). Calls settled by `Spending` are written by its own SQL
+ * (`Settle.ts`), not through `WalletRepo`: `Spending` cannot run on this store.
  */
 
 interface MemoryWallet {
@@ -171,7 +172,7 @@ export const makeStore = (options: { readonly businessTimezone?: string } = {}) 
     hasEffect: (effectKey: string) => effectKeys.has(effectKey),
     holders: alive as ReadonlySet<string>,
     notify: (accountId: string) => void grantRequests.push(accountId),
-    mutable: { reservations, grants }
+    mutable: { reservations, grants, memberOf: new Map<string, string>() }
   }
   return store
 }
@@ -181,7 +182,7 @@ export type WalletStore = ReturnType<typeof makeStore>
 /** One instance's `WalletRepo` on `store`: what it holds is written with `holder`. */
 export const make = (store: WalletStore, holder: string = newId("inst")): WalletRepo["Type"] => {
   store.alive(holder)
-  const { grants, reservations } = store.mutable
+  const { grants, memberOf, reservations } = store.mutable
 
   const refusal = (input: ReserveInput, at: Date): InsufficientBalance | SpendLimitExceeded | ReturnType<typeof accountSuspended> | undefined => {
     const wallet = store.walletOf(input.accountId)
@@ -199,20 +200,16 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
         } available.`
       })
     }
-    if (input.monthlySpendLimitMicroMyr === null) return undefined
-    const spent = spentIn(at).get(input.apiKeyId) ?? 0
-    const held = [...reservations.values()]
-      .filter((r) => r.apiKeyId === input.apiKeyId && r.status === "open")
-      .reduce((total, r) => total + r.amountMicroMyr, 0)
-    if (spent + held + input.amountMicroMyr <= input.monthlySpendLimitMicroMyr) return undefined
-    return new SpendLimitExceeded({
-      message: `This key's monthly spend limit is RM ${toMyrString(microMyr(input.monthlySpendLimitMicroMyr))}; it has spent RM ${
-        toMyrString(microMyr(spent))
-      } this month, RM ${toMyrString(microMyr(held))} is held for calls in flight, and this request may cost up to RM ${
-        toMyrString(input.amountMicroMyr)
-      }.`
-    })
+    const { amountMicroMyr, apiKeyId, memberId, memberMonthlySpendLimitMicroMyr: budget, monthlySpendLimitMicroMyr: limit } = input
+    const keyRefusal = limit === null ? undefined : keyLimitRefusal(limit, monthToDate((key) => key === apiKeyId, at), amountMicroMyr)
+    if (keyRefusal !== undefined || memberId === null || budget === null) return keyRefusal
+    return memberBudgetRefusal(budget, monthToDate((key) => memberOf.get(key) === memberId, at), amountMicroMyr)
   }
+
+  const monthToDate = (counts: (apiKeyId: string) => boolean, at: Date): MonthToDate => ({
+    spent: [...spentIn(at)].reduce((total, [apiKeyId, spent]) => counts(apiKeyId) ? total + spent : total, 0),
+    held: [...reservations.values()].reduce((total, r) => r.status === "open" && counts(r.apiKeyId) ? total + r.amountMicroMyr : total, 0)
+  })
 
   /** Moves available → reserved and writes the reservation; the caller has checked that it may. */
   const hold = (input: ReserveInput): Reservation => {
@@ -221,6 +218,7 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
     wallet.availableMicroMyr -= input.amountMicroMyr
     wallet.reservedMicroMyr += input.amountMicroMyr
     reservations.set(reservation.id, { ...reservation, holder, status: "open", capturedMicroMyr: null })
+    if (input.memberId !== null) memberOf.set(input.apiKeyId, input.memberId)
     return reservation
   }
 
@@ -238,7 +236,7 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
   const reserveQuickly = (input: ReserveInput) =>
     Effect.zipRight(positive(input), Effect.sync(() => {
       const wallet = store.walletOf(input.accountId)
-      // As the one-statement SQL: a monthly limit is not checked here, which is why only keys without one come.
+      // As the one-statement SQL: monthly limits are not checked here, which is why only calls under none come.
       return wallet.suspended || wallet.availableMicroMyr < input.amountMicroMyr ? undefined : hold(input)
     }))
 
@@ -388,6 +386,8 @@ export const make = (store: WalletStore, holder: string = newId("inst")): Wallet
       askForKeyHolds: (accountId) => askForGrants(accountId),
       spentThisMonth: (accountId) =>
         Effect.map(now, (at) => spentIn(at, accountId)),
+      spentThisMonthByMember: (accountId) => Effect.map(now, (at) => spentByMember(spentIn(at, accountId), (key) => memberOf.get(key))),
+      memberKeys: (_accountId, memberId) => Effect.sync(() => [...memberOf].filter(([, member]) => member === memberId).map(([apiKeyId]) => apiKeyId)),
       post, ledger, openHolds
     }),
     { [IN_MEMORY]: true }

@@ -74,18 +74,22 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   readonly open: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
   /** The row as stored (grants apart); `Spending.balance` is what developers see. */
   readonly wallet: (accountId: string) => Effect.Effect<StoredWallet, SqlError.SqlError>
-  /** Reserves in one transaction that explains a refusal: balance, suspension, the key's monthly limit. */
+  /** Reserves in one transaction that explains a refusal: balance, suspension, the key's monthly limit, its member's budget. */
   readonly reserve: (
     input: ReserveInput
   ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
   /**
    * Reserves in one statement (a transaction of its own, the wallet row locked
    * for one round trip): undefined when refused, for `reserve` to explain.
-   * Only for keys without a monthly limit.
+   * Only for calls under no monthly limit (`isLimited`).
    */
   readonly reserveQuickly: (input: ReserveInput) => Effect.Effect<Reservation | undefined, SqlError.SqlError>
   /** What each of the account's keys was billed this month (in `BUSINESS_TIMEZONE`), as written: keys that spent nothing are absent. */
   readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
+  /** The same by member: all its keys together, deleted ones included (what its budget's check counts); members that spent nothing are absent. */
+  readonly spentThisMonthByMember: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
+  /** The account's member's keys whose calls may be in flight: its keys, and those deleted lately. */
+  readonly memberKeys: (accountId: string, memberId: string) => Effect.Effect<ReadonlyArray<string>, SqlError.SqlError>
   /** Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more. */
   readonly capture: (reservationId: string, amountMicroMyr: MicroMyr, description: string) => Effect.Effect<Capture, SqlError.SqlError>
   /** Returns an open reservation whole; true when it was open. */
@@ -102,8 +106,11 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   readonly askForGrants: (accountId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** How many of other instances' grants for the account have not been written since `askedAt`: not answered yet. */
   readonly unansweredGrants: (accountId: string, askedAt: Date) => Effect.Effect<number, SqlError.SqlError>
-  /** Tells every instance a monthly limit was set on the key: each hands back the account's grants, writing what the key's calls hold of them. */
-  readonly askForKeyHolds: (accountId: string, apiKeyId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
+  /**
+   * Tells every instance a monthly limit (a key's, or its member's) was set on the keys: each hands back the
+   * account's grants, writing what the keys' calls hold of them.
+   */
+  readonly askForKeyHolds: (accountId: string, apiKeyIds: ReadonlyArray<string>) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   /** The dashboard's page of the ledger, newest first (a failed read is a defect). */

@@ -1,12 +1,13 @@
 import type { SqlClient, SqlError } from "@effect/sql"
 import { Effect } from "effect"
-import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
+import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type PermissionDenied, type SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
 import { secondsSql } from "./Instances.js"
 import { RESERVATION_LEASE, type ReservationLeases } from "./Leases.js"
 import { type LockedWallet, lockWallet } from "./Lock.js"
+import { keyLimitRefusal, memberBudgetRefusal, type MonthToDate } from "./SpendLimits.js"
 
 // Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per call (every reservation), where a Schema decode per row would cost measurable CPU.
 
@@ -46,6 +47,10 @@ export interface ReserveInput {
   readonly amountMicroMyr: MicroMyr
   /** The key's limit per `BUSINESS_TIMEZONE` month; null for none. */
   readonly monthlySpendLimitMicroMyr: number | null
+  /** The member who made the key (null: none recorded); its budget caps all its keys' spend together. */
+  readonly memberId: string | null
+  /** The member's budget per `BUSINESS_TIMEZONE` month; null for none (or no member, or a removed one). */
+  readonly memberMonthlySpendLimitMicroMyr: number | null
 }
 
 /** A new reservation for `input`; its lease runs from the database's now() when it is written. */
@@ -63,6 +68,8 @@ export interface ReserveStatements {
   ) => Effect.Effect<Reservation, InsufficientBalance | SpendLimitExceeded | PermissionDenied | SqlError.SqlError>
   readonly reserveQuickly: (input: ReserveInput) => Effect.Effect<Reservation | undefined, SqlError.SqlError>
   readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
+  readonly spentThisMonthByMember: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>, SqlError.SqlError>
+  readonly memberKeys: (accountId: string, memberId: string) => Effect.Effect<ReadonlyArray<string>, SqlError.SqlError>
 }
 
 /** The start of `at`'s month in `timezone`, as SQL. */
@@ -77,7 +84,7 @@ export const reserveStatements = (
 ): ReserveStatements => {
   /** What the key spent this month, and what its calls in flight hold: reservations, and grants (`key_grant_holds`). */
   const monthToDate = (apiKeyId: string, at: Date) =>
-    sql<{ spent: number; held: number }>`
+    sql<MonthToDate>`
       SELECT
         COALESCE((
           SELECT -SUM(amount_micro_myr) FROM ledger_entries
@@ -87,6 +94,35 @@ export const reserveStatements = (
           SELECT SUM(amount_micro_myr) FROM reservations WHERE api_key_id = ${apiKeyId} AND status = 'open'
         ), 0)::bigint + COALESCE((
           SELECT SUM(amount_micro_myr) FROM key_grant_holds WHERE api_key_id = ${apiKeyId}
+        ), 0)::bigint AS held
+    `.pipe(Effect.map((rows) => rows[0] ?? { spent: 0, held: 0 }))
+
+  /**
+   * The member's keys whose spend counts toward its budget: those it has, and its deleted ones (a tombstone
+   * whose key is gone; a rotated key's tombstones are the key itself, counted for its member now).
+   */
+  const memberKeyIds = (memberId: string) =>
+    sql`
+      SELECT id FROM api_keys WHERE member_id = ${memberId}
+      UNION
+      SELECT t.key_id FROM api_key_tombstones t
+      WHERE t.member_id = ${memberId} AND NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.id = t.key_id)
+    `
+
+  /** `monthToDate` of all the member's keys together. */
+  const memberMonthToDate = (memberId: string, at: Date) =>
+    sql<MonthToDate>`
+      WITH member_keys AS (${memberKeyIds(memberId)})
+      SELECT
+        COALESCE((
+          SELECT -SUM(amount_micro_myr) FROM ledger_entries
+          WHERE api_key_id IN (SELECT id FROM member_keys) AND type = 'usage'
+            AND created_at >= ${monthStart(sql, at, businessTimezone)}
+        ), 0)::bigint AS spent,
+        COALESCE((
+          SELECT SUM(amount_micro_myr) FROM reservations WHERE api_key_id IN (SELECT id FROM member_keys) AND status = 'open'
+        ), 0)::bigint + COALESCE((
+          SELECT SUM(amount_micro_myr) FROM key_grant_holds WHERE api_key_id IN (SELECT id FROM member_keys)
         ), 0)::bigint AS held
     `.pipe(Effect.map((rows) => rows[0] ?? { spent: 0, held: 0 }))
 
@@ -138,16 +174,14 @@ export const reserveStatements = (
           } available.`
         })
       }
-      if (input.monthlySpendLimitMicroMyr === null) return
-      const { held, spent } = yield* monthToDate(input.apiKeyId, at)
-      if (spent + held + input.amountMicroMyr > input.monthlySpendLimitMicroMyr) {
-        return yield* new SpendLimitExceeded({
-          message: `This key's monthly spend limit is RM ${
-            toMyrString(microMyr(input.monthlySpendLimitMicroMyr))
-          }; it has spent RM ${toMyrString(microMyr(spent))} this month, RM ${
-            toMyrString(microMyr(held))
-          } is held for calls in flight, and this request may cost up to RM ${toMyrString(input.amountMicroMyr)}.`
-        })
+      if (input.monthlySpendLimitMicroMyr !== null) {
+        const refused = keyLimitRefusal(input.monthlySpendLimitMicroMyr, yield* monthToDate(input.apiKeyId, at), input.amountMicroMyr)
+        if (refused !== undefined) return yield* refused
+      }
+      if (input.memberId !== null && input.memberMonthlySpendLimitMicroMyr !== null) {
+        const month = yield* memberMonthToDate(input.memberId, at)
+        const refused = memberBudgetRefusal(input.memberMonthlySpendLimitMicroMyr, month, input.amountMicroMyr)
+        if (refused !== undefined) return yield* refused
       }
     })
 
@@ -180,5 +214,44 @@ export const reserveStatements = (
       return new Map(rows.map((row) => [row.apiKeyId, Number(row.spent)]))
     })
 
-  return { reserve, reserveQuickly, spentThisMonth }
+  // Each key's spend goes to its member now, a deleted key's to the member its tombstone names (as the budget's check counts it).
+  const spentThisMonthByMember = (accountId: string) =>
+    Effect.gen(function*() {
+      const rows = yield* sql<{ memberId: string; spent: number }>`
+        WITH spent AS (
+          SELECT api_key_id, -SUM(amount_micro_myr)::bigint AS spent FROM ledger_entries
+          WHERE account_id = ${accountId} AND type = 'usage' AND created_at >= ${monthStart(sql, yield* now, businessTimezone)}
+          GROUP BY api_key_id
+        ), key_members AS (
+          SELECT k.id AS api_key_id, k.member_id FROM api_keys k WHERE k.id IN (SELECT api_key_id FROM spent)
+          UNION
+          SELECT t.key_id, t.member_id FROM api_key_tombstones t
+          WHERE t.key_id IN (SELECT api_key_id FROM spent) AND NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.id = t.key_id)
+        )
+        SELECT m.member_id, SUM(s.spent)::bigint AS spent
+        FROM spent s JOIN key_members m ON m.api_key_id = s.api_key_id
+        WHERE m.member_id IS NOT NULL
+        GROUP BY m.member_id
+      `
+      return new Map(rows.map((row) => [row.memberId, Number(row.spent)]))
+    })
+
+  /**
+   * The member's keys whose calls may be in flight: its keys, and those deleted in the last day (a call
+   * outlives its key's deletion by at most its upstream deadline), the newest 150 of them: every id fits
+   * one NOTIFY payload (under 8000 bytes) with the 50 keys an account may have.
+   */
+  const memberKeys = (accountId: string, memberId: string) =>
+    sql<{ id: string }>`
+      SELECT id FROM api_keys WHERE member_id = ${memberId} AND account_id = ${accountId}
+      UNION
+      SELECT key_id FROM (
+        SELECT t.key_id FROM api_key_tombstones t
+        WHERE t.member_id = ${memberId} AND t.account_id = ${accountId} AND t.deleted_at > now() - interval '1 day'
+          AND NOT EXISTS (SELECT 1 FROM api_keys k WHERE k.id = t.key_id)
+        ORDER BY t.deleted_at DESC LIMIT 150
+      ) deleted
+    `.pipe(Effect.map((rows) => rows.map((row) => row.id)))
+
+  return { reserve, reserveQuickly, spentThisMonth, spentThisMonthByMember, memberKeys }
 }

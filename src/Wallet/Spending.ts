@@ -16,6 +16,7 @@ import type { GrantsAsked, Wallet } from "./Repo.js"
 import { WalletRepo } from "./Repo.js"
 import type { ReserveInput } from "./Reserve.js"
 import { makeSettlementQueue, type SettlementQueue } from "./SettlementQueue.js"
+import { isLimited } from "./SpendLimits.js"
 
 export type { CallHold } from "./CallHold.js"
 
@@ -71,12 +72,22 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
   /** What each of the account's keys was billed this month, this instance's calls included (a failed read is a defect). */
   readonly spentThisMonth: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>>
   /**
+   * What each of the account's members' keys were billed this month together, deleted keys included (what its
+   * budget's check counts), this instance's calls included; members that spent nothing are absent (a failed read is a defect).
+   */
+  readonly spentThisMonthByMember: (accountId: string) => Effect.Effect<ReadonlyMap<string, number>>
+  /**
    * A monthly limit was set on the key (or lowered): every instance hands back
    * the account's grants and writes what the key's calls in flight on them
    * hold, and what they were charged but not yet written, for the limit's
    * check to count. Returns once they answered (or after a second); a failed write is a defect.
    */
   readonly limitSet: (accountId: string, apiKeyId: string) => Effect.Effect<void>
+  /**
+   * A member's monthly budget was set (or lowered), committed: `limitSet` for each of the member's keys (and
+   * those deleted lately, whose calls may still run), in one request to every instance.
+   */
+  readonly memberLimitSet: (accountId: string, memberId: string) => Effect.Effect<void>
 }>() {
   static readonly layer = Layer.scoped(
     Spending,
@@ -109,8 +120,18 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
           Effect.zipRight(settled, balance(calls, accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.balance")),
         spentThisMonth: (accountId) =>
           Effect.zipRight(settled, wallets.spentThisMonth(accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.spentThisMonth")),
+        spentThisMonthByMember: (accountId) =>
+          Effect.zipRight(settled, wallets.spentThisMonthByMember(accountId)).pipe(
+            Effect.orDie,
+            Effect.withSpan("Spending.spentThisMonthByMember")
+          ),
         limitSet: (accountId, apiKeyId) =>
-          limitSet(calls, accountId, apiKeyId).pipe(Effect.orDie, Effect.withSpan("Spending.limitSet"))
+          limitSet(calls, accountId, [apiKeyId]).pipe(Effect.orDie, Effect.withSpan("Spending.limitSet")),
+        memberLimitSet: (accountId, memberId) =>
+          Effect.flatMap(wallets.memberKeys(accountId, memberId), (apiKeyIds) => limitSet(calls, accountId, apiKeyIds)).pipe(
+            Effect.orDie,
+            Effect.withSpan("Spending.memberLimitSet")
+          )
       })
     })
   )
@@ -148,8 +169,8 @@ const hold = (calls: Calls, input: ReserveInput | null, log: OpenLog) =>
     if (grant !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant })
     // The grant ran short while it grows: its growth (one transaction on the wallet's row) is awaited, instead of
     // a reservation of the call's own queued behind it on that row (under load, the calls held longest).
-    // (A key with a monthly limit never lends: it does not wait.)
-    const growth = input.monthlySpendLimitMicroMyr === null ? calls.pool.growth(input.accountId) : undefined
+    // (A call under a monthly limit, its key's or its member's, never lends: it does not wait.)
+    const growth = isLimited(input) ? undefined : calls.pool.growth(input.accountId)
     if (growth !== undefined) {
       yield* growth
       const grown = calls.pool.lendAgain(input, yield* calls.nowMs)
@@ -174,7 +195,7 @@ const refuseNegativeBalance = (calls: Calls, accountId: string) =>
 /** A reservation of the call's own: in one round trip when it may, else one that explains a refusal. */
 const holdInReservation = (calls: Calls, input: ReserveInput, now: number) =>
   Effect.gen(function*() {
-    if (input.monthlySpendLimitMicroMyr === null) {
+    if (!isLimited(input)) {
       const quick = yield* calls.wallets.reserveQuickly(input)
       if (quick !== undefined) return quick
     }
@@ -205,12 +226,13 @@ const reclaimAndRetry = (calls: Calls, input: ReserveInput, now: number) =>
 const allAnswered = (calls: Calls, accountId: string, asked: GrantsAsked) =>
   Effect.map(calls.wallets.unansweredGrants(accountId, asked.askedAt), (unanswered) => unanswered === 0)
 
-const limitSet = (calls: Calls, accountId: string, apiKeyId: string) =>
+/** A limit was set on the keys: every instance reports their holds of its grants (`GrantPool.report`), this one first. */
+const limitSet = (calls: Calls, accountId: string, apiKeyIds: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const now = yield* calls.nowMs
-    calls.pool.report(accountId, apiKeyId, now)
+    calls.pool.report(accountId, apiKeyIds, now)
     yield* calls.queue.flush
-    const asked = yield* calls.wallets.askForKeyHolds(accountId, apiKeyId)
+    const asked = yield* calls.wallets.askForKeyHolds(accountId, apiKeyIds)
     if (asked.others === 0) return
     // Each answers with a flush that writes its grant row and the key's holds in one transaction.
     while (!(yield* allAnswered(calls, accountId, asked)) && (yield* calls.nowMs) < now + RECLAIM_WAIT_MS) {

@@ -30,7 +30,9 @@ const hold = (amountMicroMyr: number, requestId: string, limit: number | null = 
   apiKeyId: "key_1",
   requestId,
   amountMicroMyr: microMyr(amountMicroMyr),
-  monthlySpendLimitMicroMyr: limit
+  monthlySpendLimitMicroMyr: limit,
+  memberId: null,
+  memberMonthlySpendLimitMicroMyr: null
 })
 
 describe("WalletRepo.Test", () => {

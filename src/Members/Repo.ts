@@ -265,8 +265,14 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
                 UPDATE api_keys SET disabled_at = COALESCE(disabled_at, now())
                 WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id`
               : yield* sql<{ id: string }>`
-                UPDATE api_keys SET member_id = ${transferTo}
-                WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id`
+                WITH moved AS (
+                  UPDATE api_keys SET member_id = ${transferTo}
+                  WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id
+                ), rotated_out AS (
+                  -- A moved key's replaced secrets follow it: its spend counts for one member only.
+                  UPDATE api_key_tombstones SET member_id = ${transferTo} WHERE key_id IN (SELECT id FROM moved)
+                )
+                SELECT id FROM moved`
             // The removed person's identity no longer opens this account: their next sign-in opens a personal one.
             yield* sql`
               UPDATE accounts SET issuer = 'nenas:detached', subject = id

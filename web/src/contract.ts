@@ -296,6 +296,7 @@ export interface Schemas {
     readonly expires_at: string | null
     readonly rate_limit_rpm: number
     readonly rate_limit_concurrent: number
+    readonly member_id: string | null
   }
   readonly AuditEntry: {
     readonly id: string
@@ -515,9 +516,11 @@ export interface Schemas {
   }
   readonly WebhookEventPayload: {
     readonly type: "balance.low"
+    readonly account: { readonly id: string; readonly name: string | null }
     readonly data: { readonly account_id: string; readonly balance_myr: number; readonly threshold_myr: number }
   } | {
     readonly type: "topup.succeeded"
+    readonly account: { readonly id: string; readonly name: string | null }
     readonly data: {
       readonly account_id: string
       readonly transaction_id: string
@@ -526,6 +529,7 @@ export interface Schemas {
     }
   } | {
     readonly type: "topup.failed" | "auto_topup.failed"
+    readonly account: { readonly id: string; readonly name: string | null }
     readonly data: {
       readonly account_id: string
       readonly transaction_id: string
@@ -535,6 +539,7 @@ export interface Schemas {
     }
   } | {
     readonly type: "key.limit_reached" | "key.expiring"
+    readonly account: { readonly id: string; readonly name: string | null }
     readonly data: {
       readonly account_id: string
       readonly api_key_id: string
@@ -544,8 +549,13 @@ export interface Schemas {
     }
   } | {
     readonly type: "account.suspended" | "account.reinstated"
+    readonly account: { readonly id: string; readonly name: string | null }
     readonly data: { readonly account_id: string; readonly reason: string }
-  } | { readonly type: "webhook.test"; readonly data: { readonly endpoint_id: string; readonly message: string } }
+  } | {
+    readonly type: "webhook.test"
+    readonly account: { readonly id: string; readonly name: string | null }
+    readonly data: { readonly endpoint_id: string; readonly message: string }
+  }
 }
 
 /** The body of every error answer. */

@@ -45,6 +45,8 @@ interface EndpointPattern {
   readonly session: boolean
   /** The roles it allows (`allowRoles`); none: nobody. */
   readonly roles: ReadonlyArray<Role>
+  /** How many path parameters it has. */
+  readonly params: number
 }
 
 /** The roles an endpoint declares (`allowRoles`); one that declares none allows nobody. */
@@ -62,10 +64,12 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
       const session = [...middleware].some((tag) => tag.key === DashboardAuth.key)
       if (!json && !apiKey && !session) return
       const pattern = endpoint.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[^/]+/g, "[^/]+")
-      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey, session, roles: rolesOf(endpoint) })
+      const params = endpoint.path.split(":").length - 1
+      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey, session, roles: rolesOf(endpoint), params })
     }
   })
-  return found
+  // As the router does: a literal segment before a parameter (`/webhooks/event-types` before `/webhooks/:id`).
+  return found.sort((a, b) => a.params - b.params)
 }
 
 /**

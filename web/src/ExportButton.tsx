@@ -1,16 +1,16 @@
 import { useState } from "react"
-import { ApiError } from "./api"
+import { ApiError, type Caller } from "./api"
 import { useSession } from "./session"
 
 /** Starts a CSV export (`save`: `download` of an export route with the page's filters); says why when it cannot. */
-export const ExportButton = ({ save }: { save: (token: string | null) => Promise<void> }) => {
-  const { token } = useSession()
+export const ExportButton = ({ save }: { save: (caller: Caller) => Promise<void> }) => {
+  const { caller } = useSession()
   const [busy, setBusy] = useState(false)
   const [error, setError] = useState<string | null>(null)
   const start = () => {
     setBusy(true)
     setError(null)
-    save(token)
+    save(caller)
       .catch((cause: unknown) => setError(cause instanceof ApiError ? cause.message : "The export failed; try again."))
       .finally(() => setBusy(false))
   }

@@ -1,7 +1,8 @@
-/** The dashboard API over fetch with the session token, typed by the service's contract (web/src/contract.ts). */
+/** The dashboard API over fetch with the session token and account, typed by the service's contract (web/src/contract.ts). */
 
 // Types only, generated from the contract: none of the server's code (nor effect) reaches the bundle.
-import type { ErrorBody, Routes } from "./contract"
+import type { ErrorBody, Routes, Schemas } from "./contract"
+import type { MemberRoute } from "./roles"
 
 export type ApiErrorBody = ErrorBody["error"]
 
@@ -61,14 +62,26 @@ type Option<Name extends string, A, Needed extends boolean> = [A] extends [never
 /** Where a call of route `K` goes: its path parameters and query. */
 export type Target<K extends Route> = Option<"path", PathParams<K>, true> & Option<"query", Query<K>, false>
 
-export type RequestOptions<K extends Route> = Target<K> & Option<"json", Payload<K>, true> & Option<"headers", Headers<K>, false> & {
-  readonly token?: string | null
-  readonly signal?: AbortSignal
+/**
+ * Who calls: the session's token, and the account the call acts on (sent as
+ * `Nenas-Account`; null: the person's personal account, the service's default).
+ * Every member route needs one, so that no call forgets which account it changes.
+ */
+export interface Caller {
+  readonly token: string | null
+  readonly account: string | null
 }
+
+export type RequestOptions<K extends Route> =
+  & Target<K>
+  & Option<"json", Payload<K>, true>
+  & Option<"headers", Headers<K>, false>
+  & Option<"caller", Caller, K extends MemberRoute ? true : false>
+  & { readonly signal?: AbortSignal }
 
 /** The options of any route, as the code that sends them sees them. */
 interface AnyOptions {
-  readonly token?: string | null
+  readonly caller?: Caller
   readonly signal?: AbortSignal
   readonly path?: Readonly<Record<string, string>>
   readonly query?: Readonly<Record<string, string | undefined>>
@@ -91,11 +104,16 @@ const locate = (route: string, options: AnyOptions): { readonly method: string; 
   return { method, url: query === "" ? path : `${path}?${query}` }
 }
 
+/** The session's bearer token and the account named, as request headers. */
+const callerHeaders = (caller: Caller | undefined): Record<string, string> => ({
+  ...(caller?.token ? { authorization: `Bearer ${caller.token}` } : {}),
+  ...(caller?.account ? { "nenas-account": caller.account } : {})
+})
+
 const unreachable = () => localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
 
 const send = async (method: string, url: string, options: AnyOptions): Promise<unknown> => {
-  const headers: Record<string, string> = { ...options.headers, accept: "application/json" }
-  if (options.token) headers["authorization"] = `Bearer ${options.token}`
+  const headers: Record<string, string> = { ...options.headers, ...callerHeaders(options.caller), accept: "application/json" }
   if (options.json !== undefined) headers["content-type"] = "application/json"
   let response: Response
   try {
@@ -118,7 +136,7 @@ const send = async (method: string, url: string, options: AnyOptions): Promise<u
 }
 
 /**
- * Calls a route of the contract, e.g. `api("PATCH /dashboard/api-keys/{id}", { token, path: { id }, json: { disabled: true } })`:
+ * Calls a route of the contract, e.g. `api("PATCH /dashboard/api-keys/{id}", { caller, path: { id }, json: { disabled: true } })`:
  * the path parameters, query and body are checked against the contract, and the answer is typed as it declares.
  */
 export const api = <K extends JsonRoute>(route: K, options: RequestOptions<K>): Promise<Success<K>> => {
@@ -129,14 +147,14 @@ export const api = <K extends JsonRoute>(route: K, options: RequestOptions<K>): 
 
 /**
  * Saves what an export route answers as `filename`: fetched with the session
- * token (a link could not carry it), then handed to the browser as a download.
+ * token and account (a link could not carry them), then handed to the browser as a download.
  */
-export const download = async <K extends TextRoute>(route: K, options: Target<K> & { readonly token: string | null }, filename: string): Promise<void> => {
+export const download = async <K extends TextRoute>(route: K, options: Target<K> & { readonly caller: Caller }, filename: string): Promise<void> => {
   const { url } = locate(route, options as AnyOptions)
   let response: Response
   try {
     response = await fetch(url, {
-      headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
+      headers: callerHeaders(options.caller),
       credentials: "omit"
     })
   } catch {
@@ -209,4 +227,18 @@ export type WebhookEventType = Success<"GET /dashboard/webhooks/event-types">["e
 export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
   "balance.low", "topup.succeeded", "topup.failed", "auto_topup.failed",
   "key.limit_reached", "key.expiring", "account.suspended", "account.reinstated"
+])
+
+export type AccountSummary = Schemas["AccountSummary"]
+export type Member = Success<"GET /dashboard/members">["members"][number]
+export type Invitation = Success<"GET /dashboard/members/invitations">["invitations"][number]
+export type RemovedMember = Success<"DELETE /dashboard/members/{id}">
+
+export type AuditEntry = Success<"GET /dashboard/audit-log">["entries"][number]
+export type AuditAction = AuditEntry["action"]
+export const AUDIT_ACTIONS = allOf<AuditAction>()([
+  "api_key.created", "api_key.updated", "api_key.rotated", "api_key.deleted",
+  "member.invited", "member.invitation_revoked", "member.joined", "member.updated", "member.removed",
+  "billing.settings_updated", "billing.card_setup_started", "billing.card_saved", "billing.card_removed",
+  "webhook.created", "webhook.updated", "webhook.deleted", "webhook.secret_rotated"
 ])

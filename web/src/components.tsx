@@ -27,6 +27,18 @@ export const Stat = ({ label, value, note }: { label: string; value: ReactNode; 
   </div>
 )
 
+/** What was spent this month against a monthly limit (null: none), with a meter when there is one. */
+export const SpendOfLimit = ({ spent, limit, what }: { spent: number; limit: number | null; what: string }) => {
+  if (limit === null) return <><Money micro={spent} /> <span className="muted">(no limit)</span></>
+  const share = limit === 0 ? 1 : Math.min(spent / limit, 1)
+  return (
+    <span className="month-to-date">
+      <Money micro={spent} /> of <Money micro={limit} />
+      <meter min={0} max={1} value={share} high={0.8} optimum={0} aria-label={`${Math.round(share * 100)}% of the ${what}`} />
+    </span>
+  )
+}
+
 export const DateTime = ({ iso }: { iso: string }) => (
   <time dateTime={iso} title={iso}>{formatDateTime(iso)}</time>
 )

@@ -40,40 +40,49 @@ export type KeyScheme = [
 
 /** Calls the contract refuses; typed only (the function is never called). */
 export const refused = (token: string) => {
+  const caller = { token, account: null }
   // @ts-expect-error a path the contract does not have
-  void api("GET /dashboard/api-key", { token })
+  void api("GET /dashboard/api-key", { caller })
   // @ts-expect-error a method the path does not answer
-  void api("PUT /dashboard/api-keys", { token })
+  void api("PUT /dashboard/api-keys", { caller })
   // @ts-expect-error the path's own form, not the route's
-  void api("/dashboard/api-keys", { token })
+  void api("/dashboard/api-keys", { caller })
   // @ts-expect-error a payload field the endpoint does not take
-  void api("POST /dashboard/api-keys", { token, json: { name: "backend", colour: "red" } })
+  void api("POST /dashboard/api-keys", { caller, json: { name: "backend", colour: "red" } })
   // @ts-expect-error a payload field of the wrong type
-  void api("PATCH /dashboard/api-keys/{id}", { token, path: { id: "key_1" }, json: { disabled: "yes" } })
+  void api("PATCH /dashboard/api-keys/{id}", { caller, path: { id: "key_1" }, json: { disabled: "yes" } })
   // @ts-expect-error a payload missing a required field
-  void api("POST /dashboard/webhooks", { token, json: { url: "https://example.com/hook" } })
+  void api("POST /dashboard/webhooks", { caller, json: { url: "https://example.com/hook" } })
   // @ts-expect-error a body where the endpoint takes none
-  void api("DELETE /dashboard/api-keys/{id}", { token, path: { id: "key_1" }, json: {} })
+  void api("DELETE /dashboard/api-keys/{id}", { caller, path: { id: "key_1" }, json: {} })
   // @ts-expect-error a payload left out
-  void api("PUT /dashboard/billing/settings", { token })
+  void api("PUT /dashboard/billing/settings", { caller })
   // @ts-expect-error the path parameter left out
-  void api("PATCH /dashboard/api-keys/{id}", { token, json: {} })
+  void api("PATCH /dashboard/api-keys/{id}", { caller, json: {} })
   // @ts-expect-error a path parameter of another route
-  void api("GET /dashboard/logs/{request_id}/conversation", { token, path: { id: "req_1" } })
+  void api("GET /dashboard/logs/{request_id}/conversation", { caller, path: { id: "req_1" } })
   // @ts-expect-error a query where the endpoint takes none
-  void api("GET /dashboard/api-keys", { token, query: { page: "1" } })
+  void api("GET /dashboard/api-keys", { caller, query: { page: "1" } })
   // @ts-expect-error a query parameter the list does not take
-  void api("GET /dashboard/logs", { token, query: { colour: "red" } })
+  void api("GET /dashboard/logs", { caller, query: { colour: "red" } })
   // @ts-expect-error a query value outside its literals
-  void api("GET /dashboard/logs", { token, query: { status: "lost" } })
+  void api("GET /dashboard/logs", { caller, query: { status: "lost" } })
   // @ts-expect-error a CSV export is downloaded, not read as JSON
-  void api("GET /dashboard/logs/export", { token })
+  void api("GET /dashboard/logs/export", { caller })
   // @ts-expect-error a JSON route is not an export
-  void download("GET /dashboard/logs", { token }, "logs.csv")
+  void download("GET /dashboard/logs", { caller }, "logs.csv")
   // @ts-expect-error a field the success type lacks
-  void api("GET /dashboard/api-keys", { token }).then((list) => list.api_keys)
+  void api("GET /dashboard/api-keys", { caller }).then((list) => list.api_keys)
   // @ts-expect-error a field of the answer read with the wrong type
-  void api("GET /dashboard/billing/balance", { token }).then((balance): string => balance.balance_myr)
+  void api("GET /dashboard/billing/balance", { caller }).then((balance): string => balance.balance_myr)
+  // @ts-expect-error a member route called without naming who calls and for which account
+  void api("GET /dashboard/api-keys", {})
+  // @ts-expect-error the bare token: the account is named on every call
+  void api("POST /dashboard/members/invitations", { token, json: { email: "siti@example.com", role: "viewer" } })
+  // @ts-expect-error an export without its caller
+  void download("GET /dashboard/audit-log/export", {}, "audit.csv")
+  // @ts-expect-error a role the contract does not have
+  void api("PATCH /dashboard/members/{id}", { caller, path: { id: "mem_1" }, json: { role: "superuser" } })
 }
 
 /** What pages may read; typed only (a hook outside a component is never called). */

@@ -1,10 +1,14 @@
 import { StrictMode } from "react"
 import { createRoot } from "react-dom/client"
 import { BrowserRouter, NavLink, Route, Routes } from "react-router"
+import { AccountsProvider, AccountSwitcher } from "./accounts"
 import { PageHeading } from "./components"
 import { ApiKeysPage } from "./pages/ApiKeys"
+import { AuditLogPage } from "./pages/AuditLog"
 import { BillingPage } from "./pages/Billing"
+import { InvitationsPage } from "./pages/Invitations"
 import { LogsPage } from "./pages/Logs"
+import { MembersPage } from "./pages/Members"
 import { OverviewPage } from "./pages/Overview"
 import { SignInPage } from "./pages/SignIn"
 import { UsagePage } from "./pages/Usage"
@@ -19,7 +23,9 @@ const PAGES = [
   { to: "/billing", label: "Billing" },
   { to: "/logs", label: "Logs" },
   { to: "/usage", label: "Usage" },
-  { to: "/webhooks", label: "Webhooks" }
+  { to: "/webhooks", label: "Webhooks" },
+  { to: "/members", label: "Members" },
+  { to: "/audit-log", label: "Audit log" }
 ] as const
 
 const NotFoundPage = () => (
@@ -30,10 +36,12 @@ const NotFoundPage = () => (
 )
 
 const Shell = () => {
-  const { token, signOut } = useSession()
+  const { token, caller, signOut } = useSession()
   if (token === null) return <SignInPage />
+  // Switching accounts starts every page afresh: its data, filters and open dialogs were the other account's.
+  const account = caller.account ?? "personal"
   return (
-    <>
+    <AccountsProvider>
       <a className="skip" href="#main">Skip to content</a>
       <header className="top">
         <span className="brand">nenas</span>
@@ -44,21 +52,25 @@ const Shell = () => {
             ))}
           </ul>
         </nav>
+        <AccountSwitcher />
         <button type="button" className="quiet" onClick={signOut}>Sign out</button>
       </header>
       <main id="main">
-        <Banners />
-        <Routes>
+        <Banners key={`banners-${account}`} />
+        <Routes key={`pages-${account}`}>
           <Route index element={<OverviewPage />} />
           <Route path="api-keys" element={<ApiKeysPage />} />
           <Route path="billing" element={<BillingPage />} />
           <Route path="logs" element={<LogsPage />} />
           <Route path="usage" element={<UsagePage />} />
           <Route path="webhooks" element={<WebhooksPage />} />
+          <Route path="members" element={<MembersPage />} />
+          <Route path="audit-log" element={<AuditLogPage />} />
+          <Route path="invitations" element={<InvitationsPage />} />
           <Route path="*" element={<NotFoundPage />} />
         </Routes>
       </main>
-    </>
+    </AccountsProvider>
   )
 }
 

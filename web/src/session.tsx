@@ -1,5 +1,5 @@
 import { createContext, useCallback, useContext, useEffect, useMemo, useRef, useState, type ReactNode } from "react"
-import { ApiError, api, loadClientConfig, type ClientConfig, type ReadRoute, type RequestOptions, type Success, type Target } from "./api"
+import { ApiError, api, loadClientConfig, type Caller, type ClientConfig, type ReadRoute, type RequestOptions, type Success, type Target } from "./api"
 
 /**
  * The session token lives in memory and in this tab's sessionStorage (it
@@ -84,12 +84,45 @@ export const takeTokenFromFragment = (): FragmentToken => {
   return { kind: "accepted", token }
 }
 
+/**
+ * The account a person last chose, per person (the token's `sub`): kept in
+ * localStorage, so it survives tabs and sign-ins; null is their personal account.
+ */
+const accountKey = (token: string): string | null => {
+  const sub = tokenClaims(token)?.["sub"]
+  return typeof sub === "string" && sub !== "" ? `nenas.account.${sub}` : null
+}
+
+const readChosenAccount = (token: string | null): string | null => {
+  const key = token === null ? null : accountKey(token)
+  try {
+    return key === null ? null : window.localStorage.getItem(key)
+  } catch {
+    return null
+  }
+}
+
+const storeChosenAccount = (token: string | null, account: string | null): void => {
+  const key = token === null ? null : accountKey(token)
+  if (key === null) return
+  try {
+    if (account === null) window.localStorage.removeItem(key)
+    else window.localStorage.setItem(key, account)
+  } catch {
+    // Storage refused (private mode): the choice lasts as long as the page.
+  }
+}
+
 // Read once per page load: React may call a state initialiser twice, and reading spends the fragment.
 let fragmentRead: FragmentToken | undefined
 const handedToken = (): FragmentToken => (fragmentRead ??= takeTokenFromFragment())
 
 interface Session {
   readonly token: string | null
+  /** The token and the account chosen: what every dashboard call sends. */
+  readonly caller: Caller
+  /** Acts on `account` from now on (null: the personal account); remembered for this person. */
+  readonly chooseAccount: (account: string | null) => void
   /** Why a token in the address was not used, to show on the sign-in page. */
   readonly notice: string | null
   readonly config: ClientConfig | null
@@ -106,6 +139,7 @@ export const SessionProvider = ({ children }: { children: ReactNode }) => {
     window.sessionStorage.setItem(STORAGE_KEY, handed.token)
     return handed.token
   })
+  const [account, setAccount] = useState<string | null>(() => readChosenAccount(token))
   const [config, setConfig] = useState<ClientConfig | null>(null)
   useEffect(() => {
     loadClientConfig().then(setConfig, () =>
@@ -115,13 +149,23 @@ export const SessionProvider = ({ children }: { children: ReactNode }) => {
   const signIn = useCallback((next: string) => {
     window.sessionStorage.setItem(STORAGE_KEY, next)
     setToken(next)
+    setAccount(readChosenAccount(next))
   }, [])
   const signOut = useCallback(() => {
     window.sessionStorage.removeItem(STORAGE_KEY)
     setToken(null)
+    setAccount(null)
   }, [])
+  const chooseAccount = useCallback((next: string | null) => {
+    storeChosenAccount(token, next)
+    setAccount(next)
+  }, [token])
+  const caller = useMemo(() => ({ token, account }), [token, account])
   const notice = handed.kind === "ignored" ? handed.reason : null
-  const value = useMemo(() => ({ token, notice, config, signIn, signOut }), [token, notice, config, signIn, signOut])
+  const value = useMemo(
+    () => ({ token, caller, chooseAccount, notice, config, signIn, signOut }),
+    [token, caller, chooseAccount, notice, config, signIn, signOut]
+  )
   return <SessionContext.Provider value={value}>{children}</SessionContext.Provider>
 }
 
@@ -136,8 +180,11 @@ export type Loadable<A> =
   | { readonly state: "failed"; readonly error: ApiError; readonly data?: undefined }
   | { readonly state: "ready"; readonly data: A }
 
-/** How a page reads route `K`: where (its path parameters and query), and `refresh`, a value whose change reads it again. */
-export type ReadOptions<K extends ReadRoute> = Target<K> & { readonly refresh?: string }
+/**
+ * How a page reads route `K`: where (its path parameters and query), `refresh`, a value whose change reads it again,
+ * and `caller` when it is not the session's (the person's own things, read from their personal account).
+ */
+export type ReadOptions<K extends ReadRoute> = Target<K> & { readonly refresh?: string; readonly caller?: Caller }
 
 /** GET a dashboard resource; refetches when the route, its parameters or `refresh` change, or on `reload()`. */
 export const useApi = <K extends ReadRoute>(
@@ -145,7 +192,8 @@ export const useApi = <K extends ReadRoute>(
   // The options may be left out when the route needs none (no path parameter).
   ...[options]: {} extends ReadOptions<K> ? [options?: ReadOptions<K>] : [options: ReadOptions<K>]
 ): [Loadable<Success<K>>, () => void] => {
-  const { token } = useSession()
+  const session = useSession()
+  const { token, account } = options?.caller ?? session.caller
   const [result, setResult] = useState<Loadable<Success<K>>>({ state: "loading" })
   const [generation, setGeneration] = useState(0)
   const key = JSON.stringify({ path: options?.path, query: options?.query })
@@ -155,7 +203,8 @@ export const useApi = <K extends ReadRoute>(
     const controller = new AbortController()
     setResult(last.current === undefined ? { state: "loading" } : { state: "loading", data: last.current })
     const target = JSON.parse(key) as Target<K>
-    api(route, { ...target, token, signal: controller.signal } as RequestOptions<K>).then(
+    // A read route's options are its target and the caller: no payload, no headers of its own.
+    api(route, { ...target, caller: { token, account }, signal: controller.signal } as unknown as RequestOptions<K>).then(
       (data) => {
         last.current = data
         setResult({ state: "ready", data })
@@ -172,6 +221,6 @@ export const useApi = <K extends ReadRoute>(
       }
     )
     return () => controller.abort()
-  }, [route, key, refresh, token, generation])
+  }, [route, key, refresh, token, account, generation])
   return [result, useCallback(() => setGeneration((n) => n + 1), [])]
 }

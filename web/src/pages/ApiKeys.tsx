@@ -1,13 +1,15 @@
 import { useEffect, useRef, useState, type FormEvent } from "react"
 import { useSearchParams } from "react-router"
 import { api, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
-import { DateTime, Empty, ErrorPanel, Field, Load, Money, PageHeading, useSubmission } from "../components"
+import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading, SpendOfLimit, useSubmission } from "../components"
+import { useAccounts } from "../accounts"
 import { fromLocalInput } from "../format"
+import { mayChangeKey, neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
 import { EditKey, RotateKey } from "./KeyDialogs"
 
 const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void }) => {
-  const { token } = useSession()
+  const { caller } = useSession()
   const [name, setName] = useState("")
   const [environment, setEnvironment] = useState<"live" | "test">("live")
   const [limit, setLimit] = useState("")
@@ -19,7 +21,7 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
     void run(async () => {
       const expiresAt = fromLocalInput(expires)
       const created = await api("POST /dashboard/api-keys", {
-        token,
+        caller,
         json: {
           name,
           environment,
@@ -105,7 +107,7 @@ const NewKey = ({ created, onDone }: { created: CreatedKey | RotatedKey; onDone:
 
 /** Confirms a deletion in a modal dialog: it traps focus, and Escape cancels. */
 const ConfirmDelete = ({ apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCancel: () => void; onDeleted: (key: ApiKey) => void }) => {
-  const { token } = useSession()
+  const { caller } = useSession()
   const dialog = useRef<HTMLDialogElement>(null)
   const { busy, error, submit } = useSubmission()
   useEffect(() => {
@@ -113,7 +115,7 @@ const ConfirmDelete = ({ apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCanc
   }, [])
   const remove = () =>
     submit(async () => {
-      await api("DELETE /dashboard/api-keys/{id}", { token, path: { id: apiKey.id } })
+      await api("DELETE /dashboard/api-keys/{id}", { caller, path: { id: apiKey.id } })
       onDeleted(apiKey)
     })
   return (
@@ -137,6 +139,8 @@ const StatusBadge = ({ status }: { status: ApiKey["status"] | "revoked" }) => (
 )
 
 export const ApiKeysPage = () => {
+  const { current, can } = useAccounts()
+  const me = { role: current.role, memberId: current.member_id }
   const [keys, reload] = useApi("GET /dashboard/api-keys")
   const [created, setCreated] = useState<CreatedKey | null>(null)
   const [deleting, setDeleting] = useState<ApiKey | null>(null)
@@ -146,7 +150,9 @@ export const ApiKeysPage = () => {
   // The open edit view is in the URL (`?edit=<id>`), so an error's action_url opens it directly.
   const [params, setParams] = useSearchParams()
   const editId = params.get("edit")
-  const editing = editId === null ? undefined : keys.data?.keys.find((key) => key.id === editId)
+  const found = editId === null ? undefined : keys.data?.keys.find((key) => key.id === editId)
+  // A key the member may not change opens no edit view: the service would refuse each change.
+  const editing = found !== undefined && mayChangeKey(me, found, "PATCH /dashboard/api-keys/{id}") ? found : undefined
   const setEditing = (key: ApiKey | null) => setParams(key === null ? {} : { edit: key.id })
 
   return (
@@ -154,18 +160,23 @@ export const ApiKeysPage = () => {
       <PageHeading title="API keys" />
       {created === null ? null : <NewKey created={created} onDone={() => setCreated(null)} />}
       {rotated === null ? null : <NewKey created={rotated} onDone={() => setRotated(null)} />}
-      {editId !== null && keys.data !== undefined && editing === undefined
+      {found !== undefined && editing === undefined
+        ? <div className="error" role="alert"><p className="error-message"><strong>You cannot change the key “{found.name}”: {current.role === "developer" ? "a developer changes only the keys it created" : `changing keys needs the role ${neededRoles("PATCH /dashboard/api-keys/{id}")}`}.</strong></p></div>
+        : null}
+      {editId !== null && keys.data !== undefined && found === undefined
         ? <div className="error" role="alert"><p className="error-message"><strong>No key of yours has the id <code>{editId}</code>; it may have been deleted.</strong></p></div>
         : null}
-      <CreateKeyForm onCreated={(next) => {
-        setCreated(next)
-        reload()
-      }} />
+      {can("POST /dashboard/api-keys")
+        ? <CreateKeyForm onCreated={(next) => {
+          setCreated(next)
+          reload()
+        }} />
+        : null}
       <section aria-labelledby="keys-heading">
-        <h2 id="keys-heading">Your keys</h2>
+        <h2 id="keys-heading">{current.personal ? "Your keys" : "The account's keys"}</h2>
         <Load value={keys} what="your keys" retry={reload}>
           {(data) => data.keys.length === 0 && deleted.length === 0
-            ? <Empty>No API keys yet. Create one above to call the model API.</Empty>
+            ? <Empty>{can("POST /dashboard/api-keys") ? "No API keys yet. Create one above to call the model API." : "No API keys yet."}</Empty>
             : (
               <div className="table-wrap">
                 <table className="keys stack">
@@ -188,9 +199,15 @@ export const ApiKeysPage = () => {
                         <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
                         <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
                         <td className="row-actions">
-                          <button type="button" className="small" onClick={() => setEditing(key)} aria-label={`Edit ${key.name}`}>Edit</button>
-                          <button type="button" className="small" onClick={() => setRotating(key)} aria-label={`Rotate ${key.name}`}>Rotate</button>
-                          <button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button>
+                          {mayChangeKey(me, key, "PATCH /dashboard/api-keys/{id}")
+                            ? <button type="button" className="small" onClick={() => setEditing(key)} aria-label={`Edit ${key.name}`}>Edit</button>
+                            : null}
+                          {mayChangeKey(me, key, "POST /dashboard/api-keys/{id}/rotate")
+                            ? <button type="button" className="small" onClick={() => setRotating(key)} aria-label={`Rotate ${key.name}`}>Rotate</button>
+                            : null}
+                          {mayChangeKey(me, key, "DELETE /dashboard/api-keys/{id}")
+                            ? <button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button>
+                            : null}
                         </td>
                       </tr>
                     ))}
@@ -236,14 +253,5 @@ export const ApiKeysPage = () => {
 
 /** The key's month-to-date spend against its monthly limit, if it has one. */
 function MonthToDate({ apiKey }: { readonly apiKey: ApiKey }) {
-  const spent = apiKey.month_to_date_spend_micro_myr
-  const limit = apiKey.monthly_spend_limit_micro_myr
-  if (limit === null) return <><Money micro={spent} /> <span className="muted">(no limit)</span></>
-  const share = limit === 0 ? 1 : Math.min(spent / limit, 1)
-  return (
-    <span className="month-to-date">
-      <Money micro={spent} /> of <Money micro={limit} />
-      <meter min={0} max={1} value={share} high={0.8} optimum={0} aria-label={`${Math.round(share * 100)}% of the monthly limit`} />
-    </span>
-  )
+  return <SpendOfLimit spent={apiKey.month_to_date_spend_micro_myr} limit={apiKey.monthly_spend_limit_micro_myr} what="monthly limit" />
 }

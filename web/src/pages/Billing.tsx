@@ -2,7 +2,9 @@ import { useState } from "react"
 import { useSearchParams } from "react-router"
 import { ApiError, LEDGER_TYPES, api, type LedgerType, type TopUpSen } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, MoneyStat, PageHeading, Pager } from "../components"
+import { useAccounts } from "../accounts"
 import { formatCostMyr } from "../format"
+import { neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
 import { BillingSettingsPanel } from "./BillingSettings"
 
@@ -18,7 +20,7 @@ const TYPE_LABELS: Record<LedgerType, string> = {
 }
 
 const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
-  const { token, config } = useSession()
+  const { caller, config } = useSession()
   const [error, setError] = useState<ApiError | null>(null)
   const [pending, setPending] = useState<number | null>(null)
   const start = async (amountSen: number) => {
@@ -26,7 +28,7 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
     setError(null)
     try {
       // One of the amounts the balance lists, which are those checkout takes.
-      const { url } = await api("POST /dashboard/billing/checkout", { token, json: { amount_sen: amountSen as TopUpSen } })
+      const { url } = await api("POST /dashboard/billing/checkout", { caller, json: { amount_sen: amountSen as TopUpSen } })
       window.location.assign(url)
     } catch (cause) {
       setPending(null)
@@ -72,6 +74,7 @@ const CheckoutNotice = () => {
 }
 
 export const BillingPage = () => {
+  const { can } = useAccounts()
   const [balance, reloadBalance] = useApi("GET /dashboard/billing/balance")
   const [type, setType] = useState<LedgerType | "">("")
   const [page, setPage] = useState(1)
@@ -113,7 +116,9 @@ export const BillingPage = () => {
                 <MoneyStat label="Spent in all" micro={data.wallet.lifetimeSpendMicroMyr} />
               </div>
             </section>
-            <TopUp options={data.topup_options_sen} />
+            {can("POST /dashboard/billing/checkout")
+              ? <TopUp options={data.topup_options_sen} />
+              : <p className="note">Topping up needs the role {neededRoles("POST /dashboard/billing/checkout")} in this account.</p>}
           </>
         )}
       </Load>
@@ -137,7 +142,7 @@ export const BillingPage = () => {
           {(data) => (
             <>
               {data.ledger.length === 0
-                ? <Empty>{page > 1 ? "No more entries." : type === "" ? "No ledger entries yet. Top up to add the first." : "No entries of this type."}</Empty>
+                ? <Empty>{page > 1 ? "No more entries." : type === "" ? `No ledger entries yet.${can("POST /dashboard/billing/checkout") ? " Top up to add the first." : ""}` : "No entries of this type."}</Empty>
                 : (
                   <div className="table-wrap">
                     <table className="stack">

@@ -1,18 +1,20 @@
 import { useState } from "react"
 import { AUTO_TOPUP_AMOUNTS_MYR, ApiError, api, type AutoTopupAmount, type BillingSettings as Settings, type UpdateBillingSettings } from "../api"
+import { useAccounts } from "../accounts"
 import { ErrorPanel, Field, Load } from "../components"
+import { neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
 
 /** Saves one change to the settings; the form shows the settings the service answers. */
 const useSave = (onSaved: (settings: Settings) => void) => {
-  const { token } = useSession()
+  const { caller } = useSession()
   const [error, setError] = useState<ApiError | null>(null)
   const [saved, setSaved] = useState<string | null>(null)
   const save = async (json: UpdateBillingSettings, what: string) => {
     setError(null)
     setSaved(null)
     try {
-      onSaved(await api("PUT /dashboard/billing/settings", { token, json }))
+      onSaved(await api("PUT /dashboard/billing/settings", { caller, json }))
       setSaved(what)
     } catch (cause) {
       if (cause instanceof ApiError) setError(cause)
@@ -22,28 +24,33 @@ const useSave = (onSaved: (settings: Settings) => void) => {
   return { error, saved, save }
 }
 
-const LowBalance = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Settings) => void }) => {
+const LowBalance = ({ settings, onSaved, editable }: { settings: Settings; onSaved: (s: Settings) => void; editable: boolean }) => {
   const [threshold, setThreshold] = useState(settings.low_balance_threshold_myr?.toString() ?? "")
   const { error, saved, save } = useSave(onSaved)
   return (
     <form className="card" aria-labelledby="alert-heading" onSubmit={(e) => {
       e.preventDefault()
-      void save({ low_balance_threshold_myr: threshold.trim() === "" ? null : Number(threshold) }, "Alert saved.")
+      if (editable) void save({ low_balance_threshold_myr: threshold.trim() === "" ? null : Number(threshold) }, "Alert saved.")
     }}>
       <h2 id="alert-heading">Low-balance alert</h2>
       <p className="note">When usage takes your balance below this, you are told once: a banner here, an email and a <code>balance.low</code> webhook.</p>
       {error === null ? null : <ErrorPanel error={error} />}
       <Field label="Alert below (RM)" hint="Empty: no alert.">
-        {(props) => <input {...props} inputMode="decimal" value={threshold} onChange={(e) => setThreshold(e.target.value)} />}
+        {(props) => <input {...props} inputMode="decimal" readOnly={!editable} value={threshold} onChange={(e) => setThreshold(e.target.value)} />}
       </Field>
-      <button type="submit">Save alert</button>
+      {editable ? <button type="submit">Save alert</button> : null}
       {saved === null ? null : <p role="status" className="note">{saved}</p>}
     </form>
   )
 }
 
-const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Settings) => void }) => {
-  const { token } = useSession()
+const AutoTopup = ({ settings, onSaved, editable, cardChangeable }: {
+  settings: Settings
+  onSaved: (s: Settings) => void
+  editable: boolean
+  cardChangeable: boolean
+}) => {
+  const { caller } = useSession()
   const auto = settings.auto_topup
   const [enabled, setEnabled] = useState(auto.enabled)
   const [threshold, setThreshold] = useState(auto.threshold_myr?.toString() ?? "5")
@@ -52,7 +59,7 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
   const { error, saved, save } = useSave(onSaved)
   const saveCard = async () => {
     try {
-      const { url } = await api("POST /dashboard/billing/card", { token })
+      const { url } = await api("POST /dashboard/billing/card", { caller })
       window.location.assign(url)
     } catch (cause) {
       if (cause instanceof ApiError) setCardError(cause)
@@ -62,7 +69,7 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
   return (
     <form className="card" aria-labelledby="auto-heading" onSubmit={(e) => {
       e.preventDefault()
-      void save({
+      if (editable) void save({
         auto_topup: { enabled, threshold_myr: Number(threshold), amount_myr: Number(amount) as AutoTopupAmount }
       }, enabled ? "Auto top-up is on." : "Auto top-up is off.")
     }}>
@@ -75,22 +82,24 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
           ? "No card saved."
           : <>Card: <strong>{settings.card.brand} ending {settings.card.last4}</strong> (expires {settings.card.exp_month}/{settings.card.exp_year})</>}
         {" "}
-        <button type="button" className="quiet" onClick={() => void saveCard()}>{settings.card === null ? "Save a card" : "Replace the card"}</button>
+        {cardChangeable
+          ? <button type="button" className="quiet" onClick={() => void saveCard()}>{settings.card === null ? "Save a card" : "Replace the card"}</button>
+          : null}
       </p>
       {cardError === null ? null : <ErrorPanel error={cardError} />}
       {error === null ? null : <ErrorPanel error={error} />}
-      <label className="check"><input type="checkbox" checked={enabled} onChange={(e) => setEnabled(e.target.checked)} /> Top up automatically</label>
+      <label className="check"><input type="checkbox" checked={enabled} disabled={!editable} onChange={(e) => setEnabled(e.target.checked)} /> Top up automatically</label>
       <Field label="When the balance is below (RM)">
-        {(props) => <input {...props} inputMode="decimal" value={threshold} onChange={(e) => setThreshold(e.target.value)} />}
+        {(props) => <input {...props} inputMode="decimal" readOnly={!editable} value={threshold} onChange={(e) => setThreshold(e.target.value)} />}
       </Field>
       <Field label="Add (RM)" hint={`At most ${auto.max_per_day} times in 24 hours.`}>
         {(props) => (
-          <select {...props} value={amount} onChange={(e) => setAmount(e.target.value)}>
+          <select {...props} value={amount} disabled={!editable} onChange={(e) => setAmount(e.target.value)}>
             {AUTO_TOPUP_AMOUNTS_MYR.map((myr) => <option key={myr} value={myr}>RM {myr}</option>)}
           </select>
         )}
       </Field>
-      <button type="submit">Save auto top-up</button>
+      {editable ? <button type="submit">Save auto top-up</button> : null}
       {saved === null ? null : <p role="status" className="note">{saved}</p>}
     </form>
   )
@@ -98,6 +107,8 @@ const AutoTopup = ({ settings, onSaved }: { settings: Settings; onSaved: (s: Set
 
 /** The Billing page's alert and auto top-up settings. */
 export const BillingSettingsPanel = () => {
+  const { can } = useAccounts()
+  const editable = can("PUT /dashboard/billing/settings")
   const [loaded, reload] = useApi("GET /dashboard/billing/settings")
   const [current, setCurrent] = useState<Settings | null>(null)
   return (
@@ -106,8 +117,9 @@ export const BillingSettingsPanel = () => {
         const settings = current ?? data
         return (
           <div className="settings-grid">
-            <LowBalance settings={settings} onSaved={setCurrent} />
-            <AutoTopup settings={settings} onSaved={setCurrent} />
+            {editable ? null : <p className="note">Changing these needs the role {neededRoles("PUT /dashboard/billing/settings")} in this account.</p>}
+            <LowBalance settings={settings} onSaved={setCurrent} editable={editable} />
+            <AutoTopup settings={settings} onSaved={setCurrent} editable={editable} cardChangeable={can("POST /dashboard/billing/card")} />
           </div>
         )
       }}

@@ -27,7 +27,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
   /** `done`: the form was saved (close); otherwise the key was disabled or enabled and the dialog stays. */
   onSaved: (key: ApiKey, done: boolean) => void
 }) => {
-  const { token } = useSession()
+  const { caller } = useSession()
   const dialog = useModal()
   const initial = {
     name: apiKey.name,
@@ -41,7 +41,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
   const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
 
   const patch = (body: UpdateKey, done: boolean) =>
-    submit(async () => onSaved(await api("PATCH /dashboard/api-keys/{id}", { token, path: { id: apiKey.id }, json: body }), done))
+    submit(async () => onSaved(await api("PATCH /dashboard/api-keys/{id}", { caller, path: { id: apiKey.id }, json: body }), done))
 
   const save = (event: FormEvent) => {
     event.preventDefault()
@@ -108,7 +108,7 @@ const GRACE_CHOICES = [
  * or a retry after a lost answer returns the same new secret, not another.
  */
 export const RotateKey = ({ apiKey, onCancel, onRotated }: { apiKey: ApiKey; onCancel: () => void; onRotated: (rotated: RotatedKey) => void }) => {
-  const { token } = useSession()
+  const { caller } = useSession()
   const dialog = useModal()
   const [idempotencyKey] = useState(() => crypto.randomUUID())
   const [grace, setGrace] = useState<number>(0)
@@ -117,7 +117,7 @@ export const RotateKey = ({ apiKey, onCancel, onRotated }: { apiKey: ApiKey; onC
   const rotate = () =>
     submit(async () =>
       onRotated(await api("POST /dashboard/api-keys/{id}/rotate", {
-        token,
+        caller,
         path: { id: apiKey.id },
         json: { grace_seconds: grace },
         headers: { "idempotency-key": idempotencyKey }

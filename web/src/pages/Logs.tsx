@@ -89,7 +89,7 @@ export const LogsPage = () => {
     <>
       <PageHeading title="Logs">
         <button type="button" className="quiet" onClick={reload}>Refresh</button>
-        <ExportButton save={(token) => download("GET /dashboard/logs/export", { token, query: { ...filters, format: "csv" } }, "nenas-logs.csv")} />
+        <ExportButton save={(caller) => download("GET /dashboard/logs/export", { caller, query: { ...filters, format: "csv" } }, "nenas-logs.csv")} />
       </PageHeading>
       <form className="filters" aria-label="Filter the logs" onSubmit={(e) => e.preventDefault()}>
         <Field label="Status">

@@ -1,4 +1,5 @@
 import { Link } from "react-router"
+import { useAccounts } from "../accounts"
 import { RequestsAndCostChart, SeriesTable } from "../charts"
 import { Load, MoneyStat, PageHeading, Stat } from "../components"
 import { formatCount } from "../format"
@@ -6,6 +7,7 @@ import { useApi, useSession } from "../session"
 
 export const OverviewPage = () => {
   const { config } = useSession()
+  const { can } = useAccounts()
   const [overview, reload] = useApi("GET /dashboard/overview")
   const zone = config?.business_timezone ?? "the business time zone"
   return (
@@ -21,7 +23,8 @@ export const OverviewPage = () => {
               <section aria-labelledby="balance-heading">
                 <h2 id="balance-heading">Balance</h2>
                 <div className="stats">
-                  <MoneyStat label="Available" micro={data.wallet.availableMicroMyr} note={<Link to="/billing">Top up</Link>} />
+                  <MoneyStat label="Available" micro={data.wallet.availableMicroMyr}
+                    {...(can("POST /dashboard/billing/checkout") ? { note: <Link to="/billing">Top up</Link> } : {})} />
                   <MoneyStat label="Reserved by calls in flight" micro={data.wallet.reservedMicroMyr} />
                 </div>
               </section>

@@ -47,7 +47,7 @@ export const UsagePage = () => {
           setNow(Date.now())
           reload()
         }}>Refresh</button>
-        <ExportButton save={(token) => download("GET /dashboard/usage/export", { token, query: { ...usageQuery, format: "csv" } }, "nenas-usage.csv")} />
+        <ExportButton save={(caller) => download("GET /dashboard/usage/export", { caller, query: { ...usageQuery, format: "csv" } }, "nenas-usage.csv")} />
       </PageHeading>
       <form className="filters" aria-label="Choose the usage to show" onSubmit={(e) => e.preventDefault()}>
         <Field label="Range">

@@ -1,20 +1,24 @@
 import { useState } from "react"
 import { ApiError, api, WEBHOOK_EVENTS, type CreatedWebhook, type WebhookEndpoint, type WebhookEventType } from "../api"
+import { useAccounts } from "../accounts"
 import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading } from "../components"
+import { neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
 
 const Deliveries = ({ endpoint }: { endpoint: WebhookEndpoint }) => {
-  const { token } = useSession()
+  const { caller } = useSession()
+  const { can } = useAccounts()
+  const resendable = can("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend")
   const [list, reload] = useApi("GET /dashboard/webhooks/{id}/deliveries", { path: { id: endpoint.id } })
   const resend = async (id: string) => {
-    await api("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", { token, path: { id: endpoint.id, delivery_id: id } })
+    await api("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", { caller, path: { id: endpoint.id, delivery_id: id } })
     reload()
   }
   return (
     <Load value={list} what="deliveries" retry={reload}>
       {(data) => data.deliveries.length === 0 ? <Empty>No deliveries yet.</Empty> : (
         <table aria-label={`Deliveries to ${endpoint.url}`}>
-          <thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Created</th><th /></tr></thead>
+          <thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Created</th>{resendable ? <th /> : null}</tr></thead>
           <tbody>
             {data.deliveries.map((d) => {
               const last = d.attempt_log[d.attempt_log.length - 1]
@@ -25,7 +29,7 @@ const Deliveries = ({ endpoint }: { endpoint: WebhookEndpoint }) => {
                   <td>{d.attempt_log.length}</td>
                   <td>{last === undefined ? "—" : `${last.status_code ?? last.error ?? "no answer"} · ${last.latency_ms} ms`}</td>
                   <td><DateTime iso={d.created_at} /></td>
-                  <td><button type="button" className="quiet small" onClick={() => void resend(d.id)}>Resend</button></td>
+                  {resendable ? <td><button type="button" className="quiet small" onClick={() => void resend(d.id)}>Resend</button></td> : null}
                 </tr>
               )
             })}
@@ -37,7 +41,8 @@ const Deliveries = ({ endpoint }: { endpoint: WebhookEndpoint }) => {
 }
 
 const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onChange: () => void }) => {
-  const { token } = useSession()
+  const { caller } = useSession()
+  const { can } = useAccounts()
   const [open, setOpen] = useState(false)
   const [round, setRound] = useState(0)
   const path = { id: endpoint.id }
@@ -51,12 +56,20 @@ const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onCha
       <h3><code>{endpoint.url}</code></h3>
       <p className="note">{endpoint.status}{endpoint.disabled_reason === null ? "" : ` (${endpoint.disabled_reason})`} · {endpoint.events.join(", ")}</p>
       <div className="actions">
-        <button type="button" onClick={() => void act(api("POST /dashboard/webhooks/{id}/test", { token, path })).then(() => setOpen(true))}>Send test event</button>
+        {can("POST /dashboard/webhooks/{id}/test")
+          ? <button type="button" onClick={() => void act(api("POST /dashboard/webhooks/{id}/test", { caller, path })).then(() => setOpen(true))}>Send test event</button>
+          : null}
         <button type="button" className="quiet" onClick={() => setOpen((o) => !o)}>{open ? "Hide deliveries" : "Show deliveries"}</button>
-        <button type="button" className="quiet" onClick={() => void act(api("PATCH /dashboard/webhooks/{id}", { token, path, json: { disabled: endpoint.status === "enabled" } }))}>
-          {endpoint.status === "enabled" ? "Disable" : "Enable"}
-        </button>
-        <button type="button" className="danger" onClick={() => void act(api("DELETE /dashboard/webhooks/{id}", { token, path }))}>Delete</button>
+        {can("PATCH /dashboard/webhooks/{id}")
+          ? (
+            <button type="button" className="quiet" onClick={() => void act(api("PATCH /dashboard/webhooks/{id}", { caller, path, json: { disabled: endpoint.status === "enabled" } }))}>
+              {endpoint.status === "enabled" ? "Disable" : "Enable"}
+            </button>
+          )
+          : null}
+        {can("DELETE /dashboard/webhooks/{id}")
+          ? <button type="button" className="danger" onClick={() => void act(api("DELETE /dashboard/webhooks/{id}", { caller, path }))}>Delete</button>
+          : null}
       </div>
       {open ? <Deliveries key={round} endpoint={endpoint} /> : null}
     </article>
@@ -64,7 +77,8 @@ const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onCha
 }
 
 export const WebhooksPage = () => {
-  const { token } = useSession()
+  const { caller } = useSession()
+  const { can } = useAccounts()
   const [list, reload] = useApi("GET /dashboard/webhooks")
   const [url, setUrl] = useState("")
   const [events, setEvents] = useState<ReadonlyArray<WebhookEventType>>(["balance.low", "topup.succeeded", "auto_topup.failed"])
@@ -73,7 +87,7 @@ export const WebhooksPage = () => {
   const create = async () => {
     setError(null)
     try {
-      setCreated(await api("POST /dashboard/webhooks", { token, json: { url, events } }))
+      setCreated(await api("POST /dashboard/webhooks", { caller, json: { url, events } }))
       setUrl("")
       reload()
     } catch (cause) {
@@ -84,28 +98,32 @@ export const WebhooksPage = () => {
   return (
     <>
       <PageHeading title="Webhooks" />
-      <form className="card" aria-labelledby="new-webhook" onSubmit={(e) => {
-        e.preventDefault()
-        void create()
-      }}>
-        <h2 id="new-webhook">Add an endpoint</h2>
-        <p className="note">Deliveries are signed as Standard Webhooks and retried for 3 days. Verify them with the signing secret.</p>
-        {error === null ? null : <ErrorPanel error={error} />}
-        <Field label="Endpoint URL" hint="https, on a public address.">
-          {(props) => <input {...props} type="url" required value={url} onChange={(e) => setUrl(e.target.value)} />}
-        </Field>
-        <fieldset>
-          <legend>Events</legend>
-          {WEBHOOK_EVENTS.map((type) => (
-            <label key={type} className="check">
-              <input type="checkbox" checked={events.includes(type)}
-                onChange={(e) => setEvents(e.target.checked ? [...events, type] : events.filter((t) => t !== type))} />
-              <code>{type}</code>
-            </label>
-          ))}
-        </fieldset>
-        <button type="submit">Add endpoint</button>
-      </form>
+      {can("POST /dashboard/webhooks")
+        ? (
+          <form className="card" aria-labelledby="new-webhook" onSubmit={(e) => {
+            e.preventDefault()
+            void create()
+          }}>
+            <h2 id="new-webhook">Add an endpoint</h2>
+            <p className="note">Deliveries are signed as Standard Webhooks and retried for 3 days. Verify them with the signing secret.</p>
+            {error === null ? null : <ErrorPanel error={error} />}
+            <Field label="Endpoint URL" hint="https, on a public address.">
+              {(props) => <input {...props} type="url" required value={url} onChange={(e) => setUrl(e.target.value)} />}
+            </Field>
+            <fieldset>
+              <legend>Events</legend>
+              {WEBHOOK_EVENTS.map((type) => (
+                <label key={type} className="check">
+                  <input type="checkbox" checked={events.includes(type)}
+                    onChange={(e) => setEvents(e.target.checked ? [...events, type] : events.filter((t) => t !== type))} />
+                  <code>{type}</code>
+                </label>
+              ))}
+            </fieldset>
+            <button type="submit">Add endpoint</button>
+          </form>
+        )
+        : <p className="note">Adding and changing endpoints needs the role {neededRoles("POST /dashboard/webhooks")} in this account.</p>}
       {created === null ? null : (
         <div className="notice success" role="status">
           <p>Store this signing secret now: it is shown only once.</p>

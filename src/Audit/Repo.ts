@@ -50,7 +50,7 @@ const AuditRow = Schema.Struct({
   action: Schema.String,
   targetType: Schema.String,
   targetId: Schema.NullOr(Schema.String),
-  details: Schema.Unknown,
+  details: Schema.parseJson(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
   clientAddress: Schema.NullOr(Schema.String),
   requestId: Schema.NullOr(Schema.String),
   createdAt: Schema.DateFromSelf
@@ -64,7 +64,7 @@ export const toEntry = (row: AuditRow): AuditEntry => ({
   action: row.action as AuditAction,
   target_type: row.targetType as AuditEntry["target_type"],
   target_id: row.targetId,
-  details: typeof row.details === "object" && row.details !== null ? row.details as Record<string, unknown> : {},
+  details: row.details,
   client_address: row.clientAddress,
   request_id: row.requestId,
   created_at: row.createdAt.toISOString()
@@ -146,7 +146,8 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
         if (filter.to !== undefined) conditions.push(sql`created_at < ${filter.to}`)
         return sql.and(conditions)
       }
-      const COLUMNS = sql.literal("id, member_id, actor_email, action, target_type, target_id, details, client_address, request_id, created_at")
+      // `details` as text: the client would rename the keys inside a JSON column to camelCase.
+      const COLUMNS = sql.literal("id, member_id, actor_email, action, target_type, target_id, details::text AS details, client_address, request_id, created_at")
       const rows = SqlSchema.findAll({
         Request: Schema.Struct({
           accountId: Schema.String,

@@ -87,7 +87,7 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
       const sql = yield* SqlClient.SqlClient
       const columns = sql.literal(MEMBER_COLUMNS)
       const invitationColumns = sql.literal(
-        "i.id, i.account_id, a.name AS account_name, i.email, i.role, i.invited_by, b.email AS invited_by_email, i.created_at, i.expires_at"
+        "i.id, i.account_id, COALESCE(NULLIF(a.name, ''), a.email) AS account_name, i.email, i.role, i.invited_by, b.email AS invited_by_email, i.created_at, i.expires_at"
       )
 
       const findMembership = SqlSchema.findOne({

@@ -9,6 +9,7 @@ import {
   ROOT_STATE_DIR,
   startEmbeddedPostgres
 } from "../../src/Database/EmbeddedPostgres.js"
+import { ensureDashboardBuilt } from "./Browser.js"
 import { type ClusterSeen, leftByRun } from "./RunClusters.js"
 
 declare module "vitest" {
@@ -80,6 +81,8 @@ const makeRunDir = async () => {
 
 /** One PostgreSQL for the whole run: `DATABASE_URL` when set, else an embedded one. */
 export default async function setup(project: TestProject) {
+  // Once, before any file: two browser test files finding the build stale at once would each empty web/dist.
+  await ensureDashboardBuilt()
   const run = await makeRunDir()
   const configured = process.env["DATABASE_URL"]
   if (configured !== undefined && configured !== "") {

@@ -35,7 +35,8 @@ export const accountLabel = (account: AccountSummary): string =>
  */
 export const AccountsProvider = ({ children }: { children: ReactNode }) => {
   const { caller, chooseAccount } = useSession()
-  const own = useMemo(() => personally(caller), [caller])
+  // By token only: switching accounts does not read the list of them again (an older answer could land last).
+  const own = useMemo(() => personally(caller), [caller.token])
   const [list, reload] = useApi("GET /dashboard/accounts", { caller: own })
   const [invitations, reloadInvitations] = useApi("GET /dashboard/invitations", { caller: own })
   const accounts = list.data?.accounts

@@ -191,7 +191,7 @@ layer(TestServerLive({ ipDevSessionsPerMinute: 1000 }), { excludeTestServices: t
       expect(owners[0]!.n).toBe(1)
     }))
 
-  it.effect("roles: a viewer reads but changes nothing, billing pays but makes no keys, a developer changes only its own keys", () =>
+  it.effect("roles: a viewer reads but changes nothing (it may leave), billing pays but makes no keys, a developer changes only its own keys", () =>
     Effect.gen(function*() {
       const owner = yield* person("roles-owner@example.com")
       const ownersKey = yield* createKey(owner.token, { name: "owner's", environment: "test" })
@@ -219,6 +219,13 @@ layer(TestServerLive({ ipDevSessionsPerMinute: 1000 }), { excludeTestServices: t
       // A refusal is answered before the body is read, and changes nothing.
       const [key] = yield* query<{ disabled_at: Date | null }>("SELECT disabled_at FROM api_keys WHERE id = $1", [ownersKey.key.id])
       expect(key!.disabled_at).toBeNull()
+      // Anyone may leave; removing another member is an owner's or admin's.
+      expectDenied(yield* call("DELETE", `/dashboard/members/${developer.memberId}`, as(viewer.token, team)), "owner or admin")
+      const left = yield* call("DELETE", `/dashboard/members/${viewer.memberId}`, as(viewer.token, team))
+      expect(left.body).toEqual({ ok: true, keys_disabled: [], keys_transferred: [] })
+      expectDenied(yield* call("GET", "/dashboard/members", as(viewer.token, team)), "not a member")
+      // Their own account is still theirs.
+      expect((yield* call("GET", "/dashboard/members", { token: viewer.token })).status).toBe(200)
     }))
 
   it.effect("removing a member disables its keys, or gives them to another member; its entry lists them", () =>

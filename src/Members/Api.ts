@@ -120,9 +120,10 @@ export class MembersApi extends HttpApiGroup.make("members")
       .annotate(
         OpenApi.Description,
         "Removes a member: its keys stop working on every instance within a second, or go to `transfer_keys_to`. " +
+          "Anyone may remove themselves (leave the account); removing another needs owner or admin. " +
           "An account keeps at least one owner."
       )
-      .pipe(allowRoles(...ADMINS))
+      .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
     HttpApiEndpoint.post("invite", "/dashboard/members/invitations")

@@ -7,7 +7,7 @@ import { CurrentAccount } from "../Auth/Api.js"
 import type { SignedIn } from "../Domain/Account.js"
 import { InvalidRequest, NotFound, PermissionDenied } from "../Domain/Errors.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
-import type { Role } from "../Domain/Roles.js"
+import { ADMINS, type Role, roleRefusal } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { KeysRepo } from "../Keys/Repo.js"
@@ -138,6 +138,10 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
       .handle("remove", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
+          // Anyone may leave; removing another is an owner's or admin's.
+          if (path.id !== account.member.id && !ADMINS.includes(account.member.role)) {
+            return yield* roleRefusal(ADMINS, account.member.role)
+          }
           const target = yield* repo.find(account.id, path.id)
           if (target === undefined) return yield* noSuchMember(path.id)
           yield* ownersOnly(account, [target.role])

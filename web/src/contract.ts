@@ -569,7 +569,7 @@ export const ROUTE_ROLES = {
   "DELETE /dashboard/api-keys/{id}": ["owner", "admin", "developer"],
   "DELETE /dashboard/billing/card": ["owner", "billing"],
   "DELETE /dashboard/members/invitations/{id}": ["owner", "admin"],
-  "DELETE /dashboard/members/{id}": ["owner", "admin"],
+  "DELETE /dashboard/members/{id}": ["owner", "admin", "developer", "billing", "viewer"],
   "DELETE /dashboard/webhooks/{id}": ["owner", "admin"],
   "GET /dashboard/accounts": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/alerts": ["owner", "admin", "developer", "billing", "viewer"],

@@ -62,6 +62,9 @@ export const grantableRoles = (role: Role): ReadonlyArray<Role> =>
 export const mayChangeMember = (role: Role, target: Role): boolean =>
   allows(role, "PATCH /dashboard/members/{id}") && (target !== "owner" || role === "owner")
 
-/** Whether `role` may remove a member who is `target`. */
+/**
+ * Whether `role` may remove another member who is `target`. Anyone may remove themselves (leave), so the
+ * route allows every role; removing another takes what changing one does (the service checks it so).
+ */
 export const mayRemoveMember = (role: Role, target: Role): boolean =>
-  allows(role, "DELETE /dashboard/members/{id}") && (target !== "owner" || role === "owner")
+  allows(role, "PATCH /dashboard/members/{id}") && (target !== "owner" || role === "owner")

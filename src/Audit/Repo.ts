@@ -1,5 +1,5 @@
 import { HttpServerRequest } from "@effect/platform"
-import { SqlClient, SqlError, SqlSchema } from "@effect/sql"
+import { SqlClient, SqlError } from "@effect/sql"
 import { Chunk, Context, Effect, Layer, Option, Schedule, Schema, Stream } from "effect"
 import { CurrentAccount } from "../Auth/Api.js"
 import { newId } from "../Domain/Ids.js"
@@ -148,24 +148,18 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
       }
       // `details` as text: the client would rename the keys inside a JSON column to camelCase.
       const COLUMNS = sql.literal("id, member_id, actor_email, action, target_type, target_id, details::text AS details, client_address, request_id, created_at")
-      const rows = SqlSchema.findAll({
-        Request: Schema.Struct({
-          accountId: Schema.String,
-          filter: Schema.Unknown,
-          limit: Schema.Number,
-          offset: Schema.Number,
-          after: Schema.NullOr(Schema.Struct({ at: Schema.DateFromSelf, id: Schema.String }))
-        }),
-        Result: AuditRow,
-        execute: ({ accountId, after, filter, limit, offset }) =>
+      const decodeRows = Schema.decodeUnknown(Schema.Array(AuditRow))
+      const rows = (accountId: string, filter: AuditFilter, limit: number, offset: number, after: { at: Date; id: string } | null) =>
+        Effect.flatMap(
           sql`
             SELECT ${COLUMNS} FROM audit_log
-            WHERE ${where(accountId, filter as AuditFilter)}
+            WHERE ${where(accountId, filter)}
               ${after === null ? sql`` : sql`AND (created_at, id) < (${after.at}, ${after.id})`}
             ORDER BY created_at DESC, id DESC
             LIMIT ${limit} OFFSET ${offset}
-          `
-      })
+          `,
+          decodeRows
+        )
       const count = (accountId: string, filter: AuditFilter) =>
         Effect.map(
           sql<{ count: number }>`SELECT count(*)::int AS count FROM audit_log WHERE ${where(accountId, filter)}`,
@@ -187,7 +181,7 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
         write,
         page: (accountId, filter, page) =>
           Effect.all({
-            found: rows({ accountId, filter, limit: page.limit, offset: page.offset, after: null }),
+            found: rows(accountId, filter, page.limit, page.offset, null),
             total: count(accountId, filter)
           }).pipe(
             Effect.map(({ found, total }) => ({ entries: found.map(toEntry), total })),
@@ -199,7 +193,7 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
             Stream.succeed(encoder.encode(csvLine([...AUDIT_COLUMNS]))),
             Stream.paginateChunkEffect(null as { at: Date; id: string } | null, (after) =>
               Effect.map(
-                rows({ accountId, filter, limit: EXPORT_BATCH + 1, offset: 0, after }).pipe(Effect.orDie),
+                rows(accountId, filter, EXPORT_BATCH + 1, 0, after).pipe(Effect.orDie),
                 (found) => {
                   const batch = found.slice(0, EXPORT_BATCH)
                   const last = batch.at(-1)

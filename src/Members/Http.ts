@@ -38,6 +38,9 @@ const ownersOnly = (actor: SignedIn, touches: ReadonlyArray<Role | undefined>) =
     )
     : Effect.void
 
+/** A name from an identity provider's claims, fit for an email's subject: no line breaks or other controls, 100 characters at most. */
+const oneLine = (text: string) => text.replace(/[\u0000-\u001f\u007f]+/g, " ").slice(0, 100)
+
 const article = (role: Role) => role === "owner" || role === "admin" ? "an" : "a"
 
 export const invitationUrl = (dashboardUrl: string, id: string) => `${dashboardUrl}/invitations?id=${encodeURIComponent(id)}`
@@ -186,7 +189,7 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
           yield* ownersOnly(account, [payload.role])
           const at = yield* now
           const email = payload.email.toLowerCase()
-          const inviter = account.identity.name ?? account.identity.email ?? "A member"
+          const inviter = oneLine(account.identity.name ?? account.identity.email ?? "A member")
           const invitation = yield* audit.within(
             Effect.tap(
               repo.invite({
@@ -198,7 +201,7 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
               }),
               (row) =>
                 emailAddress(account.id, email, {
-                  subject: `${inviter} invited you to ${row.accountName ?? row.accountId} on nenas`,
+                  subject: `${inviter} invited you to ${oneLine(row.accountName ?? row.accountId)} on nenas`,
                   body: `${inviter} invited you to join the nenas account ${row.accountName ?? row.accountId} as ${
                     article(row.role)
                   } ${row.role}.\n\nSign in with this email address (${email}) and accept:\n${

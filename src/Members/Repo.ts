@@ -78,8 +78,6 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
   readonly addOwner: (accountId: string, identity: Identity) => Effect.Effect<void>
   /** A legacy account claimed by its first verified sign-in: its owner gets the issuer too. */
   readonly claimOwner: (accountId: string, identity: Identity) => Effect.Effect<void>
-  /** The emails of the account's members with one of `roles` (whom alerts are sent to). */
-  readonly emailsOf: (accountId: string, roles: ReadonlyArray<Role>) => Effect.Effect<ReadonlyArray<string>>
 }>() {
   static readonly layer = Layer.effect(
     MembersRepo,
@@ -139,20 +137,17 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
         execute: (accountId) =>
           sql`SELECT ${columns} FROM members m WHERE m.account_id = ${accountId} AND m.removed_at IS NULL ORDER BY m.id FOR UPDATE`
       })
-      const updateMember = SqlSchema.single({
-        Request: Schema.Struct({ memberId: Schema.String, change: Schema.Unknown }),
-        Result: MemberRow,
-        execute: ({ change, memberId }) => {
-          const { monthlySpendLimitMicroMyr, role } = change as MemberChange
-          const set = {
-            ...(role === undefined ? {} : { role }),
-            ...(monthlySpendLimitMicroMyr === undefined ? {} : { monthly_spend_limit_micro_myr: monthlySpendLimitMicroMyr })
-          }
-          return Object.keys(set).length === 0
-            ? sql`SELECT ${columns} FROM members m WHERE m.id = ${memberId}`
-            : sql`UPDATE members m SET ${sql.update(set)} WHERE m.id = ${memberId} RETURNING ${columns}`
+      const decodeMember = Schema.decodeUnknown(MemberRow)
+      const updateMember = (memberId: string, { monthlySpendLimitMicroMyr, role }: MemberChange) => {
+        const set = {
+          ...(role === undefined ? {} : { role }),
+          ...(monthlySpendLimitMicroMyr === undefined ? {} : { monthly_spend_limit_micro_myr: monthlySpendLimitMicroMyr })
         }
-      })
+        const statement = Object.keys(set).length === 0
+          ? sql`SELECT ${columns} FROM members m WHERE m.id = ${memberId}`
+          : sql`UPDATE members m SET ${sql.update(set)} WHERE m.id = ${memberId} RETURNING ${columns}`
+        return Effect.flatMap(statement, (rows) => decodeMember(rows[0]))
+      }
       const openInvitations = SqlSchema.findAll({
         Request: Schema.Struct({ accountId: Schema.NullOr(Schema.String), email: Schema.NullOr(Schema.String) }),
         Result: InvitationRow,
@@ -205,7 +200,7 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             VALUES (${id}, ${accountId}, ${identity.issuer}, ${identity.subject}, ${identity.email}, ${identity.name}, ${role})
             RETURNING id, account_id, issuer, subject, email, name, role, monthly_spend_limit_micro_myr, created_at
           `
-          return yield* Schema.decodeUnknown(MemberRow)(rows[0])
+          return yield* decodeMember(rows[0])
         })
 
       return MembersRepo.of({
@@ -242,10 +237,10 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             if (before.role === "owner" && change.role !== undefined && change.role !== "owner" && owners <= 1) {
               return yield* new LastOwner()
             }
-            const after = yield* updateMember({ memberId, change })
+            const after = yield* updateMember(memberId, change)
             return { before, after }
           })).pipe(
-            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
+            Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die }),
             Effect.withSpan("MembersRepo.update")
           ),
         remove: (accountId, memberId, transferTo) =>
@@ -368,17 +363,7 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
           sql`
             UPDATE members SET issuer = ${identity.issuer}
             WHERE account_id = ${accountId} AND issuer IS NULL AND subject = ${identity.subject}
-          `.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("MembersRepo.claimOwner")),
-        emailsOf: (accountId, roles) =>
-          sql<{ email: string }>`
-            SELECT DISTINCT email FROM members
-            WHERE account_id = ${accountId} AND removed_at IS NULL AND email IS NOT NULL AND role IN ${sql.in(roles)}
-            ORDER BY email LIMIT ${MAX_MEMBERS}
-          `.pipe(
-            Effect.map((rows) => rows.map((row) => row.email)),
-            Effect.orDie,
-            Effect.withSpan("MembersRepo.emailsOf")
-          )
+          `.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("MembersRepo.claimOwner"))
       })
     })
   )

@@ -436,7 +436,9 @@ layer(
       const started = Date.now()
       const reply = yield* responses(apiKey)
       expect(reply.status, reply.text).toBe(200)
-      expect(Date.now() - started, "no deadline waited out").toBeLessThan(FIRST_BYTE_MS / 2)
+      // Waiting out alpha's deadline would take the whole of it and beta's answer besides; the first call of a
+      // cold server on a loaded machine takes a few hundred milliseconds (392 ms once in CI), so the bound is the deadline.
+      expect(Date.now() - started, "no deadline waited out").toBeLessThan(FIRST_BYTE_MS)
       expect(reply.json.routing.upstream_model).toBe("beta-large")
       expect(reply.json.usage.cost_myr).toBe(toMyrString(usageCost("beta-large")))
       expect(beta.requests.length).toBe(1)

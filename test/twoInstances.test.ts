@@ -9,6 +9,7 @@ import { call, createKey, devToken } from "./support/Http.js"
 import { modelCall, violations } from "./support/Models.js"
 import { topUp, WEBHOOK_SECRET } from "./support/Stripe.js"
 import { developer } from "./support/Wallet.js"
+import { realSleep } from "./support/RealTime.js"
 import { eventually } from "./support/WebhookReceiver.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestServer.js"
 
@@ -58,9 +59,6 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
     Context.add(TestServer, { baseUrl: a.baseUrl, databaseUrl: database.url, clock, settled: realSleep(100) })
   )
 }))
-
-/** Real time, whatever clock the test runs on (`it.effect` runs on a TestClock). */
-const realSleep = (ms: number) => Effect.promise(() => new Promise((resolve) => setTimeout(resolve, ms)))
 
 /** Runs `effect` against instance `service` (the support helpers call "the" test server). */
 const on = (service: ServiceProcess) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>

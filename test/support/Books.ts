@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import { query } from "./TestServer.js"
+import { realSleep } from "./RealTime.js"
 
 /**
  * One call's money as the database keeps it: its log row, its `usage` ledger
@@ -60,6 +61,6 @@ export const booksOf = (requestId: string) =>
         } satisfies CallBooks
       }
       if (Date.now() > deadline) throw new Error(`the call ${requestId} was never settled`)
-      yield* Effect.sleep("50 millis")
+      yield* realSleep(50)
     }
   })

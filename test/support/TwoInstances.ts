@@ -10,6 +10,7 @@ import { Spending } from "../../src/Wallet/Spending.js"
 import { webhookOverrides } from "./Stripe.js"
 import type { Reply } from "./Http.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "./TestServer.js"
+import { realSleep } from "./RealTime.js"
 
 /**
  * Two in-process instances of the service on one fresh database and one
@@ -80,7 +81,7 @@ export const bothListening = Effect.gen(function*() {
   const { listening } = yield* Instances
   while (!(yield* listening)) {
     if (Date.now() - since > 10_000) return yield* Effect.dieMessage("the instances never listened")
-    yield* Effect.sleep("50 millis")
+    yield* realSleep(50)
   }
 })
 
@@ -112,6 +113,6 @@ export const seenWithin = <A, E, R>(
       if (startedAt - since > deadline) {
         return yield* Effect.dieMessage(`not seen within ${deadline} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
       }
-      yield* Effect.sleep("50 millis")
+      yield* realSleep(50)
     }
   })

@@ -2,6 +2,7 @@ import { createServer, type IncomingHttpHeaders, type ServerResponse } from "nod
 import type { AddressInfo } from "node:net"
 import { Context, Effect, Layer } from "effect"
 import { TwoInstancesLive } from "./TwoInstances.js"
+import { realSleep } from "./RealTime.js"
 
 /** What the receiver does with one request. */
 export type Answer = "200" | "500" | "hang" | "redirect" | "huge"
@@ -95,7 +96,7 @@ export const eventually = <A, R>(what: string, probe: Effect.Effect<A, never, R>
       const answer = yield* probe
       if (done(answer)) return answer
       if (Date.now() > until) return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
-      yield* Effect.sleep("50 millis")
+      yield* realSleep(50)
     }
   })
 

@@ -1,4 +1,5 @@
-import { HttpApi, OpenApi } from "@effect/platform"
+import * as HttpApi from "@effect/platform/HttpApi"
+import * as OpenApi from "@effect/platform/OpenApi"
 import { AlertsApi, DevMailboxApi } from "./Alerts/Api.js"
 import { AuditApi } from "./Audit/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"

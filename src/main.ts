@@ -1,4 +1,4 @@
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Effect, Layer, Option } from "effect"
 import { AppConfig } from "./AppConfig.js"
 import { EmbeddedPostgresError } from "./Database/EmbeddedPostgres.js"

@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { SqlClient, SqlError } from "@effect/sql"
 import { Chunk, Context, Effect, Layer, Option, Schedule, Schema, Stream } from "effect"
 import { CurrentAccount } from "../Auth/Api.js"

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { NenasApi } from "../Api.js"
 import { NotFound } from "../Domain/Errors.js"

@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Exit, FiberRef, Option } from "effect"
 import type { Identity, SignedIn } from "../Domain/Account.js"
 import { AccountsRepo } from "../Accounts/Repo.js"

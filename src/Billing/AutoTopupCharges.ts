@@ -1,4 +1,5 @@
-import { FetchHttpClient, HttpClient } from "@effect/platform"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpClient from "@effect/platform/HttpClient"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Option, Schedule, Schema } from "effect"

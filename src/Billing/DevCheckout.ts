@@ -1,4 +1,5 @@
-import { HttpClient, HttpClientRequest } from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import { Clock, Effect, Redacted } from "effect"
 import Stripe from "stripe"
 import type { AppConfigShape } from "../AppConfig.js"

@@ -1,4 +1,7 @@
-import { FetchHttpClient, HttpApiBuilder, HttpClient, HttpServerRequest } from "@effect/platform"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Clock, Effect, Layer, Redacted, Schema } from "effect"
 import Stripe from "stripe"
 import { NenasApi } from "../Api.js"

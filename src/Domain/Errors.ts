@@ -1,4 +1,4 @@
-import { HttpApiSchema } from "@effect/platform"
+import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import { Effect, FiberRef, ParseResult, Schema } from "effect"
 import type * as AST from "effect/SchemaAST"
 

@@ -1,4 +1,5 @@
-import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Redacted } from "effect"
 import { timingSafeEqual } from "node:crypto"

@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import ipaddr from "ipaddr.js"
 import { Effect, Option } from "effect"
 import type { AppConfigShape } from "../AppConfig.js"

@@ -1,4 +1,6 @@
-import { HttpApi, type HttpApiGroup, HttpServerRequest } from "@effect/platform"
+import * as HttpApi from "@effect/platform/HttpApi"
+import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Context, Effect, Option } from "effect"
 import { ApiKeyAuth, DashboardAuth } from "../Auth/Api.js"
 import { makeSessionBeforeBody } from "../Auth/Session.js"

@@ -1,4 +1,6 @@
-import { HttpApp, HttpBody, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect } from "effect"
 import type { AppConfigShape } from "../AppConfig.js"
 import { PermissionDenied } from "../Domain/Errors.js"
@@ -151,52 +153,3 @@ export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) =>
       })
     })
 }
-
-/**
- * In its sandbox the docs page has no storage: reading `localStorage` throws, and the
- * reference (Scalar) stops rendering. This runs first and gives it storage in memory,
- * only when the real one is refused.
- */
-const MEMORY_STORAGE = `<script>(() => {
-  const memory = () => {
-    const items = new Map()
-    return {
-      get length() { return items.size },
-      key: (index) => [...items.keys()][index] ?? null,
-      getItem: (name) => items.has(String(name)) ? items.get(String(name)) : null,
-      setItem: (name, value) => { items.set(String(name), String(value)) },
-      removeItem: (name) => { items.delete(String(name)) },
-      clear: () => items.clear()
-    }
-  }
-  for (const name of ["localStorage", "sessionStorage"]) {
-    try { void window[name] } catch { Object.defineProperty(window, name, { value: memory(), configurable: true }) }
-  }
-})()</script>`
-
-/** The docs page is one response built once at start-up: its rewritten body is kept, not rebuilt per request. */
-const withStorage = new WeakMap<Uint8Array, Uint8Array>()
-
-const addMemoryStorage = (response: HttpServerResponse.HttpServerResponse): HttpServerResponse.HttpServerResponse => {
-  if (response.body._tag !== "Uint8Array") return response
-  const original = response.body.body
-  let rewritten = withStorage.get(original)
-  if (rewritten === undefined) {
-    rewritten = new TextEncoder().encode(new TextDecoder().decode(original).replace("<head>", `<head>${MEMORY_STORAGE}`))
-    withStorage.set(original, rewritten)
-  }
-  return HttpServerResponse.setBody(response, HttpBody.uint8Array(rewritten, response.body.contentType))
-}
-
-/**
- * `/docs` with `MEMORY_STORAGE` at the start of its `<head>`. A pre-response handler:
- * a middleware here sees the response only after the platform has written it.
- */
-export const sandboxedDocs = <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    if (pathnameOf(request.url) === "/docs") {
-      yield* HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(addMemoryStorage(response)))
-    }
-    return yield* app
-  })

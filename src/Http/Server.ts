@@ -1,6 +1,8 @@
 import { createServer } from "node:http"
-import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import type { SqlClient } from "@effect/sql"
 import { type Clock, Effect, Layer, Option } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
@@ -64,7 +66,8 @@ import { TracingLive } from "../Observability/Tracing.js"
 import { accessLog } from "./AccessLog.js"
 import { DashboardLive } from "./Dashboard.js"
 import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
-import { sandboxedDocs, securityHeaders } from "./SecurityHeaders.js"
+import { securityHeaders } from "./SecurityHeaders.js"
+import { DocsLive } from "./Docs.js"
 import { drainDeadline } from "./Shutdown.js"
 
 /**
@@ -193,10 +196,9 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
  * and the error encoder; security headers and CORS (`SecurityHeaders.ts`) outermost, on every answer.
  */
 const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
-  const app = HttpApiBuilder.serve((app) => sandboxedDocs(securityHeaders(config)(accessLog(app)))).pipe(
+  const app = HttpApiBuilder.serve((app) => securityHeaders(config)(accessLog(app))).pipe(
     Layer.provide([
-      // No fonts from Scalar's CDN: the docs' CSP allows nothing off this origin.
-      HttpApiScalar.layer({ path: "/docs", scalar: { withDefaultFonts: false } }),
+      DocsLive,
       HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
       DashboardLive,
       ErrorMiddlewareLive

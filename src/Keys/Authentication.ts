@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Cause, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
 import {

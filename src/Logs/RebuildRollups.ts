@@ -1,4 +1,4 @@
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { SqlClient } from "@effect/sql"
 import { Console, Effect, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"

@@ -1,5 +1,5 @@
 import { OtlpSerialization, OtlpTracer } from "@effect/opentelemetry"
-import { FetchHttpClient } from "@effect/platform"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { Config, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
 

@@ -9,8 +9,12 @@
  * SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS` (default 2), both as OpenAI answers them.
  */
 import { createServer } from "node:http"
-import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Config, Effect, Layer, Option, Random, Schema, Stream } from "effect"
 import type { Completion, ProviderRequest, StreamPart, ToolChoice, ToolDefinition, UpstreamMessage, ResponseFormat } from "./Provider.js"
 import { simulatedProvider } from "./Simulated.js"

@@ -1,5 +1,5 @@
-import { HttpClient } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Worker } from "node:worker_threads"
 import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"

@@ -1,4 +1,4 @@
-import { NodeRuntime } from "@effect/platform-node"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Console, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { DatabaseLive } from "../Database/Database.js"

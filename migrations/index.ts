@@ -18,6 +18,7 @@ import webhookFairness from "./0017_webhook_fairness.js"
 import keyIdNotify from "./0018_key_id_notify.js"
 import teams from "./0019_teams.js"
 import memberBudgets from "./0020_member_budgets.js"
+import invitationPace from "./0021_invitation_pace.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -44,5 +45,6 @@ export const migrations = {
   "0017_webhook_fairness": webhookFairness,
   "0018_key_id_notify": keyIdNotify,
   "0019_teams": teams,
-  "0020_member_budgets": memberBudgets
+  "0020_member_budgets": memberBudgets,
+  "0021_invitation_pace": invitationPace
 }

@@ -157,6 +157,39 @@ layer(TestServerLive({ ipDevSessionsPerMinute: 1000 }), { excludeTestServices: t
       expect((yield* auditOf(owner.account)).filter((entry) => entry.action === "member.invitation_revoked").length).toBe(1)
     }))
 
+  it.effect("an invite-and-revoke loop sends at most 100 invitations a day: the next answers 429 until the oldest is a day old", () =>
+    Effect.gen(function*() {
+      const owner = yield* person("pace-owner@example.com")
+      for (let i = 0; i < 3; i++) {
+        const sent = yield* invite(owner.token, "pace-target@example.com", "viewer")
+        expect(sent.status, sent.text).toBe(201)
+        expect((yield* call("DELETE", `/dashboard/members/invitations/${sent.body.id}`, { token: owner.token })).status).toBe(200)
+      }
+      // 97 more in the last 23 hours, revoked as the loop leaves them: the oldest turns a day old in an hour.
+      yield* query(
+        `INSERT INTO invitations (id, account_id, email, role, invited_by, expires_at, created_at, revoked_at)
+         SELECT 'inv_pace' || n, $1, 'pace-target@example.com', 'viewer', $2, now() + interval '6 days',
+                now() - interval '23 hours' + n * interval '1 minute', now()
+         FROM generate_series(1, 97) AS n`,
+        [owner.account, owner.member]
+      )
+      const rows = () => query<{ n: number }>("SELECT count(*)::int AS n FROM invitations WHERE account_id = $1", [owner.account])
+      const refused = yield* invite(owner.token, "pace-other@example.com", "viewer")
+      expectClientError(refused, { status: 429, code: "rate_limit_exceeded" }, "the 101st invitation of the day")
+      expect(refused.body.error.message).toContain("100 invitations a day")
+      const retryAfter = Number(refused.headers.get("retry-after"))
+      expect(retryAfter).toBeGreaterThan(3500)
+      expect(retryAfter).toBeLessThanOrEqual(3660)
+      expect(refused.body.error.retry_after_seconds).toBe(retryAfter)
+      // Refused before anything was written: no invitation, so no email and no audit entry.
+      expect((yield* rows())[0]!.n).toBe(100)
+      expect((yield* auditOf(owner.account)).filter((entry) => entry.action === "member.invited").length).toBe(3)
+      // A day after the oldest was sent, the next may go.
+      yield* query("UPDATE invitations SET created_at = created_at - interval '2 hours' WHERE id = 'inv_pace1'")
+      const later = yield* invite(owner.token, "pace-other@example.com", "viewer")
+      expect(later.status, later.text).toBe(201)
+    }))
+
   it.effect("the last owner can be neither demoted nor removed; of two owners demoting each other at once, one stays", () =>
     Effect.gen(function*() {
       const owner = yield* person("last-owner@example.com")

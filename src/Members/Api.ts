@@ -132,7 +132,7 @@ export class MembersApi extends HttpApiGroup.make("members")
     HttpApiEndpoint.post("invite", "/dashboard/members/invitations")
       .setPayload(InviteRequest)
       .addSuccess(InvitationRecord, { status: 201 })
-      .annotate(OpenApi.Description, "Invites by email with a role: an email with a link, valid 7 days, revocable.")
+      .annotate(OpenApi.Description, "Invites by email with a role: an email with a link, valid 7 days, revocable. An account sends at most 100 invitations a day, revoked ones included (429 `rate_limit_exceeded` past that).")
       .pipe(allowRoles(...ADMINS))
   )
   .add(

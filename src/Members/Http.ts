@@ -5,7 +5,7 @@ import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import type { SignedIn } from "../Domain/Account.js"
-import { InvalidRequest, NotFound, PermissionDenied } from "../Domain/Errors.js"
+import { InvalidRequest, NotFound, PermissionDenied, RateLimitExceeded } from "../Domain/Errors.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
 import { ADMINS, type Role, roleRefusal } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
@@ -223,6 +223,13 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
                     message: what === "members"
                       ? `An account has at most ${limit} members.`
                       : `An account has at most ${limit} open invitations; revoke one first.`
+                  })
+                ),
+              TooFrequent: ({ limit, retryAfterMs }) =>
+                Effect.fail(
+                  new RateLimitExceeded({
+                    message: `An account sends at most ${limit} invitations a day, revoked ones included.`,
+                    retry_after_seconds: Math.max(1, Math.ceil(retryAfterMs / 1000))
                   })
                 ),
               AlreadyThere: ({ what }) =>

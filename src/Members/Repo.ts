@@ -14,6 +14,7 @@ import {
   NoSuchMember,
   NotAcceptable,
   toMember,
+  TooFrequent,
   TooMany
 } from "./Rows.js"
 
@@ -22,6 +23,8 @@ export { type AccountOfRow, type InvitationRow, type MemberRow } from "./Rows.js
 /** At most this many members in one account, and open invitations: every list here is bounded. */
 export const MAX_MEMBERS = 200
 export const MAX_OPEN_INVITATIONS = 100
+/** Invitations an account may send in 24 hours, revoked and accepted ones included: each is an email to an address the caller chose. */
+export const MAX_INVITATIONS_PER_DAY = 100
 
 export interface MemberChange {
   readonly role?: Role | undefined
@@ -62,7 +65,7 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
     readonly role: Role
     readonly invitedBy: string
     readonly expiresAt: Date
-  }) => Effect.Effect<InvitationRow, TooMany | AlreadyThere>
+  }) => Effect.Effect<InvitationRow, TooMany | TooFrequent | AlreadyThere>
   /** The account's open invitations (not accepted, revoked or expired). */
   readonly invitations: (accountId: string) => Effect.Effect<ReadonlyArray<InvitationRow>>
   /** The open invitations to an email, from any account. */
@@ -298,6 +301,13 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
               SELECT count(*)::int AS count FROM invitations
               WHERE account_id = ${accountId} AND accepted_at IS NULL AND revoked_at IS NULL`)
             if (open >= MAX_OPEN_INVITATIONS) return yield* new TooMany({ what: "invitations", limit: MAX_OPEN_INVITATIONS })
+            const [sent] = yield* sql<{ count: number; retryAfterMs: number | null }>`
+              SELECT count(*)::int AS count,
+                     ceil(extract(epoch FROM min(created_at) + interval '1 day' - now()) * 1000)::int AS retry_after_ms
+              FROM invitations WHERE account_id = ${accountId} AND created_at > now() - interval '1 day'`
+            if (sent !== undefined && sent.count >= MAX_INVITATIONS_PER_DAY) {
+              return yield* new TooFrequent({ limit: MAX_INVITATIONS_PER_DAY, retryAfterMs: Math.max(0, sent.retryAfterMs ?? 0) })
+            }
             const id = newId("inv")
             const inserted = yield* sql<{ id: string }>`
               INSERT INTO invitations (id, account_id, email, role, invited_by, expires_at)

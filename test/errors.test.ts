@@ -1,4 +1,5 @@
 import { createServer } from "node:http"
+import { createRequire } from "node:module"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { expect, layer } from "@effect/vitest"
@@ -136,12 +137,16 @@ layer(TestServerLive(), { excludeTestServices: true })("the service's contract a
       }
     }))
 
-  it.effect("/docs renders the OpenAPI document", () =>
+  it.effect("/docs renders the OpenAPI document, reading Scalar's 3.4 MB bundle only then", () =>
     Effect.gen(function*() {
+      const scalarLoaded = () => Object.keys(createRequire(import.meta.url).cache).some((path) => path.endsWith("internal/httpApiScalar.js"))
+      expect(scalarLoaded()).toBe(false)
       const reply = yield* call("GET", "/docs")
       expect(reply.status).toBe(200)
       expect(reply.headers.get("content-type")).toContain("text/html")
       expect(reply.text).toContain("nenas")
+      expect(reply.text).toContain("Minified by jsDelivr")
+      expect(scalarLoaded()).toBe(true)
     }))
 
   it.effect("an OpenAI field not implemented yet says not_implemented in the error shape, naming the field", () =>

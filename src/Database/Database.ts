@@ -7,6 +7,7 @@ import { migrations } from "../../migrations/index.js"
 import { AppConfig } from "../AppConfig.js"
 // Needs no development dependency to load: it resolves the PostgreSQL binaries only when it starts them.
 import { startEmbeddedPostgres } from "./EmbeddedPostgres.js"
+import { makePool } from "./Pool.js"
 
 const INT8_OID = 20
 
@@ -32,11 +33,10 @@ export const DatabaseLive = Layer.unwrapScoped(
     const url = Option.isSome(config.databaseUrl)
       ? config.databaseUrl.value
       : (yield* startEmbeddedPostgres(config.dataDir)).url
-    const client = PgClient.layer({
-      url,
-      types,
-      maxConnections: 20,
+    const client = PgClient.layerFromPool({
+      acquire: makePool({ url, types, max: 20 }),
       applicationName: "nenas",
+      types,
       transformResultNames: Str.snakeToCamel,
       transformQueryNames: Str.camelToSnake
     })

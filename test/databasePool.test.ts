@@ -1,0 +1,72 @@
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber, Layer, Redacted } from "effect"
+import pg from "pg"
+import { inject } from "vitest"
+import { makePool } from "../src/Database/Pool.js"
+import { realSleep } from "./support/RealTime.js"
+
+/**
+ * The service's pool on real PostgreSQL (`src/Database/Pool.ts`): a query of
+ * an interrupted fiber is cancelled, and its connection is not used again, so
+ * a cancel signal the backend acts on late cannot stop another request's query.
+ */
+
+const url = () => Redacted.make(inject("adminDatabaseUrl"))
+
+/** Two connections, as the service's pool at its smallest: the cancel runs on the other. */
+const Sql = PgClient.layerFromPool({ acquire: makePool({ url: url(), types: pg.types, max: 2 }) })
+
+/** A statement on its own connection, outside the pool under test (the late signal, the activity view). */
+const admin = <A extends pg.QueryResultRow>(text: string, values: Array<unknown> = []) =>
+  Effect.promise(async () => {
+    const client = new pg.Client({ connectionString: inject("adminDatabaseUrl") })
+    await client.connect()
+    try {
+      return (await client.query<A>(text, values)).rows
+    } finally {
+      await client.end()
+    }
+  })
+
+const backendPid = Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`)
+  .pipe(Effect.map((rows) => rows[0]!.pid))
+
+describe("the service's PostgreSQL pool", () => {
+  it.live("a cancelled query's connection is closed, not reused: a late cancel signal to it stops no other query", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      // Which backend the pool hands out first: the long query runs there.
+      const first = yield* backendPid
+      const long = yield* Effect.fork(sql`SELECT pg_sleep(30), 'nenas-pool-test' AS marker`)
+      for (let waited = 0; waited < 100; waited++) {
+        const running = yield* admin<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%nenas-pool-test%' AND state = 'active'",
+          [first]
+        )
+        if (running[0]!.n === 1) break
+        yield* realSleep(20)
+      }
+      const started = Date.now()
+      yield* Fiber.interrupt(long)
+      // The library cancelled the query (30 s) at once.
+      expect(Date.now() - started).toBeLessThan(5_000)
+      // The next query, on the pool's most recently released connection, is on another backend.
+      const next = yield* backendPid
+      expect(next).not.toBe(first)
+      // A cancel signal that reaches the old backend only now stops nothing: the query runs to its end.
+      const slow = yield* Effect.fork(sql<{ done: number }>`SELECT 1 AS done FROM pg_sleep(0.3)`)
+      yield* realSleep(50)
+      yield* admin("SELECT pg_cancel_backend($1)", [first])
+      const done = yield* Fiber.join(slow)
+      expect(done[0]!.done).toBe(1)
+      // And the old backend is gone.
+      for (let waited = 0; waited < 100; waited++) {
+        const left = yield* admin<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1", [first])
+        if (left[0]!.n === 0) return
+        yield* realSleep(20)
+      }
+      expect.fail(`backend ${first} still open`)
+    }).pipe(Effect.provide(Layer.fresh(Sql)), Effect.scoped))
+})

@@ -121,8 +121,12 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
 
         // The invited person follows the email's link in a browser of their own, signs in, and accepts.
         const second = await launchBrowser()
+        // Kept outside the try, so that a failure reports what the invitee's page logged.
+        let inviteeProblems: Array<string> = []
         try {
-          const { page: invitee, problems: inviteeProblems } = await strictPage(second.context)
+          const watched = await strictPage(second.context)
+          const invitee = watched.page
+          inviteeProblems = watched.problems
           await invitee.goto(`${baseUrl}${new URL(acceptUrl ?? "").pathname}${new URL(acceptUrl ?? "").search}`)
           await invitee.getByLabel("Email").fill("team-ui-dev@example.com")
           await invitee.getByRole("button", { name: "Sign in", exact: true }).click()
@@ -185,9 +189,15 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
           await noSidewaysScroll(invitee)
           expect(inviteeProblems).toEqual([])
         } catch (error) {
-          // The second browser's page, as inBrowser adds the first's.
-          const shown = await Promise.all(second.context.pages().map((open) => open.locator("body").innerText({ timeout: 2_000 }).catch(() => "")))
-          if (error instanceof Error) error.message += `\n\nThe invited person's browser:\n${shown.join("\n---\n").slice(0, 1_500)}`
+          // The second browser's pages (inBrowser adds the first's): address, text, and what they logged.
+          const shown = await Promise.all(second.context.pages().map(async (open) => {
+            await open.screenshot({ path: "test-results/dashboard/invitee-failed.png" }).catch(() => undefined)
+            const text = await open.locator("body").innerText({ timeout: 2_000 }).catch(() => "(unreadable)")
+            return `${open.url()}\n${text.slice(0, 1_500)}`
+          }))
+          if (error instanceof Error) {
+            error.message += `\n\nThe invited person's browser:\n${shown.join("\n---\n")}\nIts console errors: ${JSON.stringify(inviteeProblems)}`
+          }
           throw error
         } finally {
           await second.close()

@@ -6,6 +6,7 @@ import pg from "pg"
 import { inject } from "vitest"
 import { makePool } from "../src/Database/Pool.js"
 import { realSleep } from "./support/RealTime.js"
+import { withClient } from "./support/TestServer.js"
 
 /**
  * The service's pool on real PostgreSQL (`src/Database/Pool.ts`): a query of
@@ -20,15 +21,7 @@ const Sql = PgClient.layerFromPool({ acquire: makePool({ url: url(), types: pg.t
 
 /** A statement on its own connection, outside the pool under test (the late signal, the activity view). */
 const admin = <A extends pg.QueryResultRow>(text: string, values: Array<unknown> = []) =>
-  Effect.promise(async () => {
-    const client = new pg.Client({ connectionString: inject("adminDatabaseUrl") })
-    await client.connect()
-    try {
-      return (await client.query<A>(text, values)).rows
-    } finally {
-      await client.end()
-    }
-  })
+  Effect.promise(() => withClient(inject("adminDatabaseUrl"), async (client) => (await client.query<A>(text, values)).rows))
 
 const backendPid = Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`)
   .pipe(Effect.map((rows) => rows[0]!.pid))

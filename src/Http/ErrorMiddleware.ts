@@ -24,6 +24,7 @@ import {
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
+import { ModelLane } from "./ModelLane.js"
 import { makeRequestGuard } from "./RequestGuard.js"
 import { CurrentResponseHeaders, noteRequestFacts } from "../Request/Context.js"
 
@@ -203,9 +204,12 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
   Effect.gen(function*() {
     const { dashboardUrl } = yield* AppConfig
     const guard = yield* makeRequestGuard
-    return (app) =>
+    // The model calls' lane (`Models/Lane.ts`), where the service has one; tests' small APIs have none.
+    const lane = yield* Effect.serviceOption(ModelLane)
+    return (router) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
+        const app = (lane._tag === "Some" ? lane.value.route(request.method, request.url) : undefined) ?? router
         const requestId = newId("req")
         yield* noteRequestFacts({ requestId })
         const extraHeaders: Record<string, string> = {}

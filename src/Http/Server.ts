@@ -68,6 +68,7 @@ import { DashboardLive } from "./Dashboard.js"
 import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
 import { securityHeaders } from "./SecurityHeaders.js"
 import { DocsLive } from "./Docs.js"
+import { ModelLane } from "./ModelLane.js"
 import { drainDeadline } from "./Shutdown.js"
 
 /**
@@ -201,7 +202,7 @@ const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
       DocsLive,
       HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
       DashboardLive,
-      ErrorMiddlewareLive
+      ErrorMiddlewareLive.pipe(Layer.provide(ModelLane.layer))
     ]),
     Layer.provide(ApiLive)
   )

@@ -8,7 +8,9 @@ import type { ApiError } from "../Domain/Errors.js"
 import { httpStatus, InvalidRequest, isApiError, ProviderTimeout, toErrorBody } from "../Domain/Errors.js"
 import { addResponseHeaders, currentRequestId } from "../Request/Context.js"
 import { requireActiveAccount } from "./Access.js"
+import type { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "./Api.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
+import type { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "./AnthropicApi.js"
 import type { Capability } from "./CatalogApi.js"
 import type { CallInput, CallResult, Endpoint } from "./CallTypes.js"
 import { ModelCalls } from "./ModelCalls.js"
@@ -163,105 +165,122 @@ const makeCallServing = Effect.gen(function*() {
   return { serve, limits }
 })
 
-export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
-  Effect.gen(function*() {
-    const { serve } = yield* makeCallServing
-    const stored = yield* StoredConversations
-    return handlers
-      .handle("responses", ({ headers, payload }) =>
-        serve({
-          endpoint: "/v1/responses",
-          payload,
-          idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
-          stream: payload.stream === true,
-          input: Effect.gen(function*() {
-            if (payload.model !== PUBLIC_MODEL) {
-              return yield* new InvalidRequest({
-                message: `The model '${payload.model}' does not exist; the model is '${PUBLIC_MODEL}'.`,
-                param: "model"
-              })
-            }
-            const key = yield* CurrentApiKey
-            const state = yield* stored.resolve(key.accountId, yield* currentRequestId, payload)
-            const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
-            return {
-              endpoint: "/v1/responses",
-              messages: conversation.messages,
-              upstream: conversation.upstream,
-              remoteImages: conversation.remoteImages,
-              capabilities: conversation.capabilities,
-              effort: payload.reasoning?.effort ?? "medium",
-              maxOutputTokens: payload.max_output_tokens,
-              maxTotalCostMyr: payload.max_total_cost_myr,
-              // OpenAI's web search tool turns our web search on, with the request's settings if it has them.
-              webSearch: conversation.webSearchTool ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" } : payload.web_search,
-              temperature: payload.temperature,
-              topP: payload.top_p,
-              user: payload.user,
-              metadata: payload.metadata,
-              stream: payload.stream,
-              inputParam: "input",
-              store: state.store
-            } satisfies CallInput
-          }),
-          render: responsesOutput,
-          renderStream: responsesEvents,
-          errorBody: toErrorBody
-        }))
-      .handle("chatCompletions", ({ headers, payload }) =>
-        serve({
-          endpoint: "/v1/chat/completions",
-          payload,
-          idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
-          stream: payload.stream === true,
-          input: Effect.map(chatConversation(payload), (conversation) => ({
-            endpoint: "/v1/chat/completions",
+/** The request as a model endpoint's handler reads it: its decoded headers and payload. */
+interface CallRequest<Payload> {
+  readonly headers: typeof IdempotencyKeyHeader.Type
+  readonly payload: Payload
+}
+
+/**
+ * The model endpoints' handlers, one implementation of each: the HttpApi
+ * groups below serve them through the router, and the lane (`Lane.ts`)
+ * serves the same functions in front of it.
+ */
+export const makeModelEndpoints = Effect.gen(function*() {
+  const { limits, serve } = yield* makeCallServing
+  const stored = yield* StoredConversations
+  return {
+    responses: ({ headers, payload }: CallRequest<ResponsesBody>) =>
+      serve({
+        endpoint: "/v1/responses",
+        payload,
+        idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+        stream: payload.stream === true,
+        input: Effect.gen(function*() {
+          if (payload.model !== PUBLIC_MODEL) {
+            return yield* new InvalidRequest({
+              message: `The model '${payload.model}' does not exist; the model is '${PUBLIC_MODEL}'.`,
+              param: "model"
+            })
+          }
+          const key = yield* CurrentApiKey
+          const state = yield* stored.resolve(key.accountId, yield* currentRequestId, payload)
+          const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
+          return {
+            endpoint: "/v1/responses",
             messages: conversation.messages,
             upstream: conversation.upstream,
             remoteImages: conversation.remoteImages,
             capabilities: conversation.capabilities,
-            effort: payload.reasoning_effort ?? "medium",
-            maxOutputTokens: payload.max_completion_tokens ?? payload.max_tokens,
+            effort: payload.reasoning?.effort ?? "medium",
+            maxOutputTokens: payload.max_output_tokens,
             maxTotalCostMyr: payload.max_total_cost_myr,
-            webSearch: payload.web_search,
+            // OpenAI's web search tool turns our web search on, with the request's settings if it has them.
+            webSearch: conversation.webSearchTool ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" } : payload.web_search,
             temperature: payload.temperature,
             topP: payload.top_p,
-            stop: payload.stop,
             user: payload.user,
             metadata: payload.metadata,
             stream: payload.stream,
-            inputParam: "messages"
-          } satisfies CallInput)),
-          render: chatCompletion,
-          renderStream: chatEvents,
-          errorBody: toErrorBody
-        }))
-  }))
-
-/** Anthropic's Messages API: the same call, in Anthropic's shapes (`AnthropicInput.ts`, `AnthropicWire.ts`). */
-export const AnthropicMessagesLive = HttpApiBuilder.group(NenasApi, "anthropicMessages", (handlers) =>
-  Effect.gen(function*() {
-    const { limits, serve } = yield* makeCallServing
-    return handlers
-      .handle("messages", ({ headers, payload }) =>
-        serve({
-          endpoint: "/v1/messages",
-          payload,
-          idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+            inputParam: "input",
+            store: state.store
+          } satisfies CallInput
+        }),
+        render: responsesOutput,
+        renderStream: responsesEvents,
+        errorBody: toErrorBody
+      }),
+    chatCompletions: ({ headers, payload }: CallRequest<ChatCompletionRequest>) =>
+      serve({
+        endpoint: "/v1/chat/completions",
+        payload,
+        idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+        stream: payload.stream === true,
+        input: Effect.map(chatConversation(payload), (conversation) => ({
+          endpoint: "/v1/chat/completions",
+          messages: conversation.messages,
+          upstream: conversation.upstream,
+          remoteImages: conversation.remoteImages,
+          capabilities: conversation.capabilities,
+          effort: payload.reasoning_effort ?? "medium",
+          maxOutputTokens: payload.max_completion_tokens ?? payload.max_tokens,
+          maxTotalCostMyr: payload.max_total_cost_myr,
+          webSearch: payload.web_search,
+          temperature: payload.temperature,
+          topP: payload.top_p,
+          stop: payload.stop,
+          user: payload.user,
+          metadata: payload.metadata,
           stream: payload.stream,
-          input: anthropicCallInput(payload),
-          render: anthropicMessage,
-          renderStream: anthropicEvents,
-          errorBody: anthropicErrorBody
-        }))
-      // Free and not logged as a call, but counted against the key's rate limits as every /v1 request is.
-      .handle("countTokens", ({ payload }) =>
-        Effect.gen(function*() {
-          yield* requireActiveAccount
-          const key = yield* CurrentApiKey
-          return yield* Effect.scoped(Effect.zipRight(
-            limits.admit(key.keyId, yield* currentRequestId),
-            Effect.zipRight(requireAnthropicModel(payload.model), Effect.map(anthropicConversation(payload), anthropicTokenCount))
-          ))
-        }))
-  }))
+          inputParam: "messages"
+        } satisfies CallInput)),
+        render: chatCompletion,
+        renderStream: chatEvents,
+        errorBody: toErrorBody
+      }),
+    /** Anthropic's Messages API: the same call, in Anthropic's shapes (`AnthropicInput.ts`, `AnthropicWire.ts`). */
+    messages: ({ headers, payload }: CallRequest<AnthropicMessagesRequest>) =>
+      serve({
+        endpoint: "/v1/messages",
+        payload,
+        idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+        stream: payload.stream,
+        input: anthropicCallInput(payload),
+        render: anthropicMessage,
+        renderStream: anthropicEvents,
+        errorBody: anthropicErrorBody
+      }),
+    /** Free and not logged as a call, but counted against the key's rate limits as every /v1 request is. */
+    countTokens: ({ payload }: { readonly payload: AnthropicCountTokensRequest }) =>
+      Effect.gen(function*() {
+        yield* requireActiveAccount
+        const key = yield* CurrentApiKey
+        return yield* Effect.scoped(Effect.zipRight(
+          limits.admit(key.keyId, yield* currentRequestId),
+          Effect.zipRight(requireAnthropicModel(payload.model), Effect.map(anthropicConversation(payload), anthropicTokenCount))
+        ))
+      })
+  }
+})
+
+export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
+  Effect.map(makeModelEndpoints, (endpoints) =>
+    handlers
+      .handle("responses", endpoints.responses)
+      .handle("chatCompletions", endpoints.chatCompletions)))
+
+export const AnthropicMessagesLive = HttpApiBuilder.group(NenasApi, "anthropicMessages", (handlers) =>
+  Effect.map(makeModelEndpoints, (endpoints) =>
+    handlers
+      .handle("messages", endpoints.messages)
+      .handle("countTokens", endpoints.countTokens)))

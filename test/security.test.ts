@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process"
+import { connect } from "node:net"
 import { randomUUID } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -340,3 +341,32 @@ describe("compose.yaml", () => {
 })
 
 if (composeCli === null) console.warn("No Compose CLI (docker compose or docker-compose): `compose config` not run; the ${VAR:?} forms were checked in the file.")
+
+layer(TestServerLive(), { excludeTestServices: true })("request targets the URL parser refuses", (it) => {
+  /** One raw HTTP/1.1 request: what the server writes back before it closes. */
+  const raw = (target: string) =>
+    Effect.flatMap(TestServer, ({ baseUrl }) =>
+      Effect.promise(() =>
+        new Promise<string>((resolve, reject) => {
+          const { hostname, port } = new URL(baseUrl)
+          const socket = connect(Number(port), hostname, () =>
+            socket.end(`GET ${target} HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\n\r\n`))
+          let text = ""
+          socket.setEncoding("utf8")
+          socket.on("data", (chunk: string) => text += chunk)
+          socket.on("end", () => resolve(text))
+          socket.on("error", reject)
+        })
+      ))
+
+  it.effect("are answered in the error shape with the security headers, and the service goes on serving", () =>
+    Effect.gen(function*() {
+      for (const target of ["//[", "//[::1", "http://[/v1/models", "/%"]) {
+        const answer = yield* raw(target)
+        expect(answer, target).toMatch(/^HTTP\/1\.1 4\d\d /)
+        expect(answer.toLowerCase(), target).toContain("x-content-type-options: nosniff")
+        expect(answer, target).toMatch(/"request_id":"req_/)
+      }
+      expect((yield* call("GET", "/healthz")).status).toBe(200)
+    }))
+})

@@ -1,12 +1,9 @@
 import * as HttpApi from "@effect/platform/HttpApi"
-import type * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
-import { Effect, Exit, FiberRef } from "effect"
+import type { ServerResponse } from "node:http"
 import { NenasApi } from "../Api.js"
 import { memoized } from "../Domain/Memo.js"
-import { Metrics } from "../Observability/Metrics.js"
-import { CurrentRequestFacts, type RequestFacts } from "../Request/Context.js"
+import type { Metrics } from "../Observability/Metrics.js"
+import type { RequestFacts } from "../Request/Context.js"
 
 interface RoutePattern {
   readonly method: string
@@ -46,39 +43,43 @@ const patternOf = memoized((route) => {
   return OTHER_ROUTES.find(([, regex]) => regex.test(path))?.[0] ?? "other"
 })
 
+/** An access-log line's fields: never a key, a token, a query string or a prompt. */
+export interface AccessLine {
+  readonly method: string
+  readonly route: string
+  readonly status: number
+  readonly durationMs: number
+  readonly requestId: string | null
+  readonly keyId: string | null
+  readonly accountId: string | null
+  readonly aborted?: true
+}
+
 /**
- * One access-log line and the request metrics per request, once the answer
- * has been sent (the platform's writer resolves when the body, streamed or
- * not, is written; an interrupted one is a client that went away). The line
- * names the route, status, duration, request id, key id and account id:
- * never a key, a token, a query string or a prompt.
+ * One access-log line and the request metrics per request, once its answer
+ * has gone out (the response's `close`; one closed before it was finished is a
+ * client that went away: `aborted`). The line names the route, status,
+ * duration, request id, key id and account id, which the error middleware
+ * and authentication note in `facts` as they learn them.
  */
-export const accessLog = (app: HttpApp.Default): HttpApp.Default<never, Metrics> =>
-  Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const metrics = yield* Metrics
-    const started = performance.now()
-    const facts: RequestFacts = {}
-    const route = routeOf(request.method, request.url)
-    const response = NodeHttpServerRequest.toServerResponse(request)
-    // Set, not `Effect.locally`: this fiber serves this one request and ends with it.
-    yield* FiberRef.set(CurrentRequestFacts, facts)
-    return yield* app.pipe(
-      Effect.onExit((exit) => {
-        const seconds = (performance.now() - started) / 1000
-        const status = response.statusCode
-        metrics.requests.inc({ route, method: request.method, status: String(status) })
-        metrics.requestDuration.observe({ route }, seconds)
-        return Effect.logInfo("request").pipe(Effect.annotateLogs({
-          method: request.method,
-          route,
-          status,
-          durationMs: Math.round(seconds * 10_000) / 10,
-          requestId: facts.requestId ?? null,
-          keyId: facts.keyId ?? null,
-          accountId: facts.accountId ?? null,
-          ...(Exit.isInterrupted(exit) ? { aborted: true } : {})
-        }))
-      })
-    )
+export const makeAccessLog = (metrics: Metrics, write: (line: AccessLine) => void) =>
+(method: string, url: string, response: ServerResponse, facts: RequestFacts): void => {
+  const started = performance.now()
+  const route = routeOf(method, url)
+  response.once("close", () => {
+    const seconds = (performance.now() - started) / 1000
+    const status = response.statusCode
+    metrics.requests.inc({ route, method, status: String(status) })
+    metrics.requestDuration.observe({ route }, seconds)
+    write({
+      method,
+      route,
+      status,
+      durationMs: Math.round(seconds * 10_000) / 10,
+      requestId: facts.requestId ?? null,
+      keyId: facts.keyId ?? null,
+      accountId: facts.accountId ?? null,
+      ...(response.writableFinished ? {} : { aborted: true })
+    })
   })
+}

@@ -26,7 +26,7 @@ import { newId } from "../Domain/Ids.js"
 import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
 import { ModelLane } from "./ModelLane.js"
 import { makeRequestGuard } from "./RequestGuard.js"
-import { CurrentResponseHeaders, noteRequestFacts } from "../Request/Context.js"
+import { CurrentRequestFacts, CurrentResponseHeaders, type RequestFacts, requestFactsOf } from "../Request/Context.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
 const OVERSIZE_MESSAGE = "The request body exceeds 8 MiB."
@@ -211,7 +211,10 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const request = yield* HttpServerRequest.HttpServerRequest
         const app = (lane._tag === "Some" ? lane.value.route(request.method, request.url) : undefined) ?? router
         const requestId = newId("req")
-        yield* noteRequestFacts({ requestId })
+        // The access log's record for this request (`Front.ts`); a server without the front gets one of its own.
+        const facts: RequestFacts = requestFactsOf(NodeHttpServerRequest.toIncomingMessage(request)) ?? {}
+        facts.requestId = requestId
+        yield* FiberRef.set(CurrentRequestFacts, facts)
         const extraHeaders: Record<string, string> = {}
         // Set, not `Effect.locally`: this fiber serves this one request and ends with it, so nothing needs them back.
         yield* FiberRef.set(CurrentRequestId, requestId)

@@ -1,12 +1,7 @@
-import * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Effect } from "effect"
 import type { AppConfigShape } from "../AppConfig.js"
-import { PermissionDenied } from "../Domain/Errors.js"
+import { httpStatus, PermissionDenied, toErrorBody } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { memoized } from "../Domain/Memo.js"
-import { errorResponse } from "./ErrorMiddleware.js"
 
 /**
  * The dashboard's policy: its own scripts, styles and API only; never framed. Images may
@@ -77,7 +72,14 @@ const contentSecurityPolicy = (pathname: string): string =>
  * A request URL's path, as the WHATWG URL parser reads it (dot segments resolved), remembered by the part before
  * its query (which the path does not depend on, and which varies: a cache-busting parameter would churn the memo).
  */
-const parsedPath = memoized((path) => new URL(path, "http://localhost").pathname)
+const parsedPath = memoized((path) => {
+  try {
+    return new URL(path, "http://localhost").pathname
+  } catch {
+    // A request target the parser refuses (`http://[`): no path any policy names.
+    return path
+  }
+})
 const pathnameOf = (url: string): string => parsedPath(url.split("?", 1)[0] ?? "")
 
 const originOf = (url: string): string | null => {
@@ -88,68 +90,76 @@ const originOf = (url: string): string | null => {
   }
 }
 
+/** What the front answers a request with before the app sees it: a preflight's answer, or nothing. */
+export interface Preflight {
+  readonly status: number
+  readonly headers: Record<string, string>
+  readonly body?: string
+}
+
 /**
- * The outermost middleware: security headers on every answer (`nosniff`,
- * `no-referrer`, the path's CSP, `no-store` where `isNoStore`) and CORS by path. A preflight CORS does not
- * allow answers 403 `permission_denied`, with no `Access-Control-Allow-*`.
+ * The outermost layer, in plain code at the Node server (`Front.ts`): security
+ * headers on every answer (`nosniff`, `no-referrer`, the path's CSP,
+ * `no-store` where `isNoStore`) and CORS by path; they override a header of
+ * the same name the app set. A preflight is answered here: 204, or 403
+ * `permission_denied` with no `Access-Control-Allow-*` where CORS does not allow it.
  */
-export const securityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) => {
+export const makeSecurityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">) => {
   const dashboardOrigin = originOf(config.dashboardUrl)
-  return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R> =>
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const pathname = pathnameOf(request.url)
-      const origin = request.headers["origin"]
-      const policy = corsPolicy(pathname)
-      const allowedOrigin = policy === "any"
-        ? "*"
-        : policy === "dashboard" && origin !== undefined && origin === dashboardOrigin
-        ? origin
-        : null
-      const cors: Record<string, string> = allowedOrigin === null ? {} : {
-        "access-control-allow-origin": allowedOrigin,
-        "access-control-expose-headers": EXPOSED_HEADERS
+  return (method: string, url: string, headers: Readonly<Record<string, string | Array<string> | undefined>>): {
+    readonly headers: Record<string, string>
+    readonly preflight: Preflight | undefined
+  } => {
+    const pathname = pathnameOf(url)
+    const origin = typeof headers["origin"] === "string" ? headers["origin"] : undefined
+    const policy = corsPolicy(pathname)
+    const allowedOrigin = policy === "any"
+      ? "*"
+      : policy === "dashboard" && origin !== undefined && origin === dashboardOrigin
+      ? origin
+      : null
+    const security: Record<string, string> = {
+      "x-content-type-options": "nosniff",
+      "referrer-policy": "no-referrer",
+      "content-security-policy": contentSecurityPolicy(pathname)
+    }
+    if (isNoStore(pathname)) security["cache-control"] = "no-store"
+    if (allowedOrigin !== null) {
+      security["access-control-allow-origin"] = allowedOrigin
+      security["access-control-expose-headers"] = EXPOSED_HEADERS
+    }
+    // The answer differs by Origin: a shared cache must not hand one origin's answer to another.
+    if (policy === "dashboard") security["vary"] = "Origin"
+    const isPreflight = method === "OPTIONS" && origin !== undefined && headers["access-control-request-method"] !== undefined
+    if (!isPreflight) return { headers: security, preflight: undefined }
+    if (allowedOrigin === null) {
+      const requestId = newId("req")
+      const refused = new PermissionDenied({
+        message: `Cross-origin requests to ${pathname} are not allowed from ${origin}.`,
+        guidance: policy === "dashboard"
+          ? "Only the dashboard's own origin (DASHBOARD_URL) may call /dashboard from a browser; use the dashboard, or call from a server."
+          : "This path answers no cross-origin requests from a browser; call it from a server."
+      })
+      return {
+        headers: security,
+        preflight: {
+          status: httpStatus(refused),
+          headers: { "content-type": "application/json", "x-request-id": requestId },
+          body: JSON.stringify(toErrorBody(refused, requestId, config.dashboardUrl))
+        }
       }
-      // The answer differs by Origin: a shared cache must not hand one origin's answer to another.
-      if (policy === "dashboard") cors["vary"] = "Origin"
-      const headers: Record<string, string> = {
-        "x-content-type-options": "nosniff",
-        "referrer-policy": "no-referrer",
-        "content-security-policy": contentSecurityPolicy(pathname),
-        ...(isNoStore(pathname) ? { "cache-control": "no-store" } : {}),
-        ...cors
-      }
-      const preflight = request.method === "OPTIONS" && origin !== undefined &&
-        request.headers["access-control-request-method"] !== undefined
-      if (!preflight) {
-        // A pre-response handler: the headers reach every answer the app makes, error answers included.
-        yield* HttpApp.appendPreResponseHandler((_request, response) =>
-          Effect.succeed(HttpServerResponse.setHeaders(response, headers))
-        )
-        return yield* app
-      }
-      if (allowedOrigin === null) {
-        const requestId = newId("req")
-        const refused = new PermissionDenied({
-          message: `Cross-origin requests to ${pathname} are not allowed from ${origin}.`,
-          guidance: policy === "dashboard"
-            ? "Only the dashboard's own origin (DASHBOARD_URL) may call /dashboard from a browser; use the dashboard, or call from a server."
-            : "This path answers no cross-origin requests from a browser; call it from a server."
-        })
-        return HttpServerResponse.setHeaders(errorResponse(refused, requestId, config.dashboardUrl), {
-          ...headers,
-          "x-request-id": requestId
-        })
-      }
-      const requested = request.headers["access-control-request-headers"]
-      return HttpServerResponse.empty({
+    }
+    const requested = headers["access-control-request-headers"]
+    return {
+      headers: security,
+      preflight: {
         status: 204,
         headers: {
-          ...headers,
           "access-control-allow-methods": policy === "any" ? "GET, POST, DELETE, OPTIONS" : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
-          ...(requested === undefined ? {} : { "access-control-allow-headers": requested }),
+          ...(typeof requested === "string" ? { "access-control-allow-headers": requested } : {}),
           "access-control-max-age": "600"
         }
-      })
-    })
+      }
+    }
+  }
 }

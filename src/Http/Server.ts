@@ -63,10 +63,9 @@ import { instrumentedProvider, traced } from "../Providers/Instrumented.js"
 import type { Provider, TestKeyProvider } from "../Providers/Provider.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { TracingLive } from "../Observability/Tracing.js"
-import { accessLog } from "./AccessLog.js"
 import { DashboardLive } from "./Dashboard.js"
+import { FrontResponse, makeFront } from "./Front.js"
 import { answerParserErrors, ErrorMiddlewareLive } from "./ErrorMiddleware.js"
-import { securityHeaders } from "./SecurityHeaders.js"
 import { DocsLive } from "./Docs.js"
 import { ModelLane } from "./ModelLane.js"
 import { drainDeadline } from "./Shutdown.js"
@@ -194,10 +193,10 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
 
 /**
  * The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`)
- * and the error encoder; security headers and CORS (`SecurityHeaders.ts`) outermost, on every answer.
+ * and the error encoder; security headers, CORS and the access log are the server's front (`Front.ts`).
  */
 const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
-  const app = HttpApiBuilder.serve((app) => securityHeaders(config)(accessLog(app))).pipe(
+  const app = HttpApiBuilder.serve().pipe(
     Layer.provide([
       DocsLive,
       HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
@@ -222,13 +221,20 @@ export const HEADERS_TIMEOUT_MS = 10_000
  * `connectionsCheckingInterval`, 30 s by default: once a second keeps them close to their values.
  */
 export const makeNodeServer = () =>
-  createServer({ requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: HEADERS_TIMEOUT_MS, connectionsCheckingInterval: 1_000 })
+  createServer({
+    requestTimeout: REQUEST_TIMEOUT_MS,
+    headersTimeout: HEADERS_TIMEOUT_MS,
+    connectionsCheckingInterval: 1_000,
+    ServerResponse: FrontResponse
+  })
 
-/** The Node HTTP server on `HOST:PORT`; stopping, it drains in-flight calls up to a deadline. */
+/** The Node HTTP server on `HOST:PORT`, its front before the app; stopping, it drains in-flight calls up to a deadline. */
 export const NodeServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, ({ dashboardUrl, host, port }) => {
+  Effect.gen(function*() {
+    const { dashboardUrl, host, port } = yield* AppConfig
     const server = makeNodeServer()
     answerParserErrors(server, dashboardUrl)
+    ;(yield* makeFront)(server)
     return Layer.provideMerge(drainDeadline(server), NodeHttpServer.layer(() => server, { port, host }))
   })
 )

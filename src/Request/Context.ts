@@ -8,10 +8,19 @@ export interface RequestFacts {
   accountId?: string
 }
 
-/** The access log gives each request its own record; the error middleware and authentication fill it in. */
+/** Each request's own record for the access log; the error middleware and authentication fill it in. */
 export const CurrentRequestFacts: FiberRef.FiberRef<RequestFacts | undefined> = FiberRef.unsafeMake<
   RequestFacts | undefined
 >(undefined)
+
+const FACTS = Symbol.for("nenas/RequestFacts")
+
+/** The record the access log will read for a Node request (`Http/Front.ts` makes it, before the app sees the request). */
+export const attachRequestFacts = (incoming: object, facts: RequestFacts): void => {
+  ;(incoming as { [FACTS]?: RequestFacts })[FACTS] = facts
+}
+
+export const requestFactsOf = (incoming: object): RequestFacts | undefined => (incoming as { [FACTS]?: RequestFacts })[FACTS]
 
 export const noteRequestFacts = (facts: RequestFacts) =>
   Effect.map(FiberRef.get(CurrentRequestFacts), (record) => {

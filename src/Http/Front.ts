@@ -1,0 +1,93 @@
+import { IncomingMessage, type OutgoingHttpHeaders, type Server, ServerResponse } from "node:http"
+import { Cause, Effect, FiberId, FiberRef, HashMap, List, LogLevel } from "effect"
+import { AppConfig } from "../AppConfig.js"
+import { Metrics } from "../Observability/Metrics.js"
+import { attachRequestFacts, type RequestFacts } from "../Request/Context.js"
+import { type AccessLine, makeAccessLog } from "./AccessLog.js"
+import { makeSecurityHeaders } from "./SecurityHeaders.js"
+
+const writeHead = ServerResponse.prototype.writeHead
+
+/**
+ * A Node response that writes the front's security headers over whatever
+ * headers its answer has (the app's own of the same name included), however
+ * the answer is written: the platform's writer, an error, a preflight.
+ */
+export class FrontResponse<Request extends IncomingMessage = IncomingMessage> extends ServerResponse<Request> {
+  security: Record<string, string> | undefined = undefined
+}
+
+type Headers = OutgoingHttpHeaders | ReadonlyArray<unknown> | undefined
+
+const over = (headers: Headers, security: Record<string, string>): OutgoingHttpHeaders | ReadonlyArray<unknown> => {
+  if (headers === undefined) return security
+  if (!Array.isArray(headers)) return { ...(headers as OutgoingHttpHeaders), ...security }
+  // Raw [name, value, …] pairs (nobody here writes them): the security headers go after, and win.
+  return [...headers, ...Object.entries(security).flat()]
+}
+
+FrontResponse.prototype.writeHead = function writeHeadUnder(this: FrontResponse, statusCode: number, message?: unknown, headers?: unknown) {
+  const security = this.security
+  if (security === undefined) return Reflect.apply(writeHead, this, arguments) as FrontResponse
+  return (typeof message === "string"
+    ? Reflect.apply(writeHead, this, [statusCode, message, over(headers as Headers, security)])
+    : Reflect.apply(writeHead, this, [statusCode, over(message as Headers, security)])) as FrontResponse
+} as FrontResponse["writeHead"]
+
+/**
+ * The instance's loggers as they stand while the server is built (`LOG_FORMAT`'s, a test's), for a line
+ * written outside any fiber: the access log's, at the level and in the format of every other line.
+ */
+const makeLineWriter = Effect.gen(function*() {
+  const loggers = yield* FiberRef.get(FiberRef.currentLoggers)
+  const minimum = yield* FiberRef.get(FiberRef.currentMinimumLogLevel)
+  const context = yield* Effect.getFiberRefs
+  if (LogLevel.greaterThan(minimum, LogLevel.Info)) return (_line: AccessLine) => {}
+  return (line: AccessLine) => {
+    const options = {
+      fiberId: FiberId.none,
+      logLevel: LogLevel.Info,
+      message: "request",
+      cause: Cause.empty,
+      context,
+      spans: List.empty(),
+      annotations: HashMap.fromIterable(Object.entries(line)),
+      date: new Date()
+    }
+    for (const logger of loggers) logger.log(options)
+  }
+})
+
+/**
+ * What every request meets before the Effect app, in plain code (issue 36:
+ * as Effect middleware these two cost about a third of a `/healthz`): the
+ * security headers and CORS (`SecurityHeaders.ts`), a preflight answered
+ * here, and the access log and request metrics (`AccessLog.ts`), whose record
+ * the error middleware and authentication fill in (`Request/Context.ts`).
+ * A preflight is neither logged nor counted, as before.
+ */
+export const makeFront = Effect.gen(function*() {
+  const config = yield* AppConfig
+  const securityOf = makeSecurityHeaders(config)
+  const accessLog = makeAccessLog(yield* Metrics, yield* makeLineWriter)
+  return (server: Server): void => {
+    const emit = server.emit
+    server.emit = function(this: Server, event: string | symbol, ...args: Array<unknown>): boolean {
+      if (event !== "request") return Reflect.apply(emit, this, [event, ...args]) as boolean
+      const request = args[0] as IncomingMessage
+      const response = args[1] as FrontResponse
+      const { headers, preflight } = securityOf(request.method ?? "GET", request.url ?? "/", request.headers)
+      response.security = headers
+      if (preflight !== undefined) {
+        const body = preflight.body ?? ""
+        response.writeHead(preflight.status, body === "" ? preflight.headers : { ...preflight.headers, "content-length": String(Buffer.byteLength(body)) })
+        response.end(body)
+        return true
+      }
+      const facts: RequestFacts = {}
+      attachRequestFacts(request, facts)
+      accessLog(request.method ?? "GET", request.url ?? "/", response, facts)
+      return Reflect.apply(emit, this, [event, ...args]) as boolean
+    } as typeof server.emit
+  }
+})

@@ -204,7 +204,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
   Effect.gen(function*() {
     const { dashboardUrl } = yield* AppConfig
     const guard = yield* makeRequestGuard
-    // The model calls' lane (`Models/Lane.ts`), where the service has one; tests' small APIs have none.
+    // The model calls' lane (`ModelLane.ts`), where the service has one; tests' small APIs have none.
     const lane = yield* Effect.serviceOption(ModelLane)
     return (router) =>
       Effect.gen(function*() {

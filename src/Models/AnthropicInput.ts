@@ -19,7 +19,7 @@ import type {
 import { PUBLIC_MODEL, WebSearchConfig } from "./Api.js"
 import type { CallInput } from "./CallTypes.js"
 import type { Conversation } from "./Input.js"
-import { textView, toolsOf } from "./Input.js"
+import { conversationInput, textView, toolsOf } from "./Input.js"
 
 type InputError = InvalidRequest | UnsupportedInput
 type Block = AnthropicContentBlock
@@ -301,10 +301,7 @@ export const anthropicCallInput = (body: AnthropicMessagesRequest) =>
     const maxUses = conversation.webSearchMaxUses
     return {
       endpoint: "/v1/messages",
-      messages: conversation.messages,
-      upstream: conversation.upstream,
-      remoteImages: conversation.remoteImages,
-      capabilities: conversation.capabilities,
+      ...conversationInput(conversation),
       effort: anthropicEffort(body),
       maxOutputTokens: body.max_tokens,
       maxTotalCostMyr: body.max_total_cost_myr,

@@ -15,7 +15,7 @@ import type { Capability } from "./CatalogApi.js"
 import type { CallInput, CallResult, Endpoint } from "./CallTypes.js"
 import { ModelCalls } from "./ModelCalls.js"
 import { Idempotency } from "./Idempotency.js"
-import { chatConversation, responsesConversation } from "./Input.js"
+import { chatConversation, conversationInput, responsesConversation } from "./Input.js"
 import { CallLimits } from "./RateLimits.js"
 import { RETENTION_DAYS } from "../Responses/Store.js"
 import { anthropicErrorBody } from "./AnthropicErrors.js"
@@ -171,6 +171,17 @@ interface CallRequest<Payload> {
   readonly payload: Payload
 }
 
+/** What every model endpoint's call takes from its request: the body, and its Idempotency-Key unless it streams. */
+const requested = <Payload extends { readonly stream?: boolean | null | undefined }>(
+  endpoint: Endpoint,
+  { headers, payload }: CallRequest<Payload>
+) => ({
+  endpoint,
+  payload,
+  idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
+  stream: payload.stream === true
+})
+
 /**
  * The model endpoints' handlers, one implementation of each: the HttpApi
  * groups below serve them through the router, and the lane (`Lane.ts`)
@@ -182,10 +193,7 @@ export const makeModelEndpoints = Effect.gen(function*() {
   return {
     responses: ({ headers, payload }: CallRequest<ResponsesBody>) =>
       serve({
-        endpoint: "/v1/responses",
-        payload,
-        idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
-        stream: payload.stream === true,
+        ...requested("/v1/responses", { headers, payload }),
         input: Effect.gen(function*() {
           if (payload.model !== PUBLIC_MODEL) {
             return yield* new InvalidRequest({
@@ -198,10 +206,7 @@ export const makeModelEndpoints = Effect.gen(function*() {
           const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
           return {
             endpoint: "/v1/responses",
-            messages: conversation.messages,
-            upstream: conversation.upstream,
-            remoteImages: conversation.remoteImages,
-            capabilities: conversation.capabilities,
+            ...conversationInput(conversation),
             effort: payload.reasoning?.effort ?? "medium",
             maxOutputTokens: payload.max_output_tokens,
             maxTotalCostMyr: payload.max_total_cost_myr,
@@ -222,16 +227,10 @@ export const makeModelEndpoints = Effect.gen(function*() {
       }),
     chatCompletions: ({ headers, payload }: CallRequest<ChatCompletionRequest>) =>
       serve({
-        endpoint: "/v1/chat/completions",
-        payload,
-        idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
-        stream: payload.stream === true,
+        ...requested("/v1/chat/completions", { headers, payload }),
         input: Effect.map(chatConversation(payload), (conversation) => ({
           endpoint: "/v1/chat/completions",
-          messages: conversation.messages,
-          upstream: conversation.upstream,
-          remoteImages: conversation.remoteImages,
-          capabilities: conversation.capabilities,
+          ...conversationInput(conversation),
           effort: payload.reasoning_effort ?? "medium",
           maxOutputTokens: payload.max_completion_tokens ?? payload.max_tokens,
           maxTotalCostMyr: payload.max_total_cost_myr,
@@ -251,10 +250,7 @@ export const makeModelEndpoints = Effect.gen(function*() {
     /** Anthropic's Messages API: the same call, in Anthropic's shapes (`AnthropicInput.ts`, `AnthropicWire.ts`). */
     messages: ({ headers, payload }: CallRequest<AnthropicMessagesRequest>) =>
       serve({
-        endpoint: "/v1/messages",
-        payload,
-        idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
-        stream: payload.stream,
+        ...requested("/v1/messages", { headers, payload }),
         input: anthropicCallInput(payload),
         render: anthropicMessage,
         renderStream: anthropicEvents,

@@ -28,6 +28,14 @@ export interface Conversation {
   readonly remoteImages: ReadonlyMap<string, string>
 }
 
+/** What a call's input takes from its conversation, whichever endpoint parsed it. */
+export const conversationInput = (conversation: Pick<Conversation, "messages" | "upstream" | "remoteImages" | "capabilities">) => ({
+  messages: conversation.messages,
+  upstream: conversation.upstream,
+  remoteImages: conversation.remoteImages,
+  capabilities: conversation.capabilities
+})
+
 /** Remote image URLs met while parsing, each with the param of its first use; `false` where images are refused. */
 type ImageSink = Map<string, string> | false
 

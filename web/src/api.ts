@@ -1,34 +1,11 @@
 /** The dashboard API over fetch with the session token and account, typed by the service's contract (web/src/contract.ts). */
 
 // Types only, generated from the contract: none of the server's code (nor effect) reaches the bundle.
-import type { ErrorBody, Routes, Schemas } from "./contract"
+import type { Routes, Schemas } from "./contract"
 import type { MemberRoute } from "./roles"
+import { ApiError, callerHeaders, isErrorBody, localError, send, unreachable, type Caller, type SendOptions } from "./transport"
 
-export type ApiErrorBody = ErrorBody["error"]
-
-/** A failed call: the spec's error body, or one made up when the body was not it (a network failure). */
-export class ApiError extends Error {
-  constructor(readonly status: number, readonly body: ApiErrorBody) {
-    super(body.message)
-  }
-}
-
-const isErrorBody = (value: unknown): value is { error: ApiErrorBody } =>
-  typeof value === "object" && value !== null && "error" in value &&
-  typeof (value as { error: unknown }).error === "object" && (value as { error: { message?: unknown } }).error !== null &&
-  typeof (value as { error: { message?: unknown } }).error.message === "string"
-
-const localError = (status: number, message: string, guidance: string): ApiError =>
-  new ApiError(status, {
-    message,
-    type: "api_error",
-    code: status === 0 ? "network_error" : "unexpected_response",
-    param: null,
-    request_id: "",
-    guidance,
-    action_url: null,
-    retryable: true
-  })
+export { ApiError, type ApiErrorBody, type Caller } from "./transport"
 
 // ---- the routes of the contract ---------------------------------------------
 
@@ -62,16 +39,6 @@ type Option<Name extends string, A, Needed extends boolean> = [A] extends [never
 /** Where a call of route `K` goes: its path parameters and query. */
 export type Target<K extends Route> = Option<"path", PathParams<K>, true> & Option<"query", Query<K>, false>
 
-/**
- * Who calls: the session's token, and the account the call acts on (sent as
- * `Nenas-Account`; null: the person's personal account, the service's default).
- * Every member route needs one, so that no call forgets which account it changes.
- */
-export interface Caller {
-  readonly token: string | null
-  readonly account: string | null
-}
-
 export type RequestOptions<K extends Route> =
   & Target<K>
   & Option<"json", Payload<K>, true>
@@ -80,13 +47,9 @@ export type RequestOptions<K extends Route> =
   & { readonly signal?: AbortSignal }
 
 /** The options of any route, as the code that sends them sees them. */
-interface AnyOptions {
-  readonly caller?: Caller
-  readonly signal?: AbortSignal
+interface AnyOptions extends SendOptions {
   readonly path?: Readonly<Record<string, string>>
   readonly query?: Readonly<Record<string, string | undefined>>
-  readonly json?: unknown
-  readonly headers?: Readonly<Record<string, string>>
 }
 
 /** The route's method, and its URL with the path parameters in place and the query given (empty values left out). */
@@ -102,37 +65,6 @@ const locate = (route: string, options: AnyOptions): { readonly method: string; 
   for (const [key, value] of Object.entries(options.query ?? {})) if (value !== undefined && value !== "") params.set(key, value)
   const query = params.toString()
   return { method, url: query === "" ? path : `${path}?${query}` }
-}
-
-/** The session's bearer token and the account named, as request headers. */
-const callerHeaders = (caller: Caller | undefined): Record<string, string> => ({
-  ...(caller?.token ? { authorization: `Bearer ${caller.token}` } : {}),
-  ...(caller?.account ? { "nenas-account": caller.account } : {})
-})
-
-const unreachable = () => localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
-
-const send = async (method: string, url: string, options: AnyOptions): Promise<unknown> => {
-  const headers: Record<string, string> = { ...options.headers, ...callerHeaders(options.caller), accept: "application/json" }
-  if (options.json !== undefined) headers["content-type"] = "application/json"
-  let response: Response
-  try {
-    response = await fetch(url, {
-      method,
-      headers,
-      body: options.json === undefined ? null : JSON.stringify(options.json),
-      // The session is the bearer token alone: never send or accept cookies.
-      credentials: "omit",
-      ...(options.signal === undefined ? {} : { signal: options.signal })
-    })
-  } catch (cause) {
-    if (cause instanceof DOMException && cause.name === "AbortError") throw cause
-    throw unreachable()
-  }
-  const body: unknown = await response.json().catch(() => undefined)
-  if (response.ok) return body
-  if (isErrorBody(body)) throw new ApiError(response.status, body.error)
-  throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again; if it persists, check the service's log.")
 }
 
 /**

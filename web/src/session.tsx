@@ -206,6 +206,8 @@ export const useApi = <K extends ReadRoute>(
     // A read route's options are its target and the caller: no payload, no headers of its own.
     api(route, { ...target, caller: { token, account }, signal: controller.signal } as unknown as RequestOptions<K>).then(
       (data) => {
+        // A superseded request's answer is not this query's answer.
+        if (controller.signal.aborted) return
         last.current = data
         setResult({ state: "ready", data })
       },

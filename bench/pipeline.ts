@@ -212,7 +212,7 @@ const main = async () => {
       }
       log(`${kind.name}: ${per(after.node - before.node).toFixed(0)} µs of the service's CPU a request`)
     }
-    console.log(`\n32 connections, ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
+    console.log(`\nNode ${process.version}, 32 connections, ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
     console.log(`${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}`)
     for (const row of measured) {
       if (row === undefined) continue

@@ -280,7 +280,7 @@ const main = async () => {
     }
 
     const billing = await billingCheck(account, BODY)
-    process.stdout.write(`\nSummary (${rounds} round(s) of ${durationS} s per target; ratios within each run)\n${summaryTable(outcomes)}\n`)
+    process.stdout.write(`\nSummary (Node ${process.version} for every target; ${rounds} round(s) of ${durationS} s per target; ratios within each run)\n${summaryTable(outcomes)}\n`)
     process.stdout.write(`\nGoals (a MISS never fails the bench)\n${goalLines(outcomes, billing).map((l) => `  ${l}`).join("\n")}\n`)
     process.stdout.write(`\nBilling\n${billing.map((l) => `  ${l}`).join("\n")}\n`)
     const problems = await serviceProblems(service)

@@ -25,6 +25,7 @@ import {
 import { newId } from "../Domain/Ids.js"
 import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
 import { ModelLane } from "./ModelLane.js"
+import { writeReadableBody } from "./ReadableBody.js"
 import { makeRequestGuard } from "./RequestGuard.js"
 import { CurrentRequestFacts, CurrentResponseHeaders, type RequestFacts, requestFactsOf } from "../Request/Context.js"
 
@@ -248,7 +249,8 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const unread = response.status === 413 || refused
         // A refusal before the body (a bad API key, an oversize body) must reach a client still sending it.
         if (unread) lingerAfterAnswer(request)
-        return unread ? HttpServerResponse.setHeader(withId, "connection", "close") : withId
+        if (unread) return HttpServerResponse.setHeader(withId, "connection", "close")
+        return yield* writeReadableBody(request, withId) ?? Effect.succeed(withId)
       })
   })
 )

@@ -244,7 +244,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
           )
         // Anthropic's SDKs read `request-id` (`message._request_id`); the other paths name it `x-request-id` only.
         const ids = ANTHROPIC_PATH.test(request.url) ? { "x-request-id": requestId, "request-id": requestId } : { "x-request-id": requestId }
-        const withId = HttpServerResponse.setHeaders(response, { ...ids, ...extraHeaders })
+        const withId = HttpServerResponse.setHeaders(response, Object.assign(ids, extraHeaders))
         // An oversize or refused body may be left unread: the connection cannot carry another request.
         const unread = response.status === 413 || refused
         // A refusal before the body (a bad API key, an oversize body) must reach a client still sending it.

@@ -143,8 +143,12 @@ export const makeSettlement = Effect.gen(function*() {
         searches: used.sources.searches,
         pages: used.sources.pages
       }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
+      // Field by field, not a spread of `used.usage` that adds fields (slow on Node 20: `logRow`).
       const logged: SettledUsage = {
-        ...used.usage,
+        inputTokens: used.usage.inputTokens,
+        outputTokens: used.usage.outputTokens,
+        reasoningTokens: used.usage.reasoningTokens,
+        cachedTokens: used.usage.cachedTokens,
         answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
         attempts: loggedAttempts(call),
         errorCode,

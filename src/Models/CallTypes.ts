@@ -195,7 +195,7 @@ export const answerSoFar = (progress: Progress, finishReason: FinishReason): Ans
 })
 
 /** The request the upstream gets: the caller's conversation after the sources, at the held output cap. */
-export const providerRequest = (call: HeldCall, sources: Sources): ProviderRequest => ({
+export const providerRequest = (call: HeldCall, sources: Sources, attempted?: ProviderRequest["attempted"]): ProviderRequest => ({
   model: call.route.upstreamModel,
   ...call.input.capabilities,
   messages: sources.message === undefined ? call.input.upstream : [sources.message, ...call.input.upstream],
@@ -205,7 +205,8 @@ export const providerRequest = (call: HeldCall, sources: Sources): ProviderReque
   temperature: call.input.temperature ?? undefined,
   topP: call.input.topP ?? undefined,
   stop: call.input.stop,
-  user: call.input.user
+  user: call.input.user,
+  attempted
 })
 
 /** The route as the caller is told it: a test key's call ran on the built-in model, whatever upstream the router picked. */

@@ -211,10 +211,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           })
           const upstreamSentAt = yield* Clock.currentTimeMillis
           yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
-          const request = {
-            ...providerRequest({ ...call, input: { ...call.input, upstream } }, sources),
-            attempted: (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
-          }
+          const request = providerRequest(
+            { ...call, input: { ...call.input, upstream } },
+            sources,
+            (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
+          )
           return { sources, answer: yield* ask(request) }
         })
 

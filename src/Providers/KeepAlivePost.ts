@@ -26,14 +26,11 @@ export const makePost = (url: string): Post => {
   const secure = target.protocol === "https:"
   const agent = secure ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true })
   const request = secure ? https.request : http.request
+  const post = { ...options, method: "POST", agent }
   return {
     send: (headers, body, answered, failed) => {
-      const sent = request({
-        ...options,
-        method: "POST",
-        agent,
-        headers: { ...headers, "content-length": String(Buffer.byteLength(body)) }
-      })
+      // `Object.assign` onto new objects, not spreads that add fields: Node 20 builds those on a slow path (`npm run bench:spreads`).
+      const sent = request(Object.assign({ headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }) }, post))
       sent.on("response", answered)
       sent.on("error", failed)
       sent.end(body)

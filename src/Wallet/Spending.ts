@@ -5,7 +5,7 @@ import { InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE } from "../Domain/Errors
 import type { MicroMyr } from "../Domain/Money.js"
 import { microMyr, toMyrString } from "../Domain/Money.js"
 import type { LoggedAttempt, LogWrite, OpenLog, SettledUsage } from "../Logs/RequestLogs.js"
-import { failedRow, RequestLogs } from "../Logs/RequestLogs.js"
+import { failedRow, logRow, RequestLogs } from "../Logs/RequestLogs.js"
 import { Metrics } from "../Observability/Metrics.js"
 import type { StoredWrite } from "../Responses/Store.js"
 import { type CallHold, reservationIdOf } from "./CallHold.js"
@@ -252,20 +252,14 @@ const settle = (
   Effect.gen(function*() {
     const now = yield* calls.nowMs
     const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
-    const { answeredBy, errorCode, ...logged } = usage
-    const log: LogWrite = {
-      ...held.log,
-      ...logged,
-      // A fallback's model, when one answered; else the model the call opened with.
-      upstreamModel: answeredBy ?? held.log.upstreamModel,
-      costMicroMyr: charged,
+    const log = logRow(held.log, { ...usage, costMicroMyr: charged }, {
       reservationId: reservationIdOf(held),
       status: held.source._tag === "None" ? "succeeded" : "billed",
       // A stream cut short after producing output is billed, and keeps its error's code.
-      errorCode: errorCode ?? null,
+      errorCode: usage.errorCode ?? null,
       createdAt: held.startedAt,
       completedAt: new Date(now)
-    }
+    }, usage.answeredBy ?? held.log.upstreamModel) // a fallback's model, when one answered
     if (held.source._tag !== "None" && !calls.leases.fence.intact(held.epoch)) {
       const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now, stored })
       if (paid !== undefined) return paid

@@ -24,6 +24,7 @@ import {
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
+import { readBodyText } from "./BodyText.js"
 import { ModelLane } from "./ModelLane.js"
 import { writeReadableBody } from "./ReadableBody.js"
 import { makeRequestGuard } from "./RequestGuard.js"
@@ -210,7 +211,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
     return (router) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
-        const app = (lane._tag === "Some" ? lane.value.route(request.method, request.url) : undefined) ?? router
+        const laneHandler = lane._tag === "Some" ? lane.value.route(request.method, request.url) : undefined
         const requestId = newId("req")
         // The access log's record for this request (`Front.ts`); a server without the front gets one of its own.
         const facts: RequestFacts = requestFactsOf(NodeHttpServerRequest.toIncomingMessage(request)) ?? {}
@@ -224,11 +225,16 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl, request.url)
         pauseInsteadOfDestroy(request)
         let refused = false
-        const guarded = Effect.zipRight(Effect.tapError(guard, () => Effect.sync(() => refused = true)), app)
+        const refuse = () => Effect.sync(() => refused = true)
+        // The lane reads the body itself (`BodyText.ts`), the router through the platform under the same limit.
+        const guarded = laneHandler === undefined
+          ? Effect.zipRight(Effect.tapError(guard(request.text), refuse), router).pipe(
+            HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES))
+          )
+          : Effect.flatMap(Effect.tapError(guard(readBodyText(request, MAX_BODY_BYTES)), refuse), laneHandler)
         const response = contentLengthOver(request)
           ? respond(new ContextLengthExceeded({ message: OVERSIZE_MESSAGE }))
           : yield* guarded.pipe(
-            HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES)),
             Effect.catchAllCause((cause) =>
               Option.match(toApiError(cause), {
                 onSome: (error) => Effect.succeed(respond(error)),

@@ -1,3 +1,4 @@
+import * as HttpServerError from "@effect/platform/HttpServerError"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as UrlParams from "@effect/platform/UrlParams"
@@ -7,14 +8,30 @@ import { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "../M
 import { AnthropicMessagesRequest } from "../Models/AnthropicApi.js"
 import { makeModelEndpoints } from "../Models/Http.js"
 
-/** A request the lane serves, from its API key to its answer; it fails as the router's endpoint would. */
-export type LaneHandler = Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>
+/**
+ * A request the lane serves, from its API key to its answer, given the body the request guard read (undefined: it
+ * had none to read); it fails as the router's endpoint would.
+ */
+export type LaneHandler = (
+  text: string | undefined
+) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown, HttpServerRequest.HttpServerRequest>
+
+/**
+ * The payload of a body the guard read, parsed as the platform's `request.json` parses it (and fails: a
+ * `RequestError`, as a defect, as HttpApiBuilder's `requestPayload` makes it).
+ */
+const parsed = (request: HttpServerRequest.HttpServerRequest, text: string) =>
+  Effect.orDie(Effect.try({
+    try: (): unknown => text === "" ? null : JSON.parse(text),
+    catch: (cause) => new HttpServerError.RequestError({ request, reason: "Decode", cause })
+  }))
 
 /**
  * The platform's own reading of a payload (HttpApiBuilder's `requestPayload`,
  * for a method with a body and no multipart Schema): JSON unless the
  * Content-Type says otherwise. The request guard has already refused a
- * multipart body and a body of another type than JSON.
+ * multipart body and a body of another type than JSON; this reads a request
+ * that has no body.
  */
 const payloadOf = (request: HttpServerRequest.HttpServerRequest) => {
   const contentType = request.headers["content-type"]?.toLowerCase().trim() || "application/json"
@@ -78,10 +95,10 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
         return [
           path,
           // Interruptible, as the router makes its routes (the server runs the app uninterruptibly): a client gone stops the call.
-          Effect.interruptible(Effect.gen(function*() {
+          (text) => Effect.interruptible(Effect.gen(function*() {
             const request = yield* HttpServerRequest.HttpServerRequest
             const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))
-            const payload = yield* Effect.flatMap(payloadOf(request), decodePayload)
+            const payload = yield* Effect.flatMap(text === undefined ? payloadOf(request) : parsed(request, text), decodePayload)
             const headers = yield* decodeHeaders(request.headers)
             return yield* Effect.provideService(handler({ headers, payload }), CurrentApiKey, key)
           }))

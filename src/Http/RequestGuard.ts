@@ -80,7 +80,8 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
  * ends), a request to an API-key endpoint without a valid key or to a
  * dashboard endpoint without a valid session token (checked before its body is read), a JSON endpoint's body of another type, and JSON nested
  * deeper than MAX_JSON_DEPTH. Every refusal is the spec's error; the body is
- * read once here (under the caller's body size limit) and kept for the handler.
+ * read once here, with `read` (under the caller's body size limit), kept for
+ * the handler and returned: undefined when the request has no JSON body to read.
  */
 export const makeRequestGuard = Effect.gen(function*() {
   const { api } = yield* HttpApi.Api
@@ -95,7 +96,7 @@ export const makeRequestGuard = Effect.gen(function*() {
   })
   const endpointOf = (request: HttpServerRequest.HttpServerRequest): EndpointPattern | undefined =>
     endpointAt(`${request.method} ${request.url.split("?", 1)[0] ?? ""}`)
-  return Effect.gen(function*() {
+  return <E>(read: Effect.Effect<string, E>) => Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const nul = nulInUrl(request.url)
     if (Option.isSome(nul)) return yield* nul.value
@@ -113,9 +114,10 @@ export const makeRequestGuard = Effect.gen(function*() {
         message: `Content-Type ${type.slice(0, 100)} is not accepted here; send Content-Type: application/json.`
       })
     }
-    const text = yield* request.text
+    const text = yield* read
     if (jsonDeeperThan(text, MAX_JSON_DEPTH)) {
       return yield* new InvalidRequest({ message: `The JSON body nests deeper than ${MAX_JSON_DEPTH} levels.` })
     }
+    return text
   })
 })

@@ -108,7 +108,7 @@ const decide = (route: string, role: Role) =>
     const request = HttpServerRequest.fromWeb(
       new Request(`http://localhost${path.replace(/:[^/]+/g, "x_1")}`, { method, headers: { authorization: `Bearer ${role}` } })
     )
-    return yield* Effect.exit(Effect.provideService(guard, HttpServerRequest.HttpServerRequest, request))
+    return yield* Effect.exit(Effect.provideService(guard(request.text), HttpServerRequest.HttpServerRequest, request))
   }).pipe(Effect.provideService(HttpApi.Api, { api: NenasApi as never, context: Context.empty() }), Effect.provide(Sessions))
 
 describe("roles on every dashboard endpoint", () => {

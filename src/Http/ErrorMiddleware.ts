@@ -8,7 +8,7 @@ import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequ
 import type { Server } from "node:http"
 import type { Socket } from "node:net"
 import type { Duplex } from "node:stream"
-import { Cause, Effect, FiberRef, Option, ParseResult } from "effect"
+import { Cause, Effect, FiberRefs, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
   type ApiError,
@@ -216,12 +216,19 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         // The access log's record for this request (`Front.ts`); a server without the front gets one of its own.
         const facts: RequestFacts = requestFactsOf(NodeHttpServerRequest.toIncomingMessage(request)) ?? {}
         facts.requestId = requestId
-        yield* FiberRef.set(CurrentRequestFacts, facts)
         const extraHeaders: Record<string, string> = {}
-        // Set, not `Effect.locally`: this fiber serves this one request and ends with it, so nothing needs them back.
-        yield* FiberRef.set(CurrentRequestId, requestId)
-        yield* FiberRef.set(CurrentDashboardUrl, dashboardUrl)
-        yield* FiberRef.set(CurrentResponseHeaders, extraHeaders)
+        // Set, not `Effect.locally`: this fiber serves this one request and ends with it, so nothing needs them back;
+        // all in one update (one copy of the fiber's references, not one a reference).
+        yield* Effect.updateFiberRefs((fiberId, refs) =>
+          FiberRefs.updateManyAs(refs, {
+            entries: [
+              [CurrentRequestFacts, [[fiberId, facts]]],
+              [CurrentRequestId, [[fiberId, requestId]]],
+              [CurrentDashboardUrl, [[fiberId, dashboardUrl]]],
+              [CurrentResponseHeaders, [[fiberId, extraHeaders]]]
+            ]
+          })
+        )
         const respond = (error: ApiError) => errorResponse(error, requestId, dashboardUrl, request.url)
         pauseInsteadOfDestroy(request)
         let refused = false

@@ -7,6 +7,7 @@ import { ApiKeyAuth, type ApiKeyPrincipal, CurrentApiKey } from "../Auth/Api.js"
 import { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "../Models/Api.js"
 import { AnthropicMessagesRequest } from "../Models/AnthropicApi.js"
 import { makeModelEndpoints } from "../Models/Http.js"
+import { provideForRequest } from "../Request/Context.js"
 
 /**
  * A request the lane serves, from its API key to its answer, given the body the request guard read (undefined: it
@@ -100,7 +101,7 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
             const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))
             const payload = yield* Effect.flatMap(text === undefined ? payloadOf(request) : parsed(request, text), decodePayload)
             const headers = yield* decodeHeaders(request.headers)
-            return yield* Effect.provideService(handler({ headers, payload }), CurrentApiKey, key)
+            return yield* provideForRequest(handler({ headers, payload }), CurrentApiKey, key)
           }))
         ]
       }

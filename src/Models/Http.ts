@@ -158,8 +158,8 @@ const makeCallServing = Effect.gen(function*() {
     Effect.gen(function*() {
       yield* requireActiveAccount
       if (call.stream) return yield* streamed(call)
-      const admit = limits.admit((yield* CurrentApiKey).keyId, yield* currentRequestId)
-      return yield* Effect.scoped(Effect.zipRight(admit, Effect.flatMap(call.input, (input) => answer(call, input))))
+      const key = yield* CurrentApiKey
+      return yield* limits.admitting(key.keyId, yield* currentRequestId, Effect.flatMap(call.input, (input) => answer(call, input)))
     })
 
   return { serve, limits }

@@ -92,6 +92,12 @@ const inFlightInRedis = (url: string) =>
 export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
   /** Admits call `requestId` of the key for the life of the scope, or fails with 429. */
   readonly admit: (apiKeyId: string, requestId: string) => Effect.Effect<void, RateLimitExceeded, Scope.Scope>
+  /** Admits call `requestId` of the key while `effect` runs, or fails with 429. */
+  readonly admitting: <A, E, R>(
+    apiKeyId: string,
+    requestId: string,
+    effect: Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | RateLimitExceeded, R>
 }>() {
   static readonly make = (inFlight: InFlightStore) =>
     Effect.gen(function*() {
@@ -126,31 +132,35 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
         )
       }
 
-      /**
-       * A slot for the life of the scope. Its release is the scope's own finalizer, not `Effect.acquireRelease`'s,
-       * which diffs and patches the fiber's references (its whole context) around every release.
-       */
-      const slot = (key: string, requestId: string, concurrent: number) =>
-        Effect.uninterruptible(Effect.flatMap(Effect.scope, (scope) =>
-          Effect.flatMap(inFlight.take(key, requestId, concurrent, lapseMs), (held) =>
-            held === undefined
-              ? refuse(
-                { "x-ratelimit-limit-concurrent": String(concurrent), "x-ratelimit-remaining-concurrent": "0" },
-                new RateLimitExceeded({
-                  message: `This API key is limited to ${concurrent} requests in flight at once.`,
-                  // A slot frees as soon as one of the calls in flight ends.
-                  retry_after_seconds: 1
-                })
-              )
-              : Effect.as(Scope.addFinalizer(scope, inFlight.giveBack(key, requestId)), held))))
+      /** A slot in flight (how many the key holds with it), or a refusal (429). `inFlight.giveBack` returns it. */
+      const takeSlot = (key: string, requestId: string, concurrent: number) =>
+        Effect.flatMap(inFlight.take(key, requestId, concurrent, lapseMs), (held) =>
+          held === undefined
+            ? refuse(
+              { "x-ratelimit-limit-concurrent": String(concurrent), "x-ratelimit-remaining-concurrent": "0" },
+              new RateLimitExceeded({
+                message: `This API key is limited to ${concurrent} requests in flight at once.`,
+                // A slot frees as soon as one of the calls in flight ends.
+                retry_after_seconds: 1
+              })
+            )
+            : Effect.succeed(held))
 
-      const admit = (apiKeyId: string, requestId: string) =>
+      /**
+       * The key's limits for this call and its per-minute token; then `hold` takes a slot and says when it is given back.
+       * Each call answers with its limits' headers.
+       */
+      const admission = <A, E, R>(
+        apiKeyId: string,
+        requestId: string,
+        hold: (slot: Effect.Effect<void, RateLimitExceeded>, giveBack: Effect.Effect<void>) => Effect.Effect<A, E, R>
+      ) =>
         Effect.flatMap(Effect.serviceOption(CurrentApiKey), (principal) => {
           // The key's own limits (capped by the operator's ceilings) when the call is that key's, else the defaults.
           const own = Option.getOrElse(Option.filter(principal, (key) => key.keyId === apiKeyId), () => ({}))
           const { concurrent, rpm } = effectiveRateLimits(config, own)
-          return Effect.flatMap(perMinute(apiKeyId, rpm), (minute) =>
-            Effect.flatMap(slot(apiKeyId, requestId, concurrent), (held) =>
+          return Effect.flatMap(perMinute(apiKeyId, rpm), (minute) => {
+            const slot = Effect.flatMap(takeSlot(apiKeyId, requestId, concurrent), (held) =>
               addResponseHeaders({
                 ...(minute === undefined ? {} : {
                   "x-ratelimit-limit-requests": String(rpm),
@@ -159,10 +169,24 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
                 }),
                 "x-ratelimit-limit-concurrent": String(concurrent),
                 "x-ratelimit-remaining-concurrent": String(Math.max(0, concurrent - held))
-              })))
+              }))
+            return hold(slot, inFlight.giveBack(apiKeyId, requestId))
+          })
         })
 
-      return { admit }
+      /**
+       * A slot for the life of the scope. Its release is the scope's own finalizer, not `Effect.acquireRelease`'s,
+       * which diffs and patches the fiber's references (its whole context) around every release.
+       */
+      const admit = (apiKeyId: string, requestId: string) =>
+        admission(apiKeyId, requestId, (slot, giveBack) =>
+          Effect.uninterruptible(Effect.flatMap(Effect.scope, (scope) => Effect.zipRight(slot, Scope.addFinalizer(scope, giveBack)))))
+
+      /** A slot while `effect` runs: no scope of its own to make, extend and close on every call (issue 36). */
+      const admitting = <A, E, R>(apiKeyId: string, requestId: string, effect: Effect.Effect<A, E, R>) =>
+        admission(apiKeyId, requestId, (slot, giveBack) => Effect.acquireUseRelease(slot, () => effect, () => giveBack))
+
+      return { admit, admitting }
     })
 
   /** The stores from configuration: Redis at `REDIS_URL`, else memory. */

@@ -1,4 +1,4 @@
-import { Effect, FiberRef } from "effect"
+import { Context, Effect, FiberRef } from "effect"
 import { CurrentRequestId } from "../Domain/Errors.js"
 
 /** What the access log learns about a request as it is served: never a key, a token or a prompt. */
@@ -43,3 +43,16 @@ export const addResponseHeaders = (headers: Record<string, string>) =>
 
 /** The request id of the request being served (the `X-Request-Id` it answers with). */
 export const currentRequestId = FiberRef.get(CurrentRequestId)
+
+/**
+ * `service` for `effect` and the rest of this fiber: one update of its context.
+ * For a request's own fiber only, which ends with its request: nothing after
+ * `effect` needs the context back, which `Effect.provideService` restores
+ * around it (an acquire-use-release and its runtime flags, on every call).
+ */
+export const provideForRequest = <I, S, A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  tag: Context.Tag<I, S>,
+  service: NoInfer<S>
+): Effect.Effect<A, E, Exclude<R, I>> =>
+  Effect.zipRight(FiberRef.update(FiberRef.currentContext, Context.add(tag, service)), effect) as Effect.Effect<A, E, Exclude<R, I>>

@@ -1,5 +1,5 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import { Cause, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
+import { Cause, type Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
 import {
   AuthenticationError,
@@ -11,7 +11,6 @@ import {
   type RateLimitExceeded,
   RevokedApiKey
 } from "../Domain/Errors.js"
-import { now } from "../Domain/Time.js"
 import { noteRequestFacts } from "../Request/Context.js"
 import { IpLimits } from "../Request/IpLimits.js"
 import { hashKey, keyPrefix } from "./ApiKeys.js"
@@ -41,7 +40,8 @@ const EarlyOutcome = FiberRef.unsafeMake<
   { readonly requestId: string; readonly key: string; readonly exit: Exit.Exit<ApiKeyPrincipal, AuthFailure> } | undefined
 >(undefined)
 
-const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: string) =>
+/** The key's row and its checks; `clock` is the service's, read directly (no fiber steps on every request). */
+const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, key: string) =>
   Effect.gen(function*() {
     if (key.length === 0) {
       return yield* new AuthenticationError({
@@ -57,7 +57,7 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], key: 
     if (found._tag === "Unknown") {
       return yield* new InvalidApiKey({ message: `Invalid API key provided: ${describe(key)}` })
     }
-    const at = yield* now
+    const at = new Date(clock.unsafeCurrentTimeMillis())
     const { key: row } = found
     // The previous secret of a rotated key, remembered from within its grace period.
     if (found.graceUntil !== null && found.graceUntil <= at) return yield* rotatedOut(key, row.id)
@@ -102,6 +102,7 @@ export const ApiKeyAuthLive = Layer.effect(
   Effect.gen(function*() {
     const keys = yield* KeyCache
     const lastUsed = yield* KeyLastUsed
+    const clock = yield* Effect.clock
     return ApiKeyAuth.of({
       apiKey: (token) =>
         Effect.gen(function*() {
@@ -110,7 +111,7 @@ export const ApiKeyAuthLive = Layer.effect(
           if (early !== undefined && early.key === key && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
             return yield* early.exit
           }
-          return yield* lookupWith(keys, lastUsed, key)
+          return yield* lookupWith(keys, lastUsed, clock, key)
         })
     })
   })
@@ -135,7 +136,7 @@ export const makeAuthenticateBeforeBody = Effect.gen(function*() {
   if (Option.isNone(keys) || Option.isNone(lastUsed) || Option.isNone(limits)) {
     return yield* Effect.dieMessage("API-key endpoints need KeyCache, KeyLastUsed and IpLimits under the error middleware.")
   }
-  const authenticate = authenticating(keys.value, lastUsed.value, limits.value)
+  const authenticate = authenticating(keys.value, lastUsed.value, yield* Effect.clock, limits.value)
   // A span only while traces are exported: a span nobody reads still costs a copy of the request's context.
   return (yield* FiberRef.get(FiberRef.currentTracerEnabled)) ? Effect.withSpan(authenticate, "auth.before_body") : authenticate
 })
@@ -146,7 +147,7 @@ const KEY_SHAPE = /^nns_(?:live|test)_[0-9A-Za-z]{32,}$/
 /** A refusal that names a real key: its holder is known, so the per-address limit does not stand in its way. */
 const isGenuine = (failure: AuthFailure): boolean => failure._tag === "PermissionDenied" || failure._tag === "ExpiredApiKey"
 
-const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], limits: IpLimits["Type"]) =>
+const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, limits: IpLimits["Type"]) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const address = yield* limits.client
@@ -154,7 +155,7 @@ const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], l
     const over = yield* Effect.option(Effect.flip(limits.check("authFailures", address)))
     const key = presentedKey(request.headers)
     if (Option.isSome(over) && !KEY_SHAPE.test(key)) return yield* over.value
-    const exit = yield* Effect.exit(lookupWith(keys, lastUsed, key))
+    const exit = yield* Effect.exit(lookupWith(keys, lastUsed, clock, key))
     const refused = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
     // Past the limit, only a genuine key (one that names a key, disabled or expired included) gets its own answer.
     if (Option.isSome(over) && Option.isSome(refused) && !isGenuine(refused.value)) return yield* over.value

@@ -1,4 +1,4 @@
-import { Clock, Context, Duration, Effect, Layer } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import { Listener } from "../Database/Listener.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type KeyLookup, KeysRepo } from "./Repo.js"
@@ -63,6 +63,8 @@ export class KeyCache extends Context.Tag("nenas/KeyCache")<KeyCache, {
 const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics: Metrics, options: KeyCacheOptions) =>
   Effect.gen(function*() {
     const ttl = Duration.toMillis(options.timeToLive)
+    // Read directly on each lookup, not through `Clock.currentTimeMillis`'s fiber steps (issue 36).
+    const clock = yield* Effect.clock
     const entries = new Map<string, Entry>()
     /** The hashes remembered of each key: its current secret and, after a rotation with grace, its previous one. */
     const byKeyId = new Map<string, Set<string>>()
@@ -123,7 +125,7 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
       lookup: (keyHash) =>
         Effect.gen(function*() {
           const hash = keyHash.toString("hex")
-          const now = yield* Clock.currentTimeMillis
+          const now = clock.unsafeCurrentTimeMillis()
           if (listener.hearing()) {
             const entry = entries.get(hash)
             if (entry !== undefined && now - entry.storedAt < ttl) {

@@ -26,7 +26,8 @@ export const codeOf = (cause: Cause.Cause<unknown>): string =>
     onSome: (error) => isApiError(error) ? errorMeta(error).code : "internal_error"
   })
 
-export const elapsed = (startedAt: number) => Effect.map(Clock.currentTimeMillis, (now) => Math.max(0, now - startedAt))
+/** Milliseconds since `startedAt` on `clock` (the service's, read directly: no fiber steps on the call's path). */
+export const elapsedSince = (clock: Clock.Clock, startedAt: number): number => Math.max(0, clock.unsafeCurrentTimeMillis() - startedAt)
 
 /** Usage as the upstream reported it, its parts never above their wholes. */
 const fromProvider = (usage: ProviderUsage): CallUsage => ({
@@ -106,6 +107,7 @@ const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
 export const makeSettlement = Effect.gen(function*() {
   const { prices, storedResponsesMaxBytes } = yield* AppConfig
   const spending = yield* Spending
+  const clock = yield* Effect.clock
   const rates = makeReasoningRates()
 
   /**
@@ -113,7 +115,8 @@ export const makeSettlement = Effect.gen(function*() {
    * rate; without it, a reasoning model's thinking until its first visible output (or until now) is estimated.
    */
   const usedSoFar = (call: HeldCall, progress: Progress, answer: Answer) =>
-    Effect.map(Clock.currentTimeMillis, (now): Used => {
+    Effect.sync((): Used => {
+      const now = clock.unsafeCurrentTimeMillis()
       const model = call.route.upstreamModel
       if (Option.isSome(progress.reportedUsage)) {
         const thinkingMs = progress.firstVisibleAt === undefined ? undefined : thinkingMsOf(progress, progress.firstVisibleAt)
@@ -134,7 +137,7 @@ export const makeSettlement = Effect.gen(function*() {
    */
   const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean, errorCode: string | null) =>
     Effect.gen(function*() {
-      const latencyMs = yield* elapsed(call.startedAt)
+      const latencyMs = elapsedSince(clock, call.startedAt)
       const holdsNothing = call.hold.source._tag === "None"
       const cost = billedCost(prices, call.route.upstreamModel, holdsNothing ? null : {
         inputTokens: used.usage.inputTokens,
@@ -187,7 +190,7 @@ export const makeSettlement = Effect.gen(function*() {
 
   /** Returns the hold and logs the failure. */
   const settleFailed = (call: HeldCall, code: string) =>
-    Effect.flatMap(elapsed(call.startedAt), (ms) => spending.fail(call.hold, code, ms, loggedAttempts(call))).pipe(Effect.uninterruptible)
+    Effect.suspend(() => spending.fail(call.hold, code, elapsedSince(clock, call.startedAt), loggedAttempts(call))).pipe(Effect.uninterruptible)
 
   /** Marks the call settled and settles it, as one step a disconnect cannot split. */
   const settleOnce = <A, E>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A, E>) =>

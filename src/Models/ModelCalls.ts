@@ -1,5 +1,5 @@
 import type { Readable } from "node:stream"
-import { Clock, Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "effect"
+import { Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { KeyLimitReached } from "../Keys/LimitReached.js"
 import type { ApiKeyPrincipal } from "../Auth/Api.js"
@@ -30,7 +30,7 @@ import { PUBLIC_MODEL } from "./Api.js"
 import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
 import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
 import { targetsFor } from "../Domain/Upstreams.js"
-import { elapsed, makeSettlement, usedOf } from "./CallSettlement.js"
+import { elapsedSince, makeSettlement, usedOf } from "./CallSettlement.js"
 import { makeCallSpans } from "./CallSpan.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
@@ -120,6 +120,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const fork = forkWith(yield* FiberSet.makeRuntime<never>())
       const handoffs = yield* makeHandoffs(config.streamHandoffTimeoutMs)
       const spans = makeCallSpans(Option.isSome(config.otlpEndpoint))
+      // Read directly, not through `Clock.currentTimeMillis`'s fiber steps, on every call (issue 36).
+      const clock = yield* Effect.clock
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
       const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number, endpoint: CallInput["endpoint"]) => {
@@ -138,7 +140,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         return spending.hold(money, log).pipe(
           Effect.tapError((error) =>
             isApiError(error)
-              ? Effect.flatMap(elapsed(startedAt), (ms) => spending.refused(log, errorMeta(error).code, ms))
+              ? Effect.suspend(() => spending.refused(log, errorMeta(error).code, elapsedSince(clock, startedAt)))
               : Effect.void
           ),
           // `key.limit_reached` is the key's own limit's; a member's budget is not the key's.
@@ -154,7 +156,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         Effect.gen(function*() {
           const key = yield* CurrentApiKey
           const requestId = yield* currentRequestId
-          const startedAt = yield* Clock.currentTimeMillis
+          const startedAt = clock.unsafeCurrentTimeMillis()
           const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
           const plan = route.search && input.webSearch !== undefined
             ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
@@ -209,7 +211,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
               })
           })
-          const upstreamSentAt = yield* Clock.currentTimeMillis
+          const upstreamSentAt = clock.unsafeCurrentTimeMillis()
           yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
           const request = providerRequest(
             { ...call, input: { ...call.input, upstream } },

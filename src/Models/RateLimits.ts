@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { layerStore as redisStore } from "@effect/experimental/RateLimiter/Redis"
 import { Redis } from "ioredis"
-import { Context, Duration, Effect, Layer, Option, Scope } from "effect"
+import { type Clock, Context, Duration, Effect, Layer, Option, Scope } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import { effectiveRateLimits } from "../Keys/ApiKeys.js"
@@ -26,11 +26,12 @@ export interface InFlightStore {
   readonly giveBack: (key: string, id: string) => Effect.Effect<void>
 }
 
-const inFlightInMemory = (): InFlightStore => {
+/** In this instance's memory, on the service's `clock` (read directly: no fiber steps on every call). */
+const inFlightInMemory = (clock: Clock.Clock): InFlightStore => {
   const slots = new Map<string, Map<string, number>>()
   return {
     take: (key, id, limit, lapseMs) =>
-      Effect.clockWith((clock) => Effect.sync(() => {
+      Effect.sync(() => {
         const now = clock.unsafeCurrentTimeMillis()
         const held = slots.get(key) ?? new Map<string, number>()
         for (const [slot, lapsesAt] of held) if (lapsesAt <= now) held.delete(slot)
@@ -38,7 +39,7 @@ const inFlightInMemory = (): InFlightStore => {
         held.set(id, now + lapseMs)
         slots.set(key, held)
         return held.size
-      })),
+      }),
     giveBack: (key, id) =>
       Effect.sync(() => {
         const held = slots.get(key)
@@ -193,7 +194,7 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
   static readonly layer = Layer.unwrapEffect(Effect.map(AppConfig, ({ redisUrl }) =>
     Option.match(redisUrl, {
       onNone: () =>
-        Layer.effect(CallLimits, CallLimits.make(inFlightInMemory())).pipe(
+        Layer.effect(CallLimits, Effect.flatMap(Effect.clock, (clock) => CallLimits.make(inFlightInMemory(clock)))).pipe(
           Layer.provide(RateLimiter.layerStoreMemory)
         ),
       onSome: (url) =>

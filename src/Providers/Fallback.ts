@@ -1,4 +1,4 @@
-import { Clock, Effect, Option } from "effect"
+import { Effect, Option } from "effect"
 import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Target, UpstreamConfig } from "../Domain/Upstreams.js"
 import { targetsFor } from "../Domain/Upstreams.js"
@@ -80,6 +80,8 @@ const outOfTime = () => new ProviderTimeout({ message: "The model provider did n
  */
 export const makeFallbackProvider = (options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt) =>
   Effect.gen(function*() {
+    // Read directly on each attempt, not through `Clock.currentTimeMillis`'s fiber steps (issue 36).
+    const clock = yield* Effect.clock
     const clients = new Map<string, UpstreamClient>()
     for (const upstream of options.upstreams) {
       clients.set(
@@ -104,7 +106,7 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
     ): Effect.Effect<readonly [A, Target, number], ProviderError> =>
       Effect.gen(function*() {
         const targets = targetsFor(options.upstreams, request.reasoningModel ? "reasoning" : "general", request.model)
-        const deadline = (yield* Clock.currentTimeMillis) + options.firstByteTimeoutMs
+        const deadline = clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs
         let last: ProviderError | undefined
         let earliestHalfOpen = Number.POSITIVE_INFINITY
         for (const [index, target] of targets.entries()) {
@@ -116,7 +118,7 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
             yield* tell(request, { target: target.id, model: target.model, outcome: "breaker_open", latencyMs: 0 })
             continue
           }
-          const left = deadline - (yield* Clock.currentTimeMillis)
+          const left = deadline - clock.unsafeCurrentTimeMillis()
           if (left <= 0) {
             last ??= outOfTime()
             break
@@ -142,7 +144,7 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
           last = failed.error
         }
         if (last !== undefined) return yield* Effect.fail(last)
-        const now = yield* Clock.currentTimeMillis
+        const now = clock.unsafeCurrentTimeMillis()
         return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
       })
 

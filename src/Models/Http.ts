@@ -1,6 +1,6 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Cause, Effect, Exit, Fiber, Schema, Scope } from "effect"
+import { Cause, Effect, Exit, Fiber, Schema } from "effect"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
@@ -135,20 +135,16 @@ const makeCallServing = Effect.gen(function*() {
   /** A streamed call: its rate-limit slot, taken before anything else, is held until the stream ends. */
   const streamed = (call: Call) =>
     Effect.gen(function*() {
-      const scope = yield* Scope.make()
-      const close = Scope.close(scope, Exit.void)
       const requestId = yield* currentRequestId
+      const slot = limits.slot((yield* CurrentApiKey).keyId, requestId)
       const context: StreamContext = {
         requestId,
         createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
         dashboardUrl
       }
       const body = yield* Effect.onError(
-        Effect.zipRight(
-          Scope.extend(limits.admit((yield* CurrentApiKey).keyId, requestId), scope),
-          Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), close))
-        ),
-        () => close
+        Effect.zipRight(slot.take, Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), slot.giveBack))),
+        () => slot.giveBack
       )
       return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
     })

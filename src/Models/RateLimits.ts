@@ -93,6 +93,11 @@ const inFlightInRedis = (url: string) =>
 export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
   /** Admits call `requestId` of the key for the life of the scope, or fails with 429. */
   readonly admit: (apiKeyId: string, requestId: string) => Effect.Effect<void, RateLimitExceeded, Scope.Scope>
+  /**
+   * Call `requestId`'s slot: `take` admits it (or fails with 429) until `giveBack`, without a scope. Giving back a
+   * slot not held does nothing, so a caller may give it back on any failure, taken or not.
+   */
+  readonly slot: (apiKeyId: string, requestId: string) => { readonly take: Effect.Effect<void, RateLimitExceeded>; readonly giveBack: Effect.Effect<void> }
   /** Admits call `requestId` of the key while `effect` runs, or fails with 429. */
   readonly admitting: <A, E, R>(
     apiKeyId: string,
@@ -187,7 +192,12 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
       const admitting = <A, E, R>(apiKeyId: string, requestId: string, effect: Effect.Effect<A, E, R>) =>
         admission(apiKeyId, requestId, (slot, giveBack) => Effect.acquireUseRelease(slot, () => effect, () => giveBack))
 
-      return { admit, admitting }
+      const slot = (apiKeyId: string, requestId: string) => ({
+        take: admission(apiKeyId, requestId, (slot) => slot),
+        giveBack: inFlight.giveBack(apiKeyId, requestId)
+      })
+
+      return { admit, admitting, slot }
     })
 
   /** The stores from configuration: Redis at `REDIS_URL`, else memory. */

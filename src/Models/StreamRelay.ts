@@ -1,5 +1,5 @@
 import { Readable } from "node:stream"
-import { Effect, Exit, FiberId, Option, Ref, type Stream } from "effect"
+import { Effect, Exit, FiberId, FiberRef, Option, Ref, type Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.js"
 import { CurrentRequestId, errorMeta, InternalError } from "../Domain/Errors.js"
 import { type Fork, readerOf, type Stop } from "../Providers/PartReader.js"
@@ -168,9 +168,12 @@ export const relayBody = (
   const reader = readerOf(started.parts, fork)
   let current = Effect.runSync(Ref.get(progress))
   let state: "new" | "open" | "settling" | "done" = "new"
-  /** An effect of this call on the service's fibers, named with its request id in logs. */
+  /**
+   * An effect of this call on a fiber of its own, named with its request id in logs (set, not `Effect.locally`:
+   * the fiber ends with the effect, so nothing needs the reference back).
+   */
   const run = <A>(effect: Effect.Effect<A>, onExit: (exit: Exit.Exit<A>) => void = () => {}) =>
-    fork(Effect.locally(effect, CurrentRequestId, call.requestId), onExit)
+    fork(Effect.zipRight(FiberRef.set(CurrentRequestId, call.requestId), effect), onExit)
   /** The call's end, settled with what was relayed: `progress` gets what the relay produced, once, just before. */
   const finish = (last: Effect.Effect<StreamEvent>) => {
     state = "settling"
@@ -231,6 +234,7 @@ export const relayBody = (
       callback(error)
     }
   })
-  body.once("close", () => run(closed))
+  // It logs nothing: no request id to set.
+  body.once("close", () => fork(closed, () => {}))
   return body
 }

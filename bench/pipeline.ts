@@ -22,10 +22,13 @@
  * Each stage's cost is the difference between two kinds; the table holds it
  * to the budget in README.md ("Stage budget"). With BENCH_CPU_PROF=1 the
  * service runs under --cpu-prof and the live plain call's profile is summed
- * by part (the Effect runtime, GC, Node's HTTP, our code by folder).
+ * by part (the Effect runtime, GC, Node's HTTP, our code by folder). With
+ * BENCH_EFFECT_OPS=1 it runs with `bench/effect-ops.mjs` and prints the Effect
+ * runtime's operations a request of each kind, which the machine's noise does
+ * not move (its CPU figures are then the counter's too: read the counts only).
  *
  * Settings (environment): BENCH_DURATION (s per kind, default 8),
- * BENCH_KINDS (which kinds, e.g. "1,5"; default all), BENCH_CPU_PROF=1,
+ * BENCH_KINDS (which kinds, e.g. "1,5"; default all), BENCH_CPU_PROF=1, BENCH_EFFECT_OPS=1,
  * BENCH_PEERS_DIR (default <repo>/../shared/bench: fake-upstream.mjs and autocannon).
  */
 import { readdirSync, readFileSync } from "node:fs"
@@ -107,6 +110,16 @@ interface Measured {
   readonly node: number
   /** µs of PostgreSQL's CPU per request. */
   readonly database: number
+  /** The Effect runtime's operations per request (BENCH_EFFECT_OPS=1). */
+  readonly effectOps: number | undefined
+}
+
+/** What `bench/effect-ops.mjs` counted so far, once its next write is in. */
+const effectOpsIn = async (file: string | undefined) => {
+  if (file === undefined) return undefined
+  await new Promise((resolve) => setTimeout(resolve, 600))
+  const { counts, requests } = JSON.parse(readFileSync(file, "utf8")) as { requests: number; counts: Record<string, number> }
+  return { requests, ops: Object.values(counts).reduce((sum, count) => sum + count, 0) }
 }
 
 /**
@@ -157,7 +170,9 @@ const main = async () => {
     const base = `http://127.0.0.1:${port}`
     const profileDir = process.env["BENCH_CPU_PROF"] === "1" ? join(dataDir, "..", `nenas-pipeline-profile-${Date.now()}`) : undefined
     const profileArgs = profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`]
-    const service = startNode("the service", [...SERVICE_NODE_ARGS, ...profileArgs, "dist/main.js"], {
+    const opsFile = process.env["BENCH_EFFECT_OPS"] === "1" ? join(dataDir, "effect-ops.json") : undefined
+    const opsArgs = opsFile === undefined ? [] : ["--import", join(ROOT, "bench", "effect-ops.mjs")]
+    const service = startNode("the service", [...SERVICE_NODE_ARGS, ...profileArgs, ...opsArgs, "dist/main.js"], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
       env: {
@@ -170,7 +185,8 @@ const main = async () => {
         UPSTREAM_BASE_URL: `${upstream.base}/v1`,
         RATE_LIMIT_RPM: "100000000",
         RATE_LIMIT_CONCURRENT: "100000",
-        LOG_FORMAT: "json"
+        LOG_FORMAT: "json",
+        ...(opsFile === undefined ? {} : { NENAS_EFFECT_OPS_FILE: opsFile })
       }
     })
     children.push(service)
@@ -199,25 +215,32 @@ const main = async () => {
     for (const [index, kind] of kinds.entries()) {
       if (only !== undefined && !only.includes(String(index + 1))) continue
       await autocannon({ ...kind.options, connections: 32, duration: 2 })
+      const opsBefore = await effectOpsIn(opsFile)
       const before = serviceCpu(service.pid)
       const result = await autocannon({ ...kind.options, connections: 32, duration: durationS })
       const after = serviceCpu(service.pid)
+      const opsAfter = await effectOpsIn(opsFile)
       if (result.non2xx > 0 || result.errors > 0) throw new Error(`${kind.name}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
       const per = (seconds: number) => (seconds * 1e6) / result.requests.total
       measured[index] = {
         name: kind.name,
         rps: result.requests.total / durationS,
         node: per(after.node - before.node),
-        database: per(databaseSeconds(before.database, after.database))
+        database: per(databaseSeconds(before.database, after.database)),
+        effectOps: opsBefore === undefined || opsAfter === undefined
+          ? undefined
+          : (opsAfter.ops - opsBefore.ops) / (opsAfter.requests - opsBefore.requests)
       }
       log(`${kind.name}: ${per(after.node - before.node).toFixed(0)} µs of the service's CPU a request`)
     }
     console.log(`\nNode ${process.version}, 32 connections, ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
-    console.log(`${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}`)
+    const opsColumn = (text: string) => opsFile === undefined ? "" : ` ${text.padStart(10)}`
+    console.log(`${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}${opsColumn("Effect ops")}`)
     for (const row of measured) {
       if (row === undefined) continue
       console.log(
-        `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${row.database.toFixed(0).padStart(7)}`
+        `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${row.database.toFixed(0).padStart(7)}` +
+          opsColumn(row.effectOps?.toFixed(0) ?? "")
       )
     }
     const { peak } = residentMb(service.pid)

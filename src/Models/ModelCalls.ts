@@ -39,11 +39,6 @@ import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 
 
-/** The wallet's refusals are the caller's errors; its other failures (SQL) are defects. */
-const apiErrorsOnly = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
-  Effect.catchAll(effect, (error) =>
-    isApiError(error) ? Effect.fail(error) : Effect.die(error)) as Effect.Effect<A, Extract<E, ApiError>>
-
 /** The output limit a caller lowers to reserve less, as each endpoint names it. */
 export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
   "/v1/chat/completions": "max_tokens",
@@ -137,18 +132,15 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
             memberMonthlySpendLimitMicroMyr: key.memberMonthlySpendLimitMicroMyr
           }
           : null
-        return spending.hold(money, log).pipe(
-          Effect.tapError((error) =>
-            isApiError(error)
-              ? Effect.suspend(() => spending.refused(log, errorMeta(error).code, elapsedSince(clock, startedAt)))
-              : Effect.void
-          ),
+        // One handler of the failure (a held call passes one step, not one a stage): a refusal is logged, the key's
+        // own monthly limit announced, and the error named for the endpoint; anything else is a defect.
+        return Effect.catchAll(spending.hold(money, log), (error) => {
+          if (!isApiError(error)) return Effect.die(error)
+          const logged = Effect.suspend(() => spending.refused(log, errorMeta(error).code, elapsedSince(clock, startedAt)))
           // `key.limit_reached` is the key's own limit's; a member's budget is not the key's.
-          Effect.tapErrorTag("SpendLimitExceeded", (error) =>
-            isMemberBudgetRefusal(error) ? Effect.void : limitReached.announce(key.keyId)),
-          apiErrorsOnly,
-          Effect.mapError((error) => forCaller(error, endpoint, key.keyId))
-        )
+          const announced = error._tag === "SpendLimitExceeded" && !isMemberBudgetRefusal(error) ? limitReached.announce(key.keyId) : Effect.void
+          return Effect.zipRight(Effect.zipRight(logged, announced), Effect.fail(forCaller(error, endpoint, key.keyId)))
+        })
       }
 
       /** Auth, route, estimate, hold: the call accepted and its maximum held, or refused (and logged) with why. */

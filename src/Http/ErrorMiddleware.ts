@@ -26,7 +26,7 @@ import { newId } from "../Domain/Ids.js"
 import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
 import { readBodyText } from "./BodyText.js"
 import { ModelLane } from "./ModelLane.js"
-import { writeReadableBody } from "./ReadableBody.js"
+import { writeNodeBody } from "./NodeBody.js"
 import { makeRequestGuard } from "./RequestGuard.js"
 import { CurrentRequestFacts, CurrentResponseHeaders, type RequestFacts, requestFactsOf } from "../Request/Context.js"
 
@@ -263,7 +263,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         // A refusal before the body (a bad API key, an oversize body) must reach a client still sending it.
         if (unread) lingerAfterAnswer(request)
         if (unread) return HttpServerResponse.setHeader(withId, "connection", "close")
-        return yield* writeReadableBody(request, withId) ?? Effect.succeed(withId)
+        return yield* writeNodeBody(request, withId) ?? Effect.succeed(withId)
       })
   })
 )

@@ -1,4 +1,3 @@
-import type { Readable } from "node:stream"
 import { Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { KeyLimitReached } from "../Keys/LimitReached.js"
@@ -35,6 +34,7 @@ import { makeCallSpans } from "./CallSpan.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
 import type { EventRenderer } from "./Wire.js"
+import type { SelfWritingBody } from "../Http/NodeBody.js"
 import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 
@@ -97,7 +97,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
    * Fails before the first byte as `complete` does; then the client's body, as `renderer` writes its events
    * (failures after the first byte are `Failed` events); `closed` runs once the body is done.
    */
-  readonly stream: (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) => Effect.Effect<Readable, ApiError, CurrentApiKey>
+  readonly stream: (
+    input: CallInput,
+    renderer: EventRenderer,
+    closed: Effect.Effect<void>
+  ) => Effect.Effect<SelfWritingBody, ApiError, CurrentApiKey>
 }>() {
   static readonly layer = Layer.scoped(
     ModelCalls,

@@ -1,4 +1,3 @@
-import { Readable } from "node:stream"
 import { Effect, Exit, FiberId, FiberRef, Option, Ref, type Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.js"
 import { CurrentRequestId, errorMeta, InternalError } from "../Domain/Errors.js"
@@ -7,15 +6,16 @@ import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Prov
 import type { HeldCall, Progress, StreamEvent } from "./CallTypes.js"
 import { answerSoFar, servedCall } from "./CallTypes.js"
 import type { Settlement } from "./CallSettlement.js"
+import { selfWriting, type SelfWritingBody } from "../Http/NodeBody.js"
 import type { EventRenderer } from "./Wire.js"
 
 /**
  * Relays a streamed call's upstream parts to its client as events, keeping
  * what was produced (text, tool calls, finish reason, reported usage) in the
  * call's progress, and settles it: on the last part, on a failure mid-way, or,
- * when the client goes away, as its body is destroyed. The relay is plain
- * code over a Node `Readable` (one write per upstream read, no Effect `Stream`
- * stage per read); only the settlements run as Effects, on the service's fibers.
+ * when the client goes away, as its response closes. The relay is plain
+ * code writing to the Node response (one write per upstream read, no Effect
+ * `Stream` stage per read); only the settlements run as Effects, on the service's fibers.
  */
 
 /** A streamed call's claim on its settlement: the relay's once it attaches, else its watchdog's. */
@@ -154,8 +154,12 @@ const withRelayed = (stored: Progress, relayed: Progress): Progress => ({
 
 /**
  * The client's body: the renderer's opening, one write per upstream read
- * that gives any events, then `Completed` or `Failed`; `closed` runs once the
- * body is done, however it ends.
+ * that gives any events, then `Completed` or `Failed` with the response's
+ * end; `closed` runs once the response closes, however it ends. It writes
+ * itself to the Node response (`Http/NodeBody.ts`), with no `Readable` and
+ * pipe in between: the last events go out with the response's end, in one
+ * write (issue 36). A response that closes first (the client went away) is
+ * billed for what was produced so far, once.
  */
 export const relayBody = (
   settlement: Settlement,
@@ -163,78 +167,73 @@ export const relayBody = (
   renderer: EventRenderer,
   fork: Fork,
   closed: Effect.Effect<void>
-): Readable => {
-  const { call, progress } = started
-  const reader = readerOf(started.parts, fork)
-  let current = Effect.runSync(Ref.get(progress))
-  let state: "new" | "open" | "settling" | "done" = "new"
-  /**
-   * An effect of this call on a fiber of its own, named with its request id in logs (set, not `Effect.locally`:
-   * the fiber ends with the effect, so nothing needs the reference back).
-   */
-  const run = <A>(effect: Effect.Effect<A>, onExit: (exit: Exit.Exit<A>) => void = () => {}) =>
-    fork(Effect.zipRight(FiberRef.set(CurrentRequestId, call.requestId), effect), onExit)
-  /** The call's end, settled with what was relayed: `progress` gets what the relay produced, once, just before. */
-  const finish = (last: Effect.Effect<StreamEvent>) => {
-    state = "settling"
-    run(Effect.zipRight(Ref.update(progress, (stored) => withRelayed(stored, current)), last), (exit) => {
-      if (Exit.isFailure(exit)) {
-        // Settlement itself broke: the call is settled as failed unless it already was, and the client is told.
-        run(Effect.zipRight(Effect.logError("model call stream failed", exit.cause), settlement.settleOnExit(call, progress)(exit)))
-      }
-      if (state !== "settling" || body.destroyed) return
-      state = "done"
-      body.push(renderer.render(Exit.isSuccess(exit) ? exit.value : { _tag: "Failed", error: internal() }))
-      body.push(null)
-    })
-  }
-  const pump = () => {
-    reader.next().then((parts) => {
-      if (state !== "open") return
-      if (parts === undefined) return finish(completed(settlement, started))
-      let text = ""
-      // A reasoning model's thinking ends with its first visible output: the time to it estimates reasoning on a cut.
-      if (current.firstVisibleAt === undefined && parts.some((part) => part._tag === "Delta" || part._tag === "ToolCallDelta")) {
-        current = { ...current, firstVisibleAt: Date.now() }
-      }
-      for (const part of parts) {
-        const [events, next] = relayPart(call.requestId, current, part)
-        current = next
-        for (const event of events) text += renderer.render(event)
-      }
-      if (text.length === 0) pump()
-      else body.push(text)
-    }, (stop: Stop) => {
-      if (state === "open") finish(failed(settlement, started, stop))
-    })
-  }
-  const body = new Readable({
-    read() {
-      if (state === "open") return pump()
-      if (state !== "new") return
-      if (started.handoff.attach()) {
-        state = "open"
-        this.push(renderer.start)
-        return
-      }
-      state = "done"
-      reader.cancel()
-      this.push(renderer.start + renderer.render({ _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }))
-      this.push(null)
-    },
-    destroy(error, callback) {
-      // The client went away (or the stream ended): what was produced so far is billed, once.
-      const wasOpen = state === "open" || (state === "new" && started.handoff.attach())
-      state = state === "settling" ? "settling" : "done"
+): SelfWritingBody =>
+  selfWriting((response) => {
+    const { call, progress } = started
+    const reader = readerOf(started.parts, fork)
+    let current = Effect.runSync(Ref.get(progress))
+    let state: "open" | "settling" | "done" = "open"
+    /**
+     * An effect of this call on a fiber of its own, named with its request id in logs (set, not `Effect.locally`:
+     * the fiber ends with the effect, so nothing needs the reference back).
+     */
+    const run = <A>(effect: Effect.Effect<A>, onExit: (exit: Exit.Exit<A>) => void = () => {}) =>
+      fork(Effect.zipRight(FiberRef.set(CurrentRequestId, call.requestId), effect), onExit)
+    /** The call's end, settled with what was relayed: `progress` gets what the relay produced, once, just before. */
+    const finish = (last: Effect.Effect<StreamEvent>) => {
+      state = "settling"
+      run(Effect.zipRight(Ref.update(progress, (stored) => withRelayed(stored, current)), last), (exit) => {
+        if (Exit.isFailure(exit)) {
+          // Settlement itself broke: the call is settled as failed unless it already was, and the client is told.
+          run(Effect.zipRight(Effect.logError("model call stream failed", exit.cause), settlement.settleOnExit(call, progress)(exit)))
+        }
+        if (state !== "settling") return
+        state = "done"
+        response.end(renderer.render(Exit.isSuccess(exit) ? exit.value : { _tag: "Failed", error: internal() }))
+      })
+    }
+    const pump = (): void => {
+      reader.next().then((parts) => {
+        if (state !== "open") return
+        if (parts === undefined) return finish(completed(settlement, started))
+        let text = ""
+        // A reasoning model's thinking ends with its first visible output: the time to it estimates reasoning on a cut.
+        if (current.firstVisibleAt === undefined && parts.some((part) => part._tag === "Delta" || part._tag === "ToolCallDelta")) {
+          current = { ...current, firstVisibleAt: Date.now() }
+        }
+        for (const part of parts) {
+          const [events, next] = relayPart(call.requestId, current, part)
+          current = next
+          for (const event of events) text += renderer.render(event)
+        }
+        // The next read once this one is written out (the client reading slowly holds the upstream back).
+        if (text.length === 0 || response.write(text)) pump()
+        else response.once("drain", pump)
+      }, (stop: Stop) => {
+        if (state === "open") finish(failed(settlement, started, stop))
+      })
+    }
+    /** The response closed (the client went away, or the stream ended): what was produced so far is billed, once. */
+    const onClose = (attached: boolean) => {
+      const wasOpen = attached && state === "open"
+      if (state === "open") state = "done"
       reader.cancel()
       if (wasOpen) {
         const stored = Ref.update(progress, (stored) => withRelayed(stored, current))
         run(Effect.zipRight(stored, settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))))
       }
-      callback(error)
+      // It logs nothing: no request id to set.
+      fork(closed, () => {})
     }
+    const attached = started.handoff.attach()
+    if (response.closed) return onClose(attached)
+    response.once("close", () => onClose(attached))
+    if (!attached) {
+      state = "done"
+      reader.cancel()
+      response.end(renderer.start + renderer.render({ _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }))
+      return
+    }
+    response.write(renderer.start)
+    pump()
   })
-  // It logs nothing: no request id to set.
-  body.once("close", () => fork(closed, () => {}))
-  return body
-}

@@ -234,6 +234,10 @@ export const relayBody = (
       response.end(renderer.start + renderer.render({ _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }))
       return
     }
+    // The opening goes out with the first read's events, in one write: the upstream has begun answering, so that read
+    // is usually in already; held no longer than this turn of the event loop, whatever it is.
+    response.cork()
     response.write(renderer.start)
+    setImmediate(() => response.uncork())
     pump()
   })

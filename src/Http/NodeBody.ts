@@ -2,26 +2,8 @@ import * as Cookies from "@effect/platform/Cookies"
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
-import type { ServerResponse } from "node:http"
 import { Effect } from "effect"
-
-const SelfWriting: unique symbol = Symbol.for("nenas/SelfWritingBody")
-
-/**
- * A response body that writes itself to the Node response, its head already
- * written, and ends it (a streamed model call's events, `StreamRelay.ts`). It
- * watches the response's `close` itself: a response that closes before it
- * ended (the client went away) stops it, and so does one closed already.
- */
-export interface SelfWritingBody {
-  readonly [SelfWriting]: true
-  readonly writeTo: (response: ServerResponse) => void
-}
-
-export const selfWriting = (writeTo: (response: ServerResponse) => void): SelfWritingBody => ({ [SelfWriting]: true, writeTo })
-
-const isSelfWriting = (body: unknown): body is SelfWritingBody =>
-  typeof body === "object" && body !== null && (body as { [SelfWriting]?: unknown })[SelfWriting] === true
+import { isSelfWriting } from "../Request/SelfWritingBody.js"
 
 /**
  * Writes a response whose body writes itself (`HttpServerResponse.raw` of a

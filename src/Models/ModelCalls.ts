@@ -34,7 +34,7 @@ import { makeCallSpans } from "./CallSpan.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages } from "./RemoteImages.js"
 import type { EventRenderer } from "./Wire.js"
-import type { SelfWritingBody } from "../Http/NodeBody.js"
+import type { SelfWritingBody } from "../Request/SelfWritingBody.js"
 import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 

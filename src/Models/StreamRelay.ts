@@ -6,7 +6,7 @@ import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../Prov
 import type { HeldCall, Progress, StreamEvent } from "./CallTypes.js"
 import { answerSoFar, servedCall } from "./CallTypes.js"
 import type { Settlement } from "./CallSettlement.js"
-import { selfWriting, type SelfWritingBody } from "../Http/NodeBody.js"
+import { selfWriting, type SelfWritingBody } from "../Request/SelfWritingBody.js"
 import type { EventRenderer } from "./Wire.js"
 
 /**

@@ -173,6 +173,13 @@ export const relayBody = (
     const reader = readerOf(started.parts, fork)
     let current = Effect.runSync(Ref.get(progress))
     let state: "open" | "settling" | "done" = "open"
+    /** The socket corked for the opening: uncorked once, by the end of the turn or by the response's end (which uncorks it whole). */
+    let holding = false
+    const release = () => {
+      if (!holding) return
+      holding = false
+      response.socket?.uncork()
+    }
     /**
      * An effect of this call on a fiber of its own, named with its request id in logs (set, not `Effect.locally`:
      * the fiber ends with the effect, so nothing needs the reference back).
@@ -189,6 +196,7 @@ export const relayBody = (
         }
         if (state !== "settling") return
         state = "done"
+        holding = false
         response.end(renderer.render(Exit.isSuccess(exit) ? exit.value : { _tag: "Failed", error: internal() }))
       })
     }
@@ -215,6 +223,7 @@ export const relayBody = (
     }
     /** The response closed (the client went away, or the stream ended): what was produced so far is billed, once. */
     const onClose = (attached: boolean) => {
+      holding = false
       const wasOpen = attached && state === "open"
       if (state === "open") state = "done"
       reader.cancel()
@@ -235,9 +244,12 @@ export const relayBody = (
       return
     }
     // The opening goes out with the first read's events, in one write: the upstream has begun answering, so that read
-    // is usually in already; held no longer than this turn of the event loop, whatever it is.
-    response.cork()
+    // is usually in already; held no longer than this turn of the event loop, whatever it is. The socket is corked,
+    // not the response: Node 22 writes an `end()` of a corked response's chunked body before the chunks it holds.
+    const socket = response.socket
+    holding = socket !== null
+    socket?.cork()
     response.write(renderer.start)
-    setImmediate(() => response.uncork())
+    setImmediate(() => release())
     pump()
   })

@@ -26,9 +26,14 @@
  * BENCH_EFFECT_OPS=1 it runs with `bench/effect-ops.mjs` and prints the Effect
  * runtime's operations a request of each kind, which the machine's noise does
  * not move (its CPU figures are then the counter's too: read the counts only).
+ * With BENCH_PHASES=1 (and BENCH_CONNECTIONS=1: calls one at a time) it runs
+ * with `bench/phases.mjs` and prints, for each live call, the median wall and
+ * busy time of its phases: before the upstream, the upstream exchange, after
+ * it, and after the response's end (the added latency at one connection).
  *
  * Settings (environment): BENCH_DURATION (s per kind, default 8),
- * BENCH_KINDS (which kinds, e.g. "1,5"; default all), BENCH_CPU_PROF=1, BENCH_EFFECT_OPS=1,
+ * BENCH_KINDS (which kinds, e.g. "1,5"; default all), BENCH_CONNECTIONS (default 32), BENCH_CPU_PROF=1, BENCH_EFFECT_OPS=1,
+ * BENCH_PHASES=1,
  * BENCH_PEERS_DIR (default <repo>/../shared/bench: fake-upstream.mjs and autocannon).
  */
 import { readdirSync, readFileSync } from "node:fs"
@@ -44,6 +49,7 @@ import { buildService, type Child, log, SERVICE_NODE_ARGS, startFakeUpstream, st
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
 const peersDir = resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench"))
 const durationS = Number(process.env["BENCH_DURATION"] ?? 8)
+const connections = Number(process.env["BENCH_CONNECTIONS"] ?? 32)
 const CLOCK_TICKS_PER_S = 100
 
 /** The fields of /proc/PID/stat after the command name, or undefined for a process gone. */
@@ -112,6 +118,19 @@ interface Measured {
   readonly database: number
   /** The Effect runtime's operations per request (BENCH_EFFECT_OPS=1). */
   readonly effectOps: number | undefined
+  /** The median µs of each phase of a model call (BENCH_PHASES=1), wall and busy. */
+  readonly phases: Phases | undefined
+}
+
+const PHASE_NAMES = ["before", "upstream", "after", "finished"] as const
+type Phases = Record<(typeof PHASE_NAMES)[number], { readonly wall: number | null; readonly busy: number | null }>
+
+/** The phases `bench/phases.mjs` timed, once its next write is in: undefined when it timed no model call. */
+const phasesIn = async (file: string | undefined): Promise<Phases | undefined> => {
+  if (file === undefined) return undefined
+  await new Promise((resolve) => setTimeout(resolve, 600))
+  const { calls, phases } = JSON.parse(readFileSync(file, "utf8")) as { calls: number; phases: Phases }
+  return calls === 0 ? undefined : phases
 }
 
 /** What `bench/effect-ops.mjs` counted so far, once its next write is in. */
@@ -172,7 +191,10 @@ const main = async () => {
     const profileArgs = profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`]
     const opsFile = process.env["BENCH_EFFECT_OPS"] === "1" ? join(dataDir, "effect-ops.json") : undefined
     const opsArgs = opsFile === undefined ? [] : ["--import", join(ROOT, "bench", "effect-ops.mjs")]
-    const service = startNode("the service", [...SERVICE_NODE_ARGS, ...profileArgs, ...opsArgs, "dist/main.js"], {
+    const phasesFile = process.env["BENCH_PHASES"] === "1" ? join(dataDir, "phases.json") : undefined
+    if (phasesFile !== undefined && connections !== 1) throw new Error("BENCH_PHASES=1 needs BENCH_CONNECTIONS=1: the phases tell calls apart one at a time")
+    const phasesArgs = phasesFile === undefined ? [] : ["--import", join(ROOT, "bench", "phases.mjs")]
+    const service = startNode("the service", [...SERVICE_NODE_ARGS, ...profileArgs, ...opsArgs, ...phasesArgs, "dist/main.js"], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
       env: {
@@ -186,7 +208,8 @@ const main = async () => {
         RATE_LIMIT_RPM: "100000000",
         RATE_LIMIT_CONCURRENT: "100000",
         LOG_FORMAT: "json",
-        ...(opsFile === undefined ? {} : { NENAS_EFFECT_OPS_FILE: opsFile })
+        ...(opsFile === undefined ? {} : { NENAS_EFFECT_OPS_FILE: opsFile }),
+        ...(phasesFile === undefined ? {} : { NENAS_PHASES_FILE: phasesFile })
       }
     })
     children.push(service)
@@ -214,10 +237,10 @@ const main = async () => {
     const measured: Array<Measured | undefined> = []
     for (const [index, kind] of kinds.entries()) {
       if (only !== undefined && !only.includes(String(index + 1))) continue
-      await autocannon({ ...kind.options, connections: 32, duration: 2 })
+      await autocannon({ ...kind.options, connections, duration: 2 })
       const opsBefore = await effectOpsIn(opsFile)
       const before = serviceCpu(service.pid)
-      const result = await autocannon({ ...kind.options, connections: 32, duration: durationS })
+      const result = await autocannon({ ...kind.options, connections, duration: durationS })
       const after = serviceCpu(service.pid)
       const opsAfter = await effectOpsIn(opsFile)
       if (result.non2xx > 0 || result.errors > 0) throw new Error(`${kind.name}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
@@ -229,11 +252,12 @@ const main = async () => {
         database: per(databaseSeconds(before.database, after.database)),
         effectOps: opsBefore === undefined || opsAfter === undefined
           ? undefined
-          : (opsAfter.ops - opsBefore.ops) / (opsAfter.requests - opsBefore.requests)
+          : (opsAfter.ops - opsBefore.ops) / (opsAfter.requests - opsBefore.requests),
+        phases: await phasesIn(phasesFile)
       }
       log(`${kind.name}: ${per(after.node - before.node).toFixed(0)} µs of the service's CPU a request`)
     }
-    console.log(`\nNode ${process.version}, 32 connections, ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
+    console.log(`\nNode ${process.version}, ${connections} connection(s), ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
     const opsColumn = (text: string) => opsFile === undefined ? "" : ` ${text.padStart(10)}`
     console.log(`${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}${opsColumn("Effect ops")}`)
     for (const row of measured) {
@@ -242,6 +266,16 @@ const main = async () => {
         `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${row.database.toFixed(0).padStart(7)}` +
           opsColumn(row.effectOps?.toFixed(0) ?? "")
       )
+    }
+    if (phasesFile !== undefined) {
+      console.log(`\nPhases of a model call, one at a time (median µs: wall, and the event loop busy in it)`)
+      console.log(`${"request".padEnd(36)} ${PHASE_NAMES.map((phase) => phase.padStart(14)).join(" ")}`)
+      const cell = (value: number | null) => (value === null ? "-" : value.toFixed(0))
+      for (const row of measured) {
+        if (row?.phases === undefined) continue
+        const { phases } = row
+        console.log(`${row.name.padEnd(36)} ${PHASE_NAMES.map((phase) => `${cell(phases[phase].wall)} (${cell(phases[phase].busy)})`.padStart(14)).join(" ")}`)
+      }
     }
     const { peak } = residentMb(service.pid)
     console.log(`\nthe service's node process (${SERVICE_NODE_ARGS.join(" ") || "no flags"}): ${idleMb.toFixed(0)} MB idle, ${peak.toFixed(0)} MB at its peak`)

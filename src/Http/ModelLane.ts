@@ -93,17 +93,16 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
         >
       ): readonly [string, LaneHandler] => {
         const decodePayload = Schema.decodeUnknown(schema)
-        return [
-          path,
-          // Interruptible, as the router makes its routes (the server runs the app uninterruptibly): a client gone stops the call.
-          (text) => Effect.interruptible(Effect.gen(function*() {
-            const request = yield* HttpServerRequest.HttpServerRequest
-            const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))
-            const payload = yield* Effect.flatMap(text === undefined ? payloadOf(request) : parsed(request, text), decodePayload)
-            const headers = yield* decodeHeaders(request.headers)
-            return yield* provideForRequest(handler({ headers, payload }), CurrentApiKey, key)
-          }))
-        ]
+        // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+        const serve = Effect.fnUntraced(function*(text: string | undefined) {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))
+          const payload = yield* Effect.flatMap(text === undefined ? payloadOf(request) : parsed(request, text), decodePayload)
+          const headers = yield* decodeHeaders(request.headers)
+          return yield* provideForRequest(handler({ headers, payload }), CurrentApiKey, key)
+        })
+        // Interruptible, as the router makes its routes (the server runs the app uninterruptibly): a client gone stops the call.
+        return [path, (text) => Effect.interruptible(serve(text))]
       }
       const byPath = new Map([
         lane(LANE_ENDPOINTS.responses, endpoints.responses),

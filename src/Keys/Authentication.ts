@@ -40,9 +40,12 @@ const EarlyOutcome = FiberRef.unsafeMake<
   { readonly requestId: string; readonly key: string; readonly exit: Exit.Exit<ApiKeyPrincipal, AuthFailure> } | undefined
 >(undefined)
 
-/** The key's row and its checks; `clock` is the service's, read directly (no fiber steps on every request). */
-const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, key: string) =>
-  Effect.gen(function*() {
+/**
+ * The key's row and its checks; `clock` is the service's, read directly (no fiber steps on every request). One
+ * generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+ */
+const lookupWith = Effect.fnUntraced(
+  function*(keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, key: string) {
     if (key.length === 0) {
       return yield* new AuthenticationError({
         message: "Missing API key. Send `Authorization: Bearer <API_KEY>`."
@@ -86,7 +89,8 @@ const lookupWith = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock
       rateLimitRpm: row.rateLimitRpm,
       rateLimitConcurrent: row.rateLimitConcurrent
     }
-  })
+  }
+)
 
 /**
  * The API key a request presents: `Authorization: Bearer` (as the platform's bearer decoding reads it,
@@ -104,15 +108,14 @@ export const ApiKeyAuthLive = Layer.effect(
     const lastUsed = yield* KeyLastUsed
     const clock = yield* Effect.clock
     return ApiKeyAuth.of({
-      apiKey: (token) =>
-        Effect.gen(function*() {
-          const key = Redacted.value(token) || presentedKey((yield* HttpServerRequest.HttpServerRequest).headers)
-          const early = yield* FiberRef.get(EarlyOutcome)
-          if (early !== undefined && early.key === key && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
-            return yield* early.exit
-          }
-          return yield* lookupWith(keys, lastUsed, clock, key)
-        })
+      apiKey: Effect.fnUntraced(function*(token: Redacted.Redacted<string>) {
+        const key = Redacted.value(token) || presentedKey((yield* HttpServerRequest.HttpServerRequest).headers)
+        const early = yield* FiberRef.get(EarlyOutcome)
+        if (early !== undefined && early.key === key && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
+          return yield* early.exit
+        }
+        return yield* lookupWith(keys, lastUsed, clock, key)
+      })
     })
   })
 )

@@ -122,25 +122,25 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
     yield* listener.onHeardAgain(forgetAll)
 
     return KeyCache.of({
-      lookup: (keyHash) =>
-        Effect.gen(function*() {
-          const hash = keyHash.toString("hex")
-          const now = clock.unsafeCurrentTimeMillis()
-          if (listener.hearing()) {
-            const entry = entries.get(hash)
-            if (entry !== undefined && now - entry.storedAt < ttl) {
-              metrics.keyLookups.inc({ source: "memory" })
-              return entry.found
-            }
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+      lookup: Effect.fnUntraced(function*(keyHash: Buffer) {
+        const hash = keyHash.toString("hex")
+        const now = clock.unsafeCurrentTimeMillis()
+        if (listener.hearing()) {
+          const entry = entries.get(hash)
+          if (entry !== undefined && now - entry.storedAt < ttl) {
+            metrics.keyLookups.inc({ source: "memory" })
+            return entry.found
           }
-          metrics.keyLookups.inc({ source: "database" })
-          const before = generation
-          const found = yield* repo.lookup(keyHash)
-          // A drop announced while SQL answered may be newer than the answer: then it is not remembered.
-          // Unknown keys never are: anyone can send endless new ones, which would push real keys out.
-          if (found._tag !== "Unknown" && before === generation && listener.hearing()) remember(hash, found, now)
-          return found
-        }),
+        }
+        metrics.keyLookups.inc({ source: "database" })
+        const before = generation
+        const found = yield* repo.lookup(keyHash)
+        // A drop announced while SQL answered may be newer than the answer: then it is not remembered.
+        // Unknown keys never are: anyone can send endless new ones, which would push real keys out.
+        if (found._tag !== "Unknown" && before === generation && listener.hearing()) remember(hash, found, now)
+        return found
+      }),
       forgetAccount: (accountId) => Effect.sync(() => forgetAccount(accountId)),
       listening: Effect.sync(listener.hearing)
     })

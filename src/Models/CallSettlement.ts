@@ -135,48 +135,47 @@ export const makeSettlement = Effect.gen(function*() {
    * wallet cannot pay it, `bill what it can` bills what it holds. A whole
    * answer (`complete`) of a call that stores is stored with its settlement.
    */
-  const bill = (call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean, errorCode: string | null) =>
-    Effect.gen(function*() {
-      const latencyMs = elapsedSince(clock, call.startedAt)
-      const holdsNothing = call.hold.source._tag === "None"
-      const cost = billedCost(prices, call.route.upstreamModel, holdsNothing ? null : {
-        inputTokens: used.usage.inputTokens,
-        cachedTokens: used.usage.cachedTokens,
-        outputTokens: used.usage.outputTokens,
-        searches: used.sources.searches,
-        pages: used.sources.pages
-      }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
-      // Field by field, not a spread of `used.usage` that adds fields (slow on Node 20: `logRow`).
-      const logged: SettledUsage = {
-        inputTokens: used.usage.inputTokens,
-        outputTokens: used.usage.outputTokens,
-        reasoningTokens: used.usage.reasoningTokens,
-        cachedTokens: used.usage.cachedTokens,
-        answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
-        attempts: loggedAttempts(call),
-        errorCode,
-        usageSource: used.source,
-        searchCount: used.sources.searches,
-        contentPages: used.sources.pages,
-        costMicroMyr: cost,
-        latencyMs
-      }
-      const store = complete ? call.input.store : undefined
-      const stored = store === undefined ? undefined : yield* storedWrite(
-        store,
-        {
-          requestId: call.requestId,
-          accountId: call.key.accountId,
-          apiKeyId: call.key.keyId,
-          environment: call.key.environment,
-          startedAt: call.startedAt
-        },
-        responsesOutput(resultOf(call, answer, used, cost, latencyMs)),
-        storedResponsesMaxBytes
-      )
-      const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort, stored)
-      return resultOf(call, answer, used, microMyr(charged), latencyMs)
-    }).pipe(Effect.uninterruptible)
+  const bill = Effect.fnUntraced(function*(call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean, errorCode: string | null) {
+    const latencyMs = elapsedSince(clock, call.startedAt)
+    const holdsNothing = call.hold.source._tag === "None"
+    const cost = billedCost(prices, call.route.upstreamModel, holdsNothing ? null : {
+      inputTokens: used.usage.inputTokens,
+      cachedTokens: used.usage.cachedTokens,
+      outputTokens: used.usage.outputTokens,
+      searches: used.sources.searches,
+      pages: used.sources.pages
+    }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
+    // Field by field, not a spread of `used.usage` that adds fields (slow on Node 20: `logRow`).
+    const logged: SettledUsage = {
+      inputTokens: used.usage.inputTokens,
+      outputTokens: used.usage.outputTokens,
+      reasoningTokens: used.usage.reasoningTokens,
+      cachedTokens: used.usage.cachedTokens,
+      answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
+      attempts: loggedAttempts(call),
+      errorCode,
+      usageSource: used.source,
+      searchCount: used.sources.searches,
+      contentPages: used.sources.pages,
+      costMicroMyr: cost,
+      latencyMs
+    }
+    const store = complete ? call.input.store : undefined
+    const stored = store === undefined ? undefined : yield* storedWrite(
+      store,
+      {
+        requestId: call.requestId,
+        accountId: call.key.accountId,
+        apiKeyId: call.key.keyId,
+        environment: call.key.environment,
+        startedAt: call.startedAt
+      },
+      responsesOutput(resultOf(call, answer, used, cost, latencyMs)),
+      storedResponsesMaxBytes
+    )
+    const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort, stored)
+    return resultOf(call, answer, used, microMyr(charged), latencyMs)
+  }, Effect.uninterruptible)
 
   /**
    * A stream's end (its answer already under way; `complete` when whole), or a call whose client left: billed,

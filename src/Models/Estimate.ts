@@ -127,17 +127,20 @@ export const withinCostCap = (
 
 /** The estimate of a call, or why it may not run: too long for the context window, or above its cost cap. */
 export const estimateCall = (input: EstimateInput): Either.Either<Estimate, ContextLengthExceeded | InvalidRequest> =>
-  Either.gen(function*() {
-    const outputCap = yield* outputCapFor(input)
-    const worstCase = microMyr(Math.max(
-      ...[input.upstreamModel, ...(input.fallbackModels ?? [])].map((model) =>
-        worstCaseCost(input.prices, model, input.inputTokens, outputCap, input.search)
-      )
-    ))
-    const costCap = costCapOf(input.maxTotalCostMyr)
-    yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search, outputParam: input.outputParam })
-    return { outputCap, worstCase, costCap }
-  })
+  Either.gen(() => estimating(input))
+
+/** One generator function for every call, not one made per call (README, "Peak RSS"). */
+function* estimating(input: EstimateInput) {
+  const outputCap = yield* outputCapFor(input)
+  const worstCase = microMyr(Math.max(
+    ...[input.upstreamModel, ...(input.fallbackModels ?? [])].map((model) =>
+      worstCaseCost(input.prices, model, input.inputTokens, outputCap, input.search)
+    )
+  ))
+  const costCap = costCapOf(input.maxTotalCostMyr)
+  yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search, outputParam: input.outputParam })
+  return { outputCap, worstCase, costCap }
+}
 
 /** The most a call may be billed: what it holds, and `max_total_cost_myr`. */
 export const ceilingOf = (heldMicroMyr: number, costCap: MicroMyr | undefined): number =>

@@ -76,87 +76,84 @@ const makeCallServing = Effect.gen(function*() {
   const { dashboardUrl } = yield* AppConfig
 
   /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
-  const answer = (call: Call, input: CallInput) =>
-    Effect.gen(function*() {
-      const key = yield* CurrentApiKey
-      const runOf = (callInput: CallInput) => Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
-      const respond = (body: string, replayed: boolean, status = 200) =>
-        HttpServerResponse.text(body, {
-          status,
-          contentType: "application/json",
-          headers: replayed ? { "idempotent-replayed": "true" } : {}
+  const answer = Effect.fnUntraced(function*(call: Call, input: CallInput) {
+    const key = yield* CurrentApiKey
+    const runOf = (callInput: CallInput) => Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
+    const respond = (body: string, replayed: boolean, status = 200) =>
+      HttpServerResponse.text(body, {
+        status,
+        contentType: "application/json",
+        headers: replayed ? { "idempotent-replayed": "true" } : {}
+      })
+    if (call.idempotencyKey === undefined) return respond(yield* runOf(input), false)
+    const claimKey = call.idempotencyKey
+    const requestId = yield* currentRequestId
+    const outcome = yield* idempotency.claim({
+      apiKeyId: key.keyId,
+      key: claimKey,
+      endpoint: call.endpoint,
+      body: call.payload,
+      requestId
+    }).pipe(Effect.catchTag("SqlError", Effect.die))
+    if (outcome._tag === "Replay") {
+      // The replay answers as the first request did: its body quotes that request's id, and so does the header.
+      yield* addResponseHeaders(call.endpoint === "/v1/messages"
+        ? { "x-request-id": outcome.requestId, "request-id": outcome.requestId }
+        : { "x-request-id": outcome.requestId })
+      return respond(outcome.body, true, outcome.status)
+    }
+    // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
+    const confirmed = Object.assign({}, input, { confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) })
+    const body = yield* runOf(confirmed).pipe(
+      Effect.onExit((exit) => {
+        if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
+        const failure = Cause.failureOption(exit.cause)
+        // A typed error is the request's answer, kept like a success; only a taken-over key is not ours to write.
+        if (failure._tag === "Some" && isApiError(failure.value) && failure.value._tag !== "IdempotencyConflict") {
+          const body = JSON.stringify(call.errorBody(failure.value, requestId, dashboardUrl))
+          return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
+        }
+        if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)
+        // Cut by shutdown's deadline after it may have run (and been billed): a retry must not run it again.
+        const cut = new ProviderTimeout({
+          message: `The request with this Idempotency-Key was cut off when the service stopped (${requestId}); ` +
+            "work already done upstream was billed.",
+          retryable: false,
+          guidance: "Send a new Idempotency-Key to run the request again."
         })
-      if (call.idempotencyKey === undefined) return respond(yield* runOf(input), false)
-      const claimKey = call.idempotencyKey
-      const requestId = yield* currentRequestId
-      const outcome = yield* idempotency.claim({
-        apiKeyId: key.keyId,
-        key: claimKey,
-        endpoint: call.endpoint,
-        body: call.payload,
-        requestId
-      }).pipe(Effect.catchTag("SqlError", Effect.die))
-      if (outcome._tag === "Replay") {
-        // The replay answers as the first request did: its body quotes that request's id, and so does the header.
-        yield* addResponseHeaders(call.endpoint === "/v1/messages"
-          ? { "x-request-id": outcome.requestId, "request-id": outcome.requestId }
-          : { "x-request-id": outcome.requestId })
-        return respond(outcome.body, true, outcome.status)
-      }
-      // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
-      const confirmed = { ...input, confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) }
-      const body = yield* runOf(confirmed).pipe(
-        Effect.onExit((exit) => {
-          if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
-          const failure = Cause.failureOption(exit.cause)
-          // A typed error is the request's answer, kept like a success; only a taken-over key is not ours to write.
-          if (failure._tag === "Some" && isApiError(failure.value) && failure.value._tag !== "IdempotencyConflict") {
-            const body = JSON.stringify(call.errorBody(failure.value, requestId, dashboardUrl))
-            return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
-          }
-          if (!Cause.isInterruptedOnly(exit.cause)) return idempotency.abandon(key.keyId, claimKey, requestId)
-          // Cut by shutdown's deadline after it may have run (and been billed): a retry must not run it again.
-          const cut = new ProviderTimeout({
-            message: `The request with this Idempotency-Key was cut off when the service stopped (${requestId}); ` +
-              "work already done upstream was billed.",
-            retryable: false,
-            guidance: "Send a new Idempotency-Key to run the request again."
-          })
-          return idempotency.complete(
-            key.keyId, claimKey, requestId, httpStatus(cut), JSON.stringify(call.errorBody(cut, requestId, dashboardUrl))
-          )
-        }),
-        idempotency.detach,
-        Effect.flatMap(Fiber.join)
-      )
-      return respond(body, false)
-    })
+        return idempotency.complete(
+          key.keyId, claimKey, requestId, httpStatus(cut), JSON.stringify(call.errorBody(cut, requestId, dashboardUrl))
+        )
+      }),
+      idempotency.detach,
+      Effect.flatMap(Fiber.join)
+    )
+    return respond(body, false)
+  })
 
   /** A streamed call: its rate-limit slot, taken before anything else, is held until the stream ends. */
-  const streamed = (call: Call) =>
-    Effect.gen(function*() {
-      const requestId = yield* currentRequestId
-      const slot = limits.slot((yield* CurrentApiKey).keyId, requestId)
-      const context: StreamContext = {
-        requestId,
-        createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
-        dashboardUrl
-      }
-      const body = yield* Effect.onError(
-        Effect.zipRight(slot.take, Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), slot.giveBack))),
-        () => slot.giveBack
-      )
-      return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
-    })
+  const streamed = Effect.fnUntraced(function*(call: Call) {
+    const requestId = yield* currentRequestId
+    const slot = limits.slot((yield* CurrentApiKey).keyId, requestId)
+    const context: StreamContext = {
+      requestId,
+      createdAt: Math.floor((yield* Effect.clockWith((clock) => clock.currentTimeMillis)) / 1000),
+      dashboardUrl
+    }
+    const body = yield* Effect.onError(
+      Effect.zipRight(slot.take, Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), slot.giveBack))),
+      () => slot.giveBack
+    )
+    return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
+  })
 
   /** Admission first (DESIGN.md, Security): the key's limits are taken before the input's stored responses are read. */
-  const serve = (call: Call) =>
-    Effect.gen(function*() {
-      yield* requireActiveAccount
-      if (call.stream) return yield* streamed(call)
-      const key = yield* CurrentApiKey
-      return yield* limits.admitting(key.keyId, yield* currentRequestId, Effect.flatMap(call.input, (input) => answer(call, input)))
-    })
+  const serve = Effect.fnUntraced(function*(call: Call) {
+    yield* requireActiveAccount
+    if (call.stream) return yield* streamed(call)
+    const key = yield* CurrentApiKey
+    return yield* limits.admitting(key.keyId, yield* currentRequestId, Effect.flatMap(call.input, (input) => answer(call, input)))
+  })
 
   return { serve, limits }
 })
@@ -192,36 +189,38 @@ const requested = <Payload extends { readonly stream?: boolean | null | undefine
 export const makeModelEndpoints = Effect.gen(function*() {
   const { limits, serve } = yield* makeCallServing
   const stored = yield* StoredConversations
+  // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+  const responsesInput = Effect.fnUntraced(function*(payload: ResponsesBody) {
+    if (payload.model !== PUBLIC_MODEL) {
+      return yield* new InvalidRequest({
+        message: `The model '${payload.model}' does not exist; the model is '${PUBLIC_MODEL}'.`,
+        param: "model"
+      })
+    }
+    const key = yield* CurrentApiKey
+    const state = yield* stored.resolve(key.accountId, yield* currentRequestId, payload)
+    const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
+    return {
+      endpoint: "/v1/responses",
+      ...conversationInput(conversation),
+      effort: payload.reasoning?.effort ?? "medium",
+      maxOutputTokens: payload.max_output_tokens,
+      maxTotalCostMyr: payload.max_total_cost_myr,
+      // OpenAI's web search tool turns our web search on, with the request's settings if it has them.
+      webSearch: conversation.webSearchTool ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" } : payload.web_search,
+      temperature: payload.temperature,
+      topP: payload.top_p,
+      user: payload.user,
+      metadata: payload.metadata,
+      stream: payload.stream,
+      inputParam: "input",
+      store: state.store
+    } satisfies CallInput
+  })
   return {
     responses: ({ headers, payload }: CallRequest<ResponsesBody>) =>
       serve(requested("/v1/responses", { headers, payload }, {
-        input: Effect.gen(function*() {
-          if (payload.model !== PUBLIC_MODEL) {
-            return yield* new InvalidRequest({
-              message: `The model '${payload.model}' does not exist; the model is '${PUBLIC_MODEL}'.`,
-              param: "model"
-            })
-          }
-          const key = yield* CurrentApiKey
-          const state = yield* stored.resolve(key.accountId, yield* currentRequestId, payload)
-          const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
-          return {
-            endpoint: "/v1/responses",
-            ...conversationInput(conversation),
-            effort: payload.reasoning?.effort ?? "medium",
-            maxOutputTokens: payload.max_output_tokens,
-            maxTotalCostMyr: payload.max_total_cost_myr,
-            // OpenAI's web search tool turns our web search on, with the request's settings if it has them.
-            webSearch: conversation.webSearchTool ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" } : payload.web_search,
-            temperature: payload.temperature,
-            topP: payload.top_p,
-            user: payload.user,
-            metadata: payload.metadata,
-            stream: payload.stream,
-            inputParam: "input",
-            store: state.store
-          } satisfies CallInput
-        }),
+        input: responsesInput(payload),
         render: responsesOutput,
         renderStream: responsesEvents,
         errorBody: toErrorBody
@@ -256,15 +255,14 @@ export const makeModelEndpoints = Effect.gen(function*() {
         errorBody: anthropicErrorBody
       })),
     /** Free and not logged as a call, but counted against the key's rate limits as every /v1 request is. */
-    countTokens: ({ payload }: { readonly payload: AnthropicCountTokensRequest }) =>
-      Effect.gen(function*() {
-        yield* requireActiveAccount
-        const key = yield* CurrentApiKey
-        return yield* Effect.scoped(Effect.zipRight(
-          limits.admit(key.keyId, yield* currentRequestId),
-          Effect.zipRight(requireAnthropicModel(payload.model), Effect.map(anthropicConversation(payload), anthropicTokenCount))
-        ))
-      })
+    countTokens: Effect.fnUntraced(function*({ payload }: { readonly payload: AnthropicCountTokensRequest }) {
+      yield* requireActiveAccount
+      const key = yield* CurrentApiKey
+      return yield* Effect.scoped(Effect.zipRight(
+        limits.admit(key.keyId, yield* currentRequestId),
+        Effect.zipRight(requireAnthropicModel(payload.model), Effect.map(anthropicConversation(payload), anthropicTokenCount))
+      ))
+    })
   }
 })
 

@@ -123,23 +123,22 @@ const toolCallOf = (value: unknown, path: string): Effect.Effect<ToolCall, Input
 }
 
 /** Tools and the choice among them, checked as OpenAI checks them: unique names, a named choice among the tools. */
-export const toolsOf = (tools: ReadonlyArray<ToolDefinition>, choice: ToolChoice | undefined, choiceParam: string) =>
-  Effect.gen(function*() {
-    const names = new Set<string>()
-    for (const [i, tool] of tools.entries()) {
-      if (names.has(tool.function.name)) {
-        return yield* invalid(`The function name '${tool.function.name}' is used twice; names must be unique.`, `tools[${i}]`)
-      }
-      names.add(tool.function.name)
+export const toolsOf = Effect.fnUntraced(function*(tools: ReadonlyArray<ToolDefinition>, choice: ToolChoice | undefined, choiceParam: string) {
+  const names = new Set<string>()
+  for (const [i, tool] of tools.entries()) {
+    if (names.has(tool.function.name)) {
+      return yield* invalid(`The function name '${tool.function.name}' is used twice; names must be unique.`, `tools[${i}]`)
     }
-    if (typeof choice === "object" && !names.has(choice.function.name)) {
-      return yield* invalid(`tool_choice names '${choice.function.name}', which is not among the tools.`, choiceParam)
-    }
-    if (choice === "required" && tools.length === 0) {
-      return yield* invalid("tool_choice 'required' needs at least one function in 'tools'.", choiceParam)
-    }
-    return tools.length === 0 ? {} : { tools, toolChoice: choice }
-  })
+    names.add(tool.function.name)
+  }
+  if (typeof choice === "object" && !names.has(choice.function.name)) {
+    return yield* invalid(`tool_choice names '${choice.function.name}', which is not among the tools.`, choiceParam)
+  }
+  if (choice === "required" && tools.length === 0) {
+    return yield* invalid("tool_choice 'required' needs at least one function in 'tools'.", choiceParam)
+  }
+  return tools.length === 0 ? {} : { tools, toolChoice: choice }
+})
 
 const definition = (name: string, description: string | null | undefined, parameters: Json | null | undefined, strict: boolean | null | undefined): ToolDefinition => ({
   type: "function",
@@ -197,184 +196,182 @@ const WEB_SEARCH_TOOLS = /^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$/
  * `input` (a string or OpenAI's items: messages, function calls and their outputs) and `instructions`, with tools and format;
  * `history`, a stored conversation's items (`previous_response_id`), comes between the instructions and the input.
  */
-export const responsesConversation = (body: ResponsesBody, history: ReadonlyArray<Json> = []) =>
-  Effect.gen(function*() {
-    yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
-    const upstream: Array<UpstreamMessage> = []
-    const remoteImages = new Map<string, string>()
-    if (typeof body.instructions === "string" && body.instructions.length > 0) {
-      upstream.push({ role: "system", content: body.instructions })
+export const responsesConversation = Effect.fnUntraced(function*(body: ResponsesBody, history: ReadonlyArray<Json> = []) {
+  yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
+  const upstream: Array<UpstreamMessage> = []
+  const remoteImages = new Map<string, string>()
+  if (typeof body.instructions === "string" && body.instructions.length > 0) {
+    upstream.push({ role: "system", content: body.instructions })
+  }
+  if (typeof body.input !== "string" && body.input.length === 0) {
+    return yield* invalid("'input' must hold at least one message.", "input")
+  }
+  const items: ReadonlyArray<{ readonly item: typeof InputItem.Type; readonly path: string }> = [
+    // Stored items were checked when they were stored.
+    ...history.map((item) => ({ item: item as typeof InputItem.Type, path: "previous_response_id" })),
+    ...(typeof body.input === "string"
+      ? [{ item: { type: "message", role: "user", content: body.input }, path: "input" }]
+      : body.input.map((item, i) => ({ item, path: `input[${i}]` })))
+  ]
+  for (const { item, path } of items) {
+    if (item.type === "function_call") {
+      const call = yield* toolCallOf({ id: item["call_id"], type: "function", function: item }, path)
+      appendCall(upstream, call)
+      continue
     }
-    if (typeof body.input !== "string" && body.input.length === 0) {
-      return yield* invalid("'input' must hold at least one message.", "input")
+    if (item.type === "function_call_output") {
+      if (typeof item["call_id"] !== "string") return yield* invalid("A function_call_output needs a string 'call_id'.", `${path}.call_id`)
+      const output = item["output"]
+      const content = typeof output === "string"
+        ? output
+        : Array.isArray(output)
+        ? plain(yield* partsOf(output.filter(isRecord), `${path}.output`, false))
+        : yield* invalid("A function_call_output needs 'output', a string.", `${path}.output`)
+      upstream.push({ role: "tool", tool_call_id: item["call_id"], content })
+      continue
     }
-    const items: ReadonlyArray<{ readonly item: typeof InputItem.Type; readonly path: string }> = [
-      // Stored items were checked when they were stored.
-      ...history.map((item) => ({ item: item as typeof InputItem.Type, path: "previous_response_id" })),
-      ...(typeof body.input === "string"
-        ? [{ item: { type: "message", role: "user", content: body.input }, path: "input" }]
-        : body.input.map((item, i) => ({ item, path: `input[${i}]` })))
-    ]
-    for (const { item, path } of items) {
-      if (item.type === "function_call") {
-        const call = yield* toolCallOf({ id: item["call_id"], type: "function", function: item }, path)
-        appendCall(upstream, call)
-        continue
-      }
-      if (item.type === "function_call_output") {
-        if (typeof item["call_id"] !== "string") return yield* invalid("A function_call_output needs a string 'call_id'.", `${path}.call_id`)
-        const output = item["output"]
-        const content = typeof output === "string"
-          ? output
-          : Array.isArray(output)
-          ? plain(yield* partsOf(output.filter(isRecord), `${path}.output`, false))
-          : yield* invalid("A function_call_output needs 'output', a string.", `${path}.output`)
-        upstream.push({ role: "tool", tool_call_id: item["call_id"], content })
-        continue
-      }
-      if (item.type !== undefined && item.type !== "message") {
-        return yield* new UnsupportedInput({
-          message: item.type === "item_reference"
-            ? "This item reference could not be resolved: send the item itself."
-            : `Input items of type '${item.type}' are not supported; messages, function_call and function_call_output are accepted.`,
-          param: path
-        })
-      }
-      if (item.role === undefined || !ROLES.has(item.role)) {
-        return yield* invalid(
-          `Expected role "user", "assistant", "system" or "developer", actual ${JSON.stringify(item.role ?? null)}.`,
-          `${path}.role`
-        )
-      }
-      if (item.content === undefined) return yield* invalid("A message needs 'content'.", `${path}.content`)
-      const role = item.role as Message["role"]
-      const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant" && remoteImages)
-      upstream.push(role === "assistant" ? { role, content: plain(content) } : { role, content })
+    if (item.type !== undefined && item.type !== "message") {
+      return yield* new UnsupportedInput({
+        message: item.type === "item_reference"
+          ? "This item reference could not be resolved: send the item itself."
+          : `Input items of type '${item.type}' are not supported; messages, function_call and function_call_output are accepted.`,
+        param: path
+      })
     }
-    // Items and messages do not map one to one (instructions, merged calls): the check names the input.
-    yield* checkToolResults(upstream, () => "input")
-    const functions: Array<ToolDefinition> = []
-    let webSearchTool = false
-    for (const [i, tool] of (body.tools ?? []).entries()) {
-      if (tool.type === "function") {
-        if (typeof tool.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(tool.name)) {
-          return yield* invalid("A function tool needs a 'name' of 1 to 64 letters, digits, '_' or '-'.", `tools[${i}].name`)
-        }
-        functions.push(definition(tool.name, tool.description, tool.parameters, tool.strict))
-      } else if (WEB_SEARCH_TOOLS.test(tool.type)) {
-        webSearchTool = true
-      } else {
-        return yield* new UnsupportedInput({
-          message: `Tools of type '${tool.type}' are not supported; 'function' and 'web_search' are.`,
-          param: `tools[${i}]`
-        })
+    if (item.role === undefined || !ROLES.has(item.role)) {
+      return yield* invalid(
+        `Expected role "user", "assistant", "system" or "developer", actual ${JSON.stringify(item.role ?? null)}.`,
+        `${path}.role`
+      )
+    }
+    if (item.content === undefined) return yield* invalid("A message needs 'content'.", `${path}.content`)
+    const role = item.role as Message["role"]
+    const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant" && remoteImages)
+    upstream.push(role === "assistant" ? { role, content: plain(content) } : { role, content })
+  }
+  // Items and messages do not map one to one (instructions, merged calls): the check names the input.
+  yield* checkToolResults(upstream, () => "input")
+  const functions: Array<ToolDefinition> = []
+  let webSearchTool = false
+  for (const [i, tool] of (body.tools ?? []).entries()) {
+    if (tool.type === "function") {
+      if (typeof tool.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(tool.name)) {
+        return yield* invalid("A function tool needs a 'name' of 1 to 64 letters, digits, '_' or '-'.", `tools[${i}].name`)
+      }
+      functions.push(definition(tool.name, tool.description, tool.parameters, tool.strict))
+    } else if (WEB_SEARCH_TOOLS.test(tool.type)) {
+      webSearchTool = true
+    } else {
+      return yield* new UnsupportedInput({
+        message: `Tools of type '${tool.type}' are not supported; 'function' and 'web_search' are.`,
+        param: `tools[${i}]`
+      })
+    }
+  }
+  const choice = body.tool_choice ?? undefined
+  const toolChoice: ToolChoice | undefined = choice === undefined || typeof choice === "string"
+    ? choice
+    : choice.type === "function"
+    ? { type: "function", function: { name: choice.name } }
+    : undefined
+  const tools = yield* toolsOf(functions, toolChoice, "tool_choice")
+  const format = body.text?.format ?? undefined
+  const responseFormat: ResponseFormat | undefined = format === undefined
+    ? undefined
+    : format.type === "json_schema"
+    ? {
+      type: "json_schema",
+      json_schema: {
+        name: format.name,
+        schema: format.schema,
+        ...(format.description === undefined || format.description === null ? {} : { description: format.description }),
+        ...(format.strict === undefined || format.strict === null ? {} : { strict: format.strict })
       }
     }
-    const choice = body.tool_choice ?? undefined
-    const toolChoice: ToolChoice | undefined = choice === undefined || typeof choice === "string"
-      ? choice
-      : choice.type === "function"
-      ? { type: "function", function: { name: choice.name } }
-      : undefined
-    const tools = yield* toolsOf(functions, toolChoice, "tool_choice")
-    const format = body.text?.format ?? undefined
-    const responseFormat: ResponseFormat | undefined = format === undefined
-      ? undefined
-      : format.type === "json_schema"
-      ? {
-        type: "json_schema",
-        json_schema: {
-          name: format.name,
-          schema: format.schema,
-          ...(format.description === undefined || format.description === null ? {} : { description: format.description }),
-          ...(format.strict === undefined || format.strict === null ? {} : { strict: format.strict })
-        }
-      }
-      : { type: format.type }
-    return {
-      messages: textView(upstream),
-      upstream,
-      capabilities: {
-        ...tools,
-        ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
-        ...(responseFormat === undefined || responseFormat.type === "text" ? {} : { responseFormat })
-      },
-      webSearchTool,
-      remoteImages
-    } satisfies Conversation
-  })
+    : { type: format.type }
+  return {
+    messages: textView(upstream),
+    upstream,
+    capabilities: {
+      ...tools,
+      ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
+      ...(responseFormat === undefined || responseFormat.type === "text" ? {} : { responseFormat })
+    },
+    webSearchTool,
+    remoteImages
+  } satisfies Conversation
+})
 
 /** Chat `messages` with their images and tool turns, and the request's tools, format and sampling fields. */
-export const chatConversation = (body: ChatCompletionRequest) =>
-  Effect.gen(function*() {
-    yield* refuseNotImplemented(body, CHAT_NOT_IMPLEMENTED)
-    const upstream: Array<UpstreamMessage> = []
-    const remoteImages = new Map<string, string>()
-    for (const [i, message] of body.messages.entries()) {
-      const path = `messages[${i}]`
-      const content = message.content ?? null
-      switch (message.role) {
-        case "function":
-          return yield* new UnsupportedInput({
-            message: "'function' messages (the deprecated function calling) are not supported; use 'tool' messages.",
-            param: path
-          })
-        case "tool": {
-          const id = message["tool_call_id"]
-          if (typeof id !== "string") return yield* invalid("A tool message needs a string 'tool_call_id'.", `${path}.tool_call_id`)
-          if (content === null) return yield* invalid("A tool message needs 'content'.", `${path}.content`)
-          upstream.push({ role: "tool", tool_call_id: id, content: plain(yield* contentOf(content, `${path}.content`, false)) })
-          break
-        }
-        case "assistant": {
-          const raw = message["tool_calls"]
-          const calls = raw === undefined || raw === null
-            ? []
-            : Array.isArray(raw)
-            ? yield* Effect.forEach(raw, (call, j) => toolCallOf(call, `${path}.tool_calls[${j}]`))
-            : yield* invalid("'tool_calls' must be a list.", `${path}.tool_calls`)
-          if (content === null && calls.length === 0) return yield* invalid("A message needs 'content'.", `${path}.content`)
-          const text = content === null ? null : plain(yield* contentOf(content, `${path}.content`, false))
-          upstream.push(calls.length > 0 ? { role: "assistant", content: text, tool_calls: calls } : { role: "assistant", content: text ?? "" })
-          break
-        }
-        default: {
-          if (content === null) return yield* invalid("A message needs 'content'.", `${path}.content`)
-          upstream.push({ role: message.role, content: yield* contentOf(content, `${path}.content`, remoteImages) })
-        }
+export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletionRequest) {
+  yield* refuseNotImplemented(body, CHAT_NOT_IMPLEMENTED)
+  const upstream: Array<UpstreamMessage> = []
+  const remoteImages = new Map<string, string>()
+  for (const [i, message] of body.messages.entries()) {
+    const path = `messages[${i}]`
+    const content = message.content ?? null
+    switch (message.role) {
+      case "function":
+        return yield* new UnsupportedInput({
+          message: "'function' messages (the deprecated function calling) are not supported; use 'tool' messages.",
+          param: path
+        })
+      case "tool": {
+        const id = message["tool_call_id"]
+        if (typeof id !== "string") return yield* invalid("A tool message needs a string 'tool_call_id'.", `${path}.tool_call_id`)
+        if (content === null) return yield* invalid("A tool message needs 'content'.", `${path}.content`)
+        upstream.push({ role: "tool", tool_call_id: id, content: plain(yield* contentOf(content, `${path}.content`, false)) })
+        break
+      }
+      case "assistant": {
+        const raw = message["tool_calls"]
+        const calls = raw === undefined || raw === null
+          ? []
+          : Array.isArray(raw)
+          ? yield* Effect.forEach(raw, (call, j) => toolCallOf(call, `${path}.tool_calls[${j}]`))
+          : yield* invalid("'tool_calls' must be a list.", `${path}.tool_calls`)
+        if (content === null && calls.length === 0) return yield* invalid("A message needs 'content'.", `${path}.content`)
+        const text = content === null ? null : plain(yield* contentOf(content, `${path}.content`, false))
+        upstream.push(calls.length > 0 ? { role: "assistant", content: text, tool_calls: calls } : { role: "assistant", content: text ?? "" })
+        break
+      }
+      default: {
+        if (content === null) return yield* invalid("A message needs 'content'.", `${path}.content`)
+        upstream.push({ role: message.role, content: yield* contentOf(content, `${path}.content`, remoteImages) })
       }
     }
-    yield* checkToolResults(upstream, (i) => `messages[${i}]`)
-    const functions = (body.tools ?? []).map((tool) =>
-      definition(tool.function.name, tool.function.description, tool.function.parameters, tool.function.strict)
-    )
-    const tools = yield* toolsOf(functions, body.tool_choice ?? undefined, "tool_choice")
-    const format = body.response_format ?? undefined
-    const responseFormat: ResponseFormat | undefined = format === undefined || format.type === "text"
-      ? undefined
-      : format.type === "json_object"
-      ? { type: "json_object" }
-      : {
-        type: "json_schema",
-        json_schema: {
-          name: format.json_schema.name,
-          ...(format.json_schema.description === undefined || format.json_schema.description === null
-            ? {}
-            : { description: format.json_schema.description }),
-          ...(format.json_schema.schema === undefined || format.json_schema.schema === null ? {} : { schema: format.json_schema.schema }),
-          ...(format.json_schema.strict === undefined || format.json_schema.strict === null ? {} : { strict: format.json_schema.strict })
-        }
+  }
+  yield* checkToolResults(upstream, (i) => `messages[${i}]`)
+  const functions = (body.tools ?? []).map((tool) =>
+    definition(tool.function.name, tool.function.description, tool.function.parameters, tool.function.strict)
+  )
+  const tools = yield* toolsOf(functions, body.tool_choice ?? undefined, "tool_choice")
+  const format = body.response_format ?? undefined
+  const responseFormat: ResponseFormat | undefined = format === undefined || format.type === "text"
+    ? undefined
+    : format.type === "json_object"
+    ? { type: "json_object" }
+    : {
+      type: "json_schema",
+      json_schema: {
+        name: format.json_schema.name,
+        ...(format.json_schema.description === undefined || format.json_schema.description === null
+          ? {}
+          : { description: format.json_schema.description }),
+        ...(format.json_schema.schema === undefined || format.json_schema.schema === null ? {} : { schema: format.json_schema.schema }),
+        ...(format.json_schema.strict === undefined || format.json_schema.strict === null ? {} : { strict: format.json_schema.strict })
       }
-    return {
-      messages: textView(upstream),
-      upstream,
-      capabilities: {
-        ...sampling(body),
-        ...tools,
-        ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
-        ...(responseFormat === undefined ? {} : { responseFormat })
-      },
-      webSearchTool: false,
-      remoteImages
-    } satisfies Conversation
-  })
+    }
+  return {
+    messages: textView(upstream),
+    upstream,
+    capabilities: {
+      ...sampling(body),
+      ...tools,
+      ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
+      ...(responseFormat === undefined ? {} : { responseFormat })
+    },
+    webSearchTool: false,
+    remoteImages
+  } satisfies Conversation
+})

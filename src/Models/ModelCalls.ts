@@ -68,6 +68,9 @@ export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiK
 }
 
 /** The call's log row as it opens: who called, and where the router sent it. */
+/** What `Effect.uninterruptibleMask` hands its body: an effect run interruptibly again. */
+type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
 const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, route: Route, inputTokens: number): OpenLog => ({
   requestId,
   accountId: key.accountId,
@@ -148,120 +151,121 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       }
 
       /** Auth, route, estimate, hold: the call accepted and its maximum held, or refused (and logged) with why. */
-      const accept = (input: CallInput) =>
-        Effect.gen(function*() {
-          const key = yield* CurrentApiKey
-          const requestId = yield* currentRequestId
-          const startedAt = clock.unsafeCurrentTimeMillis()
-          const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
-          const plan = route.search && input.webSearch !== undefined
-            ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
-            : Option.none()
-          const inputTokens = countInput(input.upstream, input.capabilities)
-          // A live call may fall back to any of its category's targets: it holds (and is capped at) the dearest.
-          const fallbackModels = key.environment === "live"
-            ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) => t.model)
-            : []
-          const estimate = yield* estimateCall({
-            prices: config.prices,
-            upstreamModel: route.upstreamModel,
-            fallbackModels,
-            inputTokens,
-            search: searchEstimate(plan),
-            maxOutputTokens: input.maxOutputTokens,
-            maxTotalCostMyr: input.maxTotalCostMyr,
-            inputParam: input.inputParam,
-            outputParam: OUTPUT_FIELD[input.endpoint]
-          })
-          const log = openLog(input, key, requestId, route, inputTokens)
-          const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
-          return {
-            input, key, requestId, startedAt, route, plan,
-            provider: key.environment === "live" ? providers.live : providers.test,
-            outputCap: estimate.outputCap,
-            hold,
-            ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap)
-          } satisfies HeldCall
+      const accept = Effect.fnUntraced(function*(input: CallInput) {
+        const key = yield* CurrentApiKey
+        const requestId = yield* currentRequestId
+        const startedAt = clock.unsafeCurrentTimeMillis()
+        const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
+        const plan = route.search && input.webSearch !== undefined
+          ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
+          : Option.none()
+        const inputTokens = countInput(input.upstream, input.capabilities)
+        // A live call may fall back to any of its category's targets: it holds (and is capped at) the dearest.
+        const fallbackModels = key.environment === "live"
+          ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) => t.model)
+          : []
+        const estimate = yield* estimateCall({
+          prices: config.prices,
+          upstreamModel: route.upstreamModel,
+          fallbackModels,
+          inputTokens,
+          search: searchEstimate(plan),
+          maxOutputTokens: input.maxOutputTokens,
+          maxTotalCostMyr: input.maxTotalCostMyr,
+          inputParam: input.inputParam,
+          outputParam: OUTPUT_FIELD[input.endpoint]
         })
+        const log = openLog(input, key, requestId, route, inputTokens)
+        const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
+        return {
+          input, key, requestId, startedAt, route, plan,
+          provider: key.environment === "live" ? providers.live : providers.test,
+          outputCap: estimate.outputCap,
+          hold,
+          ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap)
+        } satisfies HeldCall
+      })
 
       /**
        * Remote images, then search, then the upstream: from here on the call has cost something. Images are
        * inlined once the call is held (a caller who cannot pay has nothing fetched), and only for the upstream:
        * test keys' built-in model fetches nothing.
        */
-      const begin = <A>(call: HeldCall, progress: Ref.Ref<Progress>, ask: (request: ProviderRequest) => Effect.Effect<A, ProviderError>) =>
-        Effect.gen(function*() {
-          const remote = call.input.remoteImages
-          const upstream = config.upstreamImageUrls === "inline" && call.key.environment === "live" && remote !== undefined
-            ? yield* inlineRemoteImages(images, call.input.upstream, remote)
-            : call.input.upstream
-          const sources = yield* Option.match(call.plan, {
-            onNone: () => Effect.succeed(noSources),
-            onSome: (plan) =>
-              webSearch.run(plan, call.input.messages, {
-                simulated: call.key.environment === "test",
-                provider: call.provider,
-                model: call.route.upstreamModel,
-                reasoningModel: call.route.reasoningModel,
-                // What the search spent so far is the call's: a call cut mid-search is billed for it.
-                spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
-              })
-          })
-          const upstreamSentAt = clock.unsafeCurrentTimeMillis()
-          yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
-          const request = providerRequest(
-            { ...call, input: { ...call.input, upstream } },
-            sources,
-            (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
-          )
-          return { sources, answer: yield* ask(request) }
+      const begin = Effect.fnUntraced(function*<A>(
+        call: HeldCall,
+        progress: Ref.Ref<Progress>,
+        ask: (request: ProviderRequest) => Effect.Effect<A, ProviderError>
+      ) {
+        const remote = call.input.remoteImages
+        const upstream = config.upstreamImageUrls === "inline" && call.key.environment === "live" && remote !== undefined
+          ? yield* inlineRemoteImages(images, call.input.upstream, remote)
+          : call.input.upstream
+        const sources = yield* Option.match(call.plan, {
+          onNone: () => Effect.succeed(noSources),
+          onSome: (plan) =>
+            webSearch.run(plan, call.input.messages, {
+              simulated: call.key.environment === "test",
+              provider: call.provider,
+              model: call.route.upstreamModel,
+              reasoningModel: call.route.reasoningModel,
+              // What the search spent so far is the call's: a call cut mid-search is billed for it.
+              spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
+            })
         })
+        const upstreamSentAt = clock.unsafeCurrentTimeMillis()
+        yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
+        const request = providerRequest(
+          { ...call, input: { ...call.input, upstream } },
+          sources,
+          (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
+        )
+        return { sources, answer: yield* ask(request) }
+      })
 
       // Between the reservation and the hook that settles it, nothing may interrupt: a reservation no hook
       // settles would be renewed by this process for as long as its lease allows.
       const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
         spans.complete(input, run(input))
-      const run = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
-        Effect.uninterruptibleMask((restore) =>
-          Effect.gen(function*() {
-            const call = yield* accept(input)
-            const progress = yield* Ref.make(notStarted)
-            return yield* restore(begin(call, progress, (request) => call.provider.complete(request))).pipe(
-              Effect.flatMap(({ answer, sources }) =>
-                Effect.zipRight(
-                  input.confirmBeforeBilling ?? Effect.void,
-                  Effect.flatMap(Ref.get(progress), ({ attempts }) => {
-                    // Billed at the prices of the model that answered (a fallback's, maybe).
-                    const served = servedCall(call, attempts)
-                    return settlement.settleOnce(progress, settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer))
-                  })
-                )),
-              Effect.onExit(settlement.settleOnExit(call, progress)),
-              // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.
-              Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
-            )
-          })
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+      const completing = Effect.fnUntraced(function*(input: CallInput, restore: Restore) {
+        const call = yield* accept(input)
+        const progress = yield* Ref.make(notStarted)
+        return yield* restore(begin(call, progress, (request) => call.provider.complete(request))).pipe(
+          Effect.flatMap(({ answer, sources }) =>
+            Effect.zipRight(
+              input.confirmBeforeBilling ?? Effect.void,
+              Effect.flatMap(Ref.get(progress), ({ attempts }) => {
+                // Billed at the prices of the model that answered (a fallback's, maybe).
+                const served = servedCall(call, attempts)
+                return settlement.settleOnce(progress, settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer))
+              })
+            )),
+          Effect.onExit(settlement.settleOnExit(call, progress)),
+          // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.
+          Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
         )
+      })
+      const run = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
+        Effect.uninterruptibleMask((restore) => completing(input, restore))
 
       /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
       const stream = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         spans.stream(input, renderer, closed, (renderer, closed) => relay(input, renderer, closed))
+      const starting = Effect.fnUntraced(function*(input: CallInput, closed: Effect.Effect<void>, restore: Restore) {
+        const call = yield* accept(input)
+        const progress = yield* Ref.make(notStarted)
+        const { answer: parts } = yield* restore(begin(call, progress, call.provider.stream)).pipe(
+          Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause))),
+          Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
+        )
+        const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
+        // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).
+        const handoff = handoffs.watch(() => fork(Effect.ensuring(abandon, closed), () => {}))
+        return { call, progress, parts, handoff }
+      })
       const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(
-          Effect.uninterruptibleMask((restore) =>
-            Effect.gen(function*() {
-              const call = yield* accept(input)
-              const progress = yield* Ref.make(notStarted)
-              const { answer: parts } = yield* restore(begin(call, progress, call.provider.stream)).pipe(
-                Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause))),
-                Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
-              )
-              const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
-              // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).
-              const handoff = handoffs.watch(() => fork(Effect.ensuring(abandon, closed), () => {}))
-              return { call, progress, parts, handoff }
-            })
-          ),
+          Effect.uninterruptibleMask((restore) => starting(input, closed, restore)),
           (started) => relayBody(settlement, started, renderer, fork, closed)
         )
 

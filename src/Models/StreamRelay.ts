@@ -108,36 +108,34 @@ export const makeHandoffs = (timeoutMs: number) =>
   })
 
 /** The last event: the call settled for what it used, and its result. */
-const completed = (settlement: Settlement, { call: held, progress }: StartedStream) =>
-  Effect.gen(function*() {
-    const current = yield* Ref.get(progress)
-    const call = servedCall(held, current.attempts)
-    const answer = answerSoFar(current, current.finishReason)
-    const used = yield* settlement.usedSoFar(call, current, answer)
-    const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
-    return { _tag: "Completed", result } satisfies StreamEvent
-  })
+const completed = Effect.fnUntraced(function*(settlement: Settlement, { call: held, progress }: StartedStream) {
+  const current = yield* Ref.get(progress)
+  const call = servedCall(held, current.attempts)
+  const answer = answerSoFar(current, current.finishReason)
+  const used = yield* settlement.usedSoFar(call, current, answer)
+  const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
+  return { _tag: "Completed", result } satisfies StreamEvent
+})
 
 /** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
-const failed = (settlement: Settlement, { call: held, progress }: StartedStream, stop: Stop) =>
-  Effect.gen(function*() {
-    const error: ApiError = stop.error ?? new InternalError({ message: "Internal server error." })
-    if (stop.error === undefined) yield* Effect.logError("model call stream failed", stop.defect)
-    else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
-    const current = yield* Ref.get(progress)
-    const call = servedCall(held, current.attempts)
-    // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced, and its
-    // log keeps the error's code, so it is told apart from a complete answer (DESIGN.md, Fallbacks).
-    if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
-      const answer = answerSoFar(current, "stop")
-      const used = yield* settlement.usedSoFar(call, current, answer)
-      yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
-    } else {
-      // Nothing produced: billed for its web search, if it ran, else failed.
-      yield* settlement.settleOnce(progress, settlement.settleUnproduced(call, current, errorMeta(error).code))
-    }
-    return { _tag: "Failed", error } satisfies StreamEvent
-  })
+const failed = Effect.fnUntraced(function*(settlement: Settlement, { call: held, progress }: StartedStream, stop: Stop) {
+  const error: ApiError = stop.error ?? new InternalError({ message: "Internal server error." })
+  if (stop.error === undefined) yield* Effect.logError("model call stream failed", stop.defect)
+  else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
+  const current = yield* Ref.get(progress)
+  const call = servedCall(held, current.attempts)
+  // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced, and its
+  // log keeps the error's code, so it is told apart from a complete answer (DESIGN.md, Fallbacks).
+  if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
+    const answer = answerSoFar(current, "stop")
+    const used = yield* settlement.usedSoFar(call, current, answer)
+    yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
+  } else {
+    // Nothing produced: billed for its web search, if it ran, else failed.
+    yield* settlement.settleOnce(progress, settlement.settleUnproduced(call, current, errorMeta(error).code))
+  }
+  return { _tag: "Failed", error } satisfies StreamEvent
+})
 
 const internal = () => new InternalError({ message: "Internal server error." })
 

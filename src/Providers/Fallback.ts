@@ -100,53 +100,52 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
      * Tries the targets in order until one opens an answer (`run`'s success), or the request is refused, or
      * none is left: then the last failure, or `allOpen`.
      */
-    const attempt = <A>(
+    const attempt = Effect.fnUntraced(function*<A>(
       request: ProviderRequest,
       run: (client: UpstreamClient, request: ProviderRequest, firstByteMs: number) => Effect.Effect<A, AttemptFailure>
-    ): Effect.Effect<readonly [A, Target, number], ProviderError> =>
-      Effect.gen(function*() {
-        const targets = targetsFor(options.upstreams, request.reasoningModel ? "reasoning" : "general", request.model)
-        const deadline = clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs
-        let last: ProviderError | undefined
-        let earliestHalfOpen = Number.POSITIVE_INFINITY
-        for (const [index, target] of targets.entries()) {
-          const client = clients.get(target.upstream)
-          if (client === undefined) continue
-          const admission = yield* breakers.admit(target.id)
-          if (admission._tag === "Open") {
-            earliestHalfOpen = Math.min(earliestHalfOpen, admission.halfOpenAt)
-            yield* tell(request, { target: target.id, model: target.model, outcome: "breaker_open", latencyMs: 0 })
-            continue
-          }
-          const left = deadline - clock.unsafeCurrentTimeMillis()
-          if (left <= 0) {
-            last ??= outOfTime()
-            break
-          }
-          const started = performance.now()
-          const share = Math.ceil(left / (targets.length - index))
-          const tried = run(client, { ...request, model: target.model }, share)
-          const result = yield* Effect.either(options.traced === true ? attemptSpan(target, index)(tried) : tried)
-          const latencyMs = Math.round(performance.now() - started)
-          if (result._tag === "Right") {
-            yield* breakers.record(target.id, { _tag: "Success" })
-            yield* tell(request, { target: target.id, model: target.model, outcome: "ok", latencyMs })
-            return [result.right, target, started] as const
-          }
-          const failed = result.left
-          yield* breakers.record(
-            target.id,
-            failed.outcome === "refused" ? { _tag: "Success" } : { _tag: "Failure", retryAfterMs: failed.retryAfterMs }
-          )
-          yield* tell(request, { target: target.id, model: target.model, outcome: failed.outcome, latencyMs })
-          // The request itself was refused, or an answer had begun: no other target is tried.
-          if (failed.outcome === "refused" || failed.outcome === "cut_short") return yield* Effect.fail(failed.error)
-          last = failed.error
+    ): Effect.fn.Return<readonly [A, Target, number], ProviderError> {
+      const targets = targetsFor(options.upstreams, request.reasoningModel ? "reasoning" : "general", request.model)
+      const deadline = clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs
+      let last: ProviderError | undefined
+      let earliestHalfOpen = Number.POSITIVE_INFINITY
+      for (const [index, target] of targets.entries()) {
+        const client = clients.get(target.upstream)
+        if (client === undefined) continue
+        const admission = yield* breakers.admit(target.id)
+        if (admission._tag === "Open") {
+          earliestHalfOpen = Math.min(earliestHalfOpen, admission.halfOpenAt)
+          yield* tell(request, { target: target.id, model: target.model, outcome: "breaker_open", latencyMs: 0 })
+          continue
         }
-        if (last !== undefined) return yield* Effect.fail(last)
-        const now = clock.unsafeCurrentTimeMillis()
-        return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
-      })
+        const left = deadline - clock.unsafeCurrentTimeMillis()
+        if (left <= 0) {
+          last ??= outOfTime()
+          break
+        }
+        const started = performance.now()
+        const share = Math.ceil(left / (targets.length - index))
+        const tried = run(client, { ...request, model: target.model }, share)
+        const result = yield* Effect.either(options.traced === true ? attemptSpan(target, index)(tried) : tried)
+        const latencyMs = Math.round(performance.now() - started)
+        if (result._tag === "Right") {
+          yield* breakers.record(target.id, { _tag: "Success" })
+          yield* tell(request, { target: target.id, model: target.model, outcome: "ok", latencyMs })
+          return [result.right, target, started] as const
+        }
+        const failed = result.left
+        yield* breakers.record(
+          target.id,
+          failed.outcome === "refused" ? { _tag: "Success" } : { _tag: "Failure", retryAfterMs: failed.retryAfterMs }
+        )
+        yield* tell(request, { target: target.id, model: target.model, outcome: failed.outcome, latencyMs })
+        // The request itself was refused, or an answer had begun: no other target is tried.
+        if (failed.outcome === "refused" || failed.outcome === "cut_short") return yield* Effect.fail(failed.error)
+        last = failed.error
+      }
+      if (last !== undefined) return yield* Effect.fail(last)
+      const now = clock.unsafeCurrentTimeMillis()
+      return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
+    })
 
     const complete: ProviderShape["complete"] = (request) =>
       Effect.map(attempt(request, (client, r, ms) => client.complete(r, ms)), ([completion]) => completion)

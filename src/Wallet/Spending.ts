@@ -152,32 +152,31 @@ interface Calls {
   readonly metrics: Metrics
 }
 
-const hold = (calls: Calls, input: ReserveInput | null, log: OpenLog) =>
-  Effect.gen(function*() {
-    const now = yield* calls.nowMs
-    const startedAt = new Date(now)
-    // Read before the hold is taken: a lapse while it is taken counts against it.
-    const epoch = calls.leases.fence.epoch()
-    const admitted = (amountMicroMyr: number, source: CallHold["source"]) =>
-      calls.queue.track({ log, startedAt, amountMicroMyr, source, epoch })
-    if (input === null) return admitted(0, { _tag: "None" })
-    if (input.amountMicroMyr === 0) {
-      yield* refuseNegativeBalance(calls, input.accountId)
-      return admitted(0, { _tag: "None" })
-    }
-    const grant = calls.pool.lend(input, now)
-    if (grant !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant })
-    // The grant ran short while it grows: its growth (one transaction on the wallet's row) is awaited, instead of
-    // a reservation of the call's own queued behind it on that row (under load, the calls held longest).
-    // (A call under a monthly limit, its key's or its member's, never lends: it does not wait.)
-    const growth = isLimited(input) ? undefined : calls.pool.growth(input.accountId)
-    if (growth !== undefined) {
-      yield* growth
-      const grown = calls.pool.lendAgain(input, yield* calls.nowMs)
-      if (grown !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant: grown })
-    }
-    return admitted(input.amountMicroMyr, { _tag: "Reservation", reservation: yield* holdInReservation(calls, input, now) })
-  })
+const hold = Effect.fnUntraced(function*(calls: Calls, input: ReserveInput | null, log: OpenLog) {
+  const now = yield* calls.nowMs
+  const startedAt = new Date(now)
+  // Read before the hold is taken: a lapse while it is taken counts against it.
+  const epoch = calls.leases.fence.epoch()
+  const admitted = (amountMicroMyr: number, source: CallHold["source"]) =>
+    calls.queue.track({ log, startedAt, amountMicroMyr, source, epoch })
+  if (input === null) return admitted(0, { _tag: "None" })
+  if (input.amountMicroMyr === 0) {
+    yield* refuseNegativeBalance(calls, input.accountId)
+    return admitted(0, { _tag: "None" })
+  }
+  const grant = calls.pool.lend(input, now)
+  if (grant !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant })
+  // The grant ran short while it grows: its growth (one transaction on the wallet's row) is awaited, instead of
+  // a reservation of the call's own queued behind it on that row (under load, the calls held longest).
+  // (A call under a monthly limit, its key's or its member's, never lends: it does not wait.)
+  const growth = isLimited(input) ? undefined : calls.pool.growth(input.accountId)
+  if (growth !== undefined) {
+    yield* growth
+    const grown = calls.pool.lendAgain(input, yield* calls.nowMs)
+    if (grown !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant: grown })
+  }
+  return admitted(input.amountMicroMyr, { _tag: "Reservation", reservation: yield* holdInReservation(calls, input, now) })
+})
 
 /** A call priced at nothing (a free local model) holds nothing, but a negative balance still blocks it. */
 const refuseNegativeBalance = (calls: Calls, accountId: string) =>
@@ -240,7 +239,7 @@ const limitSet = (calls: Calls, accountId: string, apiKeyIds: ReadonlyArray<stri
     }
   })
 
-const settle = (
+const settle = Effect.fnUntraced(function*(
   calls: Calls,
   held: CallHold,
   amount: MicroMyr,
@@ -248,49 +247,48 @@ const settle = (
   usage: SettledUsage,
   whenShort: WhenShort,
   stored: StoredWrite | undefined
-) =>
-  Effect.gen(function*() {
-    const now = yield* calls.nowMs
-    const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
-    const log = logRow(held.log, { ...usage, costMicroMyr: charged }, {
-      reservationId: reservationIdOf(held),
-      status: held.source._tag === "None" ? "succeeded" : "billed",
-      // A stream cut short after producing output is billed, and keeps its error's code.
-      errorCode: usage.errorCode ?? null,
-      createdAt: held.startedAt,
-      completedAt: new Date(now)
-    }, usage.answeredBy ?? held.log.upstreamModel) // a fallback's model, when one answered
-    if (held.source._tag !== "None" && !calls.leases.fence.intact(held.epoch)) {
-      const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now, stored })
-      if (paid !== undefined) return paid
+) {
+  const now = yield* calls.nowMs
+  const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
+  const log = logRow(held.log, Object.assign({}, usage, { costMicroMyr: charged }), {
+    reservationId: reservationIdOf(held),
+    status: held.source._tag === "None" ? "succeeded" : "billed",
+    // A stream cut short after producing output is billed, and keeps its error's code.
+    errorCode: usage.errorCode ?? null,
+    createdAt: held.startedAt,
+    completedAt: new Date(now)
+  }, usage.answeredBy ?? held.log.upstreamModel) // a fallback's model, when one answered
+  if (held.source._tag !== "None" && !calls.leases.fence.intact(held.epoch)) {
+    const paid = yield* payBeforeAnswering(calls, held, { amount: charged, description, log, whenShort, now, stored })
+    if (paid !== undefined) return paid
+  }
+  calls.queue.finish(held)
+  const { source } = held
+  switch (source._tag) {
+    case "None":
+      calls.queue.enqueue({ log, stored })
+      break
+    case "Reservation":
+      calls.queue.enqueue({
+        item: { _tag: "Capture", reservationId: source.reservation.id, amountMicroMyr: charged, description, log },
+        stored
+      })
+      break
+    case "Grant": {
+      const { grant } = source
+      const { accountId, id: grantId } = grant
+      const { apiKeyId, requestId } = held.log
+      calls.pool.charge(grant, held.amountMicroMyr, charged, apiKeyId)
+      calls.queue.enqueue({
+        item: { _tag: "GrantCharge", grantId, accountId, apiKeyId, requestId, amountMicroMyr: charged, description, log },
+        grant: { grant, amount: charged, apiKeyId },
+        stored
+      })
+      break
     }
-    calls.queue.finish(held)
-    const { source } = held
-    switch (source._tag) {
-      case "None":
-        calls.queue.enqueue({ log, stored })
-        break
-      case "Reservation":
-        calls.queue.enqueue({
-          item: { _tag: "Capture", reservationId: source.reservation.id, amountMicroMyr: charged, description, log },
-          stored
-        })
-        break
-      case "Grant": {
-        const { grant } = source
-        const { accountId, id: grantId } = grant
-        const { apiKeyId, requestId } = held.log
-        calls.pool.charge(grant, held.amountMicroMyr, charged, apiKeyId)
-        calls.queue.enqueue({
-          item: { _tag: "GrantCharge", grantId, accountId, apiKeyId, requestId, amountMicroMyr: charged, description, log },
-          grant: { grant, amount: charged, apiKeyId },
-          stored
-        })
-        break
-      }
-    }
-    return charged
-  })
+  }
+  return charged
+})
 
 /** A payment before answering that could not be written is retried briefly, then left to the flush. */
 const PAY_NOW_RETRIES = Schedule.exponential("50 millis").pipe(Schedule.intersect(Schedule.recurs(4)))

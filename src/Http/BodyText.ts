@@ -3,6 +3,9 @@ import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import { Effect } from "effect"
 
+/** A late error of a request read already (its client gone, say) is nobody's: no closure of the call's is kept for it. */
+const ignoreLateError = (): void => {}
+
 /**
  * A request's body as text, read at most `maxBytes` of it, failing as the
  * platform's own reading (`request.text`) fails: a `RequestError` ("Decode")
@@ -27,7 +30,7 @@ export const readBodyText = (
     /**
      * Done reading: every listener off the request, then the request destroyed. A listener left on it (its `error`
      * one, say) keeps the request's objects through young-generation collections on Node 20: promoted, they filled
-     * the old generation by 3 MB a scavenge under load (README, "Peak RSS").
+     * the old generation by 3 MB a scavenge under load (README, "What kept a request's objects").
      */
     const stop = (): boolean => {
       if (done) return false
@@ -35,6 +38,7 @@ export const readBodyText = (
       source.off("data", onData)
       source.off("end", onEnd)
       source.off("error", fail)
+      source.on("error", ignoreLateError)
       if (!source.closed) source.destroy()
       return true
     }

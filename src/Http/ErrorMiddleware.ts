@@ -235,7 +235,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const refuse = () => Effect.sync(() => refused = true)
         // The lane reads the body itself (`BodyText.ts`), the router through the platform under the same limit. The
         // platform's reader is made only for a body the guard reads: `request.text` builds a cached effect on a fiber
-        // of its own (a Deferred), whose objects outlive a request on Node 20 (README, "Peak RSS").
+        // of its own (a Deferred), whose objects outlive a request on Node 20 (README, "What kept a request's objects").
         const guarded = laneHandler === undefined
           ? Effect.zipRight(Effect.tapError(guard(Effect.suspend(() => request.text)), refuse), router).pipe(
             HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES))

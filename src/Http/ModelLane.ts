@@ -93,7 +93,7 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
         >
       ): readonly [string, LaneHandler] => {
         const decodePayload = Schema.decodeUnknown(schema)
-        // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+        // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
         const serve = Effect.fnUntraced(function*(text: string | undefined) {
           const request = yield* HttpServerRequest.HttpServerRequest
           const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))

@@ -42,7 +42,7 @@ const EarlyOutcome = FiberRef.unsafeMake<
 
 /**
  * The key's row and its checks; `clock` is the service's, read directly (no fiber steps on every request). One
- * generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+ * generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
  */
 const lookupWith = Effect.fnUntraced(
   function*(keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, key: string) {

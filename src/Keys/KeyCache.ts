@@ -122,7 +122,7 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
     yield* listener.onHeardAgain(forgetAll)
 
     return KeyCache.of({
-      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
       lookup: Effect.fnUntraced(function*(keyHash: Buffer) {
         const hash = keyHash.toString("hex")
         const now = clock.unsafeCurrentTimeMillis()

@@ -129,7 +129,7 @@ export const withinCostCap = (
 export const estimateCall = (input: EstimateInput): Either.Either<Estimate, ContextLengthExceeded | InvalidRequest> =>
   Either.gen(() => estimating(input))
 
-/** One generator function for every call, not one made per call (README, "Peak RSS"). */
+/** One generator function for every call, not one made per call (README, "What kept a request's objects"). */
 function* estimating(input: EstimateInput) {
   const outputCap = yield* outputCapFor(input)
   const worstCase = microMyr(Math.max(

@@ -189,7 +189,7 @@ const requested = <Payload extends { readonly stream?: boolean | null | undefine
 export const makeModelEndpoints = Effect.gen(function*() {
   const { limits, serve } = yield* makeCallServing
   const stored = yield* StoredConversations
-  // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+  // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
   const responsesInput = Effect.fnUntraced(function*(payload: ResponsesBody) {
     if (payload.model !== PUBLIC_MODEL) {
       return yield* new InvalidRequest({

@@ -226,7 +226,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       // settles would be renewed by this process for as long as its lease allows.
       const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
         spans.complete(input, run(input))
-      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "Peak RSS").
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
       const completing = Effect.fnUntraced(function*(input: CallInput, restore: Restore) {
         const call = yield* accept(input)
         const progress = yield* Ref.make(notStarted)

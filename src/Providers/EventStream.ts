@@ -52,7 +52,7 @@ const flowingReads = (body: Readable) => {
     wake()
   }
   // A connection lost midway may close the body without an error. Closed, the body keeps none of this call's
-  // listeners: one left on it keeps the call's objects through young-generation collections (README, "Peak RSS").
+  // listeners: one left on it keeps the call's objects through young-generation collections (README, "What kept a request's objects").
   const onClose = () => {
     body.off("data", onData)
     body.off("end", onEnd)

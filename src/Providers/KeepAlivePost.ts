@@ -57,7 +57,7 @@ export const ignore = (): void => {}
 
 /**
  * A body read whole as UTF-8 text. Once read (or failed), its listeners are taken off: one left on it keeps the
- * call's objects through young-generation collections on Node 20 (README, "Peak RSS"); a late error goes to `ignore`.
+ * call's objects through young-generation collections on Node 20 (README, "What kept a request's objects"); a late error goes to `ignore`.
  */
 export const textOf = (body: Readable): Promise<string> =>
   new Promise((resolve, reject) => {

@@ -2,7 +2,7 @@ import type { Readable } from "node:stream"
 import type { Stream } from "effect"
 import type { ProviderError, StreamPart } from "./Provider.js"
 import { chunkParts, makeEventSplitter } from "./ChatDecode.js"
-import { ignore } from "./KeepAlivePost.js"
+import { doneWith } from "../Request/DoneWith.js"
 import { type PartReader, readableParts, type Stop } from "./PartReader.js"
 
 export interface EventStreamErrors {
@@ -52,13 +52,9 @@ const flowingReads = (body: Readable) => {
     wake()
   }
   // A connection lost midway may close the body without an error. Closed, the body keeps none of this call's
-  // listeners: one left on it keeps the call's objects through young-generation collections (README, "What kept a request's objects").
+  // listeners (`doneWith`).
   const onClose = () => {
-    body.off("data", onData)
-    body.off("end", onEnd)
-    body.off("error", onError)
-    body.off("close", onClose)
-    body.on("error", ignore)
+    doneWith(body, { data: onData, end: onEnd, error: onError, close: onClose })
     if (ended || failure !== undefined) return
     failure = new Error("The stream's connection closed before its end.")
     wake()

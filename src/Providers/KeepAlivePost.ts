@@ -3,6 +3,7 @@ import https from "node:https"
 import type { IncomingMessage } from "node:http"
 import type { Readable } from "node:stream"
 import { urlToHttpOptions } from "node:url"
+import { doneWith, ignoreLateError } from "../Request/DoneWith.js"
 
 /**
  * POSTs to one URL over Node's own HTTP client, on keep-alive connections of
@@ -31,12 +32,9 @@ export const makePost = (url: string): Post => {
     send: (headers, body, answered, failed) => {
       // `Object.assign` onto new objects, not spreads that add fields: Node 20 builds those on a slow path (`npm run bench:spreads`).
       const sent = request(Object.assign({ headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }) }, post))
-      // Once its answer is closed, the request keeps none of this call's listeners (`textOf`); a late error is ignored.
+      // Once its answer is closed, the request keeps none of this call's listeners (`doneWith`).
       sent.once("response", (answer: IncomingMessage) => {
-        answer.once("close", () => {
-          sent.off("error", failed)
-          sent.on("error", ignore)
-        })
+        answer.once("close", () => doneWith(sent, { error: failed }))
         answered(answer)
       })
       sent.on("error", failed)
@@ -48,28 +46,16 @@ export const makePost = (url: string): Post => {
 
 /** Drops a body not read to its end (its connection is closed); the error that makes is nobody's. */
 export const dropBody = (body: Readable): void => {
-  body.on("error", () => undefined)
+  body.on("error", ignoreLateError)
   body.destroy()
 }
 
-/** Where a late error of a request or answer done with goes: nowhere, and no closure of a call's is kept for it. */
-export const ignore = (): void => {}
-
-/**
- * A body read whole as UTF-8 text. Once read (or failed), its listeners are taken off: one left on it keeps the
- * call's objects through young-generation collections on Node 20 (README, "What kept a request's objects"); a late error goes to `ignore`.
- */
+/** A body read whole as UTF-8 text; once read (or failed), its listeners are taken off (`doneWith`). */
 export const textOf = (body: Readable): Promise<string> =>
   new Promise((resolve, reject) => {
     const parts: Array<Buffer> = []
     const onData = (part: Buffer) => void parts.push(part)
-    const done = () => {
-      body.off("data", onData)
-      body.off("end", onEnd)
-      body.off("error", onError)
-      body.off("aborted", onAborted)
-      body.on("error", ignore)
-    }
+    const done = () => doneWith(body, { data: onData, end: onEnd, error: onError, aborted: onAborted })
     const onEnd = () => {
       done()
       resolve(Buffer.concat(parts).toString("utf8"))

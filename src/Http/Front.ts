@@ -1,9 +1,12 @@
 import { IncomingMessage, type OutgoingHttpHeaders, type Server, ServerResponse } from "node:http"
 import { Cause, Effect, FiberId, FiberRef, HashMap, List, LogLevel } from "effect"
 import { AppConfig } from "../AppConfig.js"
+import { NotFound, toErrorBody } from "../Domain/Errors.js"
+import { newId } from "../Domain/Ids.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { attachRequestFacts, type RequestFacts } from "../Request/Context.js"
 import { type AccessLine, makeAccessLog } from "./AccessLog.js"
+import { nonCanonical } from "./PathReading.js"
 import { makeSecurityHeaders } from "./SecurityHeaders.js"
 
 const writeHead = ServerResponse.prototype.writeHead
@@ -59,13 +62,38 @@ const makeLineWriter = Effect.gen(function*() {
   }
 })
 
+/** A message quotes the target it refuses: never more of it than this. */
+const MAX_QUOTED = 200
+
+/**
+ * The 404 for a target not in its one reading (`PathReading.ts`), in the error shape, with the headers every
+ * answer has and `no-store`; the body, if any, is left for Node to read and drop.
+ */
+const refuseTarget = (response: FrontResponse, method: string, url: string, why: string, requestId: string, dashboardUrl: string): void => {
+  const target = url.length > MAX_QUOTED ? `${url.slice(0, MAX_QUOTED)}…` : url
+  const refused = new NotFound({
+    message: `No route for ${method} ${target}: ${why}.`,
+    guidance: "Send the path exactly as the API reference writes it (lower-case, single slashes, no escaped letters)."
+  })
+  const body = JSON.stringify(toErrorBody(refused, requestId, dashboardUrl))
+  response.writeHead(404, {
+    "content-type": "application/json",
+    "content-length": String(Buffer.byteLength(body)),
+    "x-request-id": requestId,
+    "cache-control": "no-store"
+  })
+  response.end(body)
+}
+
 /**
  * What every request meets before the Effect app, in plain code (issue 36:
  * as Effect middleware these two cost about a third of a `/healthz`): the
- * security headers and CORS (`SecurityHeaders.ts`), a preflight answered
- * here, and the access log and request metrics (`AccessLog.ts`), whose record
- * the error middleware and authentication fill in (`Request/Context.ts`).
- * A preflight is neither logged nor counted, as before.
+ * path's one reading (`PathReading.ts`: a target the router would read
+ * otherwise answers 404 here, HEAD is served as GET), the security headers
+ * and CORS (`SecurityHeaders.ts`), a preflight answered here, and the access
+ * log and request metrics (`AccessLog.ts`), whose record the error middleware
+ * and authentication fill in (`Request/Context.ts`). A preflight is neither
+ * logged nor counted, as before.
  */
 export const makeFront = Effect.gen(function*() {
   const config = yield* AppConfig
@@ -77,17 +105,32 @@ export const makeFront = Effect.gen(function*() {
       if (event !== "request") return Reflect.apply(emit, this, [event, ...args]) as boolean
       const request = args[0] as IncomingMessage
       const response = args[1] as FrontResponse
-      const { headers, preflight } = securityOf(request.method ?? "GET", request.url ?? "/", request.headers)
+      const method = request.method ?? "GET"
+      const url = request.url ?? "/"
+      const why = nonCanonical(url)
+      if (why !== undefined) {
+        const requestId = newId("req")
+        response.security = securityOf(method, "/", request.headers).headers
+        accessLog(method, url, response, { requestId })
+        refuseTarget(response, method, url, why, requestId, config.dashboardUrl)
+        return true
+      }
+      // Node made the response for a HEAD already (it sends no body); the app, the guard and the router read a GET.
+      if (method === "HEAD") request.method = "GET"
+      const { headers, preflight } = securityOf(method, url, request.headers)
       response.security = headers
       if (preflight !== undefined) {
         const body = preflight.body ?? ""
-        response.writeHead(preflight.status, body === "" ? preflight.headers : { ...preflight.headers, "content-length": String(Buffer.byteLength(body)) })
+        response.writeHead(
+          preflight.status,
+          body === "" ? preflight.headers : Object.assign({}, preflight.headers, { "content-length": String(Buffer.byteLength(body)) })
+        )
         response.end(body)
         return true
       }
       const facts: RequestFacts = {}
       attachRequestFacts(request, facts)
-      accessLog(request.method ?? "GET", request.url ?? "/", response, facts)
+      accessLog(method, url, response, facts)
       return Reflect.apply(emit, this, [event, ...args]) as boolean
     } as typeof server.emit
   }

@@ -1,7 +1,7 @@
 import type { AppConfigShape } from "../AppConfig.js"
 import { httpStatus, PermissionDenied, toErrorBody } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
-import { memoized } from "../Domain/Memo.js"
+import { pathOf } from "./PathReading.js"
 
 /**
  * The dashboard's policy: its own scripts, styles and API only; never framed. Images may
@@ -68,20 +68,6 @@ export const isNoStore = (pathname: string): boolean =>
 const contentSecurityPolicy = (pathname: string): string =>
   under(pathname, "/app") ? APP_CSP : under(pathname, "/docs") ? DOCS_CSP : DEFAULT_CSP
 
-/**
- * A request URL's path, as the WHATWG URL parser reads it (dot segments resolved), remembered by the part before
- * its query (which the path does not depend on, and which varies: a cache-busting parameter would churn the memo).
- */
-const parsedPath = memoized((path) => {
-  try {
-    return new URL(path, "http://localhost").pathname
-  } catch {
-    // A request target the parser refuses (`http://[`): no path any policy names.
-    return path
-  }
-})
-const pathnameOf = (url: string): string => parsedPath(url.split("?", 1)[0] ?? "")
-
 const originOf = (url: string): string | null => {
   try {
     return new URL(url).origin
@@ -110,7 +96,8 @@ export const makeSecurityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">
     readonly headers: Record<string, string>
     readonly preflight: Preflight | undefined
   } => {
-    const pathname = pathnameOf(url)
+    // The front let only a target in its one reading this far (`PathReading.ts`): its path is read as the router reads it.
+    const pathname = pathOf(url)
     const origin = typeof headers["origin"] === "string" ? headers["origin"] : undefined
     const policy = corsPolicy(pathname)
     const allowedOrigin = policy === "any"
@@ -150,16 +137,13 @@ export const makeSecurityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">
       }
     }
     const requested = headers["access-control-request-headers"]
-    return {
-      headers: security,
-      preflight: {
-        status: 204,
-        headers: {
-          "access-control-allow-methods": policy === "any" ? "GET, POST, DELETE, OPTIONS" : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
-          ...(typeof requested === "string" ? { "access-control-allow-headers": requested } : {}),
-          "access-control-max-age": "600"
-        }
-      }
+    // Every answer carries an id, an allowed preflight too, so that a failing browser call can be quoted.
+    const allowed: Record<string, string> = {
+      "x-request-id": newId("req"),
+      "access-control-allow-methods": policy === "any" ? "GET, POST, DELETE, OPTIONS" : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
+      "access-control-max-age": "600"
     }
+    if (typeof requested === "string") allowed["access-control-allow-headers"] = requested
+    return { headers: security, preflight: { status: 204, headers: allowed } }
   }
 }

@@ -1,6 +1,7 @@
 import { createServer } from "node:http"
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
+import * as HttpRouter from "@effect/platform/HttpRouter"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import type { SqlClient } from "@effect/sql"
@@ -203,7 +204,9 @@ const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
       DashboardLive,
       ErrorMiddlewareLive.pipe(Layer.provide(ModelLane.layer))
     ]),
-    Layer.provide(ApiLive)
+    Layer.provide(ApiLive),
+    // The router reads the path as sent, as every check before it does (`PathReading.ts`): no folded case, no merged slashes.
+    Layer.locally(HttpRouter.currentRouterConfig, { caseSensitive: true, ignoreDuplicateSlashes: false })
   )
   // The platform's server span, made for every request even with no tracer (a URL parse, the headers redacted
   // and read for a parent, a span and a context copy): only while traces are exported.

@@ -24,6 +24,7 @@ import {
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { anthropicErrorBody } from "../Models/AnthropicErrors.js"
+import { CallLimits } from "../Models/RateLimits.js"
 import { readBodyText } from "./BodyText.js"
 import { ModelLane } from "./ModelLane.js"
 import { writeNodeBody } from "./NodeBody.js"
@@ -208,6 +209,9 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
     const guard = yield* makeRequestGuard
     // The model calls' lane (`ModelLane.ts`), where the service has one; tests' small APIs have none.
     const lane = yield* Effect.serviceOption(ModelLane)
+    // The slot the guard took before the body, given back when no handler took it over; tests' small APIs have no limits.
+    const limits = yield* Effect.serviceOption(CallLimits)
+    const release = limits._tag === "Some" ? limits.value.releaseUnclaimed : undefined
     return (router) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -241,9 +245,10 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
             HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES))
           )
           : Effect.flatMap(Effect.tapError(guard(readBodyText(request, MAX_BODY_BYTES)), refuse), laneHandler)
+        const served = release === undefined ? guarded : Effect.ensuring(guarded, release)
         const response = contentLengthOver(request)
           ? respond(new ContextLengthExceeded({ message: OVERSIZE_MESSAGE }))
-          : yield* guarded.pipe(
+          : yield* served.pipe(
             Effect.catchAllCause((cause) =>
               Option.match(toApiError(cause), {
                 onSome: (error) => Effect.succeed(respond(error)),

@@ -92,12 +92,16 @@ const lookupWith = Effect.fnUntraced(
   }
 )
 
+/** `Bearer ` in any letter case, as RFC 9110 reads an auth scheme. */
+const BEARER = /^bearer /i
+
 /**
- * The API key a request presents: `Authorization: Bearer` (as the platform's bearer decoding reads it,
- * HttpApiBuilder.securityDecode), else Anthropic's `x-api-key` header (Claude Code may send both).
+ * The API key a request presents: `Authorization: Bearer`, else Anthropic's `x-api-key` header (Claude Code may
+ * send both). Another scheme (`Basic …`, a proxy's own credential) names no key of ours, so it hides no `x-api-key`.
  */
 export const presentedKey = (headers: Readonly<Record<string, string | undefined>>): string => {
-  const bearer = (headers["authorization"] ?? "").slice("Bearer ".length)
+  const authorization = headers["authorization"] ?? ""
+  const bearer = BEARER.test(authorization) ? authorization.slice("Bearer ".length) : ""
   return bearer !== "" ? bearer : headers["x-api-key"] ?? ""
 }
 
@@ -108,8 +112,9 @@ export const ApiKeyAuthLive = Layer.effect(
     const lastUsed = yield* KeyLastUsed
     const clock = yield* Effect.clock
     return ApiKeyAuth.of({
-      apiKey: Effect.fnUntraced(function*(token: Redacted.Redacted<string>) {
-        const key = Redacted.value(token) || presentedKey((yield* HttpServerRequest.HttpServerRequest).headers)
+      apiKey: Effect.fnUntraced(function*(_token: Redacted.Redacted<string>) {
+        // The request's own headers, not the platform's bearer slice, which cuts any scheme's first 7 characters off.
+        const key = presentedKey((yield* HttpServerRequest.HttpServerRequest).headers)
         const early = yield* FiberRef.get(EarlyOutcome)
         if (early !== undefined && early.key === key && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
           return yield* early.exit
@@ -127,7 +132,8 @@ export const ApiKeyAuthLive = Layer.effect(
  * minute is refused (429) unless its key is genuine: a valid key is never
  * refused by the limit (a neighbour behind one NAT, or someone who guessed
  * for a while, must not lock its holder out). What cannot be a key is refused
- * with no lookup at all. The API's middleware then answers with this outcome.
+ * with no lookup at all. The API's middleware then answers with this outcome; the key found is returned,
+ * for the guard to admit the request under its limits before the body is read.
  */
 export const makeAuthenticateBeforeBody = Effect.gen(function*() {
   // Looked up, not required: the error middleware also serves APIs without keys (tests' small APIs).
@@ -166,9 +172,9 @@ const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], c
     yield* FiberRef.set(EarlyOutcome, { requestId, key, exit })
     // Only a refused key counts: a lookup that failed (the database away) says nothing of the client.
     if (Option.isNone(over) && Option.isSome(refused)) yield* limits.count("authFailures", address)
-    yield* exit
+    return yield* exit
   }) satisfies Effect.Effect<
-    void,
+    ApiKeyPrincipal,
     AuthFailure | RateLimitExceeded,
     HttpServerRequest.HttpServerRequest
   >

@@ -7,10 +7,11 @@ import { caller, TestServerWithUpstream, violations, walletOf } from "./support/
 import { query } from "./support/TestServer.js"
 
 /**
- * Issue 33's fuzz test: text PostgreSQL cannot store (U+0000, unpaired
+ * The fuzz test of hostile text: what PostgreSQL cannot store (U+0000, unpaired
  * surrogates), strings past the documented maxima and JSON nested 10,000 deep,
  * sent into every field an endpoint keeps or puts in SQL — the model
- * endpoints' user, metadata, input, instructions and tools, and the
+ * endpoints' user, metadata, input, instructions and tools (Anthropic's
+ * Messages API and its count_tokens too, which keeps nothing), and the
  * dashboard's key names, webhooks, billing settings, log filters and grouping
  * tags. None may answer 5xx; every model call answered 2xx is logged and
  * (live key) billed once its settlement is written; one answered 4xx holds,
@@ -59,6 +60,9 @@ const percent = (value: string): string =>
 
 const ASK = { model: "svc/nenas-flash", input: "Say hello.", max_output_tokens: 16 }
 const CHAT = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello." }], max_tokens: 16 }
+const MESSAGES = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello." }], max_tokens: 16 }
+const COUNT = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello." }] }
+const anthropicTool = (description: unknown, input_schema: unknown = { type: "object", properties: {} }) => ({ name: "lookup", description, input_schema })
 const fn = (description: unknown, parameters: unknown = { type: "object", properties: {} }) => ({ name: "lookup", description, parameters })
 
 type Body = (value: unknown) => Record<string, unknown>
@@ -83,7 +87,17 @@ const MODEL_FIELDS: ReadonlyArray<readonly [string, string, Body, boolean]> = [
   ["/v1/chat/completions", "message", (v) => ({ ...CHAT, messages: [{ role: "user", content: v }] }), false],
   ["/v1/chat/completions", "stop", (v) => ({ ...CHAT, stop: v }), false],
   ["/v1/chat/completions", "tool description", (v) => ({ ...CHAT, tools: [{ type: "function", function: fn(v) }] }), false],
-  ["/v1/chat/completions", "metadata value, streamed", (v) => ({ ...CHAT, metadata: { team: v }, stream: true }), true]
+  ["/v1/chat/completions", "metadata value, streamed", (v) => ({ ...CHAT, metadata: { team: v }, stream: true }), true],
+  ["/v1/messages", "metadata.user_id", (v) => ({ ...MESSAGES, metadata: { user_id: v } }), true],
+  ["/v1/messages", "metadata.user_id, streamed", (v) => ({ ...MESSAGES, metadata: { user_id: v }, stream: true }), true],
+  ["/v1/messages", "message", (v) => ({ ...MESSAGES, messages: [{ role: "user", content: v }] }), false],
+  ["/v1/messages", "text block", (v) => ({ ...MESSAGES, messages: [{ role: "user", content: [{ type: "text", text: v }] }] }), false],
+  ["/v1/messages", "system", (v) => ({ ...MESSAGES, system: v }), false],
+  ["/v1/messages", "stop_sequences", (v) => ({ ...MESSAGES, stop_sequences: [v] }), false],
+  ["/v1/messages", "tool description", (v) => ({ ...MESSAGES, tools: [anthropicTool(v)] }), false],
+  ["/v1/messages/count_tokens", "message", (v) => ({ ...COUNT, messages: [{ role: "user", content: v }] }), false],
+  ["/v1/messages/count_tokens", "system", (v) => ({ ...COUNT, system: [{ type: "text", text: v }] }), false],
+  ["/v1/messages/count_tokens", "tool description", (v) => ({ ...COUNT, tools: [anthropicTool(v)] }), false]
 ]
 
 /** Text PostgreSQL cannot store. */
@@ -96,7 +110,9 @@ const DEEP_FIELDS: ReadonlyArray<readonly [string, Record<string, unknown>]> = [
   ["/v1/responses", { ...ASK, text: { format: { type: "json_schema", name: "s", schema: { type: "object", x: DEEP_MARK } } } }],
   ["/v1/chat/completions", { ...CHAT, metadata: { team: DEEP_MARK } }],
   ["/v1/chat/completions", { ...CHAT, tools: [{ type: "function", function: fn("d", { type: "object", x: DEEP_MARK }) }] }],
-  ["/v1/chat/completions", { ...CHAT, response_format: { type: "json_schema", json_schema: { name: "s", schema: { x: DEEP_MARK } } } }]
+  ["/v1/chat/completions", { ...CHAT, response_format: { type: "json_schema", json_schema: { name: "s", schema: { x: DEEP_MARK } } } }],
+  ["/v1/messages", { ...MESSAGES, tools: [anthropicTool("d", { type: "object", x: DEEP_MARK })] }],
+  ["/v1/messages/count_tokens", { ...COUNT, tools: [anthropicTool("d", { type: "object", x: DEEP_MARK })] }]
 ]
 
 interface Answered {
@@ -104,12 +120,21 @@ interface Answered {
   readonly status: number
   readonly requestId: string
   readonly environment: "live" | "test"
+  readonly param: unknown
 }
 
-/** No 5xx; an error in the error shape; the request id it answered with. */
+/** Anthropic's error body, nenas's code and param inside `error` (`/v1/messages` answers in it). */
+const isAnthropicError = (body: unknown): boolean => {
+  if (typeof body !== "object" || body === null) return false
+  const { error, request_id, type } = body as { error?: { code?: unknown; message?: unknown }; request_id?: unknown; type?: unknown }
+  return type === "error" && typeof request_id === "string" && typeof error?.code === "string" && typeof error.message === "string"
+}
+
+/** No 5xx; an error in the error shape (Anthropic's on `/v1/messages`); the request id it answered with. */
 const checked = (label: string, reply: Reply) => {
   expect(reply.status, `${label}: ${reply.text.slice(0, 200)}`).toBeLessThan(500)
-  if (reply.status >= 400) expect(isErrorBody(reply.body), `${label} error shape: ${reply.text.slice(0, 200)}`).toBe(true)
+  const shaped = label.startsWith("/v1/messages") ? isAnthropicError(reply.body) : isErrorBody(reply.body)
+  if (reply.status >= 400) expect(shaped, `${label} error shape: ${reply.text.slice(0, 200)}`).toBe(true)
   return reply.headers.get("x-request-id") ?? ""
 }
 
@@ -125,7 +150,7 @@ describe("fuzz: hostile values in every stored field", () => {
             const apiKey = key === "live" ? live.apiKey : test.apiKey
             const reply = yield* call("POST", path, { token: apiKey, body, headers: { "content-type": "application/json" } })
             const full = `${path} ${label} (${key})`
-            answered.push({ label: full, status: reply.status, requestId: checked(full, reply), environment: key })
+            answered.push({ label: full, status: reply.status, requestId: checked(full, reply), environment: key, param: reply.body?.error?.param })
           })
 
         let mustRefuse = 0
@@ -137,6 +162,7 @@ describe("fuzz: hostile values in every stored field", () => {
             if (kept && unstorable(value) && last !== undefined) {
               mustRefuse++
               expect(last.status, `${last.label}: text PostgreSQL cannot store is refused`).toBe(400)
+              if (field.startsWith("metadata.user_id")) expect(last.param, `${last.label}: the field is named`).toBe("metadata.user_id")
             }
           }
         }
@@ -206,6 +232,12 @@ describe("fuzz: hostile values in every stored field", () => {
           [ids]
         )).map((row) => row.requestId))
         for (const a of ok) {
+          if (a.label.startsWith("/v1/messages/count_tokens")) {
+            // Free and not a call: no log row, nothing billed.
+            expect(logs.has(a.requestId), `${a.label}: no log row`).toBe(false)
+            expect(billed.has(a.requestId), `${a.label}: no usage entry`).toBe(false)
+            continue
+          }
           expect(logs.get(a.requestId), `${a.label}: its log row`).toBe(a.environment === "live" ? "billed" : "succeeded")
           expect(billed.get(a.requestId), `${a.label}: its usage entry`).toBe(a.environment === "live" ? 1 : undefined)
         }

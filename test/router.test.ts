@@ -60,6 +60,21 @@ describe("Router", () => {
     expect(decideRoute(models, input("Hi")).category).toBe("general")
   })
 
+  // Before, `compare … and` was matched with `.*` over the whole text: 320 KB of "compare " took 11.8 s.
+  it("reads a bounded tail of the prompt: megabytes of pattern starts route at once, by the whole text's length", () => {
+    for (const prompt of ["compare ".repeat(1_000_000), "1".repeat(8_000_000), `1${" ".repeat(8_000_000)}`]) {
+      const route = decideRoute(models, input(JSON.parse(JSON.stringify(prompt)) as string))
+      expect(route.category).toBe("reasoning")
+    }
+    // The latest turn is what the search rule reads, though earlier ones hold megabytes.
+    const turns: RouteInput = {
+      messages: [{ role: "user", content: "x ".repeat(2_000_000) }, { role: "user", content: "What is the latest news?" }],
+      effort: "low",
+      webSearch: "auto"
+    }
+    expect(decideRoute(models, turns).category).toBe("search")
+  })
+
   it.effect("the Layer takes the upstream models from configuration", () =>
     Effect.gen(function*() {
       const router = yield* Router

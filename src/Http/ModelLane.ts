@@ -7,6 +7,7 @@ import { ApiKeyAuth, type ApiKeyPrincipal, CurrentApiKey } from "../Auth/Api.js"
 import { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "../Models/Api.js"
 import { AnthropicMessagesRequest } from "../Models/AnthropicApi.js"
 import { makeModelEndpoints } from "../Models/Http.js"
+import { breatheAfter } from "../Request/Breathe.js"
 import { provideForRequest } from "../Request/Context.js"
 
 /**
@@ -97,7 +98,11 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
         const serve = Effect.fnUntraced(function*(text: string | undefined) {
           const request = yield* HttpServerRequest.HttpServerRequest
           const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))
-          const payload = yield* Effect.flatMap(text === undefined ? payloadOf(request) : parsed(request, text), decodePayload)
+          const json = yield* (text === undefined ? payloadOf(request) : parsed(request, text))
+          // A large body's parsing and decoding each end with a turn of the event loop (README, "Bounded work per request").
+          if (text !== undefined) yield* breatheAfter(text.length)
+          const payload = yield* decodePayload(json)
+          if (text !== undefined) yield* breatheAfter(text.length)
           const headers = yield* decodeHeaders(request.headers)
           return yield* provideForRequest(handler({ headers, payload }), CurrentApiKey, key)
         })

@@ -1,15 +1,17 @@
 import * as HttpApi from "@effect/platform/HttpApi"
 import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import { Context, Effect, Option } from "effect"
+import { Context, Effect, FiberRef, Option } from "effect"
 import { ApiKeyAuth, DashboardAuth } from "../Auth/Api.js"
 import { makeSessionBeforeBody } from "../Auth/Session.js"
-import { InvalidRequest } from "../Domain/Errors.js"
+import { CurrentRequestId, InvalidRequest } from "../Domain/Errors.js"
 import { AllowedRoles, type Role } from "../Domain/Roles.js"
 import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
+import { breathe, breatheAfter, LARGE_BODY_CHARS, LargeRequest } from "../Request/Breathe.js"
 import { AppConfig } from "../AppConfig.js"
 import { memoized } from "../Domain/Memo.js"
+import { CallLimits } from "../Models/RateLimits.js"
 import { guardDevRoutes } from "./DevRoutes.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>
@@ -77,7 +79,8 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
 /**
  * Refuses, before any handler reads it, what would stall or break one: NUL in
  * the URL, a development route asked through a proxy or from afar (`DevRoutes.ts`), a multipart body (none is accepted, and an unterminated one never
- * ends), a request to an API-key endpoint without a valid key or to a
+ * ends), a request to an API-key endpoint without a valid key or past the key's rate limits (its token and slot
+ * are taken here, `CallLimits.admitBeforeBody`), or to a
  * dashboard endpoint without a valid session token (checked before its body is read), a JSON endpoint's body of another type, and JSON nested
  * deeper than MAX_JSON_DEPTH. Every refusal is the spec's error; the body is
  * read once here, with `read` (under the caller's body size limit), kept for
@@ -87,7 +90,9 @@ export const makeRequestGuard = Effect.gen(function*() {
   const { api } = yield* HttpApi.Api
   const devRoutes = guardDevRoutes(yield* AppConfig)
   const endpoints = endpointsOf(api)
-  const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : Effect.void
+  const authenticate = endpoints.some((endpoint) => endpoint.apiKey) ? yield* makeAuthenticateBeforeBody : undefined
+  // Looked up, not required: tests' small APIs have no limits.
+  const limits = Option.getOrUndefined(yield* Effect.serviceOption(CallLimits))
   const signedIn = endpoints.some((endpoint) => endpoint.session) ? yield* makeSessionBeforeBody : () => Effect.void
   // Found once per method and path: the same few come again and again, and the patterns are tried one by one.
   const endpointAt = memoized((route) => {
@@ -109,7 +114,11 @@ export const makeRequestGuard = Effect.gen(function*() {
       return yield* new InvalidRequest({ message: "Multipart bodies are not accepted; send Content-Type: application/json." })
     }
     const endpoint = endpointOf(request)
-    if (endpoint?.apiKey === true) yield* authenticate
+    if (endpoint?.apiKey === true && authenticate !== undefined) {
+      const key = yield* authenticate
+      // Admission before the body: a key past its limits costs no reading, parsing or decoding of what it sent.
+      if (limits !== undefined) yield* limits.admitBeforeBody(key, yield* FiberRef.get(CurrentRequestId))
+    }
     if (endpoint?.session === true) yield* signedIn(endpoint.roles)
     if (endpoint?.json !== true || !hasBody(request)) return
     if (type !== undefined && !isJson(type)) {
@@ -118,9 +127,14 @@ export const makeRequestGuard = Effect.gen(function*() {
       })
     }
     const text = yield* read
+    if (text.length > LARGE_BODY_CHARS) {
+      yield* FiberRef.set(LargeRequest, true)
+      yield* breathe
+    }
     if (jsonDeeperThan(text, MAX_JSON_DEPTH)) {
       return yield* new InvalidRequest({ message: `The JSON body nests deeper than ${MAX_JSON_DEPTH} levels.` })
     }
+    yield* breatheAfter(text.length)
     return text
   })
 })

@@ -4,7 +4,7 @@ import type { MicroMyr } from "../Domain/Money.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
 import type { BilledUsage, ModelTokens, PriceTable } from "../Domain/Prices.js"
 import { costOf, costOfParts, withSafetyMargin } from "../Domain/Prices.js"
-import { countResponseFormat, countTools, countUpstreamMessages } from "../Providers/ContentTokens.js"
+import { countRequest } from "../Providers/ContentTokens.js"
 import type { Capabilities, UpstreamMessage } from "../Providers/Provider.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS } from "./Api.js"
 
@@ -15,9 +15,9 @@ import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS } from "./Api.js"
  * functions of their inputs, so they are tested without a database.
  */
 
-/** The input as the model reads it: the turns (images included), the tool definitions and the answer's schema. */
+/** The input as the model reads it: the turns (images included), the tool definitions and the answer's schema, under one budget. */
 export const countInput = (messages: ReadonlyArray<UpstreamMessage>, capabilities: Capabilities): number =>
-  countUpstreamMessages(messages) + countTools(capabilities.tools) + countResponseFormat(capabilities.responseFormat)
+  countRequest(messages, capabilities.tools, capabilities.responseFormat)
 
 /** The most a call's web search may add: sources in the prompt, planning calls, searches and pages (`searchEstimate`). */
 export interface SearchAllowance {

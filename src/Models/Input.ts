@@ -12,6 +12,7 @@ import type {
 import type { ChatCompletionRequest, InputItem, ResponsesBody } from "./Api.js"
 import { CHAT_NOT_IMPLEMENTED, RESPONSES_NOT_IMPLEMENTED } from "./Api.js"
 import type { Message } from "../Domain/Tokens.js"
+import { withinCounts } from "./CountLimits.js"
 
 /**
  * A request's conversation in the upstream's chat shape (images and tool turns
@@ -90,8 +91,11 @@ const partOf = (part: Json, path: string, images: ImageSink): Effect.Effect<Upst
   }))
 }
 
-const partsOf = (content: ReadonlyArray<Json>, path: string, images: ImageSink) =>
-  Effect.forEach(content, (part, j) => partOf(part, `${path}[${j}]`, images))
+const partsOf = Effect.fnUntraced(function*(content: ReadonlyArray<Json>, path: string, images: ImageSink) {
+  const parts: Array<UpstreamPart> = []
+  for (let j = 0; j < content.length; j++) parts.push(yield* partOf(content[j] ?? {}, `${path}[${j}]`, images))
+  return parts
+})
 
 const textOfParts = (parts: ReadonlyArray<UpstreamPart>): string => parts.map((p) => p.type === "text" ? p.text : "").join("")
 
@@ -198,6 +202,7 @@ const WEB_SEARCH_TOOLS = /^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$/
  */
 export const responsesConversation = Effect.fnUntraced(function*(body: ResponsesBody, history: ReadonlyArray<Json> = []) {
   yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
+  yield* withinCounts(body.input, body.tools, "input")
   const upstream: Array<UpstreamMessage> = []
   const remoteImages = new Map<string, string>()
   if (typeof body.instructions === "string" && body.instructions.length > 0) {
@@ -305,6 +310,7 @@ export const responsesConversation = Effect.fnUntraced(function*(body: Responses
 /** Chat `messages` with their images and tool turns, and the request's tools, format and sampling fields. */
 export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletionRequest) {
   yield* refuseNotImplemented(body, CHAT_NOT_IMPLEMENTED)
+  yield* withinCounts(body.messages, body.tools, "messages")
   const upstream: Array<UpstreamMessage> = []
   const remoteImages = new Map<string, string>()
   for (const [i, message] of body.messages.entries()) {

@@ -1,6 +1,6 @@
 import { imageSize } from "image-size"
-import type { ResponseFormat, ToolCall, ToolDefinition, UpstreamMessage, UpstreamPart } from "./Provider.js"
-import { countText } from "../Domain/Tokens.js"
+import type { ResponseFormat, ToolCall, ToolDefinition, UpstreamMessage } from "./Provider.js"
+import { countTexts } from "../Domain/Tokens.js"
 
 /**
  * Token counts for what is not plain text, built on the string counter of
@@ -50,33 +50,89 @@ export const countImage = (url: string, detail: "low" | "high" | "auto" | undefi
   return size === undefined ? MAX_IMAGE_TOKENS : LOW_DETAIL_TOKENS + TILE_TOKENS * tilesOf(size.width, size.height)
 }
 
-const countPart = (part: UpstreamPart): number =>
-  part.type === "text" ? countText(part.text) : countImage(part.image_url.url, part.image_url.detail)
+/** A request's input as the counter takes it: tokens known without the tokenizer (framing, images), and its texts. */
+interface Tally {
+  fixed: number
+  readonly texts: Array<string>
+}
 
-/** A tool call as the model writes it: its name and arguments, with a few tokens of framing. */
-export const countToolCall = (call: ToolCall): number => 8 + countText(call.function.name) + countText(call.function.arguments)
-
-/**
- * OpenAI's chat accounting extended to every turn: each message adds its role
- * framing (4 tokens) and the reply is primed (3); for text messages this equals
- * `countMessages` of Tokens.ts.
- */
-export const countUpstreamMessages = (messages: ReadonlyArray<UpstreamMessage>): number =>
-  messages.reduce((sum, message) => {
-    const content = message.content === null
-      ? 0
-      : typeof message.content === "string"
-      ? countText(message.content)
-      : message.content.reduce((total, part) => total + countPart(part), 0)
-    const calls = "tool_calls" in message ? message.tool_calls.reduce((total, call) => total + countToolCall(call), 0) : 0
-    const id = "tool_call_id" in message ? countText(message.tool_call_id) : 0
-    return sum + 4 + content + calls + id
-  }, 3)
+/** OpenAI's chat accounting extended to every turn: each message adds its role framing (4 tokens) and the reply is primed (3). */
+const tallyMessages = (messages: ReadonlyArray<UpstreamMessage>, tally: Tally): void => {
+  tally.fixed += 3
+  for (const message of messages) {
+    tally.fixed += 4
+    if (typeof message.content === "string") tally.texts.push(message.content)
+    else if (message.content !== null) {
+      for (const part of message.content) {
+        if (part.type === "text") tally.texts.push(part.text)
+        else tally.fixed += countImage(part.image_url.url, part.image_url.detail)
+      }
+    }
+    if ("tool_calls" in message) {
+      for (const call of message.tool_calls) {
+        tally.fixed += 8
+        tally.texts.push(call.function.name, call.function.arguments)
+      }
+    }
+    if ("tool_call_id" in message) tally.texts.push(message.tool_call_id)
+  }
+}
 
 /** Tool definitions as the model reads them: their JSON, with framing per tool. */
-export const countTools = (tools: ReadonlyArray<ToolDefinition> | undefined): number =>
-  tools === undefined || tools.length === 0 ? 0 : tools.reduce((sum, tool) => sum + 8 + countText(JSON.stringify(tool.function)), 12)
+const tallyTools = (tools: ReadonlyArray<ToolDefinition> | undefined, tally: Tally): void => {
+  if (tools === undefined || tools.length === 0) return
+  tally.fixed += 12
+  for (const tool of tools) {
+    tally.fixed += 8
+    tally.texts.push(JSON.stringify(tool.function))
+  }
+}
 
 /** A JSON schema the answer must follow is read by the model too. */
-export const countResponseFormat = (format: ResponseFormat | undefined): number =>
-  format === undefined || format.type !== "json_schema" ? 0 : 8 + countText(JSON.stringify(format.json_schema))
+const tallyFormat = (format: ResponseFormat | undefined, tally: Tally): void => {
+  if (format === undefined || format.type !== "json_schema") return
+  tally.fixed += 8
+  tally.texts.push(JSON.stringify(format.json_schema))
+}
+
+const totalOf = (tally: Tally): number => tally.fixed + countTexts(tally.texts)
+
+/**
+ * A request's whole input, the turns, tools and format, under one token-counting
+ * budget (Tokens.ts `countTexts`): what a call's estimate and `count_tokens` use.
+ */
+export const countRequest = (
+  messages: ReadonlyArray<UpstreamMessage>,
+  tools: ReadonlyArray<ToolDefinition> | undefined,
+  format: ResponseFormat | undefined
+): number => {
+  const tally: Tally = { fixed: 0, texts: [] }
+  tallyMessages(messages, tally)
+  tallyTools(tools, tally)
+  tallyFormat(format, tally)
+  return totalOf(tally)
+}
+
+/** A tool call as the model writes it: its name and arguments, with a few tokens of framing. */
+export const countToolCall = (call: ToolCall): number => 8 + countTexts([call.function.name, call.function.arguments])
+
+/** The turns alone; for text messages this equals `countMessages` of Tokens.ts. */
+export const countUpstreamMessages = (messages: ReadonlyArray<UpstreamMessage>): number => {
+  const tally: Tally = { fixed: 0, texts: [] }
+  tallyMessages(messages, tally)
+  return totalOf(tally)
+}
+
+/** The tool definitions alone. */
+export const countTools = (tools: ReadonlyArray<ToolDefinition> | undefined): number => {
+  const tally: Tally = { fixed: 0, texts: [] }
+  tallyTools(tools, tally)
+  return totalOf(tally)
+}
+
+/** The answer's schema alone. */
+export const countResponseFormat = (format: ResponseFormat | undefined): number => {
+  const tally: Tally = { fixed: 0, texts: [] }
+  tallyFormat(format, tally)
+  return totalOf(tally)
+}

@@ -32,10 +32,10 @@ const MULTI_STEP: ReadonlyArray<RegExp> = [
   /\b(solve|calculate|compute|integrate|differentiate|optimi[sz]e)\b/i,
   /\b(debug|refactor|implement|algorithm|complexity)\b/i,
   /\b(plan|strategy|trade-?offs?|pros and cons)\b/i,
-  /\b(analy[sz]e|compare)\b.*\b(and|versus|vs\.?)\b/i,
+  /\b(analy[sz]e|compare)\b.{0,200}?\b(and|versus|vs\.?)\b/i,
   /\bwhy (does|do|is|are|did)\b/i,
   /```/,
-  /\d+\s*[-+*/^×÷]\s*\d+/
+  /\d{1,32}\s{0,8}[-+*/^×÷]\s{0,8}\d{1,32}/
 ]
 
 /** Signs that a prompt asks about the present, which web search can answer. */
@@ -55,16 +55,37 @@ const firstMatch = (patterns: ReadonlyArray<RegExp>, text: string): string | und
   return undefined
 }
 
-/** The text the router reads: what the user asked, latest turn last. */
-const userText = (messages: ReadonlyArray<Message>): string =>
-  messages.filter((m) => m.role === "user").map((m) => m.content).join("\n")
+/**
+ * The text the router reads: what the user asked, latest turn last, and no more than its last `READ_CHARS`
+ * (with `length`, the whole text's, for the long-prompt rule): the patterns' work is bounded whatever the
+ * request holds (README, "Bounded work per request").
+ */
+const READ_CHARS = 16_000
 
-const needsReasoning = (input: RouteInput, text: string): { readonly yes: boolean; readonly why: string } => {
+const userText = (messages: ReadonlyArray<Message>): { readonly text: string; readonly length: number } => {
+  const parts: Array<string> = []
+  let length = 0
+  let kept = 0
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const message = messages[i]
+    if (message === undefined || message.role !== "user") continue
+    if (length > 0) length += 1
+    length += message.content.length
+    if (kept < READ_CHARS) {
+      const part = message.content.length > READ_CHARS - kept ? message.content.slice(-(READ_CHARS - kept)) : message.content
+      parts.push(part)
+      kept += part.length + 1
+    }
+  }
+  return { text: parts.reverse().join("\n"), length }
+}
+
+const needsReasoning = (input: RouteInput, text: string, length: number): { readonly yes: boolean; readonly why: string } => {
   if (input.effort === "high") return { yes: true, why: "reasoning.effort is high" }
   if (input.effort === "low") return { yes: false, why: "reasoning.effort is low" }
   const matched = firstMatch(MULTI_STEP, text)
   if (matched !== undefined) return { yes: true, why: `the prompt asks for multi-step work ("${matched.slice(0, 40)}")` }
-  if (text.length > LONG_PROMPT_CHARS) return { yes: true, why: "the prompt is long enough to need multi-step work" }
+  if (length > LONG_PROMPT_CHARS) return { yes: true, why: "the prompt is long enough to need multi-step work" }
   return { yes: false, why: "the prompt is a direct request that needs no multi-step work" }
 }
 
@@ -82,8 +103,8 @@ export const decideRoute = (
   models: { readonly general: string; readonly reasoning: string },
   input: RouteInput
 ): Route => {
-  const text = userText(input.messages)
-  const reasoning = needsReasoning(input, text)
+  const { length, text } = userText(input.messages)
+  const reasoning = needsReasoning(input, text, length)
   const search = searchDecision(input, text)
   const upstreamModel = reasoning.yes ? models.reasoning : models.general
   const modelPart = reasoning.yes ? "the reasoning model" : "the general model"

@@ -89,6 +89,8 @@ export interface AppConfigShape {
   readonly instanceId: string
   /** How long a streamed call's settlement waits for its stream to start before settling it as abandoned; not an environment setting. */
   readonly streamHandoffTimeoutMs: number
+  /** How long a streamed call's client may leave its answer unread (writes backed up, nothing taken) before it is cut; not an environment setting. */
+  readonly streamWriteStallMs: number
   /** `IP_AUTH_FAILURES_PER_MINUTE`: failed authentications (API keys and dashboard session tokens) one client address may make a minute before it is refused. */
   readonly ipAuthFailuresPerMinute: number
   /** `IP_CHECKOUTS_PER_MINUTE`: checkout sessions one client address may create a minute. */
@@ -220,6 +222,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   reservationSweepIntervalMs: Config.succeed(2_000),
   instanceId: nonEmpty("INSTANCE_ID"),
   streamHandoffTimeoutMs: Config.succeed(30_000),
+  streamWriteStallMs: Config.succeed(30_000),
   ipAuthFailuresPerMinute: Config.integer("IP_AUTH_FAILURES_PER_MINUTE").pipe(Config.withDefault(60)),
   ipCheckoutsPerMinute: Config.integer("IP_CHECKOUTS_PER_MINUTE").pipe(Config.withDefault(20)),
   ipDevSessionsPerMinute: Config.integer("IP_DEV_SESSIONS_PER_MINUTE").pipe(Config.withDefault(20)),

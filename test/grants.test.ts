@@ -31,13 +31,13 @@ const micro = (myr: string) => Math.round(Number(myr) * 1_000_000)
 
 describe("credit grants on two instances", { timeout: 300_000 }, () => {
   it("200 concurrent calls across both on a wallet that affords K: exactly K billed, never an overdraft, the invariant holds throughout", async () => {
-    // Usage above what each call reserves: every success is billed exactly its hold, so exactly K fit.
+    // Usage above what each call reserves (input past it: output stops at the cap): every success is billed exactly its hold, so exactly K fit.
     const [a, b] = [await start("grants-a"), await start("grants-b")]
     const email = `grants-race-${randomBase62(6)}@example.com`
     const dev = await fundedDeveloper(a.baseUrl, email, 2_500, "signed webhook")
     const accountId = (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
     // A warm-up on both instances: the account calls often, so each instance takes a grant for it.
-    bed.upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 60_000 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { prompt_tokens: 1_000_000 } })
     const warm = await Promise.all(Array.from({ length: 40 }, (_, i) => chat(i % 2 === 0 ? a.baseUrl : b.baseUrl, dev.apiKey)))
     for (const reply of warm) expect(reply.status).toBe(200)
     const hold = micro(warm[0]!.body.cost_myr!)
@@ -47,7 +47,7 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     const k = Math.floor(balance / hold)
     expect(k, `K for a hold of ${hold}`).toBeGreaterThanOrEqual(40)
     expect(k).toBeLessThan(180)
-    bed.upstream.setBehaviour({ kind: "ok", delayMs: 300, usage: { completion_tokens: 60_000 } })
+    bed.upstream.setBehaviour({ kind: "ok", delayMs: 300, usage: { prompt_tokens: 1_000_000 } })
 
     // The invariant, sampled from a third connection all through the race.
     let sampling = true

@@ -112,7 +112,7 @@ const holdOfOneCall = Effect.gen(function*() {
   const { a } = yield* Instances
   const upstream = yield* Upstream
   const probe = yield* on(a)(funded("listencut-probe", 10_000))
-  upstream.setBehaviour({ kind: "ok", usage: { completion_tokens: 10_000_000 } })
+  upstream.setBehaviour({ kind: "ok", usage: { prompt_tokens: 1_000_000 } })
   const reply = yield* on(a)(chat(probe.apiKey))
   expect(reply.status).toBe(200)
   return Math.round(Number(reply.body.cost_myr) * 1_000_000)

@@ -88,7 +88,7 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
       }))
   }
 
-  it.effect("streamed: the answer's stream breaks off before any output, after planning and a search: an error event, billed for the search", () =>
+  it.effect("streamed: the answer's stream breaks off before any output, after planning and a search: an error event, billed for the search and the input sent", () =>
     Effect.gen(function*() {
       const searx = yield* Searx
       const upstream = yield* Upstream
@@ -112,7 +112,10 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
       expect(reply.text).toContain("response.failed")
       const requestId = reply.headers.get("x-request-id") ?? ""
       const { log } = yield* booksOf(requestId)
-      const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: 150, cachedTokens: 0, outputTokens: 12, searches: 1, pages: 0 })
+      // A stream the upstream breaks is billed what was used so far, as a client's cut is (README, "Streams"): the
+      // planning call (150 in, 12 out), the search, and the input the answering call was sent, on the same model.
+      expect(log.input_tokens, "the answering call's input is counted beside the planning call's").toBeGreaterThan(150)
+      const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: log.input_tokens, cachedTokens: 0, outputTokens: 12, searches: 1, pages: 0 })
       expect(log).toMatchObject({ status: "billed", error_code: "provider_unavailable", usage_source: "estimated", search_count: 1, output_tokens: 12 })
       yield* expectBilled(accountId, requestId, cost)
     }))

@@ -9,7 +9,8 @@ import { countToolCall } from "../Providers/ContentTokens.js"
 import type { ProviderUsage } from "../Providers/Provider.js"
 import type { WhenShort } from "../Wallet/PayNow.js"
 import { Spending } from "../Wallet/Spending.js"
-import { PUBLIC_MODEL } from "./Api.js"
+import type { PriceTable } from "../Domain/Prices.js"
+import { CONTEXT_WINDOW, PUBLIC_MODEL } from "./Api.js"
 import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./CallTypes.js"
 import { answerSoFar, providerRequest, servedCall, shownRoute } from "./CallTypes.js"
 import { billedCost, countInput } from "./Estimate.js"
@@ -17,7 +18,7 @@ import { storedWrite } from "./StoredConversations.js"
 import type { Sources } from "./WebSearch.js"
 import { responsesOutput } from "./Wire.js"
 import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
-import { estimateReasoningTokens, makeReasoningRates, thinkingMsOf } from "./ReasoningEstimate.js"
+import { answeringModel, estimateReasoningTokens, makeReasoningRates, thinkingMsOf } from "./ReasoningEstimate.js"
 
 /** The error code a failed call is logged with. */
 export const codeOf = (cause: Cause.Cause<unknown>): string =>
@@ -29,20 +30,32 @@ export const codeOf = (cause: Cause.Cause<unknown>): string =>
 /** Milliseconds since `startedAt` on `clock` (the service's, read directly: no fiber steps on the call's path). */
 export const elapsedSince = (clock: Clock.Clock, startedAt: number): number => Math.max(0, clock.unsafeCurrentTimeMillis() - startedAt)
 
-/** Usage as the upstream reported it, its parts never above their wholes. */
-const fromProvider = (usage: ProviderUsage): CallUsage => ({
-  inputTokens: usage.inputTokens,
-  outputTokens: usage.outputTokens,
-  reasoningTokens: Math.min(usage.reasoningTokens, usage.outputTokens),
-  cachedTokens: Math.min(usage.cachedTokens, usage.inputTokens)
-})
+/** A count within `[0, bound]`, whole: one past the bound (or not a number at all) is the bound. */
+const within = (count: number, bound: number): number =>
+  Number.isNaN(count) ? bound : Math.min(Math.max(0, Math.round(count)), bound)
+
+/**
+ * Usage as the upstream reported it, within the call's bounds (README, "Streams"): input no more than the
+ * context window, output no more than the output cap the upstream was asked for, parts never above their wholes.
+ */
+const fromProvider = (call: HeldCall, usage: ProviderUsage): CallUsage => {
+  const inputTokens = within(usage.inputTokens, CONTEXT_WINDOW)
+  const outputTokens = within(usage.outputTokens, call.outputCap)
+  return {
+    inputTokens,
+    outputTokens,
+    reasoningTokens: within(usage.reasoningTokens, outputTokens),
+    cachedTokens: within(usage.cachedTokens, inputTokens)
+  }
+}
 
 /**
  * Usage counted with the tokenizer: what was sent, and what came back before the call ended, plus the reasoning
  * estimated for it (ReasoningEstimate.ts), within what the output cap leaves.
  */
 const estimatedUsage = (call: HeldCall, sources: Sources, produced: Answer, reasoningEstimate: number): Used => {
-  const visible = countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0)
+  // The upstream stops at the output cap, whatever our tokenizer makes of what it sent.
+  const visible = Math.min(call.outputCap, countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0))
   const reasoningTokens = Math.max(0, Math.min(reasoningEstimate, call.outputCap - visible))
   return {
     usage: withPlanning({
@@ -73,7 +86,7 @@ export const usedOf = (
 ): Used =>
   Option.match(reported, {
     onNone: () => estimatedUsage(call, sources, answer, reasoningEstimate),
-    onSome: (usage) => ({ usage: withPlanning(fromProvider(usage), sources), source: "provider" as const, sources })
+    onSome: (usage) => ({ usage: withPlanning(fromProvider(call, usage), sources), source: "provider" as const, sources })
   })
 
 const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, latencyMs: number): CallResult => {
@@ -95,6 +108,26 @@ const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, la
   }
 }
 
+/**
+ * What the call is billed: its usage priced, never above its ceiling; a price past what a number holds
+ * saturates at the ceiling instead of throwing. Nothing when it held nothing.
+ */
+const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used): MicroMyr => {
+  if (call.hold.source._tag === "None") return microMyr(0)
+  try {
+    return billedCost(prices, call.route.upstreamModel, {
+      inputTokens: used.usage.inputTokens,
+      cachedTokens: used.usage.cachedTokens,
+      outputTokens: used.usage.outputTokens,
+      searches: used.sources.searches,
+      pages: used.sources.pages
+    }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
+  } catch (error) {
+    if (error instanceof RangeError) return microMyr(call.ceiling)
+    throw error
+  }
+}
+
 /** The call's attempts as its log row keeps them. */
 const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
   (call.attempts ?? []).map(({ latencyMs, outcome, target }) => ({ target, outcome, latencyMs }))
@@ -109,6 +142,7 @@ export const makeSettlement = Effect.gen(function*() {
   const spending = yield* Spending
   const clock = yield* Effect.clock
   const rates = makeReasoningRates()
+  const costWithin = (call: HeldCall, used: Used) => pricedWithin(prices, call, used)
 
   /**
    * What a call that reached the upstream used, from its progress: reported usage teaches the model's thinking
@@ -117,11 +151,12 @@ export const makeSettlement = Effect.gen(function*() {
   const usedSoFar = (call: HeldCall, progress: Progress, answer: Answer) =>
     Effect.sync((): Used => {
       const now = clock.unsafeCurrentTimeMillis()
-      const model = call.route.upstreamModel
+      const model = answeringModel(progress.attempts, call.route.upstreamModel)
       if (Option.isSome(progress.reportedUsage)) {
         const thinkingMs = progress.firstVisibleAt === undefined ? undefined : thinkingMsOf(progress, progress.firstVisibleAt)
-        if (call.route.reasoningModel && thinkingMs !== undefined) rates.observe(model, progress.reportedUsage.value.reasoningTokens, thinkingMs)
-        return usedOf(call, progress.sources, answer, progress.reportedUsage)
+        const used = usedOf(call, progress.sources, answer, progress.reportedUsage)
+        if (call.route.reasoningModel && call.key.environment === "live" && thinkingMs !== undefined) rates.observe(model, used.usage.reasoningTokens, thinkingMs)
+        return used
       }
       const thinkingMs = call.route.reasoningModel ? thinkingMsOf(progress, now) : undefined
       const reasoning = thinkingMs === undefined ? 0 : estimateReasoningTokens(thinkingMs, rates.rateOf(model), call.outputCap)
@@ -137,14 +172,7 @@ export const makeSettlement = Effect.gen(function*() {
    */
   const bill = Effect.fnUntraced(function*(call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean, errorCode: string | null) {
     const latencyMs = elapsedSince(clock, call.startedAt)
-    const holdsNothing = call.hold.source._tag === "None"
-    const cost = billedCost(prices, call.route.upstreamModel, holdsNothing ? null : {
-      inputTokens: used.usage.inputTokens,
-      cachedTokens: used.usage.cachedTokens,
-      outputTokens: used.usage.outputTokens,
-      searches: used.sources.searches,
-      pages: used.sources.pages
-    }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
+    const cost = costWithin(call, used)
     // Field by field, not a spread of `used.usage` that adds fields (slow on Node 20: `logRow`).
     const logged: SettledUsage = {
       inputTokens: used.usage.inputTokens,
@@ -160,6 +188,7 @@ export const makeSettlement = Effect.gen(function*() {
       costMicroMyr: cost,
       latencyMs
     }
+    const result = resultOf(call, answer, used, cost, latencyMs)
     const store = complete ? call.input.store : undefined
     const stored = store === undefined ? undefined : yield* storedWrite(
       store,
@@ -170,11 +199,12 @@ export const makeSettlement = Effect.gen(function*() {
         environment: call.key.environment,
         startedAt: call.startedAt
       },
-      responsesOutput(resultOf(call, answer, used, cost, latencyMs)),
+      responsesOutput(result),
       storedResponsesMaxBytes
     )
+    // The wallet's step is the last: nothing after it may fail and leave the call to be settled again.
     const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort, stored)
-    return resultOf(call, answer, used, microMyr(charged), latencyMs)
+    return charged === cost ? result : Object.assign({}, result, { cost: microMyr(charged) })
   }, Effect.uninterruptible)
 
   /**
@@ -191,9 +221,15 @@ export const makeSettlement = Effect.gen(function*() {
   const settleFailed = (call: HeldCall, code: string) =>
     Effect.suspend(() => spending.fail(call.hold, code, elapsedSince(clock, call.startedAt), loggedAttempts(call))).pipe(Effect.uninterruptible)
 
-  /** Marks the call settled and settles it, as one step a disconnect cannot split. */
+  /**
+   * Settles the call and marks it settled, as one step a disconnect cannot split; a settlement that died before
+   * the wallet took it (a defect, not a refusal) is not marked, so that the call's exit settles it.
+   */
   const settleOnce = <A, E>(progress: Ref.Ref<Progress>, settle: Effect.Effect<A, E>) =>
-    Effect.uninterruptible(Effect.zipRight(Ref.update(progress, (current) => ({ ...current, settled: true })), settle))
+    Effect.uninterruptible(Effect.onExit(settle, (exit) =>
+      Exit.isSuccess(exit) || Cause.isFailure(exit.cause)
+        ? Ref.update(progress, (current) => ({ ...current, settled: true }))
+        : Effect.void))
 
   /**
    * A call that failed with `code` and produced nothing: billed for its web search when the search spent

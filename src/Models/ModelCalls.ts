@@ -32,8 +32,9 @@ import { targetsFor } from "../Domain/Upstreams.js"
 import { elapsedSince, makeSettlement, usedOf } from "./CallSettlement.js"
 import { makeCallSpans } from "./CallSpan.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
-import { inlineRemoteImages } from "./RemoteImages.js"
+import { inlineRemoteImages, screenRemoteImages } from "./RemoteImages.js"
 import type { EventRenderer } from "./Wire.js"
+import { breatheIfLarge } from "../Request/Breathe.js"
 import type { SelfWritingBody } from "../Request/SelfWritingBody.js"
 import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
@@ -159,7 +160,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         const plan = route.search && input.webSearch !== undefined
           ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
           : Option.none()
+        if (key.environment === "live") yield* screenRemoteImages(images, input.remoteImages)
+        yield* breatheIfLarge
         const inputTokens = countInput(input.upstream, input.capabilities)
+        yield* breatheIfLarge
         // A live call may fall back to any of its category's targets: it holds (and is capped at) the dearest.
         const fallbackModels = key.environment === "live"
           ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) => t.model)
@@ -266,7 +270,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(
           Effect.uninterruptibleMask((restore) => starting(input, closed, restore)),
-          (started) => relayBody(settlement, started, renderer, fork, closed)
+          (started) => relayBody(settlement, started, renderer, fork, closed, config.streamWriteStallMs)
         )
 
       return { complete, stream }

@@ -1,3 +1,4 @@
+import type { ServerResponse } from "node:http"
 import { Effect, Exit, FiberId, FiberRef, Option, Ref, type Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.js"
 import { CurrentRequestId, errorMeta, InternalError } from "../Domain/Errors.js"
@@ -124,20 +125,71 @@ const failed = Effect.fnUntraced(function*(settlement: Settlement, { call: held,
   else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
   const current = yield* Ref.get(progress)
   const call = servedCall(held, current.attempts)
-  // Output the upstream produced before it broke off was paid for upstream: it is billed, as produced, and its
-  // log keeps the error's code, so it is told apart from a complete answer (DESIGN.md, Fallbacks).
-  if (current.text.length > 0 || current.toolCalls.length > 0 || Option.isSome(current.reportedUsage)) {
-    const answer = answerSoFar(current, "stop")
-    const used = yield* settlement.usedSoFar(call, current, answer)
-    yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
-  } else {
-    // Nothing produced: billed for its web search, if it ran, else failed.
-    yield* settlement.settleOnce(progress, settlement.settleUnproduced(call, current, errorMeta(error).code))
-  }
+  // What the upstream used before it broke off (its input, what it thought, what it sent) was paid for upstream:
+  // billed as a client's cut is, and its log keeps the error's code, so it is told apart from a whole answer.
+  const answer = answerSoFar(current, "stop")
+  const used = yield* settlement.usedSoFar(call, current, answer)
+  yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
   return { _tag: "Failed", error } satisfies StreamEvent
 })
 
 const internal = () => new InternalError({ message: "Internal server error." })
+
+/** A client this far behind (bytes its answer holds unsent) is cut, however it reads: the upstream is not held back for it. */
+const MAX_BEHIND_BYTES = 8 * 1024 * 1024
+
+/**
+ * A client's write-stall deadline: armed when a write backs up (one timer a stall, none per chunk), cleared by
+ * `drain`; at the deadline a client that took nothing since is cut (its response destroyed), one that reads,
+ * however slowly, gets another period.
+ */
+const stallWatch = (response: ServerResponse, stallMs: number) => {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  /** What the response held when the period began, and what was written to it since. */
+  let heldAtStart = 0
+  let writtenSince = 0
+  const clear = () => {
+    if (timer === undefined) return
+    clearTimeout(timer)
+    timer = undefined
+  }
+  const expire = () => {
+    // Characters written, at most the bytes they became: what left the response's buffers, or less.
+    const taken = writtenSince - (response.writableLength - heldAtStart)
+    if (taken > 0 && !response.destroyed) {
+      heldAtStart = response.writableLength
+      writtenSince = 0
+      timer?.refresh()
+      return
+    }
+    timer = undefined
+    response.destroy()
+  }
+  const backedUp = () => {
+    if (timer !== undefined) return
+    heldAtStart = response.writableLength
+    writtenSince = 0
+    timer = setTimeout(expire, stallMs)
+    response.once("drain", clear)
+  }
+  return {
+    backedUp,
+    /** Whether `length` more may be written: false once the client is too far behind, and cut. */
+    writing: (length: number): boolean => {
+      if (timer === undefined) return true
+      writtenSince += length
+      if (response.writableLength <= MAX_BEHIND_BYTES) return true
+      clear()
+      response.destroy()
+      return false
+    },
+    /** The response ended with its last events: watched until they are out unless they fit what the socket takes. */
+    ended: () => {
+      if (response.writableLength >= response.writableHighWaterMark) backedUp()
+    },
+    closed: clear
+  }
+}
 
 /** The call's progress with what the relay produced; the rest (sources, attempts, settled) stays as others wrote it. */
 const withRelayed = (stored: Progress, relayed: Progress): Progress => ({
@@ -164,13 +216,15 @@ export const relayBody = (
   started: StartedStream,
   renderer: EventRenderer,
   fork: Fork,
-  closed: Effect.Effect<void>
+  closed: Effect.Effect<void>,
+  stallMs: number
 ): SelfWritingBody =>
   selfWriting((response) => {
     const { call, progress } = started
     const reader = readerOf(started.parts, fork)
     let current = Effect.runSync(Ref.get(progress))
     let state: "open" | "settling" | "done" = "open"
+    const stall = stallWatch(response, stallMs)
     /** The socket corked for the opening: uncorked once, by the end of the turn or by the response's end (which uncorks it whole). */
     let holding = false
     const release = () => {
@@ -196,6 +250,8 @@ export const relayBody = (
         state = "done"
         holding = false
         response.end(renderer.render(Exit.isSuccess(exit) ? exit.value : { _tag: "Failed", error: internal() }))
+        // Settled already: a client that leaves the rest unread is still cut at its deadline, not kept open.
+        stall.ended()
       })
     }
     const pump = (): void => {
@@ -212,9 +268,10 @@ export const relayBody = (
           current = next
           for (const event of events) text += renderer.render(event)
         }
-        // The next read once this one is written out (the client reading slowly holds the upstream back).
-        if (text.length === 0 || response.write(text)) pump()
-        else response.once("drain", pump)
+        // The upstream is read on whatever the client does, so its end is billed when it comes; a client that
+        // leaves its writes backed up past its deadline is cut (`stallWatch`).
+        if (text.length > 0 && stall.writing(text.length) && !response.write(text)) stall.backedUp()
+        pump()
       }, (stop: Stop) => {
         if (state === "open") finish(failed(settlement, started, stop))
       })
@@ -222,6 +279,7 @@ export const relayBody = (
     /** The response closed (the client went away, or the stream ended): what was produced so far is billed, once. */
     const onClose = (attached: boolean) => {
       holding = false
+      stall.closed()
       const wasOpen = attached && state === "open"
       if (state === "open") state = "done"
       reader.cancel()

@@ -46,7 +46,7 @@ const stringOrAbsent = (value: unknown): value is string | null | undefined => a
 const numberOrAbsent = (value: unknown): value is number | null | undefined => absent(value) || typeof value === "number"
 const objectOrAbsent = (value: unknown): value is Json | null | undefined => absent(value) || isObject(value)
 
-/** Chat's usage as ours, or undefined when it does not have chat's types. */
+/** Chat's usage as ours, or undefined when it does not have chat's types (or a count is negative): then we count. */
 export const usageOf = (usage: Json): ProviderUsage | undefined => {
   const prompt = usage["prompt_tokens"]
   const completion = usage["completion_tokens"]
@@ -54,10 +54,11 @@ export const usageOf = (usage: Json): ProviderUsage | undefined => {
   const completionDetails = usage["completion_tokens_details"]
   // Absent counts default to 0, as before; `null` is not a count.
   if ((prompt !== undefined && typeof prompt !== "number") || (completion !== undefined && typeof completion !== "number")) return undefined
+  if ((prompt ?? 0) < 0 || (completion ?? 0) < 0) return undefined
   if (!objectOrAbsent(promptDetails) || !objectOrAbsent(completionDetails)) return undefined
   const cached = promptDetails?.["cached_tokens"]
   const reasoning = completionDetails?.["reasoning_tokens"]
-  if (!numberOrAbsent(cached) || !numberOrAbsent(reasoning)) return undefined
+  if (!numberOrAbsent(cached) || !numberOrAbsent(reasoning) || (cached ?? 0) < 0 || (reasoning ?? 0) < 0) return undefined
   return {
     inputTokens: Math.max(0, Math.round(prompt ?? 0)),
     outputTokens: Math.max(0, Math.round(completion ?? 0)),
@@ -111,9 +112,9 @@ export const chunkParts = (data: string, out: Array<StreamPart>): ChunkOutcome =
     if (!choiceParts(choice, parts)) return MALFORMED
   }
   if (!absent(usage)) {
+    // Usage we cannot read does not void the answer: the call is billed as we count it.
     const reported = usageOf(usage)
-    if (reported === undefined) return MALFORMED
-    parts.push({ _tag: "Usage", usage: reported })
+    if (reported !== undefined) parts.push({ _tag: "Usage", usage: reported })
   }
   const error = chunk["error"]
   if (!absent(error)) return { _tag: "ErrorChunk", error }
@@ -147,7 +148,6 @@ export const completionOf = (text: string): Completion | undefined => {
     if (!stringOrAbsent(content) || (!absent(calls) && !Array.isArray(calls))) return undefined
   }
   const usage = absent(body["usage"]) ? undefined : usageOf(body["usage"])
-  if (!absent(body["usage"]) && usage === undefined) return undefined
   const first = choices[0] as Json | undefined
   const message = first?.["message"] as Json | undefined
   const toolCalls: Array<ToolCall> = []

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { newId } from "../Domain/Ids.js"
 import { holdIntact, isFresh, mayJudge, newFence, noteBeat } from "./Fence.js"
@@ -16,8 +16,9 @@ export const BEAT_INTERVAL = Duration.seconds(1)
 /** Every how many beats it also renews the reservations it holds (their lease is long: a row each is not free). */
 const BEATS_PER_RENEWAL = 10
 /**
- * The longest this process renews one reservation: longer than any call may
- * run, so a reservation its call forgot still lapses and is swept.
+ * Longer than any call runs (each is bounded: its upstream's timeouts, its client's write-stall deadline): a
+ * pending log with no reservation older than this belongs to no call. A reservation is renewed for as long as
+ * its call holds it, whatever its age: its call is bounded, not its lease.
  */
 export const MAX_HOLD = Duration.minutes(15)
 
@@ -74,16 +75,14 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
             ).pipe(Effect.annotateLogs({ holder, instanceId }))
           }
         })
-        /** Each held reservation and when it was taken. */
-        const held = new Map<string, number>()
+        /** Each reservation a call in flight holds, until its settlement is written. */
+        const held = new Set<string>()
         const renew = Effect.gen(function*() {
           yield* beatOnce
-          const now = yield* Clock.currentTimeMillis
-          for (const [id, since] of held) if (now - since > Duration.toMillis(MAX_HOLD)) held.delete(id)
           if (held.size === 0) return 0
           const rows = yield* sql`
             UPDATE reservations SET expires_at = now() + ${secondsSql(RESERVATION_LEASE)} * interval '1 second'
-            WHERE id = ANY(${[...held.keys()]}) AND status = 'open'
+            WHERE id = ANY(${[...held]}) AND status = 'open'
             RETURNING id
           `
           return rows.length
@@ -100,7 +99,7 @@ export class ReservationLeases extends Context.Tag("nenas/ReservationLeases")<Re
         yield* Effect.addFinalizer(() => Effect.ignore(markStopped(sql, holder)))
         return ReservationLeases.of({
           holder,
-          hold: (id) => Effect.map(Clock.currentTimeMillis, (now) => void held.set(id, now)),
+          hold: (id) => Effect.sync(() => void held.add(id)),
           drop: (id) => Effect.sync(() => void held.delete(id)),
           renew,
           fence: {

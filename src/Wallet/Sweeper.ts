@@ -37,6 +37,12 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
     const wallet = yield* WalletRepo
     const logs = yield* RequestLogs
     const { fence, holder: self } = yield* ReservationLeases
+    const config = yield* AppConfig
+    // Older than any call (its first byte, its whole stream, a stalled client's deadline), with a minute to spare.
+    const longestCall = Duration.max(
+      MAX_HOLD,
+      Duration.millis(config.upstreamFirstByteTimeoutMs + config.upstreamTotalTimeoutMs + config.streamWriteStallMs + 60_000)
+    )
     const lapsed = sql`(expires_at < now() OR ${holderDead(sql, "holder", self)})`
 
     /**
@@ -79,7 +85,7 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
       }
       const grantsReturned = yield* wallet.returnDeadGrants
       const closedLogs = yield* logs.closeOrphans(
-        sql`(${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(MAX_HOLD)} * interval '1 second')`
+        sql`(${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(longestCall)} * interval '1 second')`
       )
       return { released, captured, grantsReturned, closedLogs }
     })

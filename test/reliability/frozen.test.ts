@@ -144,7 +144,7 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
         await sleep(200)
       }
       // B spends the wallet down: calls billed their whole hold, until B refuses.
-      bed.upstream.setBehaviour({ kind: "ok", delayMs: 10, usage: { completion_tokens: 60_000 } })
+      bed.upstream.setBehaviour({ kind: "ok", delayMs: 10, usage: { prompt_tokens: 1_000_000 } })
       for (let burst = 0; burst < 40; burst++) {
         const replies = await Promise.all(Array.from({ length: 8 }, () => call(b.baseUrl, dev.apiKey, false, 30_000)))
         if (replies.some((r) => r.status === 402)) break

@@ -133,7 +133,8 @@ const ACCEPTED_WAIT_MS = 60 * 60 * 1000
 
 /**
  * Charges queued auto top-ups: each claimed by one instance (`FOR UPDATE SKIP
- * LOCKED`), checked at charge time (not suspended, auto top-up still on),
+ * LOCKED`), checked at charge time with its claim in one statement (still
+ * this claimer's lease, not suspended, auto top-up still on),
  * charged off-session with an idempotency key per attempt (a retry after a
  * lost answer is the same payment; an attempt claimed again looks for its
  * PaymentIntent first, as Stripe forgets keys after 24 hours), and credited
@@ -181,14 +182,16 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
           return yield* settle(attempt, attempt.transactionId, found)
         }
       }
+      // Checked at charge time, with the claim, in one statement: what changed since queuing (a suspension, auto
+      // top-up off) counts, and a claimer whose lease another instance took since (this one stalled) charges nothing.
+      const started = yield* attempts.startCharge(attempt.id, attempt.claimedUntil, new Date((yield* Clock.currentTimeMillis) + LEASE_MS))
+      if (started._tag === "NotOurs") return false
+      if (started._tag === "Blocked") return yield* outcomes.dropped(attempt.id, started.blocker)
       let transactionId = attempt.transactionId
       if (transactionId === null) {
         transactionId = yield* repo.createPending(attempt.accountId, attempt.amountSen)
         yield* attempts.attachTransaction(attempt.id, transactionId)
       }
-      // Read at charge time, the last step before Stripe: what changed since queuing (a suspension, auto top-up off) counts.
-      const blocked = yield* attempts.blocker(attempt.id)
-      if (blocked !== undefined) return yield* outcomes.dropped(attempt.id, blocked)
       if (card?.paymentMethodId == null) return yield* outcomes.refused(attempt.id, "no_saved_card")
       const outcome = yield* processor.charge({
         customerId: card.customerId,

@@ -15,9 +15,13 @@ const CANCEL = /^SELECT pg_cancel_backend\((\d+)\)$/
  * "canceling statement due to user request" (seen once in CI, a dashboard
  * read answering 500). A connection that a cancel was sent to is discarded
  * when its holder releases it, so the late signal finds no one else's query.
+ * Its holder may release it as `client.release` (a single query) or as the
+ * `release` that `connect` hands its callback (a transaction's connection):
+ * both are the discarding one.
  */
 const discardCancelled = (pool: pg.Pool): void => {
   const checkedOut = new Map<number, pg.PoolClient>()
+  const cancelled = new WeakSet<pg.PoolClient>()
   const pid = (client: pg.PoolClient): number | undefined => (client as unknown as { readonly processID?: number }).processID
   pool.on("acquire", (client) => {
     const id = pid(client)
@@ -27,16 +31,32 @@ const discardCancelled = (pool: pg.Pool): void => {
     const id = pid(client)
     if (id !== undefined && checkedOut.get(id) === client) checkedOut.delete(id)
   })
+  type Release = (error?: Error | boolean) => void
+  type Connected = (error: Error | undefined, client: pg.PoolClient | undefined, release: Release) => void
+  /** pg-pool closes a connection released with an error instead of keeping it. */
+  const discarding = (client: pg.PoolClient, release: Release): Release => (error) =>
+    release(error ?? (cancelled.has(client) ? new Error("a query on this connection was cancelled") : undefined))
+  const connect = pool.connect.bind(pool) as (callback?: Connected) => Promise<pg.PoolClient> | undefined
   const query = pool.query.bind(pool) as (...args: Array<unknown>) => unknown
   Object.assign(pool, {
-    query: (...args: Array<unknown>) => {
-      const cancelled = typeof args[0] === "string" ? CANCEL.exec(args[0]) : null
-      const client = cancelled === null ? undefined : checkedOut.get(Number(cancelled[1]))
-      if (client !== undefined) {
-        const release = client.release
-        // pg-pool closes a connection released with an error instead of keeping it.
-        client.release = (error?: Error | boolean) => release(error ?? new Error("a query on this connection was cancelled"))
+    connect: (callback?: Connected) => {
+      if (callback === undefined) {
+        return connect()?.then((client) => {
+          client.release = discarding(client, client.release)
+          return client
+        })
       }
+      return connect((error, client, release) => {
+        if (client === undefined) return callback(error, client, release)
+        const once = discarding(client, release)
+        client.release = once
+        return callback(error, client, once)
+      })
+    },
+    query: (...args: Array<unknown>) => {
+      const match = typeof args[0] === "string" ? CANCEL.exec(args[0]) : null
+      const client = match === null ? undefined : checkedOut.get(Number(match[1]))
+      if (client !== undefined) cancelled.add(client)
       return query(...args)
     }
   })

@@ -1,21 +1,31 @@
+import { Option } from "effect"
+import { servedBy } from "../Providers/Fallback.js"
 import type { UpstreamAttempt } from "../Providers/Provider.js"
 
 /**
  * Reasoning tokens of a call whose upstream reported no usage (a stream cut
  * before its usage chunk, a client gone): a reasoning model thinks before its
- * first visible token, and that thinking is billed as output (DESIGN.md,
- * Money). They are estimated from the time the upstream spent before the first
- * visible token (or before the cut, when none came) times the rate at which
+ * first visible token, and that thinking is billed as output. They are
+ * estimated from the time the upstream spent before the first visible token
+ * (or before the cut, when none came) times the rate at which
  * that model has been seen to think: reported reasoning tokens per second of
- * the same wait, over its recent whole streams on this instance. Plain
- * functions and a small in-memory table, tested without a database.
+ * the same wait, the median of its latest live streams on this instance, each
+ * held to a band around the default, and the default until there are several.
+ * Plain functions and a small in-memory table, tested without a database.
  */
 
-/** The rate a model is assumed to think at before any of its streams reported usage: low, so an estimate errs for the caller. */
+/** The rate a model is assumed to think at until enough of its live streams reported usage: low, so an estimate errs for the caller. */
 export const DEFAULT_REASONING_TOKENS_PER_SECOND = 50
 
-/** How much a new observation moves a model's rate (an exponential moving average). */
-const WEIGHT = 0.2
+/** Each observation is held to this band around the default: no one stream, however odd, teaches a rate outside it. */
+export const MIN_LEARNED_RATE = DEFAULT_REASONING_TOKENS_PER_SECOND / 4
+export const MAX_LEARNED_RATE = DEFAULT_REASONING_TOKENS_PER_SECOND * 4
+
+/** A model's rate stays at the default until this many of its streams reported reasoning. */
+export const OBSERVATIONS_TO_LEARN = 8
+
+/** How many of a model's latest observations its rate is the median of. */
+const WINDOW = 16
 
 /** Waits shorter than this say too little about a rate to learn from it. */
 const MIN_OBSERVED_MS = 50
@@ -47,21 +57,44 @@ export const thinkingMsOf = (timing: Timing, endedAt: number): number | undefine
 export const estimateReasoningTokens = (thinkingMs: number, tokensPerSecond: number, room: number): number =>
   Math.max(0, Math.min(Math.floor(room), Math.floor(thinkingMs / 1000 * tokensPerSecond)))
 
-/** A model's rate after one more stream that reported `reasoningTokens` after `thinkingMs`: unchanged when that says nothing. */
-export const nextRate = (previous: number | undefined, reasoningTokens: number, thinkingMs: number): number | undefined => {
-  if (reasoningTokens <= 0 || thinkingMs < MIN_OBSERVED_MS) return previous
-  const observed = reasoningTokens / (thinkingMs / 1000)
-  return previous === undefined ? observed : previous + WEIGHT * (observed - previous)
+/** The rate one stream showed (`reasoningTokens` after `thinkingMs`), held to the band; undefined when it says nothing. */
+export const observedRate = (reasoningTokens: number, thinkingMs: number): number | undefined => {
+  if (reasoningTokens <= 0 || thinkingMs < MIN_OBSERVED_MS) return undefined
+  return Math.min(MAX_LEARNED_RATE, Math.max(MIN_LEARNED_RATE, reasoningTokens / (thinkingMs / 1000)))
 }
 
-/** Each upstream model's thinking rate, as this instance has seen it. */
+/** The rate a model's latest observations say: the default until there are enough, then their median (an outlier moves it little). */
+export const rateFrom = (observations: ReadonlyArray<number>): number => {
+  if (observations.length < OBSERVATIONS_TO_LEARN) return DEFAULT_REASONING_TOKENS_PER_SECOND
+  const sorted = [...observations].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  const upper = sorted[middle] ?? DEFAULT_REASONING_TOKENS_PER_SECOND
+  return sorted.length % 2 === 1 ? upper : ((sorted[middle - 1] ?? upper) + upper) / 2
+}
+
+/** The model whose thinking a call showed: the attempt that answered, else the one it was routed to. */
+export const answeringModel = (attempts: ReadonlyArray<UpstreamAttempt>, routed: string): string =>
+  Option.match(servedBy(attempts), { onNone: () => routed, onSome: (attempt) => attempt.model })
+
+/**
+ * Each upstream model's thinking rate, as this instance has seen it. The caller observes only live calls whose
+ * upstream reported usage: a test key's stream ran on the built-in model, which says nothing about the real one.
+ */
 export const makeReasoningRates = () => {
-  const rates = new Map<string, number>()
+  const learned = new Map<string, { readonly observations: Array<number>; rate: number }>()
   return {
-    rateOf: (model: string): number => rates.get(model) ?? DEFAULT_REASONING_TOKENS_PER_SECOND,
+    rateOf: (model: string): number => learned.get(model)?.rate ?? DEFAULT_REASONING_TOKENS_PER_SECOND,
     observe: (model: string, reasoningTokens: number, thinkingMs: number): void => {
-      const next = nextRate(rates.get(model), reasoningTokens, thinkingMs)
-      if (next !== undefined) rates.set(model, next)
+      const rate = observedRate(reasoningTokens, thinkingMs)
+      if (rate === undefined) return
+      let entry = learned.get(model)
+      if (entry === undefined) {
+        entry = { observations: [], rate: DEFAULT_REASONING_TOKENS_PER_SECOND }
+        learned.set(model, entry)
+      }
+      entry.observations.push(rate)
+      if (entry.observations.length > WINDOW) entry.observations.shift()
+      entry.rate = rateFrom(entry.observations)
     }
   }
 }

@@ -258,8 +258,9 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
     const seen = new Set<string>()
     let planning = NO_USAGE
     const planningCalls: Array<PlanningCall> = []
-    // A planning call sent and not yet answered: its prompt was paid for already, at the model it was sent to.
+    // A planning call in flight: its prompt counts (a call cut now is billed for it), at the model it went to.
     let planningSent = NO_USAGE
+    let planningSentTo = call.model
     let searchesSent = 0
     let pagesRead = 0
     let pagesPlanned = 0
@@ -268,7 +269,7 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         searches: searchesSent,
         pages: pagesRead,
         planning: addUsage(planning, planningSent),
-        planningCalls: planningSent === NO_USAGE ? [...planningCalls] : [...planningCalls, { model: call.model, usage: planningSent }]
+        planningCalls: planningSent === NO_USAGE ? [...planningCalls] : [...planningCalls, { model: planningSentTo, usage: planningSent }]
       })
     )
     for (const [round, budget] of plan.rounds.entries()) {
@@ -276,9 +277,17 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
       const earlier = round === 0 ? undefined : { queries: queriesRun, results }
       const prompt = planningMessages(messages, budget.queries, today, earlier)
       planningSent = { ...NO_USAGE, inputTokens: countMessages(prompt) }
+      planningSentTo = call.model
       yield* tell
       // The fallback provider tells which target answered, as it does for the call itself.
       const attempts: Array<UpstreamAttempt> = []
+      // Refused by every target (no answer began): the upstream ran nothing, so the prompt no longer counts.
+      const unlessAccepted = Effect.suspend(() => {
+        const accepted = servedBy(attempts)
+        if (Option.isSome(accepted)) planningSentTo = accepted.value.model
+        else planningSent = NO_USAGE
+        return tell
+      })
       const answer = yield* call.provider.complete({
         model: call.model,
         messages: prompt,
@@ -286,7 +295,7 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         reasoningEffort: call.reasoningModel ? "low" : undefined,
         reasoningModel: call.reasoningModel,
         attempted: (attempt) => Effect.sync(() => attempts.push(attempt))
-      })
+      }).pipe(Effect.tapError(() => unlessAccepted))
       const used = planningUsageOf(prompt, answer.text, answer.usage)
       planning = addUsage(planning, used)
       planningCalls.push({ model: Option.match(servedBy(attempts), { onNone: () => call.model, onSome: (a) => a.model }), usage: used })

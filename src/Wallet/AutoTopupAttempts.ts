@@ -43,17 +43,22 @@ export const AutoTopupRow = Schema.Struct({
   transactionId: Schema.NullOr(Schema.String),
   paymentIntentId: Schema.NullOr(Schema.String),
   createdAt: Schema.DateFromSelf,
+  /** The claim's lease as its claimer set it: a claimer charges only while the row still carries its own. */
+  claimedUntil: Schema.NullOr(Schema.DateFromSelf),
   /** Claimed before (its claimer's lease lapsed): that claimer may have made a payment this one must find. */
   reclaimed: Schema.Boolean
 })
 export type AutoTopupRow = typeof AutoTopupRow.Type
 
-const BlockerRow = Schema.Struct({ suspended: Schema.Boolean, enabled: Schema.Boolean })
+const BlockerRow = Schema.Struct({ suspended: Schema.Boolean, enabled: Schema.Boolean, ours: Schema.Boolean })
 
 /** Why a claimed attempt must not be charged now: its account's state changed after it was queued. */
 export type AutoTopupBlocker = "account_suspended" | "auto_topup_disabled"
 
-const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id, created_at"
+/** What the check before the charge found: the charge is this claimer's to make, blocked, or another's (or done). */
+export type ChargeStart = { readonly _tag: "Charge" } | { readonly _tag: "Blocked"; readonly blocker: AutoTopupBlocker } | { readonly _tag: "NotOurs" }
+
+const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id, created_at, claimed_until"
 
 /**
  * The attempts' rows, decoded (a row of another shape is a defect). Their `SqlError` stays a failure: the
@@ -68,8 +73,12 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
   /** Finishes an unfinished attempt; false when it was finished already. */
   readonly finish: (id: string, status: "succeeded" | "failed", at: Date, failureCode: string | null) => Effect.Effect<boolean, SqlError.SqlError>
   readonly find: (id: string) => Effect.Effect<AutoTopupRow | undefined, SqlError.SqlError>
-  /** Read at charge time, not only at queue time: a suspension or auto top-up turned off since then stops the charge. */
-  readonly blocker: (id: string) => Effect.Effect<AutoTopupBlocker | undefined, SqlError.SqlError>
+  /**
+   * The last step before the charge, in one statement: the attempt is still unfinished and still carries this
+   * claim's lease (`claimedUntil`), its account is not suspended and auto top-up is on; then its lease runs to
+   * `holdUntil`, so no other claimer takes it while the charge is made. Read at charge time, not only at queue time.
+   */
+  readonly startCharge: (id: string, claimedUntil: Date | null, holdUntil: Date) => Effect.Effect<ChargeStart, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     AutoTopups,
@@ -96,15 +105,36 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
         execute: (id) => sql`SELECT ${sql.unsafe(COLUMNS)}, false AS reclaimed FROM auto_topups WHERE id = ${id}`
       })
       const blocker = SqlSchema.findOne({
-        Request: Schema.String,
+        Request: Schema.Struct({ id: Schema.String, claimedUntil: Schema.NullOr(Schema.DateFromSelf) }),
         Result: BlockerRow,
-        execute: (id) =>
+        execute: ({ claimedUntil, id }) =>
           sql`
-            SELECT a.suspended_at IS NOT NULL AS suspended, w.auto_topup_enabled AS enabled
+            SELECT a.suspended_at IS NOT NULL AS suspended, w.auto_topup_enabled AS enabled,
+                   t.status = 'charging' AND t.claimed_until IS NOT DISTINCT FROM ${claimedUntil} AS ours
             FROM auto_topups t JOIN accounts a ON a.id = t.account_id JOIN wallets w ON w.account_id = t.account_id
             WHERE t.id = ${id}
           `
       })
+      // The state check and the claim to charge are one statement: no other claimer or change slips between them.
+      const start = (id: string, claimedUntil: Date | null, holdUntil: Date) =>
+        sql`
+          UPDATE auto_topups t SET claimed_until = ${holdUntil}
+          FROM accounts a, wallets w
+          WHERE t.id = ${id} AND t.status = 'charging' AND t.claimed_until IS NOT DISTINCT FROM ${claimedUntil}
+            AND a.id = t.account_id AND a.suspended_at IS NULL
+            AND w.account_id = t.account_id AND w.auto_topup_enabled
+          RETURNING t.id
+        `
+      const whyNot = (id: string, claimedUntil: Date | null) =>
+        blocker({ id, claimedUntil }).pipe(
+          Effect.map((found): ChargeStart => {
+            const row = Option.getOrUndefined(found)
+            if (row?.ours !== true) return { _tag: "NotOurs" }
+            if (row.suspended) return { _tag: "Blocked", blocker: "account_suspended" }
+            return { _tag: "Blocked", blocker: "auto_topup_disabled" }
+          }),
+          Effect.catchTag("ParseError", Effect.die)
+        )
       return AutoTopups.of({
         claim: (now, leaseMs) => claim({ now, leaseMs }).pipe(Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.claim")),
         attachTransaction: (id, transactionId) => Effect.asVoid(sql`UPDATE auto_topups SET transaction_id = ${transactionId} WHERE id = ${id}`),
@@ -120,16 +150,9 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
           ),
         find: (id) =>
           find(id).pipe(Effect.map(Option.getOrUndefined), Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.find")),
-        blocker: (id) =>
-          blocker(id).pipe(
-            Effect.map((found): AutoTopupBlocker | undefined => {
-              const row = Option.getOrUndefined(found)
-              if (row?.suspended === true) return "account_suspended"
-              return row?.enabled === true ? undefined : "auto_topup_disabled"
-            }),
-            Effect.catchTag("ParseError", Effect.die),
-            Effect.withSpan("AutoTopups.blocker")
-          )
+        startCharge: (id, claimedUntil, holdUntil) =>
+          Effect.flatMap(start(id, claimedUntil, holdUntil), (rows): Effect.Effect<ChargeStart, SqlError.SqlError> =>
+            rows.length > 0 ? Effect.succeed({ _tag: "Charge" }) : whyNot(id, claimedUntil)).pipe(Effect.withSpan("AutoTopups.startCharge"))
       })
     })
   )

@@ -15,7 +15,7 @@ import {
   RevokedApiKey,
   wire
 } from "../Domain/Errors.js"
-import { SqlString } from "../Domain/Strict.js"
+import { EmailAddress, SingleLineName } from "../Domain/Names.js"
 import type { SignedIn } from "../Domain/Account.js"
 
 
@@ -66,11 +66,9 @@ export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeyAuth"
 }) {}
 
 export const DevSessionRequest = Schema.Struct({
-  email: Schema.compose(Schema.Trim, SqlString).pipe(
-    Schema.pattern(/^[^\s@]+@[^\s@]+$/, { message: () => "must be an email address" }),
-    Schema.maxLength(254)
-  ),
-  name: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(100)))
+  email: EmailAddress,
+  /** The account's name at its first sign-in: it reaches invitation emails, so one line. */
+  name: Schema.optional(SingleLineName)
 })
 
 export const DevSessionResponse = Schema.Struct({ token: Schema.String })

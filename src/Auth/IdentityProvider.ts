@@ -18,6 +18,7 @@ import type { Identity } from "../Domain/Account.js"
 import { AppConfig, type AppConfigShape, identityConfigProblem } from "../AppConfig.js"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"
+import { emailForm, singleLineName } from "../Domain/Names.js"
 
 
 /** The development identity provider's own keys and token issuer. */
@@ -51,6 +52,22 @@ const DEV_ALGORITHM = "ES256"
 const DEV_TOKEN_TTL_SECONDS = 24 * 60 * 60
 
 const stringClaim = (value: unknown): string | null => typeof value === "string" && value.length > 0 ? value : null
+
+/**
+ * The token's email in its comparable form, only when the provider vouches for it (`email_verified: true`) and it is
+ * in NFKC form: a provider that lets its users type any address would otherwise hand out anyone's invitations.
+ */
+const verifiedEmail = (payload: Record<string, unknown>): string | null => {
+  const email = stringClaim(payload["email"])
+  if (email === null || payload["email_verified"] !== true) return null
+  return emailForm(email) ?? null
+}
+
+/** The token's name, on one line and capped: it becomes an account's name, which invitation emails show. */
+const nameOf = (payload: Record<string, unknown>): string | null => {
+  const name = stringClaim(payload["name"])
+  return name === null ? null : singleLineName(name)
+}
 
 /** What is wrong with a refused token, in words that name nothing of the identity provider's set-up. */
 const sessionTokenProblem = (error: unknown): string => {
@@ -120,8 +137,8 @@ const makeVerifier = (
     return {
       issuer: options.accountIssuer,
       subject,
-      email: stringClaim(payload["email"]),
-      name: stringClaim(payload["name"])
+      email: verifiedEmail(payload),
+      name: nameOf(payload)
     }
   })
 
@@ -157,10 +174,11 @@ const makeDev = (dataDir: string, issuer: string) =>
       jwks,
       issue: ({ email, name }) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => {
-          const normalized = email.toLowerCase()
+          const normalized = emailForm(email) ?? email.toLowerCase()
           const issuedAt = Math.floor(now / 1000)
+          // Verified: the developer typed the address on a route only this machine (or DEV_AUTH=1) reaches.
           return Effect.promise(() =>
-            new SignJWT({ email: normalized, ...(name === undefined ? {} : { name }) })
+            new SignJWT({ email: normalized, email_verified: true, ...(name === undefined ? {} : { name }) })
               .setProtectedHeader({ alg: DEV_ALGORITHM, kid: stored.publicJwk.kid ?? "" })
               .setSubject(`dev|${normalized}`)
               .setIssuer(issuer)

@@ -15,6 +15,8 @@ export const keyPrefix = (key: string): string => key.slice(0, PREFIX_LENGTH)
 export const hashKey = (key: string): Buffer => createHash("sha256").update(key, "utf8").digest()
 
 export const MAX_KEYS_PER_ACCOUNT = 50
+/** A developer's own keys, of the account's 50: one developer cannot use up the account's quota. */
+export const MAX_KEYS_PER_DEVELOPER = 10
 
 /** How long a rotation repeated with its Idempotency-Key answers the same new secret. */
 export const ROTATION_REPEAT_SECONDS = 86_400

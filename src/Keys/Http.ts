@@ -4,9 +4,10 @@ import { NenasApi } from "../Api.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { AuditLog } from "../Audit/Repo.js"
 import type { SignedIn } from "../Domain/Account.js"
-import { IdempotencyConflict, InvalidRequest, NotFound, PermissionDenied } from "../Domain/Errors.js"
+import { IdempotencyConflict, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
+import { keyChangeRefusal } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
 import { AppConfig } from "../AppConfig.js"
 import type { ApiKeyRecord } from "./Api.js"
@@ -15,11 +16,13 @@ import {
   generateKey,
   hashKey,
   keyPrefix,
+  MAX_KEYS_PER_DEVELOPER,
   MIN_ROTATION_IDEMPOTENCY_KEY,
   rateLimitCeilings,
   ROTATION_REPEAT_SECONDS,
   rotationToken
 } from "./ApiKeys.js"
+import { loosened, loosenedRefusal, recordedControls } from "./Controls.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
 import { Spending } from "../Wallet/Spending.js"
@@ -93,13 +96,8 @@ const changeable = (repo: KeysRepo["Type"], account: SignedIn, id: string) =>
   Effect.gen(function*() {
     const found = (yield* repo.list(account.id)).find((row) => row.id === id)
     if (found === undefined) return yield* noSuchKey(id)
-    if (account.member.role === "developer" && found.memberId !== account.member.id) {
-      return yield* new PermissionDenied({
-        message: `A developer changes only the keys it created; key '${id}' is another member's.`,
-        guidance: "Ask an owner or admin of the account to change this key, or to make you an admin (PATCH /dashboard/members/{id}).",
-        action: "/api-keys"
-      })
-    }
+    const refusal = keyChangeRefusal(account.member, id, found.memberId)
+    if (refusal !== undefined) return yield* refusal
     return found
   })
 
@@ -144,9 +142,13 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             expiresAt,
             rateLimitRpm: payload.rate_limit_rpm ?? null,
             rateLimitConcurrent: payload.rate_limit_concurrent ?? null
-          }), (created) => ({ action: "api_key.created", targetType: "api_key", targetId: created.id, details: keyDetails(created, payload) })).pipe(
-            Effect.catchTag("TooManyKeys", ({ limit }) =>
-              new InvalidRequest({ message: `An account can have at most ${limit} API keys; delete one first.` }))
+          }, account.member.role === "developer" ? MAX_KEYS_PER_DEVELOPER : undefined), (created) => ({ action: "api_key.created", targetType: "api_key", targetId: created.id, details: keyDetails(created, payload) })).pipe(
+            Effect.catchTag("TooManyKeys", ({ limit, of }) =>
+              new InvalidRequest({
+                message: of === "account"
+                  ? `An account can have at most ${limit} API keys; delete one first.`
+                  : `A developer can have at most ${limit} of the account's API keys; delete one of yours first, or ask an owner or admin.`
+              }))
           )
           return { key: toRecord(limits, row, at, Option.none(), new Map()), full_key: fullKey, warning: WARNING }
         }))
@@ -167,9 +169,23 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             return yield* new InvalidRequest({ message: "'expires_at' must be in the future.", param: "expires_at" })
           }
           yield* withinCeilings(limits, payload)
-          // Owners and admins change any key of the account: only a developer's is read first.
-          if (account.member.role === "developer") yield* changeable(repo, account, path.id)
           const limit = payload.monthly_spend_limit_myr
+          const controls = {
+            disabled: payload.disabled,
+            monthlySpendLimitMicroMyr: limit === undefined || limit === null ? limit : fromMyr(limit),
+            rateLimitRpm: payload.rate_limit_rpm,
+            rateLimitConcurrent: payload.rate_limit_concurrent
+          }
+          // Owners and admins change any key of the account: only a developer's is read first, and held to what they set.
+          if (account.member.role === "developer") {
+            const found = yield* changeable(repo, account, path.id)
+            const loose = loosened(
+              Object.assign({ disabled: found.disabledAt !== null }, found),
+              yield* repo.adminControls(account.id, path.id),
+              controls
+            )
+            if (loose.length > 0) return yield* loosenedRefusal(path.id, loose)
+          }
           const row = yield* audit.within(repo.update(account.id, path.id, {
             ...(payload.name === undefined ? {} : { name: payload.name }),
             ...(limit === undefined ? {} : { monthlySpendLimitMicroMyr: limit === null ? null : fromMyr(limit) }),
@@ -177,7 +193,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             ...(payload.disabled === undefined ? {} : { disabled: payload.disabled }),
             ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
             ...(payload.rate_limit_concurrent === undefined ? {} : { rateLimitConcurrent: payload.rate_limit_concurrent })
-          }), (updated) =>
+          }, account.member.role === "developer" ? undefined : recordedControls(controls)), (updated) =>
             updated === undefined
               ? undefined
               : { action: "api_key.updated", targetType: "api_key", targetId: updated.id, details: keyDetails(updated, payload) })

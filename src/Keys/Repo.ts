@@ -1,93 +1,17 @@
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
-import { Context, Data, Effect, Layer, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { MicroMyr } from "../Domain/Money.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
-import { Environment } from "./Api.js"
 import { MAX_KEYS_PER_ACCOUNT } from "./ApiKeys.js"
+import type { Control } from "./Controls.js"
+import { Bytes, KeyChanges, type KeyLookup, KeyRow, NewKey, NullableDate, OwnKey, type Rotation, TooManyKeys } from "./KeyRows.js"
 
-/** A `bytea` column or parameter: pg gives and takes it as a Node `Buffer`. */
-const Bytes = Schema.declare((input: unknown): input is Buffer => Buffer.isBuffer(input), { identifier: "Buffer" })
-const NullableDate = Schema.NullOr(Schema.DateFromSelf)
-
-export const KeyRow = Schema.Struct({
-  id: Schema.String,
-  accountId: Schema.String,
-  name: Schema.String,
-  prefix: Schema.String,
-  environment: Environment,
-  monthlySpendLimitMicroMyr: Schema.NullOr(MicroMyr),
-  expiresAt: NullableDate,
-  createdAt: Schema.DateFromSelf,
-  lastUsedAt: NullableDate,
-  disabledAt: NullableDate,
-  /** Null: the operator's default (`RATE_LIMIT_RPM`). */
-  rateLimitRpm: Schema.NullOr(Schema.Int),
-  /** Null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
-  rateLimitConcurrent: Schema.NullOr(Schema.Int),
-  /** The member who created the key (or was given it); its budget caps the key's spend with its siblings'. */
-  memberId: Schema.NullOr(Schema.String)
-})
-export interface KeyRow extends Schema.Schema.Type<typeof KeyRow> {}
-
-/** The fields `PATCH /dashboard/api-keys/{id}` may change; an absent field stays as it is. */
-export const KeyChanges = Schema.Struct({
-  name: Schema.optionalWith(Schema.String, { exact: true }),
-  monthlySpendLimitMicroMyr: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  expiresAt: Schema.optionalWith(NullableDate, { exact: true }),
-  disabled: Schema.optionalWith(Schema.Boolean, { exact: true }),
-  rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
-})
-export interface KeyChanges extends Schema.Schema.Type<typeof KeyChanges> {}
-
-/** A rotation to write: the new hash, and what lets a repeat with the same Idempotency-Key answer the same secret. */
-export interface Rotation {
-  readonly keyHash: Buffer
-  readonly prefix: string
-  readonly graceSeconds: number
-  readonly repeat: { readonly tokenHash: Buffer; readonly sealed: Buffer } | null
-}
-
-export const NewKey = Schema.Struct({
-  id: Schema.String,
-  accountId: Schema.String,
-  name: Schema.String,
-  prefix: Schema.String,
-  environment: Environment,
-  keyHash: Bytes,
-  /** The member creating it; absent or null: none recorded (a key made outside the dashboard, in tests). */
-  memberId: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true }),
-  monthlySpendLimitMicroMyr: Schema.NullOr(Schema.Number),
-  expiresAt: NullableDate,
-  /** Absent or null: the operator's defaults. */
-  rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
-})
-export type NewKey = Schema.Schema.Type<typeof NewKey>
-
-/** What a key hash resolves to when a `/v1` call presents it. */
-export type KeyLookup =
-  | {
-    readonly _tag: "Active"
-    readonly key: KeyRow
-    readonly accountSuspended: boolean
-    /** The key's member's monthly budget over all its keys; null for none (or no member, or a removed one). */
-    readonly memberMonthlySpendLimitMicroMyr: MicroMyr | null
-    /** Set when the hash is the key's previous secret, in its grace period until then. */
-    readonly graceUntil: Date | null
-  }
-  /** A tombstone: `rotatedOf` names the key when the secret was replaced by a rotation and the key still exists. */
-  | { readonly _tag: "Revoked"; readonly rotatedOf: string | null }
-  | { readonly _tag: "Unknown" }
-
-const OwnKey = Schema.Struct({ accountId: Schema.String, keyId: Schema.String })
-
-export class TooManyKeys extends Data.TaggedError("TooManyKeys")<{ readonly limit: number }> {}
-
+export { KeyChanges, type KeyLookup, KeyRow, NewKey, type Rotation, TooManyKeys } from "./KeyRows.js"
 const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
-  readonly create: (key: NewKey) => Effect.Effect<KeyRow, TooManyKeys>
+  /** Refuses past the account's most keys, and past `memberLimit` keys of the key's member when given. */
+  readonly create: (key: NewKey, memberLimit?: number) => Effect.Effect<KeyRow, TooManyKeys>
   readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<KeyRow>>
   /** Deletes the key for good and keeps its hash as a tombstone; false when the account has no such key. */
   readonly remove: (accountId: string, keyId: string) => Effect.Effect<boolean>
@@ -99,8 +23,18 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   readonly recordLastUsed: (uses: ReadonlyArray<{ readonly id: string; readonly at: Date }>) => Effect.Effect<void, SqlError.SqlError>
   /** Whether the key is, or was before its deletion, one of the account's keys. */
   readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean>
-  /** Applies `changes` to the account's key; undefined when the account has no such key. */
-  readonly update: (accountId: string, keyId: string, changes: KeyChanges) => Effect.Effect<KeyRow | undefined>
+  /**
+   * Applies `changes` to the account's key, and records `controls` (those an owner or admin set, and those they
+   * lifted); undefined when the account has no such key.
+   */
+  readonly update: (
+    accountId: string,
+    keyId: string,
+    changes: KeyChanges,
+    controls?: { readonly add: ReadonlyArray<Control>; readonly drop: ReadonlyArray<Control> }
+  ) => Effect.Effect<KeyRow | undefined>
+  /** The controls an owner or admin set on the account's key, which a developer may not loosen. */
+  readonly adminControls: (accountId: string, keyId: string) => Effect.Effect<ReadonlyArray<string>>
   /**
    * Replaces the key's secret (its hash): the replaced one gets a tombstone
    * and, with a grace period, keeps authenticating until it ends (replacing
@@ -195,10 +129,22 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
               OR EXISTS (SELECT 1 FROM api_key_tombstones WHERE key_id = ${keyId} AND account_id = ${accountId}) AS found
           `
       })
+      const countMemberKeys = SqlSchema.single({
+        Request: Schema.Struct({ accountId: Schema.String, memberId: Schema.String }),
+        Result: Schema.Struct({ count: Schema.Int }),
+        execute: ({ accountId, memberId }) =>
+          sql`SELECT count(*)::int AS count FROM api_keys WHERE account_id = ${accountId} AND member_id = ${memberId}`
+      })
+      const findControls = SqlSchema.findOne({
+        Request: OwnKey,
+        Result: Schema.Struct({ adminControls: Schema.Array(Schema.String) }),
+        execute: ({ accountId, keyId }) => sql`SELECT admin_controls FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId}`
+      })
+      const Controls = Schema.Struct({ add: Schema.Array(Schema.String), drop: Schema.Array(Schema.String) })
       const updateKey = SqlSchema.findOne({
-        Request: Schema.Struct({ ...OwnKey.fields, changes: KeyChanges }),
+        Request: Schema.Struct({ ...OwnKey.fields, changes: KeyChanges, controls: Controls }),
         Result: KeyRow,
-        execute: ({ accountId, changes, keyId }) => {
+        execute: ({ accountId, changes, controls, keyId }) => {
           const set = {
             ...(changes.name === undefined ? {} : { name: changes.name }),
             ...(changes.monthlySpendLimitMicroMyr === undefined
@@ -214,12 +160,17 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             : changes.disabled
             ? sql`COALESCE(disabled_at, now())`
             : sql`NULL`
+          // Comma-joined: control names hold no comma, and text binds the same on every driver.
+          const recorded = sql`ARRAY(
+            SELECT DISTINCT c FROM unnest(admin_controls || string_to_array(${controls.add.join(",")}, ',')) AS c
+            WHERE c <> ALL (string_to_array(${controls.drop.join(",")}, ',')) ORDER BY c)`
           return Object.keys(set).length === 0
             ? sql`
-              UPDATE api_keys SET disabled_at = ${disabled} WHERE id = ${keyId} AND account_id = ${accountId}
+              UPDATE api_keys SET disabled_at = ${disabled}, admin_controls = ${recorded}
+              WHERE id = ${keyId} AND account_id = ${accountId}
               RETURNING ${returning}`
             : sql`
-              UPDATE api_keys SET ${sql.update(set)}, disabled_at = ${disabled}
+              UPDATE api_keys SET ${sql.update(set)}, disabled_at = ${disabled}, admin_controls = ${recorded}
               WHERE id = ${keyId} AND account_id = ${accountId}
               RETURNING ${returning}`
         }
@@ -279,12 +230,16 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
       })
 
       return KeysRepo.of({
-        create: (key) =>
+        create: (key, memberLimit) =>
           sql.withTransaction(Effect.gen(function*() {
             // Lock the account so that concurrent creations cannot pass the limit together.
             yield* sql`SELECT id FROM accounts WHERE id = ${key.accountId} FOR UPDATE`
             const { count } = yield* countKeys(key.accountId)
-            if (count >= MAX_KEYS_PER_ACCOUNT) return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT })
+            if (count >= MAX_KEYS_PER_ACCOUNT) return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT, of: "account" })
+            if (memberLimit !== undefined && key.memberId != null) {
+              const mine = yield* countMemberKeys({ accountId: key.accountId, memberId: key.memberId })
+              if (mine.count >= memberLimit) return yield* new TooManyKeys({ limit: memberLimit, of: "member" })
+            }
             return yield* insertKey(key)
           })).pipe(
             Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
@@ -326,8 +281,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             Effect.orDie,
             Effect.withSpan("KeysRepo.isAccountKey")
           ),
-        update: (accountId, keyId, changes) =>
-          updateKey({ accountId, keyId, changes }).pipe(
+        update: (accountId, keyId, changes, controls = { add: [], drop: [] }) =>
+          updateKey({ accountId, keyId, changes, controls }).pipe(
             Effect.map(Option.getOrUndefined),
             Effect.orDie,
             Effect.withSpan("KeysRepo.update")
@@ -361,6 +316,12 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             })
             return { row, repeatOf: null, graceUntil: previousValidUntil }
           })).pipe(Effect.orDie, Effect.withSpan("KeysRepo.rotate")),
+        adminControls: (accountId, keyId) =>
+          findControls({ accountId, keyId }).pipe(
+            Effect.map(Option.match({ onNone: () => [], onSome: (row) => row.adminControls })),
+            Effect.orDie,
+            Effect.withSpan("KeysRepo.adminControls")
+          ),
         counts: (accountId, at) => countWorking({ accountId, at }).pipe(Effect.orDie, Effect.withSpan("KeysRepo.counts"))
       })
     })

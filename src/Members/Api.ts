@@ -5,6 +5,7 @@ import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { EmailAddress } from "../Domain/Names.js"
 import { ADMINS, allowRoles, EVERY_ROLE, Role } from "../Domain/Roles.js"
 import { NoUrlParams, SqlString, StrictUrlParams } from "../Domain/Strict.js"
 
@@ -64,10 +65,7 @@ export const RemovedMember = Schema.Struct({
   keys_transferred: Schema.Array(Schema.String)
 }).annotations({ identifier: "RemovedMember" })
 
-const Email = Schema.compose(Schema.Trim, SqlString).pipe(
-  Schema.pattern(/^[^\s@]+@[^\s@]+$/, { message: () => "must be an email address" }),
-  Schema.maxLength(254)
-)
+const Email = EmailAddress
 
 export const InviteRequest = Schema.Struct({
   email: Email,

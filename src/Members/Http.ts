@@ -5,14 +5,18 @@ import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import type { SignedIn } from "../Domain/Account.js"
-import { InvalidRequest, NotFound, PermissionDenied, RateLimitExceeded } from "../Domain/Errors.js"
+import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
-import { ADMINS, type Role, roleRefusal } from "../Domain/Roles.js"
+import { emailForm, quotedName } from "../Domain/Names.js"
+import { memberActionRefusal, type MemberAction, type Role } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
+import { generateKey, hashKey, keyPrefix } from "../Keys/ApiKeys.js"
+import type { Environment } from "../Keys/Api.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { DASHBOARD_URL, emailAddress } from "../Outbox/Events.js"
 import { Spending } from "../Wallet/Spending.js"
+import { WebhookEndpoints } from "../Webhooks/Endpoints.js"
 import type { AccountSummary, InvitationRecord, MemberRecord } from "./Api.js"
 import { type AccountOfRow, type InvitationRow, type MemberRow, MembersRepo } from "./Repo.js"
 
@@ -26,20 +30,17 @@ const lastOwner = new InvalidRequest({
   param: "role"
 })
 
-/** Only an owner makes, unmakes or removes an owner (DESIGN.md: the owner transfers ownership). */
-const ownersOnly = (actor: SignedIn, touches: ReadonlyArray<Role | undefined>) =>
-  actor.member.role !== "owner" && touches.includes("owner")
-    ? Effect.fail(
-      new PermissionDenied({
-        message: `Only an owner makes, changes or removes an owner; you are ${actor.member.role === "admin" ? "an" : "a"} ${actor.member.role}.`,
-        guidance: "Ask an owner of the account to make this change.",
-        action: "/members"
-      })
-    )
-    : Effect.void
+/** What `actor` may do to `target` (README, "Teams"), refused before anything is written. */
+const allowed = (actor: SignedIn, target: { readonly id: string; readonly role: Role }, action: MemberAction) => {
+  const refusal = memberActionRefusal(actor.member, target, action)
+  return refusal === undefined ? Effect.void : Effect.fail(refusal)
+}
 
-/** A name from an identity provider's claims, fit for an email's subject: no line breaks or other controls, 100 characters at most. */
-const oneLine = (text: string) => text.replace(/[\u0000-\u001f\u007f]+/g, " ").slice(0, 100)
+/** A transferred key's new secret, which nobody is shown: its new holder rotates the key to get one of its own. */
+const unseenSecret = (environment: Environment) => {
+  const secret = generateKey(environment)
+  return { keyHash: hashKey(secret), prefix: keyPrefix(secret) }
+}
 
 const article = (role: Role) => role === "owner" || role === "admin" ? "an" : "a"
 
@@ -72,6 +73,7 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
     const cache = yield* KeyCache
     const spending = yield* Spending
     const audit = yield* AuditLog
+    const webhooks = yield* WebhookEndpoints
     const config = yield* AppConfig
 
     /** Each member's record: its keys counted, and what they were billed this month. */
@@ -102,7 +104,7 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
           const account = yield* CurrentAccount
           const target = yield* repo.find(account.id, path.id)
           if (target === undefined) return yield* noSuchMember(path.id)
-          yield* ownersOnly(account, [payload.role, payload.role === undefined ? undefined : target.role])
+          yield* allowed(account, target, { _tag: "Update", role: payload.role, budget: payload.monthly_spend_limit_myr !== undefined })
           const limit = payload.monthly_spend_limit_myr
           const changed = yield* audit.within(
             repo.update(account.id, path.id, {
@@ -141,16 +143,17 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
       .handle("remove", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          // Anyone may leave; removing another is an owner's or admin's.
-          if (path.id !== account.member.id && !ADMINS.includes(account.member.role)) {
-            return yield* roleRefusal(ADMINS, account.member.role)
-          }
+          const transferTo = urlParams.transfer_keys_to ?? null
+          // Anyone may leave (its role is then no matter); removing another is an owner's or admin's.
+          const leaving = path.id === account.member.id
+          yield* allowed(account, leaving ? account.member : { id: path.id, role: "viewer" }, { _tag: "Remove", transfer: transferTo !== null })
           const target = yield* repo.find(account.id, path.id)
           if (target === undefined) return yield* noSuchMember(path.id)
-          yield* ownersOnly(account, [target.role])
-          const transferTo = urlParams.transfer_keys_to ?? null
+          yield* allowed(account, target, { _tag: "Remove", transfer: transferTo !== null })
           const removed = yield* audit.within(
-            repo.remove(account.id, path.id, transferTo),
+            repo.remove(account.id, path.id, transferTo === null ? null : { to: transferTo, newSecret: unseenSecret }).pipe(
+              Effect.tap((gone) => gone === undefined ? Effect.void : webhooks.creatorRemoved(account.id, path.id, audit.record))
+            ),
             (result) =>
               result === undefined ? undefined : {
                 action: "member.removed",
@@ -177,6 +180,8 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
           if (removed === undefined) return yield* noSuchMember(path.id)
           // Other instances hear of the keys' change through their NOTIFY within a second; this one knows at once.
           yield* cache.forgetAccount(account.id)
+          // The recipient's budget counts the keys' calls in flight on grants, on every instance, before this answers.
+          if (transferTo !== null && removed.keys.length > 0) yield* spending.memberLimitSet(account.id, transferTo)
           return {
             ok: true,
             keys_disabled: transferTo === null ? removed.keys : [],
@@ -186,10 +191,11 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
       .handle("invite", ({ payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* ownersOnly(account, [payload.role])
+          // Inviting someone as an owner makes an owner: only an owner does.
+          yield* allowed(account, { id: "", role: payload.role }, { _tag: "Update", budget: false })
           const at = yield* now
-          const email = payload.email.toLowerCase()
-          const inviter = oneLine(account.identity.name ?? account.identity.email ?? "A member")
+          const email = emailForm(payload.email) ?? payload.email.toLowerCase()
+          const inviter = quotedName(account.identity.name ?? account.identity.email ?? "A member")
           const invitation = yield* audit.within(
             Effect.tap(
               repo.invite({
@@ -201,8 +207,8 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
               }),
               (row) =>
                 emailAddress(account.id, email, {
-                  subject: `${inviter} invited you to ${oneLine(row.accountName ?? row.accountId)} on nenas`,
-                  body: `${inviter} invited you to join the nenas account ${row.accountName ?? row.accountId} as ${
+                  subject: `${inviter} invited you to ${quotedName(row.accountName ?? row.accountId)} on nenas`,
+                  body: `${inviter} invited you to join the nenas account ${quotedName(row.accountName ?? row.accountId)} as ${
                     article(row.role)
                   } ${row.role}.\n\nSign in with this email address (${email}) and accept:\n${
                     invitationUrl(DASHBOARD_URL, row.id)
@@ -309,6 +315,8 @@ export const AccountsLive = HttpApiBuilder.group(NenasApi, "accounts", (handlers
                       message: {
                         accepted: "This invitation was already accepted.",
                         revoked: "This invitation was revoked; ask the account's owner or admin for a new one.",
+                        inviter_may_not: "This invitation was revoked: the member who sent it may no longer invite. " +
+                          "Ask the account's owner or admin for a new one.",
                         expired: `This invitation expired (they last ${INVITATION_DAYS} days); ask the account's owner or admin for a new one.`,
                         already_member: "You are already a member of this account."
                       }[reason],

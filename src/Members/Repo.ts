@@ -4,6 +4,7 @@ import type { Account, Identity, Member } from "../Domain/Account.js"
 import { newId } from "../Domain/Ids.js"
 import { Role } from "../Domain/Roles.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
+import { handOverKeys, type NewSecret, revokeInvitationsBy } from "./Handover.js"
 import {
   AccountOfRow,
   AlreadyThere,
@@ -52,10 +53,15 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
   readonly update: (accountId: string, memberId: string, change: MemberChange) =>
     Effect.Effect<{ readonly before: MemberRow; readonly after: MemberRow } | undefined, LastOwner>
   /**
-   * Removes a member: its keys are disabled, or transferred to `transferTo`. Refuses to remove the last owner.
-   * An account whose identity was the removed person's is detached from it: their next sign-in opens a new personal account.
+   * Removes a member: its keys are disabled, or transferred (each with a new secret) to `transfer.to`; its open
+   * invitations are revoked. Refuses to remove the last owner. An account whose identity was the removed person's
+   * is detached from it: their next sign-in opens a new personal account.
    */
-  readonly remove: (accountId: string, memberId: string, transferTo: string | null) => Effect.Effect<
+  readonly remove: (
+    accountId: string,
+    memberId: string,
+    transfer: { readonly to: string; readonly newSecret: NewSecret } | null
+  ) => Effect.Effect<
     { readonly member: MemberRow; readonly keys: ReadonlyArray<string> } | undefined,
     LastOwner | NoSuchMember
   >
@@ -241,12 +247,14 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
               return yield* new LastOwner()
             }
             const after = yield* updateMember(memberId, change)
+            // A demoted member's invitations end with the right to send them.
+            if (after.role !== before.role) yield* revokeInvitationsBy(sql, memberId, after.role)
             return { before, after }
           })).pipe(
             Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die }),
             Effect.withSpan("MembersRepo.update")
           ),
-        remove: (accountId, memberId, transferTo) =>
+        remove: (accountId, memberId, transfer) =>
           sql.withTransaction(Effect.gen(function*() {
             const members = yield* lockMembers(accountId)
             const member = members.find((row) => row.id === memberId)
@@ -254,29 +262,22 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             if (member.role === "owner" && members.filter((row) => row.role === "owner").length <= 1) {
               return yield* new LastOwner()
             }
-            if (transferTo !== null && (transferTo === memberId || !members.some((row) => row.id === transferTo))) {
-              return yield* new NoSuchMember({ id: transferTo })
+            if (transfer !== null && (transfer.to === memberId || !members.some((row) => row.id === transfer.to))) {
+              return yield* new NoSuchMember({ id: transfer.to })
             }
             yield* sql`UPDATE members SET removed_at = now() WHERE id = ${memberId}`
-            const keys = transferTo === null
-              ? yield* sql<{ id: string }>`
+            yield* revokeInvitationsBy(sql, memberId, null)
+            const keys = transfer === null
+              ? (yield* sql<{ id: string }>`
                 UPDATE api_keys SET disabled_at = COALESCE(disabled_at, now())
-                WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id`
-              : yield* sql<{ id: string }>`
-                WITH moved AS (
-                  UPDATE api_keys SET member_id = ${transferTo}
-                  WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id
-                ), rotated_out AS (
-                  -- A moved key's replaced secrets follow it: its spend counts for one member only.
-                  UPDATE api_key_tombstones SET member_id = ${transferTo} WHERE key_id IN (SELECT id FROM moved)
-                )
-                SELECT id FROM moved`
+                WHERE member_id = ${memberId} AND account_id = ${accountId} RETURNING id`).map((key) => key.id)
+              : yield* handOverKeys(sql, accountId, memberId, transfer.to, transfer.newSecret)
             // The removed person's identity no longer opens this account: their next sign-in opens a personal one.
             yield* sql`
               UPDATE accounts SET issuer = 'nenas:detached', subject = id
               WHERE id = ${accountId} AND issuer IS NOT DISTINCT FROM ${member.issuer} AND subject = ${member.subject}
             `
-            return { member, keys: keys.map((key) => key.id) }
+            return { member, keys }
           })).pipe(
             Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die }),
             Effect.withSpan("MembersRepo.remove")
@@ -339,6 +340,10 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
           }).pipe(Effect.orDie, Effect.withSpan("MembersRepo.revoke")),
         accept: (invitationId, identity) =>
           sql.withTransaction(Effect.gen(function*() {
+            // The inviter's row first, shared, as a demotion locks members before invitations: it waits for this accept, or this for it.
+            const inviter = yield* sql<{ role: Role }>`
+              SELECT m.role FROM invitations i JOIN members m ON m.id = i.invited_by AND m.removed_at IS NULL
+              WHERE i.id = ${invitationId} FOR SHARE OF m`
             // Locked: of two concurrent accepts, the second waits here and then finds it accepted.
             const found = yield* lockInvitation(invitationId)
             if (Option.isNone(found)) return yield* new NotAcceptable({ reason: "unknown" })
@@ -350,6 +355,11 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             if (state.acceptedAt !== null) return yield* new NotAcceptable({ reason: "accepted" })
             if (state.revokedAt !== null) return yield* new NotAcceptable({ reason: "revoked" })
             if (state.expired) return yield* new NotAcceptable({ reason: "expired" })
+            // Accepted only while its inviter may still send it: an owner, or an admin for any role but owner.
+            const role = inviter[0]?.role
+            if (role !== "owner" && (role !== "admin" || state.role === "owner")) {
+              return yield* new NotAcceptable({ reason: "inviter_may_not" })
+            }
             yield* sql`SELECT id FROM accounts WHERE id = ${state.accountId} FOR UPDATE`
             const already = yield* countOf(sql<{ count: number }>`
               SELECT count(*)::int AS count FROM members

@@ -69,5 +69,5 @@ export class AlreadyThere extends Data.TaggedError("AlreadyThere")<{ readonly wh
 export class NoSuchMember extends Data.TaggedError("NoSuchMember")<{ readonly id: string }> {}
 /** Why an invitation cannot be accepted now. */
 export class NotAcceptable extends Data.TaggedError("NotAcceptable")<{
-  readonly reason: "unknown" | "expired" | "revoked" | "accepted" | "other_email" | "already_member"
+  readonly reason: "unknown" | "expired" | "revoked" | "accepted" | "other_email" | "already_member" | "inviter_may_not"
 }> {}

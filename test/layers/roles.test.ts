@@ -7,8 +7,9 @@ import { AppConfig } from "../../src/AppConfig.js"
 import { DashboardAuth } from "../../src/Auth/Api.js"
 import { IdentityProvider } from "../../src/Auth/IdentityProvider.js"
 import { makeTestLayer } from "../../src/Domain/TestLayer.js"
-import { ROLES, type Role } from "../../src/Domain/Roles.js"
+import { keyChangeRefusal, type MemberAction, memberActionRefusal, permits, ROLES, type Role } from "../../src/Domain/Roles.js"
 import { makeRequestGuard } from "../../src/Http/RequestGuard.js"
+import { loosened } from "../../src/Keys/Controls.js"
 import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { MembersRepo } from "../../src/Members/Repo.js"
@@ -136,4 +137,151 @@ describe("roles on every dashboard endpoint", () => {
       }
       expect(decided).toBe(Object.keys(EXPECTED).length * ROLES.length)
     }))
+})
+
+/**
+ * The same endpoints × every role × whose resource it is: the acting member's own (itself, its key) or another
+ * member's (an owner, an admin, a developer; another's key). The guard's roles above come first; then the handler's
+ * decision (`memberActionRefusal`, `keyChangeRefusal`, `loosened`), which is where leaving, removal, budgets and
+ * key controls are decided. "ok" passes to the repository (the last owner is its to refuse), "403" is
+ * permission_denied, "400" invalid_request.
+ */
+type Outcome = "ok" | "403" | "400"
+type MemberTarget = "self" | "owner" | "admin" | "developer"
+type KeyTarget = "own" | "another's"
+
+const MEMBER_TARGETS: ReadonlyArray<MemberTarget> = ["self", "owner", "admin", "developer"]
+const KEY_TARGETS: ReadonlyArray<KeyTarget> = ["own", "another's"]
+
+/** Each case: the endpoint (as in the table above), what it does, and per role the outcome per target, in the targets' order. */
+const MEMBER_CASES: ReadonlyArray<{
+  readonly route: string
+  readonly does: string
+  readonly action: MemberAction
+  readonly outcomes: Record<Role, ReadonlyArray<Outcome>>
+}> = [
+  {
+    route: "PATCH /dashboard/members/:id",
+    does: "role → developer",
+    action: { _tag: "Update", role: "developer", budget: false },
+    outcomes: {
+      owner: ["ok", "ok", "ok", "ok"],
+      admin: ["ok", "403", "ok", "ok"],
+      developer: ["403", "403", "403", "403"],
+      billing: ["403", "403", "403", "403"],
+      viewer: ["403", "403", "403", "403"]
+    }
+  },
+  {
+    route: "PATCH /dashboard/members/:id",
+    does: "role → owner",
+    action: { _tag: "Update", role: "owner", budget: false },
+    outcomes: {
+      owner: ["ok", "ok", "ok", "ok"],
+      admin: ["403", "403", "403", "403"],
+      developer: ["403", "403", "403", "403"],
+      billing: ["403", "403", "403", "403"],
+      viewer: ["403", "403", "403", "403"]
+    }
+  },
+  {
+    route: "PATCH /dashboard/members/:id",
+    does: "monthly budget",
+    action: { _tag: "Update", budget: true },
+    outcomes: {
+      owner: ["ok", "ok", "ok", "ok"],
+      admin: ["ok", "403", "ok", "ok"],
+      developer: ["403", "403", "403", "403"],
+      billing: ["403", "403", "403", "403"],
+      viewer: ["403", "403", "403", "403"]
+    }
+  },
+  {
+    route: "DELETE /dashboard/members/:id",
+    does: "remove, keys disabled",
+    action: { _tag: "Remove", transfer: false },
+    outcomes: {
+      owner: ["ok", "ok", "ok", "ok"],
+      admin: ["ok", "403", "ok", "ok"],
+      developer: ["ok", "403", "403", "403"],
+      billing: ["ok", "403", "403", "403"],
+      viewer: ["ok", "403", "403", "403"]
+    }
+  },
+  {
+    route: "DELETE /dashboard/members/:id",
+    does: "remove, keys given to another (transfer_keys_to)",
+    action: { _tag: "Remove", transfer: true },
+    outcomes: {
+      owner: ["400", "ok", "ok", "ok"],
+      admin: ["400", "403", "ok", "ok"],
+      developer: ["400", "403", "403", "403"],
+      billing: ["400", "403", "403", "403"],
+      viewer: ["400", "403", "403", "403"]
+    }
+  }
+]
+
+const KEY_CASES: ReadonlyArray<{
+  readonly route: string
+  readonly does: string
+  /** The change loosens a control an owner set on the key. */
+  readonly loosens: boolean
+  readonly outcomes: Record<Role, ReadonlyArray<Outcome>>
+}> = [
+  ...["PATCH /dashboard/api-keys/:id", "POST /dashboard/api-keys/:id/rotate", "DELETE /dashboard/api-keys/:id"].map((route) => ({
+    route,
+    does: "change, rotate or delete",
+    loosens: false,
+    outcomes: { owner: ["ok", "ok"], admin: ["ok", "ok"], developer: ["ok", "403"], billing: ["403", "403"], viewer: ["403", "403"] } as Record<Role, ReadonlyArray<Outcome>>
+  })),
+  {
+    route: "PATCH /dashboard/api-keys/:id",
+    does: "re-enable a key an owner disabled",
+    loosens: true,
+    outcomes: { owner: ["ok", "ok"], admin: ["ok", "ok"], developer: ["403", "403"], billing: ["403", "403"], viewer: ["403", "403"] }
+  }
+]
+
+const outcomeOf = (refusal: { readonly _tag: string } | undefined): Outcome =>
+  refusal === undefined ? "ok" : refusal._tag === "PermissionDenied" ? "403" : "400"
+
+/** What the guard, then the handler, answer `role` on `route` doing `action` to `target`. */
+const memberOutcome = (route: string, role: Role, action: MemberAction, target: MemberTarget): Outcome => {
+  if (!permits(EXPECTED[route] ?? [], role)) return "403"
+  const actor = { id: `mem_${role}`, role }
+  return outcomeOf(memberActionRefusal(actor, target === "self" ? actor : { id: `mem_other_${target}`, role: target }, action))
+}
+
+const keyOutcome = (route: string, role: Role, loosens: boolean, target: KeyTarget): Outcome => {
+  if (!permits(EXPECTED[route] ?? [], role)) return "403"
+  const actor = { id: `mem_${role}`, role }
+  const refusal = keyChangeRefusal(actor, "key_1", target === "own" ? actor.id : "mem_someone_else")
+  if (refusal !== undefined || role !== "developer" || !loosens) return outcomeOf(refusal)
+  const disabledByOwner = { disabled: true, monthlySpendLimitMicroMyr: null, rateLimitRpm: null, rateLimitConcurrent: null }
+  return loosened(disabledByOwner, ["disabled"], { disabled: false }).length > 0 ? "403" : "ok"
+}
+
+describe("roles × whose resource, on the endpoints where it matters", () => {
+  it("every case names an endpoint of the table above", () => {
+    for (const { route } of [...MEMBER_CASES, ...KEY_CASES]) expect(Object.keys(EXPECTED), route).toContain(route)
+  })
+
+  it("members: leaving, removing, changing a role or a budget, per role and per member acted on", () => {
+    for (const { action, does, outcomes, route } of MEMBER_CASES) {
+      for (const role of ROLES) {
+        const decided = MEMBER_TARGETS.map((target) => memberOutcome(route, role, action, target))
+        expect(decided, `${route} (${does}) as ${role}, on ${MEMBER_TARGETS.join(" / ")}`).toEqual(outcomes[role])
+      }
+    }
+  })
+
+  it("keys: own or another member's, and a control an owner set", () => {
+    for (const { does, loosens, outcomes, route } of KEY_CASES) {
+      for (const role of ROLES) {
+        const decided = KEY_TARGETS.map((target) => keyOutcome(route, role, loosens, target))
+        expect(decided, `${route} (${does}) as ${role}, on ${KEY_TARGETS.join(" / ")}`).toEqual(outcomes[role])
+      }
+    }
+  })
 })

@@ -14,7 +14,13 @@ export interface Idp {
   readonly audience: string
   readonly jwksUrl: string
   readonly authorizeUrl: string
-  readonly sign: (claims: { readonly sub: string; readonly email?: string; readonly nonce?: string }) => Promise<string>
+  readonly sign: (claims: {
+    readonly sub: string
+    readonly email?: string
+    readonly email_verified?: boolean
+    readonly name?: string
+    readonly nonce?: string
+  }) => Promise<string>
 }
 
 const ALG = "RS256"
@@ -23,6 +29,8 @@ const KID = "idp-key-1"
 const signWith = (privateKey: CryptoKey, issuer: string, audience: string): Idp["sign"] => (claims) =>
   new SignJWT({
     ...(claims.email === undefined ? {} : { email: claims.email }),
+    ...(claims.email_verified === undefined ? {} : { email_verified: claims.email_verified }),
+    ...(claims.name === undefined ? {} : { name: claims.name }),
     ...(claims.nonce === undefined ? {} : { nonce: claims.nonce })
   })
     .setProtectedHeader({ alg: ALG, kid: KID, typ: "JWT" })
@@ -63,7 +71,7 @@ export const startIdp = (options: { readonly audience: string; readonly subject:
         const nonce = url.searchParams.get("nonce") ?? ""
         const state = url.searchParams.get("state") ?? ""
         const redirect = url.searchParams.get("redirect_uri") ?? ""
-        void sign({ sub: options.subject, email: options.email, nonce }).then((token) => {
+        void sign({ sub: options.subject, email: options.email, email_verified: true, nonce }).then((token) => {
           const fragment = new URLSearchParams({ id_token: token, state }).toString()
           res.writeHead(302, { location: `${redirect}#${fragment}` }).end()
         })

@@ -19,6 +19,8 @@ import keyIdNotify from "./0018_key_id_notify.js"
 import teams from "./0019_teams.js"
 import memberBudgets from "./0020_member_budgets.js"
 import invitationPace from "./0021_invitation_pace.js"
+import keyControls from "./0022_key_controls.js"
+import webhookCreators from "./0023_webhook_creators.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -46,5 +48,7 @@ export const migrations = {
   "0018_key_id_notify": keyIdNotify,
   "0019_teams": teams,
   "0020_member_budgets": memberBudgets,
-  "0021_invitation_pace": invitationPace
+  "0021_invitation_pace": invitationPace,
+  "0022_key_controls": keyControls,
+  "0023_webhook_creators": webhookCreators
 }

@@ -5,6 +5,7 @@ import { AppConfig } from "../AppConfig.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { NotFound } from "../Domain/Errors.js"
 import { Mail } from "../Outbox/Mail.js"
+import { ADMINS } from "../Domain/Roles.js"
 import { WebhookEndpoints } from "../Webhooks/Endpoints.js"
 import { WalletSettings } from "../Wallet/Settings.js"
 import { Spending } from "../Wallet/Spending.js"
@@ -23,7 +24,7 @@ export const AlertsLive = HttpApiBuilder.group(NenasApi, "alerts", (handlers) =>
         const row = yield* settings.get(account.id)
         if (row === undefined) return yield* Effect.dieMessage(`no wallet for account ${account.id}`)
         const list = yield* endpoints.list(account.id)
-        return { banners: bannersOf(wallet, row, list) }
+        return { banners: bannersOf(wallet, row, list, ADMINS.includes(account.member.role)) }
       }))
   }))
 

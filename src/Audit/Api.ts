@@ -27,7 +27,13 @@ export const AuditAction = Schema.Literal(
   "webhook.created",
   "webhook.updated",
   "webhook.deleted",
-  "webhook.secret_rotated"
+  "webhook.secret_rotated",
+  "webhook.disabled",
+  "webhook.test_sent",
+  "webhook.delivery_resent",
+  "billing.checkout_created",
+  "usage.grouping_tags_updated",
+  "response.deleted"
 )
 export type AuditAction = typeof AuditAction.Type
 
@@ -51,11 +57,14 @@ export const AuditExportParams = StrictUrlParams({
 
 export const AuditEntry = Schema.Struct({
   id: Schema.String,
-  /** Who: the member, or null for the service itself (a card saved by Stripe's event). */
+  /**
+   * Who: the member, or null for the service itself (a card saved by Stripe's event) or an API key (a stored
+   * response deleted: `details.actor_api_key_id` names the key).
+   */
   member_id: Schema.NullOr(Schema.String),
   actor_email: Schema.NullOr(Schema.String),
   action: AuditAction,
-  target_type: Schema.Literal("api_key", "member", "invitation", "billing", "card", "webhook"),
+  target_type: Schema.Literal("api_key", "member", "invitation", "billing", "card", "webhook", "checkout", "usage", "response"),
   target_id: Schema.NullOr(Schema.String),
   /** What changed: the fields given, never a secret. */
   details: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
@@ -106,5 +115,5 @@ export class AuditApi extends HttpApiGroup.make("audit")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "The account's audit log: every change to keys, members, billing settings, the card and webhooks.")
+  .annotate(OpenApi.Description, "The account's audit log: every change to keys, members, billing settings, the card, checkouts, grouping tags, webhooks and stored responses.")
 {}

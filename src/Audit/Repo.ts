@@ -1,7 +1,7 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { SqlClient, SqlError } from "@effect/sql"
 import { Chunk, Context, Effect, Layer, Option, Schedule, Schema, Stream } from "effect"
-import { CurrentAccount } from "../Auth/Api.js"
+import { CurrentAccount, CurrentApiKey } from "../Auth/Api.js"
 import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { csvField, csvLine } from "../Logs/LogsCsv.js"
@@ -103,6 +103,16 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
     change: Effect.Effect<A, E, R>,
     what: (result: A) => AuditWhat | undefined
   ) => Effect.Effect<A, E, R | CurrentAccount | HttpServerRequest.HttpServerRequest>
+  /** Writes `what` in the caller's transaction, as the signed-in member of the current request (one change, several entries). */
+  readonly record: (what: AuditWhat) => Effect.Effect<void, never, CurrentAccount | HttpServerRequest.HttpServerRequest>
+  /**
+   * `within` for a change an API key makes (a `/v1` call): no member acts, so the entry names the key
+   * (`details.actor_api_key_id`) and no member or email.
+   */
+  readonly withinAsKey: <A, E, R>(
+    change: Effect.Effect<A, E, R>,
+    what: (result: A) => AuditWhat | undefined
+  ) => Effect.Effect<A, E, R | CurrentApiKey | HttpServerRequest.HttpServerRequest>
   /** Writes one entry in the caller's transaction, if any (a change the service made itself names no member). */
   readonly write: (who: AuditWho, what: AuditWhat) => Effect.Effect<void>
   /** One page of the account's entries, newest first, and how many match. */
@@ -166,7 +176,30 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
           (found) => Number(found[0]?.count ?? 0)
         )
 
+      const keyNow = Effect.gen(function*() {
+        const key = yield* CurrentApiKey
+        const who: AuditWho = {
+          accountId: key.accountId,
+          memberId: null,
+          actorEmail: null,
+          clientAddress: yield* limits.client,
+          requestId: (yield* currentRequestId) || null
+        }
+        return { who, keyId: key.keyId }
+      })
+
       return AuditLog.of({
+        record: (what) =>
+          Effect.flatMap(whoNow, (who) => write(what.as === undefined ? who : Object.assign({}, who, what.as), what)),
+        withinAsKey: <A, E, R>(change: Effect.Effect<A, E, R>, what: (result: A) => AuditWhat | undefined) =>
+          Effect.flatMap(keyNow, ({ keyId, who }) =>
+            sql.withTransaction(Effect.tap(change, (result) => {
+              const entry = what(result)
+              if (entry === undefined) return Effect.void
+              return write(who, Object.assign({}, entry, { details: Object.assign({ actor_api_key_id: keyId }, entry.details) }))
+            }))).pipe(
+            Effect.catchIf((error): error is SqlError.SqlError => error instanceof SqlError.SqlError, Effect.die)
+          ) as Effect.Effect<A, E, R | CurrentApiKey | HttpServerRequest.HttpServerRequest>,
         within: <A, E, R>(change: Effect.Effect<A, E, R>, what: (result: A) => AuditWhat | undefined) =>
           Effect.gen(function*() {
             const who = yield* whoNow

@@ -67,7 +67,12 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             email: account.email,
             saveCardFor
           }).pipe(Effect.tapError(() => Effect.orDie(payments.fail(transactionId))))
-          yield* payments.attachSession(transactionId, session.sessionId)
+          yield* audit.within(payments.attachSession(transactionId, session.sessionId), () => ({
+            action: "billing.checkout_created",
+            targetType: "checkout",
+            targetId: transactionId,
+            details: { amount_sen: payload.amount_sen, session_id: session.sessionId, save_card: saveCardFor !== null }
+          }))
           return { url: session.url, session_id: session.sessionId, transaction_id: transactionId }
         }))
       .handle("balance", () =>

@@ -31,3 +31,25 @@ export const toMyrString = (amount: MicroMyr): string => {
   const fraction = String(abs % MICRO_PER_MYR).padStart(6, "0")
   return `${sign}${whole}.${fraction}`
 }
+
+const placesOf = (amount: MicroMyr, places: number, round: (n: number) => number): string => {
+  const step = 10 ** (6 - places)
+  const units = round(amount / step)
+  const sign = units < 0 ? "-" : ""
+  const abs = Math.abs(units)
+  const scale = 10 ** places
+  const whole = Math.trunc(abs / scale)
+  return places === 0 ? `${sign}${whole}` : `${sign}${whole}.${String(abs % scale).padStart(places, "0")}`
+}
+
+/** A balance in words: `places` decimals rounded down, so it never reads as more than there is (RM 4.998 is "4.99"). */
+export const myrDown = (amount: MicroMyr, places = 2): string => placesOf(amount, places, Math.floor)
+
+/** An upper bound in words ("below RM X"): `places` decimals rounded up, so what is below it is below what it reads. */
+export const myrUp = (amount: MicroMyr, places = 2): string => placesOf(amount, places, Math.ceil)
+
+/** An amount as it was set: two decimals, more only when it has them (5 is "5.00", 4.9965 is "4.9965"). */
+export const myrAsSet = (amount: MicroMyr): string => {
+  const exact = toMyrString(amount)
+  return exact.replace(/(\.\d\d\d*?)0+$/, "$1")
+}

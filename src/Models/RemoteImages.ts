@@ -25,6 +25,20 @@ const refusalOf = (error: PageError, param: string): InvalidRequest =>
     })
 
 /**
+ * Every remote image (`remote`: URL → the param of its first use) held to the address guard before the call is
+ * held, in either `UPSTREAM_IMAGE_URLS` mode: an address inside the network is the caller's 400, naming the image.
+ */
+export const screenRemoteImages = (
+  fetcher: ImageFetcher["Type"],
+  remote: ReadonlyMap<string, string> | undefined
+): Effect.Effect<void, InvalidRequest> =>
+  remote === undefined || remote.size === 0 ? Effect.void : Effect.forEach(remote, ([url, param]) =>
+    fetcher.screen(url).pipe(
+      Effect.tapError((error) => Effect.logWarning("remote image refused", { url: error.url, reason: error.reason })),
+      Effect.mapError((error) => refusalOf(error, param))
+    ), { concurrency: AT_ONCE, discard: true })
+
+/**
  * `UPSTREAM_IMAGE_URLS=inline`: the conversation with each remote image
  * (`remote`: URL → the param of its first use) fetched through the fetch guard
  * and replaced by a `data:` URL, so that a self-hosted upstream never fetches

@@ -7,6 +7,9 @@ import { newId } from "../Domain/Ids.js"
 /** Stands for `DASHBOARD_URL` in an email's body; the sender puts the configured URL in its place. */
 export const DASHBOARD_URL = "{{dashboard_url}}"
 
+/** What the dashboard calls a personal account that has no name of its own. */
+export const PERSONAL_ACCOUNT_NAME = "Personal"
+
 /** An email written with the event, in the same transaction (sent by `Mail.ts`). */
 export interface EventEmail {
   readonly subject: string
@@ -55,7 +58,10 @@ export const emit = (event: Emitted): Effect.Effect<string, SqlError.SqlError, S
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const id = newId("msg")
-    const named = yield* sql<{ name: string | null }>`SELECT name FROM accounts WHERE id = ${event.accountId}`
+    // A personal account without a name is "Personal", as the dashboard labels it (web/src/accounts.tsx).
+    const named = yield* sql<{ name: string | null }>`
+      SELECT COALESCE(NULLIF(name, ''), CASE WHEN issuer IS NOT NULL THEN ${PERSONAL_ACCOUNT_NAME} END) AS name
+      FROM accounts WHERE id = ${event.accountId}`
     const payload = payloadOf({ ...event, account: { id: event.accountId, name: named[0]?.name ?? null } })
     yield* sql`
       INSERT INTO outbox_events (id, account_id, type, payload, created_at)

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
 import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import { completionOf } from "./ChatDecode.js"
+import { cleanUpstreamText } from "./CleanText.js"
 import { eventStreamParts } from "./EventStream.js"
 import { dropBody, makePost, textOf } from "./KeepAlivePost.js"
 import type { AttemptOutcome, Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
@@ -110,14 +111,11 @@ const UpstreamError = Schema.parseJson(Schema.Struct({
 }))
 const decodeUpstreamError = Schema.decodeUnknownOption(UpstreamError)
 
-/** Any URL in an upstream's words: its own, or one inside the network, is not the caller's to see. */
-const URLS = /\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>)\]]*/gi
-
-/** The upstream's own words for a refusal (OpenAI's `error.message`, else the body's start), without URLs. */
+/** The upstream's own words for a refusal (OpenAI's `error.message`, else the body's start), cleaned for the caller. */
 const upstreamMessage = (text: string): { readonly message: string; readonly code: unknown } =>
   Option.match(decodeUpstreamError(text), {
-    onNone: () => ({ message: text.slice(0, 500).replace(URLS, "[url]"), code: undefined }),
-    onSome: ({ error }) => ({ message: (error.message ?? text).slice(0, 500).replace(URLS, "[url]"), code: error.code })
+    onNone: () => ({ message: cleanUpstreamText(text.slice(0, 2000)), code: undefined }),
+    onSome: ({ error }) => ({ message: cleanUpstreamText((error.message ?? text).slice(0, 2000)), code: error.code })
   })
 
 /**
@@ -132,7 +130,8 @@ const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many
 
 /**
  * Upstream statuses as our errors: 429, 408 and 5xx may pass on a retry; its credentials refused (401/403) are
- * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's words.
+ * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's
+ * words, cleaned.
  */
 const statusError = (response: StatusAnswer) =>
   Effect.flatMap(
@@ -154,12 +153,14 @@ const statusError = (response: StatusAnswer) =>
           Effect.fail(unavailable("The model provider is not available right now."))
         )
       }
+      // The caller reads the upstream's words cleaned (CleanText.ts); the operator's log keeps them whole.
       const { code, message } = upstreamMessage(text)
       const said = message.length > 0 ? message : `HTTP ${response.status}`
+      const logged = `HTTP ${response.status}${detail}`
       if (response.status === 413 || code === "context_length_exceeded" || CONTEXT_TOO_LONG.test(said)) {
-        return Effect.fail(new ContextLengthExceeded({ message: `The model refused the input as too long: ${said}`, param: null }))
+        return reported(new ContextLengthExceeded({ message: `The model refused the input as too long: ${said}`, param: null }), logged)
       }
-      return Effect.fail(new InvalidRequest({ message: `The model refused the request: ${said}`, param: null }))
+      return reported(new InvalidRequest({ message: `The model refused the request: ${said}`, param: null }), logged)
     }
   )
 

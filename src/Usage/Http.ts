@@ -2,6 +2,7 @@ import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Duration, Effect } from "effect"
 import { NenasApi } from "../Api.js"
+import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { InvalidRequest } from "../Domain/Errors.js"
 import { now } from "../Domain/Time.js"
@@ -52,6 +53,7 @@ const toSeriesPoint = (row: SeriesRow): typeof SeriesPoint.Type => ({
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
   Effect.gen(function*() {
     const requestLogs = yield* RequestLogReads
+    const audit = yield* AuditLog
     const keys = yield* KeysRepo
     const spending = yield* Spending
     /** Every call this instance answered is written before a read. */
@@ -118,7 +120,13 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
       .handle("setGroupingTags", ({ payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          yield* requestLogs.setGroupingTags(account.id, [...new Set(payload.tag_keys)])
+          const tagKeys = [...new Set(payload.tag_keys)]
+          yield* audit.within(requestLogs.setGroupingTags(account.id, tagKeys), () => ({
+            action: "usage.grouping_tags_updated",
+            targetType: "usage",
+            targetId: null,
+            details: { tag_keys: tagKeys }
+          }))
           return { tag_keys: yield* requestLogs.groupingTags(account.id) }
         }))
       .handle("exportUsage", ({ urlParams }) =>

@@ -1,7 +1,7 @@
 import type { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Effect } from "effect"
-import { microMyr, toMyrNumber } from "../Domain/Money.js"
+import { microMyr, myrAsSet, myrDown, myrUp, toMyrNumber } from "../Domain/Money.js"
 import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
 import type { WalletRow } from "./SettleRows.js"
 
@@ -25,8 +25,6 @@ export const crossedBelow = (threshold: number | null, before: number, after: nu
 export const balancesBefore = (wallets: ReadonlyMap<string, WalletRow>): ReadonlyMap<string, number> =>
   new Map([...wallets].map(([accountId, wallet]) => [accountId, totalOf(wallet)]))
 
-const myr = (micro: number) => (micro / 1_000_000).toFixed(2)
-
 /** Writes a `balance.low` event and its email for every wallet the settlement took below its threshold. */
 export const announceCrossings = (
   before: ReadonlyMap<string, number>,
@@ -44,8 +42,9 @@ export const announceCrossings = (
       at,
       data: { account_id: wallet.accountId, balance_myr: toMyrNumber(microMyr(now)), threshold_myr: toMyrNumber(microMyr(threshold)) },
       email: {
-        subject: `Your nenas balance is below RM ${myr(threshold)}`,
-        body: `Your prepaid balance is now RM ${myr(now)}, below the RM ${myr(threshold)} you set.\n` +
+        // Rounded, a balance just below its threshold would read as the threshold: down for it, up for "below".
+        subject: `Your nenas balance is below RM ${myrUp(microMyr(threshold))}`,
+        body: `Your prepaid balance is now RM ${myrDown(microMyr(now))}, below the RM ${myrAsSet(microMyr(threshold))} you set.\n` +
           `When it reaches zero, live API calls answer 402 insufficient_balance.\n\n` +
           `Top up, or turn on auto top-up: ${DASHBOARD_URL}/billing\n`
       }

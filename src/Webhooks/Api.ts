@@ -17,6 +17,7 @@ const Events = Schema.Array(WebhookEventType).pipe(Schema.minItems(1), Schema.ma
 
 export const WebhookEndpoint = Schema.Struct({
   id: Schema.String,
+  /** Whole for owners and admins; for other roles its path and query are masked (`https://host/…`): they can hold a token. */
   url: Schema.String,
   description: Schema.String,
   events: Schema.Array(Schema.String),
@@ -24,6 +25,8 @@ export const WebhookEndpoint = Schema.Struct({
   disabled_reason: Schema.NullOr(Schema.String),
   /** Since when its deliveries fail (null: the last one succeeded); 3 days of failures disable it. */
   failing_since: Schema.NullOr(Schema.String),
+  /** The member who made it was removed from the account: it was disabled then, until an owner or admin enables it. */
+  created_by_removed: Schema.Boolean,
   created_at: Schema.String,
   updated_at: Schema.String
 }).annotations({ identifier: "WebhookEndpoint" })

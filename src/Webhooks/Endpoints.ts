@@ -18,7 +18,9 @@ export const EndpointRow = Schema.Struct({
   disabledReason: Schema.NullOr(Schema.String),
   failingSince: NullableDate,
   createdAt: Schema.DateFromSelf,
-  updatedAt: Schema.DateFromSelf
+  updatedAt: Schema.DateFromSelf,
+  createdByMemberId: Schema.NullOr(Schema.String),
+  creatorRemovedAt: NullableDate
 })
 export interface EndpointRow extends Schema.Schema.Type<typeof EndpointRow> {}
 
@@ -63,11 +65,26 @@ const SEND_WINDOW_MS = 60_000
 /** A Standard Webhooks secret: `whsec_` and 24 random bytes in base64, shown to the developer once. */
 export const newSecret = (): string => `whsec_${randomBytes(24).toString("base64")}`
 
-const COLUMNS = "id, account_id, url, description, events, disabled_at, disabled_reason, failing_since, created_at, updated_at"
+const COLUMNS =
+  "id, account_id, url, description, events, disabled_at, disabled_reason, failing_since, created_at, updated_at, created_by_member_id, creator_removed_at"
+
+/** Why an endpoint was disabled when the member who made it left: it may point where only that person reads. */
+export const CREATOR_REMOVED_REASON = "the member who made it was removed from the account; check its URL before enabling it again"
+
+/** An entry of the audit log, as the caller's recorder writes it (the handlers pass `AuditLog.record`). */
+export interface EndpointDisabled {
+  readonly action: "webhook.disabled"
+  readonly targetType: "webhook"
+  readonly targetId: string
+  readonly details: Record<string, unknown>
+}
 
 /** The developer's webhook endpoints and their deliveries; every read and write is scoped to one account. */
 export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<WebhookEndpoints, {
-  readonly create: (accountId: string, input: { url: string; description: string; events: ReadonlyArray<string> }) =>
+  readonly create: (
+    accountId: string,
+    input: { url: string; description: string; events: ReadonlyArray<string>; createdBy: string | null }
+  ) =>
     Effect.Effect<{ endpoint: EndpointRow; secret: string }>
   readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<EndpointRow>>
   readonly find: (accountId: string, id: string) => Effect.Effect<EndpointRow | undefined>
@@ -86,6 +103,15 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
   readonly countManualSend: (accountId: string) => Effect.Effect<{ readonly sends: number; readonly resetsInMs: number }>
   /** Makes a delivery due now again (any status; one on the wire now is left to finish its attempt). */
   readonly resend: (accountId: string, endpointId: string, deliveryId: string) => Effect.Effect<boolean>
+  /**
+   * Disables and flags the enabled endpoints `memberId` made, in the caller's transaction (its removal's), each
+   * told to `record` for the audit log; their ids.
+   */
+  readonly creatorRemoved: <R>(
+    accountId: string,
+    memberId: string,
+    record: (entry: EndpointDisabled) => Effect.Effect<void, never, R>
+  ) => Effect.Effect<ReadonlyArray<string>, never, R>
 }>() {
   static readonly layer = Layer.effect(
     WebhookEndpoints,
@@ -100,14 +126,15 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
           description: Schema.String,
           events: Schema.Array(Schema.String),
           secret: Schema.String,
-          at: Schema.DateFromSelf
+          at: Schema.DateFromSelf,
+          createdBy: Schema.NullOr(Schema.String)
         }),
         Result: EndpointRow,
         execute: (row) =>
           sql`
-            INSERT INTO webhook_endpoints (id, account_id, url, description, events, secret, created_at, updated_at)
+            INSERT INTO webhook_endpoints (id, account_id, url, description, events, secret, created_at, updated_at, created_by_member_id)
             VALUES (${row.id}, ${row.accountId}, ${row.url}, ${row.description}, ${row.events}::text[],
-                    ${row.secret}, ${row.at}, ${row.at})
+                    ${row.secret}, ${row.at}, ${row.at}, ${row.createdBy})
             RETURNING ${columns}
           `
       })
@@ -190,7 +217,16 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
           Effect.gen(function*() {
             const at = yield* now
             const secret = newSecret()
-            const endpoint = yield* insert({ id: newId("we"), accountId, ...input, secret, at })
+            const endpoint = yield* insert({
+              id: newId("we"),
+              accountId,
+              url: input.url,
+              description: input.description,
+              events: input.events,
+              createdBy: input.createdBy,
+              secret,
+              at
+            })
             return { endpoint, secret }
           }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.create")),
         list: (accountId) => listEndpoints(accountId).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.list")),
@@ -267,7 +303,30 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
               RETURNING d.id
             `
             return rows.length > 0
-          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.resend"))
+          }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.resend")),
+        creatorRemoved: (accountId, memberId, record) =>
+          Effect.gen(function*() {
+            const at = yield* now
+            const rows = yield* sql<{ id: string; wasEnabled: boolean }>`
+              UPDATE webhook_endpoints e SET creator_removed_at = ${at},
+                disabled_at = COALESCE(e.disabled_at, ${at}),
+                disabled_reason = CASE WHEN e.disabled_at IS NULL THEN ${CREATOR_REMOVED_REASON} ELSE e.disabled_reason END,
+                updated_at = ${at}
+              FROM webhook_endpoints prior
+              WHERE e.account_id = ${accountId} AND e.created_by_member_id = ${memberId} AND e.creator_removed_at IS NULL
+                AND prior.id = e.id
+              RETURNING e.id, prior.disabled_at IS NULL AS was_enabled
+            `.pipe(Effect.orDie)
+            for (const row of rows) {
+              yield* record({
+                action: "webhook.disabled",
+                targetType: "webhook",
+                targetId: row.id,
+                details: { reason: "creator_removed", member_id: memberId, was_enabled: row.wasEnabled }
+              })
+            }
+            return rows.map((row) => row.id)
+          }).pipe(Effect.withSpan("WebhookEndpoints.creatorRemoved"))
       })
     })
   )

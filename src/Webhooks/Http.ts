@@ -6,22 +6,28 @@ import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { EVENT_TYPES } from "../Domain/EventTypes.js"
 import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
+import { ADMINS, type Role } from "../Domain/Roles.js"
 import { HostResolver } from "../Search/Fetch.js"
 import type { WebhookDelivery, WebhookEndpoint } from "./Api.js"
 import { type AttemptRow, type DeliveryRow, type EndpointRow, MANUAL_SENDS_PER_MINUTE, WebhookEndpoints } from "./Endpoints.js"
+import { maskedUrl } from "./MaskedUrl.js"
 import { NOT_ALLOWED, refusedWebhookUrl } from "./SignedPost.js"
 
 const SECRET_WARNING = "Store this signing secret now: it is shown only once. Verify every delivery with it (Standard Webhooks)."
 const MAX_ENDPOINTS = 20
 
-const toEndpoint = (row: EndpointRow): typeof WebhookEndpoint.Type => ({
+/** Whether `role` reads webhook URLs whole: those who manage webhooks. */
+const seesWholeUrls = (role: Role): boolean => ADMINS.includes(role)
+
+const toEndpoint = (row: EndpointRow, role: Role): typeof WebhookEndpoint.Type => ({
   id: row.id,
-  url: row.url,
+  url: seesWholeUrls(role) ? row.url : maskedUrl(row.url),
   description: row.description,
   events: row.events,
   status: row.disabledAt === null ? "enabled" : "disabled",
   disabled_reason: row.disabledReason,
   failing_since: row.failingSince?.toISOString() ?? null,
+  created_by_removed: row.creatorRemovedAt !== null,
   created_at: row.createdAt.toISOString(),
   updated_at: row.updatedAt.toISOString()
 })
@@ -86,26 +92,32 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
             return yield* new InvalidRequest({ message: `An account may have at most ${MAX_ENDPOINTS} webhook endpoints.` })
           }
           const created = yield* audit.within(
-            endpoints.create(account.id, { url: payload.url, description: payload.description, events: [...new Set(payload.events)] }),
+            endpoints.create(account.id, {
+              url: payload.url,
+              description: payload.description,
+              events: [...new Set(payload.events)],
+              createdBy: account.member.id
+            }),
+            // Every role reads the audit log: the URL's token stays out of it.
             ({ endpoint }) => ({
               action: "webhook.created",
               targetType: "webhook",
               targetId: endpoint.id,
-              details: { url: endpoint.url, events: endpoint.events }
+              details: { url: maskedUrl(endpoint.url), events: endpoint.events }
             })
           )
-          return { endpoint: toEndpoint(created.endpoint), secret: created.secret, warning: SECRET_WARNING }
+          return { endpoint: toEndpoint(created.endpoint, account.member.role), secret: created.secret, warning: SECRET_WARNING }
         }))
       .handle("list", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          return { endpoints: (yield* endpoints.list(account.id)).map(toEndpoint) }
+          return { endpoints: (yield* endpoints.list(account.id)).map((row) => toEndpoint(row, account.member.role)) }
         }))
       .handle("events", () => Effect.succeed({ event_types: EVENT_TYPES }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          return toEndpoint(yield* found(path.id, yield* endpoints.find(account.id, path.id)))
+          return toEndpoint(yield* found(path.id, yield* endpoints.find(account.id, path.id)), account.member.role)
         }))
       .handle("update", ({ path, payload }) =>
         Effect.gen(function*() {
@@ -114,9 +126,15 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           const events = payload.events === undefined ? undefined : [...new Set(payload.events)]
           const row = yield* audit.within(
             endpoints.update(account.id, path.id, { ...payload, events }),
-            (updated) => updated === undefined ? undefined : { action: "webhook.updated", targetType: "webhook", targetId: updated.id, details: { ...payload } }
+            (updated) =>
+              updated === undefined ? undefined : {
+                action: "webhook.updated",
+                targetType: "webhook",
+                targetId: updated.id,
+                details: payload.url === undefined ? { ...payload } : Object.assign({}, payload, { url: maskedUrl(payload.url) })
+              }
           )
-          return toEndpoint(yield* found(path.id, row))
+          return toEndpoint(yield* found(path.id, row), account.member.role)
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {
@@ -142,7 +160,17 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           yield* manualSend(account.id)
-          const eventId = yield* found(path.id, yield* endpoints.sendTest(account.id, path.id))
+          const sent = yield* audit.within(
+            endpoints.sendTest(account.id, path.id),
+            (eventId) =>
+              eventId === undefined ? undefined : {
+                action: "webhook.test_sent",
+                targetType: "webhook",
+                targetId: path.id,
+                details: { event_id: eventId }
+              }
+          )
+          const eventId = yield* found(path.id, sent)
           return { event_id: eventId }
         }))
       .handle("deliveries", ({ path }) =>
@@ -156,7 +184,12 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           yield* manualSend(account.id)
-          if (!(yield* endpoints.resend(account.id, path.id, path.delivery_id))) {
+          const resent = yield* audit.within(
+            endpoints.resend(account.id, path.id, path.delivery_id),
+            (done) =>
+              done ? { action: "webhook.delivery_resent", targetType: "webhook", targetId: path.id, details: { delivery_id: path.delivery_id } } : undefined
+          )
+          if (!resent) {
             return yield* new NotFound({ message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`, param: "delivery_id" })
           }
           return { ok: true as const }

@@ -172,5 +172,7 @@ export const AUDIT_ACTIONS = allOf<AuditAction>()([
   "api_key.created", "api_key.updated", "api_key.rotated", "api_key.deleted",
   "member.invited", "member.invitation_revoked", "member.joined", "member.updated", "member.removed",
   "billing.settings_updated", "billing.card_setup_started", "billing.card_saved", "billing.card_removed",
-  "webhook.created", "webhook.updated", "webhook.deleted", "webhook.secret_rotated"
+  "webhook.created", "webhook.updated", "webhook.deleted", "webhook.secret_rotated", "webhook.disabled",
+  "webhook.test_sent", "webhook.delivery_resent", "billing.checkout_created", "usage.grouping_tags_updated",
+  "response.deleted"
 ])

@@ -24,7 +24,13 @@ const ACTION_LABELS: Record<AuditAction, string> = {
   "webhook.created": "Webhook created",
   "webhook.updated": "Webhook changed",
   "webhook.deleted": "Webhook deleted",
-  "webhook.secret_rotated": "Webhook secret rotated"
+  "webhook.secret_rotated": "Webhook secret rotated",
+  "webhook.disabled": "Webhook disabled",
+  "webhook.test_sent": "Webhook test sent",
+  "webhook.delivery_resent": "Webhook delivery resent",
+  "billing.checkout_created": "Checkout started",
+  "usage.grouping_tags_updated": "Grouping tags changed",
+  "response.deleted": "Stored response deleted"
 }
 
 const isChange = (value: unknown): value is { from: unknown; to: unknown } =>

@@ -6,6 +6,7 @@ import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
 import { allowRoles, EVERY_ROLE, PAYERS, SETTINGS_MAKERS } from "../Domain/Roles.js"
 import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
+import { withHeader } from "../Domain/OpenApiDocument.js"
 import { PageParams } from "../Domain/Page.js"
 import { SqlString, StrictUrlParams } from "../Domain/Strict.js"
 import { LedgerEntry, LedgerType, Wallet } from "../Wallet/Api.js"
@@ -137,6 +138,12 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
   .add(
     HttpApiEndpoint.post("stripe", "/billing/stripe/webhook")
       .addSuccess(WebhookAck)
+      // Checked by hand against the raw body (a missing one answers 401, not a schema's 400).
+      .annotate(OpenApi.Transform, withHeader({
+        name: "Stripe-Signature",
+        required: true,
+        description: "Stripe's signature of the raw body (`t=…,v1=…`), made with the webhook's signing secret."
+      }))
       .addError(wire(AuthenticationError))
       .addError(wire(InvalidRequest))
       .addError(wire(InternalError))

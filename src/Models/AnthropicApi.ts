@@ -2,6 +2,7 @@ import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
 import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
+import { documented, withErrorBody, withEventStream } from "../Domain/OpenApiDocument.js"
 import { SqlString } from "../Domain/Strict.js"
 import { CostCapMyr, IdempotencyKeyHeader, MAX_OUTPUT_TOKENS, modelCallGroup, RoutingInfo } from "./Api.js"
 
@@ -319,11 +320,20 @@ export class AnthropicMessagesApi extends HttpApiGroup.make("anthropicMessages")
       .setPayload(AnthropicMessagesRequest)
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(AnthropicMessage)
+      .annotate(OpenApi.Transform, documented(
+        withEventStream(
+          "With `stream: true`: Anthropic's events (`message_start`, `content_block_start`, `ping`, " +
+            "`content_block_delta`, `content_block_stop`, `message_delta` with `stop_reason`, `stop_sequence`, usage, " +
+            "`routing` and `cost_myr`, `message_stop`); a failure after the first byte is an `error` event."
+        ),
+        withErrorBody("AnthropicErrorBody")
+      ))
   )
   .add(
     HttpApiEndpoint.post("countTokens", "/v1/messages/count_tokens")
       .setPayload(AnthropicCountTokensRequest)
       .addSuccess(AnthropicTokenCount)
+      .annotate(OpenApi.Transform, withErrorBody("AnthropicErrorBody"))
   )
   .pipe(modelCallGroup)
   .annotate(

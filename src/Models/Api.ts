@@ -21,6 +21,7 @@ import {
   UnsupportedInput,
   wire
 } from "../Domain/Errors.js"
+import { withEventStream } from "../Domain/OpenApiDocument.js"
 import { SqlString, unstorable } from "../Domain/Strict.js"
 
 export const PUBLIC_MODEL = "svc/nenas-flash"
@@ -202,6 +203,8 @@ export const UsageInfo = Schema.Struct({
   reasoning_tokens: Schema.Int,
   cached_tokens: Schema.Int,
   total_tokens: Schema.Int,
+  input_tokens_details: Schema.Struct({ cached_tokens: Schema.Int }),
+  output_tokens_details: Schema.Struct({ reasoning_tokens: Schema.Int }),
   cost_myr: Schema.String,
   latency_ms: Schema.Int
 })
@@ -256,6 +259,8 @@ export const ResponsesOutput = Schema.Struct({
   request_id: Schema.String,
   routing: RoutingInfo,
   citations: Schema.Array(Citation),
+  /** Why the answer is cut short: null when it is whole. */
+  incomplete_details: Schema.NullOr(Schema.Struct({ reason: Schema.Literal("max_output_tokens") })),
   /** Whether this response is kept (30 days) for `previous_response_id`, `item_reference` and `GET /v1/responses/{id}`. */
   store: Schema.Boolean,
   previous_response_id: Schema.NullOr(Schema.String)
@@ -317,6 +322,8 @@ export const ChatCompletion = Schema.Struct({
     message: Schema.Struct({
       role: Schema.Literal("assistant"),
       content: Schema.NullOr(Schema.String),
+      /** OpenAI's refusal text: always null here (a refusal ends with `finish_reason: "content_filter"`). */
+      refusal: Schema.NullOr(Schema.String),
       annotations: Schema.optional(Schema.Array(Schema.Unknown)),
       tool_calls: Schema.optional(Schema.Array(Schema.Struct({
         id: Schema.String,
@@ -324,7 +331,7 @@ export const ChatCompletion = Schema.Struct({
         function: Schema.Struct({ name: Schema.String, arguments: Schema.String })
       })))
     }),
-    logprobs: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.Array(Schema.Unknown) }))),
+    logprobs: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.Array(Schema.Unknown), refusal: Schema.Null }))),
     finish_reason: FinishReason
   })),
   usage: Schema.Struct({
@@ -332,7 +339,9 @@ export const ChatCompletion = Schema.Struct({
     completion_tokens: Schema.Int,
     reasoning_tokens: Schema.Int,
     cached_tokens: Schema.Int,
-    total_tokens: Schema.Int
+    total_tokens: Schema.Int,
+    prompt_tokens_details: Schema.Struct({ cached_tokens: Schema.Int }),
+    completion_tokens_details: Schema.Struct({ reasoning_tokens: Schema.Int })
   }),
   cost_myr: Schema.String
 }).annotations({ identifier: "ChatCompletion" })
@@ -370,12 +379,20 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
       .setPayload(ResponsesBody)
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(ResponsesOutput)
+      .annotate(OpenApi.Transform, withEventStream(
+        "With `stream: true`: OpenAI's Responses events (`response.created`, `response.output_text.delta`, … " +
+          "`response.completed` carrying the ResponsesOutput); a failure after the first byte is a `response.failed` event."
+      ))
   )
   .add(
     HttpApiEndpoint.post("chatCompletions", "/v1/chat/completions")
       .setPayload(ChatCompletionRequest)
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(ChatCompletion)
+      .annotate(OpenApi.Transform, withEventStream(
+        "With `stream: true`: `chat.completion.chunk` objects as `data:` lines, a last chunk with `choices: []`, " +
+          "`usage` and `cost_myr`, then `data: [DONE]`; a failure after the first byte is a chunk with a top-level `error`."
+      ))
   )
   .pipe(modelCallGroup)
   .annotate(OpenApi.Description, "Model calls: responses and OpenAI-compatible chat completions.")

@@ -14,13 +14,14 @@ import type { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "./An
 import type { Capability } from "./CatalogApi.js"
 import type { CallInput, CallResult, Endpoint } from "./CallTypes.js"
 import { ModelCalls } from "./ModelCalls.js"
-import { Idempotency } from "./Idempotency.js"
+import { Idempotency, keptForReplay } from "./Idempotency.js"
 import { chatConversation, conversationInput, responsesConversation } from "./Input.js"
 import { CallLimits } from "./RateLimits.js"
 import { RETENTION_DAYS } from "../Responses/Store.js"
 import { anthropicErrorBody } from "./AnthropicErrors.js"
 import { anthropicCallInput, anthropicConversation, requireAnthropicModel } from "./AnthropicInput.js"
 import { anthropicEvents, anthropicMessage, anthropicTokenCount } from "./AnthropicWire.js"
+import { breatheIfLarge } from "../Request/Breathe.js"
 import { StoredConversations } from "./StoredConversations.js"
 import type { StreamContext } from "./Wire.js"
 import { chatCompletion, chatEvents, type EventRenderer, responsesEvents, responsesOutput } from "./Wire.js"
@@ -108,8 +109,8 @@ const makeCallServing = Effect.gen(function*() {
       Effect.onExit((exit) => {
         if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
         const failure = Cause.failureOption(exit.cause)
-        // A typed error is the request's answer, kept like a success; only a taken-over key is not ours to write.
-        if (failure._tag === "Some" && isApiError(failure.value) && failure.value._tag !== "IdempotencyConflict") {
+        // A typed error is the request's answer, kept like a success, unless a retry it invites should run anew.
+        if (failure._tag === "Some" && isApiError(failure.value) && keptForReplay(failure.value, input.webSearch?.mode)) {
           const body = JSON.stringify(call.errorBody(failure.value, requestId, dashboardUrl))
           return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
         }
@@ -250,8 +251,8 @@ export const makeModelEndpoints = Effect.gen(function*() {
     messages: ({ headers, payload }: CallRequest<AnthropicMessagesRequest>) =>
       serve(requested("/v1/messages", { headers, payload }, {
         input: anthropicCallInput(payload),
-        render: anthropicMessage,
-        renderStream: anthropicEvents,
+        render: (result) => anthropicMessage(result, payload.stop_sequences),
+        renderStream: (context) => anthropicEvents(context, payload.stop_sequences),
         errorBody: anthropicErrorBody
       })),
     /** Free and not logged as a call, but counted against the key's rate limits as every /v1 request is. */
@@ -260,7 +261,11 @@ export const makeModelEndpoints = Effect.gen(function*() {
       const key = yield* CurrentApiKey
       return yield* Effect.scoped(Effect.zipRight(
         limits.admit(key.keyId, yield* currentRequestId),
-        Effect.zipRight(requireAnthropicModel(payload.model), Effect.map(anthropicConversation(payload), anthropicTokenCount))
+        Effect.zipRight(
+          requireAnthropicModel(payload.model),
+          Effect.flatMap(anthropicConversation(payload), (conversation) =>
+            Effect.zipRight(breatheIfLarge, Effect.sync(() => anthropicTokenCount(conversation))))
+        )
       ))
     })
   }

@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Cause, Clock, Context, Duration, Effect, type Fiber, FiberSet, Layer, Schedule } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { IdempotencyConflict } from "../Domain/Errors.js"
+import { type ApiError, errorMeta, IdempotencyConflict } from "../Domain/Errors.js"
 import { holderDead, secondsSql } from "../Wallet/Instances.js"
 import { LEASE_RENEWAL, MAX_HOLD, RESERVATION_LEASE, ReservationLeases } from "../Wallet/Leases.js"
 
@@ -42,6 +42,21 @@ export interface RecordRow {
   readonly responseBody: string | null
 }
 
+/** Failures that cost nothing when no web search could have spent: a retry they invite runs anew. */
+const RELEASED_CODES: ReadonlySet<string> = new Set(["provider_unavailable", "provider_timeout", "internal_error", "rate_limit_exceeded"])
+
+/**
+ * Whether a call's typed error is kept under its key and replayed. Not kept: one marked retryable that cost
+ * nothing (a provider failure, an internal error, a 429; web search off, as a search is billed even when the
+ * answer fails), so that the retry the flag invites runs; nor a taken-over key's conflict, not ours to write.
+ */
+export const keptForReplay = (error: ApiError, webSearchMode: string | undefined): boolean => {
+  if (error._tag === "IdempotencyConflict") return false
+  const retryable = error.retryable ?? errorMeta(error).retryable
+  const free = RELEASED_CODES.has(errorMeta(error).code) && (webSearchMode ?? "off") === "off"
+  return !(retryable && free)
+}
+
 export const hashOf = (endpoint: string, body: unknown): Buffer =>
   createHash("sha256").update(endpoint).update("\n").update(JSON.stringify(body)).digest()
 
@@ -78,8 +93,8 @@ export const judgeExisting = (
  * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
  * claims it; a finished one is replayed; one still running, or a different
  * body, is a conflict. What the first request answered is kept, its typed
- * errors too (a 402 is replayed, not run and billed after a top-up); only a
- * defect frees the key (`Http.ts`). A call cut by shutdown's
+ * errors too (a 402 is replayed, not run and billed after a top-up); a defect
+ * and a retryable error that cost nothing free the key (`keptForReplay`). A call cut by shutdown's
  * deadline may have been billed for what it sent: it keeps a non-retryable 504
  * (`Http.ts`), so a retry never runs it twice. A billed call's answer is never
  * lost to its record: the write is retried, in the background once the answer

@@ -8,58 +8,69 @@
 export interface Routes {
   readonly "DELETE /dashboard/api-keys/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly ok: true }
   }
   readonly "DELETE /dashboard/billing/card": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["BillingSettings"]
   }
   readonly "DELETE /dashboard/members/invitations/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly ok: true }
   }
   readonly "DELETE /dashboard/members/{id}": {
     readonly path: { readonly id: string }
     readonly query: { readonly transfer_keys_to?: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["RemovedMember"]
   }
   readonly "DELETE /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly ok: true }
   }
   readonly "GET /dashboard/accounts": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly accounts: ReadonlyArray<Schemas["AccountSummary"]> }
   }
   readonly "GET /dashboard/alerts": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly banners: ReadonlyArray<Schemas["Banner"]> }
   }
   readonly "GET /dashboard/api-keys": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly keys: ReadonlyArray<Schemas["ApiKey"]> }
   }
   readonly "GET /dashboard/audit-log": {
     readonly query: {
       readonly page?: string
       readonly limit?: string
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
       readonly to?: string
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly entries: ReadonlyArray<Schemas["AuditEntry"]>; readonly total: number; readonly has_more: boolean }
   }
   readonly "GET /dashboard/audit-log/export": {
     readonly query: {
       readonly format?: "csv"
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
       readonly to?: string
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: string
     readonly media: "text/csv; charset=utf-8"
   }
   readonly "GET /dashboard/billing/balance": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
       readonly wallet: Schemas["Wallet"]
       readonly balance_myr: number
@@ -71,6 +82,7 @@ export interface Routes {
     }
   }
   readonly "GET /dashboard/billing/settings": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["BillingSettings"]
   }
   readonly "GET /dashboard/billing/transactions": {
@@ -79,9 +91,11 @@ export interface Routes {
       readonly limit?: string
       readonly type?: "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly ledger: ReadonlyArray<Schemas["LedgerEntry"]>; readonly page: number; readonly limit: number }
   }
   readonly "GET /dashboard/invitations": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly invitations: ReadonlyArray<Schemas["Invitation"]> }
   }
   readonly "GET /dashboard/logs": {
@@ -100,6 +114,7 @@ export interface Routes {
       readonly from?: string
       readonly to?: string
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
       readonly logs: ReadonlyArray<Schemas["RequestLog"]>
       readonly total: number
@@ -121,20 +136,25 @@ export interface Routes {
       readonly from?: string
       readonly to?: string
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: string
     readonly media: "text/csv; charset=utf-8"
   }
   readonly "GET /dashboard/logs/{request_id}/conversation": {
     readonly path: { readonly request_id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["LogConversation"]
   }
   readonly "GET /dashboard/members": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly members: ReadonlyArray<Schemas["Member"]> }
   }
   readonly "GET /dashboard/members/invitations": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly invitations: ReadonlyArray<Schemas["Invitation"]> }
   }
   readonly "GET /dashboard/overview": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
       readonly wallet: Schemas["Wallet"]
       readonly today_usage: Schemas["UsageCounters"]
@@ -153,6 +173,7 @@ export interface Routes {
       readonly environment?: "live" | "test"
       readonly group_by_tag?: string
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
       readonly from: string
       readonly to: string
@@ -170,16 +191,20 @@ export interface Routes {
       readonly api_key_id?: string
       readonly environment?: "live" | "test"
     }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: string
     readonly media: "text/csv; charset=utf-8"
   }
   readonly "GET /dashboard/usage/grouping-tags": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["GroupingTags"]
   }
   readonly "GET /dashboard/webhooks": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly endpoints: ReadonlyArray<Schemas["WebhookEndpoint"]> }
   }
   readonly "GET /dashboard/webhooks/event-types": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
       readonly event_types: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated">
       readonly payload?: Schemas["WebhookEventPayload"]
@@ -187,49 +212,59 @@ export interface Routes {
   }
   readonly "GET /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["WebhookEndpoint"]
   }
   readonly "GET /dashboard/webhooks/{id}/deliveries": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly deliveries: ReadonlyArray<Schemas["WebhookDelivery"]> }
   }
   readonly "PATCH /dashboard/api-keys/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["UpdateApiKeyRequest"]
     readonly success: Schemas["ApiKey"]
   }
   readonly "PATCH /dashboard/members/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["UpdateMemberRequest"]
     readonly success: Schemas["Member"]
   }
   readonly "PATCH /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["UpdateWebhookRequest"]
     readonly success: Schemas["WebhookEndpoint"]
   }
   readonly "POST /dashboard/api-keys": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["CreateApiKeyRequest"]
     readonly success: { readonly key: Schemas["ApiKey"]; readonly full_key: string; readonly warning: string }
   }
   readonly "POST /dashboard/api-keys/{id}/rotate": {
     readonly path: { readonly id: string }
-    readonly headers: { readonly "idempotency-key"?: string }
+    readonly headers: { readonly "idempotency-key"?: string; readonly "Nenas-Account"?: string }
     readonly payload: Schemas["RotateApiKeyRequest"]
     readonly success: Schemas["RotateApiKeyResponse"]
   }
   readonly "POST /dashboard/billing/card": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly session_id: string; readonly url: string }
   }
   readonly "POST /dashboard/billing/checkout": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["CheckoutRequest"]
     readonly success: { readonly url: string; readonly session_id: string; readonly transaction_id: string }
   }
   readonly "POST /dashboard/invitations/{id}/accept": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["AcceptedInvitation"]
   }
   readonly "POST /dashboard/members/invitations": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["InviteRequest"]
     readonly success: {
       readonly id: string
@@ -244,19 +279,23 @@ export interface Routes {
     }
   }
   readonly "POST /dashboard/webhooks": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["CreateWebhookRequest"]
     readonly success: { readonly endpoint: Schemas["WebhookEndpoint"]; readonly secret: string; readonly warning: string }
   }
   readonly "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend": {
     readonly path: { readonly id: string; readonly delivery_id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly ok: true }
   }
   readonly "POST /dashboard/webhooks/{id}/rotate-secret": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly secret: string; readonly warning: string }
   }
   readonly "POST /dashboard/webhooks/{id}/test": {
     readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly event_id: string }
   }
   readonly "POST /dev/session": {
@@ -264,10 +303,12 @@ export interface Routes {
     readonly success: { readonly token: string }
   }
   readonly "PUT /dashboard/billing/settings": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["UpdateBillingSettings"]
     readonly success: Schemas["BillingSettings"]
   }
   readonly "PUT /dashboard/usage/grouping-tags": {
+    readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["GroupingTags"]
     readonly success: Schemas["GroupingTags"]
   }
@@ -302,8 +343,8 @@ export interface Schemas {
     readonly id: string
     readonly member_id: string | null
     readonly actor_email: string | null
-    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated"
-    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook"
+    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted"
+    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response"
     readonly target_id: string | null
     readonly details: { readonly [key: string]: unknown }
     readonly client_address: string | null
@@ -511,6 +552,7 @@ export interface Schemas {
     readonly status: "enabled" | "disabled"
     readonly disabled_reason: string | null
     readonly failing_since: string | null
+    readonly created_by_removed: boolean
     readonly created_at: string
     readonly updated_at: string
   }

@@ -2,12 +2,9 @@ import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
 import { countMessages } from "../src/Domain/Tokens.js"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
 import { DEFAULT_REASONING_TOKENS_PER_SECOND } from "../src/Models/ReasoningEstimate.js"
 import { booksOf, type CallBooks } from "./support/Books.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { readSse, sseJson } from "./support/Sse.js"
-import { TestServer } from "./support/TestServer.js"
+import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { Upstream } from "./support/Upstream.js"
 
 /**
@@ -19,29 +16,6 @@ import { Upstream } from "./support/Upstream.js"
 
 const PROMPT = "Think hard about a greeting for the team"
 const THINK_MS = 2_000
-
-/** A reasoning-routed chat stream, read to its end, or cut by the client after `cutAfterMs`. */
-const reasoningStream = (apiKey: string, cutAfterMs?: number) =>
-  Effect.flatMap(TestServer, ({ baseUrl }) =>
-    Effect.promise(async () => {
-      const cut = new AbortController()
-      const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-        body: JSON.stringify({
-          model: PUBLIC_MODEL,
-          messages: [{ role: "user", content: PROMPT }],
-          reasoning_effort: "high",
-          max_tokens: 4_000,
-          stream: true
-        }),
-        signal: AbortSignal.any([cut.signal, AbortSignal.timeout(20_000)])
-      })
-      const requestId = response.headers.get("x-request-id") ?? ""
-      if (cutAfterMs !== undefined) setTimeout(() => cut.abort(), cutAfterMs)
-      const events = await readSse(response).catch(() => [])
-      return { status: response.status, requestId, chunks: sseJson(events) }
-    }))
 
 /** A call billed its input and estimated reasoning, nothing visible: the books agree, and the reasoning it was billed. */
 const billedForThinking = ({ hold, ledger, log }: CallBooks, errorCode: string | null) => {
@@ -75,7 +49,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalT
 
       // The upstream thinks (its role chunk, then silence) and its connection breaks before any text.
       upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 0, thinkMs: THINK_MS })
-      const broken = yield* reasoningStream(apiKey)
+      const broken = yield* reasoningStream(apiKey, PROMPT)
       expect(broken.status).toBe(200)
       const last = broken.chunks[broken.chunks.length - 1]
       expect(last !== "[DONE]" && last?.error?.code, "an error event, not a clean end").toBe("provider_unavailable")
@@ -83,7 +57,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalT
 
       // The same thinking, cut by the client instead.
       upstream.setBehaviour({ kind: "ok", thinkMs: 10_000 })
-      const cut = yield* reasoningStream(apiKey, THINK_MS)
+      const cut = yield* reasoningStream(apiKey, PROMPT, THINK_MS)
       expect(cut.status).toBe(200)
       const cutReasoning = billedForThinking(yield* booksOf(cut.requestId), null)
       expect(Math.abs(brokenReasoning - cutReasoning), "about the same thinking billed").toBeLessThanOrEqual(

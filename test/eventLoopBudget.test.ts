@@ -5,6 +5,7 @@ import { join } from "node:path"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { createKey, devToken } from "./support/Http.js"
+import { wordsOf } from "./support/Words.js"
 import { startService, stopService } from "./support/ServiceProcess.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestServer.js"
 
@@ -29,20 +30,8 @@ const MESSAGES = 10_000
 const BLOCKS = 20_000
 const TOOLS = 512
 
-/**
- * Words of pseudo-random letters, so the tokenizer's cache of pieces it has seen does not help, between runs of
- * spaces, so that 8 MB stay under the model's context window of 1,000,000 tokens and a call is accepted.
- */
-const wordsOf = (length: number, seed: number): string => {
-  let text = ""
-  let state = seed * 2654435761 + 1
-  while (text.length < length) {
-    state = (state * 1103515245 + 12345) % 2147483648
-    text += `${state.toString(36).slice(0, 3 + (state % 7))} `
-    if (state % 3 === 0) text += " ".repeat(200)
-  }
-  return text.slice(0, length)
-}
+/** Spaced words (`Words.ts`), so that 8 MB stay under the context window of 1,000,000 tokens and a call is accepted. */
+const spacedWords = (length: number, seed: number) => wordsOf(length, seed, true)
 
 type Shape = "long messages" | "many messages" | "many blocks" | "many tools"
 type Endpoint = "/v1/chat/completions" | "/v1/responses" | "/v1/messages" | "/v1/messages/count_tokens"
@@ -54,7 +43,7 @@ const role = (i: number) => (i % 2 === 0 ? "user" : "assistant")
 
 /** Texts of `count` items sharing `bytes`, each item's JSON framing `overhead` bytes. */
 const texts = (count: number, bytes: number, overhead: number, seed: number) =>
-  Array.from({ length: count }, (_, i) => wordsOf(Math.floor(bytes / count) - overhead, seed + i))
+  Array.from({ length: count }, (_, i) => spacedWords(Math.floor(bytes / count) - overhead, seed + i))
 
 /** The conversation part of a body of `shape` for `endpoint`, in its own wire format. */
 const conversation = (endpoint: Endpoint, shape: Shape): Record<string, unknown> => {

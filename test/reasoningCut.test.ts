@@ -2,7 +2,6 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
 import { countMessages, countText } from "../src/Domain/Tokens.js"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
 import {
   DEFAULT_REASONING_TOKENS_PER_SECOND,
   estimateReasoningTokens,
@@ -12,9 +11,7 @@ import {
   thinkingMsOf
 } from "../src/Models/ReasoningEstimate.js"
 import { booksOf } from "./support/Books.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { readSse, sseJson } from "./support/Sse.js"
-import { TestServer } from "./support/TestServer.js"
+import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { Upstream } from "./support/Upstream.js"
 
 /**
@@ -64,27 +61,6 @@ const PROMPT = "Say hello to the team in a friendly way"
 const THINK_MS = 600
 const MAX_TOKENS = 4_000
 
-/** A reasoning-routed chat stream (`reasoning_effort: high`): the client's deltas' text and the request id. */
-const reasoningStream = (apiKey: string) =>
-  Effect.flatMap(TestServer, ({ baseUrl }) =>
-    Effect.promise(async () => {
-      const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-        body: JSON.stringify({
-          model: PUBLIC_MODEL,
-          messages: [{ role: "user", content: PROMPT }],
-          reasoning_effort: "high",
-          max_tokens: MAX_TOKENS,
-          stream: true
-        }),
-        signal: AbortSignal.timeout(20_000)
-      })
-      const chunks = sseJson(await readSse(response))
-      const text = chunks.map((c) => c === "[DONE]" ? "" : c.choices?.[0]?.delta?.content ?? "").join("")
-      return { status: response.status, requestId: response.headers.get("x-request-id") ?? "", text, chunks }
-    }))
-
 layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalTimeoutMs: 10_000 }), {
   excludeTestServices: true,
   timeout: 60_000
@@ -98,7 +74,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalT
       /** One cut stream: its books, checked, and the reasoning tokens it was billed. */
       const cutOnce = Effect.gen(function*() {
         upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 3, thinkMs: THINK_MS })
-        const reply = yield* reasoningStream(apiKey)
+        const reply = yield* reasoningStream(apiKey, PROMPT)
         expect(reply.status).toBe(200)
         expect(reply.chunks.some((c) => c !== "[DONE]" && c.error !== undefined), "an error chunk, not a clean end").toBe(true)
         expect(reply.text.length).toBeGreaterThan(0)
@@ -133,7 +109,7 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalT
       const reported = 3_000
       upstream.setBehaviour({ kind: "ok", thinkMs: THINK_MS, usage: { completion_tokens: reported + 20, reasoning_tokens: reported } })
       for (let i = 0; i < OBSERVATIONS_TO_LEARN; i++) {
-        const whole = yield* reasoningStream(apiKey)
+        const whole = yield* reasoningStream(apiKey, PROMPT)
         expect(whole.status).toBe(200)
         expect((yield* booksOf(whole.requestId)).log).toMatchObject({ usage_source: "provider", reasoning_tokens: reported })
       }

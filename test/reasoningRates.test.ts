@@ -2,7 +2,6 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Stream } from "effect"
 import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
 import { countText } from "../src/Domain/Tokens.js"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
 import {
   answeringModel,
   DEFAULT_REASONING_TOKENS_PER_SECOND,
@@ -18,10 +17,9 @@ import { TestKeyProvider } from "../src/Providers/Provider.js"
 import { simulatedProvider } from "../src/Providers/Simulated.js"
 import { alwaysClosed } from "./support/Breakers.js"
 import { booksOf } from "./support/Books.js"
-import { caller, violations, walletOf } from "./support/Models.js"
-import { readSse, sseJson } from "./support/Sse.js"
+import { caller, reasoningStream, violations, walletOf } from "./support/Models.js"
 import { webhookOverrides } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { TestServerLive } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"
 
 /**
@@ -76,7 +74,6 @@ describe("the learned reasoning rate (no database)", () => {
 const REASONING = "o4-mini"
 const PROMPT = "Say hello to the team in a friendly way"
 const THINK_MS = 600
-const MAX_TOKENS = 4_000
 /** What the slow built-in model reports: thinking far faster than the default, so a rate learned from it would show. */
 const TEST_KEY_REASONING = 3_000
 
@@ -102,27 +99,6 @@ const TestServerWithSlowTestKeys = Layer.unwrapEffect(Effect.map(Upstream, (upst
     upstreamTotalTimeoutMs: 10_000
   }, { breakers: alwaysClosed, testKeyProvider: Layer.succeed(TestKeyProvider, slowThinker) }))).pipe(Layer.provideMerge(Upstream.layer))
 
-/** A reasoning-routed chat stream (`reasoning_effort: high`): the client's deltas' text and the request id. */
-const reasoningStream = (apiKey: string) =>
-  Effect.flatMap(TestServer, ({ baseUrl }) =>
-    Effect.promise(async () => {
-      const response = await fetch(`${baseUrl}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-        body: JSON.stringify({
-          model: PUBLIC_MODEL,
-          messages: [{ role: "user", content: PROMPT }],
-          reasoning_effort: "high",
-          max_tokens: MAX_TOKENS,
-          stream: true
-        }),
-        signal: AbortSignal.timeout(20_000)
-      })
-      const chunks = sseJson(await readSse(response))
-      const text = chunks.map((c) => c === "[DONE]" ? "" : c.choices?.[0]?.delta?.content ?? "").join("")
-      return { status: response.status, requestId: response.headers.get("x-request-id") ?? "", text, chunks }
-    }))
-
 layer(TestServerWithSlowTestKeys, { excludeTestServices: true, timeout: 90_000 })("test-key streams and a live cut", (it) => {
   it.effect("eight test-key streams reporting fast thinking leave the rate alone: another account's live cut is billed at the default", () =>
     Effect.gen(function*() {
@@ -130,7 +106,7 @@ layer(TestServerWithSlowTestKeys, { excludeTestServices: true, timeout: 90_000 }
       upstream.reset()
       const tester = yield* caller("reasoning-test-key@example.com", { environment: "test" })
       for (let i = 0; i < 8; i++) {
-        const reply = yield* reasoningStream(tester.apiKey)
+        const reply = yield* reasoningStream(tester.apiKey, PROMPT)
         expect(reply.status).toBe(200)
         expect((yield* booksOf(reply.requestId)).log).toMatchObject({ usage_source: "provider", reasoning_tokens: TEST_KEY_REASONING })
       }
@@ -138,7 +114,7 @@ layer(TestServerWithSlowTestKeys, { excludeTestServices: true, timeout: 90_000 }
 
       const { accountId, apiKey } = yield* caller("reasoning-live-cut@example.com", { sen: 1000 })
       upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 3, thinkMs: THINK_MS })
-      const reply = yield* reasoningStream(apiKey)
+      const reply = yield* reasoningStream(apiKey, PROMPT)
       expect(reply.status).toBe(200)
       expect(reply.text.length).toBeGreaterThan(0)
       const { hold, ledger, log } = yield* booksOf(reply.requestId)

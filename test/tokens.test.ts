@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { countTokens } from "gpt-tokenizer"
 import { countUpstreamMessages } from "../src/Providers/ContentTokens.js"
 import { countMessages, countText, countTexts, EXACT_CHARS } from "../src/Domain/Tokens.js"
+import { wordsOf } from "./support/Words.js"
 
 const exact = (text: string) => countTokens(text, { disallowedSpecial: new Set<string>() })
 
@@ -67,16 +68,6 @@ describe("countText", () => {
   })
 })
 
-/** Words of pseudo-random letters: text the tokenizer's cache of pieces does not help with. */
-const wordsOf = (length: number, seed: number): string => {
-  let text = ""
-  let state = seed * 2654435761 + 1
-  while (text.length < length) {
-    state = (state * 1103515245 + 12345) % 2147483648
-    text += `${state.toString(36).slice(0, 3 + (state % 7))} `
-  }
-  return text.slice(0, length)
-}
 const cjk = (length: number, seed: number) =>
   Array.from({ length }, (_, i) => String.fromCodePoint(0x4e00 + ((i + seed) * 7919) % 20_000)).join("")
 const punctuation = (length: number) => Array.from({ length }, (_, i) => "!?#$%&*+-/<=>@^~|"[(i * 7919) % 17]).join("")

@@ -1,9 +1,11 @@
 import { Effect, Layer, Option } from "effect"
 import type { AppConfigShape } from "../../src/AppConfig.js"
+import { PUBLIC_MODEL } from "../../src/Models/Api.js"
 import { alwaysClosed } from "./Breakers.js"
 import { call, createKey } from "./Http.js"
 import { topUp, webhookOverrides } from "./Stripe.js"
-import { query, TestServerLive } from "./TestServer.js"
+import { readSse, sseJson } from "./Sse.js"
+import { query, TestServer, TestServerLive } from "./TestServer.js"
 import { Upstream } from "./Upstream.js"
 import { developer, walletInstance } from "./Wallet.js"
 
@@ -70,3 +72,30 @@ export const walletOf = (accountId: string) =>
     (rows) => ({ available: Number(rows[0]?.available), reserved: Number(rows[0]?.reserved), spent: Number(rows[0]?.spent) })
   )
 
+
+/**
+ * A reasoning-routed chat stream (`reasoning_effort: high`) of `prompt`, read to its end, or cut by its client after
+ * `cutAfterMs`: its status, request id, chunks and the text of their deltas.
+ */
+export const reasoningStream = (apiKey: string, prompt: string, cutAfterMs?: number) =>
+  Effect.flatMap(TestServer, ({ baseUrl }) =>
+    Effect.promise(async () => {
+      const cut = new AbortController()
+      const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: PUBLIC_MODEL,
+          messages: [{ role: "user", content: prompt }],
+          reasoning_effort: "high",
+          max_tokens: 4_000,
+          stream: true
+        }),
+        signal: AbortSignal.any([cut.signal, AbortSignal.timeout(20_000)])
+      })
+      const requestId = response.headers.get("x-request-id") ?? ""
+      if (cutAfterMs !== undefined) setTimeout(() => cut.abort(), cutAfterMs)
+      const chunks = sseJson(await readSse(response).catch(() => []))
+      const text = chunks.map((c) => c === "[DONE]" ? "" : c.choices?.[0]?.delta?.content ?? "").join("")
+      return { status: response.status, requestId, text, chunks }
+    }))

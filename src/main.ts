@@ -4,7 +4,7 @@ import { AppConfig } from "./AppConfig.js"
 import { EmbeddedPostgresError } from "./Database/EmbeddedPostgres.js"
 import { ServerLive } from "./Http/Server.js"
 import { holdRepeatedSignals } from "./Http/Shutdown.js"
-import { InstanceIdInUse } from "./Wallet/Instances.js"
+import { InstanceIdInUse } from "./Wallet/Instances/Instances.js"
 
 /** A start-up failure that already names its cause and remedy is that one line; anything else is logged whole. */
 const reportFailure = (cause: Cause.Cause<unknown>) => {

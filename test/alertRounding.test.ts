@@ -1,7 +1,7 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { microMyr, myrAsSet, myrDown, myrUp } from "../src/Domain/Money.js"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
+import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
 import { booksOf } from "./support/Books.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, walletOf } from "./support/Models.js"

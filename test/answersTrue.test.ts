@@ -10,7 +10,7 @@ import {
   toErrorBody,
   UnsupportedInput
 } from "../src/Domain/Errors.js"
-import { forCaller } from "../src/Models/ModelCalls.js"
+import { forCaller } from "../src/Models/Call/ModelCalls.js"
 import { decideRoute } from "../src/Routing/Router.js"
 import { SIMULATED_MODEL } from "../src/Providers/Simulated.js"
 import { call, type Reply } from "./support/Http.js"

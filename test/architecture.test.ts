@@ -19,7 +19,7 @@ export const HANDLERS = "(handlers)"
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Domain"],
   [CONTRACTS],
-  ["AppConfig"],
+  ["AppConfig", "Lane/Wire"],
   ["Observability", "Request", "Database"],
   ["Routing", "Search", "Responses"],
   ["Providers"],
@@ -32,6 +32,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Alerts"],
   ["Models"],
   [HANDLERS],
+  ["Lane"],
   ["Http"],
   ["main"]
 ]
@@ -48,10 +49,14 @@ const sourceFiles = (dir: string): ReadonlyArray<string> =>
     return path.endsWith(".ts") ? [path] : []
   })
 
-/** A file's folder under `src/`, or its own name for a top-level file. */
+/**
+ * A file's folder under `src/` (or the sub-folder, when `LAYERS` names one on
+ * its own, as `Lane/Wire`), or its own name for a top-level file.
+ */
 const folderOf = (file: string): string => {
-  const [first = "", ...rest] = relative(SRC, file).split("/")
-  return rest.length === 0 ? first.replace(/\.ts$/, "") : first
+  const [first = "", second, ...rest] = relative(SRC, file).split("/")
+  if (second === undefined) return first.replace(/\.ts$/, "")
+  return rest.length > 0 && LAYERS.some((units) => units.includes(`${first}/${second}`)) ? `${first}/${second}` : first
 }
 
 const isContract = (file: string): boolean => /Api\.ts$/.test(basename(file))

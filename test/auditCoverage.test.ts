@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { keyPrefix } from "../src/Keys/ApiKeys.js"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
+import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
 import { query } from "./support/TestServer.js"

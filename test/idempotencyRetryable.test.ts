@@ -1,6 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
+import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
 import { booksOf } from "./support/Books.js"
 import type { Reply } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"

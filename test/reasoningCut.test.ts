@@ -9,7 +9,7 @@ import {
   MAX_LEARNED_RATE,
   OBSERVATIONS_TO_LEARN,
   thinkingMsOf
-} from "../src/Models/ReasoningEstimate.js"
+} from "../src/Models/Call/ReasoningEstimate.js"
 import { booksOf } from "./support/Books.js"
 import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { Upstream } from "./support/Upstream.js"

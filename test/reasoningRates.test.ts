@@ -11,7 +11,7 @@ import {
   OBSERVATIONS_TO_LEARN,
   observedRate,
   rateFrom
-} from "../src/Models/ReasoningEstimate.js"
+} from "../src/Models/Call/ReasoningEstimate.js"
 import type { ProviderShape } from "../src/Providers/Provider.js"
 import { TestKeyProvider } from "../src/Providers/Provider.js"
 import { simulatedProvider } from "../src/Providers/Simulated.js"

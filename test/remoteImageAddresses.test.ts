@@ -1,6 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
+import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
 import { caller, modelCall, TestServerWithUpstream, walletOf } from "./support/Models.js"
 import { query } from "./support/TestServer.js"
 import { Upstream } from "./support/Upstream.js"

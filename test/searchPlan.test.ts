@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Schema } from "effect"
-import { WebSearchConfig } from "../src/Models/Api.js"
-import { citedSources, planSearch } from "../src/Models/WebSearch.js"
-import type { Citation } from "../src/Models/WebSearch.js"
+import { WebSearchConfig } from "../src/Models/OpenAi/Api.js"
+import { citedSources, planSearch } from "../src/Models/Call/WebSearch.js"
+import type { Citation } from "../src/Models/Call/WebSearch.js"
 import { parseQueries, planningMessages, simulatedPlannerAnswer } from "../src/Search/Planning.js"
 
 const config = Schema.decodeUnknownSync(WebSearchConfig)

@@ -10,14 +10,14 @@ import { newId } from "../src/Domain/Ids.js"
 import type { LogWrite } from "../src/Logs/RequestLogs.js"
 import { RequestLogs } from "../src/Logs/RequestLogs.js"
 import { Metrics } from "../src/Observability/Metrics.js"
-import type { GrantPool } from "../src/Wallet/GrantPool.js"
-import { type Grant, newGrant } from "../src/Wallet/Grants.js"
-import { ReservationLeases } from "../src/Wallet/Leases.js"
-import { replayParked } from "../src/Wallet/Parked.js"
-import { settleBatch } from "../src/Wallet/Settle.js"
-import type { SettleItem } from "../src/Wallet/SettleBatch.js"
-import type { Queued } from "../src/Wallet/SettleBatch.js"
-import { makeSettlementQueue } from "../src/Wallet/SettlementQueue.js"
+import type { GrantPool } from "../src/Wallet/Grants/GrantPool.js"
+import { type Grant, newGrant } from "../src/Wallet/Grants/Grants.js"
+import { ReservationLeases } from "../src/Wallet/Instances/Leases.js"
+import { replayParked } from "../src/Wallet/Settlement/Parked.js"
+import { settleBatch } from "../src/Wallet/Settlement/Settle.js"
+import type { SettleItem } from "../src/Wallet/Settlement/SettleBatch.js"
+import type { Queued } from "../src/Wallet/Settlement/SettleBatch.js"
+import { makeSettlementQueue } from "../src/Wallet/Settlement/SettlementQueue.js"
 import { caller, TestServerWithUpstream, violations } from "./support/Models.js"
 import { TestServer, withClient } from "./support/TestServer.js"
 
@@ -303,7 +303,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement that 
       yield* raw(`ALTER TABLE request_logs DROP CONSTRAINT refuse_one`)
       const { databaseUrl } = yield* TestServer
       const replay = yield* Effect.promise(() =>
-        promisify(execFile)("node", ["--import", "tsx", "src/Wallet/ReplayParked.ts"], {
+        promisify(execFile)("node", ["--import", "tsx", "src/Wallet/Settlement/ReplayParked.ts"], {
           cwd: resolve(import.meta.dirname, ".."),
           env: { ...process.env, DATABASE_URL: databaseUrl, LOG_FORMAT: "json" }
         })

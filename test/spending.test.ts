@@ -1,6 +1,6 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { grantGrowth } from "../src/Wallet/Grants.js"
+import { grantGrowth } from "../src/Wallet/Grants/Grants.js"
 import { call } from "./support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
 import { TestServer, withClient } from "./support/TestServer.js"

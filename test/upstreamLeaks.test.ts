@@ -1,6 +1,6 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Logger, Option } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/Api.js"
+import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
 import { cleanUpstreamText } from "../src/Providers/CleanText.js"
 import { makeOpenAiCompatible } from "../src/Providers/OpenAiCompatible.js"
 import { booksOf } from "./support/Books.js"

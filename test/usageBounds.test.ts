@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { CONTEXT_WINDOW, PUBLIC_MODEL } from "../src/Models/Api.js"
+import { CONTEXT_WINDOW, PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
 import { booksOf } from "./support/Books.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
 import { readSse } from "./support/Sse.js"

@@ -11,7 +11,7 @@ import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { breathe, breatheAfter, LARGE_BODY_CHARS, LargeRequest } from "../Request/Breathe.js"
 import { AppConfig } from "../AppConfig.js"
 import { memoized } from "../Domain/Memo.js"
-import { CallLimits } from "../Models/RateLimits.js"
+import { CallLimits } from "../Models/Admission/RateLimits.js"
 import { guardDevRoutes } from "./DevRoutes.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>

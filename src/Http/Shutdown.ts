@@ -1,6 +1,6 @@
 import type { Server } from "node:http"
 import { Clock, Effect, Layer } from "effect"
-import { Idempotency } from "../Models/Idempotency.js"
+import { Idempotency } from "../Models/Admission/Idempotency.js"
 
 /**
  * How long in-flight calls may take to finish after SIGTERM or SIGINT. Then

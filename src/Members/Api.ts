@@ -92,7 +92,8 @@ export const InvitationList = Schema.Struct({ invitations: Schema.Array(Invitati
 
 export const Ok = Schema.Struct({ ok: Schema.Literal(true) })
 
-const Id = HttpApiSchema.param("id", MemberId)
+/** The `{id}` of a member or an invitation in a path. */
+export const IdParam = HttpApiSchema.param("id", MemberId)
 
 /** The account's members and its invitations: whoever is signed in reads them, owners and admins change them. */
 export class MembersApi extends HttpApiGroup.make("members")
@@ -103,7 +104,7 @@ export class MembersApi extends HttpApiGroup.make("members")
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
-    HttpApiEndpoint.patch("update")`/dashboard/members/${Id}`
+    HttpApiEndpoint.patch("update")`/dashboard/members/${IdParam}`
       .setPayload(UpdateMemberRequest)
       .addSuccess(MemberRecord)
       .addError(wire(NotFound))
@@ -114,7 +115,7 @@ export class MembersApi extends HttpApiGroup.make("members")
       .pipe(allowRoles(...ADMINS))
   )
   .add(
-    HttpApiEndpoint.del("remove")`/dashboard/members/${Id}`
+    HttpApiEndpoint.del("remove")`/dashboard/members/${IdParam}`
       .setUrlParams(RemoveMemberParams)
       .addSuccess(RemovedMember)
       .addError(wire(NotFound))
@@ -141,7 +142,7 @@ export class MembersApi extends HttpApiGroup.make("members")
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
-    HttpApiEndpoint.del("revoke")`/dashboard/members/invitations/${Id}`
+    HttpApiEndpoint.del("revoke")`/dashboard/members/invitations/${IdParam}`
       .addSuccess(Ok)
       .addError(wire(NotFound))
       .pipe(allowRoles(...ADMINS))
@@ -149,44 +150,4 @@ export class MembersApi extends HttpApiGroup.make("members")
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
   .annotate(OpenApi.Description, "The people of the account named by `Nenas-Account` (else yours): roles, budgets, invitations.")
-{}
-
-export const AccountSummary = Schema.Struct({
-  id: Schema.String,
-  name: Schema.NullOr(Schema.String),
-  /** Your role in it. */
-  role: Role,
-  member_id: Schema.String,
-  /** The account your first sign-in opened: the one dashboard requests act on without `Nenas-Account`. */
-  personal: Schema.Boolean
-}).annotations({ identifier: "AccountSummary" })
-
-export const AcceptedInvitation = Schema.Struct({ account: AccountSummary }).annotations({ identifier: "AcceptedInvitation" })
-
-/** The signed-in person's own: the accounts they belong to and the invitations to their email. */
-export class AccountsApi extends HttpApiGroup.make("accounts")
-  .add(
-    HttpApiEndpoint.get("list", "/dashboard/accounts")
-      .setUrlParams(NoUrlParams)
-      .addSuccess(Schema.Struct({ accounts: Schema.Array(AccountSummary) }))
-      .annotate(OpenApi.Description, "The accounts you belong to, your personal one first; name one with `Nenas-Account`.")
-      .pipe(allowRoles(...EVERY_ROLE))
-  )
-  .add(
-    HttpApiEndpoint.get("invitations", "/dashboard/invitations")
-      .setUrlParams(NoUrlParams)
-      .addSuccess(InvitationList)
-      .annotate(OpenApi.Description, "Open invitations to your email, from any account.")
-      .pipe(allowRoles(...EVERY_ROLE))
-  )
-  .add(
-    HttpApiEndpoint.post("accept")`/dashboard/invitations/${Id}/accept`
-      .addSuccess(AcceptedInvitation)
-      .addError(wire(NotFound))
-      .annotate(OpenApi.Description, "Joins the inviting account with the invitation's role; only the invited email may.")
-      .pipe(allowRoles(...EVERY_ROLE))
-  )
-  .addError(wire(InvalidRequest))
-  .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "Your accounts and your invitations, whichever account a request names.")
 {}

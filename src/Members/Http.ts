@@ -17,11 +17,11 @@ import { KeysRepo } from "../Keys/Repo.js"
 import { DASHBOARD_URL, emailAddress } from "../Outbox/Events.js"
 import { Spending } from "../Wallet/Spending.js"
 import { WebhookEndpoints } from "../Webhooks/Endpoints.js"
-import type { AccountSummary, InvitationRecord, MemberRecord } from "./Api.js"
-import { type AccountOfRow, type InvitationRow, type MemberRow, MembersRepo } from "./Repo.js"
+import type { MemberRecord } from "./Api.js"
+import { INVITATION_DAYS, invitationUrl, toInvitation } from "./InvitationView.js"
+import { type MemberRow, MembersRepo } from "./Repo.js"
 
 /** How long an invitation may be accepted (DESIGN.md, Teams). */
-const INVITATION_DAYS = 7
 
 const noSuchMember = (id: string) => new NotFound({ message: `No member with id '${id}' in this account.`, param: "id" })
 
@@ -43,28 +43,6 @@ const unseenSecret = (environment: Environment) => {
 }
 
 const article = (role: Role) => role === "owner" || role === "admin" ? "an" : "a"
-
-export const invitationUrl = (dashboardUrl: string, id: string) => `${dashboardUrl}/invitations?id=${encodeURIComponent(id)}`
-
-const toInvitation = (dashboardUrl: string) => (row: InvitationRow): InvitationRecord => ({
-  id: row.id,
-  account_id: row.accountId,
-  account_name: row.accountName,
-  email: row.email,
-  role: row.role,
-  invited_by_email: row.invitedByEmail,
-  created_at: row.createdAt.toISOString(),
-  expires_at: row.expiresAt.toISOString(),
-  accept_url: invitationUrl(dashboardUrl, row.id)
-})
-
-const toSummary = (row: AccountOfRow): typeof AccountSummary.Type => ({
-  id: row.accountId,
-  name: row.accountName ?? row.accountEmail,
-  role: row.role,
-  member_id: row.memberId,
-  personal: row.personal
-})
 
 export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) =>
   Effect.gen(function*() {
@@ -273,62 +251,5 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
             return yield* new NotFound({ message: `No open invitation with id '${path.id}' in this account.`, param: "id" })
           }
           return { ok: true } as const
-        }))
-  }))
-
-export const AccountsLive = HttpApiBuilder.group(NenasApi, "accounts", (handlers) =>
-  Effect.gen(function*() {
-    const repo = yield* MembersRepo
-    const audit = yield* AuditLog
-    const config = yield* AppConfig
-    return handlers
-      .handle("list", () =>
-        Effect.gen(function*() {
-          const account = yield* CurrentAccount
-          return { accounts: (yield* repo.accountsOf(account.identity)).map(toSummary) }
-        }))
-      .handle("invitations", () =>
-        Effect.gen(function*() {
-          const { identity } = yield* CurrentAccount
-          const open = identity.email === null ? [] : yield* repo.invitationsTo(identity.email)
-          return { invitations: open.map(toInvitation(config.dashboardUrl)) }
-        }))
-      .handle("accept", ({ path }) =>
-        Effect.gen(function*() {
-          const { identity } = yield* CurrentAccount
-          const accepted = yield* audit.within(
-            repo.accept(path.id, identity),
-            ({ invitation, member }) => ({
-              action: "member.joined",
-              targetType: "member",
-              targetId: member.id,
-              details: { email: member.email, role: member.role, invitation_id: invitation.id },
-              as: { accountId: invitation.accountId, memberId: member.id }
-            })
-          ).pipe(
-            Effect.catchTags({
-              NotAcceptable: ({ reason }) =>
-                Effect.fail(
-                  reason === "unknown" || reason === "other_email"
-                    ? new NotFound({ message: `No invitation with id '${path.id}' to your email address.`, param: "id" })
-                    : new InvalidRequest({
-                      message: {
-                        accepted: "This invitation was already accepted.",
-                        revoked: "This invitation was revoked; ask the account's owner or admin for a new one.",
-                        inviter_may_not: "This invitation was revoked: the member who sent it may no longer invite. " +
-                          "Ask the account's owner or admin for a new one.",
-                        expired: `This invitation expired (they last ${INVITATION_DAYS} days); ask the account's owner or admin for a new one.`,
-                        already_member: "You are already a member of this account."
-                      }[reason],
-                      param: "id"
-                    })
-                ),
-              TooMany: ({ limit }) => Effect.fail(new InvalidRequest({ message: `The account already has ${limit} members, its most.` }))
-            })
-          )
-          const mine = yield* repo.accountsOf(identity)
-          const summary = mine.find((row) => row.accountId === accepted.invitation.accountId)
-          if (summary === undefined) return yield* Effect.dieMessage("an accepted invitation's account is not among the person's")
-          return { account: toSummary(summary) }
         }))
   }))

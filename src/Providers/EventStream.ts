@@ -2,8 +2,8 @@ import type { Readable } from "node:stream"
 import type { Stream } from "effect"
 import type { ProviderError, StreamPart } from "./Provider.js"
 import { chunkParts, makeEventSplitter } from "./ChatDecode.js"
-import { doneWith } from "../Request/DoneWith.js"
-import { type PartReader, readableParts, type Stop } from "./PartReader.js"
+import { doneWith } from "../Lane/Wire/DoneWith.js"
+import { type PartReader, readableParts, type Stop } from "../Lane/Wire/PartReader.js"
 
 export interface EventStreamErrors {
   readonly malformed: () => ProviderError
@@ -92,7 +92,7 @@ export const eventStreamParts = (
   totalMs: number,
   errors: EventStreamErrors
 ): Stream.Stream<StreamPart, ProviderError> =>
-  readableParts((): PartReader => {
+  readableParts<StreamPart, ProviderError>((): PartReader<StreamPart> => {
     const split = makeEventSplitter()
     const reads = flowingReads(body)
     let finished = false
@@ -120,11 +120,11 @@ export const eventStreamParts = (
           read = await reads.next()
         } catch (cause) {
           done = true
-          if (timedOut) throw { error: errors.timedOut() } satisfies Stop
+          if (timedOut) throw { error: errors.timedOut() } satisfies Stop<ProviderError>
           if (finished) return undefined
-          throw { error: errors.brokeOff(), detail: cause instanceof Error ? cause.message : String(cause) } satisfies Stop
+          throw { error: errors.brokeOff(), detail: cause instanceof Error ? cause.message : String(cause) } satisfies Stop<ProviderError>
         }
-        if (timedOut) throw { error: errors.timedOut() } satisfies Stop
+        if (timedOut) throw { error: errors.timedOut() } satisfies Stop<ProviderError>
         for (const data of split(read)) {
           if (data === "[DONE]") {
             stopReading()
@@ -135,14 +135,14 @@ export const eventStreamParts = (
             stopReading()
             if (finished) break
             throw outcome._tag === "Malformed"
-              ? { error: errors.malformed() } satisfies Stop
-              : { error: errors.errorChunk(), detail: `error chunk: ${JSON.stringify(outcome.error).slice(0, 2000)}` } satisfies Stop
+              ? { error: errors.malformed() } satisfies Stop<ProviderError>
+              : { error: errors.errorChunk(), detail: `error chunk: ${JSON.stringify(outcome.error).slice(0, 2000)}` } satisfies Stop<ProviderError>
           }
           if (!finished && parts.some((part) => part._tag === "Finish")) finished = true
         }
         if (read === undefined) {
           done = true
-          if (!finished) throw { error: errors.cutShort() } satisfies Stop
+          if (!finished) throw { error: errors.cutShort() } satisfies Stop<ProviderError>
         }
       }
       return parts.length > 0 ? parts : undefined

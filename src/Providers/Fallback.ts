@@ -5,7 +5,7 @@ import { targetsFor } from "../Domain/Upstreams.js"
 import type { BreakersShape } from "./BreakerTypes.js"
 import type { AttemptFailure, UpstreamClient } from "./OpenAiCompatible.js"
 import { makeUpstreamClient } from "./OpenAiCompatible.js"
-import { tapFailure } from "./PartReader.js"
+import { tapFailure } from "../Lane/Wire/PartReader.js"
 import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, UpstreamAttempt } from "./Provider.js"
 
 /**

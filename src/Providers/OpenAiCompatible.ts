@@ -4,7 +4,7 @@ import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavail
 import { completionOf } from "./ChatDecode.js"
 import { cleanUpstreamText } from "./CleanText.js"
 import { eventStreamParts } from "./EventStream.js"
-import { dropBody, makePost, textOf } from "./KeepAlivePost.js"
+import { dropBody, makePost, textOf } from "../Lane/Wire/KeepAlivePost.js"
 import type { AttemptOutcome, Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
 
 export interface UpstreamOptions {

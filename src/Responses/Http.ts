@@ -6,8 +6,8 @@ import { NenasApi } from "../Api.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import { keyPrefix } from "../Keys/ApiKeys.js"
-import { CallLimits } from "../Models/RateLimits.js"
-import { inputItemsPage, renderStored, StoredConversations } from "../Models/StoredConversations.js"
+import { CallLimits } from "../Models/Admission/RateLimits.js"
+import { inputItemsPage, renderStored, StoredConversations } from "../Models/OpenAi/StoredConversations.js"
 import { currentRequestId } from "../Request/Context.js"
 
 const JSON_TYPE = { contentType: "application/json" }

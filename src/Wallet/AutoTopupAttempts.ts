@@ -4,7 +4,7 @@ import { Context, Effect, Layer, Option, Schema } from "effect"
 import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { totalOf } from "./LowBalance.js"
-import type { WalletRow } from "./SettleRows.js"
+import type { WalletRow } from "./Settlement/SettleRows.js"
 
 /**
  * Auto top-up attempts (issue 25). A settlement that leaves a wallet below its

@@ -1,5 +1,5 @@
 import type { OpenLog } from "../Logs/RequestLogs.js"
-import type { Grant } from "./Grants.js"
+import type { Grant } from "./Grants/Grants.js"
 import type { Reservation } from "./Reserve.js"
 
 /** Where a call's money is held. */

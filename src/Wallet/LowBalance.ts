@@ -3,7 +3,7 @@ import type { SqlError } from "@effect/sql"
 import { Effect } from "effect"
 import { microMyr, myrAsSet, myrDown, myrUp, toMyrNumber } from "../Domain/Money.js"
 import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
-import type { WalletRow } from "./SettleRows.js"
+import type { WalletRow } from "./Settlement/SettleRows.js"
 
 /**
  * Low-balance alerts (issue 25). The balance here is what the ledger sums to

@@ -7,12 +7,12 @@ import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
-import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, type GrantToGrow } from "./GrantRows.js"
-import { ReservationLeases } from "./Leases.js"
+import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, type GrantToGrow } from "./Grants/GrantRows.js"
+import { ReservationLeases } from "./Instances/Leases.js"
 import { lockWallet } from "./Lock.js"
 import { type Reservation, type ReserveInput, reserveStatements } from "./Reserve.js"
-import { settleBatch } from "./Settle.js"
-import type { SettleItem } from "./SettleBatch.js"
+import { settleBatch } from "./Settlement/Settle.js"
+import type { SettleItem } from "./Settlement/SettleBatch.js"
 
 /**
  * The prepaid wallet as a bank keeps it. `open` makes the row at an account's
@@ -67,7 +67,7 @@ export type StoredWallet = typeof StoredWallet.Type
 
 const OpenHolds = Schema.Struct({ open: Schema.Int })
 
-export type { GrantSizing, GrantsAsked } from "./GrantRows.js"
+export type { GrantSizing, GrantsAsked } from "./Grants/GrantRows.js"
 
 export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   /** Makes the account's empty wallet, unless it has one; inside the caller's transaction when there is one. */

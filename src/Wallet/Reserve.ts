@@ -4,8 +4,8 @@ import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type 
 import { newId } from "../Domain/Ids.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
-import { secondsSql } from "./Instances.js"
-import { RESERVATION_LEASE, type ReservationLeases } from "./Leases.js"
+import { secondsSql } from "./Instances/Instances.js"
+import { RESERVATION_LEASE, type ReservationLeases } from "./Instances/Leases.js"
 import { type LockedWallet, lockWallet } from "./Lock.js"
 import { keyLimitRefusal, memberBudgetRefusal, type MonthToDate } from "./SpendLimits.js"
 

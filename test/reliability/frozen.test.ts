@@ -1,7 +1,7 @@
 import { expect, it } from "vitest"
 import { randomBase62 } from "../../src/Domain/Ids.js"
 import { DEFAULT_PRICES } from "../../src/Domain/Prices.js"
-import { billedCost } from "../../src/Models/Estimate.js"
+import { billedCost } from "../../src/Models/Call/Estimate.js"
 import { fundedDeveloper } from "../support/Fetch.js"
 import { invariantViolations, moneyState } from "../support/Money.js"
 import { postChat, processBed, sleep } from "../support/ProcessBed.js"

@@ -1,6 +1,6 @@
 import { Effect, Layer, Option } from "effect"
 import type { AppConfigShape } from "../../src/AppConfig.js"
-import { PUBLIC_MODEL } from "../../src/Models/Api.js"
+import { PUBLIC_MODEL } from "../../src/Models/OpenAi/Api.js"
 import { alwaysClosed } from "./Breakers.js"
 import { call, createKey } from "./Http.js"
 import { topUp, webhookOverrides } from "./Stripe.js"

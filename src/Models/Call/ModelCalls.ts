@@ -1,0 +1,279 @@
+import { Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "effect"
+import { AppConfig } from "../../AppConfig.js"
+import { KeyLimitReached } from "../../Keys/LimitReached.js"
+import type { ApiKeyPrincipal } from "../../Auth/Api.js"
+import { CurrentApiKey } from "../../Auth/Api.js"
+import type { ApiError } from "../../Domain/Errors.js"
+import {
+  errorMeta,
+  insufficientBalanceGuidance,
+  InsufficientBalance,
+  isApiError,
+  keyEditAction,
+  ProviderTimeout,
+  providerTimeoutGuidance,
+  SpendLimitExceeded
+} from "../../Domain/Errors.js"
+import type { MicroMyr } from "../../Domain/Money.js"
+import type { OpenLog } from "../../Logs/RequestLogs.js"
+import { forkWith } from "../../Lane/Wire/PartReader.js"
+import type { ProviderError, ProviderRequest, UpstreamAttempt } from "../../Providers/Provider.js"
+import { Provider, TestKeyProvider } from "../../Providers/Provider.js"
+import type { Route } from "../../Routing/Router.js"
+import { Router } from "../../Routing/Router.js"
+import { ImageFetcher } from "../../Search/ImageFetch.js"
+import { currentRequestId } from "../../Request/Context.js"
+import { Spending } from "../../Wallet/Spending.js"
+import { isMemberBudgetRefusal } from "../../Wallet/SpendLimits.js"
+import { PUBLIC_MODEL } from "../OpenAi/Api.js"
+import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
+import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
+import { targetsFor } from "../../Domain/Upstreams.js"
+import { elapsedSince, makeSettlement, usedOf } from "./CallSettlement.js"
+import { makeCallSpans } from "./CallSpan.js"
+import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
+import { inlineRemoteImages, screenRemoteImages } from "./RemoteImages.js"
+import type { EventRenderer } from "../OpenAi/Wire.js"
+import { breatheIfLarge } from "../../Request/Breathe.js"
+import type { SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
+import { makeHandoffs, relayBody } from "./StreamRelay.js"
+import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
+
+
+/** The output limit a caller lowers to reserve less, as each endpoint names it. */
+export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
+  "/v1/chat/completions": "max_tokens",
+  "/v1/messages": "max_tokens",
+  "/v1/responses": "max_output_tokens"
+}
+
+/** A refusal that tells this caller what to change: its endpoint's output field, its key's edit view. */
+export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiKeyId: string): ApiError => {
+  if (error._tag === "InsufficientBalance" && error.guidance === undefined) {
+    // Fields by name: an error's `message` is not an own enumerable property, so a spread would drop it.
+    return new InsufficientBalance({ message: error.message, param: error.param, guidance: insufficientBalanceGuidance(OUTPUT_FIELD[endpoint]) })
+  }
+  if (error._tag === "ProviderTimeout" && error.guidance === undefined) {
+    return new ProviderTimeout({
+      message: error.message,
+      param: error.param,
+      retryable: error.retryable,
+      retry_after_seconds: error.retry_after_seconds,
+      guidance: providerTimeoutGuidance(OUTPUT_FIELD[endpoint])
+    })
+  }
+  if (error._tag === "SpendLimitExceeded" && error.action === undefined) {
+    return new SpendLimitExceeded({ message: error.message, param: error.param, guidance: error.guidance, action: keyEditAction(apiKeyId) })
+  }
+  return error
+}
+
+/** The call's log row as it opens: who called, and where the router sent it. */
+/** What `Effect.uninterruptibleMask` hands its body: an effect run interruptibly again. */
+type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
+const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, route: Route, inputTokens: number): OpenLog => ({
+  requestId,
+  accountId: key.accountId,
+  apiKeyId: key.keyId,
+  publicModel: PUBLIC_MODEL,
+  upstreamModel: shownRoute(route, key.environment).upstreamModel,
+  routingCategory: route.category,
+  endpoint: input.endpoint,
+  stream: input.stream,
+  inputTokens,
+  environment: key.environment,
+  metadata: input.metadata ?? null,
+  // The log keeps a bounded end-user id; what goes upstream is the caller's own.
+  endUser: input.user === undefined ? null : input.user.slice(0, 256)
+})
+
+/**
+ * Runs model calls end to end (DESIGN.md, Money and Request lifecycle):
+ * route, count, estimate, cap, reserve, log, search, call the provider, then
+ * capture what was used (never above the reservation) or release. Settlement
+ * runs exactly once, uninterruptibly, whether the call succeeds, fails, or its
+ * client goes away.
+ */
+export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
+  readonly complete: (input: CallInput) => Effect.Effect<CallResult, ApiError, CurrentApiKey>
+  /**
+   * Fails before the first byte as `complete` does; then the client's body, as `renderer` writes its events
+   * (failures after the first byte are `Failed` events); `closed` runs once the body is done.
+   */
+  readonly stream: (
+    input: CallInput,
+    renderer: EventRenderer,
+    closed: Effect.Effect<void>
+  ) => Effect.Effect<SelfWritingBody, ApiError, CurrentApiKey>
+}>() {
+  static readonly layer = Layer.scoped(
+    ModelCalls,
+    Effect.gen(function*() {
+      const config = yield* AppConfig
+      const router = yield* Router
+      const spending = yield* Spending
+      const limitReached = yield* KeyLimitReached
+      const webSearch = yield* WebSearch
+      const images = yield* ImageFetcher
+      // Test keys always use the built-in model, cost nothing and never touch the wallet.
+      const providers = { live: yield* Provider, test: yield* TestKeyProvider }
+      const settlement = yield* makeSettlement
+      // Streams' settlements run on the service's fibers: awaited (after the handoffs below) before the wallet's last flush.
+      const fork = forkWith(yield* FiberSet.makeRuntime<never>())
+      const handoffs = yield* makeHandoffs(config.streamHandoffTimeoutMs)
+      const spans = makeCallSpans(Option.isSome(config.otlpEndpoint))
+      // Read directly, not through `Clock.currentTimeMillis`'s fiber steps, on every call (issue 36).
+      const clock = yield* Effect.clock
+
+      /** Holds what the call may cost at most; a refusal is logged as a failed call. */
+      const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number, endpoint: CallInput["endpoint"]) => {
+        // Test keys hold nothing; a model priced at nothing holds nothing, and settles as a call with nothing to charge.
+        const money = key.environment === "live"
+          ? {
+            accountId: key.accountId,
+            apiKeyId: key.keyId,
+            requestId: log.requestId,
+            amountMicroMyr: worstCase,
+            monthlySpendLimitMicroMyr: key.monthlySpendLimitMicroMyr,
+            memberId: key.memberId,
+            memberMonthlySpendLimitMicroMyr: key.memberMonthlySpendLimitMicroMyr
+          }
+          : null
+        // One handler of the failure (a held call passes one step, not one a stage): a refusal is logged, the key's
+        // own monthly limit announced, and the error named for the endpoint; anything else is a defect.
+        return Effect.catchAll(spending.hold(money, log), (error) => {
+          if (!isApiError(error)) return Effect.die(error)
+          const logged = Effect.suspend(() => spending.refused(log, errorMeta(error).code, elapsedSince(clock, startedAt)))
+          // `key.limit_reached` is the key's own limit's; a member's budget is not the key's.
+          const announced = error._tag === "SpendLimitExceeded" && !isMemberBudgetRefusal(error) ? limitReached.announce(key.keyId) : Effect.void
+          return Effect.zipRight(Effect.zipRight(logged, announced), Effect.fail(forCaller(error, endpoint, key.keyId)))
+        })
+      }
+
+      /** Auth, route, estimate, hold: the call accepted and its maximum held, or refused (and logged) with why. */
+      const accept = Effect.fnUntraced(function*(input: CallInput) {
+        const key = yield* CurrentApiKey
+        const requestId = yield* currentRequestId
+        const startedAt = clock.unsafeCurrentTimeMillis()
+        const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
+        const plan = route.search && input.webSearch !== undefined
+          ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
+          : Option.none()
+        if (key.environment === "live") yield* screenRemoteImages(images, input.remoteImages)
+        yield* breatheIfLarge
+        const inputTokens = countInput(input.upstream, input.capabilities)
+        yield* breatheIfLarge
+        // A live call may fall back to any of its category's targets: it holds (and is capped at) the dearest.
+        const fallbackModels = key.environment === "live"
+          ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) => t.model)
+          : []
+        const estimate = yield* estimateCall({
+          prices: config.prices,
+          upstreamModel: route.upstreamModel,
+          fallbackModels,
+          inputTokens,
+          search: searchEstimate(plan),
+          maxOutputTokens: input.maxOutputTokens,
+          maxTotalCostMyr: input.maxTotalCostMyr,
+          inputParam: input.inputParam,
+          outputParam: OUTPUT_FIELD[input.endpoint]
+        })
+        const log = openLog(input, key, requestId, route, inputTokens)
+        const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
+        return {
+          input, key, requestId, startedAt, route, plan,
+          provider: key.environment === "live" ? providers.live : providers.test,
+          outputCap: estimate.outputCap,
+          hold,
+          ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap)
+        } satisfies HeldCall
+      })
+
+      /**
+       * Remote images, then search, then the upstream: from here on the call has cost something. Images are
+       * inlined once the call is held (a caller who cannot pay has nothing fetched), and only for the upstream:
+       * test keys' built-in model fetches nothing.
+       */
+      const begin = Effect.fnUntraced(function*<A>(
+        call: HeldCall,
+        progress: Ref.Ref<Progress>,
+        ask: (request: ProviderRequest) => Effect.Effect<A, ProviderError>
+      ) {
+        const remote = call.input.remoteImages
+        const upstream = config.upstreamImageUrls === "inline" && call.key.environment === "live" && remote !== undefined
+          ? yield* inlineRemoteImages(images, call.input.upstream, remote)
+          : call.input.upstream
+        const sources = yield* Option.match(call.plan, {
+          onNone: () => Effect.succeed(noSources),
+          onSome: (plan) =>
+            webSearch.run(plan, call.input.messages, {
+              simulated: call.key.environment === "test",
+              provider: call.provider,
+              model: call.route.upstreamModel,
+              reasoningModel: call.route.reasoningModel,
+              // What the search spent so far is the call's: a call cut mid-search is billed for it.
+              spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
+            })
+        })
+        const upstreamSentAt = clock.unsafeCurrentTimeMillis()
+        yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
+        const request = providerRequest(
+          { ...call, input: { ...call.input, upstream } },
+          sources,
+          (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
+        )
+        return { sources, answer: yield* ask(request) }
+      })
+
+      // Between the reservation and the hook that settles it, nothing may interrupt: a reservation no hook
+      // settles would be renewed by this process for as long as its lease allows.
+      const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
+        spans.complete(input, run(input))
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
+      const completing = Effect.fnUntraced(function*(input: CallInput, restore: Restore) {
+        const call = yield* accept(input)
+        const progress = yield* Ref.make(notStarted)
+        return yield* restore(begin(call, progress, (request) => call.provider.complete(request))).pipe(
+          Effect.flatMap(({ answer, sources }) =>
+            Effect.zipRight(
+              input.confirmBeforeBilling ?? Effect.void,
+              Effect.flatMap(Ref.get(progress), ({ attempts }) => {
+                // Billed at the prices of the model that answered (a fallback's, maybe).
+                const served = servedCall(call, attempts)
+                return settlement.settleOnce(progress, settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer))
+              })
+            )),
+          Effect.onExit(settlement.settleOnExit(call, progress)),
+          // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.
+          Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
+        )
+      })
+      const run = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
+        Effect.uninterruptibleMask((restore) => completing(input, restore))
+
+      /** The upstream is answering before the first byte goes out: failures until then are HTTP errors, as OpenAI's are. */
+      const stream = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
+        spans.stream(input, renderer, closed, (renderer, closed) => relay(input, renderer, closed))
+      const starting = Effect.fnUntraced(function*(input: CallInput, closed: Effect.Effect<void>, restore: Restore) {
+        const call = yield* accept(input)
+        const progress = yield* Ref.make(notStarted)
+        const { answer: parts } = yield* restore(begin(call, progress, call.provider.stream)).pipe(
+          Effect.onError((cause) => settlement.settleOnExit(call, progress)(Exit.failCause(cause))),
+          Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))
+        )
+        const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
+        // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).
+        const handoff = handoffs.watch(() => fork(Effect.ensuring(abandon, closed), () => {}))
+        return { call, progress, parts, handoff }
+      })
+      const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
+        Effect.map(
+          Effect.uninterruptibleMask((restore) => starting(input, closed, restore)),
+          (started) => relayBody(settlement, started, renderer, fork, closed, config.streamWriteStallMs)
+        )
+
+      return { complete, stream }
+    })
+  )
+}

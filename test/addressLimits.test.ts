@@ -1,6 +1,6 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { addressBucket } from "../src/Request/IpLimits.js"
+import { addressBucket } from "../src/Addresses/IpLimits.js"
 import { call } from "./support/Http.js"
 import { TestServerLive } from "./support/TestServer.js"
 

@@ -17,10 +17,11 @@ export const HANDLERS = "(handlers)"
  * every core: they may use any of them, and only the server imports them.
  */
 export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
+  ["Request"],
   ["Domain"],
   [CONTRACTS],
   ["AppConfig", "Lane/Wire"],
-  ["Observability", "Request", "Database"],
+  ["Observability", "Addresses", "Database"],
   ["Routing", "Search", "Responses"],
   ["Providers"],
   ["Logs", "Outbox"],

@@ -6,7 +6,7 @@ import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { csvField, csvLine } from "../Logs/LogsCsv.js"
 import { currentRequestId } from "../Request/Context.js"
-import { IpLimits } from "../Request/IpLimits.js"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import type { AuditAction, AuditEntry } from "./Api.js"
 
 /** How long entries are kept (DESIGN.md, Teams: one year). */

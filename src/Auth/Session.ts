@@ -2,11 +2,15 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Exit, FiberRef, Option } from "effect"
 import type { Identity, SignedIn } from "../Domain/Account.js"
 import { AccountsRepo } from "../Accounts/Repo.js"
-import { type AuthenticationError, CurrentRequestId, PermissionDenied, type RateLimitExceeded } from "../Domain/Errors.js"
+import {
+  type AuthenticationError,
+  PermissionDenied,
+  type RateLimitExceeded
+} from "../Domain/Errors.js"
 import { permits, type Role, roleRefusal } from "../Domain/Roles.js"
 import { MembersRepo } from "../Members/Repo.js"
-import { noteRequestFacts } from "../Request/Context.js"
-import { IpLimits } from "../Request/IpLimits.js"
+import { CurrentRequestId, noteRequestFacts } from "../Request/Context.js"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import { IdentityProvider } from "./IdentityProvider.js"
 
 type SessionFailure = AuthenticationError | RateLimitExceeded | PermissionDenied

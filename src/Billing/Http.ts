@@ -12,7 +12,7 @@ import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
 import { Metrics } from "../Observability/Metrics.js"
-import { IpLimits } from "../Request/IpLimits.js"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 import { AutoTopups } from "../Wallet/AutoTopupAttempts.js"
 import { WalletSettings } from "../Wallet/Settings.js"

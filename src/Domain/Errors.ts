@@ -1,6 +1,7 @@
 import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import { Effect, FiberRef, ParseResult, Schema } from "effect"
 import type * as AST from "effect/SchemaAST"
+import { CurrentRequestId } from "../Request/Context.js"
 
 /**
  * The error model of DESIGN.md: one `Schema.TaggedError` per error code, each
@@ -8,9 +9,6 @@ import type * as AST from "effect/SchemaAST"
  * encoding (`{ type: "error", error: {...} }`) shared by the server's error
  * middleware and the OpenAPI document.
  */
-
-/** The request id of the request being served; the error middleware sets it. */
-export const CurrentRequestId: FiberRef.FiberRef<string> = FiberRef.unsafeMake("")
 
 /** Where `action_url` points; set once at start-up from `DASHBOARD_URL`. */
 export const CurrentDashboardUrl: FiberRef.FiberRef<string> = FiberRef.unsafeMake("")

@@ -14,7 +14,6 @@ import {
   type ApiError,
   ContextLengthExceeded,
   CurrentDashboardUrl,
-  CurrentRequestId,
   httpStatus,
   InternalError,
   InvalidRequest,
@@ -29,7 +28,7 @@ import { readBodyText } from "../Lane/Wire/BodyText.js"
 import { ModelLane } from "../Lane/ModelLane.js"
 import { writeNodeBody } from "../Lane/Wire/NodeBody.js"
 import { makeRequestGuard } from "./RequestGuard.js"
-import { CurrentRequestFacts, CurrentResponseHeaders, type RequestFacts, requestFactsOf } from "../Request/Context.js"
+import { CurrentRequestFacts, CurrentRequestId, CurrentResponseHeaders, type RequestFacts, requestFactsOf } from "../Request/Context.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
 const OVERSIZE_MESSAGE = "The request body exceeds 8 MiB."

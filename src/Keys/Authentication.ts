@@ -3,7 +3,6 @@ import { Cause, type Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } fr
 import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
 import {
   AuthenticationError,
-  CurrentRequestId,
   ExpiredApiKey,
   InvalidApiKey,
   keyEditAction,
@@ -11,8 +10,8 @@ import {
   type RateLimitExceeded,
   RevokedApiKey
 } from "../Domain/Errors.js"
-import { noteRequestFacts } from "../Request/Context.js"
-import { IpLimits } from "../Request/IpLimits.js"
+import { CurrentRequestId, noteRequestFacts } from "../Request/Context.js"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import { hashKey, keyPrefix } from "./ApiKeys.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"

@@ -1,5 +1,7 @@
 import { Context, Effect, FiberRef } from "effect"
-import { CurrentRequestId } from "../Domain/Errors.js"
+
+/** The request id of the request being served; the pipeline (`Http/Pipeline.ts`) sets it. */
+export const CurrentRequestId: FiberRef.FiberRef<string> = FiberRef.unsafeMake("")
 
 /** What the access log learns about a request as it is served: never a key, a token or a prompt. */
 export interface RequestFacts {

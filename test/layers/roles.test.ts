@@ -13,7 +13,7 @@ import { loosened } from "../../src/Keys/Controls.js"
 import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { MembersRepo } from "../../src/Members/Repo.js"
-import { IpLimits } from "../../src/Request/IpLimits.js"
+import { IpLimits } from "../../src/Addresses/IpLimits.js"
 
 /**
  * Every dashboard endpoint × every role, decided by the real request guard and session check on test Layers:

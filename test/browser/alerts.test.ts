@@ -1,9 +1,9 @@
 import { layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "./support/Browser.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "../support/Browser.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
+import { WebhookReceiver, WebhookReceiverLive } from "../support/WebhookReceiver.js"
 
 /**
  * Issue 25 in the dashboard, in a real browser (Debian's Chromium): set a

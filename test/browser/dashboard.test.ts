@@ -4,11 +4,11 @@ import { get } from "node:http"
 import { Effect, Option } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { devToken } from "./support/Http.js"
-import { deliverEvent, events, topUp, webhookOverrides } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "../support/Browser.js"
+import { randomBase62 } from "../../src/Domain/Ids.js"
+import { devToken } from "../support/Http.js"
+import { deliverEvent, events, topUp, webhookOverrides } from "../support/Stripe.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
  * The dashboard in a real browser (Debian's Chromium, driven by playwright-core)

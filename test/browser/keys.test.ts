@@ -1,9 +1,9 @@
 import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "./support/Browser.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { hourlyAllowed } from "../web/src/format.js"
+import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "../support/Browser.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
+import { hourlyAllowed } from "../../web/src/format.js"
 
 /**
  * Managing a key from the dashboard in a real browser (Debian's Chromium via

@@ -2,11 +2,11 @@ import { layer } from "@effect/vitest"
 import { mkdir } from "node:fs/promises"
 import { Effect } from "effect"
 import { beforeAll, expect } from "vitest"
-import { formatCostMyr } from "../web/src/format.js"
-import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "./support/Browser.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { simulatedTopUp } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { formatCostMyr } from "../../web/src/format.js"
+import { ensureDashboardBuilt, heading, screenshots, SHOTS, inBrowser, signIn } from "../support/Browser.js"
+import { call, createKey, devToken } from "../support/Http.js"
+import { simulatedTopUp } from "../support/Stripe.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
  * A call through Anthropic's Messages API in the dashboard, in a real browser:

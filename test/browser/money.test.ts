@@ -2,11 +2,11 @@ import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { DESKTOP, ensureDashboardBuilt, heading, PHONE, screenshots, SHOTS, inBrowser, signIn, watchedPage } from "./support/Browser.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { simulatedTopUp } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { formatCostMyr } from "../web/src/format.js"
+import { DESKTOP, ensureDashboardBuilt, heading, PHONE, screenshots, SHOTS, inBrowser, signIn, watchedPage } from "../support/Browser.js"
+import { call, createKey, devToken } from "../support/Http.js"
+import { simulatedTopUp } from "../support/Stripe.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
+import { formatCostMyr } from "../../web/src/format.js"
 
 /**
  * Money under one sen in a real browser (Debian's Chromium via playwright-core):

@@ -2,9 +2,9 @@ import { layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, heading, inBrowser } from "./support/Browser.js"
-import { type Idp, startIdp } from "./support/Idp.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { ensureDashboardBuilt, heading, inBrowser } from "../support/Browser.js"
+import { type Idp, startIdp } from "../support/Idp.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
  * The dashboard's sign-in with a real identity provider, in a browser: only a

@@ -1,10 +1,10 @@
 import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { beforeAll, expect } from "vitest"
-import { ensureDashboardBuilt, inBrowser, signIn } from "./support/Browser.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall } from "./support/Models.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { ensureDashboardBuilt, inBrowser, signIn } from "../support/Browser.js"
+import { call } from "../support/Http.js"
+import { caller, modelCall } from "../support/Models.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
  * A stored response in the dashboard (issue 27): the request log links to it,

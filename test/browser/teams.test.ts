@@ -3,11 +3,11 @@ import { readFile } from "node:fs/promises"
 import { Effect } from "effect"
 import type { BrowserContext, Page } from "playwright-core"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, inBrowser, launchBrowser, PHONE, screenshots, signIn, watchedPage } from "./support/Browser.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { ROUTE_ROLES } from "../web/src/contract.js"
-import { allows, grantableRoles, mayChangeKey, mayChangeMember, mayRemoveMember, ROLES, type Role } from "../web/src/roles.js"
+import { ensureDashboardBuilt, heading, inBrowser, launchBrowser, PHONE, screenshots, signIn, watchedPage } from "../support/Browser.js"
+import { call, createKey, devToken } from "../support/Http.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
+import { ROUTE_ROLES } from "../../web/src/contract.js"
+import { allows, grantableRoles, mayChangeKey, mayChangeMember, mayRemoveMember, ROLES, type Role } from "../../web/src/roles.js"
 
 /**
  * Teams in the dashboard, in a real browser (Debian's Chromium via playwright-core) against the whole
@@ -347,7 +347,7 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
         await screenshots(page, "50-viewer-billing")
 
         await goTo(page, "Webhooks")
-        // A viewer reads a webhook's URL masked past its host (README, "Teams": webhooks and members).
+        // A viewer reads a webhook's URL masked past its host (docs/api/teams.md, "Teams": webhooks and members).
         await page.getByRole("article", { name: `Endpoint http://${WEBHOOK_HOST}/…` }).waitFor()
         expect(await page.getByText(`http://${WEBHOOK_HOST}/teams`).count()).toBe(0)
         await page.getByText("Adding and changing endpoints needs the role owner or admin in this account.").waitFor()

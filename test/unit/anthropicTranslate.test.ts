@@ -1,10 +1,10 @@
 import { Effect, Either, Schema } from "effect"
 import { describe, expect, it } from "vitest"
-import type { ApiError } from "../src/Domain/Errors.js"
-import { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "../src/Models/Anthropic/AnthropicApi.js"
-import { anthropicCallInput, anthropicConversation } from "../src/Models/Anthropic/AnthropicInput.js"
-import { anthropicTokenCount } from "../src/Models/Anthropic/AnthropicWire.js"
-import { countInput } from "../src/Models/Call/Estimate.js"
+import type { ApiError } from "../../src/Domain/Errors.js"
+import { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "../../src/Models/Anthropic/AnthropicApi.js"
+import { anthropicCallInput, anthropicConversation } from "../../src/Models/Anthropic/AnthropicInput.js"
+import { anthropicTokenCount } from "../../src/Models/Anthropic/AnthropicWire.js"
+import { countInput } from "../../src/Models/Call/Estimate.js"
 
 /**
  * Anthropic's Messages API translated, without a database or a server: request bodies to the

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, statSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs"
 import { basename, dirname, join, relative, resolve } from "node:path"
 import { describe, expect, it } from "vitest"
 
@@ -41,7 +41,8 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
 /** Base names every area may have, since their folder says what they hold. */
 export const ROLE_NAMES: ReadonlyArray<string> = ["Api.ts", "Http.ts", "Repo.ts"]
 
-const SRC = resolve(import.meta.dirname, "../src")
+const ROOT = resolve(import.meta.dirname, "../..")
+const SRC = join(ROOT, "src")
 
 const sourceFiles = (dir: string): ReadonlyArray<string> =>
   readdirSync(dir).flatMap((name) => {
@@ -136,6 +137,36 @@ export const confusableNames = (files: ReadonlyArray<string>): ReadonlyArray<str
   return [...plurals, ...shared]
 }
 
+const COMMENT = /\/\/[^\n]*|\/\*[\s\S]*?\*\//g
+const FILE_NAME = /(?<![\w./-])((?:[\w.-]+\/)*[\w-]+\.(?:ts|tsx|md))\b/g
+const DOC_SECTION = /(docs\/[\w/-]+\.md), "([^"]+)"/g
+
+/** The headings of a page under `docs/`, as a comment quotes them. */
+const headingsOf = (page: string): ReadonlySet<string> =>
+  new Set(readFileSync(join(ROOT, page), "utf8").split("\n").flatMap((line) => {
+    const heading = /^#{1,6}\s+(.*?)\s*$/.exec(line)?.[1]
+    return heading === undefined ? [] : [heading.replace(/`/g, "")]
+  }))
+
+/**
+ * What the comments of `file` name that is not there: a file (looked up beside
+ * `file`, under its area's folder, under `src/` and from the repository's
+ * root) or a section of a page under `docs/` (`docs/money.md, "Settlement"`).
+ */
+export const missingNames = (file: string, text: string = readFileSync(file, "utf8")): ReadonlyArray<string> => {
+  const area = join(SRC, relative(SRC, file).split("/")[0] ?? "")
+  const bases = [dirname(file), area, SRC, ROOT]
+  return [...text.matchAll(COMMENT)].flatMap(([comment]) => [
+    ...[...comment.matchAll(FILE_NAME)]
+      .map((match) => match[1] ?? "")
+      .filter((name) => !bases.some((base) => existsSync(join(base, name))))
+      .map((name) => `${relative(SRC, file)}: ${name}`),
+    ...[...comment.replace(/\s*\n\s*(?:\*|\/\/)?\s*/g, " ").matchAll(DOC_SECTION)]
+      .filter(([, page = "", heading = ""]) => existsSync(join(ROOT, page)) && !headingsOf(page).has(heading))
+      .map(([, page, heading]) => `${relative(SRC, file)}: ${page}, "${heading}"`)
+  ])
+}
+
 describe("the dependency rule of src/", () => {
   const files = sourceFiles(SRC)
   const arrows = arrowsOf()
@@ -170,6 +201,19 @@ describe("the dependency rule of src/", () => {
     expect(confusableNames(files)).toEqual([])
   })
 
+  it("has no comment that names a file or a docs section that is not there", () => {
+    expect(files.flatMap((file) => missingNames(file))).toEqual([])
+  })
+
+  it("has no comment that sends a reader to an issue", () => {
+    const cited = files.flatMap((file) =>
+      [...readFileSync(file, "utf8").matchAll(COMMENT)].flatMap(([comment]) =>
+        /\b[Ii]ssues? #?\d+/.test(comment) ? [`${relative(SRC, file)}: ${comment.slice(0, 80)}`] : []
+      )
+    )
+    expect(cited).toEqual([])
+  })
+
   it("keeps every file in src/ at 400 lines or fewer", () => {
     const long = files
       .map((file) => ({ file: relative(SRC, file), lines: readFileSync(file, "utf8").split("\n").length }))
@@ -186,6 +230,18 @@ describe("the checks themselves", () => {
     expect(fileCycles([arrow("A/a.ts", "A/b.ts"), arrow("A/b.ts", "B/c.ts"), arrow("B/c.ts", "A/a.ts")]))
       .toEqual([["A/a.ts", "A/b.ts", "B/c.ts"]])
     expect(fileCycles([arrow("A/a.ts", "A/b.ts"), arrow("A/b.ts", "B/c.ts")])).toEqual([])
+  })
+
+  it("finds a comment's missing file and missing docs section, not the ones that are there", () => {
+    const file = at("Wallet/Repo.ts")
+    expect(missingNames(file, "// See `Settlement/Settle.ts`, `Domain/Money.ts` and `test/architecture.test.ts`.")).toEqual([])
+    expect(missingNames(file, "/** See `Lane.ts`\n * and `Post.ts`. */ const x = \"Gone.ts\"")).toEqual([
+      "Wallet/Repo.ts: Lane.ts",
+      "Wallet/Repo.ts: Post.ts"
+    ])
+    expect(missingNames(file, "// docs/architecture.md, \"No such heading\"")).toEqual([
+      "Wallet/Repo.ts: docs/architecture.md, \"No such heading\""
+    ])
   })
 
   it("finds plurals and shared base names, but not role names", () => {

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, TestClock } from "effect"
-import { TargetCounts } from "../src/Providers/BreakerCounts.js"
-import { Breakers } from "../src/Providers/Breakers.js"
-import type { AttemptOutcome } from "../src/Providers/BreakerTypes.js"
-import { configFrom } from "./support/Config.js"
+import { TargetCounts } from "../../src/Providers/BreakerCounts.js"
+import { Breakers } from "../../src/Providers/Breakers.js"
+import type { AttemptOutcome } from "../../src/Providers/BreakerTypes.js"
+import { configFrom } from "../support/Config.js"
 
 /**
  * The breakers' decisions on the memory layer, on Effect's TestClock: time

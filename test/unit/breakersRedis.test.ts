@@ -2,8 +2,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
 import { Context, Effect, Layer } from "effect"
-import { Breakers } from "../src/Providers/Breakers.js"
-import type { Admission } from "../src/Providers/BreakerTypes.js"
+import { Breakers } from "../../src/Providers/Breakers.js"
+import type { Admission } from "../../src/Providers/BreakerTypes.js"
 
 /**
  * Two instances' breakers on one Redis (each test its own key prefix): the

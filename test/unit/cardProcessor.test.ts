@@ -2,8 +2,8 @@ import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
-import { AppConfig } from "../src/AppConfig.js"
-import { CardProcessor } from "../src/Billing/CardProcessor.js"
+import { AppConfig } from "../../src/AppConfig.js"
+import { CardProcessor } from "../../src/Billing/CardProcessor.js"
 
 /**
  * The auto top-up's Stripe calls (issue 25) through the real `stripe` SDK,

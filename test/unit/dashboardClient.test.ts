@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { createServer, type Server, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
-import { ApiError, send } from "../web/src/transport.js"
+import { ApiError, send } from "../../web/src/transport.js"
 
 /**
  * The dashboard's fetch client (web/src/transport.ts, under web/src/api.ts) against a small HTTP server, with

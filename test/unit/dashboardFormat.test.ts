@@ -7,7 +7,7 @@ import {
   formatMicroMyrExact,
   formatMyrTick,
   fromLocalInput
-} from "../web/src/format.js"
+} from "../../web/src/format.js"
 
 /** The dashboard's money and time formatting (web/src/format.ts), as a person reads it. */
 describe("formatCostMyr: every amount shown, exact, never rounded to the sen", () => {

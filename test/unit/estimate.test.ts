@@ -1,10 +1,10 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
-import { ContextLengthExceeded, InvalidRequest } from "../src/Domain/Errors.js"
-import { microMyr } from "../src/Domain/Money.js"
-import { DEFAULT_PRICES, withSafetyMargin } from "../src/Domain/Prices.js"
-import type { EstimateInput, SearchAllowance } from "../src/Models/Call/Estimate.js"
-import { billedCost, ceilingOf, costCapOf, estimateCall, outputCapFor, withinCostCap, worstCaseCost } from "../src/Models/Call/Estimate.js"
+import { ContextLengthExceeded, InvalidRequest } from "../../src/Domain/Errors.js"
+import { microMyr } from "../../src/Domain/Money.js"
+import { DEFAULT_PRICES, withSafetyMargin } from "../../src/Domain/Prices.js"
+import type { EstimateInput, SearchAllowance } from "../../src/Models/Call/Estimate.js"
+import { billedCost, ceilingOf, costCapOf, estimateCall, outputCapFor, withinCostCap, worstCaseCost } from "../../src/Models/Call/Estimate.js"
 
 /**
  * The call's money decisions as plain functions (DESIGN.md, Money), with

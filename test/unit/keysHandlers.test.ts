@@ -10,7 +10,7 @@ import type { Account } from "../../src/Domain/Account.js"
 import { AuthenticationError, ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "../../src/Domain/Errors.js"
 import { microMyr } from "../../src/Domain/Money.js"
 import { makeTestLayer } from "../../src/Domain/TestLayer.js"
-import { ErrorMiddlewareLive } from "../../src/Http/Pipeline.js"
+import { PipelineLive } from "../../src/Http/Pipeline.js"
 import { ApiKeyList, KeysApi } from "../../src/Keys/Api.js"
 import { KeysLive } from "../../src/Keys/Http.js"
 import { KeyCache } from "../../src/Keys/KeyCache.js"
@@ -75,7 +75,7 @@ const KeepLogs = Logger.replace(
 /** The keys handlers served on a test port, over `repo` and stubs of what else they use. */
 const keysServer = (repo: Layer.Layer<KeysRepo>) =>
   HttpApiBuilder.serve().pipe(
-    Layer.provide(ErrorMiddlewareLive),
+    Layer.provide(PipelineLive),
     Layer.provide(HttpApiBuilder.api(KeysOnlyApi).pipe(Layer.provide(KeysLive))),
     Layer.provide(Layer.mergeAll(
       repo,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { fromMyr, fromSen, microMyr, toMyrNumber, toMyrString } from "../src/Domain/Money.js"
+import { fromMyr, fromSen, microMyr, toMyrNumber, toMyrString } from "../../src/Domain/Money.js"
 
 describe("money conversions", () => {
   it("MYR numbers become integer micro-MYR without float drift", () => {

@@ -3,8 +3,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Option, Redacted } from "effect"
-import { AppConfig, type AppConfigShape } from "../src/AppConfig.js"
-import { PaymentProcessor, PaymentProcessorLive } from "../src/Billing/PaymentProcessor.js"
+import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
+import { PaymentProcessor, PaymentProcessorLive } from "../../src/Billing/PaymentProcessor.js"
 
 const build = (overrides: Partial<AppConfigShape>) =>
   Effect.scoped(Effect.gen(function*() {

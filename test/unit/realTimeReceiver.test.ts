@@ -1,6 +1,6 @@
 import { expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { eventually } from "./support/WebhookReceiver.js"
+import { eventually } from "../support/WebhookReceiver.js"
 
 // `it.effect` runs on a TestClock, which never moves by itself: a poll helper that slept with `Effect.sleep` hung
 // there for the test's whole timeout as soon as its first probe missed (the two-instance test in CI, 300 s).

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { AppConfig } from "../src/AppConfig.js"
-import type { Category, Effort, RouteInput } from "../src/Routing/Router.js"
-import { decideRoute, Router } from "../src/Routing/Router.js"
+import { AppConfig } from "../../src/AppConfig.js"
+import type { Category, Effort, RouteInput } from "../../src/Routing/Router.js"
+import { decideRoute, Router } from "../../src/Routing/Router.js"
 
 const models = { general: "general-model", reasoning: "reasoning-model" }
 

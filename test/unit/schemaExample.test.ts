@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { z } from "zod"
-import { exampleOf } from "../src/Providers/SchemaExample.js"
+import { exampleOf } from "../../src/Providers/SchemaExample.js"
 
 /** The simulated model's tool arguments and structured answers: valid against the schema it was given. */
 describe("values from JSON schemas", () => {

@@ -1,12 +1,12 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Either, Layer } from "effect"
-import { refusedAddress } from "../src/Search/Address.js"
-import { mainText } from "../src/Search/Extract.js"
-import type { ResolvedAddress } from "../src/Search/Fetch.js"
-import { HostResolver, makePageFetcher, PAGE_MAX_BYTES, PageFetcher } from "../src/Search/Fetch.js"
-import { AppConfig, type AppConfigShape } from "../src/AppConfig.js"
-import { FIVE_MIB, servePage, startHttpDouble } from "./support/Search.js"
-import type { HttpDouble } from "./support/Search.js"
+import { refusedAddress } from "../../src/Search/Address.js"
+import { mainText } from "../../src/Search/Extract.js"
+import type { ResolvedAddress } from "../../src/Search/Fetch.js"
+import { HostResolver, makePageFetcher, PAGE_MAX_BYTES, PageFetcher } from "../../src/Search/Fetch.js"
+import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
+import { FIVE_MIB, servePage, startHttpDouble } from "../support/Search.js"
+import type { HttpDouble } from "../support/Search.js"
 
 describe("refusedAddress", () => {
   const cases: ReadonlyArray<readonly [string, string | undefined]> = [

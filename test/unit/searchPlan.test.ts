@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Schema } from "effect"
-import { WebSearchConfig } from "../src/Models/OpenAi/Api.js"
-import { citedSources, planSearch } from "../src/Models/Call/WebSearch.js"
-import type { Citation } from "../src/Models/Call/WebSearch.js"
-import { parseQueries, planningMessages, simulatedPlannerAnswer } from "../src/Search/Planning.js"
+import { WebSearchConfig } from "../../src/Models/OpenAi/Api.js"
+import { citedSources, planSearch } from "../../src/Models/Call/WebSearch.js"
+import type { Citation } from "../../src/Models/Call/WebSearch.js"
+import { parseQueries, planningMessages, simulatedPlannerAnswer } from "../../src/Search/Planning.js"
 
 const config = Schema.decodeUnknownSync(WebSearchConfig)
 const conversation = [{ role: "user" as const, content: "What changed in Kuala Lumpur's LRT fares this month?" }]

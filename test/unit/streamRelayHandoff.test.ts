@@ -1,6 +1,6 @@
 import { expect, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
-import { makeHandoffs } from "../src/Models/Call/StreamRelay.js"
+import { makeHandoffs } from "../../src/Models/Call/StreamRelay.js"
 
 /**
  * The watchdog that settles a stream dropped before its relay attached

@@ -1,15 +1,15 @@
 import { readFileSync } from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
-import { STRIPE_EVENT_TYPES } from "../src/Billing/StripeEvents.js"
+import { STRIPE_EVENT_TYPES } from "../../src/Billing/StripeEvents.js"
 
 /**
- * The README tells an operator which events to send to the Stripe webhook
+ * docs/operations.md tells an operator which events to send to the Stripe webhook
  * endpoint (issue 33): every type the receiver acts on must be there, or its
  * money is never moved (`payment_intent.succeeded` was missing).
  */
-describe("the README's Stripe webhook events", () => {
+describe("the Stripe webhook events of docs/operations.md", () => {
   it("list every event type the receiver handles, where it says how to point the endpoint at the service", () => {
-    const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8")
+    const readme = readFileSync(new URL("../../docs/operations.md", import.meta.url), "utf8")
     const start = readme.indexOf("Point a Stripe webhook endpoint at")
     expect(start).toBeGreaterThan(-1)
     const paragraph = readme.slice(start, readme.indexOf("\n- ", start))

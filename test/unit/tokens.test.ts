@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { countTokens } from "gpt-tokenizer"
-import { countUpstreamMessages } from "../src/Providers/ContentTokens.js"
-import { countMessages, countText, countTexts, EXACT_CHARS } from "../src/Domain/Tokens.js"
-import { wordsOf } from "./support/Words.js"
+import { countUpstreamMessages } from "../../src/Providers/ContentTokens.js"
+import { countMessages, countText, countTexts, EXACT_CHARS } from "../../src/Domain/Tokens.js"
+import { wordsOf } from "../support/Words.js"
 
 const exact = (text: string) => countTokens(text, { disallowedSpecial: new Set<string>() })
 
@@ -80,7 +80,7 @@ const exactAll = (texts: ReadonlyArray<string>) =>
   }, 0)
 
 /**
- * One budget per request (README, "Bounded work per request"): a request's
+ * One budget per request (docs/security.md, "Bounded work per request"): a request's
  * texts are counted exactly while they hold at most EXACT_CHARS characters in
  * all; beyond, the sampled estimate stays within [0.95, 1.35] of the exact
  * count for text of one kind, and never far below it (0.9) where costly text

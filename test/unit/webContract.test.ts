@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { readFileSync } from "node:fs"
-import { CONTRACT_FILE, contractSource } from "../web/contract.js"
+import { CONTRACT_FILE, contractSource } from "../../web/contract.js"
 
 /**
  * The dashboard's client is typed by web/src/contract.ts, printed from the contract

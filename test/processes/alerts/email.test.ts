@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
-import { call, createKey } from "./support/Http.js"
-import { simulatedTopUp } from "./support/Stripe.js"
-import { modelCall } from "./support/Models.js"
-import { SmtpServer, SmtpServerLive } from "./support/SmtpServer.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { ASK } from "./support/TwoInstances.js"
-import { developer } from "./support/Wallet.js"
+import { call, createKey } from "../../support/Http.js"
+import { simulatedTopUp } from "../../support/Stripe.js"
+import { modelCall } from "../../support/Models.js"
+import { SmtpServer, SmtpServerLive } from "../../support/SmtpServer.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { ASK } from "../../support/TwoInstances.js"
+import { developer } from "../../support/Wallet.js"
 
 /**
  * With `SMTP_URL` set, alert emails go out through `nodemailer` (to a local

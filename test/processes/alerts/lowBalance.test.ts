@@ -1,13 +1,13 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { Webhook } from "standardwebhooks"
-import { call, createKey } from "./support/Http.js"
-import { modelCall } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { ASK, Instances, on, outcome } from "./support/TwoInstances.js"
-import { developer } from "./support/Wallet.js"
-import { eventually, TwoInstancesWithReceiver, WebhookReceiver } from "./support/WebhookReceiver.js"
-import { simulatedTopUp } from "./support/Stripe.js"
+import { call, createKey } from "../../support/Http.js"
+import { modelCall } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { ASK, Instances, on, outcome } from "../../support/TwoInstances.js"
+import { developer } from "../../support/Wallet.js"
+import { eventually, TwoInstancesWithReceiver, WebhookReceiver } from "../../support/WebhookReceiver.js"
+import { simulatedTopUp } from "../../support/Stripe.js"
 
 /**
  * Low-balance alerts (issue 25): a developer's threshold, crossed by usage

@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, createKey } from "./support/Http.js"
-import { modelCall } from "./support/Models.js"
-import { deliverEvent, events, simulatedTopUp } from "./support/Stripe.js"
-import { query } from "./support/TestServer.js"
-import { ASK, Instances, on, outcome } from "./support/TwoInstances.js"
-import { developer } from "./support/Wallet.js"
-import { eventually, TwoInstancesWithReceiver } from "./support/WebhookReceiver.js"
+import { call, createKey } from "../../support/Http.js"
+import { modelCall } from "../../support/Models.js"
+import { deliverEvent, events, simulatedTopUp } from "../../support/Stripe.js"
+import { query } from "../../support/TestServer.js"
+import { ASK, Instances, on, outcome } from "../../support/TwoInstances.js"
+import { developer } from "../../support/Wallet.js"
+import { eventually, TwoInstancesWithReceiver } from "../../support/WebhookReceiver.js"
 
 /**
  * Auto top-up (issue 25) on two instances with the simulated checkout: a card

@@ -1,13 +1,13 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import pg from "pg"
-import { newId } from "../src/Domain/Ids.js"
-import { call } from "./support/Http.js"
-import { deliverEvent, events, StripeDouble, StripeDoubleLive } from "./support/Stripe.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { TwoInstancesLive } from "./support/TwoInstances.js"
-import { developer } from "./support/Wallet.js"
-import { eventually } from "./support/WebhookReceiver.js"
+import { newId } from "../../../src/Domain/Ids.js"
+import { call } from "../../support/Http.js"
+import { deliverEvent, events, StripeDouble, StripeDoubleLive } from "../../support/Stripe.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { TwoInstancesLive } from "../../support/TwoInstances.js"
+import { developer } from "../../support/Wallet.js"
+import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
  * Two instances and one auto top-up attempt: the instance that claimed it

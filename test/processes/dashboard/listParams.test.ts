@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall } from "./support/Models.js"
-import { TestServerLive } from "./support/TestServer.js"
-import { ASK } from "./support/TwoInstances.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall } from "../../support/Models.js"
+import { TestServerLive } from "../../support/TestServer.js"
+import { ASK } from "../../support/TwoInstances.js"
 
 /**
  * Issue 35: the logs filter by DESIGN's `tag=key:value`, and no dashboard list

@@ -1,9 +1,9 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call } from "./support/Http.js"
-import { caller, modelCall } from "./support/Models.js"
-import { query, TestServerLive } from "./support/TestServer.js"
-import { ASK } from "./support/TwoInstances.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall } from "../../support/Models.js"
+import { query, TestServerLive } from "../../support/TestServer.js"
+import { ASK } from "../../support/TwoInstances.js"
 
 interface Entry {
   readonly requestId: string

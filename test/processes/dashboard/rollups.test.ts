@@ -2,11 +2,11 @@ import { execFile } from "node:child_process"
 import { promisify } from "node:util"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, createKey, devToken } from "./support/Http.js"
-import { modelCall } from "./support/Models.js"
-import { topUp } from "./support/Stripe.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { ASK, Instances, on, TwoInstancesLive } from "./support/TwoInstances.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { modelCall } from "../../support/Models.js"
+import { topUp } from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { ASK, Instances, on, TwoInstancesLive } from "../../support/TwoInstances.js"
 
 /** One seeded call, placed directly in the database (the triggers keep the rollups). */
 interface Seed {

@@ -1,13 +1,13 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Option } from "effect"
 import { inject } from "vitest"
-import { call, createKey, type Reply } from "./support/Http.js"
-import { modelCall, violations } from "./support/Models.js"
-import { deliverEvent, events, topUp } from "./support/Stripe.js"
-import { query, TestServer, withClient } from "./support/TestServer.js"
-import { twoInstances } from "./support/TwoInstances.js"
-import { Upstream } from "./support/Upstream.js"
-import { developer } from "./support/Wallet.js"
+import { call, createKey, type Reply } from "../../support/Http.js"
+import { modelCall, violations } from "../../support/Models.js"
+import { deliverEvent, events, topUp } from "../../support/Stripe.js"
+import { query, TestServer, withClient } from "../../support/TestServer.js"
+import { twoInstances } from "../../support/TwoInstances.js"
+import { Upstream } from "../../support/Upstream.js"
+import { developer } from "../../support/Wallet.js"
 
 /**
  * Issue 21, item 1: every database connection of two instances cut at once

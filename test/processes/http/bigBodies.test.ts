@@ -4,10 +4,10 @@ import { request } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect, Layer } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { createKey, devToken, type Reply } from "./support/Http.js"
-import { startService, stopService } from "./support/ServiceProcess.js"
-import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestServer.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { createKey, devToken, type Reply } from "../../support/Http.js"
+import { startService, stopService } from "../../support/ServiceProcess.js"
+import { freshDatabase, makeShiftableClock, TestServer } from "../../support/TestServer.js"
 
 /**
  * Bodies over 8 MiB sent many at once: each client, still sending when the

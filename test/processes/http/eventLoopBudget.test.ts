@@ -4,13 +4,13 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { createKey, devToken } from "./support/Http.js"
-import { wordsOf } from "./support/Words.js"
-import { startService, stopService } from "./support/ServiceProcess.js"
-import { freshDatabase, makeShiftableClock, TestServer } from "./support/TestServer.js"
+import { createKey, devToken } from "../../support/Http.js"
+import { wordsOf } from "../../support/Words.js"
+import { startService, stopService } from "../../support/ServiceProcess.js"
+import { freshDatabase, makeShiftableClock, TestServer } from "../../support/TestServer.js"
 
 /**
- * No request keeps the event loop busy (README, "Bounded work per request"):
+ * No request keeps the event loop busy (docs/security.md, "Bounded work per request"):
  * for each model endpoint, the largest bodies it accepts — just under the
  * 8 MiB limit, as many long messages, many short ones, many content blocks or
  * many tools — are answered while /healthz, polled every 20 ms on a
@@ -25,7 +25,7 @@ const ATTEMPTS = 3
 const PROBE_EVERY_MS = 20
 /** Under the 8 MiB body limit with room for the JSON around the text. */
 const BODY_BYTES = 8_100_000
-/** The largest counts the endpoints accept (README, "Bounded work per request"). */
+/** The largest counts the endpoints accept (docs/security.md, "Bounded work per request"). */
 const MESSAGES = 10_000
 const BLOCKS = 20_000
 const TOOLS = 512

@@ -1,10 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { caller, modelCall, TestServerWithUpstream, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { ASK } from "./support/TwoInstances.js"
-import { Upstream } from "./support/Upstream.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { caller, modelCall, TestServerWithUpstream, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { ASK } from "../../support/TwoInstances.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Issue 33, item 1 (DESIGN.md, Security, "Hostile text"): text PostgreSQL

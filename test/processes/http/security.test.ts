@@ -8,14 +8,14 @@ import { fileURLToPath } from "node:url"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Either, Option } from "effect"
 import { parse } from "yaml"
-import { devRouteAllowed } from "../src/Http/DevRoutes.js"
-import { APP_CSP, corsPolicy } from "../src/Lane/SecurityHeaders.js"
-import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call, devToken, type Reply } from "./support/Http.js"
-import { developer } from "./support/Wallet.js"
-import { linesOf, startService } from "./support/ServiceProcess.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
+import { devRouteAllowed } from "../../../src/Http/DevRoutes.js"
+import { APP_CSP, corsPolicy } from "../../../src/Lane/SecurityHeaders.js"
+import { configFrom, PRODUCTION_ENV } from "../../support/Config.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call, devToken, type Reply } from "../../support/Http.js"
+import { developer } from "../../support/Wallet.js"
+import { linesOf, startService } from "../../support/ServiceProcess.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Issue 28's headers and CORS on a running service, and its refusal to start
@@ -265,7 +265,7 @@ describe("a JWKS without an issuer and an audience to check", () => {
 // compose.yaml: every secret and real part required, images pinned.
 // ---------------------------------------------------------------------------
 
-const ROOT = fileURLToPath(new URL("../", import.meta.url))
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url))
 const COMPOSE_TEXT = readFileSync(join(ROOT, "compose.yaml"), "utf8")
 
 /** What `docker compose config` must refuse to go without, and a value that satisfies it. */

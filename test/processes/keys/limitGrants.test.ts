@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { fetchJson, fundedDeveloper } from "./support/Fetch.js"
-import { invariantViolations } from "./support/Money.js"
-import { processBed, sleep } from "./support/ProcessBed.js"
+import { randomBase62 } from "../../../src/Domain/Ids.js"
+import { fetchJson, fundedDeveloper } from "../../support/Fetch.js"
+import { invariantViolations } from "../../support/Money.js"
+import { processBed, sleep } from "../../support/ProcessBed.js"
 
 /**
  * A monthly limit set on a key whose calls run on credit grants, held in

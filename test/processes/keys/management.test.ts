@@ -1,13 +1,13 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { createDecipheriv, createHash } from "node:crypto"
 import { Effect, Option } from "effect"
-import { newId } from "../src/Domain/Ids.js"
-import { call, createKey, type Reply } from "./support/Http.js"
-import { modelCall } from "./support/Models.js"
-import { topUp } from "./support/Stripe.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "./support/TwoInstances.js"
-import { developer } from "./support/Wallet.js"
+import { newId } from "../../../src/Domain/Ids.js"
+import { call, createKey, type Reply } from "../../support/Http.js"
+import { modelCall } from "../../support/Models.js"
+import { topUp } from "../../support/Stripe.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "../../support/TwoInstances.js"
+import { developer } from "../../support/Wallet.js"
 
 describe("keys managed in place, across two instances", () => {
   // Two whole services in this process on one database, sharing rate limits through Redis.

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest"
-import { DRAIN_DEADLINE_MS } from "../src/Http/Shutdown.js"
-import { fundedDeveloper } from "./support/Fetch.js"
-import { invariantViolations } from "./support/Money.js"
-import { processBed } from "./support/ProcessBed.js"
-import { stopService } from "./support/ServiceProcess.js"
+import { DRAIN_DEADLINE_MS } from "../../../src/Http/Shutdown.js"
+import { fundedDeveloper } from "../../support/Fetch.js"
+import { invariantViolations } from "../../support/Money.js"
+import { processBed } from "../../support/ProcessBed.js"
+import { stopService } from "../../support/ServiceProcess.js"
 
 /**
  * SIGTERM while idempotent calls are in flight (issue 21, item 6): they run

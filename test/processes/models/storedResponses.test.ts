@@ -4,12 +4,12 @@ import { generateText, stepCountIs, streamText, tool } from "ai"
 import { Effect } from "effect"
 import OpenAI from "openai"
 import { z } from "zod"
-import { PURGE_BATCH, StoredResponses } from "../src/Responses/Store.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { bothListening, Instances, on, TwoInstancesLive } from "./support/TwoInstances.js"
-import { Upstream } from "./support/Upstream.js"
+import { PURGE_BATCH, StoredResponses } from "../../../src/Responses/Store.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations } from "../../support/Models.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { bothListening, Instances, on, TwoInstancesLive } from "../../support/TwoInstances.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Stored responses (issue 27): `store` (the default), `previous_response_id`,

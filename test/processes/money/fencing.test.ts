@@ -1,11 +1,11 @@
 import pg from "pg"
 import { describe, expect, it } from "vitest"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { fundedDeveloper } from "./support/Fetch.js"
-import { invariantViolations } from "./support/Money.js"
-import { processBed, sleep } from "./support/ProcessBed.js"
-import { linesOf, stopService } from "./support/ServiceProcess.js"
-import { withClient } from "./support/TestServer.js"
+import { randomBase62 } from "../../../src/Domain/Ids.js"
+import { fundedDeveloper } from "../../support/Fetch.js"
+import { invariantViolations } from "../../support/Money.js"
+import { processBed, sleep } from "../../support/ProcessBed.js"
+import { linesOf, stopService } from "../../support/ServiceProcess.js"
+import { withClient } from "../../support/TestServer.js"
 
 /**
  * Fencing (DESIGN.md, Faults), on the service in child processes: an

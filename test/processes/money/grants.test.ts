@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { fundedDeveloper } from "./support/Fetch.js"
-import { invariantViolations } from "./support/Money.js"
-import { processBed } from "./support/ProcessBed.js"
-import { stopService } from "./support/ServiceProcess.js"
+import { randomBase62 } from "../../../src/Domain/Ids.js"
+import { fundedDeveloper } from "../../support/Fetch.js"
+import { invariantViolations } from "../../support/Money.js"
+import { processBed } from "../../support/ProcessBed.js"
+import { stopService } from "../../support/ServiceProcess.js"
 
 /**
  * Credit grants and batched settlement across two service processes on one

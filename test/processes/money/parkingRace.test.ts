@@ -2,10 +2,10 @@ import { execFile } from "node:child_process"
 import { resolve } from "node:path"
 import { promisify } from "node:util"
 import { describe, expect, it } from "vitest"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { fundedDeveloper } from "./support/Fetch.js"
-import { invariantViolations } from "./support/Money.js"
-import { processBed, sleep } from "./support/ProcessBed.js"
+import { randomBase62 } from "../../../src/Domain/Ids.js"
+import { fundedDeveloper } from "../../support/Fetch.js"
+import { invariantViolations } from "../../support/Money.js"
+import { processBed, sleep } from "../../support/ProcessBed.js"
 
 /**
  * A settlement parked on one instance (the database keeps refusing it) while
@@ -94,7 +94,7 @@ describe("parking beside another instance's settlements", { timeout: 180_000 }, 
     await db("ALTER TABLE request_logs DROP CONSTRAINT refuse_marked")
     const replay = () =>
       promisify(execFile)("node", ["--import", "tsx", "src/Wallet/ReplayParked.ts"], {
-        cwd: resolve(import.meta.dirname, ".."),
+        cwd: resolve(import.meta.dirname, "../../.."),
         env: { ...process.env, DATABASE_URL: bed.databaseUrl, LOG_FORMAT: "json" }
       })
     expect((await replay()).stdout).toContain("1 replayed, 0 still parked")

@@ -4,22 +4,22 @@ import { promisify } from "node:util"
 import { SqlClient, SqlError } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
-import { AppConfig } from "../src/AppConfig.js"
-import { DatabaseLive } from "../src/Database/Database.js"
-import { newId } from "../src/Domain/Ids.js"
-import type { LogWrite } from "../src/Logs/RequestLogs.js"
-import { RequestLogs } from "../src/Logs/RequestLogs.js"
-import { Metrics } from "../src/Observability/Metrics.js"
-import type { GrantPool } from "../src/Wallet/Grants/GrantPool.js"
-import { type Grant, newGrant } from "../src/Wallet/Grants/Grants.js"
-import { ReservationLeases } from "../src/Wallet/Instances/Leases.js"
-import { replayParked } from "../src/Wallet/Settlement/Parked.js"
-import { settleBatch } from "../src/Wallet/Settlement/Settle.js"
-import type { SettleItem } from "../src/Wallet/Settlement/SettleBatch.js"
-import type { Queued } from "../src/Wallet/Settlement/SettleBatch.js"
-import { makeSettlementQueue } from "../src/Wallet/Settlement/SettlementQueue.js"
-import { caller, TestServerWithUpstream, violations } from "./support/Models.js"
-import { TestServer, withClient } from "./support/TestServer.js"
+import { AppConfig } from "../../../src/AppConfig.js"
+import { DatabaseLive } from "../../../src/Database/Database.js"
+import { newId } from "../../../src/Domain/Ids.js"
+import type { LogWrite } from "../../../src/Logs/RequestLogs.js"
+import { RequestLogs } from "../../../src/Logs/RequestLogs.js"
+import { Metrics } from "../../../src/Observability/Metrics.js"
+import type { GrantPool } from "../../../src/Wallet/Grants/GrantPool.js"
+import { type Grant, newGrant } from "../../../src/Wallet/Grants/Grants.js"
+import { ReservationLeases } from "../../../src/Wallet/Instances/Leases.js"
+import { replayParked } from "../../../src/Wallet/Settlement/Parked.js"
+import { settleBatch } from "../../../src/Wallet/Settlement/Settle.js"
+import type { SettleItem } from "../../../src/Wallet/Settlement/SettleBatch.js"
+import type { Queued } from "../../../src/Wallet/Settlement/SettleBatch.js"
+import { makeSettlementQueue } from "../../../src/Wallet/Settlement/SettlementQueue.js"
+import { caller, TestServerWithUpstream, violations } from "../../support/Models.js"
+import { TestServer, withClient } from "../../support/TestServer.js"
 
 /**
  * Settlement that cannot be poisoned (DESIGN.md, Money), driven on a
@@ -304,7 +304,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("settlement that 
       const { databaseUrl } = yield* TestServer
       const replay = yield* Effect.promise(() =>
         promisify(execFile)("node", ["--import", "tsx", "src/Wallet/Settlement/ReplayParked.ts"], {
-          cwd: resolve(import.meta.dirname, ".."),
+          cwd: resolve(import.meta.dirname, "../../.."),
           env: { ...process.env, DATABASE_URL: databaseUrl, LOG_FORMAT: "json" }
         })
       )

@@ -4,8 +4,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { embeddedClusterLocation, removeAbandonedClusters, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
-import { isRoot, nobody, type RunAs, type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
+import { embeddedClusterLocation, removeAbandonedClusters, ROOT_STATE_DIR } from "../../../src/Database/EmbeddedPostgres.js"
+import { isRoot, nobody, type RunAs, type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
 
 /**
  * The embedded PostgreSQL lives no longer than its service: a SIGKILL of
@@ -76,7 +76,7 @@ const users: ReadonlyArray<{ readonly name: string; readonly runAs: RunAs | unde
   }
 ]
 
-const ROOT = new URL("../", import.meta.url).pathname
+const ROOT = new URL("../../../", import.meta.url).pathname
 
 beforeAll(async () => {
   // `npm start` builds the dashboard when it is missing; `nobody` could not write it, so it is built here, once.

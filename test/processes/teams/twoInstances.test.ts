@@ -1,10 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, type Reply } from "./support/Http.js"
-import { modelCall } from "./support/Models.js"
-import { TestServer } from "./support/TestServer.js"
-import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "./support/TwoInstances.js"
-import { developer } from "./support/Wallet.js"
+import { call, type Reply } from "../../support/Http.js"
+import { modelCall } from "../../support/Models.js"
+import { TestServer } from "../../support/TestServer.js"
+import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "../../support/TwoInstances.js"
+import { developer } from "../../support/Wallet.js"
 
 describe("a member removed, across two instances", () => {
   const instances = TwoInstancesLive("teamremoval", { ipDevSessionsPerMinute: 1000 })

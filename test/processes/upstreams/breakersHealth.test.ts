@@ -1,9 +1,9 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Effect, Option } from "effect"
-import { Breakers } from "../src/Providers/Breakers.js"
-import { call } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { on, twoInstances } from "./support/TwoInstances.js"
+import { Breakers } from "../../../src/Providers/Breakers.js"
+import { call } from "../../support/Http.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
+import { on, twoInstances } from "../../support/TwoInstances.js"
 
 /**
  * What operators see of the breakers, through the real server: `/readyz`

@@ -3,10 +3,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either, Option, Redacted } from "effect"
-import { appConfig } from "../src/AppConfig.js"
-import { DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { parseUpstreams, targetsFor, targetsOf } from "../src/Domain/Upstreams.js"
-import { linesOf, startService } from "./support/ServiceProcess.js"
+import { appConfig } from "../../../src/AppConfig.js"
+import { DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { parseUpstreams, targetsFor, targetsOf } from "../../../src/Domain/Upstreams.js"
+import { linesOf, startService } from "../../support/ServiceProcess.js"
 
 /**
  * `UPSTREAMS` (DESIGN.md, configuration; issue 26): parsed with Effect

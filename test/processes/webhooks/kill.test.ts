@@ -4,10 +4,10 @@ import { join } from "node:path"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { Webhook } from "standardwebhooks"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { type ServiceProcess, startService, stopService } from "./support/ServiceProcess.js"
-import { freshDatabase, withClient } from "./support/TestServer.js"
-import { WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
+import { type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
+import { freshDatabase, withClient } from "../../support/TestServer.js"
+import { WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
 
 /**
  * The outbox survives its process (issue 25): the money movement commits its

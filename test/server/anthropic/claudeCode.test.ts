@@ -10,11 +10,11 @@ import {
   runClaude,
   streamedText,
   tempDir
-} from "./support/ClaudeCode.js"
-import { call } from "./support/Http.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+} from "../../support/ClaudeCode.js"
+import { call } from "../../support/Http.js"
+import { caller, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Claude Code 2.1.197 itself (DESIGN.md, "Anthropic Messages API") as the client of the real service:

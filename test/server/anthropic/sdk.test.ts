@@ -3,11 +3,11 @@ import Anthropic from "@anthropic-ai/sdk"
 import { expect, layer } from "@effect/vitest"
 import { generateText, streamText } from "ai"
 import { Effect } from "effect"
-import { booksOf } from "./support/Books.js"
-import { call } from "./support/Http.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { booksOf } from "../../support/Books.js"
+import { call } from "../../support/Http.js"
+import { caller, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Anthropic's own SDK (and the AI SDK's Anthropic provider) as clients of the

@@ -1,16 +1,16 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { booksOf } from "./support/Books.js"
-import { call } from "./support/Http.js"
-import type { Reply } from "./support/Http.js"
-import { caller, TestServerWithUpstream } from "./support/Models.js"
-import { parseSse } from "./support/Sse.js"
-import { Upstream } from "./support/Upstream.js"
+import { booksOf } from "../../support/Books.js"
+import { call } from "../../support/Http.js"
+import type { Reply } from "../../support/Http.js"
+import { caller, TestServerWithUpstream } from "../../support/Models.js"
+import { parseSse } from "../../support/Sse.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * `stop_sequences` on `/v1/messages`: an answer that reached one of them ends just before it, with
  * `stop_reason: "stop_sequence"` and `stop_sequence` naming it, plain and streamed (`message_delta`).
- * README, "Claude Code and Anthropic's SDKs".
+ * docs/api/anthropic.md, "Claude Code and Anthropic's SDKs".
  */
 
 const MODEL = "svc/nenas-flash"

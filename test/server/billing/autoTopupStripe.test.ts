@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { newId } from "../src/Domain/Ids.js"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call } from "./support/Http.js"
-import { deliverEvent, events, StripeDouble, testServerWithStripe, topUp } from "./support/Stripe.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { developer } from "./support/Wallet.js"
-import { eventually } from "./support/WebhookReceiver.js"
+import { newId } from "../../../src/Domain/Ids.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call } from "../../support/Http.js"
+import { deliverEvent, events, StripeDouble, testServerWithStripe, topUp } from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { developer } from "../../support/Wallet.js"
+import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
  * Auto top-up against Stripe (issue 33, item 2), through the real SDK and the

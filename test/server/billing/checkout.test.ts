@@ -1,10 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { microMyr } from "../src/Domain/Money.js"
-import { call, devToken, type Reply } from "./support/Http.js"
-import { StripeDouble, TestServerWithStripe, topUp, webhookOverrides } from "./support/Stripe.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { developer, walletInstance } from "./support/Wallet.js"
+import { microMyr } from "../../../src/Domain/Money.js"
+import { call, devToken, type Reply } from "../../support/Http.js"
+import { StripeDouble, TestServerWithStripe, topUp, webhookOverrides } from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { developer, walletInstance } from "../../support/Wallet.js"
 
 /**
  * The dashboard's billing endpoints (DESIGN.md "Money", "Payments", "Dashboard

@@ -1,12 +1,12 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { microMyr, myrAsSet, myrDown, myrUp } from "../src/Domain/Money.js"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { booksOf } from "./support/Books.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { eventually } from "./support/WebhookReceiver.js"
+import { microMyr, myrAsSet, myrDown, myrUp } from "../../../src/Domain/Money.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { booksOf } from "../../support/Books.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
  * A low balance in words never reads as the threshold it is below: the balance is rounded down, the threshold

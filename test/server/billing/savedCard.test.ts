@@ -1,9 +1,9 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call } from "./support/Http.js"
-import { deliverEvent, events, StripeDouble, TestServerWithStripe, webhookOverrides } from "./support/Stripe.js"
-import { TestServerLive } from "./support/TestServer.js"
-import { developer } from "./support/Wallet.js"
+import { call } from "../../support/Http.js"
+import { deliverEvent, events, StripeDouble, TestServerWithStripe, webhookOverrides } from "../../support/Stripe.js"
+import { TestServerLive } from "../../support/TestServer.js"
+import { developer } from "../../support/Wallet.js"
 
 /**
  * A top-up that saves its card (issue 35, deviation 3; DESIGN, "Alerts, auto

@@ -1,7 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, createKey, devToken } from "./support/Http.js"
-import { query, TestServerLive } from "./support/TestServer.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { query, TestServerLive } from "../../support/TestServer.js"
 
 /** RFC 4180 records: quoted fields may hold commas, doubled quotes and line breaks. */
 const parseCsv = (text: string): Array<Array<string>> => {

@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, createKey, devToken } from "./support/Http.js"
-import { onDatabase, TestServer, TestServerLive } from "./support/TestServer.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { onDatabase, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 const HOUR = 60 * 60 * 1000
 const DAY = 24 * HOUR

@@ -4,9 +4,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Redacted } from "effect"
 import pg from "pg"
 import { inject } from "vitest"
-import { makePool } from "../src/Database/Pool.js"
-import { realSleep } from "./support/RealTime.js"
-import { withClient } from "./support/TestServer.js"
+import { makePool } from "../../../src/Database/Pool.js"
+import { realSleep } from "../../support/RealTime.js"
+import { withClient } from "../../support/TestServer.js"
 
 /**
  * A request whose client leaves mid-transaction: its query is cancelled, and

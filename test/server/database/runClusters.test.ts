@@ -1,7 +1,7 @@
 import { tmpdir } from "node:os"
 import { basename, dirname } from "node:path"
 import { describe, expect, it } from "vitest"
-import { isWithin, leftByRun } from "./support/RunClusters.js"
+import { isWithin, leftByRun } from "../../support/RunClusters.js"
 
 /**
  * Issue 35: `npm test` beside a running service. The teardown's leftover check

@@ -1,8 +1,8 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { addressBucket } from "../src/Addresses/IpLimits.js"
-import { call } from "./support/Http.js"
-import { TestServerLive } from "./support/TestServer.js"
+import { addressBucket } from "../../../src/Addresses/IpLimits.js"
+import { call } from "../../support/Http.js"
+import { TestServerLive } from "../../support/TestServer.js"
 
 describe("the bucket a per-address limit counts a client in", () => {
   const cases: ReadonlyArray<readonly [string, string]> = [

@@ -1,13 +1,13 @@
 import { request } from "node:http"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { TestServer } from "./support/TestServer.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call, type Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { TestServer } from "../../support/TestServer.js"
 
 /**
- * Bounded work before admission (README, "Security"): a key's per-minute token and concurrency slot are taken as
+ * Bounded work before admission (docs/security.md, "Security"): a key's per-minute token and concurrency slot are taken as
  * soon as the key is known, before its body is read, parsed or decoded, once a request; a lowered limit holds
  * from the next request on; and `x-api-key` authenticates whatever other scheme `Authorization` carries.
  */

@@ -1,8 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { query, TestServerLive } from "./support/TestServer.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { query, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Inputs an outside probe turned into 500s or hangs (issue 13), each now a 4xx

@@ -4,13 +4,13 @@ import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema }
 import { NodeHttpServer } from "@effect/platform-node"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
-import { AppConfig } from "../src/AppConfig.js"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { errorClasses, wire } from "../src/Domain/Errors.js"
-import { ErrorMiddlewareLive } from "../src/Http/Pipeline.js"
-import { DESIGN_TABLE } from "./support/ErrorTable.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { AppConfig } from "../../../src/AppConfig.js"
+import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
+import { errorClasses, wire } from "../../../src/Domain/Errors.js"
+import { PipelineLive } from "../../../src/Http/Pipeline.js"
+import { DESIGN_TABLE } from "../../support/ErrorTable.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
 const SECRET = "db password is hunter2"
 
@@ -34,7 +34,7 @@ const WalkLive = HttpApiBuilder.group(WalkApi, "walk", (handlers) =>
 
 const WalkServer = Layer.unwrapEffect(Effect.map(Effect.promise(freePort), (port) =>
   HttpApiBuilder.serve().pipe(
-    Layer.provide(ErrorMiddlewareLive),
+    Layer.provide(PipelineLive),
     Layer.provide(HttpApiBuilder.api(WalkApi).pipe(Layer.provide(WalkLive))),
     Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" })),
     Layer.provide(AppConfig.layerWith({ dashboardUrl: "https://dash.test" })),

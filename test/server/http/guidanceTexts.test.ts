@@ -9,14 +9,14 @@ import {
   SpendLimitExceeded,
   toErrorBody,
   UnsupportedInput
-} from "../src/Domain/Errors.js"
-import { forCaller } from "../src/Models/Call/ModelCalls.js"
-import { decideRoute } from "../src/Routing/Router.js"
-import { SIMULATED_MODEL } from "../src/Providers/Simulated.js"
-import { call, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+} from "../../../src/Domain/Errors.js"
+import { forCaller } from "../../../src/Models/Call/ModelCalls.js"
+import { decideRoute } from "../../../src/Routing/Router.js"
+import { SIMULATED_MODEL } from "../../../src/Providers/Simulated.js"
+import { call, type Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /** Issue 24, "Every answer true": each answer says what is so. */
 
@@ -70,11 +70,11 @@ describe("guidance texts (no database)", () => {
     expect(decideRoute(models, { messages, effort: "medium", webSearch: "off" })).toMatchObject({ category: "reasoning", upstreamModel: "r" })
   })
 
-  it("the README lists every Stripe event the webhook handles, and no stale settlement-queue line", () => {
-    const payments = readFileSync(new URL("../src/Billing/Payments.ts", import.meta.url), "utf8")
+  it("docs/operations.md lists every Stripe event the webhook handles, and no stale settlement-queue line", () => {
+    const payments = readFileSync(new URL("../../../src/Billing/Payments.ts", import.meta.url), "utf8")
     const handled = [...payments.matchAll(/^\s+"((?:charge|checkout)\.[a-z_.]+)": /gm)].map((match) => match[1])
     expect(handled).toEqual(expect.arrayContaining(["charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated"]))
-    const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8")
+    const readme = readFileSync(new URL("../../../docs/operations.md", import.meta.url), "utf8")
     const stripe = readme.slice(readme.indexOf("- **Stripe.**"), readme.indexOf("- **Upstream model.**"))
     for (const event of handled) expect(stripe, event).toContain(`\`${event}\``)
     expect(readme).not.toMatch(/no settlement queue/)

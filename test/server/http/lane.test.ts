@@ -1,10 +1,10 @@
 import * as HttpApi from "@effect/platform/HttpApi"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import { NenasApi } from "../src/Api.js"
-import { LANE_ENDPOINTS } from "../src/Lane/ModelLane.js"
-import { call, type Reply } from "./support/Http.js"
-import { caller, TestServerWithUpstream } from "./support/Models.js"
+import { NenasApi } from "../../../src/Api.js"
+import { LANE_ENDPOINTS } from "../../../src/Lane/ModelLane.js"
+import { call, type Reply } from "../../support/Http.js"
+import { caller, TestServerWithUpstream } from "../../support/Models.js"
 
 /**
  * Issue 36's lane: the model calls served in front of the router must answer

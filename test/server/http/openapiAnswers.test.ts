@@ -2,10 +2,10 @@ import { expect, layer } from "@effect/vitest"
 import { Ajv2020 } from "ajv/dist/2020.js"
 import formats from "ajv-formats"
 import { Effect } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { call, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { Upstream } from "./support/Upstream.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { call, type Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * A client generated from `/openapi.json` must accept every real answer: real calls through the server,

@@ -1,13 +1,13 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { isErrorBody } from "./support/ErrorBody.js"
-import { call, devToken } from "./support/Http.js"
-import { caller, TestServerWithUpstream } from "./support/Models.js"
-import { rawCall, type RawReply } from "./support/RawHttp.js"
-import { TestServer } from "./support/TestServer.js"
+import { isErrorBody } from "../../support/ErrorBody.js"
+import { call, devToken } from "../../support/Http.js"
+import { caller, TestServerWithUpstream } from "../../support/Models.js"
+import { rawCall, type RawReply } from "../../support/RawHttp.js"
+import { TestServer } from "../../support/TestServer.js"
 
 /**
- * One path, one reading (README, "Security"): a request target the router would read differently from the checks
+ * One path, one reading (docs/security.md, "Security"): a request target the router would read differently from the checks
  * in front of it (letter case, duplicate slashes, percent-escaped letters, an absolute-form target, HEAD) is either
  * answered 404 in the error shape or read by every check as the router reads it; never a different set of checks.
  */

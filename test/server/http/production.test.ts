@@ -3,13 +3,13 @@ import { createServer } from "node:http"
 import { readdir, readFile } from "node:fs/promises"
 import { Effect, Either, Layer, Option, Redacted, Schema } from "effect"
 import { parse } from "yaml"
-import { migrations } from "../migrations/index.js"
-import { configFrom, PRODUCTION_ENV } from "./support/Config.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { migrations } from "../../../migrations/index.js"
+import { configFrom, PRODUCTION_ENV } from "../../support/Config.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
-const root = new URL("../", import.meta.url)
+const root = new URL("../../../", import.meta.url)
 const text = (path: string) => Effect.promise(() => readFile(new URL(path, root), "utf8"))
 
 describe("NODE_ENV=production", () => {

@@ -1,13 +1,13 @@
 import { connect } from "node:net"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Effect, Either, Layer, Option } from "effect"
-import { AppConfig } from "../src/AppConfig.js"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { HEADERS_TIMEOUT_MS, makeNodeServer, REQUEST_TIMEOUT_MS } from "../src/Http/Server.js"
-import { clientAddress, IpLimits, parseRanges } from "../src/Addresses/IpLimits.js"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { AppConfig } from "../../../src/AppConfig.js"
+import { randomBase62 } from "../../../src/Domain/Ids.js"
+import { HEADERS_TIMEOUT_MS, makeNodeServer, REQUEST_TIMEOUT_MS } from "../../../src/Http/Server.js"
+import { clientAddress, IpLimits, parseRanges } from "../../../src/Addresses/IpLimits.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
 const EIGHT_MIB = 8 * 1024 * 1024
 const FAILURES_PER_MINUTE = 60

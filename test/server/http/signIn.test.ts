@@ -14,7 +14,7 @@ import {
   jwtVerify,
   SignJWT
 } from "jose"
-import { AppConfig } from "../src/AppConfig.js"
+import { AppConfig } from "../../../src/AppConfig.js"
 import {
   CLOCK_TOLERANCE_SECONDS,
   DEV_ACCOUNT_ISSUER,
@@ -23,11 +23,11 @@ import {
   identityMode,
   IdentityProvider,
   IdentityProviderLive
-} from "../src/Auth/IdentityProvider.js"
-import { AccountsRepo } from "../src/Accounts/Repo.js"
-import { call, createKey, devToken, type Reply } from "./support/Http.js"
-import { loopbackServer } from "./support/Idp.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
+} from "../../../src/Auth/IdentityProvider.js"
+import { AccountsRepo } from "../../../src/Accounts/Repo.js"
+import { call, createKey, devToken, type Reply } from "../../support/Http.js"
+import { loopbackServer } from "../../support/Idp.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 // ---------------------------------------------------------------------------
 // A test identity provider: an RS256 key pair whose public half is served as a

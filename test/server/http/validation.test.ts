@@ -1,7 +1,7 @@
 import { describe, expect, layer, type Vitest } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, createKey, devToken, type Reply } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { call, createKey, devToken, type Reply } from "../../support/Http.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Input validation across the contract: every schema failure, malformed body,

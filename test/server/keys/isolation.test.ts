@@ -1,7 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, createKey, devToken } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
 layer(TestServerLive(), { excludeTestServices: true })("API keys", (it) => {
   it.effect("creates a key whose full value is shown once, hashed at rest", () =>

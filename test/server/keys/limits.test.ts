@@ -1,8 +1,8 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call, devToken, type Reply } from "./support/Http.js"
-import { TestServerLive } from "./support/TestServer.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call, devToken, type Reply } from "../../support/Http.js"
+import { TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Issue 28: per-address limits on failed dashboard authentication (counted

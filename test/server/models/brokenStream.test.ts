@@ -1,14 +1,14 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { countMessages } from "../src/Domain/Tokens.js"
-import { DEFAULT_REASONING_TOKENS_PER_SECOND } from "../src/Models/Call/ReasoningEstimate.js"
-import { booksOf, type CallBooks } from "./support/Books.js"
-import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { Upstream } from "./support/Upstream.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { countMessages } from "../../../src/Domain/Tokens.js"
+import { DEFAULT_REASONING_TOKENS_PER_SECOND } from "../../../src/Models/Call/ReasoningEstimate.js"
+import { booksOf, type CallBooks } from "../../support/Books.js"
+import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
- * A reasoning stream the upstream breaks before any visible output (README,
+ * A reasoning stream the upstream breaks before any visible output (docs/architecture.md,
  * "Streams"): the upstream billed its input and its thinking so far, so the
  * call is billed them, as the same call is when its client cuts it, and its
  * log keeps the error's code.

@@ -5,12 +5,12 @@ import { Effect } from "effect"
 import OpenAI from "openai"
 import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod"
 import { z } from "zod"
-import { countImage, countToolCall, countTools, countUpstreamMessages, MAX_IMAGE_TOKENS } from "../src/Providers/ContentTokens.js"
-import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../src/Domain/Prices.js"
-import { countMessages } from "../src/Domain/Tokens.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { countImage, countToolCall, countTools, countUpstreamMessages, MAX_IMAGE_TOKENS } from "../../../src/Providers/ContentTokens.js"
+import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../../../src/Domain/Prices.js"
+import { countMessages } from "../../../src/Domain/Tokens.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Capabilities beyond text (DESIGN.md, Model API details): tools, structured

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { Upstream } from "./support/Upstream.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { Upstream } from "../../support/Upstream.js"
 
 interface Sent {
   readonly [field: string]: unknown

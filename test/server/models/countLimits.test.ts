@@ -1,12 +1,12 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call } from "./support/Http.js"
-import { caller, TestServerWithUpstream, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call } from "../../support/Http.js"
+import { caller, TestServerWithUpstream, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
 
 /**
- * Count limits (README, "Bounded work per request"): a request holds at most
+ * Count limits (docs/security.md, "Bounded work per request"): a request holds at most
  * 10,000 messages (Responses: input items), 20,000 content blocks and 512
  * tools. One over answers 400 `invalid_request` naming the param, on every
  * model endpoint, before anything is held or logged; at the limit it is

@@ -1,10 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import fc from "fast-check"
-import { isErrorBody } from "./support/ErrorBody.js"
-import { call, type Reply } from "./support/Http.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
+import { isErrorBody } from "../../support/ErrorBody.js"
+import { call, type Reply } from "../../support/Http.js"
+import { caller, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
 
 /**
  * The fuzz test of hostile text: what PostgreSQL cannot store (U+0000, unpaired

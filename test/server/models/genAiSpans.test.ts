@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { OtlpReceiver, type ReceivedSpan } from "./support/OtlpReceiver.js"
-import { parseSse } from "./support/Sse.js"
-import { query } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { OtlpReceiver, type ReceivedSpan } from "../../support/OtlpReceiver.js"
+import { parseSse } from "../../support/Sse.js"
+import { query } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * The spans LLM observability tools read (OpenTelemetry's GenAI conventions),

@@ -1,11 +1,11 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { COMPLETION_TRIES } from "../src/Models/Admission/Idempotency.js"
-import type { Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { COMPLETION_TRIES } from "../../../src/Models/Admission/Idempotency.js"
+import type { Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * A billed idempotent call whose record cannot be written at once (issue 21,

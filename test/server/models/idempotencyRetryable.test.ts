@@ -1,11 +1,11 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { booksOf } from "./support/Books.js"
-import type { Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { type Behaviour, Upstream } from "./support/Upstream.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { booksOf } from "../../support/Books.js"
+import type { Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { type Behaviour, Upstream } from "../../support/Upstream.js"
 
 /**
  * An answer marked `retryable: true` that cost nothing (a provider failure, a 429) is not kept under its

@@ -1,10 +1,10 @@
 import { FetchHttpClient, HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import { expect, layer } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
-import { NenasApi } from "../src/Api.js"
-import { ExpiredApiKey, RevokedApiKey } from "../src/Domain/Errors.js"
-import { devToken } from "./support/Http.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
+import { NenasApi } from "../../../src/Api.js"
+import { ExpiredApiKey, RevokedApiKey } from "../../../src/Domain/Errors.js"
+import { devToken } from "../../support/Http.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /** A typed client derived from the contract alone, authenticated with `token`. */
 const clientWith = (token: string) =>

@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import OpenAI from "openai"
-import { countMessages, countText } from "../src/Domain/Tokens.js"
-import { call } from "./support/Http.js"
-import { caller, TestServerWithUpstream, violations } from "./support/Models.js"
-import { answering, isPlanning } from "./support/Search.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream, type UpstreamServer } from "./support/Upstream.js"
+import { countMessages, countText } from "../../../src/Domain/Tokens.js"
+import { call } from "../../support/Http.js"
+import { caller, TestServerWithUpstream, violations } from "../../support/Models.js"
+import { answering, isPlanning } from "../../support/Search.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream, type UpstreamServer } from "../../support/Upstream.js"
 
 /**
  * OpenAI's own Node SDK (v6) as the client of the real service: chat

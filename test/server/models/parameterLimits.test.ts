@@ -1,14 +1,14 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { DEFAULT_PRICES, costOf, withSafetyMargin } from "../src/Domain/Prices.js"
-import type { Message } from "../src/Domain/Tokens.js"
-import { countMessages } from "../src/Domain/Tokens.js"
-import { toMyrString } from "../src/Domain/Money.js"
-import { SIMULATED_MODEL } from "../src/Providers/Simulated.js"
-import { call, createKey, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { DEFAULT_PRICES, costOf, withSafetyMargin } from "../../../src/Domain/Prices.js"
+import type { Message } from "../../../src/Domain/Tokens.js"
+import { countMessages } from "../../../src/Domain/Tokens.js"
+import { toMyrString } from "../../../src/Domain/Money.js"
+import { SIMULATED_MODEL } from "../../../src/Providers/Simulated.js"
+import { call, createKey, type Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * The limits of the model calls (SPEC.md "Limits", DESIGN.md "Errors", "Money",
@@ -377,7 +377,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           expect(micro(path === RESPONSES ? out.usage.cost_myr : out.cost_myr), `${path}: billed`).toBe(expected)
           const log = yield* logOf(reply.headers.get("x-request-id") ?? "")
           expect(Number(log.cost_micro_myr), `${path}: logged cost`).toBe(expected)
-          // Reported usage is kept within the call's bounds (README, "Streams"): output at most the cap asked for.
+          // Reported usage is kept within the call's bounds (docs/architecture.md, "Streams"): output at most the cap asked for.
           expect(log.output_tokens, `${path}: the reported output, clamped to the call's output cap`).toBe(100)
           expect(log.input_tokens, `${path}: the reported input is within the context window, so logged as reported`).toBe(5000)
           expect(log.status).toBe("billed")

@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber, Ref } from "effect"
-import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../src/Domain/Prices.js"
-import { countMessages, type Message } from "../src/Domain/Tokens.js"
-import { createKey, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
-import { DONE, parseSse, sseJson } from "./support/Sse.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../../../src/Domain/Prices.js"
+import { countMessages, type Message } from "../../../src/Domain/Tokens.js"
+import { createKey, type Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations } from "../../support/Models.js"
+import { DONE, parseSse, sseJson } from "../../support/Sse.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Model calls under concurrency, through real HTTP, a real database and the

@@ -1,11 +1,11 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Fiber, Option } from "effect"
 import { Redis } from "ioredis"
-import { call, createKey, type Reply } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
-import { parseSse } from "./support/Sse.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { call, createKey, type Reply } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations } from "../../support/Models.js"
+import { parseSse } from "../../support/Sse.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Per-key rate limits of model calls (DESIGN.md "Configuration", "Errors"):

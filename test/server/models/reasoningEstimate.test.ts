@@ -1,7 +1,7 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { countMessages, countText } from "../src/Domain/Tokens.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { countMessages, countText } from "../../../src/Domain/Tokens.js"
 import {
   DEFAULT_REASONING_TOKENS_PER_SECOND,
   estimateReasoningTokens,
@@ -9,10 +9,10 @@ import {
   MAX_LEARNED_RATE,
   OBSERVATIONS_TO_LEARN,
   thinkingMsOf
-} from "../src/Models/Call/ReasoningEstimate.js"
-import { booksOf } from "./support/Books.js"
-import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { Upstream } from "./support/Upstream.js"
+} from "../../../src/Models/Call/ReasoningEstimate.js"
+import { booksOf } from "../../support/Books.js"
+import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Reasoning tokens of a stream cut before its usage chunk: a reasoning model

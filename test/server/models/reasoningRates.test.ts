@@ -1,7 +1,7 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Stream } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { countText } from "../src/Domain/Tokens.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { countText } from "../../../src/Domain/Tokens.js"
 import {
   answeringModel,
   DEFAULT_REASONING_TOKENS_PER_SECOND,
@@ -11,16 +11,16 @@ import {
   OBSERVATIONS_TO_LEARN,
   observedRate,
   rateFrom
-} from "../src/Models/Call/ReasoningEstimate.js"
-import type { ProviderShape } from "../src/Providers/Provider.js"
-import { TestKeyProvider } from "../src/Providers/Provider.js"
-import { simulatedProvider } from "../src/Providers/Simulated.js"
-import { alwaysClosed } from "./support/Breakers.js"
-import { booksOf } from "./support/Books.js"
-import { caller, reasoningStream, violations, walletOf } from "./support/Models.js"
-import { webhookOverrides } from "./support/Stripe.js"
-import { TestServerLive } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+} from "../../../src/Models/Call/ReasoningEstimate.js"
+import type { ProviderShape } from "../../../src/Providers/Provider.js"
+import { TestKeyProvider } from "../../../src/Providers/Provider.js"
+import { simulatedProvider } from "../../../src/Providers/Simulated.js"
+import { alwaysClosed } from "../../support/Breakers.js"
+import { booksOf } from "../../support/Books.js"
+import { caller, reasoningStream, violations, walletOf } from "../../support/Models.js"
+import { webhookOverrides } from "../../support/Stripe.js"
+import { TestServerLive } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * The thinking rate a cut stream's reasoning is estimated at is learned only

@@ -1,9 +1,9 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { caller, modelCall, TestServerWithUpstream, walletOf } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { caller, modelCall, TestServerWithUpstream, walletOf } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * A remote image the upstream would fetch on the caller's behalf is held to the outbound address guard before

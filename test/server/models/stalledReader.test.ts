@@ -2,19 +2,19 @@ import { createServer, type ServerResponse } from "node:http"
 import { type AddressInfo, connect, type Socket } from "node:net"
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Option } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { booksOf } from "./support/Books.js"
-import { alwaysClosed } from "./support/Breakers.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { realSleep } from "./support/RealTime.js"
-import { readSse } from "./support/Sse.js"
-import { webhookOverrides } from "./support/Stripe.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { booksOf } from "../../support/Books.js"
+import { alwaysClosed } from "../../support/Breakers.js"
+import { caller, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { realSleep } from "../../support/RealTime.js"
+import { readSse } from "../../support/Sse.js"
+import { webhookOverrides } from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
- * A streamed call whose client stops reading (README, "Streams"): the upstream
+ * A streamed call whose client stops reading (docs/architecture.md, "Streams"): the upstream
  * is read to its end whatever the client does, and the call is billed then; a
  * client that leaves its answer unread past the write-stall deadline is cut,
  * and the call billed for what was produced. A hold is renewed for as long as

@@ -3,10 +3,10 @@ import { monitorEventLoopDelay } from "node:perf_hooks"
 import { deflateRawSync } from "node:zlib"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { StoredResponses } from "../src/Responses/Store.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
+import { StoredResponses } from "../../../src/Responses/Store.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Stored responses' bounds (issue 33, items 5–7; DESIGN.md, Stored responses and

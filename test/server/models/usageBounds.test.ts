@@ -1,15 +1,15 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { CONTEXT_WINDOW, PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { booksOf } from "./support/Books.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { readSse } from "./support/Sse.js"
-import { TestServer } from "./support/TestServer.js"
-import { Upstream, type UsageNumbers } from "./support/Upstream.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { CONTEXT_WINDOW, PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { booksOf } from "../../support/Books.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { readSse } from "../../support/Sse.js"
+import { TestServer } from "../../support/TestServer.js"
+import { Upstream, type UsageNumbers } from "../../support/Upstream.js"
 
 /**
- * Usage an upstream reports out of all bounds (README, "Streams"): counts are
+ * Usage an upstream reports out of all bounds (docs/architecture.md, "Streams"): counts are
  * kept to the call's bounds (input within the context window, output within
  * the output cap) and the price saturates at the hold, so the answer is
  * billed, at most its hold, and its hold settled, plain or streamed.

@@ -1,10 +1,10 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { grantGrowth } from "../src/Wallet/Grants/Grants.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream, violations } from "./support/Models.js"
-import { TestServer, withClient } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { grantGrowth } from "../../../src/Wallet/Grants/Grants.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream, violations } from "../../support/Models.js"
+import { TestServer, withClient } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * The wallet's side of a call through the whole service (DESIGN.md, Money):

@@ -1,14 +1,13 @@
-import { expect, it, layer } from "@effect/vitest"
-import { Cause, Effect, Exit, Layer } from "effect"
-import { PaymentProcessor } from "../../src/Billing/PaymentProcessor.js"
-import { ProviderUnavailable } from "../../src/Domain/Errors.js"
-import { costOf, DEFAULT_PRICES } from "../../src/Domain/Prices.js"
-import { Provider, Script } from "../../src/Providers/Provider.js"
-import { Router } from "../../src/Routing/Router.js"
-import * as InMemoryWalletRepo from "../../src/Wallet/InMemoryWalletRepo.js"
-import { caller, modelCall, walletOf } from "../support/Models.js"
-import { WEBHOOK_SECRET, webhookOverrides } from "../support/Stripe.js"
-import { TestServerLive } from "../support/TestServer.js"
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { PaymentProcessor } from "../../../src/Billing/PaymentProcessor.js"
+import { ProviderUnavailable } from "../../../src/Domain/Errors.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { Provider, Script } from "../../../src/Providers/Provider.js"
+import { Router } from "../../../src/Routing/Router.js"
+import { caller, modelCall, walletOf } from "../../support/Models.js"
+import { WEBHOOK_SECRET, webhookOverrides } from "../../support/Stripe.js"
+import { TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Handlers over HTTP on the real server (`makeServer`), with the provider
@@ -82,8 +81,3 @@ layer(server, { excludeTestServices: true })("a handler on test Layers", (it) =>
     }))
 })
 
-it.effect("the server refuses to start on an in-memory WalletRepo: its calls settle in SQL, which would find no reservation", () =>
-  Effect.gen(function*() {
-    const exit = yield* Effect.exit(Effect.scoped(Layer.build(TestServerLive({}, { walletRepo: InMemoryWalletRepo.layer() }))))
-    expect(Exit.isFailure(exit) && Cause.pretty(exit.cause)).toContain("an in-memory WalletRepo cannot run under the server")
-  }), { timeout: 120_000 })

@@ -1,11 +1,11 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Effect, Either, Exit, Schedule, Scope } from "effect"
-import { newId } from "../src/Domain/Ids.js"
-import { microMyr } from "../src/Domain/Money.js"
-import { deliverEvent, events, topUp, webhookOverrides } from "./support/Stripe.js"
-import { TestServer, TestServerLive } from "./support/TestServer.js"
-import { developer, walletInstance } from "./support/Wallet.js"
+import { newId } from "../../../src/Domain/Ids.js"
+import { microMyr } from "../../../src/Domain/Money.js"
+import { deliverEvent, events, topUp, webhookOverrides } from "../../support/Stripe.js"
+import { TestServer, TestServerLive } from "../../support/TestServer.js"
+import { developer, walletInstance } from "../../support/Wallet.js"
 
 /**
  * The prepaid wallet under concurrency: reservations, captures, releases,

@@ -1,16 +1,16 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
-import type { AppConfigShape } from "../src/AppConfig.js"
-import { toMyrString } from "../src/Domain/Money.js"
-import { costOf, costOfParts, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { booksOf } from "./support/Books.js"
-import { alwaysClosed } from "./support/Breakers.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { answering, isPlanning, Searx } from "./support/Search.js"
-import { webhookOverrides } from "./support/Stripe.js"
-import { TestServerLive } from "./support/TestServer.js"
-import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "./support/TwoUpstreams.js"
-import { Upstream } from "./support/Upstream.js"
+import type { AppConfigShape } from "../../../src/AppConfig.js"
+import { toMyrString } from "../../../src/Domain/Money.js"
+import { costOf, costOfParts, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { booksOf } from "../../support/Books.js"
+import { alwaysClosed } from "../../support/Breakers.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { answering, isPlanning, Searx } from "../../support/Search.js"
+import { webhookOverrides } from "../../support/Stripe.js"
+import { TestServerLive } from "../../support/TestServer.js"
+import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "../../support/TwoUpstreams.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Web search stopped by a failure is billed for what it spent (issue 33,
@@ -112,7 +112,7 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
       expect(reply.text).toContain("response.failed")
       const requestId = reply.headers.get("x-request-id") ?? ""
       const { log } = yield* booksOf(requestId)
-      // A stream the upstream breaks is billed what was used so far, as a client's cut is (README, "Streams"): the
+      // A stream the upstream breaks is billed what was used so far, as a client's cut is (docs/architecture.md, "Streams"): the
       // planning call (150 in, 12 out), the search, and the input the answering call was sent, on the same model.
       expect(log.input_tokens, "the answering call's input is counted beside the planning call's").toBeGreaterThan(150)
       const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: log.input_tokens, cachedTokens: 0, outputTokens: 12, searches: 1, pages: 0 })

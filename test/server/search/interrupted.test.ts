@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { caller, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { answering, Searx } from "./support/Search.js"
-import { query, TestServer } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { caller, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { answering, Searx } from "../../support/Search.js"
+import { query, TestServer } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * A call cut by its client after web search began (issue 21, item 3;

@@ -1,15 +1,15 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { booksOf } from "./support/Books.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { isPlanning, Searx } from "./support/Search.js"
-import { Upstream } from "./support/Upstream.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { booksOf } from "../../support/Books.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { isPlanning, Searx } from "../../support/Search.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * A planning call the upstream refused was never paid upstream: the call
  * answers the refusal and bills nothing, however often the caller retries
- * (README, "Using real services": web search).
+ * (docs/operations.md, "Using real services": web search).
  */
 
 const TestServerWithSearch = Layer.unwrapEffect(Effect.map(Searx, (searx) =>

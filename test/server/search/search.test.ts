@@ -1,12 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
-import { toMyrString } from "../src/Domain/Money.js"
-import { costOf, DEFAULT_PRICES } from "../src/Domain/Prices.js"
-import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "./support/Models.js"
-import { answering, Internal, isPlanning, Searx } from "./support/Search.js"
-import { parseSse, sseJson } from "./support/Sse.js"
-import { query } from "./support/TestServer.js"
-import { Upstream } from "./support/Upstream.js"
+import { toMyrString } from "../../../src/Domain/Money.js"
+import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
+import { answering, Internal, isPlanning, Searx } from "../../support/Search.js"
+import { parseSse, sseJson } from "../../support/Sse.js"
+import { query } from "../../support/TestServer.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Web search end to end (DESIGN.md, Model API details): the service against a

@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { keyPrefix } from "../src/Keys/ApiKeys.js"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { call } from "./support/Http.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { query } from "./support/TestServer.js"
+import { keyPrefix } from "../../../src/Keys/ApiKeys.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { call } from "../../support/Http.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { query } from "../../support/TestServer.js"
 
 /**
  * Changes that were not audited: grouping tags, checkouts, webhook test events and resends, and a stored

@@ -1,15 +1,15 @@
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option } from "effect"
-import { expectClientError } from "./support/ErrorBody.js"
-import { call, createKey, devToken, type Reply } from "./support/Http.js"
-import { type Idp, startIdp } from "./support/Idp.js"
-import { query, TestServerLive } from "./support/TestServer.js"
+import { expectClientError } from "../../support/ErrorBody.js"
+import { call, createKey, devToken, type Reply } from "../../support/Http.js"
+import { type Idp, startIdp } from "../../support/Idp.js"
+import { query, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Teams on PostgreSQL through the real server, where trust is earned: an identity provider's email counts only when
  * it is verified and in its plain form, a member who leaves keeps no key, an admin's invitations end with its rights,
  * only an owner changes an owner, a developer only tightens what an owner set on its keys, and names that reach an
- * email stay on one line (README, "Teams").
+ * email stay on one line (docs/api/teams.md, "Teams").
  */
 
 const as = (token: string, account?: string) => ({ token, ...(account === undefined ? {} : { headers: { "nenas-account": account } }) })

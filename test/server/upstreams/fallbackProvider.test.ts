@@ -1,11 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Stream } from "effect"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { parseUpstreams } from "../src/Domain/Upstreams.js"
-import { makeFallbackProvider } from "../src/Providers/Fallback.js"
-import type { AttemptOutcome, ProviderRequest, UpstreamAttempt } from "../src/Providers/Provider.js"
-import { makeTestBreakers } from "./support/Breakers.js"
-import { startUpstream, type UpstreamServer } from "./support/Upstream.js"
+import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
+import { parseUpstreams } from "../../../src/Domain/Upstreams.js"
+import { makeFallbackProvider } from "../../../src/Providers/Fallback.js"
+import type { AttemptOutcome, ProviderRequest, UpstreamAttempt } from "../../../src/Providers/Provider.js"
+import { makeTestBreakers } from "../../support/Breakers.js"
+import { startUpstream, type UpstreamServer } from "../../support/Upstream.js"
 
 /**
  * The fallback provider's decisions without a database or a server: three

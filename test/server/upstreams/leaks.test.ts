@@ -1,11 +1,11 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Logger, Option } from "effect"
-import { PUBLIC_MODEL } from "../src/Models/OpenAi/Api.js"
-import { cleanUpstreamText } from "../src/Providers/CleanText.js"
-import { makeOpenAiCompatible } from "../src/Providers/OpenAiCompatible.js"
-import { booksOf } from "./support/Books.js"
-import { caller, modelCall, TestServerWithUpstream } from "./support/Models.js"
-import { Upstream } from "./support/Upstream.js"
+import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
+import { cleanUpstreamText } from "../../../src/Providers/CleanText.js"
+import { makeOpenAiCompatible } from "../../../src/Providers/OpenAiCompatible.js"
+import { booksOf } from "../../support/Books.js"
+import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
+import { Upstream } from "../../support/Upstream.js"
 
 /**
  * What an upstream says when it refuses reaches the caller cleaned: no URL, address, host name, path or

@@ -4,11 +4,11 @@ import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { ConfigProvider, Effect, Either, Layer, Option } from "effect"
 import OpenAI from "openai"
-import { freePort } from "../src/Database/EmbeddedPostgres.js"
-import { makeSimulatedUpstreamRouter, type SimulatedFaults, simulatedFaults, SimulatedUpstreamRouter } from "../src/Providers/SimulatedUpstream.js"
-import { caller, modelCall } from "./support/Models.js"
-import { webhookOverrides } from "./support/Stripe.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
+import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
+import { makeSimulatedUpstreamRouter, type SimulatedFaults, simulatedFaults, SimulatedUpstreamRouter } from "../../../src/Providers/SimulatedUpstream.js"
+import { caller, modelCall } from "../../support/Models.js"
+import { webhookOverrides } from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /** compose.yaml's `upstream`: the simulated model behind an OpenAI-compatible endpoint, and the service's real client against it. */
 const SimulatedUpstreamAndService = Layer.unwrapScoped(Effect.gen(function*() {

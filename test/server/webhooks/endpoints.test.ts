@@ -1,11 +1,11 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { Webhook, WebhookVerificationError } from "standardwebhooks"
-import { KeyExpiry } from "../src/Keys/Expiring.js"
-import { call, createKey, devToken } from "./support/Http.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { eventually, type Received, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
-import { simulatedTopUp } from "./support/Stripe.js"
+import { KeyExpiry } from "../../../src/Keys/Expiring.js"
+import { call, createKey, devToken } from "../../support/Http.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { eventually, type Received, WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
+import { simulatedTopUp } from "../../support/Stripe.js"
 
 /**
  * Signed webhooks to the developer (issue 25; DESIGN.md, "Alerts, auto top-up

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { call, devToken } from "./support/Http.js"
-import { query, TestServerLive } from "./support/TestServer.js"
+import { call, devToken } from "../../support/Http.js"
+import { query, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Webhook endpoints as each role sees them: a URL's path and query often carry the receiver's token, so only

@@ -1,8 +1,8 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { call, devToken } from "./support/Http.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { eventually, TwoInstancesWithReceiver, WebhookReceiver, WebhookReceiverLive } from "./support/WebhookReceiver.js"
+import { call, devToken } from "../../support/Http.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { eventually, TwoInstancesWithReceiver, WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
 
 /**
  * Fairness of webhook delivery (issue 33, item 8; DESIGN.md, "Alerts, auto

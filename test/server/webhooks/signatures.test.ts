@@ -1,10 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { randomBase62 } from "../src/Domain/Ids.js"
-import { call, createKey, type Reply } from "./support/Http.js"
-import { deliverEvent, events, sign, topUp, webhookOverrides } from "./support/Stripe.js"
-import { query, TestServer, TestServerLive } from "./support/TestServer.js"
-import { developer, walletInstance } from "./support/Wallet.js"
+import { randomBase62 } from "../../../src/Domain/Ids.js"
+import { call, createKey, type Reply } from "../../support/Http.js"
+import { deliverEvent, events, sign, topUp, webhookOverrides } from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { developer, walletInstance } from "../../support/Wallet.js"
 
 /** 1 sen = 10_000 micro-MYR. */
 const SEN = 10_000

@@ -1,69 +1,20 @@
-import { HttpApi, HttpApiBuilder, HttpClient, HttpClientRequest } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { expect, layer } from "@effect/vitest"
 import { Cause, Effect, Layer, Logger, Option, Schema } from "effect"
-import { AccountsRepo } from "../../src/Accounts/Repo.js"
-import { AppConfig } from "../../src/AppConfig.js"
-import { DashboardAuthLive } from "../../src/Auth/Http.js"
-import { IdentityProvider } from "../../src/Auth/IdentityProvider.js"
-import type { Account } from "../../src/Domain/Account.js"
-import { AuthenticationError, ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "../../src/Domain/Errors.js"
 import { microMyr } from "../../src/Domain/Money.js"
-import { makeTestLayer } from "../../src/Domain/TestLayer.js"
-import { PipelineLive } from "../../src/Http/Pipeline.js"
 import { ApiKeyList, KeysApi } from "../../src/Keys/Api.js"
 import { KeysLive } from "../../src/Keys/Http.js"
-import { KeyCache } from "../../src/Keys/KeyCache.js"
-import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
-import { type KeyRow, KeysRepo } from "../../src/Keys/Repo.js"
-import { RotationSeal } from "../../src/Keys/RotationSeal.js"
-import { MembersRepo } from "../../src/Members/Repo.js"
-import { AuditLog } from "../../src/Audit/Repo.js"
-import { IpLimits } from "../../src/Addresses/IpLimits.js"
-import { Spending } from "../../src/Wallet/Spending.js"
+import type { KeyRow } from "../../src/Keys/Repo.js"
 import { expectClientError, isErrorBody } from "../support/ErrorBody.js"
-import type { Reply } from "../support/Http.js"
+import { ANA, asAna as dashboard, groupServer, type Stubs } from "../support/GroupServer.js"
 
 /**
  * The API keys handlers (`KeysLive`) over HTTP, on a server of their group
- * alone: no `makeServer`, no PostgreSQL. Each service they use is a test
- * Layer of the members a test gives (`makeTestLayer`); calling any other
- * member dies, naming itself. The session check and the error middleware
- * are the real ones.
+ * alone (`groupServer`): no `makeServer`, no PostgreSQL. Each service they use
+ * is a test Layer of the members a test gives; calling any other member dies,
+ * naming itself. The session check and the request pipeline are the real ones.
  */
 
-/** The keys group under the composed API's id and errors: `KeysLive`, written for `NenasApi`, implements it as it is. */
-class KeysOnlyApi extends HttpApi.make("nenas")
-  .add(KeysApi)
-  .addError(wire(InvalidRequest))
-  .addError(wire(NotFound))
-  .addError(wire(ContextLengthExceeded))
-  .addError(wire(InternalError))
-{}
-
-const ANA: Account = { id: "acc_ana", issuer: "https://idp.test/", subject: "ana", email: "ana@example.com", suspended: false }
-const SESSION = "session-of-ana"
-
-/** Ana's session and nobody else's: the identity provider knows one token, and signing in finds her account. */
-const SignedIn = Layer.mergeAll(
-  makeTestLayer(IdentityProvider)({
-    verify: (token) =>
-      token === SESSION
-        ? Effect.succeed({ issuer: ANA.issuer ?? "", subject: ANA.subject, email: ANA.email, name: null })
-        : Effect.fail(new AuthenticationError({ message: "The session token is not valid." }))
-  }),
-  AccountsRepo.Test({ signIn: () => Effect.succeed(ANA) }),
-  MembersRepo.Test({
-    membership: () =>
-      Effect.succeed(Option.some({
-        account: ANA,
-        member: { id: "mem_ana", role: "owner" as const, email: ANA.email, name: null, monthlySpendLimitMicroMyr: null }
-      }))
-  }),
-  makeTestLayer(IpLimits)({ client: Effect.succeed("203.0.113.9"), take: () => Effect.void })
-)
-
-/** What the error middleware logs: a defect's cause goes there, never to the client. */
+/** What the pipeline logs: a defect's cause goes there, never to the client. */
 const logged: Array<string> = []
 const KeepLogs = Logger.replace(
   Logger.defaultLogger,
@@ -72,36 +23,13 @@ const KeepLogs = Logger.replace(
   })
 )
 
-/** The keys handlers served on a test port, over `repo` and stubs of what else they use. */
-const keysServer = (repo: Layer.Layer<KeysRepo>) =>
-  HttpApiBuilder.serve().pipe(
-    Layer.provide(PipelineLive),
-    Layer.provide(HttpApiBuilder.api(KeysOnlyApi).pipe(Layer.provide(KeysLive))),
-    Layer.provide(Layer.mergeAll(
-      repo,
-      DashboardAuthLive,
-      makeTestLayer(Spending)({ spentThisMonth: () => Effect.succeed(new Map([["key_limited", 1_250_000]])) }),
-      makeTestLayer(KeyLastUsed)({ pending: () => Option.none() }),
-      makeTestLayer(KeyCache)({}),
-      makeTestLayer(RotationSeal)({}),
-      AuditLog.Test({ within: (change) => change })
-    )),
-    Layer.provide(SignedIn),
-    Layer.provide(AppConfig.layerWith({ dashboardUrl: "https://dash.test" })),
-    Layer.provideMerge(NodeHttpServer.layerTest),
-    Layer.provide(KeepLogs)
-  )
-
-/** One request to the test server as Ana (or with `token`), its JSON body read. */
-const dashboard = (method: "GET" | "PATCH", path: string, options: { readonly json?: unknown; readonly token?: string } = {}) =>
-  Effect.gen(function*() {
-    const base = HttpClientRequest.make(method)(path).pipe(HttpClientRequest.bearerToken(options.token ?? SESSION))
-    const request = options.json === undefined ? base : yield* HttpClientRequest.bodyJson(base, options.json)
-    const response = yield* HttpClient.execute(request)
-    const text = yield* response.text
-    const reply: Reply = { status: response.status, headers: new Headers(response.headers), body: text === "" ? undefined : JSON.parse(text), text }
-    return reply
-  }).pipe(Effect.orDie)
+/** The keys handlers over `KeysRepo`'s given methods, and the month's spend and last use they show. */
+const keysServer = (KeysRepo: NonNullable<Stubs["KeysRepo"]>) =>
+  groupServer(KeysApi, KeysLive, {
+    KeysRepo,
+    Spending: { spentThisMonth: () => Effect.succeed(new Map([["key_limited", 1_250_000]])) },
+    KeyLastUsed: { pending: () => Option.none() }
+  }).pipe(Layer.provide(KeepLogs))
 
 const row = (id: string, fields: Partial<KeyRow>): KeyRow => ({
   id,
@@ -129,7 +57,7 @@ const ROWS = [
 const listedFor: Array<string> = []
 
 layer(
-  keysServer(KeysRepo.Test({ list: (accountId) => Effect.sync(() => (listedFor.push(accountId), ROWS)) })),
+  keysServer({ list: (accountId) => Effect.sync(() => (listedFor.push(accountId), ROWS)) }),
   { excludeTestServices: true }
 )("a keys repository stubbed with `list` only", (it) => {
   it.effect("GET /dashboard/api-keys answers the signed-in account's rows as the contract's records", () =>
@@ -182,7 +110,7 @@ layer(
 })
 
 layer(
-  keysServer(KeysRepo.Test({ update: () => Effect.succeed(undefined) })),
+  keysServer({ update: () => Effect.succeed(undefined) }),
   { excludeTestServices: true }
 )("a keys repository whose `update` finds no key", (it) => {
   it.effect("PATCH /dashboard/api-keys/:id answers 404 not_found, naming the id", () =>

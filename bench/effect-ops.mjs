@@ -4,7 +4,8 @@
  * both to `NENAS_EFFECT_OPS_FILE` (JSON, twice a second). `npm run
  * bench:pipeline` with BENCH_EFFECT_OPS=1 runs the service with it and prints
  * the operations a request of each kind: a measure of the Effect work on a
- * request's path that the machine's noise does not move (issue 36).
+ * request's path that the machine's noise does not move
+ * (docs/performance.md, "Stage budget (npm run bench:pipeline)").
  *
  * It wraps each operation handler of the fiber runtime (`FiberRuntime`'s
  * methods named by op code: a flatMap's continuation, a sync, a FiberRef

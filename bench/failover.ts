@@ -1,8 +1,9 @@
 /**
- * `npm run bench:failover`: what a fallback adds to a call's latency (issue 26).
- * The compiled service runs behind `UPSTREAMS` with two upstreams: a primary
- * that fails, then the shared bench's fake upstream, which answers. Calls go
- * one at a time (one connection), plain and streamed, for each primary:
+ * `npm run bench:failover`: what a fallback adds to a call's latency
+ * (docs/performance.md, "Failover (npm run bench:failover)"). The compiled
+ * service runs behind `UPSTREAMS` with two upstreams: a primary that fails,
+ * then the shared bench's fake upstream, which answers. Calls go one at a time
+ * (one connection), plain and streamed, for each primary:
  *
  * - `none`: the fake upstream alone (the baseline);
  * - `refuses`: a primary that answers 503 at once;

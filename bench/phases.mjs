@@ -1,9 +1,10 @@
 /**
- * A preload (`node --import ./bench/phases.mjs`) that times the phases of
- * each model call the process serves, one call at a time (issue 36's added
- * latency at one connection), and writes the medians of the last calls to
- * `NENAS_PHASES_FILE` (JSON, twice a second). `npm run bench:pipeline` with
- * BENCH_PHASES=1 and BENCH_CONNECTIONS=1 runs the service with it.
+ * A preload (`node --import ./bench/phases.mjs`) that times the phases of each
+ * model call the process serves, one call at a time (the added latency at one
+ * connection: docs/performance.md, "Stage budget (npm run bench:pipeline)"),
+ * and writes the medians of the last calls to `NENAS_PHASES_FILE` (JSON, twice
+ * a second). `npm run bench:pipeline` with BENCH_PHASES=1 and
+ * BENCH_CONNECTIONS=1 runs the service with it.
  *
  * A call's phases, each as wall time and as the time the event loop was busy
  * in it (`performance.eventLoopUtilization`):

@@ -1,10 +1,11 @@
 /**
  * `npm run bench:pipeline`: where a model call's CPU goes, stage by stage
- * (issue 36). The compiled service (embedded PostgreSQL, the shared bench's
- * fake upstream, as `npm run bench` runs it) is driven by autocannon at 32
- * connections, one request kind at a time, each kind doing one stage more
- * than the one before; the CPU of its node process and of its PostgreSQL
- * (the node process's descendants) are read from /proc around each:
+ * (docs/performance.md, "Stage budget (npm run bench:pipeline)"). The compiled
+ * service (embedded PostgreSQL, the shared bench's fake upstream, as `npm run
+ * bench` runs it) is driven by autocannon at 32 connections, one request kind
+ * at a time, each kind doing one stage more than the one before; the CPU of its
+ * node process and of its PostgreSQL (the node process's descendants) are read
+ * from /proc around each:
  *
  * 1. `GET /healthz`: the HTTP server, HttpApi routing, the error middleware,
  *    the request guard, metrics, the access log and the security headers;
@@ -19,17 +20,18 @@
  *    settlement (amortized over its batches) and PostgreSQL's share;
  * 6. the same, streamed.
  *
- * Each stage's cost is the difference between two kinds; the table holds it
- * to the budget in README.md ("Stage budget"). With BENCH_CPU_PROF=1 the
- * service runs under --cpu-prof and the live plain call's profile is summed
- * by part (the Effect runtime, GC, Node's HTTP, our code by folder). With
- * BENCH_EFFECT_OPS=1 it runs with `bench/effect-ops.mjs` and prints the Effect
- * runtime's operations a request of each kind, which the machine's noise does
- * not move (its CPU figures are then the counter's too: read the counts only).
- * With BENCH_PHASES=1 (and BENCH_CONNECTIONS=1: calls one at a time) it runs
- * with `bench/phases.mjs` and prints, for each live call, the median wall and
- * busy time of its phases: before the upstream, the upstream exchange, after
- * it, and after the response's end (the added latency at one connection).
+ * Each stage's cost is the difference between two kinds; the table holds it to
+ * its budget (docs/performance.md, "Stage budget (npm run bench:pipeline)").
+ * With BENCH_CPU_PROF=1 the service runs under --cpu-prof and the live plain
+ * call's profile is summed by part (the Effect runtime, GC, Node's HTTP, our
+ * code by folder). With BENCH_EFFECT_OPS=1 it runs with `bench/effect-ops.mjs`
+ * and prints the Effect runtime's operations a request of each kind, which the
+ * machine's noise does not move (its CPU figures are then the counter's too:
+ * read the counts only). With BENCH_PHASES=1 (and BENCH_CONNECTIONS=1: calls
+ * one at a time) it runs with `bench/phases.mjs` and prints, for each live
+ * call, the median wall and busy time of its phases: before the upstream, the
+ * upstream exchange, after it, and after the response's end (the added latency
+ * at one connection).
  *
  * Settings (environment): BENCH_DURATION (s per kind, default 8),
  * BENCH_KINDS (which kinds, e.g. "1,5"; default all), BENCH_CONNECTIONS (default 32), BENCH_CPU_PROF=1, BENCH_EFFECT_OPS=1,
@@ -143,10 +145,11 @@ const effectOpsIn = async (file: string | undefined) => {
 
 /**
  * Each stage as the difference of two kinds (by their index in `kinds`, the later minus the earlier; -1: nothing),
- * with its budget in µs of the node process's CPU per call (README.md, "Stage budget"). The budgets of a plain
- * call and PostgreSQL's add up to Portkey's CPU per call in `npm run bench` (502 µs plain, 709 streamed on
- * 2026-11-27), brought to this bench's scale (it read 0.78 of the CPU that bench read for the same call):
- * what the service must cost to be level with Portkey.
+ * with its budget in µs of the node process's CPU per call
+ * (docs/performance.md, "Stage budget (npm run bench:pipeline)"). The budgets of a plain call and PostgreSQL's add
+ * up to Portkey's CPU per call in `npm run bench` (502 µs plain, 709 streamed on 2026-11-27), brought to this
+ * bench's scale (it read 0.78 of the CPU that bench read for the same call): what the service must cost to be
+ * level with Portkey.
  */
 const STAGES: ReadonlyArray<{ readonly name: string; readonly of: number; readonly minus: number; readonly budget: number }> = [
   { name: "server, routing, middleware, metrics, access log", of: 0, minus: -1, budget: 95 },
@@ -157,7 +160,7 @@ const STAGES: ReadonlyArray<{ readonly name: string; readonly of: number; readon
   { name: "streaming instead (the same call, streamed)", of: 5, minus: 4, budget: 170 }
 ]
 
-/** PostgreSQL's CPU per live call, at most (README.md, "Stage budget"). */
+/** PostgreSQL's CPU per live call, at most (docs/performance.md, "Stage budget (npm run bench:pipeline)"). */
 const DATABASE_BUDGET = 60
 
 const stageTable = (measured: ReadonlyArray<Measured | undefined>): Array<string> => {

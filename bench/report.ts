@@ -1,13 +1,13 @@
-/** The tables and the goals (issue 36) of `npm run bench`. */
+/** The tables and the goals (docs/performance.md, "Benchmark") of `npm run bench`. */
 import type { WindowTotals } from "./database.js"
 import type { PeerResults, PeerSummary } from "./peers.js"
 import { TARGET } from "./peers.js"
 
 /**
- * The issue's goals (issue 36), at 32 connections unless said, plain and
- * streamed. The others are no worse than Portkey: CPU µs/req (service +
- * PostgreSQL), peak RSS (the service's node process), streamed p99, and the
- * added p50 at 1 connection (against Portkey's plain one).
+ * The goals judged (docs/performance.md, "Benchmark"), at 32 connections unless
+ * said, plain and streamed. The others are no worse than Portkey: CPU µs/req
+ * (service + PostgreSQL), peak RSS (the service's node process), streamed p99,
+ * and the added p50 at 1 connection (against Portkey's plain one).
  */
 export const GOALS = {
   /** nenas req/s ÷ Portkey req/s, at least. */
@@ -16,7 +16,7 @@ export const GOALS = {
   transactionsPerCall: 0.1
 } as const
 
-/** The project's longer goal for req/s ÷ Portkey at 32 connections: shown beside the issue's, not judged. */
+/** The project's longer goal for req/s ÷ Portkey at 32 connections: shown beside the judged one, not judged. */
 export const LONGER_GOAL = { rpsOverPortkey: { plain: 1.5, stream: 1.2 } } as const
 
 const kind = (spec: RunSpec) => spec.stream ? "stream" as const : "plain" as const

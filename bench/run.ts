@@ -9,8 +9,8 @@
  *
  * It prints a table per run (with each target's idle and peak RSS: that of
  * its node process, read from /proc), PostgreSQL's transactions and WAL bytes
- * per call, and PASS/MISS for issue 36's goals; it never fails on a MISS, only
- * when it cannot run.
+ * per call, and PASS/MISS for each goal (docs/performance.md, "Benchmark");
+ * it never fails on a MISS, only when it cannot run.
  *
  * Settings (environment): BENCH_DURATION (s per target and round, default 10),
  * BENCH_WARMUP (s, default 3), BENCH_ROUNDS (default 3; medians),

@@ -1,11 +1,11 @@
 /**
  * `npm run bench:spreads`: what an object spread costs on the running Node
- * (README, "Issue 36"). Node 20's V8 builds a spread that adds a field its
- * source lacks (`{ ...log, billedAt }`) on a slow path; Node 22's does not.
- * A call's log row, its settlement and some of Effect's own values are built
- * so. Each shape is timed over a million objects, twice, from a 3-field and
- * a 20-field source; run it with each Node to compare
- * (`PATH=<node 22>/bin:$PATH npm run bench:spreads`).
+ * (docs/performance.md, "What kept a request's objects through young collections").
+ * Node 20's V8 builds a spread that adds a field its source lacks
+ * (`{ ...log, billedAt }`) on a slow path; Node 22's does not. A call's log row, its
+ * settlement and some of Effect's own values are built so. Each shape is timed
+ * over a million objects, twice, from a 3-field and a 20-field source; run it
+ * with each Node to compare (`PATH=<node 22>/bin:$PATH npm run bench:spreads`).
  */
 const small = { requestId: "req_1", accountId: "acc_1", costMicroMyr: 0 }
 const large = {

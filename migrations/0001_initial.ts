@@ -2,8 +2,9 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Every table of the service. Money is integer micro-MYR in bigint columns;
- * the checks below are the last line of defence for the rules in DESIGN.md.
+ * Every table of the service. Money is integer micro-MYR in bigint columns; the
+ * checks below are the last line of defence for the rules the docs state
+ * (docs/money.md, "The money rules" first among them).
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 CREATE TABLE accounts (

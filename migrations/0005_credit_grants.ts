@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Credit grants (DESIGN.md, Money): an instance holds part of a wallet, taken
+ * Credit grants (docs/money.md, "Credit grants"): an instance holds part of a wallet, taken
  * under the wallet's lock, and reserves calls from it in memory. What grants
  * hold is its own column, so that the wallet reads as available + reserved +
  * granted = the sum of the ledger, and what calls in flight hold stays

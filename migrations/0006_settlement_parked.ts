@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Settlement that cannot be poisoned (DESIGN.md, Money): a settlement the
+ * Settlement that cannot be poisoned (docs/money.md, "Parking and replay"): a settlement the
  * database keeps refusing is parked here, with its error, and the queue flows
  * on; `npm run settlement:replay` writes it once it can succeed. What a grant
  * hands back carries a number, so a hand-back retried after a commit whose

@@ -2,17 +2,17 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Keys managed in place (issue 24): a key can be disabled, carry its own rate
- * limits, and be rotated with a grace period during which its previous hash
- * still authenticates. Every replaced hash gets a tombstone at once (so it
- * answers `revoked_api_key` when its grace ends), which is why a key id may
- * now have several tombstones. Changing these columns is announced by 0004's
- * `api_keys_notify_update` trigger (it watches every column but
- * `last_used_at`); the previous hash is announced here as well, so that a
- * grace secret replaced or deleted is dropped from every instance's memory.
- * A rotation repeated with its `Idempotency-Key` within a day gets the same
- * secret back: it is kept sealed with a key derived from that Idempotency-Key
- * (which only the caller holds), never in the clear.
+ * Keys managed in place (docs/api/dashboard.md, "API keys"): a key can be
+ * disabled, carry its own rate limits, and be rotated with a grace period
+ * during which its previous hash still authenticates. Every replaced hash gets
+ * a tombstone at once (so it answers `revoked_api_key` when its grace ends),
+ * which is why a key id may now have several tombstones. Changing these columns
+ * is announced by 0004's `api_keys_notify_update` trigger (it watches every
+ * column but `last_used_at`); the previous hash is announced here as well, so
+ * that a grace secret replaced or deleted is dropped from every instance's
+ * memory. A rotation repeated with its `Idempotency-Key` within a day gets the
+ * same secret back: it is kept sealed with a key derived from that
+ * Idempotency-Key (which only the caller holds), never in the clear.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 ALTER TABLE api_keys

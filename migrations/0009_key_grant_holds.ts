@@ -3,7 +3,7 @@ import { Effect } from "effect"
 
 /**
  * A key's calls on credit grants, counted against its monthly spend limit
- * (DESIGN.md, Money). A key without a limit may spend from an instance's
+ * (docs/money.md, "Spend limits and budgets"). A key without a limit may spend from an instance's
  * grant, in memory; when a limit is set on it, every instance writes here
  * what the key's calls in flight hold of its grants, and what they were
  * charged but not yet written, and keeps the row true with each flush until

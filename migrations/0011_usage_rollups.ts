@@ -42,11 +42,13 @@ BEGIN
 END $$;`
 
 /**
- * Usage rollups (issue 23): per account, 30-minute UTC bucket, key,
- * environment and endpoint, the sums of its request logs: requests, counts per
- * status, tokens, searches, pages and cost. 30 minutes, because every business
- * time zone on a whole or half hour (Asia/Kolkata) starts its hours and days
- * on a bucket boundary; the reads fall back to the logs for a zone that does not.
+ * Usage rollups
+ * (docs/api/dashboard.md, "Dashboard analytics: rollups, paging, tags and export"):
+ * per account, 30-minute UTC bucket, key, environment and endpoint, the sums of
+ * its request logs: requests, counts per status, tokens, searches, pages and
+ * cost. 30 minutes, because every business time zone on a whole or half hour
+ * (Asia/Kolkata) starts its hours and days on a bucket boundary; the reads fall
+ * back to the logs for a zone that does not.
  *
  * Kept by triggers on `request_logs`, in the transaction that writes the logs
  * (the settlement flush, which also bills them). A statement stages its net

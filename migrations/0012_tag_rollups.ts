@@ -25,12 +25,13 @@ END $$;`
 
 /**
  * Usage by tag, rolled up for the tag keys a developer marks as grouping keys
- * (issue 23): per account, key, 30-minute bucket, value (or none: `tagged`
- * false), API key and environment, the requests, tokens and cost of its
- * request logs. Kept as `usage_rollups` are (0011): each statement that writes
- * logs stages its net change, joined with the account's grouping keys, and one
- * deferred statement folds the transaction's changes in at commit, in key order.
- * A key marked later is backfilled from the account's logs when it is marked.
+ * (docs/api/dashboard.md, "Dashboard analytics: rollups, paging, tags and export"):
+ * per account, key, 30-minute bucket, value (or none: `tagged` false), API key
+ * and environment, the requests, tokens and cost of its request logs. Kept as
+ * `usage_rollups` are (0011): each statement that writes logs stages its net
+ * change, joined with the account's grouping keys, and one deferred statement
+ * folds the transaction's changes in at commit, in key order. A key marked later
+ * is backfilled from the account's logs when it is marked.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 CREATE TABLE grouping_tags (

@@ -2,15 +2,17 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Signed webhooks to the developer and alert email (issue 25), owned by
- * `src/Outbox/`. An event is written to `outbox_events` in the transaction of
- * the money movement that causes it, together with one `webhook_deliveries`
- * row per enabled endpoint of the account subscribed to its type, and an
- * `outbox_emails` row when it is worth an email: a commit either has them all
- * or none. Deliveries are claimed across instances with `FOR UPDATE SKIP
- * LOCKED` and a lease (`claimed_until`), so a process killed mid-delivery
- * leaves its claim to lapse and another instance delivers. Every attempt is
- * kept in `webhook_attempts`. Endpoint secrets are kept readable: they sign.
+ * Signed webhooks to the developer and alert email
+ * (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"),
+ * owned by `src/Outbox/`. An event is written to `outbox_events` in the
+ * transaction of the money movement that causes it, together with one
+ * `webhook_deliveries` row per enabled endpoint of the account subscribed to
+ * its type, and an `outbox_emails` row when it is worth an email: a commit
+ * either has them all or none. Deliveries are claimed across instances with
+ * `FOR UPDATE SKIP LOCKED` and a lease (`claimed_until`), so a process killed
+ * mid-delivery leaves its claim to lapse and another instance delivers. Every
+ * attempt is kept in `webhook_attempts`. Endpoint secrets are kept readable:
+ * they sign.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 CREATE TABLE webhook_endpoints (

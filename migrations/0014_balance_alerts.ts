@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Low-balance alerts and auto top-up settings (issue 25), on the wallet that
+ * Low-balance alerts and auto top-up settings (docs/api/alerts.md, "Alerts"), on the wallet that
  * `src/Wallet/` owns: the settlement transaction that takes the balance below
  * a threshold reads them under the wallet's lock, so a crossing is seen by
  * exactly one transaction on any number of instances. Auto top-up charges a

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Each call's upstream attempts (issue 26, fallbacks across upstreams): a
+ * Each call's upstream attempts (docs/operations.md, "Several upstreams and fallbacks"): a
  * JSON array `[{target, outcome, latency_ms}]` on its log row, in the order
  * they ran, written with the row by the settlement's batches. NULL: no
  * attempt was recorded (a test key's call, a call refused before it ran, or

@@ -2,12 +2,13 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Stored responses' bounds (issue 33): `bytes` is a response's record as it is
- * read back (its JSON, instructions included), so a chain's size is summed
- * without inflating it; rows written before this column count their deflated
- * size. `stored_response_totals` keeps each account's sum, kept by statement
- * triggers (every writer, the purge and deletions included), so the per-account
- * quota is checked with one read; the account index finds its oldest first.
+ * Stored responses' bounds (docs/api/models.md, "Stored responses"): `bytes` is
+ * a response's record as it is read back (its JSON, instructions included), so
+ * a chain's size is summed without inflating it; rows written before this
+ * column count their deflated size. `stored_response_totals` keeps each
+ * account's sum, kept by statement triggers (every writer, the purge and
+ * deletions included), so the per-account quota is checked with one read; the
+ * account index finds its oldest first.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 ALTER TABLE stored_responses ADD COLUMN bytes bigint NOT NULL DEFAULT 0;

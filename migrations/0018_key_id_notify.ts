@@ -5,8 +5,9 @@ import { Effect } from "effect"
  * A change to a key announces its id as well (`key_id:<id>` on `nenas_keys`),
  * so that every instance drops what it remembered of the key under any of its
  * secrets: a rotated key's previous secret, within its grace period, hears of a
- * new limit, a disabling or an expiry as its current secret does (issue 33).
- * 0004's hash announcements stay: tombstones and unknown hashes have no key.
+ * new limit, a disabling or an expiry as its current secret does
+ * (docs/architecture.md, "Listening"). 0004's hash announcements stay:
+ * tombstones and unknown hashes have no key.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 CREATE FUNCTION nenas_notify_key_id() RETURNS trigger LANGUAGE plpgsql AS $$

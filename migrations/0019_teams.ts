@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Teams (DESIGN.md, Teams): an account is one wallet shared by its members,
+ * Teams (docs/api/teams.md, "Teams"): an account is one wallet shared by its members,
  * each an identity (issuer and subject) with a role and an optional monthly
  * budget. Every existing account gets its signed-in developer as its owner;
  * every existing key is recorded as that owner's. Invitations are by email,

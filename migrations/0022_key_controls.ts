@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Who set a key's controls (README, "Teams"): `admin_controls` names those an
+ * Who set a key's controls (docs/api/teams.md, "Roles that hold"): `admin_controls` names those an
  * owner or admin set (`disabled`, `monthly_spend_limit_myr`, `rate_limit_rpm`,
  * `rate_limit_concurrent`), which a developer may tighten but not loosen. Who
  * set them before was not kept: each control a key has now counts as set by an

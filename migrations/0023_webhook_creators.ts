@@ -2,9 +2,10 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Who made each webhook endpoint (README, "Teams"): an endpoint whose maker is removed from the account is
- * disabled and flagged (`creator_removed_at`) until an owner or admin enables it again. Endpoints made before
- * this take their maker from the audit log's `webhook.created` entry, when it has one.
+ * Who made each webhook endpoint (docs/api/teams.md, "Webhooks and members"): an endpoint whose maker is
+ * removed from the account is disabled and flagged (`creator_removed_at`) until an owner or admin enables it
+ * again. Endpoints made before this take their maker from the audit log's `webhook.created` entry, when it
+ * has one.
  */
 export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
 ALTER TABLE webhook_endpoints ADD COLUMN created_by_member_id text;

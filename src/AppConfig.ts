@@ -3,7 +3,7 @@ import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, 
 import { DEFAULT_PRICES, PriceTable } from "./Domain/Prices.js"
 import { parseUpstreams, shorthandUpstream, type UpstreamConfig, withUpstreamPrices } from "./Domain/Upstreams.js"
 
-/** Every setting of DESIGN.md's configuration table, read once at start-up. */
+/** Every setting of the configuration table (docs/operations.md, "Configuration"), read once at start-up. */
 export interface AppConfigShape {
   readonly port: number
   readonly host: string
@@ -111,7 +111,7 @@ export interface AppConfigShape {
   readonly storedResponsesMaxBytes: number
 }
 
-/** DESIGN: an unset `RATE_LIMIT_*_MAX` is this many times its default. */
+/** An unset `RATE_LIMIT_*_MAX` is this many times its default (docs/operations.md, "Configuration"). */
 export const RATE_LIMIT_CEILING_FACTOR = 10
 
 const nonEmpty = (name: string) =>

@@ -9,7 +9,7 @@ import { PageParams } from "../Domain/Page.js"
 import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
 
-/** What an entry records (DESIGN.md, Teams): keys, members, invitations, billing settings, the card, webhooks. */
+/** What an entry records (docs/api/teams.md, "The audit log"): keys, members, invitations, billing settings, the card, webhooks. */
 export const AuditAction = Schema.Literal(
   "api_key.created",
   "api_key.updated",

@@ -9,7 +9,7 @@ import { currentRequestId } from "../Request/Context.js"
 import { IpLimits } from "../Addresses/IpLimits.js"
 import type { AuditAction, AuditEntry } from "./Api.js"
 
-/** How long entries are kept (DESIGN.md, Teams: one year). */
+/** How long entries are kept (docs/api/teams.md, "The audit log": a year). */
 export const AUDIT_RETENTION_DAYS = 365
 /** Rows per read of an export: memory holds one batch at a time. */
 const EXPORT_BATCH = 2000
@@ -91,7 +91,7 @@ const auditLine = (entry: AuditEntry): string =>
 const encoder = new TextEncoder()
 
 /**
- * The audit log (DESIGN.md, Teams): the `audit_log` table is written and read here only. An entry is
+ * The audit log (docs/api/teams.md, "The audit log"): the `audit_log` table is written and read here only. An entry is
  * written in the transaction of its change (`within`): it exists exactly when the change committed.
  */
 export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {

@@ -15,7 +15,7 @@ import { IdentityProvider } from "./IdentityProvider.js"
 
 type SessionFailure = AuthenticationError | RateLimitExceeded | PermissionDenied
 
-/** The header a dashboard request names its account with (DESIGN.md, Teams); absent: the person's personal account. */
+/** The header a dashboard request names its account with (docs/api/teams.md, "Teams"); absent: the person's personal account. */
 export const ACCOUNT_HEADER = "nenas-account"
 
 /** What the session check reads: who the token names, their accounts, and the failed-authentication limit. */

@@ -38,11 +38,13 @@ export type ChargeOutcome =
   | { readonly _tag: "Refused"; readonly code: string; readonly message: string; readonly paymentIntentId: string | null }
 
 /**
- * Cards saved for auto top-up (issue 25): a Stripe customer per account, a
- * Checkout Session in `mode: setup` to save a card, and off-session
- * PaymentIntents (`off_session: true, confirm: true`). Without Stripe, the
- * simulated processor answers as Stripe's test cards do: 4242 4242 4242 4242
- * pays, 4000 0000 0000 0002 is declined, 4000 0025 0000 3155 requires authentication.
+ * Cards saved for auto top-up
+ * (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"): a
+ * Stripe customer per account, a Checkout Session in `mode: setup` to save a
+ * card, and off-session PaymentIntents (`off_session: true, confirm: true`).
+ * Without Stripe, the simulated processor answers as Stripe's test cards do:
+ * 4242 4242 4242 4242 pays, 4000 0000 0000 0002 is declined,
+ * 4000 0025 0000 3155 requires authentication.
  */
 export class CardProcessor extends Context.Tag("nenas/CardProcessor")<CardProcessor, {
   readonly ensureCustomer: (accountId: string, email: string | null, known: string | null) => Effect.Effect<string, BillingError>

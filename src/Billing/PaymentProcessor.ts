@@ -27,9 +27,10 @@ export interface CheckoutSession {
 }
 
 /**
- * Where top-ups are paid: Stripe Checkout, or the simulated checkout of
- * DESIGN.md when Stripe is not configured. Either way payments arrive as
- * Stripe-signed events at the webhook receiver, verified with `webhookSecret`.
+ * Where top-ups are paid: Stripe Checkout, or the simulated checkout
+ * (docs/money.md, "Payments (Stripe)") when Stripe is not configured. Either
+ * way payments arrive as Stripe-signed events at the webhook receiver, verified
+ * with `webhookSecret`.
  */
 export class PaymentProcessor extends Context.Tag("nenas/PaymentProcessor")<PaymentProcessor, {
   readonly simulated: boolean

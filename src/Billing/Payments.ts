@@ -383,7 +383,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 const closedStatus = (status: string): "won" | "lost" | "closed" => status === "won" || status === "lost" ? status : "closed"
 
 /**
- * What a dispute event says about Stripe's money (DESIGN.md, Payments): an
+ * What a dispute event says about Stripe's money (docs/money.md, "Payments (Stripe)"): an
  * inquiry (`warning_…`) moves none; a dispute's funds are withdrawn when it is
  * created or by `funds_withdrawn`, and reinstated by `funds_reinstated` or a
  * win. Reinstated funds were withdrawn first, whatever order events arrive in.

@@ -1,4 +1,7 @@
-/** Every Stripe event type the service acts on: a Stripe webhook endpoint must send each (the README lists them). */
+/**
+ * Every Stripe event type the service acts on: a Stripe webhook endpoint must send each
+ * (docs/operations.md, "Using real services" lists them).
+ */
 export const STRIPE_EVENT_TYPES = [
   "checkout.session.completed",
   "checkout.session.async_payment_succeeded",

@@ -37,16 +37,17 @@ const CONNECT_TIMEOUT = Duration.seconds(5)
 const FIRST_CONNECTION_WAIT = Duration.seconds(2)
 
 /**
- * The one LISTEN connection of this instance (DESIGN.md, Faults): a plain
- * `pg.Client` of its own, not the pool's shared listening client (whose
- * errors `@effect/sql-pg` swallows, so a dead one is never replaced). It
- * carries every channel the instance listens on. It is found dead by its
- * error or end, or by its own ping (a `pg_notify` on a channel only it
- * listens on, sent on the connection itself) going unheard for `deadAfter`,
- * and is replaced with back-off, on every channel. After every (re)connect the
- * `onHeardAgain` handlers run before `hearing` turns true: what was announced
- * while nobody listened is lost, so whoever relies on announcements starts
- * afresh (the key cache forgets, the grant pool hands its grants back).
+ * The one LISTEN connection of this instance
+ * (docs/architecture.md, "Listening"; docs/money.md, "Faults"): a plain
+ * `pg.Client` of its own, not the pool's shared listening client (whose errors
+ * `@effect/sql-pg` swallows, so a dead one is never replaced). It carries every
+ * channel the instance listens on. It is found dead by its error or end, or by
+ * its own ping (a `pg_notify` on a channel only it listens on, sent on the
+ * connection itself) going unheard for `deadAfter`, and is replaced with
+ * back-off, on every channel. After every (re)connect the `onHeardAgain`
+ * handlers run before `hearing` turns true: what was announced while nobody
+ * listened is lost, so whoever relies on announcements starts afresh (the key
+ * cache forgets, the grant pool hands its grants back).
  */
 export class Listener extends Context.Tag("nenas/Listener")<Listener, {
   /** Calls `handler` with every payload announced on `channel`, which must be one of the layer's channels. */

@@ -19,7 +19,7 @@ export interface Identity {
   readonly name: string | null
 }
 
-/** A person's place in an account (DESIGN.md, Teams). */
+/** A person's place in an account (docs/api/teams.md, "Teams"). */
 export interface Member {
   readonly id: string
   readonly role: Role

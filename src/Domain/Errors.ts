@@ -4,7 +4,7 @@ import type * as AST from "effect/SchemaAST"
 import { CurrentRequestId } from "../Request/Context.js"
 
 /**
- * The error model of DESIGN.md: one `Schema.TaggedError` per error code, each
+ * The error model (docs/api/errors.md, "Errors"): one `Schema.TaggedError` per error code, each
  * carrying its HTTP status, `error.type` and retryable flag, and one wire
  * encoding (`{ type: "error", error: {...} }`) shared by the server's error
  * middleware and the OpenAPI document.
@@ -234,7 +234,7 @@ export const keyEditAction = (apiKeyId: string): string => `/api-keys?edit=${enc
 export const notImplemented = (what: string) =>
   Effect.fail(new NotImplemented({ message: `${what} is not implemented yet.` }))
 
-/** An account with an open payment dispute may not make model calls (DESIGN.md, Payments). */
+/** An account with an open payment dispute may not make model calls (docs/money.md, "Payments (Stripe)"). */
 export const accountSuspended = () =>
   new PermissionDenied({
     message: "This account is suspended while a payment dispute is open; model calls resume when it closes.",

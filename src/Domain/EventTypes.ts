@@ -1,4 +1,4 @@
-/** The events a developer's webhook endpoint may subscribe to (DESIGN.md, Alerts, auto top-up and webhooks). */
+/** The events a developer's webhook endpoint may subscribe to (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"). */
 export const EVENT_TYPES = [
   "balance.low",
   "topup.succeeded",

@@ -11,7 +11,7 @@ export const ModelPrice = Schema.Struct({
 export type ModelPrice = typeof ModelPrice.Type
 
 /**
- * The price table (DESIGN.md, Money): per upstream model, plus per search and
+ * The price table (docs/money.md, "The money rules"): per upstream model, plus per search and
  * per fetched page. A model missing from `models` is priced as `fallback`.
  */
 export const PriceTable = Schema.Struct({

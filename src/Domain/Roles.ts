@@ -2,7 +2,7 @@ import * as OpenApi from "@effect/platform/OpenApi"
 import { Context, Schema } from "effect"
 import { InvalidRequest, PermissionDenied } from "./Errors.js"
 
-/** A member's role in an account (DESIGN.md, Teams), strongest first. */
+/** A member's role in an account (docs/api/teams.md, "Teams"), strongest first. */
 export const Role = Schema.Literal("owner", "admin", "developer", "billing", "viewer")
 export type Role = typeof Role.Type
 
@@ -76,7 +76,7 @@ const ownersOnlyRefusal = (actor: Role) =>
   })
 
 /**
- * Whether `actor` may do `action` to `target`, decided before anything is read or written (README, "Teams"):
+ * Whether `actor` may do `action` to `target`, decided before anything is read or written (docs/api/teams.md, "Roles that hold"):
  * anyone leaves, but its keys are then disabled, never handed over; removing or changing another member is an
  * owner's or admin's; only an owner changes an owner in any way, or makes one. The last owner is the repository's.
  */

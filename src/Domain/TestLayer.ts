@@ -12,7 +12,7 @@ const unimplemented = (service: string, member: PropertyKey) => {
 
 /**
  * A Layer of `tag` built from the members a test gives; any other member dies when used, naming itself
- * (as `examples/http-server/src/lib/Layer.ts` of Effect-TS/examples). A handler test stubs one repository
+ * (as Effect-TS/examples' http-server example does in its `lib/Layer` module). A handler test stubs one repository
  * method this way without PostgreSQL: `KeysRepo.Test({ list: () => Effect.succeed([]) })`.
  */
 export const makeTestLayer = <I, S extends object>(tag: Context.Tag<I, S>) => (service: Partial<S>): Layer.Layer<I> =>

@@ -21,7 +21,7 @@ const LONG_RUN = new RegExp(`\\S{${MAX_PIECE + 1},}|\\s{${MAX_PIECE + 1},}`, "g"
 
 /**
  * Even sliced, the tokenizer reads only about 1 MB of varied text a second,
- * so a request has one budget (README, "Bounded work per request"): its texts
+ * so a request has one budget (docs/security.md, "Bounded work per request"): its texts
  * are counted exactly while they hold at most EXACT_CHARS characters in all;
  * beyond, they are estimated from SAMPLES windows of WINDOW characters, as
  * many characters in all (some 30 ms either way).

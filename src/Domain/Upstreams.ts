@@ -3,12 +3,12 @@ import type { PriceTable } from "./Prices.js"
 import { ModelPrice } from "./Prices.js"
 
 /**
- * The upstreams a call may reach (DESIGN.md, configuration `UPSTREAMS`, and
- * Fallbacks): named OpenAI-compatible endpoints, each with its models per
- * routing category in priority order and, optionally, their prices. A
- * category's targets are every upstream's models for it, upstreams in list
- * order and each one's models in its own order: the first is the router's
- * pick, the rest its fallbacks.
+ * The upstreams a call may reach (`UPSTREAMS`:
+ * docs/operations.md, "Several upstreams and fallbacks"): named
+ * OpenAI-compatible endpoints, each with its models per routing category in
+ * priority order and, optionally, their prices. A category's targets are every
+ * upstream's models for it, upstreams in list order and each one's models in
+ * its own order: the first is the router's pick, the rest its fallbacks.
  */
 
 export type ModelCategory = "general" | "reasoning"

@@ -108,7 +108,7 @@ const fromIssues = (all: ReadonlyArray<Issue>) => {
 const isMaxBytes = (error: HttpServerError.RequestError): boolean =>
   error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
 
-/** Every failure a request can end in, as one of the error codes of DESIGN.md. */
+/** Every failure a request can end in, as one of the error codes (docs/api/errors.md, "Errors"). */
 export const toApiError = (cause: Cause.Cause<unknown>): Option.Option<ApiError> => {
   const failure = Option.orElse(Cause.failureOption(cause), () => Cause.dieOption(cause))
   if (Option.isNone(failure)) return Option.none()
@@ -197,16 +197,19 @@ const lingerAfterAnswer = (request: HttpServerRequest.HttpServerRequest): void =
 }
 
 /**
- * The API-level middleware: gives every request an id (`X-Request-Id`), caps
- * bodies at 8 MiB, and turns every failure — typed errors, schema decode
+ * The request pipeline, as an API-level middleware: every request the front
+ * (`Lane/Front.ts`) hands on passes here. It gives the request its id
+ * (`X-Request-Id`), runs the request guard (`RequestGuard.ts`: admission before
+ * the body), hands a model call to the lane (`Lane/ModelLane.ts`) and anything
+ * else to the HttpApi router, caps bodies at 8 MiB, and turns every failure — typed errors, schema decode
  * failures, malformed JSON, oversize bodies, unknown routes and defects —
  * into the spec's error body. A defect's details go to the log, never to the client.
  */
-export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
+export const PipelineLive = HttpApiBuilder.middleware(
   Effect.gen(function*() {
     const { dashboardUrl } = yield* AppConfig
     const guard = yield* makeRequestGuard
-    // The model calls' lane (`ModelLane.ts`), where the service has one; tests' small APIs have none.
+    // The model calls' lane (`Lane/ModelLane.ts`), where the service has one; tests' small APIs have none.
     const lane = yield* Effect.serviceOption(ModelLane)
     // The slot the guard took before the body, given back when no handler took it over; tests' small APIs have no limits.
     const limits = yield* Effect.serviceOption(CallLimits)
@@ -216,7 +219,7 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         const request = yield* HttpServerRequest.HttpServerRequest
         const laneHandler = lane._tag === "Some" ? lane.value.route(request.method, request.url) : undefined
         const requestId = newId("req")
-        // The access log's record for this request (`Front.ts`); a server without the front gets one of its own.
+        // The access log's record for this request (`Lane/Front.ts`); a server without the front gets one of its own.
         const facts: RequestFacts = requestFactsOf(NodeHttpServerRequest.toIncomingMessage(request)) ?? {}
         facts.requestId = requestId
         const extraHeaders: Record<string, string> = {}
@@ -236,9 +239,10 @@ export const ErrorMiddlewareLive = HttpApiBuilder.middleware(
         pauseInsteadOfDestroy(request)
         let refused = false
         const refuse = () => Effect.sync(() => refused = true)
-        // The lane reads the body itself (`BodyText.ts`), the router through the platform under the same limit. The
+        // The lane reads the body itself (`Lane/Wire/BodyText.ts`), the router through the platform under the same limit. The
         // platform's reader is made only for a body the guard reads: `request.text` builds a cached effect on a fiber
-        // of its own (a Deferred), whose objects outlive a request on Node 20 (README, "What kept a request's objects").
+        // of its own (a Deferred), whose objects outlive a request on Node 20
+        // (docs/performance.md, "What kept a request's objects through young collections").
         const guarded = laneHandler === undefined
           ? Effect.zipRight(Effect.tapError(guard(Effect.suspend(() => request.text)), refuse), router).pipe(
             HttpIncomingMessage.withMaxBodySize(Option.some(MAX_BODY_BYTES))

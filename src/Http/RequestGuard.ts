@@ -104,7 +104,7 @@ export const makeRequestGuard = Effect.gen(function*() {
     endpointAt(`${request.method} ${request.url.split("?", 1)[0] ?? ""}`)
   // One generator function for every request (`Effect.fnUntraced`), not one made per request: V8 11 (Node 20) gives
   // each new generator function a map of its own when it first runs, and that map keeps the request's objects
-  // alive through young-generation collections (README, "What kept a request's objects").
+  // alive through young-generation collections (docs/performance.md, "What kept a request's objects through young collections").
   return Effect.fnUntraced(function*<E>(read: Effect.Effect<string, E>) {
     const request = yield* HttpServerRequest.HttpServerRequest
     const nul = nulInUrl(request.url)

@@ -67,7 +67,7 @@ import { Metrics } from "../Observability/Metrics.js"
 import { TracingLive } from "../Observability/Tracing.js"
 import { DashboardLive } from "./Dashboard.js"
 import { FrontResponse, makeFront } from "../Lane/Front.js"
-import { answerParserErrors, ErrorMiddlewareLive } from "./Pipeline.js"
+import { answerParserErrors, PipelineLive } from "./Pipeline.js"
 import { DocsLive } from "./Docs.js"
 import { ModelLane } from "../Lane/ModelLane.js"
 import { drainDeadline } from "./Shutdown.js"
@@ -87,30 +87,15 @@ export interface ServerOverrides {
   readonly search?: Layer.Layer<Search>
   readonly paymentProcessor?: Layer.Layer<PaymentProcessor>
   /**
-   * Calls settle through `Spending`'s own SQL (`Wallet/Settle.ts`), so a
+   * Calls settle through `Spending`'s own SQL (`Wallet/Settlement/Settle.ts`), so a
    * replacement must keep the SQL tables (a wrapper around `WalletRepo.layer`
-   * that injects faults, say); an in-memory repository is refused at start.
+   * that injects faults, say).
    */
   readonly walletRepo?: Layer.Layer<WalletRepo, never, Layer.Layer.Context<typeof WalletRepo.layer>>
   readonly clock?: Clock.Clock
   /** The stored-response store (a wrapper around `StoredResponses.layer` that counts its reads, say). */
   readonly storedResponses?: Layer.Layer<StoredResponses, never, SqlClient.SqlClient>
 }
-
-/** Set on `Wallet/InMemoryWalletRepo.ts`'s repositories (a global symbol, so production code does not import test code). */
-const IN_MEMORY_WALLET = Symbol.for("nenas/WalletRepo/inMemory")
-
-/** `layer` itself, refusing to start on an in-memory repository: captures written in SQL would find no reservation. */
-const sqlWalletRepo = (layer: Layer.Layer<WalletRepo, never, Layer.Layer.Context<typeof WalletRepo.layer>>) =>
-  Layer.effect(
-    WalletRepo,
-    Effect.flatMap(WalletRepo, (repo) =>
-      IN_MEMORY_WALLET in repo
-        ? Effect.dieMessage(
-          "makeServer: an in-memory WalletRepo cannot run under the server: Spending settles calls in SQL (Wallet/Settle.ts)."
-        )
-        : Effect.succeed(repo))
-  ).pipe(Layer.provide(layer))
 
 /** The instance's one LISTEN connection, on every channel it listens on, its state in the metrics. */
 const ListenerLive = Layer.unwrapEffect(Effect.map(Metrics, (metrics) =>
@@ -144,7 +129,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       KeyLastUsed.layer(),
       KeyCache.layer(),
       KeyLimitReached.layer,
-      traced(WalletRepo, "wallet", overrides.walletRepo === undefined ? WalletRepo.layer : sqlWalletRepo(overrides.walletRepo)),
+      traced(WalletRepo, "wallet", overrides.walletRepo ?? WalletRepo.layer),
       overrides.router ?? Router.layer,
       instrumentedProvider(overrides.provider ?? ProviderLive),
       overrides.testKeyProvider ?? TestKeyProviderLive,
@@ -195,7 +180,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
 
 /**
  * The HTTP application: the API, its docs (`/docs`, `/openapi.json`), the web dashboard (`/app/`)
- * and the error encoder; security headers, CORS and the access log are the server's front (`Front.ts`).
+ * and the error encoder; security headers, CORS and the access log are the server's front (`Lane/Front.ts`).
  */
 const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
   const app = HttpApiBuilder.serve().pipe(
@@ -203,10 +188,10 @@ const HttpAppLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => {
       DocsLive,
       HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
       DashboardLive,
-      ErrorMiddlewareLive.pipe(Layer.provide(ModelLane.layer))
+      PipelineLive.pipe(Layer.provide(ModelLane.layer))
     ]),
     Layer.provide(ApiLive),
-    // The router reads the path as sent, as every check before it does (`PathReading.ts`): no folded case, no merged slashes.
+    // The router reads the path as sent, as every check before it does (`Lane/PathReading.ts`): no folded case, no merged slashes.
     Layer.locally(HttpRouter.currentRouterConfig, { caseSensitive: true, ignoreDuplicateSlashes: false })
   )
   // The platform's server span, made for every request even with no tracer (a URL parse, the headers redacted

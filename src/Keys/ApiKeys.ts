@@ -59,7 +59,7 @@ export const openSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: 
 
 type LimitConfig = Pick<AppConfigShape, "rateLimitRpm" | "rateLimitConcurrent" | "rateLimitRpmMax" | "rateLimitConcurrentMax">
 
-/** The most a key may be given: the operator's ceiling, else DESIGN's 10× the default. */
+/** The most a key may be given: the operator's ceiling, else 10× the default (docs/operations.md, "Configuration"). */
 export const rateLimitCeilings = (config: LimitConfig) => ({
   rpm: Option.getOrElse(config.rateLimitRpmMax, () => config.rateLimitRpm * RATE_LIMIT_CEILING_FACTOR),
   concurrent: Option.getOrElse(config.rateLimitConcurrentMax, () => config.rateLimitConcurrent * RATE_LIMIT_CEILING_FACTOR)

@@ -41,7 +41,7 @@ const EarlyOutcome = FiberRef.unsafeMake<
 
 /**
  * The key's row and its checks; `clock` is the service's, read directly (no fiber steps on every request). One
- * generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
+ * generator function for every call (`Effect.fnUntraced`), not one made per call (docs/performance.md, "What kept a request's objects through young collections").
  */
 const lookupWith = Effect.fnUntraced(
   function*(keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, key: string) {
@@ -149,7 +149,7 @@ export const makeAuthenticateBeforeBody = Effect.gen(function*() {
   return (yield* FiberRef.get(FiberRef.currentTracerEnabled)) ? Effect.withSpan(authenticate, "auth.before_body") : authenticate
 })
 
-/** What every key ever issued looks like (`generateKey`; DESIGN: 32 or more base62 characters). */
+/** What every key ever issued looks like (`generateKey`; docs/security.md, "Security": 32 or more base62 characters). */
 const KEY_SHAPE = /^nns_(?:live|test)_[0-9A-Za-z]{32,}$/
 
 /** A refusal that names a real key: its holder is known, so the per-address limit does not stand in its way. */

@@ -1,6 +1,9 @@
 import { PermissionDenied } from "../Domain/Errors.js"
 
-/** A control an owner or admin can put on a key, which a developer may then tighten but not loosen (README, "Teams"). */
+/**
+ * A control an owner or admin can put on a key, which a developer may then tighten but not loosen
+ * (docs/api/teams.md, "Roles that hold").
+ */
 export const CONTROLS = ["disabled", "monthly_spend_limit_myr", "rate_limit_rpm", "rate_limit_concurrent"] as const
 export type Control = typeof CONTROLS[number]
 

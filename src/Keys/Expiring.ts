@@ -8,10 +8,12 @@ export const EXPIRING_NOTICE_MS = 7 * 24 * 60 * 60 * 1000
 const EVERY = Duration.seconds(30)
 
 /**
- * `key.expiring` (issue 25): once per key and expiry, 7 days before it, a
- * webhook event and an email, written in the transaction that marks the key
- * announced. Every instance runs it; the row's update is the claim, so a key
- * is announced once however many run at once. A new `expires_at` is announced again.
+ * `key.expiring`
+ * (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"): once
+ * per key and expiry, 7 days before it, a webhook event and an email, written
+ * in the transaction that marks the key announced. Every instance runs it; the
+ * row's update is the claim, so a key is announced once however many run at
+ * once. A new `expires_at` is announced again.
  */
 export class KeyExpiry extends Context.Tag("nenas/KeyExpiry")<KeyExpiry, {
   /** Announces the keys expiring within 7 days not yet announced; how many. */

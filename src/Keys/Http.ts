@@ -90,7 +90,7 @@ const noSuchKey = (id: string) => new NotFound({ message: `No API key with id '$
 
 /**
  * The account's key `id`, when the signed-in member may change it: a developer changes only the keys it made
- * (DESIGN.md, Teams); owners and admins change any.
+ * (docs/api/teams.md, "Teams"); owners and admins change any.
  */
 const changeable = (repo: KeysRepo["Type"], account: SignedIn, id: string) =>
   Effect.gen(function*() {

@@ -63,7 +63,7 @@ export class KeyCache extends Context.Tag("nenas/KeyCache")<KeyCache, {
 const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics: Metrics, options: KeyCacheOptions) =>
   Effect.gen(function*() {
     const ttl = Duration.toMillis(options.timeToLive)
-    // Read directly on each lookup, not through `Clock.currentTimeMillis`'s fiber steps (issue 36).
+    // Read directly on each lookup (docs/performance.md, "The clock read directly on the call path").
     const clock = yield* Effect.clock
     const entries = new Map<string, Entry>()
     /** The hashes remembered of each key: its current secret and, after a rotation with grace, its previous one. */
@@ -122,7 +122,8 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
     yield* listener.onHeardAgain(forgetAll)
 
     return KeyCache.of({
-      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call
+      // (docs/performance.md, "What kept a request's objects through young collections").
       lookup: Effect.fnUntraced(function*(keyHash: Buffer) {
         const hash = keyHash.toString("hex")
         const now = clock.unsafeCurrentTimeMillis()

@@ -12,10 +12,12 @@ export const monthOf = (at: Date, timeZone: string): string => {
 }
 
 /**
- * `key.limit_reached` (issue 25): the first call a key's monthly spend limit
- * refuses in a month announces it, once per key and month (the row's update is
- * the claim, on any number of instances), by webhook and email. A failure here
- * is logged and never changes the refusal the caller gets.
+ * `key.limit_reached`
+ * (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"): the
+ * first call a key's monthly spend limit refuses in a month announces it, once
+ * per key and month (the row's update is the claim, on any number of
+ * instances), by webhook and email. A failure here is logged and never changes
+ * the refusal the caller gets.
  */
 export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLimitReached, {
   readonly announce: (apiKeyId: string) => Effect.Effect<void>

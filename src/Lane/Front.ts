@@ -86,14 +86,15 @@ const refuseTarget = (response: FrontResponse, method: string, url: string, why:
 }
 
 /**
- * What every request meets before the Effect app, in plain code (issue 36:
- * as Effect middleware these two cost about a third of a `/healthz`): the
- * path's one reading (`PathReading.ts`: a target the router would read
- * otherwise answers 404 here, HEAD is served as GET), the security headers
- * and CORS (`SecurityHeaders.ts`), a preflight answered here, and the access
- * log and request metrics (`AccessLog.ts`), whose record the error middleware
- * and authentication fill in (`Request/Context.ts`). A preflight is neither
- * logged nor counted, as before.
+ * What every request meets before the Effect app, in plain code
+ * (docs/performance.md, "Going around the platform": as Effect middleware these
+ * two cost about a third of a `/healthz`): the path's one reading
+ * (`PathReading.ts`: a target the router would read otherwise answers 404 here,
+ * HEAD is served as GET), the security headers and CORS (`SecurityHeaders.ts`),
+ * a preflight answered here, and the access log and request metrics
+ * (`AccessLog.ts`), whose record the error middleware and authentication fill
+ * in (`Request/Context.ts`). A preflight is neither logged nor counted, as
+ * before.
  */
 export const makeFront = Effect.gen(function*() {
   const config = yield* AppConfig

@@ -55,17 +55,18 @@ const decodeHeaders = Schema.decodeUnknown(IdempotencyKeyHeader)
 
 /**
  * The model calls (`POST /v1/responses`, `/v1/chat/completions`,
- * `/v1/messages`) served in front of the router (issue 36): the router's
- * matching and the API's per-endpoint wrapping (the group's whole context
- * merged into each request's, the security middleware's own fiber work) cost
- * a plain call about 8% of its CPU in A/B runs of `npm run bench:pipeline`.
+ * `/v1/messages`) served in front of the router
+ * (docs/performance.md, "Going around the platform"): the router's matching and
+ * the API's per-endpoint wrapping (the group's whole context merged into each
+ * request's, the security middleware's own fiber work) cost a plain call about
+ * 8% of its CPU in A/B runs of `npm run bench:pipeline`.
  *
  * What the router's endpoint does, the lane does in the same order with the
  * same parts: the API key through `ApiKeyAuth` (as its bearer security
  * decodes it), the payload with the endpoint's own Schema (precompiled),
  * then the `Idempotency-Key` header, and the same handler (`makeModelEndpoints`),
  * interruptible as the router makes it. It runs inside the error middleware
- * (`ErrorMiddleware.ts`), so the request guard, request id, error encoder,
+ * (`Http/Pipeline.ts`), so the request guard, request id, error encoder,
  * access log, metrics, security headers and the shutdown drain are the ones
  * every other request has. HttpApi still declares the endpoints: OpenAPI,
  * docs and typed clients are unchanged, and a request the lane does not take
@@ -94,12 +95,13 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
         >
       ): readonly [string, LaneHandler] => {
         const decodePayload = Schema.decodeUnknown(schema)
-        // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
+        // One generator function for every call (`Effect.fnUntraced`), not one made per call
+        // (docs/performance.md, "What kept a request's objects through young collections").
         const serve = Effect.fnUntraced(function*(text: string | undefined) {
           const request = yield* HttpServerRequest.HttpServerRequest
           const key = yield* authenticate(Redacted.make((request.headers["authorization"] ?? "").slice(BEARER)))
           const json = yield* (text === undefined ? payloadOf(request) : parsed(request, text))
-          // A large body's parsing and decoding each end with a turn of the event loop (README, "Bounded work per request").
+          // A large body's parsing and decoding each end with a turn of the event loop (docs/security.md, "Bounded work per request").
           if (text !== undefined) yield* breatheAfter(text.length)
           const payload = yield* decodePayload(json)
           if (text !== undefined) yield* breatheAfter(text.length)

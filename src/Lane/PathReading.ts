@@ -1,6 +1,6 @@
 /**
- * One path, one reading (README, "Security"): the router (find-my-way) would decode percent-escapes, merge duplicate
- * slashes, cut the path at `;`, strip an absolute-form target's scheme and host, and (configured so in `Server.ts`
+ * One path, one reading (docs/security.md, "Security"): the router (find-my-way) would decode percent-escapes, merge duplicate
+ * slashes, cut the path at `;`, strip an absolute-form target's scheme and host, and (configured so in `Http/Server.ts`
  * no longer) fold letter case, while the checks in front of it (development routes, the request guard, CORS,
  * `no-store`) read the path as sent. A target that any of these would read differently is refused at the front, so
  * that whatever passes reads alike everywhere; HEAD is served as GET (`Front.ts`), Node leaving the body out.

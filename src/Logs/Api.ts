@@ -20,7 +20,10 @@ const LogFilterFields = {
   api_key_id: Schema.optional(SqlString),
   endpoint: Schema.optional(SqlString),
   environment: Schema.optional(Environment),
-  /** DESIGN's `key:value` (split at the first colon): calls whose `metadata` has that key with that value. */
+  /**
+   * `key:value`, split at the first colon
+   * (docs/api/dashboard.md, "Dashboard analytics: rollups, paging, tags and export"): calls whose `metadata` has that key with that value.
+   */
   tag: Schema.optional(SqlString.pipe(Schema.maxLength(64 + 1 + 512))),
   /** Calls tagged with this `metadata` key; with `tag_value`, with that value too (a key with a colon in it). */
   tag_key: Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(64))),

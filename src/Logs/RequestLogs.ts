@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError, Statement } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): the log writes run per settlement flush, where a Schema per row would cost measurable CPU.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): the log writes run with every settlement flush.
 
 /** What a call's row says when it opens: who called, which route, how much input. */
 export interface OpenLog {
@@ -139,11 +139,12 @@ const attemptsJson = (row: LogWrite): string | null =>
     : JSON.stringify(row.attempts.map((a) => ({ target: a.target, outcome: a.outcome, latency_ms: a.latencyMs })))
 
 /**
- * The one writer of `request_logs` (DESIGN.md, Request lifecycle). Calls'
- * rows are written in batches, inside the wallet's settlement transaction:
- * a short call once, in its final state; a call still running after a second
- * as `pending` first. A row in its final state is never moved back, except
- * that a late charge bills a call the sweeper had failed.
+ * The one writer of `request_logs`
+ * (docs/money.md, "Request lifecycle and logs"). Calls' rows are written in
+ * batches, inside the wallet's settlement transaction: a short call once, in
+ * its final state; a call still running after a second as `pending` first. A
+ * row in its final state is never moved back, except that a late charge bills a
+ * call the sweeper had failed.
  */
 export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
   /** Writes (or moves forward) each row; one statement. Run it in the caller's transaction. */

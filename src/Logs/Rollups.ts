@@ -1,7 +1,7 @@
 import type { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): the rollup statements run beside the per-flush log writes (triggers) and are kept in the same tuned form.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): the rollup statements run beside every flush's log writes (triggers).
 
 /** The width of a rollup bucket (migrations/0011_usage_rollups.ts): 30 minutes, from the Unix epoch. */
 export const BUCKET_MS = 30 * 60 * 1000

@@ -21,8 +21,6 @@ import type { MemberRecord } from "./Api.js"
 import { INVITATION_DAYS, invitationUrl, toInvitation } from "./InvitationView.js"
 import { type MemberRow, MembersRepo } from "./Repo.js"
 
-/** How long an invitation may be accepted (DESIGN.md, Teams). */
-
 const noSuchMember = (id: string) => new NotFound({ message: `No member with id '${id}' in this account.`, param: "id" })
 
 const lastOwner = new InvalidRequest({
@@ -30,7 +28,7 @@ const lastOwner = new InvalidRequest({
   param: "role"
 })
 
-/** What `actor` may do to `target` (README, "Teams"), refused before anything is written. */
+/** What `actor` may do to `target` (docs/api/teams.md, "Roles that hold"), refused before anything is written. */
 const allowed = (actor: SignedIn, target: { readonly id: string; readonly role: Role }, action: MemberAction) => {
   const refusal = memberActionRefusal(actor.member, target, action)
   return refusal === undefined ? Effect.void : Effect.fail(refusal)

@@ -35,7 +35,10 @@ export interface MemberChange {
 
 const MEMBER_COLUMNS = "m.id, m.account_id, m.issuer, m.subject, m.email, m.name, m.role, m.monthly_spend_limit_micro_myr, m.created_at"
 
-/** Members and invitations (DESIGN.md, Teams): the `members` and `invitations` tables are read and written here only. */
+/**
+ * Members and invitations (docs/api/teams.md, "Members and invitations"): the `members` and `invitations` tables
+ * are read and written here only.
+ */
 export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
   /**
    * The person's membership in `accountId`, or (null) in their personal account (the one their identity opened),

@@ -148,7 +148,7 @@ const makeCallServing = Effect.gen(function*() {
     return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
   })
 
-  /** Admission first (DESIGN.md, Security): the key's limits are taken before the input's stored responses are read. */
+  /** Admission first (docs/security.md, "Security"): the key's limits are taken before the input's stored responses are read. */
   const serve = Effect.fnUntraced(function*(call: Call) {
     yield* requireActiveAccount
     if (call.stream) return yield* streamed(call)
@@ -184,13 +184,14 @@ const requested = <Payload extends { readonly stream?: boolean | null | undefine
 
 /**
  * The model endpoints' handlers, one implementation of each: the HttpApi
- * groups below serve them through the router, and the lane (`Lane.ts`)
+ * groups below serve them through the router, and the lane (`Lane/ModelLane.ts`)
  * serves the same functions in front of it.
  */
 export const makeModelEndpoints = Effect.gen(function*() {
   const { limits, serve } = yield* makeCallServing
   const stored = yield* StoredConversations
-  // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
+  // One generator function for every call (`Effect.fnUntraced`), not one made per call
+  // (docs/performance.md, "What kept a request's objects through young collections").
   const responsesInput = Effect.fnUntraced(function*(payload: ResponsesBody) {
     if (payload.model !== PUBLIC_MODEL) {
       return yield* new InvalidRequest({
@@ -247,7 +248,7 @@ export const makeModelEndpoints = Effect.gen(function*() {
         renderStream: chatEvents,
         errorBody: toErrorBody
       })),
-    /** Anthropic's Messages API: the same call, in Anthropic's shapes (`AnthropicInput.ts`, `AnthropicWire.ts`). */
+    /** Anthropic's Messages API: the same call, in Anthropic's shapes (`Anthropic/AnthropicInput.ts`, `Anthropic/AnthropicWire.ts`). */
     messages: ({ headers, payload }: CallRequest<AnthropicMessagesRequest>) =>
       serve(requested("/v1/messages", { headers, payload }, {
         input: anthropicCallInput(payload),

@@ -86,7 +86,7 @@ export const emit = (event: Emitted): Effect.Effect<string, SqlError.SqlError, S
 const MAX_RECIPIENTS = 50
 
 /**
- * Queues an email to every owner and billing member of the account (DESIGN.md, Teams), optionally tied to an
+ * Queues an email to every owner and billing member of the account (docs/api/alerts.md, "Alerts"), optionally tied to an
  * event; its first line names the account. An account whose members have no address gets none.
  */
 export const emailAccount = (accountId: string, email: EventEmail, at: Date, eventId: string | null = null) =>

@@ -4,7 +4,7 @@ import { countTexts } from "../Domain/Tokens.js"
 
 /**
  * Token counts for what is not plain text, built on the string counter of
- * Tokens.ts: images as OpenAI counts them, tool definitions, tool calls and
+ * `Domain/Tokens.ts`: images as OpenAI counts them, tool definitions, tool calls and
  * response formats as the JSON the model reads. These feed the estimate a call
  * reserves; the capture uses the upstream's own usage.
  */
@@ -99,7 +99,7 @@ const totalOf = (tally: Tally): number => tally.fixed + countTexts(tally.texts)
 
 /**
  * A request's whole input, the turns, tools and format, under one token-counting
- * budget (Tokens.ts `countTexts`): what a call's estimate and `count_tokens` use.
+ * budget (`countTexts` in `Domain/Tokens.ts`): what a call's estimate and `count_tokens` use.
  */
 export const countRequest = (
   messages: ReadonlyArray<UpstreamMessage>,
@@ -116,7 +116,7 @@ export const countRequest = (
 /** A tool call as the model writes it: its name and arguments, with a few tokens of framing. */
 export const countToolCall = (call: ToolCall): number => 8 + countTexts([call.function.name, call.function.arguments])
 
-/** The turns alone; for text messages this equals `countMessages` of Tokens.ts. */
+/** The turns alone; for text messages this equals `countMessages` of `Domain/Tokens.ts`. */
 export const countUpstreamMessages = (messages: ReadonlyArray<UpstreamMessage>): number => {
   const tally: Tally = { fixed: 0, texts: [] }
   tallyMessages(messages, tally)

@@ -9,14 +9,14 @@ import { tapFailure } from "../Lane/Wire/PartReader.js"
 import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, UpstreamAttempt } from "./Provider.js"
 
 /**
- * Fallbacks across upstreams (DESIGN.md, Model API details, Fallbacks). A
- * call tries its category's targets in order (Domain/Upstreams.ts). Before
- * the answer's head arrives, a connection error, 429, 5xx (or 408, or our
- * credentials refused) or a first-byte timeout moves it to the next target; a
- * refusal of the request itself (another 4xx: `invalid_request`,
- * `context_length_exceeded`) ends it, as it would end anywhere. Once a head
- * has arrived the call stays with that target: a stream cut later is the
- * call's error, never a switch.
+ * Fallbacks across upstreams
+ * (docs/operations.md, "Several upstreams and fallbacks"). A call tries its
+ * category's targets in order (Domain/Upstreams.ts). Before the answer's head
+ * arrives, a connection error, 429, 5xx (or 408, or our credentials refused) or
+ * a first-byte timeout moves it to the next target; a refusal of the request
+ * itself (another 4xx: `invalid_request`, `context_length_exceeded`) ends it,
+ * as it would end anywhere. Once a head has arrived the call stays with that
+ * target: a stream cut later is the call's error, never a switch.
  *
  * Deadline: `UPSTREAM_FIRST_BYTE_TIMEOUT_MS` is the whole call's budget. Each
  * attempt may use what is left divided by the targets not yet tried (itself
@@ -80,7 +80,7 @@ const outOfTime = () => new ProviderTimeout({ message: "The model provider did n
  */
 export const makeFallbackProvider = (options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt) =>
   Effect.gen(function*() {
-    // Read directly on each attempt, not through `Clock.currentTimeMillis`'s fiber steps (issue 36).
+    // Read directly on each attempt (docs/performance.md, "The clock read directly on the call path").
     const clock = yield* Effect.clock
     const clients = new Map<string, UpstreamClient>()
     for (const upstream of options.upstreams) {

@@ -186,7 +186,7 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
     const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
 
     /**
-     * Requests go out on Node's HTTP client (`Post.ts`), and answers are read by hand (`ChatDecode.ts`,
+     * Requests go out on Node's HTTP client (`Lane/Wire/KeepAlivePost.ts`), and answers are read by hand (`ChatDecode.ts`,
      * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
      * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
      */

@@ -146,7 +146,7 @@ export const simulatedProvider: ProviderShape = {
     })
 }
 
-/** The built-in model under its own name, as `routing.upstream_model` reports a test key's call (Models/CallTypes.ts `shownRoute`). */
+/** The built-in model under its own name, as `routing.upstream_model` reports a test key's call (`shownRoute` in `Models/Call/CallTypes.ts`). */
 const asSimulatedModel = (request: ProviderRequest): ProviderRequest => ({ ...request, model: SIMULATED_MODEL })
 
 /** Test keys always call the built-in model, and its text names it as their routing does. */

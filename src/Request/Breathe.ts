@@ -3,7 +3,7 @@ import { Effect, FiberRef } from "effect"
 /**
  * Past this many characters of body, a request's phases (reading, the depth check, parsing, decoding, counting,
  * the call) each end with a turn of the event loop, so one large request never runs them back to back while
- * other requests wait (README, "Bounded work per request"). A small request takes none of these turns.
+ * other requests wait (docs/security.md, "Bounded work per request"). A small request takes none of these turns.
  */
 export const LARGE_BODY_CHARS = 256 * 1024
 

@@ -17,7 +17,7 @@ export const CurrentRequestFacts: FiberRef.FiberRef<RequestFacts | undefined> = 
 
 const FACTS = Symbol.for("nenas/RequestFacts")
 
-/** The record the access log will read for a Node request (`Http/Front.ts` makes it, before the app sees the request). */
+/** The record the access log will read for a Node request (`Lane/Front.ts` makes it, before the app sees the request). */
 export const attachRequestFacts = (incoming: object, facts: RequestFacts): void => {
   ;(incoming as { [FACTS]?: RequestFacts })[FACTS] = facts
 }

@@ -4,7 +4,7 @@ import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
 
-/** How long a stored response is kept (DESIGN.md, Stored responses): 30 days, a test key's 24 hours. */
+/** How long a stored response is kept (docs/api/models.md, "Stored responses"): 30 days, a test key's 24 hours. */
 export const RETENTION_DAYS = 30
 export const RETENTION_MS = RETENTION_DAYS * 24 * 60 * 60 * 1000
 export const TEST_RETENTION_MS = 24 * 60 * 60 * 1000
@@ -12,7 +12,7 @@ export const retentionMs = (environment: "live" | "test") => environment === "te
 /** Expired rows are deleted this many per statement, so a purge never holds a long lock. */
 export const PURGE_BATCH = 1000
 const PURGE_INTERVAL = Duration.minutes(10)
-/** The most of a chain that is ever read (DESIGN.md, Stored responses, "Bounds"): responses, and their records' bytes. */
+/** The most of a chain that is ever read (docs/api/models.md, "Stored responses"): responses, and their records' bytes. */
 export const MAX_CHAIN_RESPONSES = 1000
 export const MAX_CHAIN_BYTES = 16 * 1024 * 1024
 /** Bodies are fetched in queries of about this many bytes, so no one reply takes long to decode. */

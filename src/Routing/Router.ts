@@ -58,7 +58,7 @@ const firstMatch = (patterns: ReadonlyArray<RegExp>, text: string): string | und
 /**
  * The text the router reads: what the user asked, latest turn last, and no more than its last `READ_CHARS`
  * (with `length`, the whole text's, for the long-prompt rule): the patterns' work is bounded whatever the
- * request holds (README, "Bounded work per request").
+ * request holds (docs/security.md, "Bounded work per request").
  */
 const READ_CHARS = 16_000
 

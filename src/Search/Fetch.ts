@@ -193,7 +193,7 @@ export interface AdmitRules {
 }
 
 /**
- * The address guard (DESIGN.md, Security) for one URL: http(s) only, no
+ * The address guard (docs/security.md, "Outbound requests") for one URL: http(s) only, no
  * credentials, and a host that is in `allowedHosts` or whose every address is
  * public (`refusedAddress`). Answers the lookup to connect with, answering only
  * the addresses checked (`undefined` for an IP literal: no lookup happens).
@@ -242,7 +242,7 @@ export const admitUrl = (
   })
 
 /**
- * GETs without reaching inside the network (DESIGN.md, web search): the
+ * GETs without reaching inside the network (docs/security.md, "Outbound requests"): the
  * address guard (`admitUrl`) on ports 80 and 443 for the first host and each
  * redirect's; the connection goes to the addresses checked; at most
  * `maxRedirects` redirects; only the media types `wanted` admits; bodies capped.

@@ -1,7 +1,7 @@
 import type { Message } from "../Domain/Tokens.js"
 
 /**
- * The planning call (DESIGN.md, web search): the model reads the conversation
+ * The planning call (docs/api/models.md, "Web search"): the model reads the conversation
  * and writes the search queries, one a line. The prompt is bounded so the
  * estimate can count it before the call: the last few turns, each cut short.
  */

@@ -7,7 +7,7 @@ import { totalOf } from "./LowBalance.js"
 import type { WalletRow } from "./Settlement/SettleRows.js"
 
 /**
- * Auto top-up attempts (issue 25). A settlement that leaves a wallet below its
+ * Auto top-up attempts (docs/api/alerts.md, "Alerts"). A settlement that leaves a wallet below its
  * auto top-up threshold queues one, in its own transaction under the wallet's
  * lock, unless one is unfinished (a unique index: one in flight per account,
  * across instances) or the day's cap is reached. Billing's worker charges it

@@ -18,7 +18,7 @@ export interface CallHold {
   readonly amountMicroMyr: number
   readonly source: HoldSource
   /**
-   * This process's fence epoch when the hold was taken (`Fence.ts`): if its
+   * This process's fence epoch when the hold was taken (`Instances/Fence.ts`): if its
    * beat lapsed since, another instance may have taken the hold back, and the
    * call pays before it answers.
    */

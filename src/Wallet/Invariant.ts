@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): it checks the settlement statements and is kept in their hand-tuned form, unchanged.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): it checks what the settlement statements write, in their form.
 
 export interface InvariantReport {
   readonly accountId: string
@@ -13,13 +13,12 @@ export interface InvariantReport {
 }
 
 /**
- * DESIGN.md's ledger invariant for one account, read in one snapshot:
- * available + reserved + granted = the sum of the ledger (what credit
- * grants hold is kept apart from what calls hold); granted = the sum of the
- * account's grants; lifetime top-up = the sum of
- * `topup` entries; lifetime spend = minus the sum of `usage` entries;
- * reserved = the sum of open reservations; each entry's balance after = the
- * running sum up to it.
+ * The ledger invariant (docs/money.md, "The ledger invariant") for one account,
+ * read in one snapshot: available + reserved + granted = the sum of the ledger
+ * (what credit grants hold is kept apart from what calls hold); granted = the
+ * sum of the account's grants; lifetime top-up = the sum of `topup` entries;
+ * lifetime spend = minus the sum of `usage` entries; reserved = the sum of open
+ * reservations; each entry's balance after = the running sum up to it.
  */
 export const checkInvariant = (accountId: string) =>
   Effect.gen(function*() {

@@ -2,7 +2,7 @@ import type { SqlClient, SqlError } from "@effect/sql"
 import { Effect } from "effect"
 import type { Wallet as WalletSchema } from "./Api.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): the wallet lock is taken by every money movement, per call and per flush (measurable CPU per row decoded).
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): the wallet lock is taken by every money movement, per call and per flush.
 
 type Wallet = typeof WalletSchema.Type
 

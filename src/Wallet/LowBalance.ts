@@ -6,7 +6,7 @@ import { DASHBOARD_URL, emit } from "../Outbox/Events.js"
 import type { WalletRow } from "./Settlement/SettleRows.js"
 
 /**
- * Low-balance alerts (issue 25). The balance here is what the ledger sums to
+ * Low-balance alerts (docs/api/alerts.md, "Alerts"). The balance here is what the ledger sums to
  * (available + reserved + granted): at rest, what the dashboard shows. A
  * crossing is a settlement that takes it from at or above the threshold to
  * below it; the wallet is locked for the settlement, so on any number of

@@ -19,9 +19,9 @@ import type { SettleItem } from "./Settlement/SettleBatch.js"
  * first sign-in. Every movement is one SQL transaction that locks the wallet
  * row (`Lock.ts`), so movements of one account are serialized:
  * - `reserve`/`reserveQuickly` move available → reserved before a live call runs (`Reserve.ts`);
- * - `growGrant` moves available → granted (a credit grant: `GrantRows.ts`, `GrantPool.ts`);
+ * - `growGrant` moves available → granted (a credit grant: `Grants/GrantRows.ts`, `Grants/GrantPool.ts`);
  * - `capture` moves reserved → spent (a `usage` entry) and returns the rest;
- * - `release` returns a reservation whole (the last two as batches of one: `Settle.ts`);
+ * - `release` returns a reservation whole (the last two as batches of one: `Settlement/Settle.ts`);
  * - `post` credits or debits for payments, once per effect key.
  * Invariant: available + reserved + granted = the sum of the ledger (see Invariant.ts).
  */
@@ -126,7 +126,7 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       const leases = yield* ReservationLeases
       const logs = yield* RequestLogs
 
-      /** One capture or release, as a batch of one (one copy of the settlement rules: `Settle.ts`). */
+      /** One capture or release, as a batch of one (one copy of the settlement rules: `Settlement/Settle.ts`). */
       const settleOne = (item: SettleItem & { readonly _tag: "Capture" | "Release" }) =>
         Effect.flatMap(now, (at) =>
           settleBatch({ items: [item], returns: [], logs: [], close: [], at, holder: leases.holder })).pipe(

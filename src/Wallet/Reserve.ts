@@ -9,10 +9,10 @@ import { RESERVATION_LEASE, type ReservationLeases } from "./Instances/Leases.js
 import { type LockedWallet, lockWallet } from "./Lock.js"
 import { keyLimitRefusal, memberBudgetRefusal, type MonthToDate } from "./SpendLimits.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per call (every reservation), where a Schema decode per row would cost measurable CPU.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): every SQL reservation, on the call's path.
 
 /**
- * Reservations taken (DESIGN.md, Money): a live call's maximum moved from
+ * Reservations taken (docs/money.md, "Reservations"): a live call's maximum moved from
  * available to reserved before it runs. Both ways of taking one — the exact
  * one that explains a refusal, and the quick one of one round trip — write it
  * with the same statement, `debitAndHold`.

@@ -4,7 +4,7 @@ import { Context, Effect, Layer, Option, Schema } from "effect"
 import { MicroMyr } from "../Domain/Money.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 
-/** What a developer set on their wallet (issue 25): the low-balance threshold and auto top-up. */
+/** What a developer set on their wallet (docs/api/alerts.md, "Alerts"): the low-balance threshold and auto top-up. */
 export const WalletSettingsRow = Schema.Struct({
   lowBalanceThresholdMicroMyr: Schema.NullOr(MicroMyr),
   autoTopupEnabled: Schema.Boolean,

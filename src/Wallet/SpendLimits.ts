@@ -2,7 +2,7 @@ import { SpendLimitExceeded } from "../Domain/Errors.js"
 import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
 
 /**
- * Monthly spend limits (DESIGN.md, Money and Teams): a key's own, and its
+ * Monthly spend limits (docs/money.md, "Spend limits and budgets"): a key's own, and its
  * member's budget over all the member's keys. Each is checked under the
  * wallet's lock against what was spent this month plus what calls in flight
  * hold (reservations, and grants through `key_grant_holds`), so a call under

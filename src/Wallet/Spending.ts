@@ -24,14 +24,14 @@ export type { CallHold } from "./CallHold.js"
 const RECLAIM_WAIT_MS = 1000
 
 /**
- * The wallet's side of a model call (DESIGN.md, Money): hold the call's
+ * The wallet's side of a model call (docs/money.md, "A call's money"): hold the call's
  * maximum before it runs — in memory from a credit grant when the account
  * spends often and the wallet is large, otherwise in one SQL reservation —
  * then settle it: the charge, its ledger entry and the call's log row are
  * queued and written in batches, one transaction at most `FLUSH_INTERVAL`
  * apart, never on the call's path. Reads of the wallet, ledger and logs go
  * through `settled` first, so they include every call this instance answered.
- * The grants live in `GrantPool.ts`, the batches in `SettlementQueue.ts`; this
+ * The grants live in `Grants/GrantPool.ts`, the batches in `Settlement/SettlementQueue.ts`; this
  * is the façade the call path uses.
  */
 export class Spending extends Context.Tag("nenas/Spending")<Spending, {

@@ -9,7 +9,7 @@ import { emailAccount } from "../Outbox/Events.js"
 import { backoffMs, RETRY_WINDOW_MS } from "../Outbox/Retries.js"
 import { type PostOutcome, postEvent } from "./SignedPost.js"
 
-/** Deliveries in flight to one endpoint, across instances (DESIGN.md, Fairness). */
+/** Deliveries in flight to one endpoint, across instances (docs/api/alerts.md, "Fairness of webhook deliveries"). */
 export const PER_ENDPOINT = 2
 /**
  * Deliveries in flight to one account's endpoints (20 endpoints would be 40),
@@ -43,7 +43,7 @@ export const signedHeaders = (secret: string, eventId: string, at: Date, body: s
 })
 
 /**
- * Delivers the outbox (DESIGN.md, webhooks to the developer): every instance
+ * Delivers the outbox (docs/api/alerts.md, "Fairness of webhook deliveries"): every instance
  * claims due deliveries with `FOR UPDATE SKIP LOCKED` and a lease longer than
  * the delivery deadline, so each attempt is made by one instance and a claim
  * whose process died lapses to another. Deliveries run concurrently, at most

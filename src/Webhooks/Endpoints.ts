@@ -58,7 +58,7 @@ export interface EndpointChange {
   readonly disabled?: boolean | undefined
 }
 
-/** Test events and resends one account may ask for in a minute, together (DESIGN.md, Fairness). */
+/** Test events and resends one account may ask for in a minute, together (docs/api/alerts.md, "Fairness of webhook deliveries"). */
 export const MANUAL_SENDS_PER_MINUTE = 10
 const SEND_WINDOW_MS = 60_000
 

@@ -39,7 +39,7 @@ export const neededRoles = (route: MemberRoute): string => {
   return roles.length <= 1 ? roles.join("") : `${roles.slice(0, -1).join(", ")} or ${roles[roles.length - 1]}`
 }
 
-/** What each role is for (DESIGN.md, Teams), shown where roles are chosen. */
+/** What each role is for (docs/api/teams.md, "Teams"), shown where roles are chosen. */
 export const ROLE_DUTIES: Record<Role, string> = {
   owner: "does everything, including making other owners",
   admin: "manages members, keys, billing settings and webhooks",

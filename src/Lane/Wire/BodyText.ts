@@ -9,7 +9,8 @@ import { doneWith } from "./DoneWith.js"
  * platform's own reading (`request.text`) fails: a `RequestError` ("Decode")
  * whose cause is "maxBytes exceeded" past the limit, or the stream's error.
  *
- * The model calls' lane reads its body so (issue 36): the platform's
+ * The model calls' lane reads its body so
+ * (docs/performance.md, "Going around the platform"): the platform's
  * `request.text` runs a fiber of its own for each request
  * (`Effect.runSync(Effect.cached(…))`), with its Deferred, its cache and an
  * `acquireUseRelease` around the read. As there, the request is destroyed once

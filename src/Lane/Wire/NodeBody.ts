@@ -8,12 +8,13 @@ import { isSelfWriting } from "./SelfWritingBody.js"
 /**
  * Writes a response whose body writes itself (`HttpServerResponse.raw` of a
  * `SelfWritingBody`), where the platform would pipe a Node `Readable` through
- * `stream/promises.pipeline` (issue 36). A pipeline makes an AbortController
- * for each response and aborts it when the response ends; that abort's
- * DOMException (its stack captured), the pipeline's listeners and the
- * `Readable` in between were about a tenth of a streamed call's CPU in A/B
- * runs of `npm run bench:pipeline`, and the last events went out apart from
- * the response's end.
+ * `stream/promises.pipeline`
+ * (docs/performance.md, "Going around the platform"). A pipeline makes an
+ * AbortController for each response and aborts it when the response ends; that
+ * abort's DOMException (its stack captured), the pipeline's listeners and the
+ * `Readable` in between were about a tenth of a streamed call's CPU in A/B runs
+ * of `npm run bench:pipeline`, and the last events went out apart from the
+ * response's end.
  *
  * The effect ends once the response finishes or closes, and leaves it ended,
  * so that the platform, which writes the response next, finds nothing more to

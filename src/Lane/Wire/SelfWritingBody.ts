@@ -4,8 +4,8 @@ const SelfWriting: unique symbol = Symbol.for("nenas/SelfWritingBody")
 
 /**
  * A response body that writes itself to the Node response, its head already
- * written, and ends it (a streamed model call's events, `Models/StreamRelay.ts`;
- * `Http/NodeBody.ts` hands it the response). It watches the response's
+ * written, and ends it (a streamed model call's events, `Models/Call/StreamRelay.ts`;
+ * `Lane/Wire/NodeBody.ts` hands it the response). It watches the response's
  * `close` itself: a response that closes before it ended (the client went
  * away) stops it, and so does one closed already.
  */

@@ -8,7 +8,7 @@ const isRecord = (value: unknown): value is Json => typeof value === "object" &&
 const invalid = (message: string, param: string) => Effect.fail(new InvalidRequest({ message, param }))
 
 /**
- * Count limits (README, "Bounded work per request"), far above what real clients send (OpenAI takes
+ * Count limits (docs/security.md, "Bounded work per request"), far above what real clients send (OpenAI takes
  * 128 tools; a long agent session holds a few thousand turns), so that no body of many tiny items
  * costs more to read than its size allows.
  */

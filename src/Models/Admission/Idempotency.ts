@@ -7,7 +7,7 @@ import { type ApiError, errorMeta, IdempotencyConflict } from "../../Domain/Erro
 import { holderDead, secondsSql } from "../../Wallet/Instances/Instances.js"
 import { LEASE_RENEWAL, MAX_HOLD, RESERVATION_LEASE, ReservationLeases } from "../../Wallet/Instances/Leases.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per call with an Idempotency-Key (claim, confirm, complete), where a Schema decode per row would cost measurable CPU.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): claim, confirm and complete run on every call with an Idempotency-Key.
 
 export const RETENTION = Duration.hours(24)
 /** Tries of a record's completion on the call's path (back-off doubling from 50 ms); then it is retried in the background. */
@@ -90,7 +90,7 @@ export const judgeExisting = (
 }
 
 /**
- * `Idempotency-Key` (DESIGN.md, Idempotency): the first request with a key
+ * `Idempotency-Key` (docs/money.md, "Idempotency"): the first request with a key
  * claims it; a finished one is replayed; one still running, or a different
  * body, is a conflict. What the first request answered is kept, its typed
  * errors too (a 402 is replayed, not run and billed after a top-up); a defect

@@ -276,7 +276,10 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
         admission(apiKeyId, requestId, (slot, giveBack) =>
           Effect.uninterruptible(Effect.flatMap(Effect.scope, (scope) => Effect.zipRight(slot, Scope.addFinalizer(scope, giveBack)))))
 
-      /** A slot while `effect` runs: no scope of its own to make, extend and close on every call (issue 36). */
+      /**
+       * A slot while `effect` runs: no scope of its own to make, extend and close on every call
+       * (docs/performance.md, "Going around the platform").
+       */
       const admitting = <A, E, R>(apiKeyId: string, requestId: string, effect: Effect.Effect<A, E, R>) =>
         admission(apiKeyId, requestId, (slot, giveBack) => Effect.acquireUseRelease(slot, () => effect, () => giveBack))
 

@@ -7,10 +7,11 @@ import { SqlString } from "../../Domain/Strict.js"
 import { CostCapMyr, IdempotencyKeyHeader, MAX_OUTPUT_TOKENS, modelCallGroup, RoutingInfo } from "../OpenAi/Api.js"
 
 /**
- * Anthropic's Messages API as nenas takes it (DESIGN.md, "Anthropic Messages
- * API"): `POST /v1/messages` and `POST /v1/messages/count_tokens`. Fields
- * Anthropic documents that are not named here (`context_management`,
- * `container`, `mcp_servers`, `service_tier`, …) are accepted and ignored.
+ * Anthropic's Messages API as nenas takes it
+ * (docs/api/anthropic.md, "Anthropic Messages API"): `POST /v1/messages` and
+ * `POST /v1/messages/count_tokens`. Fields Anthropic documents that are not
+ * named here (`context_management`, `container`, `mcp_servers`, `service_tier`,
+ * …) are accepted and ignored.
  */
 
 const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
@@ -292,7 +293,7 @@ export const AnthropicErrorType = Schema.Literal(
   "overloaded_error"
 )
 
-/** Anthropic's error body, with nenas's fields (DESIGN.md, Errors) inside `error`. */
+/** Anthropic's error body, with nenas's fields (docs/api/errors.md, "Errors") inside `error`. */
 export const AnthropicErrorBody = Schema.Struct({
   type: Schema.Literal("error"),
   error: Schema.Struct({

@@ -28,7 +28,7 @@ type StopSequences = ReadonlyArray<string> | null | undefined
  * The first of the caller's stop sequences the text reaches (the one a model writing it meets first), and
  * where it begins. An OpenAI-style upstream stops before a sequence and says only `stop`, so a sequence is
  * known when the text shows it: the built-in model's, or an upstream's that ignored `stop`
- * (README, "Claude Code and Anthropic's SDKs").
+ * (docs/api/anthropic.md, "Claude Code and Anthropic's SDKs").
  */
 export const firstStop = (text: string, stops: StopSequences): { readonly at: number; readonly sequence: string } | undefined => {
   let found: { readonly at: number; readonly sequence: string } | undefined

@@ -35,7 +35,7 @@ const within = (count: number, bound: number): number =>
   Number.isNaN(count) ? bound : Math.min(Math.max(0, Math.round(count)), bound)
 
 /**
- * Usage as the upstream reported it, within the call's bounds (README, "Streams"): input no more than the
+ * Usage as the upstream reported it, within the call's bounds (docs/architecture.md, "Streams"): input no more than the
  * context window, output no more than the output cap the upstream was asked for, parts never above their wholes.
  */
 const fromProvider = (call: HeldCall, usage: ProviderUsage): CallUsage => {
@@ -209,7 +209,7 @@ export const makeSettlement = Effect.gen(function*() {
 
   /**
    * A stream's end (its answer already under way; `complete` when whole), or a call whose client left: billed,
-   * never refused. `errorCode`: the error that cut a stream short after it produced output (DESIGN.md: billed, with the code).
+   * never refused. `errorCode`: the error that cut a stream short after it produced output (docs/money.md, "Request lifecycle and logs": billed, with the code).
    */
   const settleUsed = (call: HeldCall, used: Used, answer: Answer, complete = false, errorCode: string | null = null) =>
     bill(call, used, answer, "bill what it can", complete, errorCode).pipe(Effect.orDie)
@@ -233,7 +233,7 @@ export const makeSettlement = Effect.gen(function*() {
 
   /**
    * A call that failed with `code` and produced nothing: billed for its web search when the search spent
-   * something (planning calls, searches, pages paid upstream: DESIGN.md, Money), logged with the code; else
+   * something (planning calls, searches, pages paid upstream: docs/money.md, "The money rules"), logged with the code; else
    * failed, its hold returned. A call whose idempotency key another instance took over is not billed: that
    * instance runs (and bills) it again.
    */

@@ -169,7 +169,7 @@ export const withAttempt = (progress: Progress, attempt: UpstreamAttempt, amend:
 export const servedCall = (call: HeldCall, attempts: ReadonlyArray<UpstreamAttempt>): HeldCall =>
   Option.match(servedBy(attempts), {
     // `Object.assign`, not a spread: the call has no `attempts` before, and Node 20 builds a spread that adds a
-    // field on a slow path whose objects outlive the call (README, "What kept a request's objects").
+    // field on a slow path whose objects outlive the call (docs/performance.md, "What kept a request's objects through young collections").
     onNone: () => Object.assign({}, call, { attempts }),
     onSome: (served) => {
       const before = attempts.indexOf(served)

@@ -9,10 +9,11 @@ import type { Capabilities, UpstreamMessage } from "../../Providers/Provider.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS } from "../OpenAi/Api.js"
 
 /**
- * The decisions a call makes before it runs and when it settles (DESIGN.md,
- * Money): how much output it may ask for, what it may cost at most, whether
- * `max_total_cost_myr` allows that, and what it is billed at the end. Plain
- * functions of their inputs, so they are tested without a database.
+ * The decisions a call makes before it runs and when it settles
+ * (docs/money.md, "The money rules"): how much output it may ask for, what it
+ * may cost at most, whether `max_total_cost_myr` allows that, and what it is
+ * billed at the end. Plain functions of their inputs, so they are tested
+ * without a database.
  */
 
 /** The input as the model reads it: the turns (images included), the tool definitions and the answer's schema, under one budget. */
@@ -129,7 +130,10 @@ export const withinCostCap = (
 export const estimateCall = (input: EstimateInput): Either.Either<Estimate, ContextLengthExceeded | InvalidRequest> =>
   Either.gen(() => estimating(input))
 
-/** One generator function for every call, not one made per call (README, "What kept a request's objects"). */
+/**
+ * One generator function for every call, not one made per call
+ * (docs/performance.md, "What kept a request's objects through young collections").
+ */
 function* estimating(input: EstimateInput) {
   const outputCap = yield* outputCapFor(input)
   const worstCase = microMyr(Math.max(

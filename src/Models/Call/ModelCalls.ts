@@ -89,11 +89,11 @@ const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, rout
 })
 
 /**
- * Runs model calls end to end (DESIGN.md, Money and Request lifecycle):
- * route, count, estimate, cap, reserve, log, search, call the provider, then
- * capture what was used (never above the reservation) or release. Settlement
- * runs exactly once, uninterruptibly, whether the call succeeds, fails, or its
- * client goes away.
+ * Runs model calls end to end (docs/money.md, "A call's money";
+ * docs/money.md, "Request lifecycle and logs"): route, count, estimate, cap,
+ * reserve, log, search, call the provider, then capture what was used (never
+ * above the reservation) or release. Settlement runs exactly once,
+ * uninterruptibly, whether the call succeeds, fails, or its client goes away.
  */
 export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
   readonly complete: (input: CallInput) => Effect.Effect<CallResult, ApiError, CurrentApiKey>
@@ -123,7 +123,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const fork = forkWith(yield* FiberSet.makeRuntime<never>())
       const handoffs = yield* makeHandoffs(config.streamHandoffTimeoutMs)
       const spans = makeCallSpans(Option.isSome(config.otlpEndpoint))
-      // Read directly, not through `Clock.currentTimeMillis`'s fiber steps, on every call (issue 36).
+      // Read directly on every call (docs/performance.md, "The clock read directly on the call path").
       const clock = yield* Effect.clock
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
@@ -230,7 +230,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       // settles would be renewed by this process for as long as its lease allows.
       const complete = (input: CallInput): Effect.Effect<CallResult, ApiError, CurrentApiKey> =>
         spans.complete(input, run(input))
-      // One generator function for every call (`Effect.fnUntraced`), not one made per call (README, "What kept a request's objects").
+      // One generator function for every call (`Effect.fnUntraced`), not one made per call
+      // (docs/performance.md, "What kept a request's objects through young collections").
       const completing = Effect.fnUntraced(function*(input: CallInput, restore: Restore) {
         const call = yield* accept(input)
         const progress = yield* Ref.make(notStarted)

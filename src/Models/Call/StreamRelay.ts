@@ -204,13 +204,13 @@ const withRelayed = (stored: Progress, relayed: Progress): Progress => ({
 })
 
 /**
- * The client's body: the renderer's opening, one write per upstream read
- * that gives any events, then `Completed` or `Failed` with the response's
- * end; `closed` runs once the response closes, however it ends. It writes
- * itself to the Node response (`Http/NodeBody.ts`), with no `Readable` and
- * pipe in between: the last events go out with the response's end, in one
- * write (issue 36). A response that closes first (the client went away) is
- * billed for what was produced so far, once.
+ * The client's body: the renderer's opening, one write per upstream read that
+ * gives any events, then `Completed` or `Failed` with the response's end;
+ * `closed` runs once the response closes, however it ends. It writes itself to
+ * the Node response (`Lane/Wire/NodeBody.ts`), with no `Readable` and pipe in
+ * between: the last events go out with the response's end, in one write
+ * (docs/performance.md, "Going around the platform"). A response that closes
+ * first (the client went away) is billed for what was produced so far, once.
  */
 export const relayBody = (
   settlement: Settlement,

@@ -85,7 +85,7 @@ const PLAN_OUTPUT_TOKENS_REASONING = 2_000
 /** Same length as any `YYYY-MM-DD`, for counting the planning prompt before the call. */
 const SOME_DAY = "2026-01-01"
 
-/** `search_depth` (DESIGN.md): how many queries, whether pages are read, and whether a second round follows. */
+/** `search_depth` (docs/api/models.md, "Web search"): how many queries, whether pages are read, and whether a second round follows. */
 const roundsFor = (config: typeof WebSearchConfig.Type): ReadonlyArray<SearchRound> => {
   const pages = config.content?.enabled === true ? config.content.max_pages : 0
   switch (config.search_depth) {
@@ -372,7 +372,7 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
   })
 
 /**
- * Web search for a call (DESIGN.md, Model API details): the model writes up
+ * Web search for a call (docs/api/models.md, "Web search"): the model writes up
  * to `max_searches` queries in a planning call (and, at `deep`/`reasoning`
  * depth, more after reading the first results); each returns up to
  * `max_results`, de-duplicated by URL; when pages are read, up to `max_pages`

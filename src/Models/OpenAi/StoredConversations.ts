@@ -6,14 +6,14 @@ import { Spending } from "../../Wallet/Spending.js"
 import type { ResponsesBody } from "./Api.js"
 
 /**
- * Conversation state as OpenAI's Responses API keeps it (DESIGN.md, Stored
- * responses): what a call stores, and how a later call finds it again —
- * `previous_response_id`, `item_reference` items, and the stored-response
- * endpoints. Rows are written by the settlement flush; a read first writes
- * this instance's queue, and looks again a few times, further apart each time,
- * for a row another instance has yet to flush (its flush runs every 20 ms), so
- * a response reads back at once through any instance. Every read here runs
- * after the call was admitted (its key's rate limit taken).
+ * Conversation state as OpenAI's Responses API keeps it
+ * (docs/api/models.md, "Stored responses"): what a call stores, and how a later
+ * call finds it again — `previous_response_id`, `item_reference` items, and the
+ * stored-response endpoints. Rows are written by the settlement flush; a read
+ * first writes this instance's queue, and looks again a few times, further
+ * apart each time, for a row another instance has yet to flush (its flush runs
+ * every 20 ms), so a response reads back at once through any instance. Every
+ * read here runs after the call was admitted (its key's rate limit taken).
  */
 
 /** What a call keeps when it stores its response: its own input items (references resolved, ids given). */
@@ -25,7 +25,7 @@ export interface StoreRequest {
 
 /** When a read looks again for a row not flushed yet: a handful of queries over about 0.4 s, never a poll. */
 const READ_RETRIES = [25, 50, 100, 200].map(Duration.millis)
-/** The most `item_reference` items a call may send (DESIGN.md, Stored responses, "Bounds"). */
+/** The most `item_reference` items a call may send (docs/api/models.md, "Stored responses"). */
 export const MAX_ITEM_REFERENCES = 100
 
 /** Our response ids: `resp_` and a request id's 24 characters. Only these are waited for. */

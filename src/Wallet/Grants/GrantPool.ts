@@ -27,7 +27,7 @@ export interface HandBacks {
 }
 
 /**
- * The credit grants this instance lends to calls in memory (DESIGN.md, Money),
+ * The credit grants this instance lends to calls in memory (docs/money.md, "Credit grants"),
  * one per account that calls often, and the pace of each account's calls that
  * sizes them. A grant grows in the background (`WalletRepo.growGrant`); the
  * settlement queue writes what its calls were charged and hands it back when
@@ -190,7 +190,7 @@ const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
 }
 
 /**
- * This instance's own heartbeat is fresh (DESIGN.md, Faults): no other
+ * This instance's own heartbeat is fresh (docs/money.md, "Faults"): no other
  * instance can have judged it dead and taken its grants back.
  */
 const beatFresh = (pool: Pool): boolean => pool.fence.fresh()

@@ -4,13 +4,13 @@ import { now } from "../../Domain/Time.js"
 import { holderDead } from "../Instances/Instances.js"
 import { lockWallet } from "../Lock.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs on a call's path when a grant grows and with every settlement flush (measurable CPU per row decoded).
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): a grant's growth on a call's path, and every settlement flush.
 
 /**
- * The `credit_grants` rows (DESIGN.md, Money): what each instance holds of a
- * wallet to lend to calls in memory (`GrantPool.ts`). A grant grows under the
+ * The `credit_grants` rows (docs/money.md, "Credit grants"): what each instance holds of a
+ * wallet to lend to calls in memory (`Grants/GrantPool.ts`). A grant grows under the
  * wallet's lock (available → granted); charges against it and what it hands
- * back are written with the settlement batches (`Settle.ts`).
+ * back are written with the settlement batches (`Settlement/Settle.ts`).
  */
 
 /** Where instances ask each other to hand back their grants for an account (the payload). */

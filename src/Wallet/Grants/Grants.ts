@@ -1,5 +1,5 @@
 /**
- * Credit grants as one instance keeps them in memory (DESIGN.md, Money), and
+ * Credit grants as one instance keeps them in memory (docs/money.md, "Credit grants"), and
  * the pure decisions about them. A grant's row holds, at every commit,
  * `remaining + inFlight + pending` of it: what no call holds yet, what calls in
  * flight hold, and what settled calls were charged but not yet written.

@@ -2,7 +2,7 @@ import { Duration } from "effect"
 import { DEAD_AFTER, FRESH_FOR } from "./Instances.js"
 
 /**
- * What this process knows of its own heartbeat (DESIGN.md, Faults), on the
+ * What this process knows of its own heartbeat (docs/money.md, "Faults"), on the
  * local monotonic clock (ms). Its holds — reservations, credit grants — are
  * safe only while no other instance can judge it dead: while its last beat is
  * fresh by the database's clock. The beat's `now()` is never earlier than the

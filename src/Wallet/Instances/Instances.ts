@@ -1,7 +1,7 @@
 import type { SqlClient, SqlError } from "@effect/sql"
 import { Data, Duration, Effect } from "effect"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): heartbeats and liveness checks run beside every flush and sweep; left as the settlement path has them.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): heartbeats and liveness checks, beside every flush and sweep.
 
 /**
  * The `instances` table: one row per process start, its `heartbeat_at` the

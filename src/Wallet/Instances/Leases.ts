@@ -5,7 +5,7 @@ import { newId } from "../../Domain/Ids.js"
 import { holdIntact, isFresh, mayJudge, newFence, noteBeat } from "./Fence.js"
 import { beat, markStopped, registerInstance, secondsSql } from "./Instances.js"
 
-// Models/Idempotency.ts leases its records on the same clock and the same heartbeats.
+// `Models/Admission/Idempotency.ts` leases its records on the same clock and the same heartbeats.
 
 /** How long a reservation outlives its owner's last renewal, whatever its owner's heartbeat says. */
 export const RESERVATION_LEASE = Duration.seconds(45)

@@ -7,14 +7,14 @@ import type { SettleItem } from "../Settlement/SettleBatch.js"
 import { settleBatch } from "../Settlement/Settle.js"
 import type { StoredWrite } from "../../Responses/Store.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs on a call's path (paying before answering), with the settlement statements it must agree with.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): on a call's path (paying before answering), agreeing with the settlement statements.
 
 /**
- * Paying for a call before answering it (DESIGN.md, Faults), when its hold may
+ * Paying for a call before answering it (docs/money.md, "Faults"), when its hold may
  * have been taken back: this instance stalled, and another's sweeper may have
  * judged it dead, released its reservation and returned its grant. One
  * transaction sees what the hold still covers and what the wallet holds; the
- * charge itself is a batch of one (`Settle.ts`: the rules exist once).
+ * charge itself is a batch of one (`Settlement/Settle.ts`: the rules exist once).
  */
 
 /** What to do when neither the hold nor the wallet covers the call: refuse it (not answered yet), or bill what the wallet can pay. */

@@ -7,7 +7,7 @@ import { holderDead, secondsSql } from "./Instances.js"
 import { MAX_HOLD, ReservationLeases } from "./Leases.js"
 import { WalletRepo } from "../Repo.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): part of the settlement path (taking back lapsed holds beside every flush); left as it is tuned.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): taking back lapsed holds, beside every flush.
 
 export interface SweepResult {
   readonly released: number

@@ -23,7 +23,7 @@ export interface Isolated<A> {
 }
 
 /**
- * Writes a batch the database refused (DESIGN.md, Money): in halves, a half
+ * Writes a batch the database refused (docs/money.md, "Parking and replay"): in halves, a half
  * refused again split in two, until each part is written or is one entry
  * the database refuses (`refuse`d, to be retried alone and parked). k such
  * entries among n cost about 2k·log2(n) transactions, not n, so the rest

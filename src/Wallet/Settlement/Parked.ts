@@ -8,10 +8,10 @@ import { RequestLogs } from "../../Logs/RequestLogs.js"
 import type { Batch, SettleItem } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs with the settlement flush (parking and replaying its batches), like the statements it replays.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): parking and replaying the flush's refused entries.
 
 /**
- * Settlements the database kept refusing (DESIGN.md, Money), kept in
+ * Settlements the database kept refusing (docs/money.md, "Parking and replay"), kept in
  * `settlement_parked` so that the rest of the queue flows on. Parking gives
  * the call's hold back to its wallet — its reservation released, or its
  * charge handed back from the grant — in the transaction that parks it; the

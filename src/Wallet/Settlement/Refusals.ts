@@ -11,7 +11,7 @@ import { failureText, kindOf, park, requestIdOf } from "./Parked.js"
 import type { Queued } from "./SettleBatch.js"
 
 /**
- * Settlements the database refused, written alone (DESIGN.md, Money): each
+ * Settlements the database refused, written alone (docs/money.md, "Parking and replay"): each
  * retried alone, later and later, then parked; one whose parking is refused
  * too is given up, loudly, after `GIVE_UP_AFTER` tries. None loops.
  */

@@ -12,7 +12,7 @@ import { announceCrossings, balancesBefore } from "../LowBalance.js"
 import { lockRows, withRepeatedEntries, writeEntries, writeKeyHolds, writeRows } from "./SettleRows.js"
 
 /**
- * Settlement in batches (DESIGN.md, Money): every capture, release and charge
+ * Settlement in batches (docs/money.md, "Batched settlement"): every capture, release and charge
  * against a credit grant, the grants returned, their ledger entries and the
  * calls' log rows, written in one transaction with one statement per table.
  * Locks are taken in one order — reservations, wallets, grants, each by id —

@@ -2,7 +2,7 @@ import type { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Batch, ItemOutcome } from "./SettleBatch.js"
 
-// Hand-cast SQL (`sql<Row>`, no Schema decode), kept on purpose (issue 34): runs per settlement flush, where a Schema decode of every row would cost measurable CPU.
+// Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): every settlement flush.
 
 /**
  * The rows a settlement batch moves (`Settle.ts` applies the rules to them in

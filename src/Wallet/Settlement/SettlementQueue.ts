@@ -16,7 +16,7 @@ import { logCapture } from "../Repo.js"
 import type { Batch, BatchOutcome, NumberedReturn, SettleItem, Queued } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
 
-/** Settlements are written at most this far apart (DESIGN.md: 20 ms). */
+/** Settlements are written at most this far apart (docs/money.md, "Batched settlement": 20 ms). */
 export const FLUSH_INTERVAL = Duration.millis(20)
 /** A queue this long is written at once, without waiting for the tick. */
 const FLUSH_AT_DEPTH = 512
@@ -26,7 +26,7 @@ const PENDING_AFTER_MS = 1000
 const ISOLATE_AFTER = 3
 
 /**
- * Batched settlement (DESIGN.md, Money): the calls' charges, their ledger
+ * Batched settlement (docs/money.md, "Batched settlement"): the calls' charges, their ledger
  * entries and log rows wait here and are written in one transaction at most
  * `FLUSH_INTERVAL` apart, never on a call's path, with what the grant pool
  * hands back. A failed flush keeps everything, in order, for the next one;

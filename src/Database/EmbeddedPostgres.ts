@@ -4,9 +4,7 @@ import { Data, Effect, Redacted } from "effect"
 import { loadCredentials, readyCluster } from "./EmbeddedCluster.js"
 import { oneLine, serverOf, StartFailure, startOnFreePort, startServer } from "./EmbeddedServer.js"
 
-export type { ClusterLocation } from "./EmbeddedCluster.js"
 export { embeddedClusterLocation, removeAbandonedClusters, ROOT_STATE_DIR } from "./EmbeddedCluster.js"
-export type { EmbeddedServer } from "./EmbeddedServer.js"
 export { freePort } from "./EmbeddedServer.js"
 
 export class EmbeddedPostgresError extends Data.TaggedError("EmbeddedPostgresError")<{

@@ -230,10 +230,6 @@ export const NEGATIVE_BALANCE_GUIDANCE = "The wallet's balance is negative; top 
 /** The dashboard's edit view of one key (the keys page opens the key named in `edit`). */
 export const keyEditAction = (apiKeyId: string): string => `/api-keys?edit=${encodeURIComponent(apiKeyId)}`
 
-/** An endpoint of the contract whose behaviour has not landed yet. */
-export const notImplemented = (what: string) =>
-  Effect.fail(new NotImplemented({ message: `${what} is not implemented yet.` }))
-
 /** An account with an open payment dispute may not make model calls (docs/money.md, "Payments (Stripe)"). */
 export const accountSuspended = () =>
   new PermissionDenied({

@@ -6,8 +6,6 @@ import { InvalidRequest, PermissionDenied } from "./Errors.js"
 export const Role = Schema.Literal("owner", "admin", "developer", "billing", "viewer")
 export type Role = typeof Role.Type
 
-export const ROLES: ReadonlyArray<Role> = Role.literals
-
 /**
  * The roles a dashboard endpoint allows, declared on it in its contract
  * (`allowRoles`). The request guard refuses every other role before the
@@ -16,7 +14,7 @@ export const ROLES: ReadonlyArray<Role> = Role.literals
 export class AllowedRoles extends Context.Tag("nenas/AllowedRoles")<AllowedRoles, ReadonlyArray<Role>>() {}
 
 /** Every role: reads (viewers read everything but secrets) and what each person does for themselves. */
-export const EVERY_ROLE: ReadonlyArray<Role> = ROLES
+export const EVERY_ROLE: ReadonlyArray<Role> = Role.literals
 
 interface Annotatable<Self> {
   annotate<I, S>(tag: Context.Tag<I, S>, value: S): Self

@@ -3,9 +3,6 @@ import { Effect, Schema } from "effect"
 import { MicroMyr } from "../Domain/Money.js"
 import { partBuckets, type UsageScope, wholeBuckets } from "./Rollups.js"
 
-/** How many tag keys an account may roll usage up by. */
-export const MAX_GROUPING_TAGS = 3
-
 /** A range's totals for one value of a tag (null: calls without the tag). */
 export const TagTotal = Schema.Struct({
   value: Schema.NullOr(Schema.String),

@@ -272,12 +272,26 @@ export const makeModelEndpoints = Effect.gen(function*() {
   }
 })
 
+/**
+ * `POST /v1/responses` and `POST /v1/chat/completions` on the HttpApi router.
+ * Production traffic does not come this way: the request pipeline
+ * (`Http/Pipeline.ts`) hands both to the lane (`Lane/ModelLane.ts`), which
+ * calls the same `makeModelEndpoints` functions. The router serves them only
+ * for a request the lane leaves alone (a query string) and for tests' small
+ * APIs; `test/server/http/lane.test.ts` holds both roads to the same answers.
+ */
 export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
   Effect.map(makeModelEndpoints, (endpoints) =>
     handlers
       .handle("responses", endpoints.responses)
       .handle("chatCompletions", endpoints.chatCompletions)))
 
+/**
+ * `POST /v1/messages` and `POST /v1/messages/count_tokens` on the HttpApi
+ * router. Production traffic to `/v1/messages` takes the lane
+ * (`Lane/ModelLane.ts`, from `Http/Pipeline.ts`) to the same `messages`
+ * function; `count_tokens`, which moves no money, always comes this way.
+ */
 export const AnthropicMessagesLive = HttpApiBuilder.group(NenasApi, "anthropicMessages", (handlers) =>
   Effect.map(makeModelEndpoints, (endpoints) =>
     handlers

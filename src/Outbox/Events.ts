@@ -117,4 +117,4 @@ export const emailAddress = (accountId: string, address: string, email: EventEma
       VALUES (${newId("eml")}, ${accountId}, NULL, ${address}, ${email.subject}, ${email.body}, 'pending', ${at}, ${at})
     `)
 
-export { EVENT_TYPES, type EventType, TEST_EVENT } from "../Domain/EventTypes.js"
+export { TEST_EVENT } from "../Domain/EventTypes.js"

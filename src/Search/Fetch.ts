@@ -64,7 +64,6 @@ export interface FetchLimits {
 
 export const PAGE_MAX_BYTES = 2 * 1024 * 1024
 export const PAGE_MAX_REDIRECTS = 3
-export const PAGE_TIMEOUT = Duration.seconds(8)
 
 const MEDIA_TYPES: Record<string, FetchedPage["kind"]> = {
   "text/html": "html",

@@ -27,16 +27,6 @@ export const isLimited = (input: {
   readonly memberMonthlySpendLimitMicroMyr: number | null
 }): boolean => input.monthlySpendLimitMicroMyr !== null || input.memberMonthlySpendLimitMicroMyr !== null
 
-/** What each member's keys spent together, from what each key spent; keys of no member are left out. */
-export const spentByMember = (spentByKey: ReadonlyMap<string, number>, memberOf: (apiKeyId: string) => string | undefined) => {
-  const byMember = new Map<string, number>()
-  for (const [apiKeyId, spent] of spentByKey) {
-    const memberId = memberOf(apiKeyId)
-    if (memberId !== undefined) byMember.set(memberId, (byMember.get(memberId) ?? 0) + spent)
-  }
-  return byMember
-}
-
 const over = (limit: number, month: MonthToDate, amount: MicroMyr): boolean => month.spent + month.held + amount > limit
 
 const rm = (amount: number): string => toMyrString(microMyr(amount))

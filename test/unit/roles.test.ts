@@ -7,7 +7,7 @@ import { AppConfig } from "../../src/AppConfig.js"
 import { DashboardAuth } from "../../src/Auth/Api.js"
 import { IdentityProvider } from "../../src/Auth/IdentityProvider.js"
 import { makeTestLayer } from "../../src/Domain/TestLayer.js"
-import { keyChangeRefusal, type MemberAction, memberActionRefusal, permits, ROLES, type Role } from "../../src/Domain/Roles.js"
+import { keyChangeRefusal, type MemberAction, memberActionRefusal, permits, EVERY_ROLE, type Role } from "../../src/Domain/Roles.js"
 import { makeRequestGuard } from "../../src/Http/RequestGuard.js"
 import { loosened } from "../../src/Keys/Controls.js"
 import { KeyCache } from "../../src/Keys/KeyCache.js"
@@ -121,7 +121,7 @@ describe("roles on every dashboard endpoint", () => {
     Effect.gen(function*() {
       let decided = 0
       for (const [route, allowed] of Object.entries(EXPECTED)) {
-        for (const role of ROLES) {
+        for (const role of EVERY_ROLE) {
           const exit = yield* decide(route, role)
           if (allowed.includes(role)) {
             expect(Exit.isSuccess(exit), `${route} as ${role}`).toBe(true)
@@ -135,7 +135,7 @@ describe("roles on every dashboard endpoint", () => {
           decided++
         }
       }
-      expect(decided).toBe(Object.keys(EXPECTED).length * ROLES.length)
+      expect(decided).toBe(Object.keys(EXPECTED).length * EVERY_ROLE.length)
     }))
 })
 
@@ -269,7 +269,7 @@ describe("roles × whose resource, on the endpoints where it matters", () => {
 
   it("members: leaving, removing, changing a role or a budget, per role and per member acted on", () => {
     for (const { action, does, outcomes, route } of MEMBER_CASES) {
-      for (const role of ROLES) {
+      for (const role of EVERY_ROLE) {
         const decided = MEMBER_TARGETS.map((target) => memberOutcome(route, role, action, target))
         expect(decided, `${route} (${does}) as ${role}, on ${MEMBER_TARGETS.join(" / ")}`).toEqual(outcomes[role])
       }
@@ -278,7 +278,7 @@ describe("roles × whose resource, on the endpoints where it matters", () => {
 
   it("keys: own or another member's, and a control an owner set", () => {
     for (const { does, loosens, outcomes, route } of KEY_CASES) {
-      for (const role of ROLES) {
+      for (const role of EVERY_ROLE) {
         const decided = KEY_TARGETS.map((target) => keyOutcome(route, role, loosens, target))
         expect(decided, `${route} (${does}) as ${role}, on ${KEY_TARGETS.join(" / ")}`).toEqual(outcomes[role])
       }

@@ -5,7 +5,7 @@ import type { Routes, Schemas } from "./contract"
 import type { MemberRoute } from "./roles"
 import { ApiError, callerHeaders, isErrorBody, localError, send, unreachable, type Caller, type SendOptions } from "./transport"
 
-export { ApiError, type ApiErrorBody, type Caller } from "./transport"
+export { ApiError, type Caller } from "./transport"
 
 // ---- the routes of the contract ---------------------------------------------
 

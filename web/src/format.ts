@@ -49,8 +49,6 @@ export const formatDateTime = (iso: string, timeZone?: string): string =>
     ...(timeZone === undefined ? {} : { timeZone })
   }).format(new Date(iso))
 
-/** The browser's zone name, e.g. `Europe/Berlin`. */
-export const browserTimeZone = (): string => Intl.DateTimeFormat().resolvedOptions().timeZone
 
 /**
  * A usage bucket (`2026-11-22T00:00:00+08:00`, local time in the business

@@ -98,5 +98,3 @@ export const makeReasoningRates = () => {
     }
   }
 }
-
-export type ReasoningRates = ReturnType<typeof makeReasoningRates>

@@ -108,8 +108,8 @@ interface Pool {
 
 /**
  * The pool, listening for other instances' requests to hand grants back
- * through the instance's `Listener` (on PostgreSQL). Without a listener (the
- * in-memory wallet of the tests, one instance) it lends while its beat is fresh.
+ * through the instance's `Listener` (on PostgreSQL). Without a listener (a
+ * test's one instance) it lends while its beat is fresh.
  */
 export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo | ReservationLeases> = Effect.gen(function*() {
   const runtime = yield* Effect.runtime<never>()

@@ -109,12 +109,12 @@ const bill = (applied: Applied, wallet: WalletRow, charged: number, description:
 }
 
 /**
- * The capture rule, once for the SQL and the in-memory wallet: an open hold is
+ * The capture rule: an open hold is
  * charged at most its amount and the rest returns to available; a hold already
  * released (its process looked dead) is billed late, from what the wallet
  * holds. Returns the charge; the reservation is then captured.
  */
-export const captureInto = (
+const captureInto = (
   wallet: { availableMicroMyr: number; reservedMicroMyr: number },
   reservation: { status: "open" | "captured" | "released"; readonly amountMicroMyr: number; capturedMicroMyr: number | null },
   amountMicroMyr: number

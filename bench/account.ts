@@ -10,7 +10,11 @@ interface Reply {
   readonly text: string
 }
 
-const request = async (method: string, url: string, options: { token?: string; json?: unknown } = {}): Promise<Reply> => {
+const request = async (
+  method: string,
+  url: string,
+  options: { token?: string; json?: unknown } = {}
+): Promise<Reply> => {
   const headers: Record<string, string> = {}
   if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
   if (options.json !== undefined) headers["content-type"] = "application/json"
@@ -148,10 +152,16 @@ export const billingCheck = async (account: Account, body: string): Promise<Arra
     `${verdict(spend > 0)}  lifetime spend RM ${(spend / 1_000_000).toFixed(6)} (${
       billed > 0 ? (spend / billed).toFixed(1) : "-"
     } micro-MYR per billed call)`,
-    `${verdict(latestStatus === "billed" && latestCost > 0)}  a last whole call's request log: ${latestStatus}, ${latestCost} micro-MYR`,
-    `${verdict(reserved === 0 && pending === 0)}  nothing reserved (${reserved} micro-MYR) or pending (${pending} logs) ${
+    `${
+      verdict(latestStatus === "billed" && latestCost > 0)
+    }  a last whole call's request log: ${latestStatus}, ${latestCost} micro-MYR`,
+    `${
+      verdict(reserved === 0 && pending === 0)
+    }  nothing reserved (${reserved} micro-MYR) or pending (${pending} logs) ${
       ((Date.now() - settleStart) / 1000).toFixed(1)
     } s after the runs cut their calls in flight`,
-    `      request_logs: ${Number(field(latest.body, "total"))} rows (${Object.entries(counts).map(([s, n]) => `${s} ${n}`).join(", ")})`
+    `      request_logs: ${Number(field(latest.body, "total"))} rows (${
+      Object.entries(counts).map(([s, n]) => `${s} ${n}`).join(", ")
+    })`
   ]
 }

@@ -30,7 +30,8 @@ const CHUNK = 1_000_000
 
 const sizes = (process.env.BENCH_SIZES ?? "100000,1000000,10000000").split(",").map(Number)
 const reps = Number(process.env.BENCH_REPS ?? 50)
-const adminUrl = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
+const adminUrl = process.env.BENCH_DATABASE_URL ?? process.env.DATABASE_URL ??
+  "postgres://postgres@127.0.0.1:5432/postgres"
 if (sizes.some((n, i) => !Number.isInteger(n) || n <= 0 || (i > 0 && n <= (sizes[i - 1] ?? 0)))) {
   throw new Error("BENCH_SIZES must be ascending positive integers, e.g. 100000,1000000")
 }
@@ -59,7 +60,12 @@ const request = async (base: string, method: string, path: string, token?: strin
 }
 
 /** Logs `[first, last]` (1-based, across sizes): the developer's first, then the other accounts'. */
-const seed = async (client: pg.Client, developer: { accountId: string; keys: ReadonlyArray<string> }, first: number, last: number) => {
+const seed = async (
+  client: pg.Client,
+  developer: { accountId: string; keys: ReadonlyArray<string> },
+  first: number,
+  last: number
+) => {
   for (let start = first; start <= last; start += CHUNK) {
     const end = Math.min(last, start + CHUNK - 1)
     const ownFrom = start
@@ -79,19 +85,23 @@ const seed = async (client: pg.Client, developer: { accountId: string; keys: Rea
       at, at + interval '1 second', ${environment}, CASE WHEN g % 20 = 0 THEN 'upstream_error' END`
     const at = "now() - ((g::bigint * 7919) % 2592000000) * interval '1 millisecond'"
     if (ownFrom <= ownTo) {
-      await client.query(`
+      await client.query(
+        `
         INSERT INTO request_logs (${columns})
         SELECT ${values("$1", "(ARRAY[$2, $3, $4])[g % 3 + 1]", "CASE WHEN g % 3 = 2 THEN 'test' ELSE 'live' END")}
         FROM generate_series($5::bigint, $6::bigint) g, LATERAL (SELECT ${at} AS at) t`,
-        [developer.accountId, live1, live2, test, ownFrom, ownTo])
+        [developer.accountId, live1, live2, test, ownFrom, ownTo]
+      )
     }
     const otherFrom = Math.max(start, DEVELOPER_MAX + 1)
     if (otherFrom <= end) {
-      await client.query(`
+      await client.query(
+        `
         INSERT INTO request_logs (${columns})
         SELECT ${values(`'acct_bench_' || g % ${OTHERS}`, `'key_bench_' || g % ${OTHERS}`, "'live'")}
         FROM generate_series($1::bigint, $2::bigint) g, LATERAL (SELECT ${at} AS at) t`,
-        [otherFrom, end])
+        [otherFrom, end]
+      )
     }
     log(`  seeded ${end.toLocaleString("en")} logs`)
   }
@@ -108,9 +118,15 @@ const reads = (keyId: string, now: Date): ReadonlyArray<Read> => {
     { name: "overview", path: "/dashboard/overview" },
     { name: "usage, default (7 days by day)", path: "/dashboard/usage" },
     { name: "usage, 366 days by day", path: `/dashboard/usage?from=${iso(365)}&to=${now.toISOString()}` },
-    { name: "usage, 31 days by hour", path: `/dashboard/usage?granularity=hour&from=${iso(30.9)}&to=${now.toISOString()}` },
+    {
+      name: "usage, 31 days by hour",
+      path: `/dashboard/usage?granularity=hour&from=${iso(30.9)}&to=${now.toISOString()}`
+    },
     { name: "usage by key, 366 days", path: `/dashboard/usage?api_key_id=${keyId}&from=${iso(365)}` },
-    { name: "usage, live only, 31 days by hour", path: `/dashboard/usage?environment=live&granularity=hour&from=${iso(30.9)}` },
+    {
+      name: "usage, live only, 31 days by hour",
+      path: `/dashboard/usage?environment=live&granularity=hour&from=${iso(30.9)}`
+    },
     { name: "logs, first page", path: "/dashboard/logs" },
     { name: "logs, page 500 of 200", path: "/dashboard/logs?page=500&limit=200" },
     { name: "logs, status=failed, 200", path: "/dashboard/logs?status=failed&limit=200" },
@@ -123,9 +139,12 @@ const reads = (keyId: string, now: Date): ReadonlyArray<Read> => {
 
 /** A cursor deep in the logs (after ~100,000 rows), for the keyset read. */
 const deepCursor = async (client: pg.Client, accountId: string) => {
-  const { rows } = await client.query<{ at: string; id: string }>(`
+  const { rows } = await client.query<{ at: string; id: string }>(
+    `
     SELECT (extract(epoch FROM created_at) * 1000000)::bigint::text AS at, request_id AS id FROM request_logs
-    WHERE account_id = $1 ORDER BY created_at DESC, request_id DESC OFFSET 100000 LIMIT 1`, [accountId])
+    WHERE account_id = $1 ORDER BY created_at DESC, request_id DESC OFFSET 100000 LIMIT 1`,
+    [accountId]
+  )
   const row = rows[0]
   return row === undefined ? undefined : Buffer.from(`${row.at}.${row.id}`).toString("base64url")
 }
@@ -162,7 +181,8 @@ const flushCost = async (client: pg.Client, accountId: string, keyId: string) =>
         for (const status of ["pending", "billed"]) {
           const started = performance.now()
           await client.query("BEGIN")
-          await client.query(`
+          await client.query(
+            `
             INSERT INTO request_logs (request_id, account_id, api_key_id, public_model, endpoint, status, input_tokens,
               output_tokens, cost_micro_myr, created_at, environment)
             SELECT id, $2, $3, 'svc/nenas-flash', '/v1/responses', $4, 100, CASE WHEN $4 = 'billed' THEN 50 ELSE 0 END,
@@ -170,7 +190,9 @@ const flushCost = async (client: pg.Client, accountId: string, keyId: string) =>
             FROM unnest($1::text[]) id
             ON CONFLICT (request_id) DO UPDATE SET status = EXCLUDED.status, output_tokens = EXCLUDED.output_tokens,
               cost_micro_myr = EXCLUDED.cost_micro_myr
-            WHERE request_logs.status = 'pending'`, [ids, accountId, keyId, status])
+            WHERE request_logs.status = 'pending'`,
+            [ids, accountId, keyId, status]
+          )
           await client.query("COMMIT")
           times[mode].push(performance.now() - started)
         }
@@ -193,7 +215,9 @@ const memory = (pid: number) => {
 const exportAll = async (base: string, token: string, pid: number) => {
   const before = memory(pid)
   const started = performance.now()
-  const response = await fetch(`${base}/dashboard/logs/export?format=csv`, { headers: { authorization: `Bearer ${token}` } })
+  const response = await fetch(`${base}/dashboard/logs/export?format=csv`, {
+    headers: { authorization: `Bearer ${token}` }
+  })
   if (response.status !== 200 || response.body === null) throw new Error(`export: ${response.status}`)
   let bytes = 0
   let lines = 0
@@ -215,21 +239,40 @@ const main = async () => {
   const base = `http://127.0.0.1:${port}`
   const service = startNode("service", ["--import", "tsx", "src/main.ts"], {
     cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: databaseUrl, DATA_DIR: dataDir, PORT: String(port), HOST: "127.0.0.1", PUBLIC_BASE_URL: base, LOG_FORMAT: "json" },
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      DATA_DIR: dataDir,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      PUBLIC_BASE_URL: base,
+      LOG_FORMAT: "json"
+    },
     logFile: join(dataDir, "service.log")
   })
   const client = new pg.Client({ connectionString: databaseUrl })
   try {
     await waitHttp(service, `${base}/healthz`, 60_000)
     await client.connect()
-    const token = String((await request(base, "POST", "/dev/session", undefined, { email: "bench-dashboard@example.com" })).token)
+    const token = String(
+      (await request(base, "POST", "/dev/session", undefined, { email: "bench-dashboard@example.com" })).token
+    )
     const keys: Array<string> = []
     for (const environment of ["live", "live", "test"]) {
-      const created = await request(base, "POST", "/dashboard/api-keys", token, { name: `bench ${environment}`, environment })
+      const created = await request(base, "POST", "/dashboard/api-keys", token, {
+        name: `bench ${environment}`,
+        environment
+      })
       keys.push(String((created.key as { id: string }).id))
     }
-    const accountId = (await client.query<{ id: string }>("SELECT account_id AS id FROM api_keys WHERE id = $1", [keys[0]])).rows[0]?.id ?? ""
-    await client.query(`INSERT INTO accounts (id, subject) SELECT 'acct_bench_' || g, 'bench-' || g FROM generate_series(0, ${OTHERS - 1}) g`)
+    const accountId =
+      (await client.query<{ id: string }>("SELECT account_id AS id FROM api_keys WHERE id = $1", [keys[0]])).rows[0]
+        ?.id ?? ""
+    await client.query(
+      `INSERT INTO accounts (id, subject) SELECT 'acct_bench_' || g, 'bench-' || g FROM generate_series(0, ${
+        OTHERS - 1
+      }) g`
+    )
     const developer = { accountId, keys }
     const results: Array<{ size: number; read: string; p50: number; p99: number }> = []
     let seeded = 0
@@ -242,7 +285,9 @@ const main = async () => {
       await client.query("VACUUM ANALYZE request_logs")
       const rebuildStarted = performance.now()
       const rebuilt = spawnSync(process.execPath, ["--import", "tsx", "src/Logs/RebuildRollups.ts"], {
-        cwd: ROOT, env: { ...process.env, DATABASE_URL: databaseUrl }, encoding: "utf8"
+        cwd: ROOT,
+        env: { ...process.env, DATABASE_URL: databaseUrl },
+        encoding: "utf8"
       })
       if (rebuilt.status !== 0) throw new Error(`rollups:rebuild failed: ${rebuilt.stderr}`)
       log(`  ${rebuilt.stdout.trim()} in ${((performance.now() - rebuildStarted) / 1000).toFixed(1)} s`)
@@ -250,7 +295,9 @@ const main = async () => {
       const cursor = await deepCursor(client, accountId)
       const all = [
         ...reads(keys[0] ?? "", new Date()),
-        ...(cursor === undefined ? [] : [{ name: "logs, cursor after 100,000 rows, 200", path: `/dashboard/logs?limit=200&cursor=${cursor}` }])
+        ...(cursor === undefined
+          ? []
+          : [{ name: "logs, cursor after 100,000 rows, 200", path: `/dashboard/logs?limit=200&cursor=${cursor}` }])
       ]
       for (const read of all) {
         const { p50, p99 } = await time(base, token, read.path)
@@ -271,13 +318,19 @@ const main = async () => {
       })
       console.log(`| ${read} | ${cells.join(" | ")} |`)
     }
-    console.log(`\nexport of the developer's ${exported.rows.toLocaleString("en")} logs: ${(exported.bytes / 1e6).toFixed(0)} MB ` +
-      `in ${exported.seconds.toFixed(1)} s; service RSS ${exported.before.rss.toFixed(0)} MB before, ` +
-      `peak ${exported.before.peak.toFixed(0)} MB before and ${exported.after.peak.toFixed(0)} MB after; ` +
-      `after a second export, peak ${again.after.peak.toFixed(0)} MB`)
+    console.log(
+      `\nexport of the developer's ${exported.rows.toLocaleString("en")} logs: ${
+        (exported.bytes / 1e6).toFixed(0)
+      } MB ` +
+        `in ${exported.seconds.toFixed(1)} s; service RSS ${exported.before.rss.toFixed(0)} MB before, ` +
+        `peak ${exported.before.peak.toFixed(0)} MB before and ${exported.after.peak.toFixed(0)} MB after; ` +
+        `after a second export, peak ${again.after.peak.toFixed(0)} MB`
+    )
     console.log(`load average at the end: ${loadavg().map((l) => l.toFixed(1)).join(", ")}`)
-    console.log(`flush of 50 log rows (one transaction, median of 400): ${flush.off.toFixed(2)} ms without rollups, ` +
-      `${flush.on.toFixed(2)} ms with (${(((flush.on - flush.off) / 50) * 1000).toFixed(0)} µs a row)`)
+    console.log(
+      `flush of 50 log rows (one transaction, median of 400): ${flush.off.toFixed(2)} ms without rollups, ` +
+        `${flush.on.toFixed(2)} ms with (${(((flush.on - flush.off) / 50) * 1000).toFixed(0)} µs a row)`
+    )
   } catch (error) {
     console.error(await tail(service))
     throw error

@@ -29,7 +29,11 @@ export interface Counters {
 }
 
 export class DatabaseCounters {
-  private constructor(private readonly client: pg.Client, private readonly database: string, private readonly upstream: string) {}
+  private constructor(
+    private readonly client: pg.Client,
+    private readonly database: string,
+    private readonly upstream: string
+  ) {}
 
   /** A client of our own in the `postgres` database, so that its queries are not counted as the service's. */
   static async connect(config: pg.ClientConfig, database: string, upstream: string) {
@@ -68,7 +72,12 @@ export class DatabaseCounters {
     ])
     const row = rows[0]
     if (row?.transactions === null || row === undefined) throw new Error(`no pg_stat_database row for ${this.database}`)
-    return { at: Date.now(), transactions: Number(row.transactions), walBytes: Number(row.wal), upstreamCalls: upstreamCalls.requests }
+    return {
+      at: Date.now(),
+      transactions: Number(row.transactions),
+      walBytes: Number(row.wal),
+      upstreamCalls: upstreamCalls.requests
+    }
   }
 
   end() {
@@ -180,7 +189,8 @@ export class WindowTracker {
     return {
       windows: this.windows.length,
       calls: sum((w) => w.after.upstreamCalls - w.before.upstreamCalls),
-      transactions: rawTransactions - background.transactionsPerSecond * sum((w) => (settled(w).at - w.before.at) / 1000),
+      transactions: rawTransactions -
+        background.transactionsPerSecond * sum((w) => (settled(w).at - w.before.at) / 1000),
       walBytes: sum((w) => w.after.walBytes - w.before.walBytes),
       rawTransactions,
       transactionsSeenEarly: sum((w) => w.after.transactions - w.before.transactions),

@@ -20,15 +20,24 @@
  * scenario makes a fifth of them), BENCH_FIRST_BYTE_MS (default 1000),
  * BENCH_PEERS_DIR (default <repo>/../shared/bench, for fake-upstream.mjs).
  */
+import { mkdtemp, rm } from "node:fs/promises"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { type Account, createAccount, ensureFunds } from "./account.js"
-import { buildService, type Child, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, waitHttp } from "./processes.js"
+import {
+  buildService,
+  type Child,
+  log,
+  SERVICE_NODE_ARGS,
+  startFakeUpstream,
+  startNode,
+  stopChild,
+  waitHttp
+} from "./processes.js"
 
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
 const peersDir = resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench"))
@@ -39,8 +48,17 @@ if (!(calls >= 10) || !(firstByteMs >= 100)) {
   process.exit(1)
 }
 
-const plainBody = JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], max_tokens: 16 })
-const streamBody = JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], max_tokens: 16, stream: true })
+const plainBody = JSON.stringify({
+  model: "svc/nenas-flash",
+  messages: [{ role: "user", content: "hi" }],
+  max_tokens: 16
+})
+const streamBody = JSON.stringify({
+  model: "svc/nenas-flash",
+  messages: [{ role: "user", content: "hi" }],
+  max_tokens: 16,
+  stream: true
+})
 
 /** A primary upstream that fails as `kind` says. */
 const primary = async (kind: "refuses" | "silent"): Promise<{ readonly url: string; readonly server: Server }> => {
@@ -71,7 +89,9 @@ const timedCall = async (account: Account, body: string): Promise<number> => {
     body
   })
   const text = await reply.text()
-  if (reply.status !== 200 || text.includes("\"error\"")) throw new Error(`a call failed: ${reply.status} ${text.slice(0, 300)}`)
+  if (reply.status !== 200 || text.includes("\"error\"")) {
+    throw new Error(`a call failed: ${reply.status} ${text.slice(0, 300)}`)
+  }
   return performance.now() - started
 }
 
@@ -149,7 +169,8 @@ const main = async () => {
       }
       const medians = { plain: median(plain), stream: median(stream) }
       baseline ??= medians
-      const added = (mode: "plain" | "stream") => scenario.name === "none" ? "" : (medians[mode] - baseline![mode]).toFixed(2)
+      const added = (mode: "plain" | "stream") =>
+        scenario.name === "none" ? "" : (medians[mode] - baseline![mode]).toFixed(2)
       rows.push(
         [
           scenario.name.padEnd(8),
@@ -165,8 +186,14 @@ const main = async () => {
       log(`${scenario.name}: plain p50 ${medians.plain.toFixed(2)} ms, stream p50 ${medians.stream.toFixed(2)} ms`)
       await stopChild(service, 15_000)
     }
-    console.log(`\nFallback latency, 1 connection, ms (UPSTREAM_FIRST_BYTE_TIMEOUT_MS ${firstByteMs}; two targets, so the silent primary's share is ${firstByteMs / 2} ms)`)
-    console.log(["primary ", "calls", "plain p50", "plain p99", "plain added", "strm p50", "strm p99", "strm added"].join("  "))
+    console.log(
+      `\nFallback latency, 1 connection, ms (UPSTREAM_FIRST_BYTE_TIMEOUT_MS ${firstByteMs}; two targets, so the silent primary's share is ${
+        firstByteMs / 2
+      } ms)`
+    )
+    console.log(
+      ["primary ", "calls", "plain p50", "plain p99", "plain added", "strm p50", "strm p99", "strm added"].join("  ")
+    )
     for (const row of rows) console.log(row)
   } finally {
     for (const child of children.reverse()) await stopChild(child, 15_000)

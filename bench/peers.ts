@@ -17,9 +17,13 @@ export const preparePeers = (dir: string) => {
     throw new OneLine(`no peer benchmark at ${script}: set BENCH_PEERS_DIR to the folder that holds peers.mjs`)
   }
   if (!existsSync(join(dir, "node_modules"))) {
-    process.stdout.write(`installing the peer benchmark's packages (autocannon, Portkey): npm install --prefix ${dir}\n`)
+    process.stdout.write(
+      `installing the peer benchmark's packages (autocannon, Portkey): npm install --prefix ${dir}\n`
+    )
     const result = spawnSync("npm", ["install", "--prefix", dir, "--no-audit", "--no-fund"], { stdio: "inherit" })
-    if (result.status !== 0) throw new OneLine(`npm install --prefix ${dir} failed (status ${result.status ?? result.signal})`)
+    if (result.status !== 0) {
+      throw new OneLine(`npm install --prefix ${dir} failed (status ${result.status ?? result.signal})`)
+    }
   }
   return script
 }
@@ -48,7 +52,9 @@ interface PeersMjsSummary {
 /** A target's figures: peers.mjs's, and the memory of the node process behind it (see TargetMemory). */
 export interface PeerSummary extends PeersMjsSummary, TargetMemory {}
 
-type PeerTargets = ReadonlyArray<{ readonly name: string; readonly preflight_notes?: ReadonlyArray<string>; readonly failed?: string }>
+type PeerTargets = ReadonlyArray<
+  { readonly name: string; readonly preflight_notes?: ReadonlyArray<string>; readonly failed?: string }
+>
 
 /** The results JSON of peers.mjs, as far as it is read here. */
 interface PeersMjsResults {
@@ -72,7 +78,8 @@ export const stopPeers = () => {
 const ROUTINE = /^(node v|plan: |note: only|started \S+ pid|stopped |results: |preflight \S+: HTTP 2\d\d ok)/
 
 /** What runPeers follows in peers.mjs's progress: a process it started, a target's load beginning, a measured window's end. */
-const EVENTS = /(?<=^|\n)(?:started (?<started>\S+) pid (?<pid>\d+)\n|(?<warmUp>\S+): warm-up)|(?<measured>\d+ req\/s, p50 )/g
+const EVENTS =
+  /(?<=^|\n)(?:started (?<started>\S+) pid (?<pid>\d+)\n|(?<warmUp>\S+): warm-up)|(?<measured>\d+ req\/s, p50 )/g
 
 /** The target a process peers.mjs starts is behind: its own name, but the fake upstream is `direct`'s. */
 const targetOf = (name: string) => name === "upstream" ? "direct" : name
@@ -94,7 +101,9 @@ export const runPeers = async (
     readonly quiet: boolean
     readonly pids: Readonly<Record<string, number>>
   }
-): Promise<{ readonly exitCode: number; readonly stderr: string; readonly memory: ReadonlyMap<string, TargetMemory> }> => {
+): Promise<
+  { readonly exitCode: number; readonly stderr: string; readonly memory: ReadonlyMap<string, TargetMemory> }
+> => {
   const child = spawn(process.execPath, [script, ...args, "--rounds", "1", "--out", options.out], {
     cwd: options.cwd,
     stdio: ["ignore", "ignore", "pipe"]
@@ -160,7 +169,8 @@ export const combineRounds = (rounds: ReadonlyArray<PeerResults>): PeerResults =
   const summary = names.map((name): PeerSummary => {
     const ran = rounds.flatMap((r) => r.summary.filter((s) => s.name === name && s.failed === undefined))
     const failed = rounds.flatMap((r) => r.summary.filter((s) => s.name === name && s.failed !== undefined))
-    const pick = (key: "rps" | "p50" | "p99" | "cpu" | "hostBusy" | "idleRssMb" | "peakRssMb") => median(ran.map((s) => s[key]))
+    const pick = (key: "rps" | "p50" | "p99" | "cpu" | "hostBusy" | "idleRssMb" | "peakRssMb") =>
+      median(ran.map((s) => s[key]))
     const last = ran.at(-1)
     return {
       name,

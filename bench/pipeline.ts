@@ -46,7 +46,16 @@ import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
 import { createAccount, createTestKey, ensureFunds } from "./account.js"
-import { buildService, type Child, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, waitHttp } from "./processes.js"
+import {
+  buildService,
+  type Child,
+  log,
+  SERVICE_NODE_ARGS,
+  startFakeUpstream,
+  startNode,
+  stopChild,
+  waitHttp
+} from "./processes.js"
 
 const ROOT = resolve(fileURLToPath(new URL("..", import.meta.url)))
 const peersDir = resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench"))
@@ -107,7 +116,9 @@ const residentMb = (pid: number) => {
 }
 
 interface Autocannon {
-  (options: Record<string, unknown>): Promise<{ readonly requests: { readonly total: number }; readonly non2xx: number; readonly errors: number }>
+  (
+    options: Record<string, unknown>
+  ): Promise<{ readonly requests: { readonly total: number }; readonly non2xx: number; readonly errors: number }>
 }
 const autocannon = createRequire(join(peersDir, "package.json"))("autocannon") as Autocannon
 
@@ -139,7 +150,10 @@ const phasesIn = async (file: string | undefined): Promise<Phases | undefined> =
 const effectOpsIn = async (file: string | undefined) => {
   if (file === undefined) return undefined
   await new Promise((resolve) => setTimeout(resolve, 600))
-  const { counts, requests } = JSON.parse(readFileSync(file, "utf8")) as { requests: number; counts: Record<string, number> }
+  const { counts, requests } = JSON.parse(readFileSync(file, "utf8")) as {
+    requests: number
+    counts: Record<string, number>
+  }
   return { requests, ops: Object.values(counts).reduce((sum, count) => sum + count, 0) }
 }
 
@@ -151,7 +165,9 @@ const effectOpsIn = async (file: string | undefined) => {
  * bench's scale (it read 0.78 of the CPU that bench read for the same call): what the service must cost to be
  * level with Portkey.
  */
-const STAGES: ReadonlyArray<{ readonly name: string; readonly of: number; readonly minus: number; readonly budget: number }> = [
+const STAGES: ReadonlyArray<
+  { readonly name: string; readonly of: number; readonly minus: number; readonly budget: number }
+> = [
   { name: "server, routing, middleware, metrics, access log", of: 0, minus: -1, budget: 95 },
   { name: "authentication from cache, rate limits", of: 1, minus: 0, budget: 60 },
   { name: "body read, JSON parse, decode, token count", of: 2, minus: 1, budget: 80 },
@@ -176,7 +192,11 @@ const stageTable = (measured: ReadonlyArray<Measured | undefined>): Array<string
   const live = measured[4]
   if (live !== undefined) {
     const over = live.database > DATABASE_BUDGET ? `  over by ${Math.round(live.database - DATABASE_BUDGET)}` : ""
-    rows.push(`${"PostgreSQL, per live plain call".padEnd(50)} ${live.database.toFixed(0).padStart(7)} ${String(DATABASE_BUDGET).padStart(7)}${over}`)
+    rows.push(
+      `${"PostgreSQL, per live plain call".padEnd(50)} ${live.database.toFixed(0).padStart(7)} ${
+        String(DATABASE_BUDGET).padStart(7)
+      }${over}`
+    )
   }
   return rows
 }
@@ -190,14 +210,24 @@ const main = async () => {
     children.push(upstream.child)
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
-    const profileDir = process.env["BENCH_CPU_PROF"] === "1" ? join(dataDir, "..", `nenas-pipeline-profile-${Date.now()}`) : undefined
+    const profileDir = process.env["BENCH_CPU_PROF"] === "1"
+      ? join(dataDir, "..", `nenas-pipeline-profile-${Date.now()}`)
+      : undefined
     const profileArgs = profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`]
     const opsFile = process.env["BENCH_EFFECT_OPS"] === "1" ? join(dataDir, "effect-ops.json") : undefined
     const opsArgs = opsFile === undefined ? [] : ["--import", join(ROOT, "bench", "effect-ops.mjs")]
     const phasesFile = process.env["BENCH_PHASES"] === "1" ? join(dataDir, "phases.json") : undefined
-    if (phasesFile !== undefined && connections !== 1) throw new Error("BENCH_PHASES=1 needs BENCH_CONNECTIONS=1: the phases tell calls apart one at a time")
+    if (phasesFile !== undefined && connections !== 1) {
+      throw new Error("BENCH_PHASES=1 needs BENCH_CONNECTIONS=1: the phases tell calls apart one at a time")
+    }
     const phasesArgs = phasesFile === undefined ? [] : ["--import", join(ROOT, "bench", "phases.mjs")]
-    const service = startNode("the service", [...SERVICE_NODE_ARGS, ...profileArgs, ...opsArgs, ...phasesArgs, "dist/main.js"], {
+    const service = startNode("the service", [
+      ...SERVICE_NODE_ARGS,
+      ...profileArgs,
+      ...opsArgs,
+      ...phasesArgs,
+      "dist/main.js"
+    ], {
       cwd: ROOT,
       logFile: join(dataDir, "service.log"),
       env: {
@@ -222,14 +252,24 @@ const main = async () => {
     await ensureFunds(account, 40_000_000)
     const headers = (key: string) => ({ authorization: `Bearer ${key}`, "content-type": "application/json" })
     const messages = [{ role: "user", content: "hi" }]
-    const chat = (stream: boolean) => JSON.stringify({ model: "svc/nenas-flash", messages, max_tokens: 16, ...(stream ? { stream: true } : {}) })
-    const post = (path: string, key: string, body: string) => ({ url: `${base}${path}`, method: "POST", headers: headers(key), body })
+    const chat = (stream: boolean) =>
+      JSON.stringify({ model: "svc/nenas-flash", messages, max_tokens: 16, ...(stream ? { stream: true } : {}) })
+    const post = (path: string, key: string, body: string) => ({
+      url: `${base}${path}`,
+      method: "POST",
+      headers: headers(key),
+      body
+    })
     const kinds = [
       { name: "GET /healthz", options: { url: `${base}/healthz` } },
       { name: "GET /v1/models (API key)", options: { url: `${base}/v1/models`, headers: headers(account.apiKey) } },
       {
         name: "POST /v1/messages/count_tokens",
-        options: post("/v1/messages/count_tokens", account.apiKey, JSON.stringify({ model: "svc/nenas-flash", messages }))
+        options: post(
+          "/v1/messages/count_tokens",
+          account.apiKey,
+          JSON.stringify({ model: "svc/nenas-flash", messages })
+        )
       },
       { name: "POST /v1/chat/completions, test key", options: post("/v1/chat/completions", testKey, chat(false)) },
       { name: "  the same, live key", options: post("/v1/chat/completions", account.apiKey, chat(false)) },
@@ -246,7 +286,9 @@ const main = async () => {
       const result = await autocannon({ ...kind.options, connections, duration: durationS })
       const after = serviceCpu(service.pid)
       const opsAfter = await effectOpsIn(opsFile)
-      if (result.non2xx > 0 || result.errors > 0) throw new Error(`${kind.name}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
+      if (result.non2xx > 0 || result.errors > 0) {
+        throw new Error(`${kind.name}: ${result.non2xx} non-2xx answers, ${result.errors} errors`)
+      }
       const per = (seconds: number) => (seconds * 1e6) / result.requests.total
       measured[index] = {
         name: kind.name,
@@ -260,13 +302,21 @@ const main = async () => {
       }
       log(`${kind.name}: ${per(after.node - before.node).toFixed(0)} µs of the service's CPU a request`)
     }
-    console.log(`\nNode ${process.version}, ${connections} connection(s), ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`)
+    console.log(
+      `\nNode ${process.version}, ${connections} connection(s), ${durationS} s each; CPU µs per request of the service's node process and of its PostgreSQL`
+    )
     const opsColumn = (text: string) => opsFile === undefined ? "" : ` ${text.padStart(10)}`
-    console.log(`${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}${opsColumn("Effect ops")}`)
+    console.log(
+      `${"request".padEnd(36)} ${"req/s".padStart(7)} ${"node µs".padStart(8)} ${"PG µs".padStart(7)}${
+        opsColumn("Effect ops")
+      }`
+    )
     for (const row of measured) {
       if (row === undefined) continue
       console.log(
-        `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${row.database.toFixed(0).padStart(7)}` +
+        `${row.name.padEnd(36)} ${row.rps.toFixed(0).padStart(7)} ${row.node.toFixed(0).padStart(8)} ${
+          row.database.toFixed(0).padStart(7)
+        }` +
           opsColumn(row.effectOps?.toFixed(0) ?? "")
       )
     }
@@ -277,11 +327,21 @@ const main = async () => {
       for (const row of measured) {
         if (row?.phases === undefined) continue
         const { phases } = row
-        console.log(`${row.name.padEnd(36)} ${PHASE_NAMES.map((phase) => `${cell(phases[phase].wall)} (${cell(phases[phase].busy)})`.padStart(14)).join(" ")}`)
+        console.log(
+          `${row.name.padEnd(36)} ${
+            PHASE_NAMES.map((phase) => `${cell(phases[phase].wall)} (${cell(phases[phase].busy)})`.padStart(14)).join(
+              " "
+            )
+          }`
+        )
       }
     }
     const { peak } = residentMb(service.pid)
-    console.log(`\nthe service's node process (${SERVICE_NODE_ARGS.join(" ") || "no flags"}): ${idleMb.toFixed(0)} MB idle, ${peak.toFixed(0)} MB at its peak`)
+    console.log(
+      `\nthe service's node process (${SERVICE_NODE_ARGS.join(" ") || "no flags"}): ${idleMb.toFixed(0)} MB idle, ${
+        peak.toFixed(0)
+      } MB at its peak`
+    )
     console.log(`\nStage budget (node process, each stage the difference of two rows above)`)
     for (const row of stageTable(measured)) console.log(row)
     if (profileDir !== undefined) console.log(`\nthe service's CPU profile goes to ${profileDir} as it stops`)

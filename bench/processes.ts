@@ -62,7 +62,9 @@ export const waitHttp = async (child: Child, url: string, timeoutMs: number) => 
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
     if (!isRunning(child)) {
-      throw new Error(`${child.name} exited (code ${child.process.exitCode}) before it was ready:\n${await tail(child)}`)
+      throw new Error(
+        `${child.name} exited (code ${child.process.exitCode}) before it was ready:\n${await tail(child)}`
+      )
     }
     try {
       const reply = await fetch(url)
@@ -94,7 +96,11 @@ export const buildService = (root: string) => {
 export const startFakeUpstream = async (peersDir: string, env: NodeJS.ProcessEnv, logFile: string) => {
   const port = await freePort()
   const base = `http://127.0.0.1:${port}`
-  const child = startNode("fake upstream", [join(peersDir, "fake-upstream.mjs"), "--port", String(port)], { cwd: peersDir, env, logFile })
+  const child = startNode("fake upstream", [join(peersDir, "fake-upstream.mjs"), "--port", String(port)], {
+    cwd: peersDir,
+    env,
+    logFile
+  })
   try {
     await waitHttp(child, `${base}/healthz`, 30_000)
   } catch (error) {

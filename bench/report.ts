@@ -32,7 +32,8 @@ export interface RunOutcome {
   readonly database: WindowTotals | undefined
 }
 
-export const label = (spec: RunSpec) => `${spec.connections} conn${spec.connections === 1 ? "" : "s"}, ${spec.stream ? "stream" : "plain"}`
+export const label = (spec: RunSpec) =>
+  `${spec.connections} conn${spec.connections === 1 ? "" : "s"}, ${spec.stream ? "stream" : "plain"}`
 
 const fmt = (value: number | undefined, digits: number) =>
   value === undefined || !Number.isFinite(value) ? "-" : value.toFixed(digits)
@@ -93,20 +94,30 @@ export const runTable = (outcome: RunOutcome) => {
   }
   const lines = [table(rows)]
   const nenas = results.summary.find((s) => s.name === TARGET)
-  if (nenas?.cpuTreeProcs !== undefined) lines.push(`${TARGET} CPU = its process tree: ${summarize(nenas.cpuTreeProcs)}`)
-  lines.push("idle MB = RSS when a target's load began; peak MB = its process's peak RSS (VmHWM) in this round (the service's and the upstream's restarted at its start); node processes only")
+  if (nenas?.cpuTreeProcs !== undefined) {
+    lines.push(`${TARGET} CPU = its process tree: ${summarize(nenas.cpuTreeProcs)}`)
+  }
+  lines.push(
+    "idle MB = RSS when a target's load began; peak MB = its process's peak RSS (VmHWM) in this round (the service's and the upstream's restarted at its start); node processes only"
+  )
   for (const t of results.targets) {
     if (t.failed !== undefined) lines.push(`${t.name}: ${t.failed}`)
-    else if ((t.preflight_notes ?? []).length > 0) lines.push(`${t.name} preflight: ${(t.preflight_notes ?? []).join("; ")}`)
+    else if ((t.preflight_notes ?? []).length > 0) {
+      lines.push(`${t.name} preflight: ${(t.preflight_notes ?? []).join("; ")}`)
+    }
   }
   if (database !== undefined) {
     const per = perCall(database)
     const calls = database.calls === 0 ? NaN : database.calls
     lines.push(
       `PostgreSQL per ${TARGET} call: ${fmt(per.transactions, 3)} transactions, ${fmt(per.walBytes, 0)} WAL bytes ` +
-        `(${database.calls} calls in ${database.windows} window${database.windows === 1 ? "" : "s"} of warm-up + measurement; ` +
+        `(${database.calls} calls in ${database.windows} window${
+          database.windows === 1 ? "" : "s"
+        } of warm-up + measurement; ` +
         `transactions net of the service's idle ${fmt(database.background.transactionsPerSecond, 2)}/s: ` +
-        `${fmt(database.rawTransactions / calls, 3)}/call with them, ${fmt(database.transactionsSeenEarly / calls, 3)} of these visible 200 ms after)`
+        `${fmt(database.rawTransactions / calls, 3)}/call with them, ${
+          fmt(database.transactionsSeenEarly / calls, 3)
+        } of these visible 200 ms after)`
     )
   }
   return lines.join("\n")
@@ -160,7 +171,18 @@ const figures = (outcome: RunOutcome): Figures => {
 /** The figures the goals are stated in, one row per run. */
 export const summaryTable = (outcomes: ReadonlyArray<RunOutcome>) =>
   table([
-    ["run", "nenas req/s", "÷ portkey", "added p50 ms", "CPU ÷ portkey", "CPU ÷ effect", "peak MB", "portkey peak MB", "PG xacts/call", "WAL B/call"],
+    [
+      "run",
+      "nenas req/s",
+      "÷ portkey",
+      "added p50 ms",
+      "CPU ÷ portkey",
+      "CPU ÷ effect",
+      "peak MB",
+      "portkey peak MB",
+      "PG xacts/call",
+      "WAL B/call"
+    ],
     ...outcomes.map((outcome) => {
       const f = figures(outcome)
       return [
@@ -187,21 +209,27 @@ const rpsLines = (outcome: RunOutcome) => {
   const run = label(outcome.spec)
   return [
     `${verdict(f.rpsOverPortkey >= GOALS.rpsOverPortkey, f.rpsOverPortkey)}  req/s nenas ÷ portkey, ${run}: ` +
-      `${fmt(f.rpsOverPortkey, 2)} (goal ≥ ${GOALS.rpsOverPortkey.toFixed(1)})`,
-    `      the project's longer goal, ${run}: req/s nenas ÷ portkey ≥ ${LONGER_GOAL.rpsOverPortkey[kind(outcome.spec)].toFixed(1)}`
+    `${fmt(f.rpsOverPortkey, 2)} (goal ≥ ${GOALS.rpsOverPortkey.toFixed(1)})`,
+    `      the project's longer goal, ${run}: req/s nenas ÷ portkey ≥ ${
+      LONGER_GOAL.rpsOverPortkey[kind(outcome.spec)].toFixed(1)
+    }`
   ]
 }
 
 const cpuLine = (outcome: RunOutcome) => {
   const f = figures(outcome)
-  return `${verdict(f.cpu <= f.portkeyCpu, f.cpu, f.portkeyCpu)}  CPU µs/req nenas (service + PostgreSQL), ${label(outcome.spec)}: ` +
+  return `${verdict(f.cpu <= f.portkeyCpu, f.cpu, f.portkeyCpu)}  CPU µs/req nenas (service + PostgreSQL), ${
+    label(outcome.spec)
+  }: ` +
     `${fmt(f.cpu, 0)} (goal ≤ portkey's ${fmt(f.portkeyCpu, 0)})`
 }
 
 /** On a 1-connection run: no more than Portkey's added p50 on the plain 1-connection run. */
 const addedP50Line = (outcome: RunOutcome, portkeyPlainAddedP50: number) => {
   const f = figures(outcome)
-  return `${verdict(f.addedP50 <= portkeyPlainAddedP50, f.addedP50, portkeyPlainAddedP50)}  added p50 (− direct), ${label(outcome.spec)}: ` +
+  return `${verdict(f.addedP50 <= portkeyPlainAddedP50, f.addedP50, portkeyPlainAddedP50)}  added p50 (− direct), ${
+    label(outcome.spec)
+  }: ` +
     `${fmt(f.addedP50, 3)} ms (goal ≤ portkey's ${fmt(portkeyPlainAddedP50, 3)} ms, 1 conn, plain)`
 }
 
@@ -213,16 +241,20 @@ const p99Line = (outcome: RunOutcome) => {
 
 const peakRssLine = (outcome: RunOutcome) => {
   const f = figures(outcome)
-  return `${verdict(f.peakRssMb <= f.portkeyPeakRssMb, f.peakRssMb, f.portkeyPeakRssMb)}  peak RSS of nenas's node process, ${
-    label(outcome.spec)
-  }: ${fmt(f.peakRssMb, 1)} MB (goal ≤ portkey's ${fmt(f.portkeyPeakRssMb, 1)} MB)`
+  return `${
+    verdict(f.peakRssMb <= f.portkeyPeakRssMb, f.peakRssMb, f.portkeyPeakRssMb)
+  }  peak RSS of nenas's node process, ${label(outcome.spec)}: ${fmt(f.peakRssMb, 1)} MB (goal ≤ portkey's ${
+    fmt(f.portkeyPeakRssMb, 1)
+  } MB)`
 }
 
 const transactionsLine = (outcome: RunOutcome) => {
   const f = figures(outcome)
-  return `${verdict(f.transactionsPerCall <= GOALS.transactionsPerCall, f.transactionsPerCall)}  PostgreSQL transactions per call, ${
-    label(outcome.spec)
-  }: ${fmt(f.transactionsPerCall, 3)} (goal ≤ ${GOALS.transactionsPerCall})`
+  return `${
+    verdict(f.transactionsPerCall <= GOALS.transactionsPerCall, f.transactionsPerCall)
+  }  PostgreSQL transactions per call, ${label(outcome.spec)}: ${
+    fmt(f.transactionsPerCall, 3)
+  } (goal ≤ ${GOALS.transactionsPerCall})`
 }
 
 /** billingCheck's lines as one goal: PASS when each of its PASS/MISS lines passed. */

@@ -36,7 +36,17 @@ import { DatabaseCounters, WindowTracker } from "./database.js"
 import type { PeerResults } from "./peers.js"
 import { combineRounds, OneLine, preparePeers, readResults, runPeers, stopPeers, TARGET } from "./peers.js"
 import type { Child } from "./processes.js"
-import { buildService, isRunning, log, SERVICE_NODE_ARGS, startFakeUpstream, startNode, stopChild, tail, waitHttp } from "./processes.js"
+import {
+  buildService,
+  isRunning,
+  log,
+  SERVICE_NODE_ARGS,
+  startFakeUpstream,
+  startNode,
+  stopChild,
+  tail,
+  waitHttp
+} from "./processes.js"
 import type { RunOutcome, RunSpec } from "./report.js"
 import { goalLines, label, runTable, summaryTable } from "./report.js"
 
@@ -52,7 +62,9 @@ const numberSetting = (name: string, fallback: number) => {
 const runsSetting = (raw: string): Array<RunSpec> =>
   raw.split(",").map((item) => {
     const match = /^\s*(\d+)(s?)\s*$/.exec(item)
-    if (match === null || Number(match[1]) < 1) throw new OneLine(`BENCH_RUNS: "${item}" is not connections with an optional s (e.g. 32s)`)
+    if (match === null || Number(match[1]) < 1) {
+      throw new OneLine(`BENCH_RUNS: "${item}" is not connections with an optional s (e.g. 32s)`)
+    }
     return { connections: Number(match[1]), stream: match[2] === "s" }
   })
 
@@ -98,7 +110,9 @@ const externalDatabase = async (serverUrl: string) => {
     drop: async () => {
       const client = new pg.Client({ connectionString: serverUrl })
       await client.connect()
-      await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`).finally(() => client.end())
+      await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`).finally(() =>
+        client.end()
+      )
     }
   }
 }
@@ -106,8 +120,12 @@ const externalDatabase = async (serverUrl: string) => {
 /** Fails when a process the runs need has exited (a crash, or someone else's kill). */
 const ensureRunning = async (child: Child) => {
   if (isRunning(child)) return
-  const how = child.process.signalCode === null ? `code ${child.process.exitCode}` : `signal ${child.process.signalCode}`
-  throw new Error(`${child.name} (pid ${child.pid}) exited during the run (${how}); its last output:\n${await tail(child)}`)
+  const how = child.process.signalCode === null
+    ? `code ${child.process.exitCode}`
+    : `signal ${child.process.signalCode}`
+  throw new Error(
+    `${child.name} (pid ${child.pid}) exited during the run (${how}); its last output:\n${await tail(child)}`
+  )
 }
 
 /** The service's log lines at warning level or above (JSON or pretty format). */
@@ -121,15 +139,20 @@ const printProfiles = async (dir: string, peersDir: string) => {
   process.stdout.write(`\nThe service's CPU profile: ${dir} (${files.join(", ") || "no profile written"})\n`)
   // CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile: thread 0 is the main thread.
   for (const file of files.filter((name) => /\.\d+\.0\.\d+\.cpuprofile$/.test(name))) {
-    const summary = spawnSync(process.execPath, [join(peersDir, "profile-summary.mjs"), join(dir, file), "--top", "25"], {
-      encoding: "utf8"
-    })
+    const summary = spawnSync(
+      process.execPath,
+      [join(peersDir, "profile-summary.mjs"), join(dir, file), "--top", "25"],
+      {
+        encoding: "utf8"
+      }
+    )
     process.stdout.write(summary.stdout + summary.stderr)
   }
 }
 
 const main = async () => {
-  const { cpuProf, durationS, externalDatabase: externalServer, fundsPerRun, peersDir, rounds, runs, warmupS } = readSettings()
+  const { cpuProf, durationS, externalDatabase: externalServer, fundsPerRun, peersDir, rounds, runs, warmupS } =
+    readSettings()
   const peersScript = preparePeers(peersDir)
   const stamp = new Date().toISOString().replace(/[:.]/g, "-")
   const outDir = join(peersDir, "results", `nenas-${stamp}`)
@@ -167,11 +190,25 @@ const main = async () => {
   const failures: Array<string> = []
   try {
     log(
-      `runs [${runs.map(label).join("; ")}] x ${rounds} round(s) of ${durationS} s per target after ${warmupS} s warm-up; ` +
+      `runs [${
+        runs.map(label).join("; ")
+      }] x ${rounds} round(s) of ${durationS} s per target after ${warmupS} s warm-up; ` +
         `${cpus().length} cores, load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}; results in ${outDir}`
     )
     const environment = { ...process.env }
-    for (const name of ["DATABASE_URL", "REDIS_URL", "NODE_ENV", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "AUTH_JWKS_URL", "PUBLIC_BASE_URL", "PRICE_TABLE", "UPSTREAM_API_KEY"]) {
+    for (
+      const name of [
+        "DATABASE_URL",
+        "REDIS_URL",
+        "NODE_ENV",
+        "STRIPE_SECRET_KEY",
+        "STRIPE_WEBHOOK_SECRET",
+        "AUTH_JWKS_URL",
+        "PUBLIC_BASE_URL",
+        "PRICE_TABLE",
+        "UPSTREAM_API_KEY"
+      ]
+    ) {
       delete environment[name]
     }
 
@@ -184,7 +221,10 @@ const main = async () => {
     dropDatabase = external?.drop
     const port = await freePort()
     const base = `http://127.0.0.1:${port}`
-    const nodeArgs = [...SERVICE_NODE_ARGS, ...(profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`])]
+    const nodeArgs = [
+      ...SERVICE_NODE_ARGS,
+      ...(profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`])
+    ]
     buildService(ROOT)
     service = startNode("the service", [...nodeArgs, "dist/main.js"], {
       cwd: ROOT,
@@ -205,8 +245,10 @@ const main = async () => {
     })
     const readyStart = Date.now()
     await waitHttp(service, `${base}/readyz`, 120_000)
-    log(`service (pid ${service.pid}) ready at ${base} after ${((Date.now() - readyStart) / 1000).toFixed(1)} s` +
-      (profileDir === undefined ? "" : `; its CPU profile goes to ${profileDir} when it stops`))
+    log(
+      `service (pid ${service.pid}) ready at ${base} after ${((Date.now() - readyStart) / 1000).toFixed(1)} s` +
+        (profileDir === undefined ? "" : `; its CPU profile goes to ${profileDir} when it stops`)
+    )
 
     const account: Account = await createAccount(base)
     await ensureFunds(account, fundsPerRun)
@@ -215,7 +257,9 @@ const main = async () => {
       ? await DatabaseCounters.embedded(dataDir, upstreamBase)
       : await DatabaseCounters.connect({ connectionString: externalServer }, external.name, upstreamBase)
     if (external !== undefined) {
-      log("BENCH_DATABASE_URL: the service's CPU excludes that PostgreSQL's, and WAL bytes count the whole server's writes")
+      log(
+        "BENCH_DATABASE_URL: the service's CPU excludes that PostgreSQL's, and WAL bytes count the whole server's writes"
+      )
     }
 
     let first = true
@@ -229,21 +273,36 @@ const main = async () => {
       const roundResults: Array<PeerResults> = []
       for (let round = 1; round <= rounds; round++) {
         const args = [
-          "--builtins", process.env["BENCH_BUILTINS"] ?? "direct,floor,portkey,effect",
-          "--effect-project", ROOT,
-          "--target", `${TARGET}=${base}/v1/chat/completions`,
-          "--header", `${TARGET}=Authorization:Bearer ${account.apiKey}`,
-          "--pid", `${TARGET}=${service.pid}`,
-          "--cpu-tree", TARGET,
-          "--upstream-port", String(upstreamPort),
-          "--upstream-pid", String(upstreamChild.pid),
-          "--floor-port", String(await freePort()),
-          "--effect-port", String(await freePort()),
-          "--portkey-port", String(await freePort()),
-          "--connections", String(spec.connections),
-          "--duration", String(durationS),
-          "--warmup", String(warmupS),
-          "--body", BODY,
+          "--builtins",
+          process.env["BENCH_BUILTINS"] ?? "direct,floor,portkey,effect",
+          "--effect-project",
+          ROOT,
+          "--target",
+          `${TARGET}=${base}/v1/chat/completions`,
+          "--header",
+          `${TARGET}=Authorization:Bearer ${account.apiKey}`,
+          "--pid",
+          `${TARGET}=${service.pid}`,
+          "--cpu-tree",
+          TARGET,
+          "--upstream-port",
+          String(upstreamPort),
+          "--upstream-pid",
+          String(upstreamChild.pid),
+          "--floor-port",
+          String(await freePort()),
+          "--effect-port",
+          String(await freePort()),
+          "--portkey-port",
+          String(await freePort()),
+          "--connections",
+          String(spec.connections),
+          "--duration",
+          String(durationS),
+          "--warmup",
+          String(warmupS),
+          "--body",
+          BODY,
           ...(spec.stream ? ["--stream"] : [])
         ]
         log(`peers.mjs, ${label(spec)}, round ${round} of ${rounds}`)
@@ -260,11 +319,15 @@ const main = async () => {
         await ensureRunning(service)
         const results = await readResults(out, memory).catch(() => undefined)
         if (results === undefined) {
-          throw new Error(`peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`)
+          throw new Error(
+            `peers.mjs (${label(spec)}) exited with ${exitCode} and wrote no results:\n${stderr.slice(-3000)}`
+          )
         }
         if (exitCode !== 0) failures.push(`${label(spec)}, round ${round}: peers.mjs exited with ${exitCode}`)
         for (const target of results.targets) {
-          if (target.failed !== undefined) failures.push(`${label(spec)}, round ${round}: ${target.name} ${target.failed}`)
+          if (target.failed !== undefined) {
+            failures.push(`${label(spec)}, round ${round}: ${target.name} ${target.failed}`)
+          }
         }
         roundResults.push(results)
       }
@@ -275,18 +338,28 @@ const main = async () => {
       const outcome: RunOutcome = { spec, results: combineRounds(roundResults), database }
       outcomes.push(outcome)
       process.stdout.write(
-        `\n${label(spec)}: ${rounds} round(s) of ${durationS} s per target after ${warmupS} s warm-up (medians)\n${runTable(outcome)}\n\n`
+        `\n${label(spec)}: ${rounds} round(s) of ${durationS} s per target after ${warmupS} s warm-up (medians)\n${
+          runTable(outcome)
+        }\n\n`
       )
     }
 
     const billing = await billingCheck(account, BODY)
-    process.stdout.write(`\nSummary (Node ${process.version} for every target; ${rounds} round(s) of ${durationS} s per target; ratios within each run)\n${summaryTable(outcomes)}\n`)
-    process.stdout.write(`\nGoals (a MISS never fails the bench)\n${goalLines(outcomes, billing).map((l) => `  ${l}`).join("\n")}\n`)
+    process.stdout.write(
+      `\nSummary (Node ${process.version} for every target; ${rounds} round(s) of ${durationS} s per target; ratios within each run)\n${
+        summaryTable(outcomes)
+      }\n`
+    )
+    process.stdout.write(
+      `\nGoals (a MISS never fails the bench)\n${goalLines(outcomes, billing).map((l) => `  ${l}`).join("\n")}\n`
+    )
     process.stdout.write(`\nBilling\n${billing.map((l) => `  ${l}`).join("\n")}\n`)
     const problems = await serviceProblems(service)
     if (problems.length > 0) {
       process.stdout.write(
-        `\nService log: ${problems.length} warning/error lines; the first:\n${problems.slice(0, 10).map((l) => `  ${l.slice(0, 300)}`).join("\n")}\n`
+        `\nService log: ${problems.length} warning/error lines; the first:\n${
+          problems.slice(0, 10).map((l) => `  ${l.slice(0, 300)}`).join("\n")
+        }\n`
       )
     }
     if (failures.length > 0) {

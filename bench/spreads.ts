@@ -38,7 +38,10 @@ const SHAPES: ReadonlyArray<readonly [string, (source: Source, n: number) => { r
   ["{ ...source, costMicroMyr } (a field it has)", (source, n) => ({ ...source, costMicroMyr: n })],
   ["{ ...source, billedAt } (a field it lacks)", (source, n) => ({ ...source, billedAt: n, costMicroMyr: n })],
   ["{ ...source, ...{ billedAt } }", (source, n) => ({ ...source, ...{ billedAt: n, costMicroMyr: n } })],
-  ["Object.assign({}, source, { billedAt })", (source, n) => Object.assign({}, source, { billedAt: n, costMicroMyr: n })]
+  [
+    "Object.assign({}, source, { billedAt })",
+    (source, n) => Object.assign({}, source, { billedAt: n, costMicroMyr: n })
+  ]
 ]
 
 const COUNT = 1_000_000

@@ -87,15 +87,42 @@ const noSpreadAddingField = {
     }
   },
   create(context) {
+    // With type information (the call path's files are linted with it), a field after a spread is an addition
+    // only when a spread before it may lack it: `{ ...progress, settled: true }` over a `Progress` that has
+    // `settled` replaces a value and keeps the copy's shape. Without it, every such field counts.
+    const services = context.sourceCode.parserServices
+    const checker = services?.program?.getTypeChecker()
+    const has = (spread, name) => {
+      const type = checker.getTypeAtLocation(services.esTreeNodeToTSNodeMap.get(spread.argument))
+      const members = type.isUnion() ? type.types : [type]
+      return members.every((member) => checker.getPropertyOfType(checker.getApparentType(member), name) !== undefined)
+    }
+    const keyName = (property) =>
+      property.computed
+        ? (property.key.type === "Literal" ? String(property.key.value) : undefined)
+        : property.key.type === "Identifier"
+        ? property.key.name
+        : property.key.type === "Literal"
+        ? String(property.key.value)
+        : undefined
+    const adds = (node) => {
+      const spreads = []
+      let fieldBefore = false
+      for (const property of node.properties) {
+        if (property.type === "SpreadElement") {
+          if (fieldBefore) return true
+          spreads.push(property)
+        } else if (spreads.length === 0) fieldBefore = true
+        else {
+          const name = keyName(property)
+          if (checker === undefined || name === undefined || !spreads.some((spread) => has(spread, name))) return true
+        }
+      }
+      return false
+    }
     return {
       ObjectExpression(node) {
-        let spreads = 0
-        let fields = 0
-        for (const property of node.properties) {
-          if (property.type === "SpreadElement") spreads++
-          else fields++
-        }
-        if (spreads > 0 && fields > 0 && enclosingFunction(node) !== null) {
+        if (enclosingFunction(node) !== null && adds(node)) {
           context.report({ node, messageId: "spreadAddingField" })
         }
       }

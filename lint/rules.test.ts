@@ -126,3 +126,38 @@ describe("nenas/no-spread-adding-field, disabled", () => {
     expect(messages.map((message) => [message.ruleId, message.line])).toEqual([["nenas/no-spread-adding-field", 4]])
   })
 })
+
+// On the call path the rule has types: a field the spread's type already has is a replacement, not an addition.
+const typed = new RuleTester({
+  languageOptions: {
+    parser: tseslint.parser,
+    // The cases' file is in no project (`lint/tsconfig.json` holds none), so the repository's own is not loaded.
+    parserOptions: {
+      projectService: { allowDefaultProject: ["*.ts"], defaultProject: "tsconfig.json" },
+      tsconfigRootDir: import.meta.dirname
+    }
+  }
+})
+
+typed.run("nenas/no-spread-adding-field, with types", nenas.rules["no-spread-adding-field"], {
+  valid: [
+    {
+      filename: `${import.meta.dirname}/typed.ts`,
+      code:
+        "interface P { readonly done: boolean; readonly n: number }\nexport const f = (p: P) => ({ ...p, done: true })"
+    }
+  ],
+  invalid: [
+    {
+      filename: `${import.meta.dirname}/typed.ts`,
+      code: "interface P { readonly n: number }\nexport const f = (p: P) => ({ ...p, done: true })",
+      errors: [{ messageId: "spreadAddingField" }]
+    },
+    {
+      filename: `${import.meta.dirname}/typed.ts`,
+      code:
+        "interface P { readonly done: boolean }\nexport const f = (p: P | { readonly n: number }) => ({ ...p, done: true })",
+      errors: [{ messageId: "spreadAddingField" }]
+    }
+  ]
+})

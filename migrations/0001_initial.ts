@@ -6,7 +6,8 @@ import { Effect } from "effect"
  * checks below are the last line of defence for the rules the docs state
  * (docs/money.md, "The money rules" first among them).
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE TABLE accounts (
   id           text PRIMARY KEY,
   subject      text NOT NULL UNIQUE,

@@ -7,7 +7,8 @@ import { Effect } from "effect"
  * facts that may arrive before the payment they belong to, and disputes that
  * may arrive before their account is known.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE ledger_entries ADD COLUMN seq bigserial NOT NULL UNIQUE;
 DROP INDEX ledger_account_idx;
 DROP INDEX ledger_account_type_idx;

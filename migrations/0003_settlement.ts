@@ -8,7 +8,8 @@ import { Effect } from "effect"
  * the reservations, request logs and idempotency records it holds name it, so
  * another process can tell what is provably dead.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE disputes ADD COLUMN funds_withdrawn boolean NOT NULL DEFAULT false;
 ALTER TABLE disputes ADD COLUMN funds_reinstated boolean NOT NULL DEFAULT false;
 -- Disputes recorded before this migration debited when recorded: they were treated as withdrawn.

@@ -9,7 +9,8 @@ import { Effect } from "effect"
  * inserted key ends a remembered "unknown"), `account:<id>` when an account's
  * suspension changes. Recording `last_used_at` changes no lookup and is silent.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE FUNCTION nenas_notify_key_hash() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP <> 'INSERT' THEN

@@ -8,7 +8,8 @@ import { Effect } from "effect"
  * granted = the sum of the ledger, and what calls in flight hold stays
  * `reserved`. One grant per account and instance.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE wallets ADD COLUMN granted_micro_myr bigint NOT NULL DEFAULT 0 CHECK (granted_micro_myr >= 0);
 
 CREATE TABLE credit_grants (

@@ -8,7 +8,8 @@ import { Effect } from "effect"
  * hands back carries a number, so a hand-back retried after a commit whose
  * answer was lost is recognised and written once.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE credit_grants ADD COLUMN returned_seq bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE settlement_parked (

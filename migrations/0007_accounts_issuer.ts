@@ -9,7 +9,8 @@ import { Effect } from "effect"
  * by its row); the first verified sign-in with the same subject, from the
  * identity provider configured then, claims the row (`AccountsRepo.signIn`).
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE accounts ADD COLUMN issuer text;
 ALTER TABLE accounts DROP CONSTRAINT accounts_subject_key;
 CREATE UNIQUE INDEX accounts_issuer_subject ON accounts (issuer, subject);

@@ -14,7 +14,8 @@ import { Effect } from "effect"
  * same secret back: it is kept sealed with a key derived from that
  * Idempotency-Key (which only the caller holds), never in the clear.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE api_keys
   ADD COLUMN disabled_at timestamptz,
   ADD COLUMN rate_limit_rpm integer CHECK (rate_limit_rpm > 0),

@@ -9,7 +9,8 @@ import { Effect } from "effect"
  * charged but not yet written, and keeps the row true with each flush until
  * nothing is left. The limit's check adds these rows to the key's spend.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE TABLE key_grant_holds (
   holder         text NOT NULL,
   api_key_id     text NOT NULL,

@@ -12,7 +12,8 @@ import { Effect } from "effect"
  * finds its response without a column of its own. Rows live 30 days
  * (`expires_at`) and are deleted in batches.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE TABLE stored_responses (
   id text PRIMARY KEY,
   account_id text NOT NULL,

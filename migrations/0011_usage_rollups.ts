@@ -3,8 +3,18 @@ import { Effect } from "effect"
 
 /** The counters of a rollup row, in column order; each is a sum over request logs. */
 const COUNTERS = [
-  "requests", "pending", "succeeded", "failed", "billed", "input_tokens", "output_tokens", "reasoning_tokens",
-  "cached_tokens", "search_count", "content_pages", "cost_micro_myr"
+  "requests",
+  "pending",
+  "succeeded",
+  "failed",
+  "billed",
+  "input_tokens",
+  "output_tokens",
+  "reasoning_tokens",
+  "cached_tokens",
+  "search_count",
+  "content_pages",
+  "cost_micro_myr"
 ] as const
 
 /** Each counter of one log row, signed by `s` (+1 a row that is there now, -1 one that was). */
@@ -61,7 +71,8 @@ END $$;`
  * Also the logs' environment (the key's, at the call) and an index per filter
  * of the dashboard's logs, ordered for keyset paging.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 -- The key's environment at the call; logs of keys deleted before this migration count as live.
 ALTER TABLE request_logs ADD COLUMN environment text NOT NULL DEFAULT 'live' CHECK (environment IN ('live', 'test'));
 -- The caller's tags (OpenAI's metadata) and chat user.

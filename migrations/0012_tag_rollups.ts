@@ -33,7 +33,8 @@ END $$;`
  * folds the transaction's changes in at commit, in key order. A key marked later
  * is backfilled from the account's logs when it is marked.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE TABLE grouping_tags (
   account_id text NOT NULL REFERENCES accounts(id),
   tag_key    text NOT NULL CHECK (char_length(tag_key) BETWEEN 1 AND 64),

@@ -14,7 +14,8 @@ import { Effect } from "effect"
  * attempt is kept in `webhook_attempts`. Endpoint secrets are kept readable:
  * they sign.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE TABLE webhook_endpoints (
   id              text PRIMARY KEY,
   account_id      text NOT NULL REFERENCES accounts(id),

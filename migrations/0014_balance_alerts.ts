@@ -11,7 +11,8 @@ import { Effect } from "effect"
  * The settlement transaction queues an attempt in `auto_topups` (owned by
  * `src/Wallet/`, which Billing's worker calls), at most one unfinished per account.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE wallets
   ADD COLUMN low_balance_threshold_micro_myr bigint CHECK (low_balance_threshold_micro_myr >= 0),
   ADD COLUMN auto_topup_enabled boolean NOT NULL DEFAULT false,

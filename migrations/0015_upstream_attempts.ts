@@ -8,6 +8,7 @@ import { Effect } from "effect"
  * attempt was recorded (a test key's call, a call refused before it ran, or
  * a row older than this column).
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE request_logs ADD COLUMN attempts jsonb;
 `))

@@ -10,7 +10,8 @@ import { Effect } from "effect"
  * deletions included), so the per-account quota is checked with one read; the
  * account index finds its oldest first.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE stored_responses ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
 UPDATE stored_responses SET bytes = octet_length(body);
 CREATE INDEX stored_responses_account_age_idx ON stored_responses (account_id, created_at, id);

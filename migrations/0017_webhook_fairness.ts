@@ -8,7 +8,8 @@ import { Effect } from "effect"
  * `webhook_send_windows` counts each account's test events and resends in a
  * fixed one-minute window, shared by every instance.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE INDEX webhook_deliveries_in_flight_idx ON webhook_deliveries (endpoint_id, claimed_until)
   WHERE status = 'pending' AND claimed_until IS NOT NULL;
 

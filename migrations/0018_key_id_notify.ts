@@ -9,7 +9,8 @@ import { Effect } from "effect"
  * (docs/architecture.md, "Listening"). 0004's hash announcements stay:
  * tombstones and unknown hashes have no key.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE FUNCTION nenas_notify_key_id() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_notify('nenas_keys', 'key_id:' || OLD.id);

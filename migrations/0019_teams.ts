@@ -12,7 +12,8 @@ import { Effect } from "effect"
  * `nenas_keys`, as a suspension does, so every instance forgets the account's
  * keys and reads their member's budget again within moments.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE TABLE members (
   id                            text PRIMARY KEY,
   account_id                    text NOT NULL REFERENCES accounts(id),

@@ -8,6 +8,7 @@ import { Effect } from "effect"
  * so the tombstones are found by member as the keys are
  * (`api_keys_member_idx`).
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 CREATE INDEX api_key_tombstones_member_idx ON api_key_tombstones (member_id);
 `))

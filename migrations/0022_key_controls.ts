@@ -11,7 +11,8 @@ import { Effect } from "effect"
  * Names reach invitation emails: an account's or member's name already stored
  * is made one line of at most 100 characters, as new ones are.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE api_keys ADD COLUMN admin_controls text[] NOT NULL DEFAULT '{}';
 UPDATE api_keys SET admin_controls = array_remove(ARRAY[
   CASE WHEN disabled_at IS NOT NULL THEN 'disabled' END,

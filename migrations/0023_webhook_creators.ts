@@ -7,7 +7,8 @@ import { Effect } from "effect"
  * again. Endpoints made before this take their maker from the audit log's `webhook.created` entry, when it
  * has one.
  */
-export default Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(`
+export default Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql.unsafe(`
 ALTER TABLE webhook_endpoints ADD COLUMN created_by_member_id text;
 ALTER TABLE webhook_endpoints ADD COLUMN creator_removed_at timestamptz;
 UPDATE webhook_endpoints e SET created_by_member_id = a.member_id

@@ -1,19 +1,19 @@
 import * as HttpApi from "@effect/platform/HttpApi"
 import * as OpenApi from "@effect/platform/OpenApi"
+import { AccountsApi } from "./Accounts/Api.js"
 import { AlertsApi, DevMailboxApi } from "./Alerts/Api.js"
 import { AuditApi } from "./Audit/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, StripeWebhookApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
+import { withHeader } from "./Domain/OpenApiDocument.js"
 import { HealthApi } from "./Health/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { LogsApi } from "./Logs/Api.js"
-import { AccountsApi } from "./Accounts/Api.js"
 import { MembersApi } from "./Members/Api.js"
-import { withHeader } from "./Domain/OpenApiDocument.js"
 import { AnthropicErrorBody, AnthropicMessagesApi } from "./Models/Anthropic/AnthropicApi.js"
-import { ModelCallsApi } from "./Models/OpenAi/Api.js"
 import { ModelsApi } from "./Models/CatalogApi.js"
+import { ModelCallsApi } from "./Models/OpenAi/Api.js"
 import { StoredResponsesApi } from "./Responses/Api.js"
 import { UsageApi } from "./Usage/Api.js"
 import { WebhooksApi } from "./Webhooks/Api.js"
@@ -24,8 +24,17 @@ type Operation = Json & { readonly security?: ReadonlyArray<Json> }
 /** Anthropic's header for the API key: the key middleware reads it when there is no Bearer token. */
 const X_API_KEY = "xApiKey"
 const SECURITY_SCHEMES: Json = {
-  apiKey: { type: "http", scheme: "bearer", description: "An API key (`nns_live_…` or `nns_test_…`) as `Authorization: Bearer`." },
-  [X_API_KEY]: { type: "apiKey", in: "header", name: "x-api-key", description: "An API key in Anthropic's header, on every `/v1` path." },
+  apiKey: {
+    type: "http",
+    scheme: "bearer",
+    description: "An API key (`nns_live_…` or `nns_test_…`) as `Authorization: Bearer`."
+  },
+  [X_API_KEY]: {
+    type: "apiKey",
+    in: "header",
+    name: "x-api-key",
+    description: "An API key in Anthropic's header, on every `/v1` path."
+  },
   sessionToken: { type: "http", scheme: "bearer", description: "A dashboard session token from the identity provider." }
 }
 
@@ -48,7 +57,9 @@ const documentSecurity = (spec: Json): Json => {
     for (const [method, operation] of Object.entries(methods)) {
       out[method] = secures(operation, "apiKey")
         ? Object.assign({}, operation, { security: [...(operation.security ?? []), { [X_API_KEY]: [] }] })
-        : secures(operation, "sessionToken") ? nenasAccount(operation) : operation
+        : secures(operation, "sessionToken")
+        ? nenasAccount(operation)
+        : operation
     }
     paths[path] = out
   }

@@ -1,5 +1,5 @@
-import { hostname } from "node:os"
 import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
+import { hostname } from "node:os"
 import { DEFAULT_PRICES, PriceTable } from "./Domain/Prices.js"
 import { parseUpstreams, shorthandUpstream, type UpstreamConfig, withUpstreamPrices } from "./Domain/Upstreams.js"
 
@@ -114,22 +114,25 @@ export interface AppConfigShape {
 /** An unset `RATE_LIMIT_*_MAX` is this many times its default (docs/operations.md, "Configuration"). */
 export const RATE_LIMIT_CEILING_FACTOR = 10
 
-const nonEmpty = (name: string) =>
-  Config.option(Config.nonEmptyString(name))
+const nonEmpty = (name: string) => Config.option(Config.nonEmptyString(name))
 
 /** A comma list of `host` or `host:port`, lower case; unset is none. */
 const hostList = (name: string) =>
   Config.string(name).pipe(
     Config.withDefault(""),
     Config.map((value): ReadonlySet<string> =>
-      new Set(value.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry.length > 0)))
+      new Set(value.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry.length > 0))
+    )
   )
 
 /** An integer setting with a default, refused (naming it and its range) outside `min`–`max`. */
 const integerBetween = (name: string, fallback: number, min: number, max: number) =>
   Config.integer(name).pipe(
     Config.withDefault(fallback),
-    Config.validate({ message: `${name} must be an integer from ${min} to ${max}`, validation: (value) => value >= min && value <= max })
+    Config.validate({
+      message: `${name} must be an integer from ${min} to ${max}`,
+      validation: (value) => value >= min && value <= max
+    })
   )
 
 const isValidTimezone = (zone: string): boolean => {
@@ -162,7 +165,11 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.mapOrFail((json) =>
       Option.match(json, {
         onNone: () => Either.right(Option.none<ReadonlyArray<UpstreamConfig>>()),
-        onSome: (text) => Either.map(Either.mapLeft(parseUpstreams(text), (line) => ConfigError.InvalidData(["UPSTREAMS"], line)), Option.some)
+        onSome: (text) =>
+          Either.map(
+            Either.mapLeft(parseUpstreams(text), (line) => ConfigError.InvalidData(["UPSTREAMS"], line)),
+            Option.some
+          )
       })
     )
   ),
@@ -172,7 +179,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   breakerErrorRate: Config.number("BREAKER_ERROR_RATE").pipe(
     Config.withDefault(0.5),
     Config.validate({
-      message: "BREAKER_ERROR_RATE must be a number above 0 and at most 1 (the share of failed calls that opens a breaker)",
+      message:
+        "BREAKER_ERROR_RATE must be a number above 0 and at most 1 (the share of failed calls that opens a breaker)",
       validation: (rate) => rate > 0 && rate <= 1
     })
   ),
@@ -230,11 +238,16 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.withDefault(""),
     Config.map((value) => value.split(",").map((entry) => entry.trim()).filter((entry) => entry.length > 0))
   ),
-  smtpUrl: Config.option(Config.redacted("SMTP_URL")).pipe(Config.map(Option.filter((url) => Redacted.value(url).length > 0))),
+  smtpUrl: Config.option(Config.redacted("SMTP_URL")).pipe(
+    Config.map(Option.filter((url) => Redacted.value(url).length > 0))
+  ),
   emailFrom: Config.string("EMAIL_FROM").pipe(Config.withDefault("nenas <alerts@localhost>")),
   webhookTimeoutMs: Config.integer("WEBHOOK_TIMEOUT_MS").pipe(
     Config.withDefault(10_000),
-    Config.validate({ message: "WEBHOOK_TIMEOUT_MS must be between 100 and 60000", validation: (ms) => ms >= 100 && ms <= 60_000 })
+    Config.validate({
+      message: "WEBHOOK_TIMEOUT_MS must be between 100 and 60000",
+      validation: (ms) => ms >= 100 && ms <= 60_000
+    })
   ),
   outboxPollMs: Config.succeed(250),
   storedResponsesMaxBytes: integerBetween("STORED_RESPONSES_MAX_BYTES", 1_073_741_824, 1, Number.MAX_SAFE_INTEGER)
@@ -244,8 +257,14 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     const upstreams = Option.getOrElse(upstreamsJson, () =>
       Option.match(rest.upstreamBaseUrl, {
         onNone: () => [],
-        onSome: (url) =>
-          [shorthandUpstream(url, rest.upstreamApiKey, { general: rest.upstreamModelGeneral, reasoning: rest.upstreamModelReasoning })]
+        onSome: (
+          url
+        ) => [
+          shorthandUpstream(url, rest.upstreamApiKey, {
+            general: rest.upstreamModelGeneral,
+            reasoning: rest.upstreamModelReasoning
+          })
+        ]
       }))
     const base = Option.getOrElse(publicBaseUrl, () => `http://${rest.host}:${rest.port}`).replace(/\/+$/, "")
     const production = nodeEnv === "production"
@@ -288,11 +307,16 @@ export const identityConfigProblem = (
   if (Option.isSome(config.authJwksUrl) && unset.length > 0) {
     return Option.some([
       "AUTH_JWKS_URL",
-      `AUTH_JWKS_URL is set without ${unset.join(" and ")}: set ${unset.join(" and ")} too, so that tokens issued for another application or tenant are refused`
+      `AUTH_JWKS_URL is set without ${unset.join(" and ")}: set ${
+        unset.join(" and ")
+      } too, so that tokens issued for another application or tenant are refused`
     ])
   }
   if (config.production && Option.contains(config.devAuth, true)) {
-    return Option.some(["DEV_AUTH", "DEV_AUTH=1 is refused when NODE_ENV=production: the development identity provider signs anyone in"])
+    return Option.some([
+      "DEV_AUTH",
+      "DEV_AUTH=1 is refused when NODE_ENV=production: the development identity provider signs anyone in"
+    ])
   }
   return Option.none()
 }
@@ -314,7 +338,12 @@ export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { rea
   return required.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
 }
 
-const SHORTHAND_FIELDS = ["upstreamBaseUrl", "upstreamApiKey", "upstreamModelGeneral", "upstreamModelReasoning"] as const
+const SHORTHAND_FIELDS = [
+  "upstreamBaseUrl",
+  "upstreamApiKey",
+  "upstreamModelGeneral",
+  "upstreamModelReasoning"
+] as const
 
 /**
  * `config` with `overrides`, its upstreams derived as at start-up: the shorthand's fields given (and no
@@ -325,8 +354,14 @@ const withOverrides = (config: AppConfigShape, overrides: Partial<AppConfigShape
   const upstreams = overrides.upstreams ?? (SHORTHAND_FIELDS.some((field) => field in overrides)
     ? Option.match(merged.upstreamBaseUrl, {
       onNone: () => [],
-      onSome: (url) =>
-        [shorthandUpstream(url, merged.upstreamApiKey, { general: merged.upstreamModelGeneral, reasoning: merged.upstreamModelReasoning })]
+      onSome: (
+        url
+      ) => [
+        shorthandUpstream(url, merged.upstreamApiKey, {
+          general: merged.upstreamModelGeneral,
+          reasoning: merged.upstreamModelReasoning
+        })
+      ]
     })
     : config.upstreams)
   return { ...merged, upstreams, prices: overrides.prices ?? withUpstreamPrices(config.prices, upstreams) }

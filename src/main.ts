@@ -9,8 +9,12 @@ import { InstanceIdInUse } from "./Wallet/Instances/Instances.js"
 /** A start-up failure that already names its cause and remedy is that one line; anything else is logged whole. */
 const reportFailure = (cause: Cause.Cause<unknown>) => {
   if (Cause.isInterruptedOnly(cause)) return Effect.void
-  const known = Cause.failureOption(cause).pipe(Option.filter((error) => error instanceof EmbeddedPostgresError || error instanceof InstanceIdInUse))
-  return Option.isSome(known) ? Effect.sync(() => console.error(`nenas: ${known.value.message}`)) : Effect.logError(cause)
+  const known = Cause.failureOption(cause).pipe(
+    Option.filter((error) => error instanceof EmbeddedPostgresError || error instanceof InstanceIdInUse)
+  )
+  return Option.isSome(known)
+    ? Effect.sync(() => console.error(`nenas: ${known.value.message}`))
+    : Effect.logError(cause)
 }
 
 holdRepeatedSignals()

@@ -82,7 +82,9 @@ const printer = (definitions: Readonly<Record<string, Json>>) => {
       case "array": {
         const prefix = schema["prefixItems"]
         if (Array.isArray(prefix)) {
-          const rest = schema["items"] === undefined || schema["items"] === false ? [] : [`...Array<${print(schema["items"], indent)}>`]
+          const rest = schema["items"] === undefined || schema["items"] === false
+            ? []
+            : [`...Array<${print(schema["items"], indent)}>`]
           return `readonly [${[...prefix.map((item) => print(item, indent)), ...rest].join(", ")}]`
         }
         return `ReadonlyArray<${schema["items"] === undefined ? "unknown" : print(schema["items"], indent)}>`
@@ -99,7 +101,10 @@ const printer = (definitions: Readonly<Record<string, Json>>) => {
       }
       case undefined:
         // `Schema.Unknown`, or a schema with no constraint at all.
-        if (schema["$id"] === "/schemas/unknown" || Object.keys(schema).every((name) => name === "description" || name === "title")) {
+        if (
+          schema["$id"] === "/schemas/unknown" ||
+          Object.keys(schema).every((name) => name === "description" || name === "title")
+        ) {
           return "unknown"
         }
     }
@@ -121,7 +126,9 @@ interface Operation {
   readonly "x-nenas-roles"?: ReadonlyArray<string>
   readonly parameters?: ReadonlyArray<Parameter>
   readonly requestBody?: { readonly content: Readonly<Record<string, { readonly schema: Json }>> }
-  readonly responses: Readonly<Record<string, { readonly content?: Readonly<Record<string, { readonly schema: Json }>> }>>
+  readonly responses: Readonly<
+    Record<string, { readonly content?: Readonly<Record<string, { readonly schema: Json }>> }>
+  >
 }
 
 /** The source of web/src/contract.ts for the contract as it is now. */
@@ -134,7 +141,9 @@ export const contractSource = (): string => {
   const definitions: Record<string, Json> = { ...spec.components.schemas }
   for (const [name, schema] of Object.entries(errorBody.$defs)) {
     const known = definitions[name]
-    if (known !== undefined && JSON.stringify(known) !== JSON.stringify(schema)) throw new Error(`two schemas named ${name}`)
+    if (known !== undefined && JSON.stringify(known) !== JSON.stringify(schema)) {
+      throw new Error(`two schemas named ${name}`)
+    }
     definitions[name] = schema
   }
   const { print, named, object } = printer(definitions)
@@ -155,7 +164,9 @@ export const contractSource = (): string => {
     for (const place of ["path", "query", "header"] as const) {
       const parameters = (operation.parameters ?? []).filter((parameter) => parameter.in === place)
       if (parameters.length === 0) continue
-      const fields = parameters.map((p) => `readonly ${key(p.name)}${p.required === true ? "" : "?"}: ${print(p.schema, "    ")}`)
+      const fields = parameters.map((p) =>
+        `readonly ${key(p.name)}${p.required === true ? "" : "?"}: ${print(p.schema, "    ")}`
+      )
       lines.push(`readonly ${place === "header" ? "headers" : place}: ${object(fields, "    ")}`)
     }
     if (operation.requestBody !== undefined) {
@@ -166,16 +177,28 @@ export const contractSource = (): string => {
     const successes = Object.entries(operation.responses).filter(([status]) => status.startsWith("2"))
     const bodies = successes.flatMap(([, response]) => Object.entries(response.content ?? {}))
     if (bodies.length === 0) throw new Error(`${route}: no success body`)
-    lines.push(`readonly success: ${[...new Set(bodies.map(([media, body]) => media === "application/json" ? print(body.schema, "    ") : "string"))].join(" | ")}`)
+    lines.push(
+      `readonly success: ${
+        [
+          ...new Set(
+            bodies.map(([media, body]) => media === "application/json" ? print(body.schema, "    ") : "string")
+          )
+        ].join(" | ")
+      }`
+    )
     // JSON unless said otherwise (a CSV export).
     const media = [...new Set(bodies.map(([media]) => media))]
-    if (media.some((one) => one !== "application/json")) lines.push(`readonly media: ${media.map((one) => JSON.stringify(one)).join(" | ")}`)
+    if (media.some((one) => one !== "application/json")) {
+      lines.push(`readonly media: ${media.map((one) => JSON.stringify(one)).join(" | ")}`)
+    }
     return `  readonly ${JSON.stringify(route)}: {\n${lines.map((line) => `    ${line}`).join("\n")}\n  }`
   })
   const errorType = print({ $ref: "#/$defs/ErrorBody" }, "")
   const roleLines = routes.flatMap(({ route, operation }) => {
     const roles = operation["x-nenas-roles"]
-    return roles === undefined ? [] : [`  ${JSON.stringify(route)}: [${roles.map((role) => JSON.stringify(role)).join(", ")}],`]
+    return roles === undefined
+      ? []
+      : [`  ${JSON.stringify(route)}: [${roles.map((role) => JSON.stringify(role)).join(", ")}],`]
   })
 
   // Named schemas, printed until none refers to one not printed yet.
@@ -226,7 +249,9 @@ if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.
       // Missing: reported below as out of date.
     }
     if (current !== source) {
-      console.error("web/src/contract.ts is not what the service's contract says: run `npm run contract:web`, then fix what `tsc -p web` reports.")
+      console.error(
+        "web/src/contract.ts is not what the service's contract says: run `npm run contract:web`, then fix what `tsc -p web` reports."
+      )
       process.exit(1)
     }
   } else {

@@ -15,7 +15,9 @@ export default defineConfig({
     // No source maps: they would hand out the dashboard's sources under /app/assets (`npx vite web` still has them).
     sourcemap: false,
     // The charting library is most of the weight; its own chunk stays cached across app releases.
-    rollupOptions: { output: { manualChunks: { react: ["react", "react-dom", "react-router"], charts: ["recharts"] } } },
+    rollupOptions: {
+      output: { manualChunks: { react: ["react", "react-dom", "react-router"], charts: ["recharts"] } }
+    },
     chunkSizeWarningLimit: 600
   },
   // `npx vite web` during development: the API stays on the running service.

@@ -18,7 +18,9 @@ export const AccountSummary = Schema.Struct({
   personal: Schema.Boolean
 }).annotations({ identifier: "AccountSummary" })
 
-export const AcceptedInvitation = Schema.Struct({ account: AccountSummary }).annotations({ identifier: "AcceptedInvitation" })
+export const AcceptedInvitation = Schema.Struct({ account: AccountSummary }).annotations({
+  identifier: "AcceptedInvitation"
+})
 
 /** The signed-in person's own: the accounts they belong to and the invitations to their email. */
 export class AccountsApi extends HttpApiGroup.make("accounts")
@@ -26,7 +28,10 @@ export class AccountsApi extends HttpApiGroup.make("accounts")
     HttpApiEndpoint.get("list", "/dashboard/accounts")
       .setUrlParams(NoUrlParams)
       .addSuccess(Schema.Struct({ accounts: Schema.Array(AccountSummary) }))
-      .annotate(OpenApi.Description, "The accounts you belong to, your personal one first; name one with `Nenas-Account`.")
+      .annotate(
+        OpenApi.Description,
+        "The accounts you belong to, your personal one first; name one with `Nenas-Account`."
+      )
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
@@ -40,7 +45,10 @@ export class AccountsApi extends HttpApiGroup.make("accounts")
     HttpApiEndpoint.post("accept")`/dashboard/invitations/${IdParam}/accept`
       .addSuccess(AcceptedInvitation)
       .addError(wire(NotFound))
-      .annotate(OpenApi.Description, "Joins the inviting account with the invitation's role; only the invited email may.")
+      .annotate(
+        OpenApi.Description,
+        "Joins the inviting account with the invitation's role; only the invited email may."
+      )
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .addError(wire(InvalidRequest))

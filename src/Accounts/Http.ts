@@ -51,25 +51,32 @@ export const AccountsLive = HttpApiBuilder.group(NenasApi, "accounts", (handlers
               NotAcceptable: ({ reason }) =>
                 Effect.fail(
                   reason === "unknown" || reason === "other_email"
-                    ? new NotFound({ message: `No invitation with id '${path.id}' to your email address.`, param: "id" })
+                    ? new NotFound({
+                      message: `No invitation with id '${path.id}' to your email address.`,
+                      param: "id"
+                    })
                     : new InvalidRequest({
                       message: {
                         accepted: "This invitation was already accepted.",
                         revoked: "This invitation was revoked; ask the account's owner or admin for a new one.",
                         inviter_may_not: "This invitation was revoked: the member who sent it may no longer invite. " +
                           "Ask the account's owner or admin for a new one.",
-                        expired: `This invitation expired (they last ${INVITATION_DAYS} days); ask the account's owner or admin for a new one.`,
+                        expired:
+                          `This invitation expired (they last ${INVITATION_DAYS} days); ask the account's owner or admin for a new one.`,
                         already_member: "You are already a member of this account."
                       }[reason],
                       param: "id"
                     })
                 ),
-              TooMany: ({ limit }) => Effect.fail(new InvalidRequest({ message: `The account already has ${limit} members, its most.` }))
+              TooMany: ({ limit }) =>
+                Effect.fail(new InvalidRequest({ message: `The account already has ${limit} members, its most.` }))
             })
           )
           const mine = yield* repo.accountsOf(identity)
           const summary = mine.find((row) => row.accountId === accepted.invitation.accountId)
-          if (summary === undefined) return yield* Effect.dieMessage("an accepted invitation's account is not among the person's")
+          if (summary === undefined) {
+            return yield* Effect.dieMessage("an accepted invitation's account is not among the person's")
+          }
           return { account: toSummary(summary) }
         }))
   }))

@@ -1,10 +1,10 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import ipaddr from "ipaddr.js"
-import { Redis } from "ioredis"
 import { Context, Effect, Layer, Option } from "effect"
-import { memoized } from "../Domain/Memo.js"
+import { Redis } from "ioredis"
+import ipaddr from "ipaddr.js"
 import { AppConfig } from "../AppConfig.js"
 import { RateLimitExceeded } from "../Domain/Errors.js"
+import { memoized } from "../Domain/Memo.js"
 
 /** What is counted per client address, each over one minute. */
 export type IpRule = "authFailures" | "checkouts" | "devSessions"
@@ -33,7 +33,9 @@ const inMemory = (): WindowStore => {
         Effect.sync(() => {
           const now = clock.unsafeCurrentTimeMillis()
           const found = current(key, now)
-          return found === undefined ? { count: 0, resetsInMs: 0 } : { count: found.count, resetsInMs: found.endsAt - now }
+          return found === undefined
+            ? { count: 0, resetsInMs: 0 }
+            : { count: found.count, resetsInMs: found.endsAt - now }
         })
       ),
     add: (key) =>
@@ -41,7 +43,9 @@ const inMemory = (): WindowStore => {
         Effect.sync(() => {
           const now = clock.unsafeCurrentTimeMillis()
           // Expired windows of other addresses go as the map grows, so an address spray cannot fill memory for long.
-          if (windows.size > 100_000) for (const [other, entry] of windows) if (entry.endsAt <= now) windows.delete(other)
+          if (windows.size > 100_000) {
+            for (const [other, entry] of windows) if (entry.endsAt <= now) windows.delete(other)
+          }
           const found = current(key, now) ?? { count: 0, endsAt: now + WINDOW_MS }
           found.count++
           windows.set(key, found)
@@ -74,7 +78,12 @@ const inRedis = (url: string) =>
             resetsInMs: Math.max(0, Number(replies?.[1]?.[1] ?? 0) || 0)
           })),
           // The store is unreachable: nobody is refused rather than everybody.
-          Effect.catchAll((error) => Effect.as(Effect.logWarning("per-address limit store failed; not limiting", error), { count: 0, resetsInMs: 0 }))
+          Effect.catchAll((error) =>
+            Effect.as(Effect.logWarning("per-address limit store failed; not limiting", error), {
+              count: 0,
+              resetsInMs: 0
+            })
+          )
         ),
       add: (key) =>
         Effect.tryPromise(() => redis.eval(ADD, 1, key, WINDOW_MS)).pipe(
@@ -82,7 +91,12 @@ const inRedis = (url: string) =>
             const [count, ttl] = Array.isArray(reply) ? reply.map(Number) : [0, 0]
             return { count: count ?? 0, resetsInMs: Math.max(0, ttl ?? 0) }
           }),
-          Effect.catchAll((error) => Effect.as(Effect.logWarning("per-address limit store failed; not limiting", error), { count: 0, resetsInMs: 0 }))
+          Effect.catchAll((error) =>
+            Effect.as(Effect.logWarning("per-address limit store failed; not limiting", error), {
+              count: 0,
+              resetsInMs: 0
+            })
+          )
         )
     })
   )
@@ -174,7 +188,9 @@ export class IpLimits extends Context.Tag("nenas/IpLimits")<IpLimits, {
       const config = yield* AppConfig
       const trusted = parseRanges(config.trustedProxies)
       if (!Array.isArray(trusted)) {
-        return yield* Effect.dieMessage(`TRUSTED_PROXIES: ${trusted.invalid} is neither an IP address nor a CIDR range.`)
+        return yield* Effect.dieMessage(
+          `TRUSTED_PROXIES: ${trusted.invalid} is neither an IP address nor a CIDR range.`
+        )
       }
       const limits: Record<IpRule, { readonly limit: number; readonly what: string }> = {
         authFailures: { limit: config.ipAuthFailuresPerMinute, what: "failed authentications" },
@@ -188,15 +204,23 @@ export class IpLimits extends Context.Tag("nenas/IpLimits")<IpLimits, {
         })
       const keyOf = (rule: IpRule, address: string) => `${rule}:${addressBucket(address)}`
       return IpLimits.of({
-        client: Effect.map(HttpServerRequest.HttpServerRequest, (request) =>
-          clientAddress(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trusted)),
+        client: Effect.map(
+          HttpServerRequest.HttpServerRequest,
+          (request) =>
+            clientAddress(Option.getOrUndefined(request.remoteAddress), request.headers["x-forwarded-for"], trusted)
+        ),
         check: (rule, address) =>
-          Effect.flatMap(store.read(keyOf(rule, address)), ({ count, resetsInMs }) =>
-            count >= limits[rule].limit ? Effect.fail(refusal(rule, resetsInMs)) : Effect.void),
+          Effect.flatMap(
+            store.read(keyOf(rule, address)),
+            ({ count, resetsInMs }) =>
+              count >= limits[rule].limit ? Effect.fail(refusal(rule, resetsInMs)) : Effect.void
+          ),
         count: (rule, address) => Effect.asVoid(store.add(keyOf(rule, address))),
         take: (rule, address) =>
-          Effect.flatMap(store.add(keyOf(rule, address)), ({ count, resetsInMs }) =>
-            count > limits[rule].limit ? Effect.fail(refusal(rule, resetsInMs)) : Effect.void)
+          Effect.flatMap(
+            store.add(keyOf(rule, address)),
+            ({ count, resetsInMs }) => count > limits[rule].limit ? Effect.fail(refusal(rule, resetsInMs)) : Effect.void
+          )
       })
     })
 
@@ -205,6 +229,5 @@ export class IpLimits extends Context.Tag("nenas/IpLimits")<IpLimits, {
     Option.match(redisUrl, {
       onNone: () => Layer.effect(IpLimits, IpLimits.make(inMemory())),
       onSome: (url) => Layer.scoped(IpLimits, Effect.flatMap(inRedis(url), IpLimits.make))
-    })
-  ))
+    })))
 }

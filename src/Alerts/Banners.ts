@@ -1,8 +1,8 @@
 import { microMyr, myrAsSet, myrDown } from "../Domain/Money.js"
-import type { EndpointRow } from "../Webhooks/Endpoints.js"
-import { maskedUrl } from "../Webhooks/MaskedUrl.js"
 import type { Wallet } from "../Wallet/Api.js"
 import type { WalletSettingsRow } from "../Wallet/Settings.js"
+import type { EndpointRow } from "../Webhooks/Endpoints.js"
+import { maskedUrl } from "../Webhooks/MaskedUrl.js"
 import type { Banner } from "./Api.js"
 
 /** What the dashboard shows at its top, from the wallet, its settings and the endpoints (`wholeUrls`: to those who manage webhooks). */
@@ -19,7 +19,8 @@ export const bannersOf = (
     banners.push({
       kind: "balance_low",
       // Rounded down: a balance just below the threshold never reads as the threshold itself.
-      message: `Your balance is RM ${myrDown(microMyr(balance))}, below the RM ${myrAsSet(microMyr(threshold))} you set. ` +
+      message:
+        `Your balance is RM ${myrDown(microMyr(balance))}, below the RM ${myrAsSet(microMyr(threshold))} you set. ` +
         "Top up, or turn on auto top-up, before live calls answer 402.",
       action_url: "/billing"
     })
@@ -36,7 +37,9 @@ export const bannersOf = (
       banners.push({
         kind: "webhook_endpoint_disabled",
         // Every role sees banners: the URL's path and query can hold the receiver's token.
-        message: `Webhook endpoint ${wholeUrls ? endpoint.url : maskedUrl(endpoint.url)} was disabled after 3 days of failed deliveries.`,
+        message: `Webhook endpoint ${
+          wholeUrls ? endpoint.url : maskedUrl(endpoint.url)
+        } was disabled after 3 days of failed deliveries.`,
         action_url: `/webhooks?endpoint=${encodeURIComponent(endpoint.id)}`
       })
     }

@@ -64,7 +64,17 @@ export const AuditEntry = Schema.Struct({
   member_id: Schema.NullOr(Schema.String),
   actor_email: Schema.NullOr(Schema.String),
   action: AuditAction,
-  target_type: Schema.Literal("api_key", "member", "invitation", "billing", "card", "webhook", "checkout", "usage", "response"),
+  target_type: Schema.Literal(
+    "api_key",
+    "member",
+    "invitation",
+    "billing",
+    "card",
+    "webhook",
+    "checkout",
+    "usage",
+    "response"
+  ),
   target_id: Schema.NullOr(Schema.String),
   /** What changed: the fields given, never a secret. */
   details: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
@@ -115,5 +125,8 @@ export class AuditApi extends HttpApiGroup.make("audit")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "The account's audit log: every change to keys, members, billing settings, the card, checkouts, grouping tags, webhooks and stored responses.")
+  .annotate(
+    OpenApi.Description,
+    "The account's audit log: every change to keys, members, billing settings, the card, checkouts, grouping tags, webhooks and stored responses."
+  )
 {}

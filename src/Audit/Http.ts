@@ -19,7 +19,12 @@ const filterOf = (params: FilterParams) =>
   Effect.gen(function*() {
     const range = { from: dateOf(params.from), to: dateOf(params.to) }
     yield* checkRange(range)
-    return { action: params.action, memberId: params.member_id, targetId: params.target_id, ...range } satisfies AuditFilter
+    return {
+      action: params.action,
+      memberId: params.member_id,
+      targetId: params.target_id,
+      ...range
+    } satisfies AuditFilter
   })
 
 export const AuditLive = HttpApiBuilder.group(NenasApi, "audit", (handlers) =>
@@ -42,7 +47,10 @@ export const AuditLive = HttpApiBuilder.group(NenasApi, "audit", (handlers) =>
           const filter = yield* filterOf(urlParams)
           return HttpServerResponse.stream(log.csv(account.id, filter), {
             contentType: "text/csv; charset=utf-8",
-            headers: { "content-disposition": "attachment; filename=\"nenas-audit-log.csv\"", "cache-control": "no-store" }
+            headers: {
+              "content-disposition": "attachment; filename=\"nenas-audit-log.csv\"",
+              "cache-control": "no-store"
+            }
           })
         }))
   }))

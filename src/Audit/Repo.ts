@@ -1,12 +1,12 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { SqlClient, SqlError } from "@effect/sql"
 import { Chunk, Context, Effect, Layer, Option, Schedule, Schema, Stream } from "effect"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import { CurrentAccount, CurrentApiKey } from "../Auth/Api.js"
 import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { csvField, csvLine } from "../Logs/LogsCsv.js"
 import { currentRequestId } from "../Request/Context.js"
-import { IpLimits } from "../Addresses/IpLimits.js"
 import type { AuditAction, AuditEntry } from "./Api.js"
 
 /** How long entries are kept (docs/api/teams.md, "The audit log": a year). */
@@ -71,7 +71,16 @@ export const toEntry = (row: AuditRow): AuditEntry => ({
 })
 
 export const AUDIT_COLUMNS = [
-  "id", "created_at", "action", "target_type", "target_id", "member_id", "actor_email", "client_address", "request_id", "details"
+  "id",
+  "created_at",
+  "action",
+  "target_type",
+  "target_id",
+  "member_id",
+  "actor_email",
+  "client_address",
+  "request_id",
+  "details"
 ] as const
 
 const auditLine = (entry: AuditEntry): string =>
@@ -116,8 +125,11 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
   /** Writes one entry in the caller's transaction, if any (a change the service made itself names no member). */
   readonly write: (who: AuditWho, what: AuditWhat) => Effect.Effect<void>
   /** One page of the account's entries, newest first, and how many match. */
-  readonly page: (accountId: string, filter: AuditFilter, page: { readonly limit: number; readonly offset: number }) =>
-    Effect.Effect<{ readonly entries: ReadonlyArray<AuditEntry>; readonly total: number }>
+  readonly page: (
+    accountId: string,
+    filter: AuditFilter,
+    page: { readonly limit: number; readonly offset: number }
+  ) => Effect.Effect<{ readonly entries: ReadonlyArray<AuditEntry>; readonly total: number }>
   /** The account's entries matching `filter`, newest first, as CSV bytes read in batches. */
   readonly csv: (accountId: string, filter: AuditFilter) => Stream.Stream<Uint8Array>
   /** Deletes entries older than the retention, in bounded batches; how many. */
@@ -132,7 +144,9 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
       const write = (who: AuditWho, what: AuditWhat) =>
         sql`
           INSERT INTO audit_log (id, account_id, member_id, actor_email, action, target_type, target_id, details, client_address, request_id)
-          VALUES (${newId("aud")}, ${who.accountId}, ${who.memberId}, ${who.actorEmail}, ${what.action}, ${what.targetType},
+          VALUES (${
+          newId("aud")
+        }, ${who.accountId}, ${who.memberId}, ${who.actorEmail}, ${what.action}, ${what.targetType},
             ${what.targetId}, ${JSON.stringify(what.details ?? {})}::jsonb, ${who.clientAddress}, ${who.requestId})
         `.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("AuditLog.write"))
 
@@ -157,9 +171,17 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
         return sql.and(conditions)
       }
       // `details` as text: the client would rename the keys inside a JSON column to camelCase.
-      const COLUMNS = sql.literal("id, member_id, actor_email, action, target_type, target_id, details::text AS details, client_address, request_id, created_at")
+      const COLUMNS = sql.literal(
+        "id, member_id, actor_email, action, target_type, target_id, details::text AS details, client_address, request_id, created_at"
+      )
       const decodeRows = Schema.decodeUnknown(Schema.Array(AuditRow))
-      const rows = (accountId: string, filter: AuditFilter, limit: number, offset: number, after: { at: Date; id: string } | null) =>
+      const rows = (
+        accountId: string,
+        filter: AuditFilter,
+        limit: number,
+        offset: number,
+        after: { at: Date; id: string } | null
+      ) =>
         Effect.flatMap(
           sql`
             SELECT ${COLUMNS} FROM audit_log
@@ -196,10 +218,13 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
             sql.withTransaction(Effect.tap(change, (result) => {
               const entry = what(result)
               if (entry === undefined) return Effect.void
-              return write(who, Object.assign({}, entry, { details: Object.assign({ actor_api_key_id: keyId }, entry.details) }))
+              return write(
+                who,
+                Object.assign({}, entry, { details: Object.assign({ actor_api_key_id: keyId }, entry.details) })
+              )
             }))).pipe(
-            Effect.catchIf((error): error is SqlError.SqlError => error instanceof SqlError.SqlError, Effect.die)
-          ) as Effect.Effect<A, E, R | CurrentApiKey | HttpServerRequest.HttpServerRequest>,
+              Effect.catchIf((error): error is SqlError.SqlError => error instanceof SqlError.SqlError, Effect.die)
+            ) as Effect.Effect<A, E, R | CurrentApiKey | HttpServerRequest.HttpServerRequest>,
         within: <A, E, R>(change: Effect.Effect<A, E, R>, what: (result: A) => AuditWhat | undefined) =>
           Effect.gen(function*() {
             const who = yield* whoNow
@@ -264,7 +289,9 @@ export class AuditLog extends Context.Tag("nenas/AuditLog")<AuditLog, {
   static readonly layerRunning = Layer.scopedDiscard(
     Effect.flatMap(AuditLog, (log) =>
       log.purge.pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("the audit log's retention sweep failed; it runs again in an hour", cause)),
+        Effect.catchAllCause((cause) =>
+          Effect.logWarning("the audit log's retention sweep failed; it runs again in an hour", cause)
+        ),
         Effect.repeat(Schedule.spaced("1 hour")),
         Effect.forkScoped
       ))

@@ -4,6 +4,7 @@ import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
 import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Context, Schema } from "effect"
+import type { SignedIn } from "../Domain/Account.js"
 import {
   AuthenticationError,
   ExpiredApiKey,
@@ -16,8 +17,6 @@ import {
   wire
 } from "../Domain/Errors.js"
 import { EmailAddress, SingleLineName } from "../Domain/Names.js"
-import type { SignedIn } from "../Domain/Account.js"
-
 
 /** The account a dashboard request acts on, and the signed-in person's membership in it. */
 export class CurrentAccount extends Context.Tag("nenas/CurrentAccount")<CurrentAccount, SignedIn>() {}

@@ -1,6 +1,5 @@
-import { mkdir, readFile, writeFile } from "node:fs/promises"
-import { join } from "node:path"
 import { Clock, Context, Data, Effect, Layer, Option } from "effect"
+import ipaddr from "ipaddr.js"
 import {
   createLocalJWKSet,
   createRemoteJWKSet,
@@ -13,13 +12,13 @@ import {
   type JWTVerifyGetKey,
   SignJWT
 } from "jose"
-import ipaddr from "ipaddr.js"
-import type { Identity } from "../Domain/Account.js"
+import { mkdir, readFile, writeFile } from "node:fs/promises"
+import { join } from "node:path"
 import { AppConfig, type AppConfigShape, identityConfigProblem } from "../AppConfig.js"
+import type { Identity } from "../Domain/Account.js"
 import { AuthenticationError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"
 import { emailForm, singleLineName } from "../Domain/Names.js"
-
 
 /** The development identity provider's own keys and token issuer. */
 export interface DevIdentity {
@@ -190,7 +189,11 @@ const makeDev = (dataDir: string, issuer: string) =>
         })
     }
     return IdentityProvider.of({
-      verify: makeVerifier(createLocalJWKSet(jwks), { issuer, audience: DEV_AUDIENCE, accountIssuer: DEV_ACCOUNT_ISSUER }),
+      verify: makeVerifier(createLocalJWKSet(jwks), {
+        issuer,
+        audience: DEV_AUDIENCE,
+        accountIssuer: DEV_ACCOUNT_ISSUER
+      }),
       dev: Option.some(dev),
       devOffReason: ""
     })

@@ -1,16 +1,12 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Exit, FiberRef, Option } from "effect"
-import type { Identity, SignedIn } from "../Domain/Account.js"
 import { AccountsRepo } from "../Accounts/Repo.js"
-import {
-  type AuthenticationError,
-  PermissionDenied,
-  type RateLimitExceeded
-} from "../Domain/Errors.js"
+import { IpLimits } from "../Addresses/IpLimits.js"
+import type { Identity, SignedIn } from "../Domain/Account.js"
+import { type AuthenticationError, PermissionDenied, type RateLimitExceeded } from "../Domain/Errors.js"
 import { permits, type Role, roleRefusal } from "../Domain/Roles.js"
 import { MembersRepo } from "../Members/Repo.js"
 import { CurrentRequestId, noteRequestFacts } from "../Request/Context.js"
-import { IpLimits } from "../Addresses/IpLimits.js"
 import { IdentityProvider } from "./IdentityProvider.js"
 
 type SessionFailure = AuthenticationError | RateLimitExceeded | PermissionDenied
@@ -41,7 +37,8 @@ const notAMember = (accountId: string | null) =>
     message: accountId === null
       ? "You are not a member of any account."
       : `You are not a member of the account '${accountId.slice(0, 100)}' named by Nenas-Account.`,
-    guidance: "GET /dashboard/accounts lists the accounts you belong to; send one of their ids as Nenas-Account, or none for your own.",
+    guidance:
+      "GET /dashboard/accounts lists the accounts you belong to; send one of their ids as Nenas-Account, or none for your own.",
     action: "/"
   })
 
@@ -66,12 +63,20 @@ const membershipOf = (services: SessionServices, who: Identity, named: string | 
  * A refused token counts with failed API keys; past the limit it is answered 429.
  * A valid token always passes: its holder is known, and guessing one is hopeless, so the limit is on the noise.
  */
-const verifySession = (services: SessionServices, token: string, named: string | undefined, roles: ReadonlyArray<Role>) =>
+const verifySession = (
+  services: SessionServices,
+  token: string,
+  named: string | undefined,
+  roles: ReadonlyArray<Role>
+) =>
   services.identity.verify(token).pipe(
-    Effect.tapError(() => Effect.flatMap(services.limits.client, (address) => services.limits.take("authFailures", address))),
+    Effect.tapError(() =>
+      Effect.flatMap(services.limits.client, (address) => services.limits.take("authFailures", address))
+    ),
     Effect.flatMap((who) => membershipOf(services, who, named)),
     Effect.tap((signedIn) => noteRequestFacts({ accountId: signedIn.id })),
-    Effect.filterOrFail((signedIn) => permits(roles, signedIn.member.role), (signedIn) => roleRefusal(roles, signedIn.member.role))
+    Effect.filterOrFail((signedIn) => permits(roles, signedIn.member.role), (signedIn) =>
+      roleRefusal(roles, signedIn.member.role))
   )
 
 /**
@@ -84,7 +89,9 @@ export const makeSessionCheck = Effect.succeed((token: string) =>
     if (early !== undefined && early.token === token && early.requestId === (yield* FiberRef.get(CurrentRequestId))) {
       return yield* early.exit
     }
-    return yield* Effect.dieMessage("A dashboard endpoint was served without the request guard's session and role check.")
+    return yield* Effect.dieMessage(
+      "A dashboard endpoint was served without the request guard's session and role check."
+    )
   })
 )
 
@@ -106,14 +113,20 @@ export const makeSessionBeforeBody = Effect.gen(function*() {
       "Dashboard endpoints need IdentityProvider, AccountsRepo, MembersRepo and IpLimits under the error middleware."
     )
   }
-  const services: SessionServices = { identity: identity.value, accounts: accounts.value, members: members.value, limits: limits.value }
-  return (roles: ReadonlyArray<Role>) => Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    // As the platform's bearer decoding reads it (HttpApiBuilder.securityDecode).
-    const token = (request.headers["authorization"] ?? "").slice("Bearer ".length)
-    const exit = yield* Effect.exit(verifySession(services, token, request.headers[ACCOUNT_HEADER], roles))
-    const requestId = yield* FiberRef.get(CurrentRequestId)
-    yield* FiberRef.set(EarlySession, { requestId, token, exit })
-    yield* Effect.asVoid(exit)
-  }).pipe(Effect.withSpan("auth.session_before_body"))
+  const services: SessionServices = {
+    identity: identity.value,
+    accounts: accounts.value,
+    members: members.value,
+    limits: limits.value
+  }
+  return (roles: ReadonlyArray<Role>) =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      // As the platform's bearer decoding reads it (HttpApiBuilder.securityDecode).
+      const token = (request.headers["authorization"] ?? "").slice("Bearer ".length)
+      const exit = yield* Effect.exit(verifySession(services, token, request.headers[ACCOUNT_HEADER], roles))
+      const requestId = yield* FiberRef.get(CurrentRequestId)
+      yield* FiberRef.set(EarlySession, { requestId, token, exit })
+      yield* Effect.asVoid(exit)
+    }).pipe(Effect.withSpan("auth.session_before_body"))
 })

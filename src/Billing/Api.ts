@@ -4,10 +4,18 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { allowRoles, EVERY_ROLE, PAYERS, SETTINGS_MAKERS } from "../Domain/Roles.js"
-import { AuthenticationError, BillingError, InternalError, InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
+import {
+  AuthenticationError,
+  BillingError,
+  InternalError,
+  InvalidRequest,
+  NotFound,
+  RateLimitExceeded,
+  wire
+} from "../Domain/Errors.js"
 import { withHeader } from "../Domain/OpenApiDocument.js"
 import { PageParams } from "../Domain/Page.js"
+import { allowRoles, EVERY_ROLE, PAYERS, SETTINGS_MAKERS } from "../Domain/Roles.js"
 import { SqlString, StrictUrlParams } from "../Domain/Strict.js"
 import { LedgerEntry, LedgerType, Wallet } from "../Wallet/Api.js"
 
@@ -119,8 +127,11 @@ export class BillingApi extends HttpApiGroup.make("billing")
       .addSuccess(Schema.Struct({ session_id: Schema.String, url: Schema.String }))
       .addError(wire(BillingError))
       .addError(wire(RateLimitExceeded))
-      .annotate(OpenApi.Description, "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session. " +
-        "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`).").pipe(allowRoles(...PAYERS))
+      .annotate(
+        OpenApi.Description,
+        "Starts a Stripe Checkout Session in `mode: setup`; the card it saves pays auto top-ups off-session. " +
+          "Limited per client address with checkout creation (`IP_CHECKOUTS_PER_MINUTE`)."
+      ).pipe(allowRoles(...PAYERS))
   )
   .add(
     HttpApiEndpoint.del("forgetCard", "/dashboard/billing/card")
@@ -130,7 +141,10 @@ export class BillingApi extends HttpApiGroup.make("billing")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "The prepaid wallet: Stripe Checkout top-ups, balance, ledger, low-balance alert and auto top-up settings, the saved card.")
+  .annotate(
+    OpenApi.Description,
+    "The prepaid wallet: Stripe Checkout top-ups, balance, ledger, low-balance alert and auto top-up settings, the saved card."
+  )
 {}
 
 /** Stripe's events; the body is verified raw against `Stripe-Signature`, so no payload schema. */
@@ -139,11 +153,14 @@ export class StripeWebhookApi extends HttpApiGroup.make("stripeWebhook")
     HttpApiEndpoint.post("stripe", "/billing/stripe/webhook")
       .addSuccess(WebhookAck)
       // Checked by hand against the raw body (a missing one answers 401, not a schema's 400).
-      .annotate(OpenApi.Transform, withHeader({
-        name: "Stripe-Signature",
-        required: true,
-        description: "Stripe's signature of the raw body (`t=…,v1=…`), made with the webhook's signing secret."
-      }))
+      .annotate(
+        OpenApi.Transform,
+        withHeader({
+          name: "Stripe-Signature",
+          required: true,
+          description: "Stripe's signature of the raw body (`t=…,v1=…`), made with the webhook's signing secret."
+        })
+      )
       .addError(wire(AuthenticationError))
       .addError(wire(InvalidRequest))
       .addError(wire(InternalError))

@@ -24,14 +24,18 @@ export const PaymentIntent = Schema.Struct({
   amount_received: Schema.optional(Schema.Int),
   currency: Schema.String,
   metadata: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: SqlString }))),
-  last_payment_error: Schema.optional(Schema.NullOr(Schema.Struct({ code: Schema.optional(Schema.String), message: Schema.optional(Schema.String) })))
+  last_payment_error: Schema.optional(
+    Schema.NullOr(Schema.Struct({ code: Schema.optional(Schema.String), message: Schema.optional(Schema.String) }))
+  )
 })
 
 const AutoTopupTag = Schema.Struct({ metadata: Schema.Struct({ auto_topup_id: Schema.String }) })
 
 /** The auto top-up attempt a PaymentIntent event is about; none for every other payment (those are not ours to apply). */
 export const autoTopupIdOf = (object: unknown): string | undefined =>
-  Option.getOrUndefined(Option.map(Schema.decodeUnknownOption(AutoTopupTag)(object), (tagged) => tagged.metadata.auto_topup_id))
+  Option.getOrUndefined(
+    Option.map(Schema.decodeUnknownOption(AutoTopupTag)(object), (tagged) => tagged.metadata.auto_topup_id)
+  )
 
 /** Where the developer saves a card again after auto top-up failed: the dashboard starts a Checkout in setup mode there. */
 export const REAUTHENTICATE_PATH = "/billing?card=update"
@@ -40,7 +44,9 @@ export const REAUTHENTICATE_PATH = "/billing?card=update"
 const reasonOf = (code: string) =>
   code === "authentication_required"
     ? "the bank asked for the cardholder's authentication, which an automatic payment cannot give"
-    : code === "card_declined" ? "the card was declined" : `the payment failed (${code})`
+    : code === "card_declined"
+    ? "the card was declined"
+    : `the payment failed (${code})`
 
 /**
  * The failures and successes of auto top-up that change more than the attempt:
@@ -73,7 +79,11 @@ export class AutoTopupOutcomes extends Context.Tag("nenas/AutoTopupOutcomes")<Au
             if (attempt.transactionId !== null) yield* payments.fail(attempt.transactionId)
             const reason = reasonOf(code)
             const actionUrl = `${config.dashboardUrl}${REAUTHENTICATE_PATH}`
-            yield* settings.disableAutoTopup(attempt.accountId, `${reason}. Save the card again to turn auto top-up back on.`, actionUrl)
+            yield* settings.disableAutoTopup(
+              attempt.accountId,
+              `${reason}. Save the card again to turn auto top-up back on.`,
+              actionUrl
+            )
             yield* emit({
               accountId: attempt.accountId,
               type: "auto_topup.failed",
@@ -96,7 +106,9 @@ export class AutoTopupOutcomes extends Context.Tag("nenas/AutoTopupOutcomes")<Au
         dropped: (autoTopupId, code) =>
           sql.withTransaction(Effect.gen(function*() {
             const attempt = yield* attempts.find(autoTopupId)
-            if (attempt === undefined || !(yield* attempts.finish(autoTopupId, "failed", yield* now, code))) return false
+            if (attempt === undefined || !(yield* attempts.finish(autoTopupId, "failed", yield* now, code))) {
+              return false
+            }
             if (attempt.transactionId !== null) yield* payments.fail(attempt.transactionId)
             return true
           })).pipe(Effect.provideService(SqlClient.SqlClient, sql)),
@@ -154,10 +166,19 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
   const settle = (attempt: AutoTopupRow, transactionId: string, outcome: ChargeOutcome) =>
     Effect.gen(function*() {
       if (outcome._tag === "Refused") return yield* outcomes.refused(attempt.id, outcome.code)
-      yield* attempts.attachIntent(attempt.id, outcome.paymentIntentId, new Date((yield* Clock.currentTimeMillis) + ACCEPTED_WAIT_MS))
+      yield* attempts.attachIntent(
+        attempt.id,
+        outcome.paymentIntentId,
+        new Date((yield* Clock.currentTimeMillis) + ACCEPTED_WAIT_MS)
+      )
       if (payments.simulated) {
         const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-        yield* deliver(client, config, payments.webhookSecret, succeededEvent(attempt, transactionId, outcome.paymentIntentId, created))
+        yield* deliver(
+          client,
+          config,
+          payments.webhookSecret,
+          succeededEvent(attempt, transactionId, outcome.paymentIntentId, created)
+        )
       }
       return true
     })
@@ -176,15 +197,21 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
         })
         if (found !== undefined) {
           if (found._tag === "Accepted" && attempt.paymentIntentId !== null) {
-            yield* Effect.logWarning(`auto top-up ${attempt.id}: payment_intent.succeeded has not arrived for ${found.paymentIntentId}; ` +
-              "is the Stripe webhook endpoint subscribed to it?")
+            yield* Effect.logWarning(
+              `auto top-up ${attempt.id}: payment_intent.succeeded has not arrived for ${found.paymentIntentId}; ` +
+                "is the Stripe webhook endpoint subscribed to it?"
+            )
           }
           return yield* settle(attempt, attempt.transactionId, found)
         }
       }
       // Checked at charge time, with the claim, in one statement: what changed since queuing (a suspension, auto
       // top-up off) counts, and a claimer whose lease another instance took since (this one stalled) charges nothing.
-      const started = yield* attempts.startCharge(attempt.id, attempt.claimedUntil, new Date((yield* Clock.currentTimeMillis) + LEASE_MS))
+      const started = yield* attempts.startCharge(
+        attempt.id,
+        attempt.claimedUntil,
+        new Date((yield* Clock.currentTimeMillis) + LEASE_MS)
+      )
       if (started._tag === "NotOurs") return false
       if (started._tag === "Blocked") return yield* outcomes.dropped(attempt.id, started.blocker)
       let transactionId = attempt.transactionId
@@ -201,7 +228,9 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
         metadata: { transaction_id: transactionId, account_id: attempt.accountId, auto_topup_id: attempt.id }
       })
       return yield* settle(attempt, transactionId, outcome)
-    }).pipe(Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`auto top-up ${attempt.id} was not charged yet`, cause), false)))
+    }).pipe(Effect.catchAllCause((cause) =>
+      Effect.as(Effect.logWarning(`auto top-up ${attempt.id} was not charged yet`, cause), false)
+    ))
 
   const runOnce = Effect.gen(function*() {
     const claimed = yield* attempts.claim(yield* now, LEASE_MS)

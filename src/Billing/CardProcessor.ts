@@ -3,7 +3,7 @@ import type Stripe from "stripe"
 import { AppConfig, type AppConfigShape } from "../AppConfig.js"
 import { BillingError } from "../Domain/Errors.js"
 import { randomBase62 } from "../Domain/Ids.js"
-import { CURRENCY, type CheckoutSession, makeStripeClient } from "./PaymentProcessor.js"
+import { type CheckoutSession, CURRENCY, makeStripeClient } from "./PaymentProcessor.js"
 
 /** A card saved for payments off-session, as the dashboard shows it. */
 export interface SavedCard {
@@ -35,7 +35,12 @@ export interface ChargeLookup {
 /** A charge's outcome: Stripe confirms it (credited on `payment_intent.succeeded`), or refuses it with a code. */
 export type ChargeOutcome =
   | { readonly _tag: "Accepted"; readonly paymentIntentId: string }
-  | { readonly _tag: "Refused"; readonly code: string; readonly message: string; readonly paymentIntentId: string | null }
+  | {
+    readonly _tag: "Refused"
+    readonly code: string
+    readonly message: string
+    readonly paymentIntentId: string | null
+  }
 
 /**
  * Cards saved for auto top-up
@@ -47,8 +52,14 @@ export type ChargeOutcome =
  * 4000 0025 0000 3155 requires authentication.
  */
 export class CardProcessor extends Context.Tag("nenas/CardProcessor")<CardProcessor, {
-  readonly ensureCustomer: (accountId: string, email: string | null, known: string | null) => Effect.Effect<string, BillingError>
-  readonly createSetupCheckout: (input: { accountId: string; customerId: string; setupId: string }) => Effect.Effect<CheckoutSession, BillingError>
+  readonly ensureCustomer: (
+    accountId: string,
+    email: string | null,
+    known: string | null
+  ) => Effect.Effect<string, BillingError>
+  readonly createSetupCheckout: (
+    input: { accountId: string; customerId: string; setupId: string }
+  ) => Effect.Effect<CheckoutSession, BillingError>
   readonly savedCard: (setupIntentId: string) => Effect.Effect<SavedCard, BillingError>
   /** The card that paid a top-up Checkout saving it (`setup_future_usage: off_session`). */
   readonly paymentCard: (paymentIntentId: string) => Effect.Effect<SavedCard, BillingError>
@@ -81,13 +92,23 @@ const MAX_LISTED = 1000
 export const outcomeOfIntent = (intent: {
   readonly id: string
   readonly status: string
-  readonly last_payment_error?: { readonly code?: string | undefined; readonly message?: string | undefined } | null | undefined
+  readonly last_payment_error?:
+    | { readonly code?: string | undefined; readonly message?: string | undefined }
+    | null
+    | undefined
 }): ChargeOutcome => {
   if (intent.status === "succeeded" || intent.status === "processing" || intent.status === "requires_capture") {
     return { _tag: "Accepted", paymentIntentId: intent.id }
   }
-  const code = intent.status === "requires_action" ? "authentication_required" : intent.last_payment_error?.code ?? "payment_failed"
-  return { _tag: "Refused", code, message: intent.last_payment_error?.message ?? `The payment is ${intent.status}.`, paymentIntentId: intent.id }
+  const code = intent.status === "requires_action"
+    ? "authentication_required"
+    : intent.last_payment_error?.code ?? "payment_failed"
+  return {
+    _tag: "Refused",
+    code,
+    message: intent.last_payment_error?.message ?? `The payment is ${intent.status}.`,
+    paymentIntentId: intent.id
+  }
 }
 
 /** The card of an intent whose `payment_method` was expanded. */
@@ -107,23 +128,28 @@ const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
   CardProcessor.of({
     ensureCustomer: (accountId, email, known) =>
       known !== null ? Effect.succeed(known) : Effect.tryPromise({
-        try: () => stripe.customers.create({ metadata: { account_id: accountId }, ...(email === null ? {} : { email }) },
-          { idempotencyKey: `customer-${accountId}` }),
+        try: () =>
+          stripe.customers.create({ metadata: { account_id: accountId }, ...(email === null ? {} : { email }) }, {
+            idempotencyKey: `customer-${accountId}`
+          }),
         catch: (error) => error
       }).pipe(Effect.map((customer) => customer.id), Effect.catchAll(failed("create a customer"))),
     createSetupCheckout: ({ accountId, customerId, setupId }) =>
       Effect.tryPromise({
-        try: () => stripe.checkout.sessions.create({
-          mode: "setup",
-          currency: CURRENCY,
-          customer: customerId,
-          metadata: { account_id: accountId, card_setup_id: setupId },
-          success_url: `${config.dashboardUrl}/billing?card=saved`,
-          cancel_url: `${config.dashboardUrl}/billing?card=cancelled`
-        }, { idempotencyKey: `setup-${setupId}` }),
+        try: () =>
+          stripe.checkout.sessions.create({
+            mode: "setup",
+            currency: CURRENCY,
+            customer: customerId,
+            metadata: { account_id: accountId, card_setup_id: setupId },
+            success_url: `${config.dashboardUrl}/billing?card=saved`,
+            cancel_url: `${config.dashboardUrl}/billing?card=cancelled`
+          }, { idempotencyKey: `setup-${setupId}` }),
         catch: (error) => error
       }).pipe(
-        Effect.flatMap((session) => session.url ? Effect.succeed({ sessionId: session.id, url: session.url }) : Effect.fail("no url")),
+        Effect.flatMap((session) =>
+          session.url ? Effect.succeed({ sessionId: session.id, url: session.url }) : Effect.fail("no url")
+        ),
         Effect.catchAll(failed("start saving a card"))
       ),
     savedCard: (setupIntentId) =>
@@ -138,15 +164,16 @@ const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
       }).pipe(Effect.flatMap(cardOf), Effect.catchAll(failed("read the paying card"))),
     charge: (input) =>
       Effect.tryPromise({
-        try: () => stripe.paymentIntents.create({
-          amount: input.amountSen,
-          currency: CURRENCY,
-          customer: input.customerId,
-          payment_method: input.paymentMethodId,
-          off_session: true,
-          confirm: true,
-          metadata: { ...input.metadata }
-        }, { idempotencyKey: input.idempotencyKey }),
+        try: () =>
+          stripe.paymentIntents.create({
+            amount: input.amountSen,
+            currency: CURRENCY,
+            customer: input.customerId,
+            payment_method: input.paymentMethodId,
+            off_session: true,
+            confirm: true,
+            metadata: { ...input.metadata }
+          }, { idempotencyKey: input.idempotencyKey }),
         catch: (error) => error
       }).pipe(
         Effect.map((intent): ChargeOutcome => ({ _tag: "Accepted", paymentIntentId: intent.id })),
@@ -175,7 +202,9 @@ const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
           let listed = 0
           for await (const intent of list) {
             if (Object.entries(metadata).every(([key, value]) => intent.metadata[key] === value)) return intent
-            if (++listed >= MAX_LISTED) throw new Error(`more than ${MAX_LISTED} payment intents of customer ${customerId}`)
+            if (++listed >= MAX_LISTED) {
+              throw new Error(`more than ${MAX_LISTED} payment intents of customer ${customerId}`)
+            }
           }
           return undefined
         },
@@ -187,7 +216,9 @@ const stripeCards = (config: AppConfigShape, stripe: Stripe) =>
   })
 
 /** Stripe's test cards, by number: what an off-session payment with each does. */
-export const TEST_CARDS: Readonly<Record<string, { readonly brand: string; readonly outcome: "pays" | "card_declined" | "authentication_required" }>> = {
+export const TEST_CARDS: Readonly<
+  Record<string, { readonly brand: string; readonly outcome: "pays" | "card_declined" | "authentication_required" }>
+> = {
   "4242424242424242": { brand: "visa", outcome: "pays" },
   "5555555555554444": { brand: "mastercard", outcome: "pays" },
   "4000000000000002": { brand: "visa", outcome: "card_declined" },
@@ -198,8 +229,16 @@ export const TEST_CARDS: Readonly<Record<string, { readonly brand: string; reado
 /** A simulated test card, by the number its intent's id carries. */
 const simulatedCard = (number: string | undefined) => {
   const card = number === undefined ? undefined : TEST_CARDS[number]
-  if (number === undefined || card === undefined) return Effect.fail(new BillingError({ message: "Unknown simulated card." }))
-  return Effect.succeed<SavedCard>({ paymentMethodId: `pm_sim_${number}`, brand: card.brand, last4: number.slice(-4), expMonth: 12, expYear: 2034 })
+  if (number === undefined || card === undefined) {
+    return Effect.fail(new BillingError({ message: "Unknown simulated card." }))
+  }
+  return Effect.succeed<SavedCard>({
+    paymentMethodId: `pm_sim_${number}`,
+    brand: card.brand,
+    last4: number.slice(-4),
+    expMonth: 12,
+    expYear: 2034
+  })
 }
 
 /** The simulated processor: the card number rides in the ids it hands out, as nothing else is stored. */
@@ -219,7 +258,9 @@ const simulated = (config: AppConfigShape) =>
       return Effect.succeed({
         _tag: "Refused",
         code: card.outcome,
-        message: card.outcome === "card_declined" ? "Your card was declined." : "This payment requires authentication by the cardholder.",
+        message: card.outcome === "card_declined"
+          ? "Your card was declined."
+          : "This payment requires authentication by the cardholder.",
         paymentIntentId
       })
     },

@@ -56,24 +56,36 @@ export class Cards extends Context.Tag("nenas/Cards")<Cards, {
       const findSetup = SqlSchema.findOne({
         Request: Schema.String,
         Result: CardSetup,
-        execute: (sessionId) => sql`SELECT id, account_id, session_id, status FROM card_setups WHERE session_id = ${sessionId}`
+        execute: (sessionId) =>
+          sql`SELECT id, account_id, session_id, status FROM card_setups WHERE session_id = ${sessionId}`
       })
       return Cards.of({
         find: (accountId) =>
           findCard(accountId).pipe(Effect.map(Option.getOrUndefined), Effect.orDie, Effect.withSpan("Cards.find")),
         saveCustomer: (accountId, customerId) =>
-          Effect.flatMap(now, (at) =>
-            sql`INSERT INTO billing_cards (account_id, customer_id, updated_at) VALUES (${accountId}, ${customerId}, ${at})
-                ON CONFLICT (account_id) DO NOTHING`).pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("Cards.saveCustomer")),
+          Effect.flatMap(
+            now,
+            (at) =>
+              sql`INSERT INTO billing_cards (account_id, customer_id, updated_at) VALUES (${accountId}, ${customerId}, ${at})
+                ON CONFLICT (account_id) DO NOTHING`
+          ).pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("Cards.saveCustomer")),
         saveCard: (accountId, card) =>
-          Effect.flatMap(now, (at) =>
-            sql`UPDATE billing_cards SET payment_method_id = ${card.paymentMethodId}, brand = ${card.brand}, last4 = ${card.last4},
+          Effect.flatMap(
+            now,
+            (at) =>
+              sql`UPDATE billing_cards SET payment_method_id = ${card.paymentMethodId}, brand = ${card.brand}, last4 = ${card.last4},
                   exp_month = ${card.expMonth}, exp_year = ${card.expYear}, updated_at = ${at}
-                WHERE account_id = ${accountId}`).pipe(
+                WHERE account_id = ${accountId}`
+          ).pipe(
             // Saved by Stripe's event, in its transaction: the service did it, not a member.
             Effect.zipRight(audit.write(
               { accountId, memberId: null, actorEmail: null, clientAddress: null, requestId: null },
-              { action: "billing.card_saved", targetType: "card", targetId: null, details: { brand: card.brand, last4: card.last4 } }
+              {
+                action: "billing.card_saved",
+                targetType: "card",
+                targetId: null,
+                details: { brand: card.brand, last4: card.last4 }
+              }
             ))
           ),
         forget: (accountId) =>

@@ -43,7 +43,11 @@ export const sessionEvent = (
     amount_total: transaction.amountSen,
     currency: CURRENCY,
     client_reference_id: transaction.id,
-    metadata: { transaction_id: transaction.id, account_id: transaction.accountId, ...(saving ? { [SAVE_CARD_METADATA]: "true" } : {}) },
+    metadata: {
+      transaction_id: transaction.id,
+      account_id: transaction.accountId,
+      ...(saving ? { [SAVE_CARD_METADATA]: "true" } : {})
+    },
     payment_intent: paid ? simulatedPaymentIntent(sessionId, saving ? cardNumber : null) : null,
     livemode: false
   })
@@ -59,7 +63,12 @@ const receiverUrl = (config: AppConfigShape) => {
  * Signs the event with the webhook secret as Stripe does and POSTs it to the
  * webhook receiver over HTTP: the same path a real Stripe delivery takes.
  */
-export const deliver = (client: HttpClient.HttpClient, config: AppConfigShape, secret: Redacted.Redacted<string>, event: object) =>
+export const deliver = (
+  client: HttpClient.HttpClient,
+  config: AppConfigShape,
+  secret: Redacted.Redacted<string>,
+  event: object
+) =>
   Effect.gen(function*() {
     const payload = JSON.stringify(event)
     const signature = Stripe.webhooks.generateTestHeaderString({
@@ -75,8 +84,12 @@ export const deliver = (client: HttpClient.HttpClient, config: AppConfigShape, s
     )
     const body = yield* response.text
     if (response.status !== 200) {
-      yield* Effect.logWarning(`simulated checkout: the webhook receiver answered ${response.status}: ${body.slice(0, 2000)}`)
-      return yield* Effect.fail(new BillingError({ message: `The webhook receiver answered HTTP ${response.status}; see the service's log.` }))
+      yield* Effect.logWarning(
+        `simulated checkout: the webhook receiver answered ${response.status}: ${body.slice(0, 2000)}`
+      )
+      return yield* Effect.fail(
+        new BillingError({ message: `The webhook receiver answered HTTP ${response.status}; see the service's log.` })
+      )
     }
     return JSON.parse(body) as { received: boolean; processed: boolean }
   }).pipe(
@@ -137,9 +150,12 @@ export const resultPage = (transaction: PaymentTransaction, returnUrl: string) =
     : transaction.status === "failed"
     ? ["Checkout cancelled", "Nothing was charged."]
     : ["Payment pending", "The payment has not been confirmed yet."]
-  return page("nenas: checkout", `<h1>${title}</h1>
+  return page(
+    "nenas: checkout",
+    `<h1>${title}</h1>
 <p>${text}</p>
-<p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`)
+<p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`
+  )
 }
 
 /** Stripe's `checkout.session.completed` for a setup session: the SetupIntent's id carries the simulated card. */
@@ -160,16 +176,21 @@ export const setupPage = (sessionId: string, open: boolean) =>
   page(
     "nenas: save a card",
     `<h1>Save a card for auto top-up</h1>
-${open
-      ? `<form method="post" action="/dev/checkout/setup/${encodeURIComponent(sessionId)}/save">
+${
+      open
+        ? `<form method="post" action="/dev/checkout/setup/${encodeURIComponent(sessionId)}/save">
 <label>Card number <input name="card_number" value="4242424242424242" inputmode="numeric" autocomplete="off"></label>
 <p><button type="submit">Save card</button></p></form>`
-      : "<p>This card is saved.</p>"}
+        : "<p>This card is saved.</p>"
+    }
 <p class="note">Simulated checkout: Stripe is not configured. Test cards: 4242 4242 4242 4242 pays;
 4000 0000 0000 0002 is declined; 4000 0025 0000 3155 requires authentication.</p>`
   )
 
 export const setupResultPage = (returnUrl: string) =>
-  page("nenas: card saved", `<h1>Card saved</h1>
+  page(
+    "nenas: card saved",
+    `<h1>Card saved</h1>
 <p>Auto top-up can now charge this card.</p>
-<p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`)
+<p><a href="${escapeHtml(returnUrl)}">Back to the dashboard</a></p>`
+  )

@@ -4,24 +4,33 @@ import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Clock, Effect, Layer, Redacted, Schema } from "effect"
 import Stripe from "stripe"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
-import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { microMyr, toMyrNumber } from "../Domain/Money.js"
+import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { Metrics } from "../Observability/Metrics.js"
-import { IpLimits } from "../Addresses/IpLimits.js"
-import { WalletRepo } from "../Wallet/Repo.js"
 import { AutoTopups } from "../Wallet/AutoTopupAttempts.js"
+import { WalletRepo } from "../Wallet/Repo.js"
 import { WalletSettings } from "../Wallet/Settings.js"
 import { Spending } from "../Wallet/Spending.js"
 import { TOPUP_OPTIONS_SEN } from "./Api.js"
-import { type CheckoutOutcome, checkoutPage, deliver, resultPage, sessionEvent, setupEvent, setupPage, setupResultPage } from "./DevCheckout.js"
 import { AutoTopupOutcomes, AutoTopupWorker } from "./AutoTopupCharges.js"
 import { CardProcessor, simulatedSetupIntent, TEST_CARDS } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
+import {
+  type CheckoutOutcome,
+  checkoutPage,
+  deliver,
+  resultPage,
+  sessionEvent,
+  setupEvent,
+  setupPage,
+  setupResultPage
+} from "./DevCheckout.js"
 import { PaymentProcessor, SIMULATED_SAVING_PREFIX } from "./PaymentProcessor.js"
 import { Payments, StripeEvent } from "./Payments.js"
 import { PaymentsRepo } from "./Repo.js"
@@ -49,9 +58,9 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     const read = (accountId: string) =>
       Effect.flatMap(settings.get(accountId), (row) =>
         row === undefined ? Effect.dieMessage(`no wallet for account ${accountId}`) : Effect.succeed(row))
-    const cardOf = (accountId: string) => Effect.map(cards.find(accountId), toCard)
-    const current = (accountId: string) =>
-      Effect.zipWith(read(accountId), cardOf(accountId), toSettings)
+    const cardOf = (accountId: string) =>
+      Effect.map(cards.find(accountId), toCard)
+    const current = (accountId: string) => Effect.zipWith(read(accountId), cardOf(accountId), toSettings)
     return handlers
       .handle("checkout", ({ payload }) =>
         Effect.gen(function*() {
@@ -108,7 +117,9 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           if (change.autoTopupEnabled === true) {
             const before = yield* read(account.id)
             const missing = autoTopupGap(before, change, yield* cardOf(account.id))
-            if (missing !== undefined) return yield* new InvalidRequest({ message: missing.message, param: missing.param })
+            if (missing !== undefined) {
+              return yield* new InvalidRequest({ message: missing.message, param: missing.param })
+            }
           }
           yield* audit.within(settings.set(account.id, change), () => ({
             action: "billing.settings_updated",
@@ -139,7 +150,10 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           const account = yield* CurrentAccount
           yield* audit.within(
             Effect.zipLeft(cards.forget(account.id), settings.set(account.id, { autoTopupEnabled: false })),
-            (forgotten) => forgotten ? { action: "billing.card_removed", targetType: "card", targetId: null, details: { auto_topup: false } } : undefined
+            (forgotten) =>
+              forgotten
+                ? { action: "billing.card_removed", targetType: "card", targetId: null, details: { auto_topup: false } }
+                : undefined
           )
           return yield* current(account.id)
         }))
@@ -168,7 +182,10 @@ export const StripeWebhookLive = HttpApiBuilder.group(NenasApi, "stripeWebhook",
         const request = yield* HttpServerRequest.HttpServerRequest
         const signature = request.headers["stripe-signature"]
         if (signature === undefined || signature === "") {
-          return yield* new AuthenticationError({ message: "The Stripe-Signature header is missing.", guidance: WEBHOOK_GUIDANCE })
+          return yield* new AuthenticationError({
+            message: "The Stripe-Signature header is missing.",
+            guidance: WEBHOOK_GUIDANCE
+          })
         }
         const body = new Uint8Array(yield* Effect.orDie(request.arrayBuffer))
         const receivedAt = yield* Clock.currentTimeMillis
@@ -196,13 +213,19 @@ export const StripeWebhookLive = HttpApiBuilder.group(NenasApi, "stripeWebhook",
           Effect.mapError(() => new InvalidRequest({ message: "The event has no id, type or data.object." }))
         )
         const processed = yield* payments.apply(event).pipe(
-          Effect.tapError((error) => Effect.logError(`Stripe event ${event.id} (${event.type}) was not applied`, error)),
+          Effect.tapError((error) =>
+            Effect.logError(`Stripe event ${event.id} (${event.type}) was not applied`, error)
+          ),
           Effect.catchTag("MalformedEvent", (malformed) =>
             new InvalidRequest({
-              message: `The event's data.object does not have the shape of a ${malformed.eventType.slice(0, 60)} event; ` +
+              message:
+                `The event's data.object does not have the shape of a ${malformed.eventType.slice(0, 60)} event; ` +
                 "it was kept for an operator and nothing was applied."
             })),
-          Effect.tapErrorTag("SqlError", () => Effect.sync(() => metrics.webhookEvents.inc({ type: event.type, result: "failed" }))),
+          Effect.tapErrorTag(
+            "SqlError",
+            () => Effect.sync(() => metrics.webhookEvents.inc({ type: event.type, result: "failed" }))
+          ),
           Effect.catchTag("SqlError", Effect.die)
         )
         metrics.webhookEvents.inc({ type: event.type, result: processed ? "processed" : "ignored" })
@@ -233,7 +256,9 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
       const number = (form.get("card_number") ?? "").replace(/[\s-]/g, "")
       if (TEST_CARDS[number] !== undefined) return number
       return yield* new InvalidRequest({
-        message: `${number.slice(0, 19)} is not one of the simulated test cards: ${Object.keys(TEST_CARDS).join(", ")}.`,
+        message: `${number.slice(0, 19)} is not one of the simulated test cards: ${
+          Object.keys(TEST_CARDS).join(", ")
+        }.`,
         param: "card_number"
       })
     })
@@ -246,7 +271,12 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
         // As on Stripe's page, only an open session can be paid or cancelled.
         if (transaction.status === "pending") {
           const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-          yield* deliver(client, config, processor.webhookSecret, sessionEvent(transaction, sessionId, outcome, created, cardNumber))
+          yield* deliver(
+            client,
+            config,
+            processor.webhookSecret,
+            sessionEvent(transaction, sessionId, outcome, created, cardNumber)
+          )
         }
         const settled = yield* find(sessionId)
         const returnUrl = outcome === "checkout.session.completed"
@@ -260,14 +290,23 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
           ? Effect.fail(new NotFound({ message: `No simulated setup session ${sessionId}.`, param: "session_id" }))
           : Effect.succeed(setup))
     return handlers
-      .handle("setupPage", ({ path }) => Effect.map(findSetup(path.session_id), (setup) => setupPage(path.session_id, setup.status === "open")))
+      .handle(
+        "setupPage",
+        ({ path }) =>
+          Effect.map(findSetup(path.session_id), (setup) => setupPage(path.session_id, setup.status === "open"))
+      )
       .handle("setupSave", ({ path }) =>
         Effect.gen(function*() {
           const setup = yield* findSetup(path.session_id)
           const number = yield* postedCard
           if (setup.status === "open") {
             const created = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-            yield* deliver(client, config, processor.webhookSecret, setupEvent(path.session_id, setup.accountId, simulatedSetupIntent(number), created))
+            yield* deliver(
+              client,
+              config,
+              processor.webhookSecret,
+              setupEvent(path.session_id, setup.accountId, simulatedSetupIntent(number), created)
+            )
           }
           return setupResultPage(`${config.dashboardUrl}/billing?card=saved`)
         }))
@@ -279,5 +318,7 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
 /** The payment services the handlers above use. */
 export const PaymentsServicesLive = Layer.merge(Payments.layer, AutoTopupWorker).pipe(
   Layer.provideMerge(AutoTopupOutcomes.layer),
-  Layer.provideMerge(Layer.mergeAll(PaymentsRepo.layer, Cards.layer, CardProcessor.layer, AutoTopups.layer, WalletSettings.layer))
+  Layer.provideMerge(
+    Layer.mergeAll(PaymentsRepo.layer, Cards.layer, CardProcessor.layer, AutoTopups.layer, WalletSettings.layer)
+  )
 )

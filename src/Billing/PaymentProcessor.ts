@@ -1,6 +1,6 @@
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { mkdir, readFile, writeFile } from "node:fs/promises"
 import { join } from "node:path"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
 import Stripe from "stripe"
 import { AppConfig, type AppConfigShape } from "../AppConfig.js"
 import { BillingError } from "../Domain/Errors.js"
@@ -136,7 +136,9 @@ const returnUrls = (config: AppConfigShape) => ({
 const stripeFailure = (error: unknown) =>
   Effect.zipRight(
     Effect.logWarning("Stripe did not create a checkout session", error),
-    Effect.fail(new BillingError({ message: "The payment processor did not create a checkout session; nothing was charged." }))
+    Effect.fail(
+      new BillingError({ message: "The payment processor did not create a checkout session; nothing was charged." })
+    )
   )
 
 const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhookSecret: Redacted.Redacted<string>) => {
@@ -153,7 +155,9 @@ const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhoo
       // Stripe takes a customer or an email, not both: a saved card belongs to the account's customer.
       const payer = input.saveCardFor !== null
         ? { customer: input.saveCardFor }
-        : input.email === null ? {} : { customer_email: input.email }
+        : input.email === null
+        ? {}
+        : { customer_email: input.email }
       return Effect.tryPromise({
         try: () =>
           stripe.checkout.sessions.create({
@@ -225,12 +229,16 @@ export const PaymentProcessorLive = Layer.effect(
     const config = yield* AppConfig
     if (Option.isSome(config.stripeSecretKey)) {
       if (Option.isNone(config.stripeWebhookSecret)) {
-        return yield* Effect.dieMessage("STRIPE_WEBHOOK_SECRET must be set with STRIPE_SECRET_KEY: webhooks could not be verified.")
+        return yield* Effect.dieMessage(
+          "STRIPE_WEBHOOK_SECRET must be set with STRIPE_SECRET_KEY: webhooks could not be verified."
+        )
       }
       return makeStripe(config, config.stripeSecretKey.value, config.stripeWebhookSecret.value)
     }
     if (config.production) {
-      return yield* Effect.dieMessage("STRIPE_SECRET_KEY must be set when NODE_ENV=production: the simulated checkout is refused.")
+      return yield* Effect.dieMessage(
+        "STRIPE_SECRET_KEY must be set when NODE_ENV=production: the simulated checkout is refused."
+      )
     }
     const secret = Option.isSome(config.stripeWebhookSecret)
       ? config.stripeWebhookSecret.value

@@ -2,19 +2,19 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Context, Data, Effect, FiberRef, Layer, Option, ParseResult, Schema } from "effect"
 import { AccountsRepo } from "../Accounts/Repo.js"
 import { AppConfig } from "../AppConfig.js"
-import type { EventType } from "../Domain/EventTypes.js"
 import { type BillingError, InternalError } from "../Domain/Errors.js"
+import type { EventType } from "../Domain/EventTypes.js"
 import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
 import { now } from "../Domain/Time.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
-import { AutoTopupOutcomes, autoTopupIdOf, PaymentIntent } from "./AutoTopupCharges.js"
+import { autoTopupIdOf, AutoTopupOutcomes, PaymentIntent } from "./AutoTopupCharges.js"
 import { CardProcessor, type SavedCard } from "./CardProcessor.js"
 import { Cards } from "./Cards.js"
 import { CURRENCY, SAVE_CARD_METADATA } from "./PaymentProcessor.js"
-import { type DisputeFact, type PaymentTransaction, PaymentsRepo } from "./Repo.js"
+import { type DisputeFact, PaymentsRepo, type PaymentTransaction } from "./Repo.js"
 import { isHandled, type StripeEventType } from "./StripeEvents.js"
 
 /** A Stripe field that is an id, or the object when expanded. */
@@ -82,14 +82,20 @@ const firstIssue = (error: ParseResult.ParseError): string => {
 
 const decode = <A, I>(schema: Schema.Schema<A, I>, event: StripeEvent) =>
   Schema.decodeUnknown(schema)(event.data.object).pipe(
-    Effect.mapError((error) => new MalformedEvent({ eventId: event.id, eventType: event.type, detail: firstIssue(error) }))
+    Effect.mapError((error) =>
+      new MalformedEvent({ eventId: event.id, eventType: event.type, detail: firstIssue(error) })
+    )
   )
 
 const requireMyr = (currency: string | null | undefined, event: StripeEvent) =>
   currency === CURRENCY || currency === null || currency === undefined
     ? Effect.void
     : Effect.fail(
-      new MalformedEvent({ eventId: event.id, eventType: event.type, detail: `in ${currency.slice(0, 10)}; wallets are in MYR` })
+      new MalformedEvent({
+        eventId: event.id,
+        eventType: event.type,
+        detail: `in ${currency.slice(0, 10)}; wallets are in MYR`
+      })
     )
 
 /**
@@ -130,7 +136,9 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           const disputed = yield* repo.hasWithdrawnDispute(accountId)
           yield* disputed ? accounts.suspend(accountId) : accounts.reinstate(accountId)
           const reason = disputed ? "a payment dispute withdrew funds" : "no payment dispute withdraws funds any more"
-          if (disputed !== suspended) yield* announce(accountId, disputed ? "account.suspended" : "account.reinstated", { reason })
+          if (disputed !== suspended) {
+            yield* announce(accountId, disputed ? "account.suspended" : "account.reinstated", { reason })
+          }
           yield* Effect.map(FiberRef.get(SuspensionsDecided), (decided) => decided?.add(accountId))
         })
 
@@ -218,7 +226,10 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           const id = stored?.id ?? named
           if (id === undefined) return undefined
           const transaction = yield* repo.lock(id)
-          if (transaction !== undefined && transaction.checkoutSessionId !== null && transaction.checkoutSessionId !== session.id) {
+          if (
+            transaction !== undefined && transaction.checkoutSessionId !== null &&
+            transaction.checkoutSessionId !== session.id
+          ) {
             return yield* anomaly(
               `Event ${event.id}: checkout session ${session.id} names transaction ${transaction.id}, whose session is ${transaction.checkoutSessionId}.`
             )
@@ -228,7 +239,10 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
       /** Keeps a card for auto top-up; one that cannot be read fails the event, which Stripe delivers again. */
       const keepCard = (accountId: string, read: Effect.Effect<SavedCard, BillingError>, what: string) =>
-        Effect.flatMap(Effect.mapError(read, () => anomaly(`The ${what} could not be read.`)), (card) => cards.saveCard(accountId, card))
+        Effect.flatMap(
+          Effect.mapError(read, () => anomaly(`The ${what} could not be read.`)),
+          (card) => cards.saveCard(accountId, card)
+        )
 
       /** A Checkout in setup mode saved a card: kept for auto top-up, once. */
       const saveCard = (session: typeof CheckoutSession.Type) =>
@@ -236,7 +250,11 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           const setupIntent = idOf(session.setup_intent)
           const setup = yield* cards.findSetup(session.id)
           if (setup === undefined || setupIntent === null || !(yield* cards.completeSetup(setup.id))) return false
-          yield* keepCard(setup.accountId, cardProcessor.savedCard(setupIntent), `saved card of setup session ${session.id}`)
+          yield* keepCard(
+            setup.accountId,
+            cardProcessor.savedCard(setupIntent),
+            `saved card of setup session ${session.id}`
+          )
           return true
         })
 
@@ -265,8 +283,12 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
 
       const intentFailed = (event: StripeEvent) => {
         const id = autoTopupIdOf(event.data.object)
-        return id === undefined ? Effect.succeed(false) : Effect.flatMap(decode(PaymentIntent, event), (intent) =>
-          autoTopups.refused(id, intent.last_payment_error?.code ?? "payment_failed"))
+        return id === undefined ?
+          Effect.succeed(false) :
+          Effect.flatMap(
+            decode(PaymentIntent, event),
+            (intent) => autoTopups.refused(id, intent.last_payment_error?.code ?? "payment_failed")
+          )
       }
 
       const completeCheckout = (event: StripeEvent) =>
@@ -279,7 +301,10 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           const transaction = yield* checkoutTransaction(session, event)
           if (transaction === undefined) return false
           yield* requireMyr(session.currency, event)
-          if (session.amount_total !== undefined && session.amount_total !== null && session.amount_total !== transaction.amountSen) {
+          if (
+            session.amount_total !== undefined && session.amount_total !== null &&
+            session.amount_total !== transaction.amountSen
+          ) {
             return yield* anomaly(
               `Checkout session ${session.id} was paid ${session.amount_total} sen; transaction ${transaction.id} is for ${transaction.amountSen}.`
             )
@@ -288,11 +313,19 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           yield* repo.succeed(transaction.id, paymentIntentId)
           // A top-up asked to save its card (`setup_future_usage: off_session`): the card that paid, once.
           if (newlyPaid && paymentIntentId !== null && session.metadata?.[SAVE_CARD_METADATA] === "true") {
-            yield* keepCard(transaction.accountId, cardProcessor.paymentCard(paymentIntentId), `paying card of checkout session ${session.id}`)
+            yield* keepCard(
+              transaction.accountId,
+              cardProcessor.paymentCard(paymentIntentId),
+              `paying card of checkout session ${session.id}`
+            )
           }
           const facts = { transaction_id: transaction.id, amount_myr: transaction.amountSen / 100, automatic: false }
           if (newlyPaid) yield* announce(transaction.accountId, "topup.succeeded", facts)
-          const settled = { ...transaction, status: "succeeded" as const, paymentIntentId: paymentIntentId ?? transaction.paymentIntentId }
+          const settled = {
+            ...transaction,
+            status: "succeeded" as const,
+            paymentIntentId: paymentIntentId ?? transaction.paymentIntentId
+          }
           return (yield* reconcile(settled)) || newlyPaid
         })
 
@@ -302,12 +335,16 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           const transaction = yield* checkoutTransaction(session, event)
           if (transaction === undefined) return false
           const failed = yield* repo.fail(transaction.id)
-          if (failed) yield* announce(transaction.accountId, "topup.failed", {
-            transaction_id: transaction.id,
-            amount_myr: transaction.amountSen / 100,
-            reason: event.type === "checkout.session.expired" ? "the checkout session expired or was cancelled" : "the payment failed",
-            action_url: `${dashboardUrl}/billing`
-          })
+          if (failed) {
+            yield* announce(transaction.accountId, "topup.failed", {
+              transaction_id: transaction.id,
+              amount_myr: transaction.amountSen / 100,
+              reason: event.type === "checkout.session.expired"
+                ? "the checkout session expired or was cancelled"
+                : "the payment failed",
+              action_url: `${dashboardUrl}/billing`
+            })
+          }
           return failed
         })
 
@@ -380,7 +417,8 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
   )
 }
 
-const closedStatus = (status: string): "won" | "lost" | "closed" => status === "won" || status === "lost" ? status : "closed"
+const closedStatus = (status: string): "won" | "lost" | "closed" =>
+  status === "won" || status === "lost" ? status : "closed"
 
 /**
  * What a dispute event says about Stripe's money (docs/money.md, "Payments (Stripe)"): an
@@ -388,9 +426,13 @@ const closedStatus = (status: string): "won" | "lost" | "closed" => status === "
  * created or by `funds_withdrawn`, and reinstated by `funds_reinstated` or a
  * win. Reinstated funds were withdrawn first, whatever order events arrive in.
  */
-export const disputeFacts = (type: string, status: string): Pick<DisputeFact, "status" | "fundsWithdrawn" | "fundsReinstated"> => {
+export const disputeFacts = (
+  type: string,
+  status: string
+): Pick<DisputeFact, "status" | "fundsWithdrawn" | "fundsReinstated"> => {
   const inquiry = status.startsWith("warning_")
-  const reinstated = type === "charge.dispute.funds_reinstated" || (type === "charge.dispute.closed" && status === "won")
+  const reinstated = type === "charge.dispute.funds_reinstated" ||
+    (type === "charge.dispute.closed" && status === "won")
   return {
     status: type === "charge.dispute.closed" ? closedStatus(status) : "open",
     fundsWithdrawn: reinstated || type === "charge.dispute.funds_withdrawn" || !inquiry,

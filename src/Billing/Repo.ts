@@ -110,7 +110,10 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
       const bySession = transactionBy((sessionId) => sql`checkout_session_id = ${sessionId}`)
       const locked = transactionBy((id) => sql`id = ${id} FOR UPDATE`)
       const idByIntentOrCharge = SqlSchema.findOne({
-        Request: Schema.Struct({ paymentIntentId: Schema.NullOr(Schema.String), chargeId: Schema.NullOr(Schema.String) }),
+        Request: Schema.Struct({
+          paymentIntentId: Schema.NullOr(Schema.String),
+          chargeId: Schema.NullOr(Schema.String)
+        }),
         Result: Id,
         execute: ({ chargeId, paymentIntentId }) =>
           sql`
@@ -167,7 +170,8 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
           sql`
             UPDATE payment_transactions SET checkout_session_id = ${sessionId} WHERE id = ${transactionId}
           `.pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("PaymentsRepo.attachSession")),
-        findBySession: (sessionId) => bySession(sessionId).pipe(Effect.map(Option.getOrUndefined), decoded("findBySession")),
+        findBySession: (sessionId) =>
+          bySession(sessionId).pipe(Effect.map(Option.getOrUndefined), decoded("findBySession")),
         lock: (transactionId) => locked(transactionId).pipe(Effect.map(Option.getOrUndefined), decoded("lock")),
         findIdByIntentOrCharge: (paymentIntentId, chargeId) =>
           idByIntentOrCharge({ paymentIntentId, chargeId }).pipe(

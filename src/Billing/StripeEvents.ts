@@ -16,4 +16,5 @@ export const STRIPE_EVENT_TYPES = [
   "payment_intent.payment_failed"
 ] as const
 export type StripeEventType = typeof STRIPE_EVENT_TYPES[number]
-export const isHandled = (type: string): type is StripeEventType => (STRIPE_EVENT_TYPES as ReadonlyArray<string>).includes(type)
+export const isHandled = (type: string): type is StripeEventType =>
+  (STRIPE_EVENT_TYPES as ReadonlyArray<string>).includes(type)

@@ -19,8 +19,9 @@ const parseInt8 = (text: string): number => {
 }
 
 const types: pg.CustomTypesConfig = {
-  getTypeParser: ((oid: number, format?: "text" | "binary") =>
-    oid === INT8_OID ? parseInt8 : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"]
+  getTypeParser:
+    ((oid: number, format?: "text" | "binary") =>
+      oid === INT8_OID ? parseInt8 : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"]
 }
 
 /**
@@ -40,7 +41,9 @@ export const DatabaseLive = Layer.unwrapScoped(
       transformResultNames: Str.snakeToCamel,
       transformQueryNames: Str.camelToSnake
     })
-    const migrator = PgMigrator.layer({ loader: Migrator.fromRecord(migrations) }).pipe(Layer.provide(NodeContext.layer))
+    const migrator = PgMigrator.layer({ loader: Migrator.fromRecord(migrations) }).pipe(
+      Layer.provide(NodeContext.layer)
+    )
     return Layer.provideMerge(migrator, client)
   })
 )

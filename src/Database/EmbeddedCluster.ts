@@ -1,5 +1,19 @@
 import { createHash } from "node:crypto"
-import { chmod, chown, cp, lstat, mkdir, readdir, readFile, readlink, realpath, rename, rm, stat, writeFile } from "node:fs/promises"
+import {
+  chmod,
+  chown,
+  cp,
+  lstat,
+  mkdir,
+  readdir,
+  readFile,
+  readlink,
+  realpath,
+  rename,
+  rm,
+  stat,
+  writeFile
+} from "node:fs/promises"
 import { createRequire } from "node:module"
 import { arch, platform, userInfo } from "node:os"
 import { dirname, join, relative, resolve } from "node:path"
@@ -143,7 +157,11 @@ export interface Credentials {
 export const loadCredentials = async (file: string): Promise<Required<Credentials>> => {
   const found = await readFile(file, "utf8").then((text) => JSON.parse(text) as Credentials, () => undefined)
   if (found?.cluster !== undefined) return { ...found, cluster: found.cluster }
-  const created = { user: found?.user ?? "nenas", password: found?.password ?? randomBase62(32), cluster: randomBase62(16) }
+  const created = {
+    user: found?.user ?? "nenas",
+    password: found?.password ?? randomBase62(32),
+    cluster: randomBase62(16)
+  }
   await writeFile(file, JSON.stringify(created), { mode: 0o600 })
   return created
 }
@@ -152,7 +170,13 @@ export const loadCredentials = async (file: string): Promise<Required<Credential
 const binariesMajor = async (binaries: Binaries, runAs: RunAs, cwd: string, clusterDir: string): Promise<string> => {
   const output = await runToEnd(binaries, binaries.postgres, ["--version"], runAs, cwd, clusterDir)
   const major = /PostgreSQL\)?\s+(\d+)/.exec(output)?.[1]
-  if (major === undefined) throw new StartFailure(`${binaries.postgres} did not report its version (${oneLine(output)}): reinstall it (\`rm -rf node_modules && npm install\`)`)
+  if (major === undefined) {
+    throw new StartFailure(
+      `${binaries.postgres} did not report its version (${
+        oneLine(output)
+      }): reinstall it (\`rm -rf node_modules && npm install\`)`
+    )
+  }
   return major
 }
 
@@ -173,20 +197,26 @@ const initialise = async (
   await writeFile(passwordFile, `${credentials.password}\n`, { mode: 0o600 })
   if (runAs.uid !== undefined && runAs.gid !== undefined) await chown(passwordFile, runAs.uid, runAs.gid)
   try {
-    await runToEnd(binaries, binaries.initdb, [
-      `--pgdata=${partial}`,
-      "--auth=scram-sha-256",
-      `--username=${credentials.user}`,
-      `--pwfile=${passwordFile}`,
-      "--encoding=UTF8",
-      "--locale=C"
-    ], runAs, cwd, clusterDir)
+    await runToEnd(
+      binaries,
+      binaries.initdb,
+      [
+        `--pgdata=${partial}`,
+        "--auth=scram-sha-256",
+        `--username=${credentials.user}`,
+        `--pwfile=${passwordFile}`,
+        "--encoding=UTF8",
+        "--locale=C"
+      ],
+      runAs,
+      cwd,
+      clusterDir
+    )
   } finally {
     await rm(passwordFile, { force: true })
   }
   await rename(partial, clusterDir)
 }
-
 
 /** The binaries PostgreSQL runs from, the user it runs as (for root, `postgres` and a copy it can reach) and their major version. */
 const runnableBinaries = async (clusterDir: string): Promise<{ binaries: Binaries; runAs: RunAs; major: string }> => {
@@ -237,7 +267,10 @@ export const removeAbandonedClusters = async (): Promise<ReadonlyArray<string>> 
         continue
       }
       if (!CLUSTER_FOLDER.test(name)) continue
-      const marker = await readFile(join(ownDir, "nenas.json"), "utf8").then((text) => JSON.parse(text) as Marker, () => undefined)
+      const marker = await readFile(join(ownDir, "nenas.json"), "utf8").then(
+        (text) => JSON.parse(text) as Marker,
+        () => undefined
+      )
       if (marker?.dataDir === undefined || (await exists(marker.dataDir))) continue
       await reclaimOrphan(join(ownDir, "pg"))
       const aside = join(ROOT_STATE_DIR, `${name}.removing-${process.pid}-${randomBase62(6)}`)
@@ -279,7 +312,10 @@ export const readyCluster = async (dataDir: string, credentials: Required<Creden
   // For root, the marker says which DATA_DIR's credentials the cluster was made for.
   const marker = join(location.ownDir, "nenas.json")
   const ours = location.layout === "data-dir" ||
-    (await readFile(marker, "utf8").then((text) => (JSON.parse(text) as Marker).cluster === credentials.cluster, () => false))
+    (await readFile(marker, "utf8").then(
+      (text) => (JSON.parse(text) as Marker).cluster === credentials.cluster,
+      () => false
+    ))
   if (await exists(join(clusterDir, "PG_VERSION"))) {
     await reclaimOrphan(clusterDir)
     if (!ours) await rm(clusterDir, { recursive: true, force: true }) // its DATA_DIR was removed: start afresh

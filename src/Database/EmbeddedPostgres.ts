@@ -1,6 +1,6 @@
+import { Data, Effect, Redacted } from "effect"
 import { mkdir } from "node:fs/promises"
 import { join, resolve } from "node:path"
-import { Data, Effect, Redacted } from "effect"
 import { loadCredentials, readyCluster } from "./EmbeddedCluster.js"
 import { oneLine, serverOf, StartFailure, startOnFreePort, startServer } from "./EmbeddedServer.js"
 
@@ -13,7 +13,11 @@ export class EmbeddedPostgresError extends Data.TaggedError("EmbeddedPostgresErr
 }> {}
 
 /** Creates `database` unless it exists, as the cluster's own user. */
-const createDatabase = async (port: number, credentials: { readonly user: string; readonly password: string }, database: string) => {
+const createDatabase = async (
+  port: number,
+  credentials: { readonly user: string; readonly password: string },
+  database: string
+) => {
   const client = new (await import("pg")).default.Client({
     host: "127.0.0.1",
     port,

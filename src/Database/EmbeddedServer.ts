@@ -62,7 +62,8 @@ const isAlive = (pid: number): boolean => {
 
 /** A process's command line and its parent's pid and command, from `ps` (Linux and macOS alike). */
 const processInfo = async (pid: number) => {
-  const ask = (field: string) => runFile("ps", ["-o", `${field}=`, "-p", String(pid)]).then(({ stdout }) => stdout.trim(), () => "")
+  const ask = (field: string) =>
+    runFile("ps", ["-o", `${field}=`, "-p", String(pid)]).then(({ stdout }) => stdout.trim(), () => "")
   const [args, parent] = await Promise.all([ask("args"), ask("ppid").then(Number)])
   return { args, parent }
 }
@@ -111,7 +112,9 @@ export const reclaimOrphan = async (clusterDir: string): Promise<void> => {
   process.kill(pid, "SIGINT") // PostgreSQL's fast shutdown
   for (let waited = 0; isAlive(pid); waited += 100) {
     if (waited > 30_000) {
-      throw new StartFailure(`an orphaned embedded database (pid ${pid}) holds ${clusterDir} and did not stop: stop it and start again`)
+      throw new StartFailure(
+        `an orphaned embedded database (pid ${pid}) holds ${clusterDir} and did not stop: stop it and start again`
+      )
     }
     await new Promise((resolveWait) => setTimeout(resolveWait, 100))
   }
@@ -131,10 +134,14 @@ const explainLog = (log: string, clusterDir: string, what: string): string => {
     return `processes of an earlier embedded database still use ${clusterDir}: stop them and start again`
   }
   if (/database files are incompatible with server/.test(log)) {
-    return `the database in ${clusterDir} was made by another PostgreSQL version: ${oneLine(log.split("\n").find((line) => /DETAIL/.test(line)) ?? "")}`
+    return `the database in ${clusterDir} was made by another PostgreSQL version: ${
+      oneLine(log.split("\n").find((line) => /DETAIL/.test(line)) ?? "")
+    }`
   }
   if (/Permission denied/.test(log)) {
-    return `PostgreSQL cannot use ${clusterDir} (${what}: ${oneLine(log.split("\n").find((line) => /Permission denied/.test(line)) ?? "")}): ` +
+    return `PostgreSQL cannot use ${clusterDir} (${what}: ${
+      oneLine(log.split("\n").find((line) => /Permission denied/.test(line)) ?? "")
+    }): ` +
       "give its user access or choose another DATA_DIR"
   }
   const lines = log.split("\n").map(oneLine).filter((line) => line !== "")
@@ -160,7 +167,14 @@ const explainSpawn = (binary: string, binaries: Binaries, error: NodeJS.ErrnoExc
 const childEnv = () => ({ ...process.env, LC_ALL: "C", LC_MESSAGES: "C" })
 
 /** Runs a PostgreSQL program to its end, resolving its stderr; spawn failures and non-zero exits reject with one line. */
-export const runToEnd = (binaries: Binaries, binary: string, args: Array<string>, runAs: RunAs, cwd: string, clusterDir: string) =>
+export const runToEnd = (
+  binaries: Binaries,
+  binary: string,
+  args: Array<string>,
+  runAs: RunAs,
+  cwd: string,
+  clusterDir: string
+) =>
   new Promise<string>((resolveRun, reject) => {
     const child = spawn(binary, args, { ...runAs, cwd, env: childEnv(), stdio: ["ignore", "pipe", "pipe"] })
     let output = ""
@@ -260,8 +274,22 @@ const supervisorEnv = () => {
  */
 export const startServer = (binaries: Binaries, clusterDir: string, port: number, runAs: RunAs, cwd: string) =>
   new Promise<ChildProcess>((resolveStart, reject) => {
-    const args = ["-D", clusterDir, "-p", String(port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="]
-    const plan = { command: binaries.postgres, args, ...runAs, title: `${SUPERVISOR_TITLE} owner=${process.pid} ${clusterDir}` }
+    const args = [
+      "-D",
+      clusterDir,
+      "-p",
+      String(port),
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      "unix_socket_directories="
+    ]
+    const plan = {
+      command: binaries.postgres,
+      args,
+      ...runAs,
+      title: `${SUPERVISOR_TITLE} owner=${process.pid} ${clusterDir}`
+    }
     const child = spawn(process.execPath, ["-e", SUPERVISOR, JSON.stringify(plan)], {
       cwd,
       env: supervisorEnv(),
@@ -292,9 +320,11 @@ export const startServer = (binaries: Binaries, clusterDir: string, port: number
         const error: NodeJS.ErrnoException = new Error(notRun[1])
         error.code = notRun[1]
         reject(new StartFailure(explainSpawn(binaries.postgres, binaries, error, runAs)))
-      } else if (/could not bind|Address already in use/.test(log)) reject(new PortTaken(explainLog(log, clusterDir, "postgres")))
-      else if (code === null) reject(new StartFailure(`PostgreSQL was stopped by ${signal} while starting: start again`))
-      else reject(new StartFailure(explainLog(log, clusterDir, "postgres")))
+      } else if (/could not bind|Address already in use/.test(log)) {
+        reject(new PortTaken(explainLog(log, clusterDir, "postgres")))
+      } else if (code === null) {
+        reject(new StartFailure(`PostgreSQL was stopped by ${signal} while starting: start again`))
+      } else reject(new StartFailure(explainLog(log, clusterDir, "postgres")))
     })
   })
 
@@ -307,7 +337,9 @@ export const startOnFreePort = async (binaries: Binaries, clusterDir: string, ru
     } catch (error) {
       if (!(error instanceof PortTaken)) throw error
       if (attempt === 5) {
-        throw new StartFailure(`no loopback port stayed free for the embedded database (${error.message}): free some ports and start again`)
+        throw new StartFailure(
+          `no loopback port stayed free for the embedded database (${error.message}): free some ports and start again`
+        )
       }
     }
   }

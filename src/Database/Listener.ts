@@ -63,7 +63,8 @@ export class Listener extends Context.Tag("nenas/Listener")<Listener, {
   static readonly layer = (options: Partial<ListenerOptions> & Pick<ListenerOptions, "channels">) =>
     Layer.scoped(
       Listener,
-      Effect.flatMap(PgClient.PgClient, (client) => listening(connectionConfig(client.config), { ...defaults, ...options }))
+      Effect.flatMap(PgClient.PgClient, (client) =>
+        listening(connectionConfig(client.config), { ...defaults, ...options }))
     )
 }
 

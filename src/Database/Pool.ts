@@ -22,7 +22,8 @@ const CANCEL = /^SELECT pg_cancel_backend\((\d+)\)$/
 const discardCancelled = (pool: pg.Pool): void => {
   const checkedOut = new Map<number, pg.PoolClient>()
   const cancelled = new WeakSet<pg.PoolClient>()
-  const pid = (client: pg.PoolClient): number | undefined => (client as unknown as { readonly processID?: number }).processID
+  const pid = (client: pg.PoolClient): number | undefined =>
+    (client as unknown as { readonly processID?: number }).processID
   pool.on("acquire", (client) => {
     const id = pid(client)
     if (id !== undefined) checkedOut.set(id, client)
@@ -67,7 +68,9 @@ const discardCancelled = (pool: pg.Pool): void => {
  * `discardCancelled`), closed with its scope; fails when the first
  * connection does not answer within 5 s.
  */
-export const makePool = (options: { readonly url: Redacted.Redacted; readonly types: pg.CustomTypesConfig; readonly max: number }) =>
+export const makePool = (
+  options: { readonly url: Redacted.Redacted; readonly types: pg.CustomTypesConfig; readonly max: number }
+) =>
   Effect.acquireRelease(
     Effect.sync(() => {
       const pool = new pg.Pool({
@@ -90,7 +93,9 @@ export const makePool = (options: { readonly url: Redacted.Redacted; readonly ty
       }).pipe(
         Effect.timeoutFail({
           duration: "5 seconds",
-          onTimeout: () => new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+          onTimeout: () =>
+            new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
         })
-      ))
+      )
+    )
   )

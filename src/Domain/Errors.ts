@@ -40,88 +40,242 @@ const meta = (m: Meta) => ({ [HttpApiSchema.AnnotationStatus]: m.status, [MetaId
 export const providerTimeoutGuidance = (outputField: string): string =>
   `The model provider did not answer in time; retry, or lower ${outputField}.`
 
-export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("InvalidRequest", fields, meta({
-  code: "invalid_request", status: 400, type: "invalid_request_error", retryable: false,
-  guidance: "Correct the request as the message says (the field is named in `param`) and send it again."
-})) {}
-export class UnsupportedInput extends Schema.TaggedError<UnsupportedInput>()("UnsupportedInput", fields, meta({
-  code: "unsupported_input", status: 400, type: "invalid_request_error", retryable: false,
-  guidance: "Remove or replace the input named in `param`: the message says what is not supported there and what is accepted."
-})) {}
-export class NotImplemented extends Schema.TaggedError<NotImplemented>()("NotImplemented", fields, meta({
-  code: "not_implemented", status: 400, type: "invalid_request_error", retryable: false,
-  guidance: "This operation is not available yet."
-})) {}
-export class ContextLengthExceeded extends Schema.TaggedError<ContextLengthExceeded>()("ContextLengthExceeded", fields, meta({
-  code: "context_length_exceeded", status: 413, type: "invalid_request_error", retryable: false,
-  guidance: "Shorten the input so that it fits the model's context window (and the body stays under 8 MiB)."
-})) {}
-export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", fields, meta({
-  code: "not_found", status: 404, type: "invalid_request_error", retryable: false,
-  guidance: "Check the path and the identifier."
-})) {}
-export class AuthenticationError extends Schema.TaggedError<AuthenticationError>()("AuthenticationError", fields, meta({
-  code: "authentication_error", status: 401, type: "authentication_error", retryable: false,
-  guidance: "Send `Authorization: Bearer <token>` with a valid credential."
-})) {}
-export class InvalidApiKey extends Schema.TaggedError<InvalidApiKey>()("InvalidApiKey", fields, meta({
-  code: "invalid_api_key", status: 401, type: "authentication_error", retryable: false,
-  guidance: "Check the API key, or create a new one in the dashboard.", action: "/api-keys"
-})) {}
-export class ExpiredApiKey extends Schema.TaggedError<ExpiredApiKey>()("ExpiredApiKey", fields, meta({
-  code: "expired_api_key", status: 401, type: "authentication_error", retryable: false,
-  guidance: "This API key has expired; create a new one in the dashboard.", action: "/api-keys"
-})) {}
-export class RevokedApiKey extends Schema.TaggedError<RevokedApiKey>()("RevokedApiKey", fields, meta({
-  code: "revoked_api_key", status: 401, type: "authentication_error", retryable: false,
-  guidance: "This API key was deleted; create a new one in the dashboard.", action: "/api-keys"
-})) {}
-export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()("PermissionDenied", fields, meta({
-  code: "permission_denied", status: 403, type: "permission_error", retryable: false,
-  guidance: "This credential may not do this; the message says why."
-})) {}
-export class InsufficientBalance extends Schema.TaggedError<InsufficientBalance>()("InsufficientBalance", fields, meta({
-  code: "insufficient_balance", status: 402, type: "billing_error", retryable: false,
-  guidance: "Top up the wallet, or lower the request's output token limit to reduce the reservation.", action: "/billing"
-})) {}
-export class SpendLimitExceeded extends Schema.TaggedError<SpendLimitExceeded>()("SpendLimitExceeded", fields, meta({
-  code: "spend_limit_exceeded", status: 402, type: "billing_error", retryable: false,
-  guidance: "Raise the key's monthly spend limit or wait for the next month.", action: "/api-keys"
-})) {}
-export class BillingError extends Schema.TaggedError<BillingError>()("BillingError", fields, meta({
-  code: "billing_error", status: 502, type: "billing_error", retryable: true,
-  guidance: "The payment processor could not be reached; try again shortly."
-})) {}
-export class IdempotencyConflict extends Schema.TaggedError<IdempotencyConflict>()("IdempotencyConflict", fields, meta({
-  code: "idempotency_conflict", status: 409, type: "invalid_request_error", retryable: false,
-  guidance: "Use a new Idempotency-Key for a different request, or wait for the first one to finish."
-})) {}
-export class RateLimitExceeded extends Schema.TaggedError<RateLimitExceeded>()("RateLimitExceeded", fields, meta({
-  code: "rate_limit_exceeded", status: 429, type: "rate_limit_error", retryable: true,
-  guidance: "Slow down and retry after `retry_after_seconds`."
-})) {}
-export class ProviderUnavailable extends Schema.TaggedError<ProviderUnavailable>()("ProviderUnavailable", fields, meta({
-  code: "provider_unavailable", status: 503, type: "provider_error", retryable: true,
-  guidance: "The model provider is unavailable; retry with backoff."
-})) {}
-export class ProviderTimeout extends Schema.TaggedError<ProviderTimeout>()("ProviderTimeout", fields, meta({
-  code: "provider_timeout", status: 504, type: "provider_error", retryable: true,
-  guidance: providerTimeoutGuidance("the request's output token limit")
-})) {}
-export class SearchError extends Schema.TaggedError<SearchError>()("SearchError", fields, meta({
-  code: "search_error", status: 502, type: "provider_error", retryable: true,
-  guidance: "Web search failed; retry, or send the request with web_search.mode off."
-})) {}
-export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields, meta({
-  code: "internal_error", status: 500, type: "api_error", retryable: true,
-  guidance: "Something went wrong on our side; retry, and quote the request_id if it persists."
-})) {}
+export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()(
+  "InvalidRequest",
+  fields,
+  meta({
+    code: "invalid_request",
+    status: 400,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance: "Correct the request as the message says (the field is named in `param`) and send it again."
+  })
+) {}
+export class UnsupportedInput extends Schema.TaggedError<UnsupportedInput>()(
+  "UnsupportedInput",
+  fields,
+  meta({
+    code: "unsupported_input",
+    status: 400,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance:
+      "Remove or replace the input named in `param`: the message says what is not supported there and what is accepted."
+  })
+) {}
+export class NotImplemented extends Schema.TaggedError<NotImplemented>()(
+  "NotImplemented",
+  fields,
+  meta({
+    code: "not_implemented",
+    status: 400,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance: "This operation is not available yet."
+  })
+) {}
+export class ContextLengthExceeded extends Schema.TaggedError<ContextLengthExceeded>()(
+  "ContextLengthExceeded",
+  fields,
+  meta({
+    code: "context_length_exceeded",
+    status: 413,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance: "Shorten the input so that it fits the model's context window (and the body stays under 8 MiB)."
+  })
+) {}
+export class NotFound extends Schema.TaggedError<NotFound>()(
+  "NotFound",
+  fields,
+  meta({
+    code: "not_found",
+    status: 404,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance: "Check the path and the identifier."
+  })
+) {}
+export class AuthenticationError extends Schema.TaggedError<AuthenticationError>()(
+  "AuthenticationError",
+  fields,
+  meta({
+    code: "authentication_error",
+    status: 401,
+    type: "authentication_error",
+    retryable: false,
+    guidance: "Send `Authorization: Bearer <token>` with a valid credential."
+  })
+) {}
+export class InvalidApiKey extends Schema.TaggedError<InvalidApiKey>()(
+  "InvalidApiKey",
+  fields,
+  meta({
+    code: "invalid_api_key",
+    status: 401,
+    type: "authentication_error",
+    retryable: false,
+    guidance: "Check the API key, or create a new one in the dashboard.",
+    action: "/api-keys"
+  })
+) {}
+export class ExpiredApiKey extends Schema.TaggedError<ExpiredApiKey>()(
+  "ExpiredApiKey",
+  fields,
+  meta({
+    code: "expired_api_key",
+    status: 401,
+    type: "authentication_error",
+    retryable: false,
+    guidance: "This API key has expired; create a new one in the dashboard.",
+    action: "/api-keys"
+  })
+) {}
+export class RevokedApiKey extends Schema.TaggedError<RevokedApiKey>()(
+  "RevokedApiKey",
+  fields,
+  meta({
+    code: "revoked_api_key",
+    status: 401,
+    type: "authentication_error",
+    retryable: false,
+    guidance: "This API key was deleted; create a new one in the dashboard.",
+    action: "/api-keys"
+  })
+) {}
+export class PermissionDenied extends Schema.TaggedError<PermissionDenied>()(
+  "PermissionDenied",
+  fields,
+  meta({
+    code: "permission_denied",
+    status: 403,
+    type: "permission_error",
+    retryable: false,
+    guidance: "This credential may not do this; the message says why."
+  })
+) {}
+export class InsufficientBalance extends Schema.TaggedError<InsufficientBalance>()(
+  "InsufficientBalance",
+  fields,
+  meta({
+    code: "insufficient_balance",
+    status: 402,
+    type: "billing_error",
+    retryable: false,
+    guidance: "Top up the wallet, or lower the request's output token limit to reduce the reservation.",
+    action: "/billing"
+  })
+) {}
+export class SpendLimitExceeded extends Schema.TaggedError<SpendLimitExceeded>()(
+  "SpendLimitExceeded",
+  fields,
+  meta({
+    code: "spend_limit_exceeded",
+    status: 402,
+    type: "billing_error",
+    retryable: false,
+    guidance: "Raise the key's monthly spend limit or wait for the next month.",
+    action: "/api-keys"
+  })
+) {}
+export class BillingError extends Schema.TaggedError<BillingError>()(
+  "BillingError",
+  fields,
+  meta({
+    code: "billing_error",
+    status: 502,
+    type: "billing_error",
+    retryable: true,
+    guidance: "The payment processor could not be reached; try again shortly."
+  })
+) {}
+export class IdempotencyConflict extends Schema.TaggedError<IdempotencyConflict>()(
+  "IdempotencyConflict",
+  fields,
+  meta({
+    code: "idempotency_conflict",
+    status: 409,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance: "Use a new Idempotency-Key for a different request, or wait for the first one to finish."
+  })
+) {}
+export class RateLimitExceeded extends Schema.TaggedError<RateLimitExceeded>()(
+  "RateLimitExceeded",
+  fields,
+  meta({
+    code: "rate_limit_exceeded",
+    status: 429,
+    type: "rate_limit_error",
+    retryable: true,
+    guidance: "Slow down and retry after `retry_after_seconds`."
+  })
+) {}
+export class ProviderUnavailable extends Schema.TaggedError<ProviderUnavailable>()(
+  "ProviderUnavailable",
+  fields,
+  meta({
+    code: "provider_unavailable",
+    status: 503,
+    type: "provider_error",
+    retryable: true,
+    guidance: "The model provider is unavailable; retry with backoff."
+  })
+) {}
+export class ProviderTimeout extends Schema.TaggedError<ProviderTimeout>()(
+  "ProviderTimeout",
+  fields,
+  meta({
+    code: "provider_timeout",
+    status: 504,
+    type: "provider_error",
+    retryable: true,
+    guidance: providerTimeoutGuidance("the request's output token limit")
+  })
+) {}
+export class SearchError extends Schema.TaggedError<SearchError>()(
+  "SearchError",
+  fields,
+  meta({
+    code: "search_error",
+    status: 502,
+    type: "provider_error",
+    retryable: true,
+    guidance: "Web search failed; retry, or send the request with web_search.mode off."
+  })
+) {}
+export class InternalError extends Schema.TaggedError<InternalError>()(
+  "InternalError",
+  fields,
+  meta({
+    code: "internal_error",
+    status: 500,
+    type: "api_error",
+    retryable: true,
+    guidance: "Something went wrong on our side; retry, and quote the request_id if it persists."
+  })
+) {}
 
 export const errorClasses = [
-  InvalidRequest, UnsupportedInput, NotImplemented, ContextLengthExceeded, NotFound,
-  AuthenticationError, InvalidApiKey, ExpiredApiKey, RevokedApiKey, PermissionDenied,
-  InsufficientBalance, SpendLimitExceeded, BillingError, IdempotencyConflict, RateLimitExceeded,
-  ProviderUnavailable, ProviderTimeout, SearchError, InternalError
+  InvalidRequest,
+  UnsupportedInput,
+  NotImplemented,
+  ContextLengthExceeded,
+  NotFound,
+  AuthenticationError,
+  InvalidApiKey,
+  ExpiredApiKey,
+  RevokedApiKey,
+  PermissionDenied,
+  InsufficientBalance,
+  SpendLimitExceeded,
+  BillingError,
+  IdempotencyConflict,
+  RateLimitExceeded,
+  ProviderUnavailable,
+  ProviderTimeout,
+  SearchError,
+  InternalError
 ] as const
 
 export type ApiError = InstanceType<(typeof errorClasses)[number]>
@@ -212,9 +366,15 @@ export const wire = <C extends ErrorClass>(cls: C) => {
       Effect.zipWith(
         FiberRef.get(CurrentRequestId),
         FiberRef.get(CurrentDashboardUrl),
-        (requestId, dashboardUrl) => ({ ...toErrorBody(error as ErrorFields, requestId, dashboardUrl), type: "error" as const })
+        (requestId, dashboardUrl) => ({
+          ...toErrorBody(error as ErrorFields, requestId, dashboardUrl),
+          type: "error" as const
+        })
       )
-  }).annotations({ ...HttpApiSchema.annotations({ status: m.status }), identifier: `${cls._tag}Body` }) as unknown as Schema.Schema<
+  }).annotations({
+    ...HttpApiSchema.annotations({ status: m.status }),
+    identifier: `${cls._tag}Body`
+  }) as unknown as Schema.Schema<
     InstanceType<C>,
     ErrorBody
   >

@@ -3,7 +3,10 @@
  * strings (its client's address, its path). Forgotten whole past `size` arguments, and arguments longer
  * than `maxLength` are parsed but not kept, so that a stream of new or long ones costs a bounded map.
  */
-export const memoized = <A>(parse: (text: string) => A, options: { readonly size?: number; readonly maxLength?: number } = {}) => {
+export const memoized = <A>(
+  parse: (text: string) => A,
+  options: { readonly size?: number; readonly maxLength?: number } = {}
+) => {
   const { maxLength = 256, size = 10_000 } = options
   const known = new Map<string, A>()
   return (text: string): A => {

@@ -30,7 +30,9 @@ export const quotedName = (name: string): string => `"${(singleLineName(name) ??
 export const SingleLineName = SqlString.pipe(
   Schema.minLength(1),
   Schema.maxLength(MAX_NAME_LENGTH),
-  Schema.filter((name) => !/[\p{Cc}\u2028\u2029]/u.test(name) || "must be a single line (no line breaks or control characters)")
+  Schema.filter((name) =>
+    !/[\p{Cc}\u2028\u2029]/u.test(name) || "must be a single line (no line breaks or control characters)"
+  )
 )
 
 /** An email a client gives, compared after NFKC and case folding: one not in NFKC form is refused. */

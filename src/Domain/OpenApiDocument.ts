@@ -21,8 +21,16 @@ export interface HeaderParameter {
 /** The operation also reads `header` (one the server checks itself, so no schema declares it). */
 export const withHeader = (header: HeaderParameter) => (operation: Json): Json => {
   const parameters = Array.isArray(operation["parameters"]) ? operation["parameters"] as ReadonlyArray<Json> : []
-  if (parameters.some((p) => p["in"] === "header" && String(p["name"]).toLowerCase() === header.name.toLowerCase())) return operation
-  const parameter = { name: header.name, in: "header", required: header.required, description: header.description, schema: { type: "string" } }
+  if (parameters.some((p) => p["in"] === "header" && String(p["name"]).toLowerCase() === header.name.toLowerCase())) {
+    return operation
+  }
+  const parameter = {
+    name: header.name,
+    in: "header",
+    required: header.required,
+    description: header.description,
+    schema: { type: "string" }
+  }
   return Object.assign({}, operation, { parameters: [...parameters, parameter] })
 }
 
@@ -30,8 +38,12 @@ export const withHeader = (header: HeaderParameter) => (operation: Json): Json =
 export const withEventStream = (description: string) => (operation: Json): Json => {
   const responses = recordAt(operation, "responses")
   const ok = recordAt(responses, "200")
-  const content = Object.assign({}, recordAt(ok, "content"), { "text/event-stream": { schema: { type: "string", description } } })
-  return Object.assign({}, operation, { responses: Object.assign({}, responses, { "200": Object.assign({}, ok, { content }) }) })
+  const content = Object.assign({}, recordAt(ok, "content"), {
+    "text/event-stream": { schema: { type: "string", description } }
+  })
+  return Object.assign({}, operation, {
+    responses: Object.assign({}, responses, { "200": Object.assign({}, ok, { content }) })
+  })
 }
 
 /** Every error status of the operation answers `schemaName` (a component schema), not the error bodies its endpoint declares. */

@@ -1,7 +1,6 @@
 import { Schema } from "effect"
 
-const IntFromString = (min: number, max: number) =>
-  Schema.NumberFromString.pipe(Schema.int(), Schema.between(min, max))
+const IntFromString = (min: number, max: number) => Schema.NumberFromString.pipe(Schema.int(), Schema.between(min, max))
 
 /** 1-based `page` and `limit` (1–200, default 50) of every dashboard list. */
 export const PageParams = Schema.Struct({

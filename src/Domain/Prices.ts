@@ -53,7 +53,12 @@ export interface ModelTokens {
 }
 
 /** The cost of tokens priced each at its model's prices, plus searches and pages, rounded up once to the next micro-MYR. */
-export const costOfParts = (table: PriceTable, parts: ReadonlyArray<ModelTokens>, searches: number, pages: number): MicroMyr => {
+export const costOfParts = (
+  table: PriceTable,
+  parts: ReadonlyArray<ModelTokens>,
+  searches: number,
+  pages: number
+): MicroMyr => {
   let tokens = 0
   for (const part of parts) {
     const price = priceOf(table, part.model)

@@ -37,7 +37,9 @@ export const roleRefusal = (allowed: ReadonlyArray<Role>, role: Role): Permissio
   new PermissionDenied({
     message: allowed.length === 0
       ? "No role may do this through the dashboard API."
-      : `This needs the role ${listed(allowed)} in this account; you are ${role === "admin" || role === "owner" ? "an" : "a"} ${role}.`,
+      : `This needs the role ${listed(allowed)} in this account; you are ${
+        role === "admin" || role === "owner" ? "an" : "a"
+      } ${role}.`,
     guidance: allowed.length === 0
       ? "This endpoint declares no role."
       : `Ask an owner or admin of the account to give you the role ${listed(allowed)} (PATCH /dashboard/members/{id}).`,
@@ -101,12 +103,17 @@ export const memberActionRefusal = (
  * Whether `actor` may change, rotate or delete a key `keyMemberId` made: owners and admins any of the account's,
  * a developer only its own, nobody else any.
  */
-export const keyChangeRefusal = (actor: MemberRef, keyId: string, keyMemberId: string | null): PermissionDenied | undefined => {
+export const keyChangeRefusal = (
+  actor: MemberRef,
+  keyId: string,
+  keyMemberId: string | null
+): PermissionDenied | undefined => {
   if (!KEY_MAKERS.includes(actor.role)) return roleRefusal(KEY_MAKERS, actor.role)
   if (actor.role !== "developer" || keyMemberId === actor.id) return undefined
   return new PermissionDenied({
     message: `A developer changes only the keys it created; key '${keyId}' is another member's.`,
-    guidance: "Ask an owner or admin of the account to change this key, or to make you an admin (PATCH /dashboard/members/{id}).",
+    guidance:
+      "Ask an owner or admin of the account to change this key, or to make you an admin (PATCH /dashboard/members/{id}).",
     action: "/api-keys"
   })
 }

@@ -29,13 +29,24 @@ export const SqlString = Schema.String.pipe(
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|([+-])(\d{2}):(\d{2}))$/
 
 const daysIn = (year: number, month: number): number =>
-  month === 2 ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28) : [4, 6, 9, 11].includes(month) ? 30 : 31
+  month === 2
+    ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28)
+    : [4, 6, 9, 11].includes(month)
+    ? 30
+    : 31
 
 /** The instant of an RFC 3339 date-time, or undefined when the text is not one (2024-06-31, 24:00, no zone). */
 export const parseRfc3339 = (text: string): Date | undefined => {
   const parts = RFC3339.exec(text)
   if (parts === null) return undefined
-  const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [number, number, number, number, number, number]
+  const [year, month, day, hour, minute, second] = parts.slice(1, 7).map(Number) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number
+  ]
   const zoneHours = parts[10] === undefined ? 0 : Number(parts[10])
   const zoneMinutes = parts[11] === undefined ? 0 : Number(parts[11])
   const valid = month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month) && hour <= 23 && minute <= 59 &&

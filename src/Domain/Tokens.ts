@@ -1,5 +1,5 @@
-import { createHmac, randomBytes } from "node:crypto"
 import { countTokens } from "gpt-tokenizer"
+import { createHmac, randomBytes } from "node:crypto"
 
 /** A message as the service passes it on: a role and plain text. */
 export interface Message {
@@ -144,9 +144,13 @@ const wholeWords = (window: string): string => {
 /** SAMPLES offsets in [0, stratum), from a keyed digest of the text's length, bytes, start and end. */
 const windowOffsets = (texts: ReadonlyArray<string>, total: number, stratum: number): ReadonlyArray<number> => {
   const mac = createHmac("sha256", WINDOW_KEY).update(`${total}:${texts.length}:`)
-  for (const text of [texts[0] ?? "", texts[texts.length - 1] ?? ""]) mac.update(text.slice(0, 256)).update(text.slice(-256))
+  for (const text of [texts[0] ?? "", texts[texts.length - 1] ?? ""]) {
+    mac.update(text.slice(0, 256)).update(text.slice(-256))
+  }
   const seed = mac.digest()
-  const digest = Buffer.concat([0, 1, 2, 3].map((round) => createHmac("sha256", WINDOW_KEY).update(seed).update(String(round)).digest()))
+  const digest = Buffer.concat(
+    [0, 1, 2, 3].map((round) => createHmac("sha256", WINDOW_KEY).update(seed).update(String(round)).digest())
+  )
   return Array.from({ length: SAMPLES }, (_, i) => Math.floor(digest.readUInt16BE(i * 2) / 65_536 * stratum))
 }
 

@@ -43,7 +43,9 @@ const BaseUrl = Schema.String.pipe(
     message: () => "must be an http(s) URL, e.g. https://api.openai.com/v1"
   })
 )
-const ModelList = Schema.Array(Schema.NonEmptyTrimmedString.annotations({ message: () => "a model id must be a non-empty string" }))
+const ModelList = Schema.Array(
+  Schema.NonEmptyTrimmedString.annotations({ message: () => "a model id must be a non-empty string" })
+)
 
 const UpstreamJson = Schema.Struct({
   name: Name,
@@ -63,7 +65,9 @@ const firstIssue = (error: ParseResult.ParseError): string => {
 }
 
 const entryName = (index: number, value: unknown) => {
-  const name = typeof value === "object" && value !== null && "name" in value ? (value as { name: unknown }).name : undefined
+  const name = typeof value === "object" && value !== null && "name" in value
+    ? (value as { name: unknown }).name
+    : undefined
   return `UPSTREAMS entry ${index + 1}${typeof name === "string" ? ` (${JSON.stringify(name)})` : ""}`
 }
 
@@ -80,7 +84,9 @@ export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<Upstre
   } catch (cause) {
     return Either.left(`UPSTREAMS is not valid JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
   }
-  if (!Array.isArray(raw) || raw.length === 0) return Either.left("UPSTREAMS must be a non-empty JSON array of upstreams")
+  if (!Array.isArray(raw) || raw.length === 0) {
+    return Either.left("UPSTREAMS must be a non-empty JSON array of upstreams")
+  }
   const upstreams: Array<UpstreamConfig> = []
   const priced = new Map<string, { readonly by: string; readonly price: ModelPrice }>()
   for (const [index, value] of raw.entries()) {
@@ -88,10 +94,14 @@ export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<Upstre
     const decoded = decodeEntry(value)
     if (Either.isLeft(decoded)) return Either.left(`${where}: ${firstIssue(decoded.left)}`)
     const entry = decoded.right
-    if (upstreams.some((u) => u.name === entry.name)) return Either.left(`${where}: name: another entry is already named ${entry.name}`)
+    if (upstreams.some((u) => u.name === entry.name)) {
+      return Either.left(`${where}: name: another entry is already named ${entry.name}`)
+    }
     const general = entry.models.general ?? []
     const reasoning = entry.models.reasoning ?? []
-    if (general.length + reasoning.length === 0) return Either.left(`${where}: models: list at least one model under general or reasoning`)
+    if (general.length + reasoning.length === 0) {
+      return Either.left(`${where}: models: list at least one model under general or reasoning`)
+    }
     for (const [category, list] of [["general", general], ["reasoning", reasoning]] as const) {
       const twice = list.find((model, i) => list.indexOf(model) !== i)
       if (twice !== undefined) return Either.left(`${where}: models.${category}: ${twice} is listed twice`)
@@ -99,14 +109,18 @@ export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<Upstre
     for (const [model, price] of Object.entries(entry.prices ?? {})) {
       const earlier = priced.get(model)
       if (earlier !== undefined && JSON.stringify(earlier.price) !== JSON.stringify(price)) {
-        return Either.left(`${where}: prices.${model}: priced differently by ${earlier.by}; a model has one price (calls are billed by model)`)
+        return Either.left(
+          `${where}: prices.${model}: priced differently by ${earlier.by}; a model has one price (calls are billed by model)`
+        )
       }
       priced.set(model, { by: entry.name, price })
     }
     upstreams.push({
       name: entry.name,
       baseUrl: entry.base_url,
-      apiKey: entry.api_key === undefined || entry.api_key === "" ? Option.none() : Option.some(Redacted.make(entry.api_key)),
+      apiKey: entry.api_key === undefined || entry.api_key === ""
+        ? Option.none()
+        : Option.some(Redacted.make(entry.api_key)),
       models: { general, reasoning },
       prices: entry.prices ?? {}
     })
@@ -150,7 +164,8 @@ export const targetsFor = (
 ): ReadonlyArray<Target> => {
   const targets = targetsOf(upstreams, category)
   if (targets[0]?.model === model) return targets
-  const upstream = upstreams.find((u) => u.models.general.includes(model) || u.models.reasoning.includes(model)) ?? upstreams[0]
+  const upstream = upstreams.find((u) => u.models.general.includes(model) || u.models.reasoning.includes(model)) ??
+    upstreams[0]
   return upstream === undefined ? [] : [{ id: `${upstream.name}/${model}`, upstream: upstream.name, model }]
 }
 

@@ -25,14 +25,20 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
     const breakers = yield* Breakers
     const ok = { status: "ok" as const }
     const upstreams = Effect.map(breakers.notClosed, (states) => ({
-      open: states.map(({ halfOpenAt, state, target }) => ({ target, state, half_open_at: new Date(halfOpenAt).toISOString() }))
+      open: states.map(({ halfOpenAt, state, target }) => ({
+        target,
+        state,
+        half_open_at: new Date(halfOpenAt).toISOString()
+      }))
     }))
     const authorized = Effect.gen(function*() {
       if (Option.isNone(metricsToken)) return
       const header = (yield* HttpServerRequest.HttpServerRequest).headers["authorization"] ?? ""
       const given = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : ""
       if (!sameSecret(given, Redacted.value(metricsToken.value))) {
-        return yield* new AuthenticationError({ message: "GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`." })
+        return yield* new AuthenticationError({
+          message: "GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`."
+        })
       }
     })
     return handlers
@@ -43,11 +49,16 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
             duration: "2 seconds",
             onTimeout: () => new ProviderUnavailable({ message: "The database did not answer within 2 seconds." })
           }),
-          Effect.catchTag("SqlError", () =>
-            new ProviderUnavailable({ message: "The database is unreachable.", retry_after_seconds: 5 })),
+          Effect.catchTag(
+            "SqlError",
+            () => new ProviderUnavailable({ message: "The database is unreachable.", retry_after_seconds: 5 })
+          ),
           Effect.zipRight(upstreams),
           Effect.map((upstreams) => ({ ...ok, upstreams }))
         ))
       .handle("metrics", () =>
-        Effect.zipRight(authorized, renderMetrics(wallet.openHolds, breakers.notClosed).pipe(Effect.provideService(Metrics, metrics))))
+        Effect.zipRight(
+          authorized,
+          renderMetrics(wallet.openHolds, breakers.notClosed).pipe(Effect.provideService(Metrics, metrics))
+        ))
   }))

@@ -14,7 +14,9 @@ import { NotFound } from "../Domain/Errors.js"
 export const DASHBOARD_PATH = "/app"
 
 /** `web/dist` at the project's root: two folders up from `src/Http/` (tsx), three from the compiled `dist/src/Http/`. */
-const distCandidates = ["../../web/dist", "../../../web/dist"].map((path) => fileURLToPath(new URL(path, import.meta.url)))
+const distCandidates = ["../../web/dist", "../../../web/dist"].map((path) =>
+  fileURLToPath(new URL(path, import.meta.url))
+)
 export const DASHBOARD_DIST = distCandidates.find((dir) => existsSync(dir)) ?? distCandidates[0] ?? "web/dist"
 
 /** Vite names every file under `assets/` by its content hash: it never changes, so it is cached for good. */

@@ -1,6 +1,6 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import ipaddr from "ipaddr.js"
 import { Effect, Option } from "effect"
+import ipaddr from "ipaddr.js"
 import type { AppConfigShape } from "../AppConfig.js"
 import { NotFound } from "../Domain/Errors.js"
 
@@ -26,7 +26,8 @@ export const devRouteAllowed = (
   request: { readonly peer: string | undefined; readonly headers: Readonly<Record<string, string | undefined>> },
   config: Pick<AppConfigShape, "devAuth" | "production">
 ): boolean =>
-  (Option.contains(config.devAuth, true) && !config.production) || (isLoopbackPeer(request.peer) && !isForwarded(request.headers))
+  (Option.contains(config.devAuth, true) && !config.production) ||
+  (isLoopbackPeer(request.peer) && !isForwarded(request.headers))
 
 /** The answer to a development route that may not answer: 404, as if it did not exist, saying why to whoever runs it. */
 export const devRouteRefusal = new NotFound({

@@ -42,7 +42,9 @@ const htmlText = (text: string): string => text.replace(/&/g, "&amp;").replace(/
  */
 const scalarBundle = Effect.promise(async () => {
   const require = createRequire(import.meta.url)
-  const bundle = require(require.resolve("@effect/platform/HttpApiScalar").replace(/HttpApiScalar\.js$/, "internal/httpApiScalar.js"))
+  const bundle = require(
+    require.resolve("@effect/platform/HttpApiScalar").replace(/HttpApiScalar\.js$/, "internal/httpApiScalar.js")
+  )
   return (bundle as { readonly javascript: string }).javascript
 })
 
@@ -64,7 +66,9 @@ const page = Effect.map(scalarBundle, (javascript) => {
       ${scriptJson(spec)}
     </script>
     <script>
-      document.getElementById('api-reference').dataset.configuration = JSON.stringify(${scriptJson({ _integration: "html", withDefaultFonts: false })})
+      document.getElementById('api-reference').dataset.configuration = JSON.stringify(${
+    scriptJson({ _integration: "html", withDefaultFonts: false })
+  })
     </script>
     <script>${javascript}</script>
   </body>
@@ -73,5 +77,15 @@ const page = Effect.map(scalarBundle, (javascript) => {
 })
 
 export const DocsLive = HttpApiBuilder.Router.use((router) =>
-  Effect.flatMap(Effect.cached(page), (cachedPage) =>
-    router.get("/docs", Effect.map(cachedPage, (body) => HttpServerResponse.uint8Array(body, { contentType: "text/html; charset=utf-8" })))))
+  Effect.flatMap(
+    Effect.cached(page),
+    (cachedPage) =>
+      router.get(
+        "/docs",
+        Effect.map(
+          cachedPage,
+          (body) => HttpServerResponse.uint8Array(body, { contentType: "text/html; charset=utf-8" })
+        )
+      )
+  )
+)

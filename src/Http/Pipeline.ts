@@ -1,14 +1,14 @@
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpApiError from "@effect/platform/HttpApiError"
 import * as HttpIncomingMessage from "@effect/platform/HttpIncomingMessage"
 import * as HttpServerError from "@effect/platform/HttpServerError"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import { Cause, Effect, FiberRefs, Option, ParseResult } from "effect"
 import type { Server } from "node:http"
 import type { Socket } from "node:net"
 import type { Duplex } from "node:stream"
-import { Cause, Effect, FiberRefs, Option, ParseResult } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import {
   type ApiError,
@@ -22,13 +22,19 @@ import {
   toErrorBody
 } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
-import { anthropicErrorBody } from "../Models/Anthropic/AnthropicErrors.js"
-import { CallLimits } from "../Models/Admission/RateLimits.js"
-import { readBodyText } from "../Lane/Wire/BodyText.js"
 import { ModelLane } from "../Lane/ModelLane.js"
+import { readBodyText } from "../Lane/Wire/BodyText.js"
 import { writeNodeBody } from "../Lane/Wire/NodeBody.js"
+import { CallLimits } from "../Models/Admission/RateLimits.js"
+import { anthropicErrorBody } from "../Models/Anthropic/AnthropicErrors.js"
+import {
+  CurrentRequestFacts,
+  CurrentRequestId,
+  CurrentResponseHeaders,
+  type RequestFacts,
+  requestFactsOf
+} from "../Request/Context.js"
 import { makeRequestGuard } from "./RequestGuard.js"
-import { CurrentRequestFacts, CurrentRequestId, CurrentResponseHeaders, type RequestFacts, requestFactsOf } from "../Request/Context.js"
 
 export const MAX_BODY_BYTES = 8 * 1024 * 1024
 const OVERSIZE_MESSAGE = "The request body exceeds 8 MiB."
@@ -79,7 +85,9 @@ const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
     entry.messages.push(plain(issue.message, issue.path))
     byPath.set(key, entry)
   }
-  if (byPath.size === 0) return issues.slice(0, 1).map((issue) => ({ ...issue, message: plain(issue.message, issue.path) }))
+  if (byPath.size === 0) {
+    return issues.slice(0, 1).map((issue) => ({ ...issue, message: plain(issue.message, issue.path) }))
+  }
   // The deepest problem is the most precise one (inside a union: the field of the alternative that nearly fit).
   return [...byPath.values()]
     .map(({ path, messages }) => ({ path, message: mergeAlternatives(messages) }))
@@ -88,7 +96,8 @@ const distinctIssues = (issues: ReadonlyArray<Issue>): ReadonlyArray<Issue> => {
 
 /** A message quotes the offending value: never more of it than this (a field may hold megabytes). */
 const MAX_MESSAGE = 300
-const bounded = (message: string): string => message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE)}…` : message
+const bounded = (message: string): string =>
+  message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE)}…` : message
 
 const fromIssues = (all: ReadonlyArray<Issue>) => {
   const issues = distinctIssues(all)
@@ -133,7 +142,9 @@ export const toApiError = (cause: Cause.Cause<unknown>): Option.Option<ApiError>
 const ANTHROPIC_PATH = /^\/v1\/messages(?:\/|\?|$)/
 
 export const errorResponse = (error: ApiError, requestId: string, dashboardUrl: string, url = "") => {
-  const body = ANTHROPIC_PATH.test(url) ? anthropicErrorBody(error, requestId, dashboardUrl) : toErrorBody(error, requestId, dashboardUrl)
+  const body = ANTHROPIC_PATH.test(url)
+    ? anthropicErrorBody(error, requestId, dashboardUrl)
+    : toErrorBody(error, requestId, dashboardUrl)
   const retryAfter = body.error.retry_after_seconds
   return HttpServerResponse.unsafeJson(body, {
     status: httpStatus(error),
@@ -215,6 +226,7 @@ export const PipelineLive = HttpApiBuilder.middleware(
     const limits = yield* Effect.serviceOption(CallLimits)
     const release = limits._tag === "Some" ? limits.value.releaseUnclaimed : undefined
     return (router) =>
+      // eslint-disable-next-line nenas/no-gen-in-arrow -- applied once, to the app; the Effect runs per request
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         const laneHandler = lane._tag === "Some" ? lane.value.route(request.method, request.url) : undefined
@@ -266,7 +278,9 @@ export const PipelineLive = HttpApiBuilder.middleware(
             )
           )
         // Anthropic's SDKs read `request-id` (`message._request_id`); the other paths name it `x-request-id` only.
-        const ids = ANTHROPIC_PATH.test(request.url) ? { "x-request-id": requestId, "request-id": requestId } : { "x-request-id": requestId }
+        const ids = ANTHROPIC_PATH.test(request.url)
+          ? { "x-request-id": requestId, "request-id": requestId }
+          : { "x-request-id": requestId }
         const withId = HttpServerResponse.setHeaders(response, Object.assign(ids, extraHeaders))
         // An oversize or refused body may be left unread: the connection cannot carry another request.
         const unread = response.status === 413 || refused

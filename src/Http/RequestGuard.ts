@@ -2,17 +2,17 @@ import * as HttpApi from "@effect/platform/HttpApi"
 import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Context, Effect, FiberRef, Option } from "effect"
+import { AppConfig } from "../AppConfig.js"
 import { ApiKeyAuth, DashboardAuth } from "../Auth/Api.js"
 import { makeSessionBeforeBody } from "../Auth/Session.js"
 import { InvalidRequest } from "../Domain/Errors.js"
-import { CurrentRequestId } from "../Request/Context.js"
-import { AllowedRoles, type Role } from "../Domain/Roles.js"
-import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
-import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
-import { breathe, breatheAfter, LARGE_BODY_CHARS, LargeRequest } from "../Request/Breathe.js"
-import { AppConfig } from "../AppConfig.js"
 import { memoized } from "../Domain/Memo.js"
+import { AllowedRoles, type Role } from "../Domain/Roles.js"
+import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
+import { makeAuthenticateBeforeBody } from "../Keys/Authentication.js"
 import { CallLimits } from "../Models/Admission/RateLimits.js"
+import { breathe, breatheAfter, LARGE_BODY_CHARS, LargeRequest } from "../Request/Breathe.js"
+import { CurrentRequestId } from "../Request/Context.js"
 import { guardDevRoutes } from "./DevRoutes.js"
 
 const mediaType = (request: HttpServerRequest.HttpServerRequest): string | undefined =>
@@ -31,7 +31,9 @@ const nulInUrl = (url: string): Option.Option<InvalidRequest> => {
   for (const [name, value] of new URLSearchParams(query)) {
     if (name.includes("\u0000") || value.includes("\u0000")) {
       const param = name.replaceAll("\u0000", "").slice(0, 100)
-      return Option.some(new InvalidRequest({ message: `Invalid '${param}': must not contain the character U+0000`, param }))
+      return Option.some(
+        new InvalidRequest({ message: `Invalid '${param}': must not contain the character U+0000`, param })
+      )
     }
   }
   return /%00|\u0000/.test(path)
@@ -59,7 +61,9 @@ export const rolesOf = (endpoint: { readonly annotations: Context.Context<never>
   Option.getOrElse(Context.getOption(endpoint.annotations, AllowedRoles), () => [])
 
 /** Method and path patterns of the endpoints that take a JSON body, an API key or a session token. */
-const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>): ReadonlyArray<EndpointPattern> => {
+const endpointsOf = (
+  api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>
+): ReadonlyArray<EndpointPattern> => {
   const found: Array<EndpointPattern> = []
   HttpApi.reflect(api, {
     onGroup: () => {},
@@ -70,7 +74,15 @@ const endpointsOf = (api: HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyW
       if (!json && !apiKey && !session) return
       const pattern = endpoint.path.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/:[^/]+/g, "[^/]+")
       const params = endpoint.path.split(":").length - 1
-      found.push({ method: endpoint.method, path: new RegExp(`^${pattern}/?$`), json, apiKey, session, roles: rolesOf(endpoint), params })
+      found.push({
+        method: endpoint.method,
+        path: new RegExp(`^${pattern}/?$`),
+        json,
+        apiKey,
+        session,
+        roles: rolesOf(endpoint),
+        params
+      })
     }
   })
   // As the router does: a literal segment before a parameter (`/webhooks/event-types` before `/webhooks/:id`).
@@ -112,7 +124,9 @@ export const makeRequestGuard = Effect.gen(function*() {
     yield* devRoutes
     const type = mediaType(request)
     if (type?.startsWith("multipart/")) {
-      return yield* new InvalidRequest({ message: "Multipart bodies are not accepted; send Content-Type: application/json." })
+      return yield* new InvalidRequest({
+        message: "Multipart bodies are not accepted; send Content-Type: application/json."
+      })
     }
     const endpoint = endpointOf(request)
     if (endpoint?.apiKey === true && authenticate !== undefined) {

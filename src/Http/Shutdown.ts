@@ -1,5 +1,5 @@
-import type { Server } from "node:http"
 import { Clock, Effect, Layer } from "effect"
+import type { Server } from "node:http"
 import { Idempotency } from "../Models/Admission/Idempotency.js"
 
 /**

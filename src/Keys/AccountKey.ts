@@ -6,5 +6,8 @@ import type { KeysRepo } from "./Repo.js"
 export const requireAccountKey = (keys: typeof KeysRepo.Service, accountId: string, keyId: string | undefined) =>
   keyId === undefined ? Effect.void : Effect.flatMap(
     keys.isAccountKey(accountId, keyId),
-    (found) => found ? Effect.void : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
+    (found) =>
+      found
+        ? Effect.void
+        : Effect.fail(new NotFound({ message: `No API key with id '${keyId}'.`, param: "api_key_id" }))
   )

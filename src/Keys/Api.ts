@@ -4,8 +4,8 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { allowRoles, EVERY_ROLE, KEY_MAKERS } from "../Domain/Roles.js"
 import { IdempotencyConflict, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { allowRoles, EVERY_ROLE, KEY_MAKERS } from "../Domain/Roles.js"
 import { NoUrlParams, Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
 
 export const Environment = Schema.Literal("live", "test")
@@ -135,7 +135,11 @@ export class KeysApi extends HttpApiGroup.make("apiKeys")
   .add(
     HttpApiEndpoint.post("rotate")`/dashboard/api-keys/${HttpApiSchema.param("id", SqlString)}/rotate`
       .setPayload(RotateApiKeyRequest)
-      .setHeaders(Schema.Struct({ "idempotency-key": Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(255))) }))
+      .setHeaders(
+        Schema.Struct({
+          "idempotency-key": Schema.optional(SqlString.pipe(Schema.minLength(1), Schema.maxLength(255)))
+        })
+      )
       .addSuccess(RotateApiKeyResponse)
       .addError(wire(InvalidRequest))
       .addError(wire(NotFound))

@@ -1,8 +1,8 @@
-import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto"
 import { Option } from "effect"
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from "node:crypto"
 import { type AppConfigShape, RATE_LIMIT_CEILING_FACTOR } from "../AppConfig.js"
-import type { Environment } from "./Api.js"
 import { randomBase62 } from "../Domain/Ids.js"
+import type { Environment } from "./Api.js"
 
 /** `nns_live_` or `nns_test_` and 40 random base62 characters (about 238 bits). */
 export const generateKey = (environment: Environment): string => `nns_${environment}_${randomBase62(40)}`
@@ -47,9 +47,18 @@ export const sealSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: 
 }
 
 /** The secret `sealSecret` sealed; undefined when it does not open with this server secret and Idempotency-Key. */
-export const openSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: string, sealed: Buffer): string | undefined => {
+export const openSecret = (
+  serverSecret: Buffer,
+  keyId: string,
+  idempotencyKey: string,
+  sealed: Buffer
+): string | undefined => {
   try {
-    const decipher = createDecipheriv("aes-256-gcm", sealingKey(serverSecret, keyId, idempotencyKey), sealed.subarray(0, 12))
+    const decipher = createDecipheriv(
+      "aes-256-gcm",
+      sealingKey(serverSecret, keyId, idempotencyKey),
+      sealed.subarray(0, 12)
+    )
     decipher.setAuthTag(sealed.subarray(12, 28))
     return Buffer.concat([decipher.update(sealed.subarray(28)), decipher.final()]).toString("utf8")
   } catch {
@@ -57,12 +66,18 @@ export const openSecret = (serverSecret: Buffer, keyId: string, idempotencyKey: 
   }
 }
 
-type LimitConfig = Pick<AppConfigShape, "rateLimitRpm" | "rateLimitConcurrent" | "rateLimitRpmMax" | "rateLimitConcurrentMax">
+type LimitConfig = Pick<
+  AppConfigShape,
+  "rateLimitRpm" | "rateLimitConcurrent" | "rateLimitRpmMax" | "rateLimitConcurrentMax"
+>
 
 /** The most a key may be given: the operator's ceiling, else 10× the default (docs/operations.md, "Configuration"). */
 export const rateLimitCeilings = (config: LimitConfig) => ({
   rpm: Option.getOrElse(config.rateLimitRpmMax, () => config.rateLimitRpm * RATE_LIMIT_CEILING_FACTOR),
-  concurrent: Option.getOrElse(config.rateLimitConcurrentMax, () => config.rateLimitConcurrent * RATE_LIMIT_CEILING_FACTOR)
+  concurrent: Option.getOrElse(
+    config.rateLimitConcurrentMax,
+    () => config.rateLimitConcurrent * RATE_LIMIT_CEILING_FACTOR
+  )
 })
 
 /** What a key is held to: its own limits, else the defaults, never above the ceilings (which may have been lowered since). */

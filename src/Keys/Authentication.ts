@@ -1,5 +1,6 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Cause, type Clock, Effect, Exit, FiberRef, Layer, Option, Redacted } from "effect"
+import { IpLimits } from "../Addresses/IpLimits.js"
 import { ApiKeyAuth, type ApiKeyPrincipal } from "../Auth/Api.js"
 import {
   AuthenticationError,
@@ -11,7 +12,6 @@ import {
   RevokedApiKey
 } from "../Domain/Errors.js"
 import { CurrentRequestId, noteRequestFacts } from "../Request/Context.js"
-import { IpLimits } from "../Addresses/IpLimits.js"
 import { hashKey, keyPrefix } from "./ApiKeys.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
@@ -23,7 +23,8 @@ const describe = (key: string): string => key.startsWith("nns_") ? `${keyPrefix(
 const rotatedOut = (key: string, keyId: string) =>
   new RevokedApiKey({
     message: `The API key ${describe(key)} was rotated, and the grace period of this old secret has ended.`,
-    guidance: "This secret was replaced when the key was rotated; use the key's new secret (shown once at rotation), or rotate it again in the dashboard.",
+    guidance:
+      "This secret was replaced when the key was rotated; use the key's new secret (shown once at rotation), or rotate it again in the dashboard.",
     action: keyEditAction(keyId)
   })
 
@@ -36,7 +37,8 @@ type AuthFailure = AuthenticationError | InvalidApiKey | ExpiredApiKey | Revoked
  * key, so that it never answers for another request or another key.
  */
 const EarlyOutcome = FiberRef.unsafeMake<
-  { readonly requestId: string; readonly key: string; readonly exit: Exit.Exit<ApiKeyPrincipal, AuthFailure> } | undefined
+  | { readonly requestId: string; readonly key: string; readonly exit: Exit.Exit<ApiKeyPrincipal, AuthFailure> }
+  | undefined
 >(undefined)
 
 /**
@@ -142,20 +144,31 @@ export const makeAuthenticateBeforeBody = Effect.gen(function*() {
     Effect.serviceOption(IpLimits)
   ])
   if (Option.isNone(keys) || Option.isNone(lastUsed) || Option.isNone(limits)) {
-    return yield* Effect.dieMessage("API-key endpoints need KeyCache, KeyLastUsed and IpLimits under the error middleware.")
+    return yield* Effect.dieMessage(
+      "API-key endpoints need KeyCache, KeyLastUsed and IpLimits under the error middleware."
+    )
   }
   const authenticate = authenticating(keys.value, lastUsed.value, yield* Effect.clock, limits.value)
   // A span only while traces are exported: a span nobody reads still costs a copy of the request's context.
-  return (yield* FiberRef.get(FiberRef.currentTracerEnabled)) ? Effect.withSpan(authenticate, "auth.before_body") : authenticate
+  return (yield* FiberRef.get(FiberRef.currentTracerEnabled))
+    ? Effect.withSpan(authenticate, "auth.before_body")
+    : authenticate
 })
 
 /** What every key ever issued looks like (`generateKey`; docs/security.md, "Security": 32 or more base62 characters). */
 const KEY_SHAPE = /^nns_(?:live|test)_[0-9A-Za-z]{32,}$/
 
 /** A refusal that names a real key: its holder is known, so the per-address limit does not stand in its way. */
-const isGenuine = (failure: AuthFailure): boolean => failure._tag === "PermissionDenied" || failure._tag === "ExpiredApiKey"
+const isGenuine = (failure: AuthFailure): boolean =>
+  failure._tag === "PermissionDenied" || failure._tag === "ExpiredApiKey"
 
-const authenticating = (keys: KeyCache["Type"], lastUsed: KeyLastUsed["Type"], clock: Clock.Clock, limits: IpLimits["Type"]) =>
+const authenticating = (
+  keys: KeyCache["Type"],
+  lastUsed: KeyLastUsed["Type"],
+  clock: Clock.Clock,
+  limits: IpLimits["Type"]
+) =>
+  // eslint-disable-next-line nenas/no-gen-in-arrow -- built once, with the middleware; the Effect runs per request
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const address = yield* limits.client

@@ -28,7 +28,11 @@ const looser = (now: number | null, asked: number | null | undefined): boolean =
   asked !== undefined && now !== null && (asked === null || asked > now)
 
 /** The controls `change` would loosen of those in `held` (set by an owner or admin), in the contract's field names. */
-export const loosened = (now: ControlsNow, held: ReadonlyArray<string>, change: ControlsChange): ReadonlyArray<Control> =>
+export const loosened = (
+  now: ControlsNow,
+  held: ReadonlyArray<string>,
+  change: ControlsChange
+): ReadonlyArray<Control> =>
   CONTROLS.filter((control) => {
     if (!held.includes(control)) return false
     switch (control) {
@@ -47,7 +51,9 @@ export const loosened = (now: ControlsNow, held: ReadonlyArray<string>, change: 
  * What an owner's or admin's change does to the record of who set each control: one it sets (a limit, a
  * disabling) becomes theirs; one it lifts (null, enabling) is free again. A developer's change records nothing.
  */
-export const recordedControls = (change: ControlsChange): { readonly add: ReadonlyArray<Control>; readonly drop: ReadonlyArray<Control> } => {
+export const recordedControls = (
+  change: ControlsChange
+): { readonly add: ReadonlyArray<Control>; readonly drop: ReadonlyArray<Control> } => {
   const given: ReadonlyArray<readonly [Control, boolean | number | null | undefined]> = [
     ["disabled", change.disabled === undefined ? undefined : change.disabled || null],
     ["monthly_spend_limit_myr", change.monthlySpendLimitMicroMyr],

@@ -1,15 +1,16 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { DateTime, Effect, Option } from "effect"
 import { NenasApi } from "../Api.js"
-import { CurrentAccount } from "../Auth/Api.js"
+import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
+import { CurrentAccount } from "../Auth/Api.js"
 import type { SignedIn } from "../Domain/Account.js"
 import { IdempotencyConflict, InvalidRequest, NotFound } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
 import { keyChangeRefusal } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
-import { AppConfig } from "../AppConfig.js"
+import { Spending } from "../Wallet/Spending.js"
 import type { ApiKeyRecord } from "./Api.js"
 import {
   effectiveRateLimits,
@@ -25,11 +26,11 @@ import {
 import { loosened, loosenedRefusal, recordedControls } from "./Controls.js"
 import { KeyCache } from "./KeyCache.js"
 import { KeyLastUsed } from "./LastUsed.js"
-import { Spending } from "../Wallet/Spending.js"
 import { type KeyRow, KeysRepo } from "./Repo.js"
 import { RotationSeal } from "./RotationSeal.js"
 
-const WARNING = "Store this key now: it is shown only once and cannot be recovered. Anyone holding it can spend your balance."
+const WARNING =
+  "Store this key now: it is shown only once and cannot be recovered. Anyone holding it can spend your balance."
 
 const later = (a: Date | null, b: Option.Option<Date>): Date | null =>
   Option.match(b, { onNone: () => a, onSome: (p) => a === null || p > a ? p : a })
@@ -68,7 +69,10 @@ const toRecord = (
 /** A per-key rate limit above the operator's ceiling is refused, naming the field. */
 const withinCeilings = (
   limits: Limits,
-  asked: { readonly rate_limit_rpm?: number | null | undefined; readonly rate_limit_concurrent?: number | null | undefined }
+  asked: {
+    readonly rate_limit_rpm?: number | null | undefined
+    readonly rate_limit_concurrent?: number | null | undefined
+  }
 ) =>
   Effect.gen(function*() {
     const ceilings = rateLimitCeilings(limits)
@@ -105,7 +109,11 @@ const changeable = (repo: KeysRepo["Type"], account: SignedIn, id: string) =>
 const keyDetails = (row: KeyRow, given: object) => ({
   name: row.name,
   environment: row.environment,
-  ...Object.fromEntries(Object.entries(given).map(([field, value]) => [field, DateTime.isDateTime(value) ? DateTime.formatIso(value) : value]))
+  ...Object.fromEntries(
+    Object.entries(given).map((
+      [field, value]
+    ) => [field, DateTime.isDateTime(value) ? DateTime.formatIso(value) : value])
+  )
 })
 
 export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
@@ -128,21 +136,29 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           }
           yield* withinCeilings(limits, payload)
           const fullKey = generateKey(payload.environment)
-          const row = yield* audit.within(repo.create({
-            id: newId("key"),
-            accountId: account.id,
-            memberId: account.member.id,
-            name: payload.name,
-            prefix: keyPrefix(fullKey),
-            environment: payload.environment,
-            keyHash: hashKey(fullKey),
-            monthlySpendLimitMicroMyr: payload.monthly_spend_limit_myr === undefined
-              ? null
-              : fromMyr(payload.monthly_spend_limit_myr),
-            expiresAt,
-            rateLimitRpm: payload.rate_limit_rpm ?? null,
-            rateLimitConcurrent: payload.rate_limit_concurrent ?? null
-          }, account.member.role === "developer" ? MAX_KEYS_PER_DEVELOPER : undefined), (created) => ({ action: "api_key.created", targetType: "api_key", targetId: created.id, details: keyDetails(created, payload) })).pipe(
+          const row = yield* audit.within(
+            repo.create({
+              id: newId("key"),
+              accountId: account.id,
+              memberId: account.member.id,
+              name: payload.name,
+              prefix: keyPrefix(fullKey),
+              environment: payload.environment,
+              keyHash: hashKey(fullKey),
+              monthlySpendLimitMicroMyr: payload.monthly_spend_limit_myr === undefined
+                ? null
+                : fromMyr(payload.monthly_spend_limit_myr),
+              expiresAt,
+              rateLimitRpm: payload.rate_limit_rpm ?? null,
+              rateLimitConcurrent: payload.rate_limit_concurrent ?? null
+            }, account.member.role === "developer" ? MAX_KEYS_PER_DEVELOPER : undefined),
+            (created) => ({
+              action: "api_key.created",
+              targetType: "api_key",
+              targetId: created.id,
+              details: keyDetails(created, payload)
+            })
+          ).pipe(
             Effect.catchTag("TooManyKeys", ({ limit, of }) =>
               new InvalidRequest({
                 message: of === "account"
@@ -186,17 +202,27 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             )
             if (loose.length > 0) return yield* loosenedRefusal(path.id, loose)
           }
-          const row = yield* audit.within(repo.update(account.id, path.id, {
-            ...(payload.name === undefined ? {} : { name: payload.name }),
-            ...(limit === undefined ? {} : { monthlySpendLimitMicroMyr: limit === null ? null : fromMyr(limit) }),
-            ...(expiresAt === undefined ? {} : { expiresAt }),
-            ...(payload.disabled === undefined ? {} : { disabled: payload.disabled }),
-            ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
-            ...(payload.rate_limit_concurrent === undefined ? {} : { rateLimitConcurrent: payload.rate_limit_concurrent })
-          }, account.member.role === "developer" ? undefined : recordedControls(controls)), (updated) =>
-            updated === undefined
-              ? undefined
-              : { action: "api_key.updated", targetType: "api_key", targetId: updated.id, details: keyDetails(updated, payload) })
+          const row = yield* audit.within(
+            repo.update(account.id, path.id, {
+              ...(payload.name === undefined ? {} : { name: payload.name }),
+              ...(limit === undefined ? {} : { monthlySpendLimitMicroMyr: limit === null ? null : fromMyr(limit) }),
+              ...(expiresAt === undefined ? {} : { expiresAt }),
+              ...(payload.disabled === undefined ? {} : { disabled: payload.disabled }),
+              ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
+              ...(payload.rate_limit_concurrent === undefined
+                ? {}
+                : { rateLimitConcurrent: payload.rate_limit_concurrent })
+            }, account.member.role === "developer" ? undefined : recordedControls(controls)),
+            (updated) =>
+              updated === undefined
+                ? undefined
+                : {
+                  action: "api_key.updated",
+                  targetType: "api_key",
+                  targetId: updated.id,
+                  details: keyDetails(updated, payload)
+                }
+          )
           if (row === undefined) return yield* noSuchKey(path.id)
           // Every instance hears of it through the key's NOTIFY within moments; this one knows at once.
           yield* cache.forgetAccount(account.id)
@@ -212,28 +238,32 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           const idempotencyKey = headers["idempotency-key"]
           if (idempotencyKey !== undefined && idempotencyKey.length < MIN_ROTATION_IDEMPOTENCY_KEY) {
             return yield* new InvalidRequest({
-              message: `A rotation's Idempotency-Key must be at least ${MIN_ROTATION_IDEMPOTENCY_KEY} characters (a random one, such as a UUID).`,
+              message:
+                `A rotation's Idempotency-Key must be at least ${MIN_ROTATION_IDEMPOTENCY_KEY} characters (a random one, such as a UUID).`,
               param: "Idempotency-Key"
             })
           }
           const current = yield* changeable(repo, account, path.id)
           const fullKey = generateKey(current.environment)
-          const rotated = yield* audit.within(repo.rotate(account.id, path.id, {
-            keyHash: hashKey(fullKey),
-            prefix: keyPrefix(fullKey),
-            graceSeconds: payload.grace_seconds,
-            repeat: idempotencyKey === undefined ? null : {
-              tokenHash: rotationToken(path.id, idempotencyKey),
-              sealed: seals.seal(path.id, idempotencyKey, fullKey)
-            }
-          }, ROTATION_REPEAT_SECONDS), (result) =>
-            // A repeat of the same rotation changed nothing: its entry is the first one's.
-            result === undefined || result.repeatOf !== null ? undefined : {
-              action: "api_key.rotated",
-              targetType: "api_key",
-              targetId: result.row.id,
-              details: keyDetails(result.row, { grace_seconds: payload.grace_seconds })
-            })
+          const rotated = yield* audit.within(
+            repo.rotate(account.id, path.id, {
+              keyHash: hashKey(fullKey),
+              prefix: keyPrefix(fullKey),
+              graceSeconds: payload.grace_seconds,
+              repeat: idempotencyKey === undefined ? null : {
+                tokenHash: rotationToken(path.id, idempotencyKey),
+                sealed: seals.seal(path.id, idempotencyKey, fullKey)
+              }
+            }, ROTATION_REPEAT_SECONDS),
+            (result) =>
+              // A repeat of the same rotation changed nothing: its entry is the first one's.
+              result === undefined || result.repeatOf !== null ? undefined : {
+                action: "api_key.rotated",
+                targetType: "api_key",
+                targetId: result.row.id,
+                details: keyDetails(result.row, { grace_seconds: payload.grace_seconds })
+              }
+          )
           if (rotated === undefined) return yield* noSuchKey(path.id)
           const answered = rotated.repeatOf === null || idempotencyKey === undefined
             ? fullKey
@@ -263,7 +293,9 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
           const deleted = yield* audit.within(
             repo.remove(account.id, path.id),
             (removed) =>
-              removed ? { action: "api_key.deleted", targetType: "api_key", targetId: path.id, details: keyDetails(key, {}) } : undefined
+              removed
+                ? { action: "api_key.deleted", targetType: "api_key", targetId: path.id, details: keyDetails(key, {}) }
+                : undefined
           )
           if (!deleted) return yield* noSuchKey(path.id)
           // Every instance hears of it within moments; this one knows at once.

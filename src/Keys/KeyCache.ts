@@ -60,8 +60,8 @@ export class KeyCache extends Context.Tag("nenas/KeyCache")<KeyCache, {
     )
 }
 
-const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics: Metrics, options: KeyCacheOptions) =>
-  Effect.gen(function*() {
+const remembering = Effect.fnUntraced(
+  function*(repo: KeysRepo["Type"], listener: Listener["Type"], metrics: Metrics, options: KeyCacheOptions) {
     const ttl = Duration.toMillis(options.timeToLive)
     // Read directly on each lookup (docs/performance.md, "The clock read directly on the call path").
     const clock = yield* Effect.clock
@@ -104,8 +104,17 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
         if (oldest.done !== true) drop(oldest.value)
       }
       // A rotated-out secret is remembered under its key too: deleting the key changes what it answers.
-      const keyId = found._tag === "Active" ? found.key.id : found._tag === "Revoked" ? found.rotatedOf ?? undefined : undefined
-      entries.set(hash, { found, accountId: found._tag === "Active" ? found.key.accountId : undefined, keyId, storedAt })
+      const keyId = found._tag === "Active"
+        ? found.key.id
+        : found._tag === "Revoked"
+        ? found.rotatedOf ?? undefined
+        : undefined
+      entries.set(hash, {
+        found,
+        accountId: found._tag === "Active" ? found.key.accountId : undefined,
+        keyId,
+        storedAt
+      })
       if (keyId !== undefined) byKeyId.set(keyId, (byKeyId.get(keyId) ?? new Set()).add(hash))
     }
 
@@ -145,4 +154,5 @@ const remembering = (repo: KeysRepo["Type"], listener: Listener["Type"], metrics
       forgetAccount: (accountId) => Effect.sync(() => forgetAccount(accountId)),
       listening: Effect.sync(listener.hearing)
     })
-  })
+  }
+)

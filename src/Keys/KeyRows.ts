@@ -5,7 +5,9 @@ import { Environment } from "./Api.js"
 /** The rows `KeysRepo` reads and writes, decoded, and its refusal of one key too many. */
 
 /** A `bytea` column or parameter: pg gives and takes it as a Node `Buffer`. */
-export const Bytes = Schema.declare((input: unknown): input is Buffer => Buffer.isBuffer(input), { identifier: "Buffer" })
+export const Bytes = Schema.declare((input: unknown): input is Buffer => Buffer.isBuffer(input), {
+  identifier: "Buffer"
+})
 export const NullableDate = Schema.NullOr(Schema.DateFromSelf)
 
 export const KeyRow = Schema.Struct({
@@ -82,5 +84,6 @@ export type KeyLookup =
 export const OwnKey = Schema.Struct({ accountId: Schema.String, keyId: Schema.String })
 
 /** The account has its most keys, or (`member`) the member creating one has the most a developer may. */
-export class TooManyKeys extends Data.TaggedError("TooManyKeys")<{ readonly limit: number; readonly of: "account" | "member" }> {}
-
+export class TooManyKeys
+  extends Data.TaggedError("TooManyKeys")<{ readonly limit: number; readonly of: "account" | "member" }>
+{}

@@ -75,7 +75,9 @@ export class KeyLimitReached extends Context.Tag("nenas/KeyLimitReached")<KeyLim
       return {
         announce: (apiKeyId) =>
           announce(apiKeyId).pipe(
-            Effect.catchAllCause((cause) => Effect.logWarning(`key.limit_reached for ${apiKeyId} was not announced`, cause))
+            Effect.catchAllCause((cause) =>
+              Effect.logWarning(`key.limit_reached for ${apiKeyId} was not announced`, cause)
+            )
           )
       }
     })

@@ -4,10 +4,21 @@ import { MicroMyr } from "../Domain/Money.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { MAX_KEYS_PER_ACCOUNT } from "./ApiKeys.js"
 import type { Control } from "./Controls.js"
-import { Bytes, KeyChanges, type KeyLookup, KeyRow, NewKey, NullableDate, OwnKey, type Rotation, TooManyKeys } from "./KeyRows.js"
+import {
+  Bytes,
+  KeyChanges,
+  type KeyLookup,
+  KeyRow,
+  NewKey,
+  NullableDate,
+  OwnKey,
+  type Rotation,
+  TooManyKeys
+} from "./KeyRows.js"
 
 export { KeyChanges, type KeyLookup, KeyRow, NewKey, type Rotation, TooManyKeys } from "./KeyRows.js"
-const keyColumns = "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id"
+const keyColumns =
+  "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   /** Refuses past the account's most keys, and past `memberLimit` keys of the key's member when given. */
@@ -20,7 +31,9 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
    * Records when keys were last used, many keys in one statement. Its `SqlError` stays a failure:
    * `KeyLastUsed` catches it to keep the batch for its next flush.
    */
-  readonly recordLastUsed: (uses: ReadonlyArray<{ readonly id: string; readonly at: Date }>) => Effect.Effect<void, SqlError.SqlError>
+  readonly recordLastUsed: (
+    uses: ReadonlyArray<{ readonly id: string; readonly at: Date }>
+  ) => Effect.Effect<void, SqlError.SqlError>
   /** Whether the key is, or was before its deletion, one of the account's keys. */
   readonly isAccountKey: (accountId: string, keyId: string) => Effect.Effect<boolean>
   /**
@@ -70,12 +83,14 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
         Result: KeyRow,
         execute: (key) =>
           sql`
-            INSERT INTO api_keys ${sql.insert({
+            INSERT INTO api_keys ${
+            sql.insert({
               ...key,
               memberId: key.memberId ?? null,
               rateLimitRpm: key.rateLimitRpm ?? null,
               rateLimitConcurrent: key.rateLimitConcurrent ?? null
-            })}
+            })
+          }
             RETURNING ${returning}
           `
       })
@@ -138,7 +153,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
       const findControls = SqlSchema.findOne({
         Request: OwnKey,
         Result: Schema.Struct({ adminControls: Schema.Array(Schema.String) }),
-        execute: ({ accountId, keyId }) => sql`SELECT admin_controls FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId}`
+        execute: ({ accountId, keyId }) =>
+          sql`SELECT admin_controls FROM api_keys WHERE id = ${keyId} AND account_id = ${accountId}`
       })
       const Controls = Schema.Struct({ add: Schema.Array(Schema.String), drop: Schema.Array(Schema.String) })
       const updateKey = SqlSchema.findOne({
@@ -177,7 +193,11 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
       })
       // Locked, so that two concurrent repeats of one rotation cannot both rotate.
       const lockForRotation = SqlSchema.findOne({
-        Request: Schema.Struct({ ...OwnKey.fields, tokenHash: Schema.NullOr(Bytes), repeatWindowSeconds: Schema.Number }),
+        Request: Schema.Struct({
+          ...OwnKey.fields,
+          tokenHash: Schema.NullOr(Bytes),
+          repeatWindowSeconds: Schema.Number
+        }),
         Result: Schema.Struct({ keyHash: Bytes, repeatOf: Schema.NullOr(Bytes), previousValidUntil: NullableDate }),
         execute: ({ accountId, keyId, repeatWindowSeconds, tokenHash }) =>
           sql`
@@ -210,7 +230,9 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
               key_hash = ${rotation.keyHash},
               prefix = ${rotation.prefix},
               previous_key_hash = ${rotation.graceSeconds > 0 ? rotation.oldKeyHash : null},
-              previous_valid_until = ${rotation.graceSeconds > 0 ? sql`now() + ${rotation.graceSeconds} * interval '1 second'` : null},
+              previous_valid_until = ${
+            rotation.graceSeconds > 0 ? sql`now() + ${rotation.graceSeconds} * interval '1 second'` : null
+          },
               rotation_token_hash = ${rotation.tokenHash},
               rotation_sealed = ${rotation.sealed},
               rotated_at = now()
@@ -235,10 +257,14 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             // Lock the account so that concurrent creations cannot pass the limit together.
             yield* sql`SELECT id FROM accounts WHERE id = ${key.accountId} FOR UPDATE`
             const { count } = yield* countKeys(key.accountId)
-            if (count >= MAX_KEYS_PER_ACCOUNT) return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT, of: "account" })
+            if (count >= MAX_KEYS_PER_ACCOUNT) {
+              return yield* new TooManyKeys({ limit: MAX_KEYS_PER_ACCOUNT, of: "account" })
+            }
             if (memberLimit !== undefined && key.memberId != null) {
               const mine = yield* countMemberKeys({ accountId: key.accountId, memberId: key.memberId })
-              if (mine.count >= memberLimit) return yield* new TooManyKeys({ limit: memberLimit, of: "member" })
+              if (mine.count >= memberLimit) {
+                return yield* new TooManyKeys({ limit: memberLimit, of: "member" })
+              }
             }
             return yield* insertKey(key)
           })).pipe(
@@ -262,7 +288,13 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             const found = yield* findActive(keyHash)
             if (Option.isSome(found)) {
               const { graceUntil, memberMonthlySpendLimitMicroMyr, suspendedAt, ...key } = found.value
-              return { _tag: "Active", key, accountSuspended: suspendedAt !== null, memberMonthlySpendLimitMicroMyr, graceUntil } as const
+              return {
+                _tag: "Active",
+                key,
+                accountSuspended: suspendedAt !== null,
+                memberMonthlySpendLimitMicroMyr,
+                graceUntil
+              } as const
             }
             const tombstone = yield* findTombstone(keyHash)
             return Option.isSome(tombstone)
@@ -322,7 +354,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             Effect.orDie,
             Effect.withSpan("KeysRepo.adminControls")
           ),
-        counts: (accountId, at) => countWorking({ accountId, at }).pipe(Effect.orDie, Effect.withSpan("KeysRepo.counts"))
+        counts: (accountId, at) =>
+          countWorking({ accountId, at }).pipe(Effect.orDie, Effect.withSpan("KeysRepo.counts"))
       })
     })
   )

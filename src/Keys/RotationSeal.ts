@@ -1,7 +1,7 @@
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdir, readFile, writeFile } from "node:fs/promises"
 import { join } from "node:path"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { openSecret, sealSecret } from "./ApiKeys.js"
 
@@ -44,7 +44,11 @@ export class RotationSeal extends Context.Tag("nenas/RotationSeal")<RotationSeal
         Effect.flatMap((stored) =>
           stored !== undefined ? Effect.succeed(stored) : Effect.as(
             // Repeats then answer the same secret only on this process, until it stops.
-            Effect.logWarning(`ROTATION_SEAL_SECRET is unset and ${join(config.dataDir, FILE)} cannot be kept: rotations replay on this process only`),
+            Effect.logWarning(
+              `ROTATION_SEAL_SECRET is unset and ${
+                join(config.dataDir, FILE)
+              } cannot be kept: rotations replay on this process only`
+            ),
             randomBytes(32)
           )
         )

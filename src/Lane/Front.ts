@@ -1,5 +1,5 @@
-import { IncomingMessage, type OutgoingHttpHeaders, type Server, ServerResponse } from "node:http"
 import { Cause, Effect, FiberId, FiberRef, HashMap, List, LogLevel } from "effect"
+import { IncomingMessage, type OutgoingHttpHeaders, type Server, ServerResponse } from "node:http"
 import { AppConfig } from "../AppConfig.js"
 import { NotFound, toErrorBody } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
@@ -30,7 +30,12 @@ const over = (headers: Headers, security: Record<string, string>): OutgoingHttpH
   return [...headers, ...Object.entries(security).flat()]
 }
 
-FrontResponse.prototype.writeHead = function writeHeadUnder(this: FrontResponse, statusCode: number, message?: unknown, headers?: unknown) {
+FrontResponse.prototype.writeHead = function writeHeadUnder(
+  this: FrontResponse,
+  statusCode: number,
+  message?: unknown,
+  headers?: unknown
+) {
   const security = this.security
   if (security === undefined) return Reflect.apply(writeHead, this, arguments) as FrontResponse
   return (typeof message === "string"
@@ -69,7 +74,14 @@ const MAX_QUOTED = 200
  * The 404 for a target not in its one reading (`PathReading.ts`), in the error shape, with the headers every
  * answer has and `no-store`; the body, if any, is left for Node to read and drop.
  */
-const refuseTarget = (response: FrontResponse, method: string, url: string, why: string, requestId: string, dashboardUrl: string): void => {
+const refuseTarget = (
+  response: FrontResponse,
+  method: string,
+  url: string,
+  why: string,
+  requestId: string,
+  dashboardUrl: string
+): void => {
   const target = url.length > MAX_QUOTED ? `${url.slice(0, MAX_QUOTED)}…` : url
   const refused = new NotFound({
     message: `No route for ${method} ${target}: ${why}.`,
@@ -124,7 +136,9 @@ export const makeFront = Effect.gen(function*() {
         const body = preflight.body ?? ""
         response.writeHead(
           preflight.status,
-          body === "" ? preflight.headers : Object.assign({}, preflight.headers, { "content-length": String(Buffer.byteLength(body)) })
+          body === ""
+            ? preflight.headers
+            : Object.assign({}, preflight.headers, { "content-length": String(Buffer.byteLength(body)) })
         )
         response.end(body)
         return true

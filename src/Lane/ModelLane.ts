@@ -4,9 +4,9 @@ import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as UrlParams from "@effect/platform/UrlParams"
 import { Context, Effect, Layer, Redacted, Schema } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal, CurrentApiKey } from "../Auth/Api.js"
-import { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "../Models/OpenAi/Api.js"
 import { AnthropicMessagesRequest } from "../Models/Anthropic/AnthropicApi.js"
 import { makeModelEndpoints } from "../Models/Http.js"
+import { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "../Models/OpenAi/Api.js"
 import { breatheAfter } from "../Request/Breathe.js"
 import { provideForRequest } from "../Request/Context.js"
 
@@ -38,7 +38,9 @@ const parsed = (request: HttpServerRequest.HttpServerRequest, text: string) =>
 const payloadOf = (request: HttpServerRequest.HttpServerRequest) => {
   const contentType = request.headers["content-type"]?.toLowerCase().trim() || "application/json"
   if (contentType.includes("application/json")) return Effect.orDie(request.json)
-  if (contentType.includes("x-www-form-urlencoded")) return Effect.map(Effect.orDie(request.urlParamsBody), UrlParams.toRecord)
+  if (contentType.includes("x-www-form-urlencoded")) {
+    return Effect.map(Effect.orDie(request.urlParamsBody), UrlParams.toRecord)
+  }
   if (contentType.startsWith("text/")) return Effect.orDie(request.text)
   return Effect.map(Effect.orDie(request.arrayBuffer), (buffer): unknown => new Uint8Array(buffer))
 }
@@ -88,7 +90,9 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
       const endpoints = yield* makeModelEndpoints
       const lane = <A, I>(
         { path, payload: schema }: { readonly path: string; readonly payload: Schema.Schema<A, I> },
-        handler: (request: { readonly headers: typeof IdempotencyKeyHeader.Type; readonly payload: A }) => Effect.Effect<
+        handler: (
+          request: { readonly headers: typeof IdempotencyKeyHeader.Type; readonly payload: A }
+        ) => Effect.Effect<
           HttpServerResponse.HttpServerResponse,
           unknown,
           CurrentApiKey

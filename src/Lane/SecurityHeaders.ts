@@ -117,7 +117,8 @@ export const makeSecurityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">
     }
     // The answer differs by Origin: a shared cache must not hand one origin's answer to another.
     if (policy === "dashboard") security["vary"] = "Origin"
-    const isPreflight = method === "OPTIONS" && origin !== undefined && headers["access-control-request-method"] !== undefined
+    const isPreflight = method === "OPTIONS" && origin !== undefined &&
+      headers["access-control-request-method"] !== undefined
     if (!isPreflight) return { headers: security, preflight: undefined }
     if (allowedOrigin === null) {
       const requestId = newId("req")
@@ -140,7 +141,9 @@ export const makeSecurityHeaders = (config: Pick<AppConfigShape, "dashboardUrl">
     // Every answer carries an id, an allowed preflight too, so that a failing browser call can be quoted.
     const allowed: Record<string, string> = {
       "x-request-id": newId("req"),
-      "access-control-allow-methods": policy === "any" ? "GET, POST, DELETE, OPTIONS" : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
+      "access-control-allow-methods": policy === "any"
+        ? "GET, POST, DELETE, OPTIONS"
+        : "GET, POST, PATCH, PUT, DELETE, OPTIONS",
       "access-control-max-age": "600"
     }
     if (typeof requested === "string") allowed["access-control-allow-headers"] = requested

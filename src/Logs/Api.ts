@@ -4,9 +4,9 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
+import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
@@ -121,5 +121,8 @@ export class LogsApi extends HttpApiGroup.make("logs")
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "Request logs: each call, its cost and attempts, its stored conversation, and their CSV export.")
+  .annotate(
+    OpenApi.Description,
+    "Request logs: each call, its cost and attempts, its stored conversation, and their CSV export."
+  )
 {}

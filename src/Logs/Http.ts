@@ -72,7 +72,8 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
         const key = params.tag.slice(0, colon)
         if (colon < 1 || key.length > 64 || params.tag.length - colon - 1 > 512) {
           return yield* new InvalidRequest({
-            message: "Invalid 'tag': must be key:value, e.g. tag=team:search (a key of 1 to 64 characters, a value of at most 512).",
+            message:
+              "Invalid 'tag': must be key:value, e.g. tag=team:search (a key of 1 to 64 characters, a value of at most 512).",
             param: "tag"
           })
         }
@@ -126,7 +127,9 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
             logs: page.map((row) => toLogEntry(row, stored)),
             total,
             has_more: after === undefined ? urlParams.page * urlParams.limit < total : more,
-            next_cursor: more && last !== undefined ? encodeCursor({ atMicros: last.atMicros, requestId: last.requestId }) : null
+            next_cursor: more && last !== undefined
+              ? encodeCursor({ atMicros: last.atMicros, requestId: last.requestId })
+              : null
           }
         }))
       .handle("conversation", ({ path }) =>
@@ -137,7 +140,10 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           // A conversation past the bounds shows its newest part, as far as they go: never refused, so a refusal is a defect.
           const chain = yield* Effect.orDie(storedResponses.chain(account.id, responseId, false))
           if (chain.length === 0) {
-            return yield* new NotFound({ message: `No stored conversation for request '${path.request_id}'.`, param: "request_id" })
+            return yield* new NotFound({
+              message: `No stored conversation for request '${path.request_id}'.`,
+              param: "request_id"
+            })
           }
           return { responseId, lines: conversationLines(chain) }
         }))

@@ -21,9 +21,28 @@ export const csvField = (value: string | number | boolean | null, callerText = f
 export const csvLine = (fields: ReadonlyArray<string>) => `${fields.join(",")}\r\n`
 
 export const LOG_COLUMNS = [
-  "request_id", "created_at", "api_key_id", "environment", "endpoint", "status", "routing_category", "error_code",
-  "public_model", "stream", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens", "usage_source",
-  "search_count", "content_pages", "latency_ms", "cost_myr", "cost_micro_myr", "user", "metadata"
+  "request_id",
+  "created_at",
+  "api_key_id",
+  "environment",
+  "endpoint",
+  "status",
+  "routing_category",
+  "error_code",
+  "public_model",
+  "stream",
+  "input_tokens",
+  "output_tokens",
+  "reasoning_tokens",
+  "cached_tokens",
+  "usage_source",
+  "search_count",
+  "content_pages",
+  "latency_ms",
+  "cost_myr",
+  "cost_micro_myr",
+  "user",
+  "metadata"
 ] as const
 
 export const logLine = (row: LogRow): string =>
@@ -65,6 +84,9 @@ export const logsCsv = (reads: typeof RequestLogReads.Service, accountId: string
         const next = rows.length > EXPORT_BATCH && last !== undefined
           ? Option.some({ atMicros: last.atMicros, requestId: last.requestId })
           : Option.none()
-        return [batch.length === 0 ? Chunk.empty<Uint8Array>() : Chunk.of(encoder.encode(batch.map(logLine).join(""))), next] as const
+        return [
+          batch.length === 0 ? Chunk.empty<Uint8Array>() : Chunk.of(encoder.encode(batch.map(logLine).join(""))),
+          next
+        ] as const
       }))
   )

@@ -7,7 +7,8 @@ import { InvalidRequest } from "../Domain/Errors.js"
 const EARLIEST = Date.parse("0001-01-01T00:00:00Z")
 const LATEST = Date.parse("9999-12-31T23:59:59.999Z")
 
-export const dateOf = (at: DateTime.Utc | undefined): Date | undefined => at === undefined ? undefined : DateTime.toDate(at)
+export const dateOf = (at: DateTime.Utc | undefined): Date | undefined =>
+  at === undefined ? undefined : DateTime.toDate(at)
 
 export interface Range {
   readonly from?: Date | undefined

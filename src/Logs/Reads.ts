@@ -29,7 +29,11 @@ const StoredAttempt = Schema.transform(
   Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Number }),
   {
     strict: true,
-    decode: (stored): LoggedAttempt => ({ target: stored.target, outcome: stored.outcome, latencyMs: stored.latencyMs ?? stored.latency_ms ?? 0 }),
+    decode: (stored): LoggedAttempt => ({
+      target: stored.target,
+      outcome: stored.outcome,
+      latencyMs: stored.latencyMs ?? stored.latency_ms ?? 0
+    }),
     encode: (attempt) => attempt
   }
 )
@@ -118,7 +122,6 @@ export interface SeriesQuery {
   readonly environment?: Environment | undefined
 }
 
-
 /** Local day boundaries around an instant, as instants. */
 export const LocalDays = Schema.Struct({
   /** The start of the day `days - 1` days before today. */
@@ -176,10 +179,15 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
         ? (scope: UsageScope) => rolledUsage(sql, scope)
         : (scope: UsageScope) => logUsage(sql, scope)
       /** The rows of `statement`, decoded. */
-      const all = <A, I>(Result: Schema.Schema<A, I>, statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>) =>
-        SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined)
+      const all = <A, I>(
+        Result: Schema.Schema<A, I>,
+        statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>
+      ) => SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined)
       /** The one row of `statement`, decoded (none is a defect). */
-      const one = <A, I>(Result: Schema.Schema<A, I>, statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>) =>
+      const one = <A, I>(
+        Result: Schema.Schema<A, I>,
+        statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>
+      ) =>
         SqlSchema.single({ Request: Schema.Void, Result, execute: () => statement })(undefined).pipe(
           Effect.catchTag("NoSuchElementException", () => Effect.dieMessage("the query returned no row"))
         )
@@ -187,7 +195,8 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
       const owned = (name: string) => <A>(self: Effect.Effect<A, SqlError.SqlError | ParseError>) =>
         self.pipe(Effect.orDie, Effect.withSpan(`RequestLogReads.${name}`))
       const local = (at: Date) => sql`(${at}::timestamptz AT TIME ZONE ${timeZone}::text)`
-      const step = (granularity: Granularity) => sql.literal(granularity === "hour" ? "interval '1 hour'" : "interval '1 day'")
+      const step = (granularity: Granularity) =>
+        sql.literal(granularity === "hour" ? "interval '1 hour'" : "interval '1 day'")
 
       /** The first and last local bucket starts of a range, as local timestamps. */
       const firstBucket = ({ from, granularity }: SeriesQuery) => sql`date_trunc(${granularity}::text, ${local(from)})`
@@ -269,11 +278,21 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             const limit = MAX_BUCKETS[query.granularity]
             if ((yield* Effect.orDie(bucketCount(query))) > limit) return yield* new TooManyBuckets({ limit })
             const unit = sql`${query.granularity}::text`
-            const scope = { accountId, from: query.from, to: query.to, apiKeyId: query.apiKeyId, environment: query.environment }
+            const scope = {
+              accountId,
+              from: query.from,
+              to: query.to,
+              apiKeyId: query.apiKeyId,
+              environment: query.environment
+            }
             // Buckets and logs meet on local timestamps; a bucket's offset is that of its start instant.
-            return yield* all(SeriesRow, sql`
+            return yield* all(
+              SeriesRow,
+              sql`
               WITH buckets AS (
-                SELECT generate_series(${firstBucket(query)}, ${lastBucket(query)}, ${step(query.granularity)}) AS bucket
+                SELECT generate_series(${firstBucket(query)}, ${lastBucket(query)}, ${
+                step(query.granularity)
+              }) AS bucket
               ), totals AS (
                 SELECT date_trunc(${unit}, at AT TIME ZONE ${timeZone}::text) AS bucket,
                   sum(requests) AS requests,
@@ -297,7 +316,8 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                 COALESCE(t.content_pages, 0)::bigint AS content_pages
               FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
               ORDER BY b.bucket
-            `).pipe(Effect.orDie)
+            `
+            ).pipe(Effect.orDie)
           }).pipe(Effect.withSpan("RequestLogReads.series")),
 
         tagTotals: (scope, key) => tagTotals(sql, scope, key).pipe(owned("tagTotals")),

@@ -18,7 +18,10 @@ const program = Effect.gen(function*() {
     yield* Console.error("rollups:rebuild needs DATABASE_URL (the service's database)")
     return 2
   }
-  const [rows, tagRows] = yield* Effect.flatMap(SqlClient.SqlClient, (sql) => Effect.all([rebuildRollups(sql), rebuildTagRollups(sql)]))
+  const [rows, tagRows] = yield* Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => Effect.all([rebuildRollups(sql), rebuildTagRollups(sql)])
+  )
     .pipe(Effect.provide(DatabaseLive))
   yield* Console.log(`rebuilt ${rows} rollup rows and ${tagRows} tag rollup rows from request_logs`)
   return 0

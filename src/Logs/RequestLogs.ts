@@ -74,7 +74,12 @@ export interface RowState {
  * builds a spread that adds fields its source lacks on a slow path, about
  * 1 µs an object, and what it allocates survives scavenges (`npm run bench:spreads`).
  */
-export const logRow = (log: OpenLog, usage: LoggedUsage, state: RowState, upstreamModel = log.upstreamModel): LogWrite => ({
+export const logRow = (
+  log: OpenLog,
+  usage: LoggedUsage,
+  state: RowState,
+  upstreamModel = log.upstreamModel
+): LogWrite => ({
   requestId: log.requestId,
   accountId: log.accountId,
   apiKeyId: log.apiKeyId,
@@ -119,7 +124,13 @@ const noUsage = (log: OpenLog, latencyMs: number, attempts: ReadonlyArray<Logged
 
 /** The row of a call still running. */
 export const pendingRow = (log: OpenLog, reservationId: string | null, createdAt: Date): LogWrite =>
-  logRow(log, noUsage(log, 0, undefined), { reservationId, status: "pending", errorCode: null, createdAt, completedAt: null })
+  logRow(log, noUsage(log, 0, undefined), {
+    reservationId,
+    status: "pending",
+    errorCode: null,
+    createdAt,
+    completedAt: null
+  })
 
 /** The row of a call that failed, or was refused before it ran: cost 0. */
 export const failedRow = (
@@ -130,7 +141,8 @@ export const failedRow = (
   latencyMs: number,
   completedAt: Date,
   attempts?: ReadonlyArray<LoggedAttempt>
-): LogWrite => logRow(log, noUsage(log, latencyMs, attempts), { reservationId, status: "failed", errorCode, createdAt, completedAt })
+): LogWrite =>
+  logRow(log, noUsage(log, latencyMs, attempts), { reservationId, status: "failed", errorCode, createdAt, completedAt })
 
 /** A row's attempts as its `attempts` column keeps them (`[{target, outcome, latency_ms}]`); null when none. */
 const attemptsJson = (row: LogWrite): string | null =>

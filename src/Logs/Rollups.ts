@@ -59,12 +59,14 @@ export const partBuckets = (sql: SqlClient.SqlClient, scope: UsageScope) => {
 export const logUsage = (sql: SqlClient.SqlClient, scope: UsageScope) =>
   sql`
     SELECT created_at AS at, ${sql.literal(LOG_COUNTERS)} FROM request_logs
-    WHERE ${sql.and([
+    WHERE ${
+    sql.and([
       sql`account_id = ${scope.accountId}`,
       sql`created_at >= ${scope.from ?? EARLIEST}::timestamptz`,
       sql`created_at < ${scope.to ?? LATEST}::timestamptz`,
       ...filters(sql, scope)
-    ])}
+    ])
+  }
   `
 
 /**
@@ -76,19 +78,23 @@ export const rolledUsage = (sql: SqlClient.SqlClient, scope: UsageScope) => {
   const { wholeFrom, wholeTo } = wholeBuckets(scope)
   return sql`
     SELECT bucket AS at, ${sql.literal(COUNTER_COLUMNS)} FROM usage_rollups
-    WHERE ${sql.and([
+    WHERE ${
+    sql.and([
       sql`account_id = ${scope.accountId}`,
       sql`bucket >= ${wholeFrom}::timestamptz`,
       sql`bucket < ${wholeTo}::timestamptz`,
       ...filters(sql, scope)
-    ])}
+    ])
+  }
     UNION ALL
     SELECT created_at, ${sql.literal(LOG_COUNTERS)} FROM request_logs
-    WHERE ${sql.and([
+    WHERE ${
+    sql.and([
       sql`account_id = ${scope.accountId}`,
       partBuckets(sql, scope),
       ...filters(sql, scope)
-    ])}
+    ])
+  }
   `
 }
 
@@ -102,7 +108,9 @@ export const rebuildRollups = (sql: SqlClient.SqlClient) =>
     yield* sql`LOCK TABLE request_logs IN SHARE MODE`
     yield* sql`DELETE FROM usage_rollups`
     const rows = yield* sql<{ count: number }>`
-      WITH written AS (INSERT INTO usage_rollups (account_id, bucket, api_key_id, environment, endpoint, ${sql.literal(COUNTER_COLUMNS)})
+      WITH written AS (INSERT INTO usage_rollups (account_id, bucket, api_key_id, environment, endpoint, ${
+      sql.literal(COUNTER_COLUMNS)
+    })
       SELECT account_id, date_bin('30 minutes', at, timestamptz '1970-01-01 00:00:00+00'), api_key_id, environment,
         endpoint, count(*), sum(pending), sum(succeeded), sum(failed), sum(billed), sum(input_tokens),
         sum(output_tokens), sum(reasoning_tokens), sum(cached_tokens), sum(search_count), sum(content_pages),

@@ -21,7 +21,8 @@ const KEY = "account_id, tag_key, bucket, tagged, tag_value, api_key_id, environ
 const COUNTERS = "requests, input_tokens, output_tokens, reasoning_tokens, cost_micro_myr"
 
 /** `usage_tag_rollups` rows from the logs `where` selects, for their accounts' grouping tags `tags`. */
-const fromLogs = (sql: SqlClient.SqlClient, where: ReturnType<SqlClient.SqlClient["and"]>) => sql`
+const fromLogs = (sql: SqlClient.SqlClient, where: ReturnType<SqlClient.SqlClient["and"]>) =>
+  sql`
   INSERT INTO usage_tag_rollups (${sql.literal(KEY)}, ${sql.literal(COUNTERS)})
   SELECT l.account_id, g.tag_key, date_bin('30 minutes', l.created_at, timestamptz '1970-01-01 00:00:00+00'),
     COALESCE(l.metadata ? g.tag_key, false), COALESCE(l.metadata ->> g.tag_key, ''), l.api_key_id, l.environment,
@@ -90,27 +91,35 @@ export const tagTotals = (sql: SqlClient.SqlClient, scope: UsageScope, key: stri
       ...(scope.apiKeyId === undefined ? [] : [sql`api_key_id = ${scope.apiKeyId}`]),
       ...(scope.environment === undefined ? [] : [sql`environment = ${scope.environment}`])
     ]
-    const logs = (range: ReturnType<SqlClient.SqlClient["and"]>) => sql`
+    const logs = (range: ReturnType<SqlClient.SqlClient["and"]>) =>
+      sql`
       SELECT metadata ->> ${key}::text AS value, 1 AS requests, input_tokens, output_tokens, reasoning_tokens, cost_micro_myr
       FROM request_logs WHERE ${sql.and([sql`account_id = ${scope.accountId}`, range, ...filters])}
     `
     const rows = rolled
       ? sql`
         SELECT CASE WHEN tagged THEN tag_value END AS value, ${sql.literal(COUNTERS)} FROM usage_tag_rollups
-        WHERE ${sql.and([
+        WHERE ${
+        sql.and([
           sql`account_id = ${scope.accountId}`,
           sql`tag_key = ${key}`,
           sql`bucket >= ${wholeFrom}::timestamptz`,
           sql`bucket < ${wholeTo}::timestamptz`,
           ...filters
-        ])}
+        ])
+      }
         UNION ALL ${logs(partBuckets(sql, scope))}`
       : logs(sql`created_at >= ${from}::timestamptz AND created_at < ${to}::timestamptz`)
-    return yield* SqlSchema.findAll({ Request: Schema.Void, Result: TagTotal, execute: () => sql`
+    return yield* SqlSchema.findAll({
+      Request: Schema.Void,
+      Result: TagTotal,
+      execute: () =>
+        sql`
       SELECT value, sum(requests)::int AS requests, sum(cost_micro_myr)::bigint AS cost_micro_myr,
         sum(input_tokens)::bigint AS input_tokens, sum(output_tokens)::bigint AS output_tokens,
         sum(reasoning_tokens)::bigint AS reasoning_tokens
       FROM (${rows}) t
       GROUP BY value ORDER BY sum(cost_micro_myr) DESC, sum(requests) DESC, value LIMIT 100
-    ` })(undefined)
+    `
+    })(undefined)
   })

@@ -48,7 +48,9 @@ export const MemberList = Schema.Struct({ members: Schema.Array(MemberRecord) })
 export const UpdateMemberRequest = Schema.Struct({
   /** Only an owner makes or unmakes an owner; the last owner keeps the role. */
   role: Schema.optional(Role),
-  monthly_spend_limit_myr: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.finite(), Schema.between(0, MAX_BUDGET_MYR))))
+  monthly_spend_limit_myr: Schema.optional(
+    Schema.NullOr(Schema.Number.pipe(Schema.finite(), Schema.between(0, MAX_BUDGET_MYR)))
+  )
 }).annotations({ identifier: "UpdateMemberRequest", examples: [{ role: "admin" }, { monthly_spend_limit_myr: 100 }] })
 
 const MemberId = SqlString.pipe(Schema.maxLength(100))
@@ -131,7 +133,10 @@ export class MembersApi extends HttpApiGroup.make("members")
     HttpApiEndpoint.post("invite", "/dashboard/members/invitations")
       .setPayload(InviteRequest)
       .addSuccess(InvitationRecord, { status: 201 })
-      .annotate(OpenApi.Description, "Invites by email with a role: an email with a link, valid 7 days, revocable. An account sends at most 100 invitations a day, revoked ones included (429 `rate_limit_exceeded` past that).")
+      .annotate(
+        OpenApi.Description,
+        "Invites by email with a role: an email with a link, valid 7 days, revocable. An account sends at most 100 invitations a day, revoked ones included (429 `rate_limit_exceeded` past that)."
+      )
       .pipe(allowRoles(...ADMINS))
   )
   .add(
@@ -149,5 +154,8 @@ export class MembersApi extends HttpApiGroup.make("members")
   )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
-  .annotate(OpenApi.Description, "The people of the account named by `Nenas-Account` (else yours): roles, budgets, invitations.")
+  .annotate(
+    OpenApi.Description,
+    "The people of the account named by `Nenas-Account` (else yours): roles, budgets, invitations."
+  )
 {}

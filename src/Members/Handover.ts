@@ -10,7 +10,13 @@ export type NewSecret = (environment: "live" | "test") => { readonly keyHash: Bu
  * old one, which answers `revoked_api_key` from now on (a tombstone, as a rotation leaves), grace secret included.
  * Runs in the removal's transaction; the keys' replaced secrets follow them, so their spend counts for `to` only.
  */
-export const handOverKeys = (sql: SqlClient.SqlClient, accountId: string, from: string, to: string, newSecret: NewSecret) =>
+export const handOverKeys = (
+  sql: SqlClient.SqlClient,
+  accountId: string,
+  from: string,
+  to: string,
+  newSecret: NewSecret
+) =>
   Effect.gen(function*() {
     const keys = yield* sql<{ id: string; environment: "live" | "test"; keyHash: Buffer }>`
       SELECT id, environment, key_hash FROM api_keys WHERE member_id = ${from} AND account_id = ${accountId} ORDER BY id FOR UPDATE`

@@ -8,10 +8,10 @@ import type { SignedIn } from "../Domain/Account.js"
 import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
 import { fromMyr, microMyr, toMyrString } from "../Domain/Money.js"
 import { emailForm, quotedName } from "../Domain/Names.js"
-import { memberActionRefusal, type MemberAction, type Role } from "../Domain/Roles.js"
+import { type MemberAction, memberActionRefusal, type Role } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
-import { generateKey, hashKey, keyPrefix } from "../Keys/ApiKeys.js"
 import type { Environment } from "../Keys/Api.js"
+import { generateKey, hashKey, keyPrefix } from "../Keys/ApiKeys.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { KeysRepo } from "../Keys/Repo.js"
 import { DASHBOARD_URL, emailAddress } from "../Outbox/Events.js"
@@ -21,7 +21,8 @@ import type { MemberRecord } from "./Api.js"
 import { INVITATION_DAYS, invitationUrl, toInvitation } from "./InvitationView.js"
 import { type MemberRow, MembersRepo } from "./Repo.js"
 
-const noSuchMember = (id: string) => new NotFound({ message: `No member with id '${id}' in this account.`, param: "id" })
+const noSuchMember = (id: string) =>
+  new NotFound({ message: `No member with id '${id}' in this account.`, param: "id" })
 
 const lastOwner = new InvalidRequest({
   message: "An account keeps at least one owner: make another member an owner first.",
@@ -55,7 +56,10 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
     /** Each member's record: its keys counted, and what they were billed this month. */
     const records = (account: SignedIn, rows: ReadonlyArray<MemberRow>) =>
       Effect.gen(function*() {
-        const [accountKeys, spent] = yield* Effect.all([keys.list(account.id), spending.spentThisMonthByMember(account.id)])
+        const [accountKeys, spent] = yield* Effect.all([
+          keys.list(account.id),
+          spending.spentThisMonthByMember(account.id)
+        ])
         return rows.map((row): MemberRecord => ({
           id: row.id,
           email: row.email,
@@ -80,7 +84,11 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
           const account = yield* CurrentAccount
           const target = yield* repo.find(account.id, path.id)
           if (target === undefined) return yield* noSuchMember(path.id)
-          yield* allowed(account, target, { _tag: "Update", role: payload.role, budget: payload.monthly_spend_limit_myr !== undefined })
+          yield* allowed(account, target, {
+            _tag: "Update",
+            role: payload.role,
+            budget: payload.monthly_spend_limit_myr !== undefined
+          })
           const limit = payload.monthly_spend_limit_myr
           const changed = yield* audit.within(
             repo.update(account.id, path.id, {
@@ -122,14 +130,20 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
           const transferTo = urlParams.transfer_keys_to ?? null
           // Anyone may leave (its role is then no matter); removing another is an owner's or admin's.
           const leaving = path.id === account.member.id
-          yield* allowed(account, leaving ? account.member : { id: path.id, role: "viewer" }, { _tag: "Remove", transfer: transferTo !== null })
+          yield* allowed(account, leaving ? account.member : { id: path.id, role: "viewer" }, {
+            _tag: "Remove",
+            transfer: transferTo !== null
+          })
           const target = yield* repo.find(account.id, path.id)
           if (target === undefined) return yield* noSuchMember(path.id)
           yield* allowed(account, target, { _tag: "Remove", transfer: transferTo !== null })
           const removed = yield* audit.within(
-            repo.remove(account.id, path.id, transferTo === null ? null : { to: transferTo, newSecret: unseenSecret }).pipe(
-              Effect.tap((gone) => gone === undefined ? Effect.void : webhooks.creatorRemoved(account.id, path.id, audit.record))
-            ),
+            repo.remove(account.id, path.id, transferTo === null ? null : { to: transferTo, newSecret: unseenSecret })
+              .pipe(
+                Effect.tap((gone) =>
+                  gone === undefined ? Effect.void : webhooks.creatorRemoved(account.id, path.id, audit.record)
+                )
+              ),
             (result) =>
               result === undefined ? undefined : {
                 action: "member.removed",
@@ -138,7 +152,9 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
                 details: {
                   email: result.member.email,
                   role: result.member.role,
-                  ...(transferTo === null ? { keys_disabled: result.keys } : { keys_transferred_to: transferTo, keys: result.keys })
+                  ...(transferTo === null
+                    ? { keys_disabled: result.keys }
+                    : { keys_transferred_to: transferTo, keys: result.keys })
                 }
               }
           ).pipe(
@@ -184,9 +200,9 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
               (row) =>
                 emailAddress(account.id, email, {
                   subject: `${inviter} invited you to ${quotedName(row.accountName ?? row.accountId)} on nenas`,
-                  body: `${inviter} invited you to join the nenas account ${quotedName(row.accountName ?? row.accountId)} as ${
-                    article(row.role)
-                  } ${row.role}.\n\nSign in with this email address (${email}) and accept:\n${
+                  body: `${inviter} invited you to join the nenas account ${
+                    quotedName(row.accountName ?? row.accountId)
+                  } as ${article(row.role)} ${row.role}.\n\nSign in with this email address (${email}) and accept:\n${
                     invitationUrl(DASHBOARD_URL, row.id)
                   }\n\nThe invitation expires on ${row.expiresAt.toISOString()}.`
                 }, at).pipe(Effect.orDie)
@@ -246,7 +262,10 @@ export const MembersLive = HttpApiBuilder.group(NenasApi, "members", (handlers) 
               }
           )
           if (revoked === undefined) {
-            return yield* new NotFound({ message: `No open invitation with id '${path.id}' in this account.`, param: "id" })
+            return yield* new NotFound({
+              message: `No open invitation with id '${path.id}' in this account.`,
+              param: "id"
+            })
           }
           return { ok: true } as const
         }))

@@ -5,7 +5,8 @@ import type { InvitationRow } from "./Repo.js"
 export const INVITATION_DAYS = 7
 
 /** Where an invitation is accepted in the dashboard. */
-export const invitationUrl = (dashboardUrl: string, id: string) => `${dashboardUrl}/invitations?id=${encodeURIComponent(id)}`
+export const invitationUrl = (dashboardUrl: string, id: string) =>
+  `${dashboardUrl}/invitations?id=${encodeURIComponent(id)}`
 
 /** An invitation as the dashboard API answers it. */
 export const toInvitation = (dashboardUrl: string) => (row: InvitationRow): InvitationRecord => ({
@@ -19,4 +20,3 @@ export const toInvitation = (dashboardUrl: string) => (row: InvitationRow): Invi
   expires_at: row.expiresAt.toISOString(),
   accept_url: invitationUrl(dashboardUrl, row.id)
 })
-

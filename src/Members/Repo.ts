@@ -33,7 +33,8 @@ export interface MemberChange {
   readonly monthlySpendLimitMicroMyr?: number | null | undefined
 }
 
-const MEMBER_COLUMNS = "m.id, m.account_id, m.issuer, m.subject, m.email, m.name, m.role, m.monthly_spend_limit_micro_myr, m.created_at"
+const MEMBER_COLUMNS =
+  "m.id, m.account_id, m.issuer, m.subject, m.email, m.name, m.role, m.monthly_spend_limit_micro_myr, m.created_at"
 
 /**
  * Members and invitations (docs/api/teams.md, "Members and invitations"): the `members` and `invitations` tables
@@ -53,8 +54,11 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
   readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<MemberRow>>
   readonly find: (accountId: string, memberId: string) => Effect.Effect<MemberRow | undefined>
   /** Changes a member's role or budget; refuses (`LastOwner`) to demote the last owner. Undefined: no such member. */
-  readonly update: (accountId: string, memberId: string, change: MemberChange) =>
-    Effect.Effect<{ readonly before: MemberRow; readonly after: MemberRow } | undefined, LastOwner>
+  readonly update: (
+    accountId: string,
+    memberId: string,
+    change: MemberChange
+  ) => Effect.Effect<{ readonly before: MemberRow; readonly after: MemberRow } | undefined, LastOwner>
   /**
    * Removes a member: its keys are disabled, or transferred (each with a new secret) to `transfer.to`; its open
    * invitations are revoked. Refuses to remove the last owner. An account whose identity was the removed person's
@@ -101,7 +105,11 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
       )
 
       const findMembership = SqlSchema.findOne({
-        Request: Schema.Struct({ issuer: Schema.String, subject: Schema.String, accountId: Schema.NullOr(Schema.String) }),
+        Request: Schema.Struct({
+          issuer: Schema.String,
+          subject: Schema.String,
+          accountId: Schema.NullOr(Schema.String)
+        }),
         Result: MembershipRow,
         execute: ({ accountId, issuer, subject }) =>
           sql`
@@ -153,7 +161,9 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
       const updateMember = (memberId: string, { monthlySpendLimitMicroMyr, role }: MemberChange) => {
         const set = {
           ...(role === undefined ? {} : { role }),
-          ...(monthlySpendLimitMicroMyr === undefined ? {} : { monthly_spend_limit_micro_myr: monthlySpendLimitMicroMyr })
+          ...(monthlySpendLimitMicroMyr === undefined
+            ? {}
+            : { monthly_spend_limit_micro_myr: monthlySpendLimitMicroMyr })
         }
         const statement = Object.keys(set).length === 0
           ? sql`SELECT ${columns} FROM members m WHERE m.id = ${memberId}`
@@ -232,7 +242,10 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             Effect.withSpan("MembersRepo.membership")
           ),
         accountsOf: (identity) =>
-          accountsOf({ issuer: identity.issuer, subject: identity.subject }).pipe(Effect.orDie, Effect.withSpan("MembersRepo.accountsOf")),
+          accountsOf({ issuer: identity.issuer, subject: identity.subject }).pipe(
+            Effect.orDie,
+            Effect.withSpan("MembersRepo.accountsOf")
+          ),
         list: (accountId) => listMembers(accountId).pipe(Effect.orDie, Effect.withSpan("MembersRepo.list")),
         find: (accountId, memberId) =>
           findMember({ accountId, memberId }).pipe(
@@ -304,13 +317,18 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             const open = yield* countOf(sql<{ count: number }>`
               SELECT count(*)::int AS count FROM invitations
               WHERE account_id = ${accountId} AND accepted_at IS NULL AND revoked_at IS NULL`)
-            if (open >= MAX_OPEN_INVITATIONS) return yield* new TooMany({ what: "invitations", limit: MAX_OPEN_INVITATIONS })
+            if (open >= MAX_OPEN_INVITATIONS) {
+              return yield* new TooMany({ what: "invitations", limit: MAX_OPEN_INVITATIONS })
+            }
             const [sent] = yield* sql<{ count: number; retryAfterMs: number | null }>`
               SELECT count(*)::int AS count,
                      ceil(extract(epoch FROM min(created_at) + interval '1 day' - now()) * 1000)::int AS retry_after_ms
               FROM invitations WHERE account_id = ${accountId} AND created_at > now() - interval '1 day'`
             if (sent !== undefined && sent.count >= MAX_INVITATIONS_PER_DAY) {
-              return yield* new TooFrequent({ limit: MAX_INVITATIONS_PER_DAY, retryAfterMs: Math.max(0, sent.retryAfterMs ?? 0) })
+              return yield* new TooFrequent({
+                limit: MAX_INVITATIONS_PER_DAY,
+                retryAfterMs: Math.max(0, sent.retryAfterMs ?? 0)
+              })
             }
             const id = newId("inv")
             const inserted = yield* sql<{ id: string }>`
@@ -318,7 +336,9 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
               VALUES (${id}, ${accountId}, ${email}, ${invitation.role}, ${invitation.invitedBy}, ${invitation.expiresAt})
               ON CONFLICT (account_id, email) WHERE accepted_at IS NULL AND revoked_at IS NULL DO NOTHING
               RETURNING id`
-            if (inserted.length === 0) return yield* new AlreadyThere({ what: "invitation" })
+            if (inserted.length === 0) {
+              return yield* new AlreadyThere({ what: "invitation" })
+            }
             return yield* Effect.flatten(invitationById(id))
           })).pipe(
             Effect.catchTags({ SqlError: Effect.die, ParseError: Effect.die, NoSuchElementException: Effect.die }),
@@ -381,7 +401,11 @@ export class MembersRepo extends Context.Tag("nenas/MembersRepo")<MembersRepo, {
             Effect.withSpan("MembersRepo.accept")
           ),
         addOwner: (accountId, identity) =>
-          addMember(accountId, identity, "owner").pipe(Effect.asVoid, Effect.orDie, Effect.withSpan("MembersRepo.addOwner")),
+          addMember(accountId, identity, "owner").pipe(
+            Effect.asVoid,
+            Effect.orDie,
+            Effect.withSpan("MembersRepo.addOwner")
+          ),
         claimOwner: (accountId, identity) =>
           sql`
             UPDATE members SET issuer = ${identity.issuer}

@@ -60,9 +60,13 @@ export const toMember = (row: MemberRow): Member => ({
 /** The change would leave the account without an owner. */
 export class LastOwner extends Data.TaggedError("LastOwner")<{}> {}
 /** The account has as many members, or open invitations, as it may. */
-export class TooMany extends Data.TaggedError("TooMany")<{ readonly what: "members" | "invitations"; readonly limit: number }> {}
+export class TooMany
+  extends Data.TaggedError("TooMany")<{ readonly what: "members" | "invitations"; readonly limit: number }>
+{}
 /** The account sent its day's invitations: the next may go once the oldest of them is a day old. */
-export class TooFrequent extends Data.TaggedError("TooFrequent")<{ readonly limit: number; readonly retryAfterMs: number }> {}
+export class TooFrequent
+  extends Data.TaggedError("TooFrequent")<{ readonly limit: number; readonly retryAfterMs: number }>
+{}
 /** The invited email already belongs to a member, or has an open invitation. */
 export class AlreadyThere extends Data.TaggedError("AlreadyThere")<{ readonly what: "member" | "invitation" }> {}
 /** A key transfer names a member that is not one of the account's, or the member being removed. */

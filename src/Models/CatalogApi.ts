@@ -8,7 +8,13 @@ import { RateLimitExceeded, wire } from "../Domain/Errors.js"
 /** The model catalog, `GET /v1/models`: the one public model and what it can do. */
 
 export const Capability = Schema.Literal(
-  "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
+  "text",
+  "vision",
+  "reasoning",
+  "web_search",
+  "streaming",
+  "tools",
+  "structured_output"
 )
 
 export const ModelRecord = Schema.Struct({

@@ -6,22 +6,22 @@ import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
 import { httpStatus, InvalidRequest, isApiError, ProviderTimeout, toErrorBody } from "../Domain/Errors.js"
+import { breatheIfLarge } from "../Request/Breathe.js"
 import { addResponseHeaders, currentRequestId } from "../Request/Context.js"
-import { requireActiveAccount } from "./Admission/Access.js"
-import type { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "./OpenAi/Api.js"
-import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./OpenAi/Api.js"
-import type { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "./Anthropic/AnthropicApi.js"
-import type { Capability } from "./CatalogApi.js"
-import type { CallInput, CallResult, Endpoint } from "./Call/CallTypes.js"
-import { ModelCalls } from "./Call/ModelCalls.js"
-import { Idempotency, keptForReplay } from "./Admission/Idempotency.js"
-import { chatConversation, conversationInput, responsesConversation } from "./Call/Input.js"
-import { CallLimits } from "./Admission/RateLimits.js"
 import { RETENTION_DAYS } from "../Responses/Store.js"
+import { requireActiveAccount } from "./Admission/Access.js"
+import { Idempotency, keptForReplay } from "./Admission/Idempotency.js"
+import { CallLimits } from "./Admission/RateLimits.js"
+import type { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "./Anthropic/AnthropicApi.js"
 import { anthropicErrorBody } from "./Anthropic/AnthropicErrors.js"
 import { anthropicCallInput, anthropicConversation, requireAnthropicModel } from "./Anthropic/AnthropicInput.js"
 import { anthropicEvents, anthropicMessage, anthropicTokenCount } from "./Anthropic/AnthropicWire.js"
-import { breatheIfLarge } from "../Request/Breathe.js"
+import type { CallInput, CallResult, Endpoint } from "./Call/CallTypes.js"
+import { chatConversation, conversationInput, responsesConversation } from "./Call/Input.js"
+import { ModelCalls } from "./Call/ModelCalls.js"
+import type { Capability } from "./CatalogApi.js"
+import type { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "./OpenAi/Api.js"
+import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./OpenAi/Api.js"
 import { StoredConversations } from "./OpenAi/StoredConversations.js"
 import type { StreamContext } from "./OpenAi/Wire.js"
 import { chatCompletion, chatEvents, type EventRenderer, responsesEvents, responsesOutput } from "./OpenAi/Wire.js"
@@ -30,7 +30,13 @@ const WEB_SEARCH_DEFAULTS = Schema.decodeSync(WebSearchConfig)({})
 
 /** Exactly the capabilities that work end to end. */
 export const CAPABILITIES: ReadonlyArray<typeof Capability.Type> = [
-  "text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"
+  "text",
+  "vision",
+  "reasoning",
+  "web_search",
+  "streaming",
+  "tools",
+  "structured_output"
 ]
 
 const MODEL_LIST = {
@@ -43,7 +49,11 @@ const MODEL_LIST = {
     max_output_tokens: MAX_OUTPUT_TOKENS,
     capabilities: CAPABILITIES,
     endpoints: ["/v1/responses", "/v1/chat/completions", "/v1/messages"] as const,
-    response_storage: { default_store: true, retention_days: RETENTION_DAYS, opt_out: "Send store: false with a /v1/responses call." }
+    response_storage: {
+      default_store: true,
+      retention_days: RETENTION_DAYS,
+      opt_out: "Send store: false with a /v1/responses call."
+    }
   }]
 }
 
@@ -51,8 +61,10 @@ export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
   Effect.map(CallLimits, (limits) =>
     // Counted against the key's rate limits like every /v1 call (its slot is held while the list is made).
     handlers.handle("list", () =>
-      Effect.flatMap(Effect.zip(CurrentApiKey, currentRequestId), ([key, requestId]) =>
-        Effect.scoped(limits.admit(key.keyId, requestId))).pipe(Effect.as(MODEL_LIST)))))
+      Effect.flatMap(
+        Effect.zip(CurrentApiKey, currentRequestId),
+        ([key, requestId]) => Effect.scoped(limits.admit(key.keyId, requestId))
+      ).pipe(Effect.as(MODEL_LIST)))))
 
 interface Call {
   readonly endpoint: Endpoint
@@ -79,7 +91,8 @@ const makeCallServing = Effect.gen(function*() {
   /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
   const answer = Effect.fnUntraced(function*(call: Call, input: CallInput) {
     const key = yield* CurrentApiKey
-    const runOf = (callInput: CallInput) => Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
+    const runOf = (callInput: CallInput) =>
+      Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
     const respond = (body: string, replayed: boolean, status = 200) =>
       HttpServerResponse.text(body, {
         status,
@@ -98,19 +111,25 @@ const makeCallServing = Effect.gen(function*() {
     }).pipe(Effect.catchTag("SqlError", Effect.die))
     if (outcome._tag === "Replay") {
       // The replay answers as the first request did: its body quotes that request's id, and so does the header.
-      yield* addResponseHeaders(call.endpoint === "/v1/messages"
-        ? { "x-request-id": outcome.requestId, "request-id": outcome.requestId }
-        : { "x-request-id": outcome.requestId })
+      yield* addResponseHeaders(
+        call.endpoint === "/v1/messages"
+          ? { "x-request-id": outcome.requestId, "request-id": outcome.requestId }
+          : { "x-request-id": outcome.requestId }
+      )
       return respond(outcome.body, true, outcome.status)
     }
     // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
-    const confirmed = Object.assign({}, input, { confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId) })
+    const confirmed = Object.assign({}, input, {
+      confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId)
+    })
     const body = yield* runOf(confirmed).pipe(
       Effect.onExit((exit) => {
         if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
         const failure = Cause.failureOption(exit.cause)
         // A typed error is the request's answer, kept like a success, unless a retry it invites should run anew.
-        if (failure._tag === "Some" && isApiError(failure.value) && keptForReplay(failure.value, input.webSearch?.mode)) {
+        if (
+          failure._tag === "Some" && isApiError(failure.value) && keptForReplay(failure.value, input.webSearch?.mode)
+        ) {
           const body = JSON.stringify(call.errorBody(failure.value, requestId, dashboardUrl))
           return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
         }
@@ -123,7 +142,11 @@ const makeCallServing = Effect.gen(function*() {
           guidance: "Send a new Idempotency-Key to run the request again."
         })
         return idempotency.complete(
-          key.keyId, claimKey, requestId, httpStatus(cut), JSON.stringify(call.errorBody(cut, requestId, dashboardUrl))
+          key.keyId,
+          claimKey,
+          requestId,
+          httpStatus(cut),
+          JSON.stringify(call.errorBody(cut, requestId, dashboardUrl))
         )
       }),
       idempotency.detach,
@@ -142,7 +165,10 @@ const makeCallServing = Effect.gen(function*() {
       dashboardUrl
     }
     const body = yield* Effect.onError(
-      Effect.zipRight(slot.take, Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), slot.giveBack))),
+      Effect.zipRight(
+        slot.take,
+        Effect.flatMap(call.input, (input) => calls.stream(input, call.renderStream(context), slot.giveBack))
+      ),
       () => slot.giveBack
     )
     return HttpServerResponse.raw(body, { contentType: "text/event-stream", headers: SSE_HEADERS })
@@ -153,7 +179,11 @@ const makeCallServing = Effect.gen(function*() {
     yield* requireActiveAccount
     if (call.stream) return yield* streamed(call)
     const key = yield* CurrentApiKey
-    return yield* limits.admitting(key.keyId, yield* currentRequestId, Effect.flatMap(call.input, (input) => answer(call, input)))
+    return yield* limits.admitting(
+      key.keyId,
+      yield* currentRequestId,
+      Effect.flatMap(call.input, (input) => answer(call, input))
+    )
   })
 
   return { serve, limits }
@@ -202,6 +232,7 @@ export const makeModelEndpoints = Effect.gen(function*() {
     const key = yield* CurrentApiKey
     const state = yield* stored.resolve(key.accountId, yield* currentRequestId, payload)
     const conversation = yield* responsesConversation({ ...payload, input: state.input }, state.history)
+    // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
     return {
       endpoint: "/v1/responses",
       ...conversationInput(conversation),
@@ -209,7 +240,9 @@ export const makeModelEndpoints = Effect.gen(function*() {
       maxOutputTokens: payload.max_output_tokens,
       maxTotalCostMyr: payload.max_total_cost_myr,
       // OpenAI's web search tool turns our web search on, with the request's settings if it has them.
-      webSearch: conversation.webSearchTool ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" } : payload.web_search,
+      webSearch: conversation.webSearchTool
+        ? { ...(payload.web_search ?? WEB_SEARCH_DEFAULTS), mode: "on" }
+        : payload.web_search,
       temperature: payload.temperature,
       topP: payload.top_p,
       user: payload.user,
@@ -229,6 +262,7 @@ export const makeModelEndpoints = Effect.gen(function*() {
       })),
     chatCompletions: ({ headers, payload }: CallRequest<ChatCompletionRequest>) =>
       serve(requested("/v1/chat/completions", { headers, payload }, {
+        // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
         input: Effect.map(chatConversation(payload), (conversation) => ({
           endpoint: "/v1/chat/completions",
           ...conversationInput(conversation),
@@ -264,8 +298,10 @@ export const makeModelEndpoints = Effect.gen(function*() {
         limits.admit(key.keyId, yield* currentRequestId),
         Effect.zipRight(
           requireAnthropicModel(payload.model),
-          Effect.flatMap(anthropicConversation(payload), (conversation) =>
-            Effect.zipRight(breatheIfLarge, Effect.sync(() => anthropicTokenCount(conversation))))
+          Effect.flatMap(
+            anthropicConversation(payload),
+            (conversation) => Effect.zipRight(breatheIfLarge, Effect.sync(() => anthropicTokenCount(conversation)))
+          )
         )
       ))
     })
@@ -280,11 +316,15 @@ export const makeModelEndpoints = Effect.gen(function*() {
  * for a request the lane leaves alone (a query string) and for tests' small
  * APIs; `test/server/http/lane.test.ts` holds both roads to the same answers.
  */
-export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (handlers) =>
-  Effect.map(makeModelEndpoints, (endpoints) =>
-    handlers
-      .handle("responses", endpoints.responses)
-      .handle("chatCompletions", endpoints.chatCompletions)))
+export const ModelCallsLive = HttpApiBuilder.group(
+  NenasApi,
+  "modelCalls",
+  (handlers) =>
+    Effect.map(makeModelEndpoints, (endpoints) =>
+      handlers
+        .handle("responses", endpoints.responses)
+        .handle("chatCompletions", endpoints.chatCompletions))
+)
 
 /**
  * `POST /v1/messages` and `POST /v1/messages/count_tokens` on the HttpApi
@@ -292,8 +332,12 @@ export const ModelCallsLive = HttpApiBuilder.group(NenasApi, "modelCalls", (hand
  * (`Lane/ModelLane.ts`, from `Http/Pipeline.ts`) to the same `messages`
  * function; `count_tokens`, which moves no money, always comes this way.
  */
-export const AnthropicMessagesLive = HttpApiBuilder.group(NenasApi, "anthropicMessages", (handlers) =>
-  Effect.map(makeModelEndpoints, (endpoints) =>
-    handlers
-      .handle("messages", endpoints.messages)
-      .handle("countTokens", endpoints.countTokens)))
+export const AnthropicMessagesLive = HttpApiBuilder.group(
+  NenasApi,
+  "anthropicMessages",
+  (handlers) =>
+    Effect.map(makeModelEndpoints, (endpoints) =>
+      handlers
+        .handle("messages", endpoints.messages)
+        .handle("countTokens", endpoints.countTokens))
+)

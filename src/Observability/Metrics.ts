@@ -57,7 +57,8 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       upstreamAttempts: new Counter<"target" | "outcome">({
         name: "nenas_upstream_attempts_total",
-        help: "Attempts at an upstream target (`upstream/model`), by outcome (ok, refused, rate_limited, server_error, connection_error, first_byte_timeout, cut_short, breaker_open).",
+        help:
+          "Attempts at an upstream target (`upstream/model`), by outcome (ok, refused, rate_limited, server_error, connection_error, first_byte_timeout, cut_short, breaker_open).",
         labelNames: ["target", "outcome"] as const,
         registers
       }),
@@ -70,7 +71,8 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       upstreamBreakerState: new Gauge<"target">({
         name: "nenas_upstream_breaker_state",
-        help: "Each target's circuit breaker: 0 closed, 1 half-open, 2 open (shared through Redis when REDIS_URL is set).",
+        help:
+          "Each target's circuit breaker: 0 closed, 1 half-open, 2 open (shared through Redis when REDIS_URL is set).",
         labelNames: ["target"] as const,
         registers
       }),
@@ -94,13 +96,15 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       settlementParked: new Counter({
         name: "nenas_settlement_parked_total",
-        help: "Settlements the database kept refusing, parked in settlement_parked for `npm run settlement:replay`, by kind (dropped: not even parking was taken).",
+        help:
+          "Settlements the database kept refusing, parked in settlement_parked for `npm run settlement:replay`, by kind (dropped: not even parking was taken).",
         labelNames: ["kind"] as const,
         registers
       }),
       settlementClamped: new Counter({
         name: "nenas_settlement_clamped_total",
-        help: "Settlement values out of their column's range (e.g. tokens over 2^31 - 1), clamped before writing, by field.",
+        help:
+          "Settlement values out of their column's range (e.g. tokens over 2^31 - 1), clamped before writing, by field.",
         labelNames: ["field"] as const,
         registers
       }),
@@ -111,7 +115,8 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       listenConnected: new Gauge({
         name: "nenas_listen_connected",
-        help: "1 while this instance's LISTEN connection hears the database's announcements (key changes, grant requests), else 0.",
+        help:
+          "1 while this instance's LISTEN connection hears the database's announcements (key changes, grant requests), else 0.",
         registers
       }),
       listenReconnects: new Counter({
@@ -127,7 +132,8 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       billingShortfall: new Counter({
         name: "nenas_billing_shortfall_micro_myr_total",
-        help: "Cost of answers given that the wallet could not pay (micro-MYR): a stream whose hold was taken back while this instance stalled.",
+        help:
+          "Cost of answers given that the wallet could not pay (micro-MYR): a stream whose hold was taken back while this instance stalled.",
         registers
       }),
       walletHoldsOpen: new Gauge({
@@ -142,7 +148,8 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
 /** The Prometheus text exposition of every metric, with gauges read now: open holds, and breakers not closed (every other target shown closed). */
 export const renderMetrics = (
   readHoldsOpen: Effect.Effect<number, unknown>,
-  readBreakers: Effect.Effect<ReadonlyArray<{ readonly target: string; readonly state: keyof typeof BREAKER_GAUGE }>> = Effect.succeed([])
+  readBreakers: Effect.Effect<ReadonlyArray<{ readonly target: string; readonly state: keyof typeof BREAKER_GAUGE }>> =
+    Effect.succeed([])
 ) =>
   Effect.gen(function*() {
     const metrics = yield* Metrics
@@ -150,7 +157,9 @@ export const renderMetrics = (
     if (holds._tag === "Right") metrics.walletHoldsOpen.set(holds.right)
     const breakers = yield* readBreakers
     const shown = yield* Effect.promise(() => metrics.upstreamBreakerState.get())
-    for (const { labels } of shown.values) if (labels.target !== undefined) metrics.upstreamBreakerState.set({ target: labels.target }, 0)
+    for (const { labels } of shown.values) {
+      if (labels.target !== undefined) metrics.upstreamBreakerState.set({ target: labels.target }, 0)
+    }
     for (const { state, target } of breakers) metrics.upstreamBreakerState.set({ target }, BREAKER_GAUGE[state])
     return yield* Effect.promise(() => metrics.registry.metrics())
   })

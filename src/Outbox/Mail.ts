@@ -4,8 +4,8 @@ import nodemailer from "nodemailer"
 import { AppConfig } from "../AppConfig.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
-import { backoffMs, RETRY_WINDOW_MS } from "./Retries.js"
 import { DASHBOARD_URL } from "./Events.js"
+import { backoffMs, RETRY_WINDOW_MS } from "./Retries.js"
 
 export const MailRow = Schema.Struct({
   id: Schema.String,
@@ -51,7 +51,9 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
         Result: Claimed,
         execute: (now) =>
           sql`
-          UPDATE outbox_emails SET claimed_until = ${new Date(now.getTime() + Duration.toMillis(SEND_TIMEOUT) * 2)}, attempts = attempts + 1
+          UPDATE outbox_emails SET claimed_until = ${new Date(
+            now.getTime() + Duration.toMillis(SEND_TIMEOUT) * 2
+          )}, attempts = attempts + 1
           WHERE id IN (
             SELECT id FROM outbox_emails
             WHERE status = 'pending' AND next_attempt_at <= ${now} AND (claimed_until IS NULL OR claimed_until < ${now})
@@ -75,21 +77,32 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
           const outcome = yield* Option.match(transport, {
             onNone: () => Effect.succeed<"kept" | "sent">("kept"),
             onSome: (smtp) =>
-              Effect.tryPromise(() => smtp.sendMail({ from: config.emailFrom, to: mail.toAddress, subject: mail.subject, text: render(mail.body) })).pipe(
+              Effect.tryPromise(() =>
+                smtp.sendMail({
+                  from: config.emailFrom,
+                  to: mail.toAddress,
+                  subject: mail.subject,
+                  text: render(mail.body)
+                })
+              ).pipe(
                 Effect.timeout(SEND_TIMEOUT),
                 Effect.as("sent" as const)
               )
           }).pipe(Effect.either)
           const now = yield* Clock.currentTimeMillis
           if (outcome._tag === "Right") {
-            yield* sql`UPDATE outbox_emails SET status = ${outcome.right}, sent_at = ${new Date(now)}, claimed_until = NULL WHERE id = ${mail.id}`
+            yield* sql`UPDATE outbox_emails SET status = ${outcome.right}, sent_at = ${new Date(
+              now
+            )}, claimed_until = NULL WHERE id = ${mail.id}`
             return
           }
           const error = String(outcome.left).slice(0, 300)
           yield* Effect.logWarning(`email ${mail.id} was not sent: ${error}`)
           yield* now - mail.createdAt.getTime() >= RETRY_WINDOW_MS
             ? sql`UPDATE outbox_emails SET status = 'failed', last_error = ${error}, claimed_until = NULL WHERE id = ${mail.id}`
-            : sql`UPDATE outbox_emails SET next_attempt_at = ${new Date(now + backoffMs(mail.attempts))}, last_error = ${error},
+            : sql`UPDATE outbox_emails SET next_attempt_at = ${new Date(
+              now + backoffMs(mail.attempts)
+            )}, last_error = ${error},
                     claimed_until = NULL WHERE id = ${mail.id}`
         }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`email ${mail.id} was not recorded`, cause)))
 

@@ -1,6 +1,6 @@
 import { Effect } from "effect"
 import { type BreakerSettings, TargetCounts } from "./BreakerCounts.js"
-import type { Admission, AttemptOutcome, BreakerState, BreakersShape } from "./BreakerTypes.js"
+import type { Admission, AttemptOutcome, BreakersShape, BreakerState } from "./BreakerTypes.js"
 
 /**
  * Where breakers' open state lives: this process's memory, or Redis shared by

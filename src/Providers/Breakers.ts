@@ -2,9 +2,9 @@ import { Context, Effect, Layer, Option } from "effect"
 import { AppConfig, type AppConfigShape } from "../AppConfig.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { type BreakerSettings, DEFAULT_BREAKER_SETTINGS } from "./BreakerCounts.js"
-import type { BreakersShape } from "./BreakerTypes.js"
 import { type BreakerGaugeValue, makeBreakers, memoryOpenStore } from "./BreakerService.js"
 import { type RedisBreakersOptions, redisOpenStore } from "./BreakersRedis.js"
+import type { BreakersShape } from "./BreakerTypes.js"
 
 /**
  * Circuit breakers, one per upstream target (`upstream/model`, e.g.
@@ -39,7 +39,9 @@ export class Breakers extends Context.Tag("nenas/Breakers")<Breakers, BreakersSh
     Layer.sync(Breakers, () => makeBreakers({ ...DEFAULT_BREAKER_SETTINGS, ...settings }, memoryOpenStore(), onState))
 
   /** Breakers whose open state every instance on the same Redis (and prefix) shares. */
-  static readonly redis = (options: RedisBreakersOptions & { readonly settings?: Partial<BreakerSettings>; readonly onState?: OnState }) =>
+  static readonly redis = (
+    options: RedisBreakersOptions & { readonly settings?: Partial<BreakerSettings>; readonly onState?: OnState }
+  ) =>
     Layer.scoped(
       Breakers,
       Effect.map(redisOpenStore(options), (store) =>

@@ -1,7 +1,7 @@
-import { randomUUID } from "node:crypto"
-import { Redis } from "ioredis"
 import { Effect, Runtime, Schedule } from "effect"
 import type { Scope } from "effect"
+import { Redis } from "ioredis"
+import { randomUUID } from "node:crypto"
 import { type OpenStore, stateAt } from "./BreakerService.js"
 import type { Admission, BreakerState } from "./BreakerTypes.js"
 
@@ -117,7 +117,9 @@ export const redisOpenStore = (options: RedisBreakersOptions): Effect.Effect<Ope
 
     const warn = (what: string) => (error: Error) =>
       Effect.logWarning(
-        `circuit breakers: Redis failed (${what}: ${error.message}); ${what === "probe" ? "admitting the call" : "going on from this instance's copy"}`
+        `circuit breakers: Redis failed (${what}: ${error.message}); ${
+          what === "probe" ? "admitting the call" : "going on from this instance's copy"
+        }`
       )
 
     const readAll = attempt(() => redis.hgetall(hash)).pipe(
@@ -131,7 +133,9 @@ export const redisOpenStore = (options: RedisBreakersOptions): Effect.Effect<Ope
     let failing = false
     const resync = readAll.pipe(
       Effect.zipLeft(Effect.sync(() => (failing = false))),
-      Effect.catchAll((error) => failing ? Effect.void : Effect.zipRight(Effect.sync(() => (failing = true)), warn("resync")(error))),
+      Effect.catchAll((error) =>
+        failing ? Effect.void : Effect.zipRight(Effect.sync(() => (failing = true)), warn("resync")(error))
+      ),
       Effect.asVoid
     )
 
@@ -196,7 +200,8 @@ export const redisOpenStore = (options: RedisBreakersOptions): Effect.Effect<Ope
         readAll.pipe(
           Effect.catchAll((error) => Effect.as(warn("list")(error), mirror)),
           Effect.map((entries): ReadonlyArray<BreakerState> =>
-            [...entries].map(([target, halfOpenAt]) => stateAt(target, halfOpenAt, now)))
+            [...entries].map(([target, halfOpenAt]) => stateAt(target, halfOpenAt, now))
+          )
         )
     }
     return store

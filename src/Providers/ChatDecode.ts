@@ -1,5 +1,5 @@
-import { createParser } from "eventsource-parser"
 import { Option } from "effect"
+import { createParser } from "eventsource-parser"
 import type { Completion, ProviderUsage, StreamPart, ToolCall } from "./Provider.js"
 import { finishReasonOf } from "./Provider.js"
 
@@ -42,8 +42,10 @@ type Json = Record<string, unknown>
 
 const isObject = (value: unknown): value is Json => typeof value === "object" && value !== null && !Array.isArray(value)
 const absent = (value: unknown): value is null | undefined => value === undefined || value === null
-const stringOrAbsent = (value: unknown): value is string | null | undefined => absent(value) || typeof value === "string"
-const numberOrAbsent = (value: unknown): value is number | null | undefined => absent(value) || typeof value === "number"
+const stringOrAbsent = (value: unknown): value is string | null | undefined =>
+  absent(value) || typeof value === "string"
+const numberOrAbsent = (value: unknown): value is number | null | undefined =>
+  absent(value) || typeof value === "number"
 const objectOrAbsent = (value: unknown): value is Json | null | undefined => absent(value) || isObject(value)
 
 /** Chat's usage as ours, or undefined when it does not have chat's types (or a count is negative): then we count. */
@@ -53,12 +55,16 @@ export const usageOf = (usage: Json): ProviderUsage | undefined => {
   const promptDetails = usage["prompt_tokens_details"]
   const completionDetails = usage["completion_tokens_details"]
   // Absent counts default to 0, as before; `null` is not a count.
-  if ((prompt !== undefined && typeof prompt !== "number") || (completion !== undefined && typeof completion !== "number")) return undefined
+  if (
+    (prompt !== undefined && typeof prompt !== "number") || (completion !== undefined && typeof completion !== "number")
+  ) return undefined
   if ((prompt ?? 0) < 0 || (completion ?? 0) < 0) return undefined
   if (!objectOrAbsent(promptDetails) || !objectOrAbsent(completionDetails)) return undefined
   const cached = promptDetails?.["cached_tokens"]
   const reasoning = completionDetails?.["reasoning_tokens"]
-  if (!numberOrAbsent(cached) || !numberOrAbsent(reasoning) || (cached ?? 0) < 0 || (reasoning ?? 0) < 0) return undefined
+  if (!numberOrAbsent(cached) || !numberOrAbsent(reasoning) || (cached ?? 0) < 0 || (reasoning ?? 0) < 0) {
+    return undefined
+  }
   return {
     inputTokens: Math.max(0, Math.round(prompt ?? 0)),
     outputTokens: Math.max(0, Math.round(completion ?? 0)),
@@ -85,7 +91,9 @@ const choiceParts = (choice: unknown, out: Array<StreamPart>): boolean => {
     const index = call["index"] === undefined ? 0 : call["index"]
     const id = call["id"]
     const fn = call["function"]
-    if (typeof index !== "number" || !Number.isSafeInteger(index) || !stringOrAbsent(id) || !objectOrAbsent(fn)) return false
+    if (typeof index !== "number" || !Number.isSafeInteger(index) || !stringOrAbsent(id) || !objectOrAbsent(fn)) {
+      return false
+    }
     const name = fn?.["name"]
     const args = fn?.["arguments"]
     if (!stringOrAbsent(name) || !stringOrAbsent(args)) return false
@@ -143,7 +151,9 @@ export const completionOf = (text: string): Completion | undefined => {
   for (const choice of choices) {
     if (!isObject(choice) || !isObject(choice["message"]) || !stringOrAbsent(choice["finish_reason"])) return undefined
     const logprobs = choice["logprobs"]
-    if (!objectOrAbsent(logprobs) || (!absent(logprobs?.["content"]) && !Array.isArray(logprobs?.["content"]))) return undefined
+    if (!objectOrAbsent(logprobs) || (!absent(logprobs?.["content"]) && !Array.isArray(logprobs?.["content"]))) {
+      return undefined
+    }
     const { content, tool_calls: calls } = choice["message"]
     if (!stringOrAbsent(content) || (!absent(calls) && !Array.isArray(calls))) return undefined
   }
@@ -159,7 +169,9 @@ export const completionOf = (text: string): Completion | undefined => {
   return {
     text: (message?.["content"] ?? "") as string,
     toolCalls,
-    logprobs: ((first?.["logprobs"] as Json | null | undefined)?.["content"] ?? undefined) as ReadonlyArray<unknown> | undefined,
+    logprobs: ((first?.["logprobs"] as Json | null | undefined)?.["content"] ?? undefined) as
+      | ReadonlyArray<unknown>
+      | undefined,
     finishReason: finishReasonOf(first?.["finish_reason"]),
     usage: usage === undefined ? Option.none() : Option.some(usage)
   }

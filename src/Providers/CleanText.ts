@@ -14,7 +14,8 @@ const NAMED_SECRETS =
 const QUERY_SECRETS = /\b((?:key|sig|signature|auth|code|apikey)=)[^\s&,;)\]]+/gi
 const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi
 /** Key shapes that travel alone: OpenAI's `sk-…`, ours, Stripe's, GitHub's, AWS's. */
-const KEYS = /\b(?:sk|pk|rk)[-_][A-Za-z0-9_-]{3,}|\bnns_(?:live|test)_[A-Za-z0-9]+|\b(?:sk|rk|pk|whsec)_(?:live|test)_[A-Za-z0-9]+|\bgh[pousr]_[A-Za-z0-9]{8,}|\bAKIA[A-Z0-9]{12,}/g
+const KEYS =
+  /\b(?:sk|pk|rk)[-_][A-Za-z0-9_-]{3,}|\bnns_(?:live|test)_[A-Za-z0-9]+|\b(?:sk|rk|pk|whsec)_(?:live|test)_[A-Za-z0-9]+|\bgh[pousr]_[A-Za-z0-9]{8,}|\bAKIA[A-Z0-9]{12,}/g
 const EMAILS = /\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b/g
 /** IPv6 written in any form (`fe80::1`, `[::ffff:127.0.0.1]`, eight groups): a `::` or seven colons. */
 const IPV6 = /\[?(?:[0-9a-f]{0,4}:){2,7}(?:[0-9a-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?:%\w+)?\]?/gi

@@ -1,6 +1,6 @@
 import { imageSize } from "image-size"
-import type { ResponseFormat, ToolCall, ToolDefinition, UpstreamMessage } from "./Provider.js"
 import { countTexts } from "../Domain/Tokens.js"
+import type { ResponseFormat, ToolCall, ToolDefinition, UpstreamMessage } from "./Provider.js"
 
 /**
  * Token counts for what is not plain text, built on the string counter of

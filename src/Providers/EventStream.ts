@@ -1,9 +1,9 @@
-import type { Readable } from "node:stream"
 import type { Stream } from "effect"
-import type { ProviderError, StreamPart } from "./Provider.js"
-import { chunkParts, makeEventSplitter } from "./ChatDecode.js"
+import type { Readable } from "node:stream"
 import { doneWith } from "../Lane/Wire/DoneWith.js"
 import { type PartReader, readableParts, type Stop } from "../Lane/Wire/PartReader.js"
+import { chunkParts, makeEventSplitter } from "./ChatDecode.js"
+import type { ProviderError, StreamPart } from "./Provider.js"
 
 export interface EventStreamErrors {
   readonly malformed: () => ProviderError
@@ -122,7 +122,10 @@ export const eventStreamParts = (
           done = true
           if (timedOut) throw { error: errors.timedOut() } satisfies Stop<ProviderError>
           if (finished) return undefined
-          throw { error: errors.brokeOff(), detail: cause instanceof Error ? cause.message : String(cause) } satisfies Stop<ProviderError>
+          throw {
+            error: errors.brokeOff(),
+            detail: cause instanceof Error ? cause.message : String(cause)
+          } satisfies Stop<ProviderError>
         }
         if (timedOut) throw { error: errors.timedOut() } satisfies Stop<ProviderError>
         for (const data of split(read)) {
@@ -136,7 +139,10 @@ export const eventStreamParts = (
             if (finished) break
             throw outcome._tag === "Malformed"
               ? { error: errors.malformed() } satisfies Stop<ProviderError>
-              : { error: errors.errorChunk(), detail: `error chunk: ${JSON.stringify(outcome.error).slice(0, 2000)}` } satisfies Stop<ProviderError>
+              : {
+                error: errors.errorChunk(),
+                detail: `error chunk: ${JSON.stringify(outcome.error).slice(0, 2000)}`
+              } satisfies Stop<ProviderError>
           }
           if (!finished && parts.some((part) => part._tag === "Finish")) finished = true
         }

@@ -2,10 +2,10 @@ import { Effect, Option } from "effect"
 import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { Target, UpstreamConfig } from "../Domain/Upstreams.js"
 import { targetsFor } from "../Domain/Upstreams.js"
+import { tapFailure } from "../Lane/Wire/PartReader.js"
 import type { BreakersShape } from "./BreakerTypes.js"
 import type { AttemptFailure, UpstreamClient } from "./OpenAiCompatible.js"
 import { makeUpstreamClient } from "./OpenAiCompatible.js"
-import { tapFailure } from "../Lane/Wire/PartReader.js"
 import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, UpstreamAttempt } from "./Provider.js"
 
 /**
@@ -46,8 +46,8 @@ export interface FallbackOptions {
 }
 
 /** An attempt as its own span: which target, and how it went (never what was asked or answered). */
-const attemptSpan = (target: Target, index: number) =>
-  <A>(attempt: Effect.Effect<A, AttemptFailure>): Effect.Effect<A, AttemptFailure> =>
+const attemptSpan =
+  (target: Target, index: number) => <A>(attempt: Effect.Effect<A, AttemptFailure>): Effect.Effect<A, AttemptFailure> =>
     attempt.pipe(
       Effect.tapBoth({
         onFailure: (failed) => Effect.annotateCurrentSpan("nenas.attempt.outcome", failed.outcome),
@@ -78,15 +78,19 @@ const outOfTime = () => new ProviderTimeout({ message: "The model provider did n
  * The provider over `options.upstreams`, each upstream with its own client, each target guarded by `breakers`,
  * each attempt told to `record` (the metrics; Live.ts passes them).
  */
-export const makeFallbackProvider = (options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt) =>
-  Effect.gen(function*() {
+export const makeFallbackProvider = Effect.fnUntraced(
+  function*(options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt) {
     // Read directly on each attempt (docs/performance.md, "The clock read directly on the call path").
     const clock = yield* Effect.clock
     const clients = new Map<string, UpstreamClient>()
     for (const upstream of options.upstreams) {
       clients.set(
         upstream.name,
-        yield* makeUpstreamClient({ baseUrl: upstream.baseUrl, apiKey: upstream.apiKey, totalTimeoutMs: options.totalTimeoutMs })
+        yield* makeUpstreamClient({
+          baseUrl: upstream.baseUrl,
+          apiKey: upstream.apiKey,
+          totalTimeoutMs: options.totalTimeoutMs
+        })
       )
     }
 
@@ -152,20 +156,24 @@ export const makeFallbackProvider = (options: FallbackOptions, breakers: Breaker
 
     /** A stream that fails after its head is told to the breaker and the log as `cut_short`. */
     const stream: ProviderShape["stream"] = (request) =>
-      Effect.map(attempt(request, (client, r, ms) => client.stream(r, ms)), ([parts, target, started]) =>
-        tapFailure(parts, () =>
-          Effect.zipRight(
-            breakers.record(target.id, { _tag: "Failure" }),
-            tell(request, {
-              target: target.id,
-              model: target.model,
-              outcome: "cut_short",
-              latencyMs: Math.round(performance.now() - started)
-            }, true)
-          )))
+      Effect.map(
+        attempt(request, (client, r, ms) => client.stream(r, ms)),
+        ([parts, target, started]) =>
+          tapFailure(parts, () =>
+            Effect.zipRight(
+              breakers.record(target.id, { _tag: "Failure" }),
+              tell(request, {
+                target: target.id,
+                model: target.model,
+                outcome: "cut_short",
+                latencyMs: Math.round(performance.now() - started)
+              }, true)
+            ))
+      )
 
     return { complete, stream } satisfies ProviderShape
-  })
+  }
+)
 
 /** The model that answered: the last attempt told `ok`. */
 export const servedBy = (attempts: ReadonlyArray<UpstreamAttempt>): Option.Option<UpstreamAttempt> =>

@@ -1,7 +1,7 @@
 import { type Context, Effect, Exit, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { Provider, type ProviderShape } from "./Provider.js"
 import { Metrics } from "../Observability/Metrics.js"
+import { Provider, type ProviderShape } from "./Provider.js"
 
 type AnyFunction = (...args: ReadonlyArray<unknown>) => unknown
 
@@ -27,12 +27,15 @@ const withSpans = <S extends object>(prefix: string, service: S): S => {
  * exported (`OTEL_EXPORTER_OTLP_ENDPOINT`); otherwise `layer` itself, so an
  * untraced service pays nothing.
  */
-export const traced = <I, S extends object, E, R>(tag: Context.Tag<I, S>, prefix: string, layer: Layer.Layer<I, E, R>) =>
+export const traced = <I, S extends object, E, R>(
+  tag: Context.Tag<I, S>,
+  prefix: string,
+  layer: Layer.Layer<I, E, R>
+) =>
   Layer.unwrapEffect(Effect.map(AppConfig, ({ otlpEndpoint }) =>
     Option.isNone(otlpEndpoint)
       ? layer
-      : Layer.effect(tag, Effect.map(tag, (service) => withSpans(prefix, service))).pipe(Layer.provide(layer))
-  ))
+      : Layer.effect(tag, Effect.map(tag, (service) => withSpans(prefix, service))).pipe(Layer.provide(layer))))
 
 /** Upstream latency for the operator: to the whole answer, or to a stream's opening (its first byte). */
 const measured = (provider: ProviderShape, metrics: Metrics): ProviderShape => {

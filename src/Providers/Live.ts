@@ -18,21 +18,27 @@ export const ProviderLive = Layer.unwrapEffect(Effect.gen(function*() {
       Effect.gen(function*() {
         const breakers = yield* Breakers
         const metrics = yield* Metrics
-        return yield* makeFallbackProvider({
-          upstreams: config.upstreams,
-          firstByteTimeoutMs: config.upstreamFirstByteTimeoutMs,
-          totalTimeoutMs: config.upstreamTotalTimeoutMs,
-          traced: Option.isSome(config.otlpEndpoint)
-        }, breakers, (target, outcome, seconds) =>
-          Effect.sync(() => {
-            metrics.upstreamAttempts.inc({ target, outcome })
-            metrics.upstreamAttemptLatency.observe({ target, outcome }, seconds)
-          }))
+        return yield* makeFallbackProvider(
+          {
+            upstreams: config.upstreams,
+            firstByteTimeoutMs: config.upstreamFirstByteTimeoutMs,
+            totalTimeoutMs: config.upstreamTotalTimeoutMs,
+            traced: Option.isSome(config.otlpEndpoint)
+          },
+          breakers,
+          (target, outcome, seconds) =>
+            Effect.sync(() => {
+              metrics.upstreamAttempts.inc({ target, outcome })
+              metrics.upstreamAttemptLatency.observe({ target, outcome }, seconds)
+            })
+        )
       })
     )
   }
   if (config.production) {
-    return yield* Effect.dieMessage("NODE_ENV=production needs UPSTREAM_BASE_URL or UPSTREAMS: the simulated model does not run in production.")
+    return yield* Effect.dieMessage(
+      "NODE_ENV=production needs UPSTREAM_BASE_URL or UPSTREAMS: the simulated model does not run in production."
+    )
   }
   return Layer.succeed(Provider, simulatedProvider)
 }))

@@ -1,11 +1,18 @@
-import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
 import { Effect, Option, Redacted, Schema, type Stream } from "effect"
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import { dropBody, makePost, textOf } from "../Lane/Wire/KeepAlivePost.js"
 import { completionOf } from "./ChatDecode.js"
 import { cleanUpstreamText } from "./CleanText.js"
 import { eventStreamParts } from "./EventStream.js"
-import { dropBody, makePost, textOf } from "../Lane/Wire/KeepAlivePost.js"
-import type { AttemptOutcome, Completion, ProviderError, ProviderRequest, ProviderShape, StreamPart } from "./Provider.js"
+import type {
+  AttemptOutcome,
+  Completion,
+  ProviderError,
+  ProviderRequest,
+  ProviderShape,
+  StreamPart
+} from "./Provider.js"
 
 export interface UpstreamOptions {
   /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
@@ -32,18 +39,22 @@ export interface UpstreamClient {
   ) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure>
 }
 
-const failure = (outcome: AttemptFailure["outcome"], retryAfterMs?: number) => (error: ProviderError): AttemptFailure => ({
-  error,
-  outcome,
-  retryAfterMs
-})
+const failure =
+  (outcome: AttemptFailure["outcome"], retryAfterMs?: number) => (error: ProviderError): AttemptFailure => ({
+    error,
+    outcome,
+    retryAfterMs
+  })
 
+// eslint-disable-next-line nenas/no-spread-adding-field -- the upstream's request body, serialized at once
 const requestBody = (request: ProviderRequest, stream: boolean) => ({
   model: request.model,
   messages: request.messages,
   // OpenAI's reasoning models refuse `max_tokens`; every OpenAI-compatible server takes `max_tokens`.
   [request.reasoningModel ? "max_completion_tokens" : "max_tokens"]: request.maxOutputTokens,
-  ...(request.reasoningModel && request.reasoningEffort !== undefined ? { reasoning_effort: request.reasoningEffort } : {}),
+  ...(request.reasoningModel && request.reasoningEffort !== undefined
+    ? { reasoning_effort: request.reasoningEffort }
+    : {}),
   ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
   ...(request.topP === undefined ? {} : { top_p: request.topP }),
   ...(request.stop === undefined || request.stop === null ? {} : { stop: request.stop }),
@@ -76,6 +87,7 @@ const capabilitiesBody = (request: ProviderRequest): Record<string, unknown> => 
 }
 
 const unavailable = (message: string, extra: { retryable?: boolean; retry_after_seconds?: number } = {}) =>
+  // eslint-disable-next-line nenas/no-spread-adding-field -- an upstream failure, not a success
   new ProviderUnavailable({ message, ...extra })
 
 /** An upstream answer's status line, as either client reads it. */
@@ -107,7 +119,10 @@ const outcomeOfStatus = (status: number): AttemptFailure["outcome"] => {
 }
 
 const UpstreamError = Schema.parseJson(Schema.Struct({
-  error: Schema.Struct({ message: Schema.optional(Schema.NullOr(Schema.String)), code: Schema.optional(Schema.Unknown) })
+  error: Schema.Struct({
+    message: Schema.optional(Schema.NullOr(Schema.String)),
+    code: Schema.optional(Schema.Unknown)
+  })
 }))
 const decodeUpstreamError = Schema.decodeUnknownOption(UpstreamError)
 
@@ -126,7 +141,8 @@ const upstreamMessage = (text: string): { readonly message: string; readonly cod
 const reported = <E>(error: E, detail: unknown) =>
   Effect.zipRight(Effect.logWarning(`model provider: ${String(detail)}`), Effect.fail(error))
 
-const CONTEXT_TOO_LONG = /context.{0,20}(length|window)|maximum context|too many tokens|prompt is too long|input is too long/i
+const CONTEXT_TOO_LONG =
+  /context.{0,20}(length|window)|maximum context|too many tokens|prompt is too long|input is too long/i
 
 /**
  * Upstream statuses as our errors: 429, 408 and 5xx may pass on a retry; its credentials refused (401/403) are
@@ -140,16 +156,23 @@ const statusError = (response: StatusAnswer) =>
       const detail = text.length > 0 ? `: ${text.slice(0, 2000)}` : ""
       if (response.status === 429) {
         return reported(
-          unavailable("The model provider is rate limiting requests (HTTP 429).", { retry_after_seconds: retryAfterSeconds(response) }),
+          unavailable("The model provider is rate limiting requests (HTTP 429).", {
+            retry_after_seconds: retryAfterSeconds(response)
+          }),
           `HTTP 429${detail}`
         )
       }
       if (response.status >= 500 || response.status === 408 || response.status < 400) {
-        return reported(unavailable(`The model provider failed (HTTP ${response.status}).`), `HTTP ${response.status}${detail}`)
+        return reported(
+          unavailable(`The model provider failed (HTTP ${response.status}).`),
+          `HTTP ${response.status}${detail}`
+        )
       }
       if (response.status === 401 || response.status === 403) {
         return Effect.zipRight(
-          Effect.logError(`The model provider refused our credentials (HTTP ${response.status}): check UPSTREAM_API_KEY${detail}`),
+          Effect.logError(
+            `The model provider refused our credentials (HTTP ${response.status}): check UPSTREAM_API_KEY${detail}`
+          ),
           Effect.fail(unavailable("The model provider is not available right now."))
         )
       }
@@ -158,7 +181,10 @@ const statusError = (response: StatusAnswer) =>
       const said = message.length > 0 ? message : `HTTP ${response.status}`
       const logged = `HTTP ${response.status}${detail}`
       if (response.status === 413 || code === "context_length_exceeded" || CONTEXT_TOO_LONG.test(said)) {
-        return reported(new ContextLengthExceeded({ message: `The model refused the input as too long: ${said}`, param: null }), logged)
+        return reported(
+          new ContextLengthExceeded({ message: `The model refused the input as too long: ${said}`, param: null }),
+          logged
+        )
       }
       return reported(new InvalidRequest({ message: `The model refused the request: ${said}`, param: null }), logged)
     }
@@ -175,7 +201,8 @@ const headerOf = (headers: IncomingHttpHeaders, name: string): string | undefine
  */
 export const makeOpenAiCompatible = (options: UpstreamOptions) =>
   Effect.map(makeUpstreamClient(options), (client): ProviderShape => ({
-    complete: (request) => Effect.mapError(client.complete(request, options.firstByteTimeoutMs), (failed) => failed.error),
+    complete: (request) =>
+      Effect.mapError(client.complete(request, options.firstByteTimeoutMs), (failed) => failed.error),
     stream: (request) => Effect.mapError(client.stream(request, options.firstByteTimeoutMs), (failed) => failed.error)
   }))
 
@@ -191,10 +218,14 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
      * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
      */
     const post = makePost(url)
+    // eslint-disable-next-line nenas/no-spread-adding-field -- once per upstream request
     const headers = (): Record<string, string> => ({
       "content-type": "application/json",
       accept: "application/json",
-      ...Option.match(options.apiKey, { onNone: () => ({}), onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` }) })
+      ...Option.match(options.apiKey, {
+        onNone: () => ({}),
+        onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` })
+      })
     })
     /**
      * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
@@ -277,7 +308,12 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
             if (settled) return
             settled = true
             clearTimeout(timer)
-            resume(reported(unavailable("The model provider's answer broke off."), cause instanceof Error ? cause.message : String(cause)))
+            resume(
+              reported(
+                unavailable("The model provider's answer broke off."),
+                cause instanceof Error ? cause.message : String(cause)
+              )
+            )
           }
         )
         return Effect.sync(() => {
@@ -314,9 +350,13 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
         const contentType = headerOf(answer.headers, "content-type")
         if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
           dropBody(answer)
-          return Effect.fail(failure("server_error")(unavailable(
-            `The model provider answered a stream request with ${contentType ?? "no content type"}, not an event stream.`
-          )))
+          return Effect.fail(
+            failure("server_error")(unavailable(
+              `The model provider answered a stream request with ${
+                contentType ?? "no content type"
+              }, not an event stream.`
+            ))
+          )
         }
         return Effect.succeed(eventStreamParts(answer, options.totalTimeoutMs, {
           malformed: () => unavailable("The model provider sent a malformed stream chunk."),

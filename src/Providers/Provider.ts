@@ -1,15 +1,18 @@
 import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
 import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
-import type { Effort } from "../Routing/Router.js"
 import type { Message } from "../Domain/Tokens.js"
 import type { UpstreamAttemptOutcome } from "../Observability/Metrics.js"
+import type { Effort } from "../Routing/Router.js"
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter"
 
 /** A content part as the upstream's chat API takes it. */
 export type UpstreamPart =
   | { readonly type: "text"; readonly text: string }
-  | { readonly type: "image_url"; readonly image_url: { readonly url: string; readonly detail?: "low" | "high" | "auto" } }
+  | {
+    readonly type: "image_url"
+    readonly image_url: { readonly url: string; readonly detail?: "low" | "high" | "auto" }
+  }
 
 /** A function call the model made, as chat carries it in `tool_calls`. */
 export interface ToolCall {
@@ -36,7 +39,10 @@ export interface ToolDefinition {
   }
 }
 
-export type ToolChoice = "none" | "auto" | "required" | { readonly type: "function"; readonly function: { readonly name: string } }
+export type ToolChoice = "none" | "auto" | "required" | {
+  readonly type: "function"
+  readonly function: { readonly name: string }
+}
 
 export type ResponseFormat =
   | { readonly type: "text" }
@@ -173,6 +179,7 @@ export interface ScriptedProvider extends ProviderShape {
   readonly requests: ReadonlyArray<ProviderRequest>
 }
 
+// eslint-disable-next-line nenas/no-spread-adding-field -- the simulated model's usage, once per call
 const usage = (inputTokens: number, outputTokens: number, extra: Partial<ProviderUsage> = {}): ProviderUsage => ({
   inputTokens,
   outputTokens,
@@ -184,13 +191,18 @@ const usage = (inputTokens: number, outputTokens: number, extra: Partial<Provide
 /** A step: `text` as the answer, with the usage the upstream reports (none: we count it ourselves). */
 const answer = (
   text: string,
-  options: { readonly usage?: ProviderUsage; readonly toolCalls?: ReadonlyArray<ToolCall>; readonly finishReason?: Completion["finishReason"] } = {}
+  options: {
+    readonly usage?: ProviderUsage
+    readonly toolCalls?: ReadonlyArray<ToolCall>
+    readonly finishReason?: Completion["finishReason"]
+  } = {}
 ): ScriptStep => ({
   _tag: "Answer",
   completion: {
     text,
     toolCalls: options.toolCalls ?? [],
-    finishReason: options.finishReason ?? (options.toolCalls !== undefined && options.toolCalls.length > 0 ? "tool_calls" : "stop"),
+    finishReason: options.finishReason ??
+      (options.toolCalls !== undefined && options.toolCalls.length > 0 ? "tool_calls" : "stop"),
     usage: Option.fromNullable(options.usage),
     logprobs: undefined
   }
@@ -199,13 +211,19 @@ const answer = (
 /** A step: `chunks` as text deltas `delay` apart, then the finish and (when given) the usage; or `failure` after the chunks. */
 const streamed = (
   chunks: ReadonlyArray<string>,
-  options: { readonly delay?: Duration.DurationInput; readonly usage?: ProviderUsage; readonly failure?: ProviderError } = {}
+  options: {
+    readonly delay?: Duration.DurationInput
+    readonly usage?: ProviderUsage
+    readonly failure?: ProviderError
+  } = {}
 ): ScriptStep => ({
   _tag: "Parts",
   parts: [
     ...chunks.map((text): StreamPart => ({ _tag: "Delta", text })),
     ...(options.failure === undefined ? [{ _tag: "Finish", finishReason: "stop" } as const] : []),
-    ...(options.usage === undefined || options.failure !== undefined ? [] : [{ _tag: "Usage", usage: options.usage } as const])
+    ...(options.usage === undefined || options.failure !== undefined
+      ? []
+      : [{ _tag: "Usage", usage: options.usage } as const])
   ],
   delay: Duration.decode(options.delay ?? 0),
   failure: options.failure
@@ -260,7 +278,10 @@ const split = (completion: Completion): ReadonlyArray<StreamPart> => [
     arguments: call.function.arguments
   })),
   { _tag: "Finish", finishReason: completion.finishReason },
-  ...Option.match(completion.usage, { onNone: () => [], onSome: (reported) => [{ _tag: "Usage", usage: reported } as const] })
+  ...Option.match(completion.usage, {
+    onNone: () => [],
+    onSome: (reported) => [{ _tag: "Usage", usage: reported } as const]
+  })
 ]
 
 const scripted = (script: Script): ScriptedProvider => {
@@ -272,7 +293,11 @@ const scripted = (script: Script): ScriptedProvider => {
       if (typeof script === "function") return Effect.succeed(script(request, index))
       const step = script[index]
       return step === undefined
-        ? Effect.dieMessage(`Provider.scripted: the script has ${script.length} step(s), and call ${index + 1} came (model ${request.model})`)
+        ? Effect.dieMessage(
+          `Provider.scripted: the script has ${script.length} step(s), and call ${
+            index + 1
+          } came (model ${request.model})`
+        )
         : Effect.succeed(step)
     })
   const complete = (request: ProviderRequest) =>
@@ -324,7 +349,8 @@ export class Provider extends Context.Tag("nenas/Provider")<Provider, ProviderSh
 /** The model test keys call: the simulated model, whatever the upstream; they cost nothing, so they must never reach it. */
 export class TestKeyProvider extends Context.Tag("nenas/TestKeyProvider")<TestKeyProvider, ProviderShape>() {
   /** The test Layer: a scripted provider as the model test keys call. */
-  static readonly Test = (provider: ScriptedProvider): Layer.Layer<TestKeyProvider> => Layer.succeed(TestKeyProvider, provider)
+  static readonly Test = (provider: ScriptedProvider): Layer.Layer<TestKeyProvider> =>
+    Layer.succeed(TestKeyProvider, provider)
 }
 
 export const finishReasonOf = (value: unknown): FinishReason =>

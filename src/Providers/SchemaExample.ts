@@ -7,7 +7,8 @@
 
 type Schema = { readonly [key: string]: unknown }
 
-const isSchema = (value: unknown): value is Schema => typeof value === "object" && value !== null && !Array.isArray(value)
+const isSchema = (value: unknown): value is Schema =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
 
 const FORMATS: Readonly<Record<string, string>> = {
   "date-time": "2026-01-01T00:00:00Z",
@@ -27,12 +28,19 @@ const MAX_LENGTH = 4096
 const MAX_ITEMS = 64
 const MAX_VALUES = 10_000
 
-const num = (value: unknown): number | undefined => typeof value === "number" && Number.isFinite(value) ? value : undefined
+const num = (value: unknown): number | undefined =>
+  typeof value === "number" && Number.isFinite(value) ? value : undefined
 
 /** A number within the schema's bounds: 1 when allowed, else the lowest allowed. */
 const numberFor = (schema: Schema, integer: boolean): number => {
-  const min = num(schema["minimum"]) ?? (num(schema["exclusiveMinimum"]) === undefined ? undefined : (num(schema["exclusiveMinimum"]) as number) + (integer ? 1 : 0.5))
-  const max = num(schema["maximum"]) ?? (num(schema["exclusiveMaximum"]) === undefined ? undefined : (num(schema["exclusiveMaximum"]) as number) - (integer ? 1 : 0.5))
+  const min = num(schema["minimum"]) ??
+    (num(schema["exclusiveMinimum"]) === undefined
+      ? undefined
+      : (num(schema["exclusiveMinimum"]) as number) + (integer ? 1 : 0.5))
+  const max = num(schema["maximum"]) ??
+    (num(schema["exclusiveMaximum"]) === undefined
+      ? undefined
+      : (num(schema["exclusiveMaximum"]) as number) - (integer ? 1 : 0.5))
   let value = 1
   if (min !== undefined && value < min) value = min
   if (max !== undefined && value > max) value = max
@@ -87,20 +95,36 @@ const valueFor = (raw: unknown, root: Schema, name: string, depth: number, budge
       return {
         ...acc,
         ...resolved,
-        properties: { ...(isSchema(acc["properties"]) ? acc["properties"] : {}), ...(isSchema(resolved["properties"]) ? resolved["properties"] : {}) }
+        properties: {
+          ...(isSchema(acc["properties"]) ? acc["properties"] : {}),
+          ...(isSchema(resolved["properties"]) ? resolved["properties"] : {})
+        }
       }
     }, {})
     const { allOf: _allOf, ...rest } = schema
-    return valueFor({ ...merged, ...rest, properties: { ...(merged["properties"] as Schema), ...(isSchema(rest["properties"]) ? rest["properties"] : {}) } }, root, name, depth + 1, budget)
+    return valueFor(
+      {
+        ...merged,
+        ...rest,
+        properties: { ...(merged["properties"] as Schema), ...(isSchema(rest["properties"]) ? rest["properties"] : {}) }
+      },
+      root,
+      name,
+      depth + 1,
+      budget
+    )
   }
   if ("default" in schema) return schema["default"]
   const types = Array.isArray(schema["type"]) ? schema["type"].filter((t) => t !== "null") : [schema["type"]]
-  const type = types[0] ?? (isSchema(schema["properties"]) ? "object" : schema["items"] !== undefined ? "array" : undefined)
+  const type = types[0] ??
+    (isSchema(schema["properties"]) ? "object" : schema["items"] !== undefined ? "array" : undefined)
   switch (type) {
     case "object": {
       const properties = isSchema(schema["properties"]) ? schema["properties"] : {}
       const value: Record<string, unknown> = {}
-      for (const [key, property] of Object.entries(properties)) value[key] = valueFor(property, root, key, depth + 1, budget)
+      for (const [key, property] of Object.entries(properties)) {
+        value[key] = valueFor(property, root, key, depth + 1, budget)
+      }
       return value
     }
     case "array": {
@@ -108,7 +132,10 @@ const valueFor = (raw: unknown, root: Schema, name: string, depth: number, budge
       const max = num(schema["maxItems"])
       const items = Array.isArray(schema["prefixItems"]) ? schema["prefixItems"] : undefined
       const length = max === undefined ? count : Math.min(count, max)
-      return Array.from({ length: items?.length ?? length }, (_, i) => valueFor(items?.[i] ?? schema["items"], root, name, depth + 1, budget))
+      return Array.from(
+        { length: items?.length ?? length },
+        (_, i) => valueFor(items?.[i] ?? schema["items"], root, name, depth + 1, budget)
+      )
     }
     case "string":
       return stringFor(schema, name)

@@ -1,16 +1,24 @@
-import { createHash } from "node:crypto"
 import { Effect, Layer, Option, Stream } from "effect"
-import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
+import { createHash } from "node:crypto"
 import { countText } from "../Domain/Tokens.js"
 import { simulatedPlannerAnswer } from "../Search/Planning.js"
-import type { Completion, ProviderRequest, ProviderShape, StreamPart, TokenLogprob, ToolCall, UpstreamMessage } from "./Provider.js"
+import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
+import type {
+  Completion,
+  ProviderRequest,
+  ProviderShape,
+  StreamPart,
+  TokenLogprob,
+  ToolCall,
+  UpstreamMessage
+} from "./Provider.js"
 import { TestKeyProvider } from "./Provider.js"
 import { exampleOf } from "./SchemaExample.js"
 
 const textOf = (message: UpstreamMessage): string =>
   message.content === null ? "" : typeof message.content === "string"
-  ? message.content
-  : message.content.map((part) => part.type === "text" ? part.text : "").join("")
+    ? message.content
+    : message.content.map((part) => part.type === "text" ? part.text : "").join("")
 
 const imagesIn = (message: UpstreamMessage | undefined): number =>
   message === undefined || message.content === null || typeof message.content === "string"
@@ -23,7 +31,9 @@ const lastUser = (request: ProviderRequest): UpstreamMessage | undefined =>
 const SOURCES = /^\[(\d+)\] /m
 
 const digestOf = (request: ProviderRequest): string =>
-  createHash("sha256").update(JSON.stringify(request.tools === undefined ? request.messages : [request.messages, request.tools]))
+  createHash("sha256").update(
+    JSON.stringify(request.tools === undefined ? request.messages : [request.messages, request.tools])
+  )
     .digest("hex").slice(0, 8)
 
 /**
@@ -72,7 +82,10 @@ const toolCallFor = (request: ProviderRequest): ToolCall | undefined => {
   return {
     id: `call_${digestOf(request)}0`,
     type: "function",
-    function: { name: tool.function.name, arguments: JSON.stringify(exampleOf(tool.function.parameters ?? { type: "object", properties: {} })) }
+    function: {
+      name: tool.function.name,
+      arguments: JSON.stringify(exampleOf(tool.function.parameters ?? { type: "object", properties: {} }))
+    }
   }
 }
 
@@ -107,7 +120,8 @@ const complete = (request: ProviderRequest): Completion => {
     logprobs: request.logprobs === true && text.length > 0 ? logprobsOf(request, text) : undefined,
     finishReason: call !== undefined ? "tool_calls" : truncated ? "length" : "stop",
     usage: Option.some({
-      inputTokens: countUpstreamMessages(request.messages) + countTools(request.tools) + countResponseFormat(request.responseFormat),
+      inputTokens: countUpstreamMessages(request.messages) + countTools(request.tools) +
+        countResponseFormat(request.responseFormat),
       outputTokens: outputTokens + reasoningTokens,
       reasoningTokens,
       cachedTokens: 0
@@ -131,7 +145,13 @@ export const simulatedProvider: ProviderShape = {
       const words = result.text.split(/(?<= )/)
       for (let i = 0; i < words.length; i += CHUNK_WORDS) {
         const text = words.slice(i, i + CHUNK_WORDS).join("")
-        if (text.length > 0) parts.push({ _tag: "Delta", text, logprobs: request.logprobs === true ? logprobsOf(request, text) : undefined })
+        if (text.length > 0) {
+          parts.push({
+            _tag: "Delta",
+            text,
+            logprobs: request.logprobs === true ? logprobsOf(request, text) : undefined
+          })
+        }
       }
       for (const [index, call] of result.toolCalls.entries()) {
         // As OpenAI streams a call: id and name with empty arguments, then the arguments in fragments.

@@ -8,15 +8,23 @@
  * `SIMULATED_UPSTREAM_RATE_LIMIT_RATE` (0–1) answer 429 with `Retry-After:
  * SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS` (default 2), both as OpenAI answers them.
  */
-import { createServer } from "node:http"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as HttpRouter from "@effect/platform/HttpRouter"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Config, Effect, Layer, Option, Random, Schema, Stream } from "effect"
-import type { Completion, ProviderRequest, StreamPart, ToolChoice, ToolDefinition, UpstreamMessage, ResponseFormat } from "./Provider.js"
+import { createServer } from "node:http"
+import type {
+  Completion,
+  ProviderRequest,
+  ResponseFormat,
+  StreamPart,
+  ToolChoice,
+  ToolDefinition,
+  UpstreamMessage
+} from "./Provider.js"
 import { simulatedProvider } from "./Simulated.js"
 
 /** The chat-completions fields the simulated model honours; the rest of OpenAI's body is accepted and ignored. */
@@ -86,7 +94,8 @@ const chunkOf = (id: string, model: string, part: StreamPart) => {
   }
 }
 
-const sse = (data: unknown) => new TextEncoder().encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`)
+const sse = (data: unknown) =>
+  new TextEncoder().encode(`data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`)
 
 const completions = Effect.gen(function*() {
   const body = yield* HttpServerRequest.schemaBodyJson(ChatBody)
@@ -98,7 +107,10 @@ const completions = Effect.gen(function*() {
       Stream.map(parts, (part) => sse(chunkOf(id, body.model, part))),
       Stream.succeed(sse("[DONE]"))
     )
-    return HttpServerResponse.stream(events, { contentType: "text/event-stream", headers: { "cache-control": "no-cache" } })
+    return HttpServerResponse.stream(events, {
+      contentType: "text/event-stream",
+      headers: { "cache-control": "no-cache" }
+    })
   }
   const completion = yield* simulatedProvider.complete(request)
   return yield* HttpServerResponse.json({
@@ -140,13 +152,25 @@ const withFaults = (faults: SimulatedFaults) =>
   faults.failureRate === 0 && faults.rateLimitRate === 0 ? completions : Effect.flatMap(Random.next, (draw) => {
     if (draw < faults.failureRate) {
       return HttpServerResponse.json(
-        { error: { message: "The simulated upstream is overloaded (SIMULATED_UPSTREAM_FAILURE_RATE).", type: "server_error", code: null } },
+        {
+          error: {
+            message: "The simulated upstream is overloaded (SIMULATED_UPSTREAM_FAILURE_RATE).",
+            type: "server_error",
+            code: null
+          }
+        },
         { status: 503 }
       )
     }
     if (draw < faults.failureRate + faults.rateLimitRate) {
       return HttpServerResponse.json(
-        { error: { message: "Rate limit reached on the simulated upstream (SIMULATED_UPSTREAM_RATE_LIMIT_RATE).", type: "requests", code: "rate_limit_exceeded" } },
+        {
+          error: {
+            message: "Rate limit reached on the simulated upstream (SIMULATED_UPSTREAM_RATE_LIMIT_RATE).",
+            type: "requests",
+            code: "rate_limit_exceeded"
+          }
+        },
         { status: 429, headers: { "retry-after": String(faults.retryAfterSeconds) } }
       )
     }
@@ -164,7 +188,10 @@ export const SimulatedUpstreamRouter = makeSimulatedUpstreamRouter()
 const share = (name: string) =>
   Config.number(name).pipe(
     Config.withDefault(0),
-    Config.validate({ message: `${name} must be a number from 0 to 1 (a share of calls)`, validation: (rate) => rate >= 0 && rate <= 1 })
+    Config.validate({
+      message: `${name} must be a number from 0 to 1 (a share of calls)`,
+      validation: (rate) => rate >= 0 && rate <= 1
+    })
   )
 
 /** `SIMULATED_UPSTREAM_*`: the faults the simulated upstream answers with; none by default. */
@@ -173,7 +200,10 @@ export const simulatedFaults: Config.Config<SimulatedFaults> = Config.all({
   rateLimitRate: share("SIMULATED_UPSTREAM_RATE_LIMIT_RATE"),
   retryAfterSeconds: Config.integer("SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS").pipe(
     Config.withDefault(2),
-    Config.validate({ message: "SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS must be an integer from 0 to 3600", validation: (s) => s >= 0 && s <= 3_600 })
+    Config.validate({
+      message: "SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS must be an integer from 0 to 3600",
+      validation: (s) => s >= 0 && s <= 3_600
+    })
   )
 }).pipe(Config.validate({
   message: "SIMULATED_UPSTREAM_FAILURE_RATE and SIMULATED_UPSTREAM_RATE_LIMIT_RATE together must be at most 1",

@@ -20,4 +20,7 @@ export const breathe: Effect.Effect<void> = Effect.async<void>((resume) => {
 export const breatheAfter = (chars: number): Effect.Effect<void> => chars > LARGE_BODY_CHARS ? breathe : Effect.void
 
 /** A turn of the event loop when the request being served has a large body. */
-export const breatheIfLarge: Effect.Effect<void> = Effect.flatMap(FiberRef.get(LargeRequest), (large) => large ? breathe : Effect.void)
+export const breatheIfLarge: Effect.Effect<void> = Effect.flatMap(
+  FiberRef.get(LargeRequest),
+  (large) => large ? breathe : Effect.void
+)

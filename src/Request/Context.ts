@@ -22,7 +22,8 @@ export const attachRequestFacts = (incoming: object, facts: RequestFacts): void 
   ;(incoming as { [FACTS]?: RequestFacts })[FACTS] = facts
 }
 
-export const requestFactsOf = (incoming: object): RequestFacts | undefined => (incoming as { [FACTS]?: RequestFacts })[FACTS]
+export const requestFactsOf = (incoming: object): RequestFacts | undefined =>
+  (incoming as { [FACTS]?: RequestFacts })[FACTS]
 
 export const noteRequestFacts = (facts: RequestFacts) =>
   Effect.map(FiberRef.get(CurrentRequestFacts), (record) => {
@@ -57,4 +58,8 @@ export const provideForRequest = <I, S, A, E, R>(
   tag: Context.Tag<I, S>,
   service: NoInfer<S>
 ): Effect.Effect<A, E, Exclude<R, I>> =>
-  Effect.zipRight(FiberRef.update(FiberRef.currentContext, Context.add(tag, service)), effect) as Effect.Effect<A, E, Exclude<R, I>>
+  Effect.zipRight(FiberRef.update(FiberRef.currentContext, Context.add(tag, service)), effect) as Effect.Effect<
+    A,
+    E,
+    Exclude<R, I>
+  >

@@ -36,7 +36,9 @@ export const DeletedResponse = Schema.Struct({
 
 /** Stored responses (`store`, the default): read, list their input items, delete; any key of the account, 30 days (test keys: 24 hours). */
 export class StoredResponsesApi extends HttpApiGroup.make("storedResponses")
-  .add(HttpApiEndpoint.get("retrieve", "/v1/responses/:response_id").setPath(ResponsePath).addSuccess(StoredResponseBody))
+  .add(
+    HttpApiEndpoint.get("retrieve", "/v1/responses/:response_id").setPath(ResponsePath).addSuccess(StoredResponseBody)
+  )
   .add(
     HttpApiEndpoint.get("inputItems", "/v1/responses/:response_id/input_items")
       .setPath(ResponsePath)
@@ -49,5 +51,8 @@ export class StoredResponsesApi extends HttpApiGroup.make("storedResponses")
   .addError(wire(RateLimitExceeded))
   .addError(wire(InternalError))
   .middleware(ApiKeyAuth)
-  .annotate(OpenApi.Description, "Stored responses: kept 30 days (a test key's 24 hours) unless created with `store: false`; another account's id answers 404.")
+  .annotate(
+    OpenApi.Description,
+    "Stored responses: kept 30 days (a test key's 24 hours) unless created with `store: false`; another account's id answers 404."
+  )
 {}

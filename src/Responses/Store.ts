@@ -1,6 +1,6 @@
-import { deflateRaw, inflateRaw } from "node:zlib"
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
 import { Context, Duration, Effect, Layer, Schedule, Schema } from "effect"
+import { deflateRaw, inflateRaw } from "node:zlib"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
 
@@ -69,9 +69,11 @@ const inflate = (body: Uint8Array, maxOutputLength: number) =>
     inflateRaw(body, { maxOutputLength }, (error, result) => {
       if (error === null) return resume(Effect.succeed(result))
       // A body that inflates past what is left of the budget (`maxOutputLength`) is refused, not read.
-      resume((error as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE"
-        ? Effect.fail(new BeyondBounds({ limit: "bytes" }))
-        : Effect.die(error))
+      resume(
+        (error as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE"
+          ? Effect.fail(new BeyondBounds({ limit: "bytes" }))
+          : Effect.die(error)
+      )
     })
   })
 
@@ -139,15 +141,21 @@ export const writeStored = (sql: SqlClient.SqlClient, rows: ReadonlyArray<Stored
       INSERT INTO stored_responses (id, account_id, api_key_id, previous_response_id, body, bytes, created_at, expires_at)
       SELECT id, account_id, api_key_id, previous_response_id, decode(body, 'hex'), bytes, created_at, expires_at FROM unnest(
         ${column((r) => r.id)}::text[], ${column((r) => r.accountId)}::text[], ${column((r) => r.apiKeyId)}::text[],
-        ${column((r) => r.previousResponseId)}::text[], ${column((r) => hex(r.body))}::text[], ${column((r) => r.bytes)}::bigint[],
-        ${column((r) => r.createdAt.toISOString())}::timestamptz[], ${column((r) => r.expiresAt.toISOString())}::timestamptz[]
+        ${column((r) => r.previousResponseId)}::text[], ${column((r) => hex(r.body))}::text[], ${
+      column((r) => r.bytes)
+    }::bigint[],
+        ${column((r) => r.createdAt.toISOString())}::timestamptz[], ${
+      column((r) => r.expiresAt.toISOString())
+    }::timestamptz[]
       ) AS t(id, account_id, api_key_id, previous_response_id, body, bytes, created_at, expires_at)
       ON CONFLICT (id) DO NOTHING
     `,
     // Oldest first, just enough of them: each row goes if the rows older than it leave the account still over.
     sql`
       DELETE FROM stored_responses d USING (
-        SELECT o.id FROM unnest(${[...quotas.keys()]}::text[], ${[...quotas.values()]}::bigint[]) AS q(account_id, quota)
+        SELECT o.id FROM unnest(${[...quotas.keys()]}::text[], ${[
+      ...quotas.values()
+    ]}::bigint[]) AS q(account_id, quota)
         JOIN stored_response_totals t ON t.account_id = q.account_id AND t.bytes > q.quota
         CROSS JOIN LATERAL (
           SELECT id, sum(bytes) OVER (ORDER BY created_at, id) - bytes AS before FROM (
@@ -171,7 +179,10 @@ export const writeStored = (sql: SqlClient.SqlClient, rows: ReadonlyArray<Stored
  */
 export class StoredResponses extends Context.Tag("nenas/StoredResponses")<StoredResponses, {
   /** The account's unexpired responses among `ids`; more than `MAX_CHAIN_BYTES` of them together is refused unread. */
-  readonly find: (accountId: string, ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<StoredResponse>, BeyondBounds>
+  readonly find: (
+    accountId: string,
+    ids: ReadonlyArray<string>
+  ) => Effect.Effect<ReadonlyArray<StoredResponse>, BeyondBounds>
   /**
    * The account's conversation up to `id`, oldest first; empty when `id` is not the account's. One longer than
    * `MAX_CHAIN_RESPONSES` or larger than `MAX_CHAIN_BYTES` is refused unread (`whole`), or read back only as far
@@ -195,8 +206,10 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
       const sql = yield* SqlClient.SqlClient
       const isoNow = Effect.map(now, (at) => at.toISOString())
       /** The rows of `statement`, decoded. */
-      const all = <A, I>(Result: Schema.Schema<A, I>, statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>) =>
-        SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined)
+      const all = <A, I>(
+        Result: Schema.Schema<A, I>,
+        statement: Effect.Effect<ReadonlyArray<unknown>, SqlError.SqlError>
+      ) => SqlSchema.findAll({ Request: Schema.Void, Result, execute: () => statement })(undefined)
 
       /**
        * The bodies of `heads` (in their order), a piece at a time, each inflated within what is left of
@@ -207,10 +220,13 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
           const loaded: Array<StoredResponse> = []
           let left = MAX_CHAIN_BYTES
           for (const piece of piecesOf(heads)) {
-            const rows = yield* all(Row, sql`
+            const rows = yield* all(
+              Row,
+              sql`
               SELECT id, account_id, previous_response_id, body FROM stored_responses
               WHERE id = ANY(${piece.map((head) => head.id)}::text[]) AND account_id = ${accountId}
-            `).pipe(Effect.orDie)
+            `
+            ).pipe(Effect.orDie)
             const byId = new Map(rows.map((row) => [row.id, row]))
             for (const head of piece) {
               const row = byId.get(head.id)
@@ -231,10 +247,13 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
       const find = (accountId: string, ids: ReadonlyArray<string>) =>
         ids.length === 0 ? Effect.succeed([]) : Effect.gen(function*() {
           const at = yield* isoNow
-          const heads = yield* all(Head, sql`
+          const heads = yield* all(
+            Head,
+            sql`
             SELECT id, bytes FROM stored_responses
             WHERE id = ANY(${ids}::text[]) AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
-          `).pipe(Effect.orDie)
+          `
+          ).pipe(Effect.orDie)
           if (heads.reduce((sum, head) => sum + head.bytes, 0) > MAX_CHAIN_BYTES) {
             return yield* new BeyondBounds({ limit: "bytes" })
           }
@@ -245,7 +264,9 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
         Effect.gen(function*() {
           const at = yield* isoNow
           // Ids and sizes only, newest first; the walk stops one step past either bound.
-          const walked = yield* all(Walked, sql`
+          const walked = yield* all(
+            Walked,
+            sql`
             WITH RECURSIVE chain AS (
               SELECT id, previous_response_id, bytes, 1 AS depth, bytes AS total FROM stored_responses
               WHERE id = ${id} AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
@@ -256,11 +277,14 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
                 AND s.account_id = ${accountId} AND s.expires_at > ${at}::timestamptz
             )
             SELECT id, bytes, depth, total FROM chain ORDER BY depth
-          `).pipe(Effect.orDie)
+          `
+          ).pipe(Effect.orDie)
           const within = walked.filter((row) => row.depth <= MAX_CHAIN_RESPONSES && row.total <= MAX_CHAIN_BYTES)
           if (whole && within.length < walked.length) {
             const last = walked[walked.length - 1]
-            return yield* new BeyondBounds({ limit: last !== undefined && last.depth > MAX_CHAIN_RESPONSES ? "responses" : "bytes" })
+            return yield* new BeyondBounds({
+              limit: last !== undefined && last.depth > MAX_CHAIN_RESPONSES ? "responses" : "bytes"
+            })
           }
           const loaded = yield* load(accountId, within.map((row) => ({ id: row.id, bytes: row.bytes })), whole)
           return loaded.reverse()
@@ -268,10 +292,16 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
 
       const present = (accountId: string, ids: ReadonlyArray<string>) =>
         ids.length === 0 ? Effect.succeed(new Set<string>()) : Effect.flatMap(isoNow, (at) =>
-          Effect.map(all(Id, sql`
+          Effect.map(
+            all(
+              Id,
+              sql`
             SELECT id FROM stored_responses
             WHERE id = ANY(${ids}::text[]) AND account_id = ${accountId} AND expires_at > ${at}::timestamptz
-          `), (rows) => new Set(rows.map((row) => row.id)))).pipe(Effect.orDie, Effect.withSpan("StoredResponses.present"))
+          `
+            ),
+            (rows) => new Set(rows.map((row) => row.id))
+          )).pipe(Effect.orDie, Effect.withSpan("StoredResponses.present"))
 
       const remove = (accountId: string, id: string) =>
         Effect.map(
@@ -294,7 +324,9 @@ export class StoredResponses extends Context.Tag("nenas/StoredResponses")<Stored
         }))
 
       yield* purgeExpired.pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("expired stored responses not deleted; tried again later", cause)),
+        Effect.catchAllCause((cause) =>
+          Effect.logWarning("expired stored responses not deleted; tried again later", cause)
+        ),
         Effect.repeat(Schedule.spaced(PURGE_INTERVAL)),
         Effect.delay(PURGE_INTERVAL),
         Effect.forkScoped

@@ -13,7 +13,13 @@ const textOf = (content: unknown): string =>
   typeof content === "string"
     ? content
     : Array.isArray(content)
-    ? content.map((part) => isRecord(part) && typeof part["text"] === "string" ? part["text"] : isRecord(part) ? `[${String(part["type"])}]` : "").join("")
+    ? content.map((part) =>
+      isRecord(part) && typeof part["text"] === "string"
+        ? part["text"]
+        : isRecord(part)
+        ? `[${String(part["type"])}]`
+        : ""
+    ).join("")
     : ""
 
 const lineOf = (item: Json): ConversationLine => {

@@ -72,7 +72,9 @@ const userText = (messages: ReadonlyArray<Message>): { readonly text: string; re
     if (length > 0) length += 1
     length += message.content.length
     if (kept < READ_CHARS) {
-      const part = message.content.length > READ_CHARS - kept ? message.content.slice(-(READ_CHARS - kept)) : message.content
+      const part = message.content.length > READ_CHARS - kept
+        ? message.content.slice(-(READ_CHARS - kept))
+        : message.content
       parts.push(part)
       kept += part.length + 1
     }
@@ -80,11 +82,17 @@ const userText = (messages: ReadonlyArray<Message>): { readonly text: string; re
   return { text: parts.reverse().join("\n"), length }
 }
 
-const needsReasoning = (input: RouteInput, text: string, length: number): { readonly yes: boolean; readonly why: string } => {
+const needsReasoning = (
+  input: RouteInput,
+  text: string,
+  length: number
+): { readonly yes: boolean; readonly why: string } => {
   if (input.effort === "high") return { yes: true, why: "reasoning.effort is high" }
   if (input.effort === "low") return { yes: false, why: "reasoning.effort is low" }
   const matched = firstMatch(MULTI_STEP, text)
-  if (matched !== undefined) return { yes: true, why: `the prompt asks for multi-step work ("${matched.slice(0, 40)}")` }
+  if (matched !== undefined) {
+    return { yes: true, why: `the prompt asks for multi-step work ("${matched.slice(0, 40)}")` }
+  }
   if (length > LONG_PROMPT_CHARS) return { yes: true, why: "the prompt is long enough to need multi-step work" }
   return { yes: false, why: "the prompt is a direct request that needs no multi-step work" }
 }
@@ -151,7 +159,11 @@ export class Router extends Context.Tag("nenas/Router")<Router, {
   }
 
   /** A route to `upstreamModel` in `category`, with a reason that says a test fixed it. */
-  static readonly fixedRoute = (category: Category, upstreamModel: string, reasoningModel = category === "reasoning"): Route => ({
+  static readonly fixedRoute = (
+    category: Category,
+    upstreamModel: string,
+    reasoningModel = category === "reasoning"
+  ): Route => ({
     category,
     upstreamModel,
     reasoningModel,
@@ -161,7 +173,6 @@ export class Router extends Context.Tag("nenas/Router")<Router, {
 
   /** The test Layer: `router` (from `Router.fixed`) as the `Router`. */
   static readonly Test = (router: FixedRouter): Layer.Layer<Router> => Layer.succeed(Router, router)
-
 
   static readonly layer = Layer.effect(
     Router,

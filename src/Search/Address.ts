@@ -1,5 +1,5 @@
-import { isIP } from "node:net"
 import ipaddr from "ipaddr.js"
+import { isIP } from "node:net"
 
 /** `::/96`, the deprecated IPv4-compatible form (`::7f00:1` is 127.0.0.1), which ipaddr.js calls unicast. */
 const IPV4_COMPATIBLE: [ipaddr.IPv6, number] = [ipaddr.IPv6.parse("::"), 96]

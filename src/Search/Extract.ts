@@ -3,8 +3,34 @@ import { parseHTML } from "linkedom"
 
 /** Elements that end a line for a reader; text nodes alone would run paragraphs together. */
 const BLOCKS = new Set([
-  "p", "div", "section", "article", "header", "footer", "aside", "main", "nav", "blockquote", "pre", "li", "dt", "dd",
-  "tr", "table", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "br", "hr", "figcaption", "form"
+  "p",
+  "div",
+  "section",
+  "article",
+  "header",
+  "footer",
+  "aside",
+  "main",
+  "nav",
+  "blockquote",
+  "pre",
+  "li",
+  "dt",
+  "dd",
+  "tr",
+  "table",
+  "ul",
+  "ol",
+  "h1",
+  "h2",
+  "h3",
+  "h4",
+  "h5",
+  "h6",
+  "br",
+  "hr",
+  "figcaption",
+  "form"
 ])
 /** Elements whose content is never page text. */
 const SKIPPED = new Set(["script", "style", "noscript", "template", "svg", "iframe", "object", "canvas", "head"])
@@ -58,9 +84,14 @@ const blockText = (root: TextNode): string => {
 
 const readability = (html: string): string | undefined => {
   try {
-    const article = new Readability(parseHTML(html).document, { maxElemsToParse: READABILITY_MAX_ELEMENTS, charThreshold: 200 }).parse()
+    const article = new Readability(parseHTML(html).document, {
+      maxElemsToParse: READABILITY_MAX_ELEMENTS,
+      charThreshold: 200
+    }).parse()
     if (!article?.content) return undefined
-    const text = blockText(parseHTML(`<!doctype html><html><body>${article.content}</body></html>`).document.body as unknown as TextNode)
+    const text = blockText(
+      parseHTML(`<!doctype html><html><body>${article.content}</body></html>`).document.body as unknown as TextNode
+    )
     if (text.length === 0) return undefined
     return article.title ? `${article.title.trim()}\n${text}` : text
   } catch {

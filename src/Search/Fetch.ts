@@ -1,9 +1,9 @@
+import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { lookup as systemLookup } from "node:dns/promises"
 import type { IncomingMessage } from "node:http"
 import * as http from "node:http"
 import * as https from "node:https"
 import type { LookupFunction } from "node:net"
-import { Context, Duration, Effect, Layer, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
 import { isIpLiteral, refusedAddress } from "./Address.js"
 
@@ -171,7 +171,9 @@ const getOnce = (url: URL, lookup: LookupFunction | undefined, maxBytes: number,
       const contentType = response.headers["content-type"] ?? ""
       if (!wanted.admits(mediaTypeOf(contentType))) {
         response.destroy()
-        return resolve(new PageRefused({ url: url.href, reason: `not ${wanted.what} (${contentType || "no content type"})` }))
+        return resolve(
+          new PageRefused({ url: url.href, reason: `not ${wanted.what} (${contentType || "no content type"})` })
+        )
       }
       readCapped(response, maxBytes).then(
         ({ bytes, truncated }) => resolve({ _tag: "Body", contentType, bytes, truncated }),
@@ -211,7 +213,10 @@ export const admitUrl = (
     }
     const allowed = isAllowed(url, rules.allowedHosts)
     if (!allowed && rules.httpsOnly && url.protocol !== "https:") {
-      return yield* new PageRefused({ url: url.href, reason: "only https URLs are reached (outside the allowed hosts)" })
+      return yield* new PageRefused({
+        url: url.href,
+        reason: "only https URLs are reached (outside the allowed hosts)"
+      })
     }
     // Other ports reach what is not a web site (SSH, databases, admin consoles) even on a public address.
     const portRefused = !allowed && rules.webPortsOnly && url.port !== "" && !WEB_PORTS.has(url.port)
@@ -219,20 +224,32 @@ export const admitUrl = (
       : undefined
     if (isIpLiteral(url.hostname)) {
       const refused = allowed ? undefined : refusedAddress(url.hostname)
-      if (refused !== undefined) return yield* new PageRefused({ url: url.href, reason: `${url.hostname} is a ${refused} address` })
-      if (portRefused !== undefined) return yield* portRefused
+      if (refused !== undefined) {
+        return yield* new PageRefused({ url: url.href, reason: `${url.hostname} is a ${refused} address` })
+      }
+      if (portRefused !== undefined) {
+        return yield* portRefused
+      }
       return undefined
     }
     const addresses = yield* Effect.tryPromise({
       try: () => resolver.lookup(url.hostname),
       catch: (error) => new PageFailed({ url: url.href, reason: `${url.hostname} did not resolve: ${String(error)}` })
     })
-    if (addresses.length === 0) return yield* new PageFailed({ url: url.href, reason: `${url.hostname} has no address` })
+    if (addresses.length === 0) {
+      return yield* new PageFailed({
+        url: url.href,
+        reason: `${url.hostname} has no address`
+      })
+    }
     if (!allowed) {
       for (const { address } of addresses) {
         const refused = refusedAddress(address)
         if (refused !== undefined) {
-          return yield* new PageRefused({ url: url.href, reason: `${url.hostname} resolves to ${address}, a ${refused} address` })
+          return yield* new PageRefused({
+            url: url.href,
+            reason: `${url.hostname} resolves to ${address}, a ${refused} address`
+          })
         }
       }
     }
@@ -255,22 +272,30 @@ export const makeGuardedFetch = (resolver: HostResolver["Type"], limits: FetchLi
       Effect.flatMap(
         Effect.tryPromise({
           try: (signal) => getOnce(url, lookup, limits.maxBytes, wanted, signal),
-          catch: (error) => new PageFailed({ url: url.href, reason: error instanceof Error ? error.message : String(error) })
+          catch: (error) =>
+            new PageFailed({ url: url.href, reason: error instanceof Error ? error.message : String(error) })
         }),
-        (result): Effect.Effect<Hop, PageError> => result._tag === "PageFailed" || result._tag === "PageRefused" ? Effect.fail(result) : Effect.succeed(result)
+        (result): Effect.Effect<Hop, PageError> =>
+          result._tag === "PageFailed" || result._tag === "PageRefused" ? Effect.fail(result) : Effect.succeed(result)
       ))
 
   const follow = (url: URL, redirects: number): Effect.Effect<Fetched, PageError> =>
     Effect.flatMap(hop(url), (result) => {
       if (result._tag === "Body") {
-        return Effect.succeed({ url: url.href, contentType: result.contentType, bytes: result.bytes, truncated: result.truncated })
+        return Effect.succeed({
+          url: url.href,
+          contentType: result.contentType,
+          bytes: result.bytes,
+          truncated: result.truncated
+        })
       }
       if (redirects >= limits.maxRedirects) {
         return Effect.fail(new PageFailed({ url: url.href, reason: `more than ${limits.maxRedirects} redirects` }))
       }
       return Effect.try({
         try: () => new URL(result.location, url),
-        catch: () => new PageFailed({ url: url.href, reason: `a redirect to an invalid URL (${result.location.slice(0, 200)})` })
+        catch: () =>
+          new PageFailed({ url: url.href, reason: `a redirect to an invalid URL (${result.location.slice(0, 200)})` })
       }).pipe(Effect.flatMap((next) => follow(next, redirects + 1)))
     })
 
@@ -282,7 +307,8 @@ export const makeGuardedFetch = (resolver: HostResolver["Type"], limits: FetchLi
       Effect.flatMap((url) => follow(url, 0)),
       Effect.timeoutFail({
         duration: limits.timeout,
-        onTimeout: () => new PageFailed({ url: raw.slice(0, 300), reason: `no page within ${Duration.format(limits.timeout)}` })
+        onTimeout: () =>
+          new PageFailed({ url: raw.slice(0, 300), reason: `no page within ${Duration.format(limits.timeout)}` })
       })
     )
 

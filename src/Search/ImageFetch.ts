@@ -1,6 +1,14 @@
 import { Context, Duration, Effect, Layer } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { admitUrl, type FetchLimits, HostResolver, makeGuardedFetch, PageRefused, type PageError, type Wanted } from "./Fetch.js"
+import {
+  admitUrl,
+  type FetchLimits,
+  HostResolver,
+  makeGuardedFetch,
+  type PageError,
+  PageRefused,
+  type Wanted
+} from "./Fetch.js"
 
 export const IMAGE_MAX_BYTES = 20 * 1024 * 1024
 export const IMAGE_TIMEOUT = Duration.seconds(15)
@@ -36,18 +44,28 @@ export const makeImageFetcher = (resolver: HostResolver["Type"], limits: FetchLi
     Effect.flatMap(guarded.fetch(url), (image) =>
       image.truncated
         ? Effect.fail(new PageRefused({ url: image.url, reason: `larger than ${limits.maxBytes} bytes` }))
-        : Effect.succeed({ mediaType: image.contentType.split(";")[0]?.trim().toLowerCase() ?? "", bytes: image.bytes }))
+        : Effect.succeed({
+          mediaType: image.contentType.split(";")[0]?.trim().toLowerCase() ?? "",
+          bytes: image.bytes
+        }))
   /**
    * The address guard alone, for an image URL the upstream will fetch: refused when it is or resolves to an
    * address inside the network. A name that does not resolve here is left to the upstream, which meets the same
    * refusal in its own fetch when it is this network's.
    */
   const screen = (raw: string): Effect.Effect<void, PageRefused> =>
-    Effect.try({ try: () => new URL(raw), catch: () => new PageRefused({ url: raw.slice(0, 300), reason: "not a URL" }) }).pipe(
-      Effect.flatMap((url) => admitUrl(resolver, { allowedHosts: limits.allowedHosts, webPortsOnly: false, httpsOnly: false }, url)),
+    Effect.try({
+      try: () => new URL(raw),
+      catch: () => new PageRefused({ url: raw.slice(0, 300), reason: "not a URL" })
+    }).pipe(
+      Effect.flatMap((url) =>
+        admitUrl(resolver, { allowedHosts: limits.allowedHosts, webPortsOnly: false, httpsOnly: false }, url)
+      ),
       Effect.timeoutFail({ duration: SCREEN_LOOKUP_TIMEOUT, onTimeout: () => "unresolved" as const }),
       Effect.asVoid,
-      Effect.catchAll((error) => error !== "unresolved" && error._tag === "PageRefused" ? Effect.fail(error) : Effect.void)
+      Effect.catchAll((error) =>
+        error !== "unresolved" && error._tag === "PageRefused" ? Effect.fail(error) : Effect.void
+      )
     )
   return { fetch, screen }
 }

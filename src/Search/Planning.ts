@@ -42,9 +42,9 @@ const digest = (earlier: ReadonlyArray<string>, results: ReadonlyArray<ReadResul
     `Searches already run: ${earlier.map((query) => clip(query, QUERY_CHARS)).join("; ")}.`,
     "They found:",
     ...results.map((result, i) =>
-      `${i + 1}. ${clip(result.title, DIGEST_TITLE_CHARS)} (${clip(result.url, DIGEST_URL_CHARS)}): ${clip(result.snippet, DIGEST_SNIPPET_CHARS)}${
-        result.page === undefined ? "" : ` | ${clip(result.page, DIGEST_PAGE_CHARS)}`
-      }`
+      `${i + 1}. ${clip(result.title, DIGEST_TITLE_CHARS)} (${clip(result.url, DIGEST_URL_CHARS)}): ${
+        clip(result.snippet, DIGEST_SNIPPET_CHARS)
+      }${result.page === undefined ? "" : ` | ${clip(result.page, DIGEST_PAGE_CHARS)}`}`
     ),
     "Write queries for what these do not yet answer; do not repeat a search already run."
   ].join("\n")
@@ -72,7 +72,10 @@ export const parseQueries = (text: string, count: number): ReadonlyArray<string>
   const seen = new Set<string>()
   const queries: Array<string> = []
   for (const line of text.split(/\r?\n/)) {
-    const query = clip(line.replace(/^\s*(?:[-*•]|\d+[.)]|q\d+:)\s*/i, "").replace(/^["'“”`]+|["'“”`]+$/g, ""), QUERY_CHARS)
+    const query = clip(
+      line.replace(/^\s*(?:[-*•]|\d+[.)]|q\d+:)\s*/i, "").replace(/^["'“”`]+|["'“”`]+$/g, ""),
+      QUERY_CHARS
+    )
     const key = query.toLowerCase()
     if (query.length === 0 || seen.has(key)) continue
     seen.add(key)
@@ -110,7 +113,9 @@ export const simulatedPlannerAnswer = (
 ): string | undefined => {
   // A planning call carries text only (`planningMessages`); anything else is not one.
   const head = request[0]
-  if (head?.role !== "system" || typeof head.content !== "string" || !head.content.startsWith(PLANNER_MARKER)) return undefined
+  if (head?.role !== "system" || typeof head.content !== "string" || !head.content.startsWith(PLANNER_MARKER)) {
+    return undefined
+  }
   const messages = request.flatMap((m) => typeof m.content === "string" ? [{ role: m.role, content: m.content }] : [])
   const first = { role: "system", content: head.content }
   const count = Number(/write up to (\d+) web search/.exec(first.content)?.[1] ?? "1")
@@ -119,7 +124,9 @@ export const simulatedPlannerAnswer = (
   const base = terms.length > 0 ? terms.join(" ") : clip(question, 80) || "web search"
   const found = messages.length > 1 ? messages[messages.length - 1] : undefined
   const followUp = found?.role === "system" && found.content.startsWith("Searches already run:")
-  const titles = followUp ? keywords(found.content.split("\n").slice(2, 4).join(" ")).filter((word) => !terms.includes(word)) : []
+  const titles = followUp
+    ? keywords(found.content.split("\n").slice(2, 4).join(" ")).filter((word) => !terms.includes(word))
+    : []
   // Angles the question already names would only repeat it.
   const angles = ANGLES.filter((angle) => !terms.includes(angle))
   return Array.from({ length: count }, (_, i) =>

@@ -1,7 +1,7 @@
-import * as HttpClient from "@effect/platform/HttpClient"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Worker } from "node:worker_threads"
+import * as HttpClient from "@effect/platform/HttpClient"
 import { Context, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Worker } from "node:worker_threads"
 import { AppConfig } from "../AppConfig.js"
 import { SearchError } from "../Domain/Errors.js"
 import type { FetchedPage, PageError } from "./Fetch.js"
@@ -111,7 +111,9 @@ const SEARCH_TIMEOUT = "10 seconds"
 const fromTypeScript = import.meta.url.endsWith(".ts")
 const WORKER: URL | string = fromTypeScript
   ? `import("tsx/esm/api")` +
-    `.then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./ExtractWorker.ts", import.meta.url).href)}) })`
+    `.then((tsx) => { tsx.register(); return import(${
+      JSON.stringify(new URL("./ExtractWorker.ts", import.meta.url).href)
+    }) })`
   : new URL("./ExtractWorker.js", import.meta.url)
 /** Reading a page is CPU work that grows with it: bounded in time, off the event loop that serves every call. */
 const EXTRACT_TIMEOUT = Duration.seconds(10)
@@ -136,7 +138,11 @@ const readable = (page: FetchedPage): Effect.Effect<string, PageFailed> =>
       resourceLimits: { maxOldGenerationSizeMb: 512 }
     })
     worker.once("message", (text: unknown) => {
-      settle(typeof text === "string" ? Effect.succeed(text) : Effect.fail(new PageFailed({ url: page.url, reason: "no text" })))
+      settle(
+        typeof text === "string"
+          ? Effect.succeed(text)
+          : Effect.fail(new PageFailed({ url: page.url, reason: "no text" }))
+      )
       void worker.terminate()
     })
     worker.once("error", (error) => failed(`its text could not be read: ${error.message}`))
@@ -145,7 +151,11 @@ const readable = (page: FetchedPage): Effect.Effect<string, PageFailed> =>
   }).pipe(
     Effect.timeoutFail({
       duration: EXTRACT_TIMEOUT,
-      onTimeout: () => new PageFailed({ url: page.url, reason: `its text took longer than ${Duration.format(EXTRACT_TIMEOUT)} to read` })
+      onTimeout: () =>
+        new PageFailed({
+          url: page.url,
+          reason: `its text took longer than ${Duration.format(EXTRACT_TIMEOUT)} to read`
+        })
     })
   )
 
@@ -164,7 +174,9 @@ export const makeSearxng = (baseUrl: string) =>
         client.get(`${baseUrl.replace(/\/+$/, "")}/search`, { urlParams: { q: query, format: "json" } }).pipe(
           Effect.filterOrFail((response) => response.status === 200, (response) =>
             new SearchError({ message: `Web search failed: the search API answered HTTP ${response.status}.` })),
-          Effect.flatMap((response) => response.json),
+          Effect.flatMap((response) =>
+            response.json
+          ),
           Effect.flatMap(Schema.decodeUnknown(SearxResults)),
           Effect.map(({ results }) =>
             results.slice(0, maxResults).map((result) => ({
@@ -192,7 +204,9 @@ export const SearchLive = Layer.unwrapEffect(Effect.gen(function*() {
     )
   }
   if (config.production) {
-    return yield* Effect.dieMessage("NODE_ENV=production needs SEARCH_BASE_URL: the simulated search does not run in production.")
+    return yield* Effect.dieMessage(
+      "NODE_ENV=production needs SEARCH_BASE_URL: the simulated search does not run in production."
+    )
   }
   return Layer.succeed(Search, simulatedSearch)
 }))

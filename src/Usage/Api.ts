@@ -3,11 +3,11 @@ import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { allowRoles, ADMINS, EVERY_ROLE } from "../Domain/Roles.js"
-import { Wallet } from "../Wallet/Api.js"
 import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
-import { Csv, Environment, ExportFormat } from "../Logs/Api.js"
+import { ADMINS, allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
+import { Csv, Environment, ExportFormat } from "../Logs/Api.js"
+import { Wallet } from "../Wallet/Api.js"
 
 export const Granularity = Schema.Literal("hour", "day")
 
@@ -95,12 +95,20 @@ export class UsageApi extends HttpApiGroup.make("usage")
   )
   .add(
     HttpApiEndpoint.get("groupingTags", "/dashboard/usage/grouping-tags").addSuccess(GroupingTags)
-      .annotate(OpenApi.Description, "The tag keys (at most 3) whose usage is rolled up: `group_by_tag` on them stays fast at any history.")
+      .annotate(
+        OpenApi.Description,
+        "The tag keys (at most 3) whose usage is rolled up: `group_by_tag` on them stays fast at any history."
+      )
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
-    HttpApiEndpoint.put("setGroupingTags", "/dashboard/usage/grouping-tags").setPayload(GroupingTags).addSuccess(GroupingTags)
-      .annotate(OpenApi.Description, "Replaces the grouping tag keys; a key added is rolled up from the account's logs before this answers.")
+    HttpApiEndpoint.put("setGroupingTags", "/dashboard/usage/grouping-tags").setPayload(GroupingTags).addSuccess(
+      GroupingTags
+    )
+      .annotate(
+        OpenApi.Description,
+        "Replaces the grouping tag keys; a key added is rolled up from the account's logs before this answers."
+      )
       .pipe(allowRoles(...ADMINS))
   )
   .addError(wire(InvalidRequest))

@@ -20,8 +20,16 @@ const OVERVIEW_DAYS = 30
 
 /** The usage counters of some buckets, summed (integers: exact). */
 const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type => {
-  const sum = (field: "requests" | "inputTokens" | "outputTokens" | "reasoningTokens" | "searchCount" | "contentPages" | "costMicroMyr") =>
-    rows.reduce((total, row) => total + row[field], 0)
+  const sum = (
+    field:
+      | "requests"
+      | "inputTokens"
+      | "outputTokens"
+      | "reasoningTokens"
+      | "searchCount"
+      | "contentPages"
+      | "costMicroMyr"
+  ) => rows.reduce((total, row) => total + row[field], 0)
   return {
     requests: sum("requests"),
     inputTokens: sum("inputTokens"),
@@ -77,7 +85,8 @@ export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>
         })
       )
 
-    const series = (...args: Parameters<typeof seriesRows>) => Effect.map(seriesRows(...args), (rows) => rows.map(toSeriesPoint))
+    const series = (...args: Parameters<typeof seriesRows>) =>
+      Effect.map(seriesRows(...args), (rows) => rows.map(toSeriesPoint))
 
     /** A usage read's range (default: the last 7 days), checked, once this instance's calls are written. */
     const usageRange = (accountId: string, params: Omit<typeof UsageExportParams.Type, "format">) =>

@@ -2,7 +2,13 @@ import { microMyr, toMyrString } from "../Domain/Money.js"
 import { csvField, csvLine } from "../Logs/LogsCsv.js"
 
 export const USAGE_COLUMNS = [
-  "bucket", "requests", "cost_myr", "cost_micro_myr", "input_tokens", "output_tokens", "reasoning_tokens"
+  "bucket",
+  "requests",
+  "cost_myr",
+  "cost_micro_myr",
+  "input_tokens",
+  "output_tokens",
+  "reasoning_tokens"
 ] as const
 
 export interface UsageLine {

@@ -24,7 +24,9 @@ export const queueAutoTopups = (
       const threshold = wallet.autoTopupThresholdMicroMyr
       const was = before.get(wallet.accountId)
       const now = totalOf(wallet)
-      if (threshold === null || wallet.autoTopupAmountSen === null || was === undefined || now >= threshold || now >= was) continue
+      if (
+        threshold === null || wallet.autoTopupAmountSen === null || was === undefined || now >= threshold || now >= was
+      ) continue
       yield* sql`
         INSERT INTO auto_topups (id, account_id, amount_sen, status, created_at)
         SELECT ${newId("atu")}, ${wallet.accountId}, ${wallet.autoTopupAmountSen}, 'queued', ${at}
@@ -56,7 +58,10 @@ const BlockerRow = Schema.Struct({ suspended: Schema.Boolean, enabled: Schema.Bo
 export type AutoTopupBlocker = "account_suspended" | "auto_topup_disabled"
 
 /** What the check before the charge found: the charge is this claimer's to make, blocked, or another's (or done). */
-export type ChargeStart = { readonly _tag: "Charge" } | { readonly _tag: "Blocked"; readonly blocker: AutoTopupBlocker } | { readonly _tag: "NotOurs" }
+export type ChargeStart =
+  | { readonly _tag: "Charge" }
+  | { readonly _tag: "Blocked"; readonly blocker: AutoTopupBlocker }
+  | { readonly _tag: "NotOurs" }
 
 const COLUMNS = "id, account_id, amount_sen, status, transaction_id, payment_intent_id, created_at, claimed_until"
 
@@ -69,16 +74,29 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
   readonly claim: (now: Date, leaseMs: number) => Effect.Effect<ReadonlyArray<AutoTopupRow>, SqlError.SqlError>
   readonly attachTransaction: (id: string, transactionId: string) => Effect.Effect<void, SqlError.SqlError>
   /** Stripe accepted the charge: its intent, and the claim held until `holdUntil` while its event comes. */
-  readonly attachIntent: (id: string, paymentIntentId: string, holdUntil: Date) => Effect.Effect<void, SqlError.SqlError>
+  readonly attachIntent: (
+    id: string,
+    paymentIntentId: string,
+    holdUntil: Date
+  ) => Effect.Effect<void, SqlError.SqlError>
   /** Finishes an unfinished attempt; false when it was finished already. */
-  readonly finish: (id: string, status: "succeeded" | "failed", at: Date, failureCode: string | null) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly finish: (
+    id: string,
+    status: "succeeded" | "failed",
+    at: Date,
+    failureCode: string | null
+  ) => Effect.Effect<boolean, SqlError.SqlError>
   readonly find: (id: string) => Effect.Effect<AutoTopupRow | undefined, SqlError.SqlError>
   /**
    * The last step before the charge, in one statement: the attempt is still unfinished and still carries this
    * claim's lease (`claimedUntil`), its account is not suspended and auto top-up is on; then its lease runs to
    * `holdUntil`, so no other claimer takes it while the charge is made. Read at charge time, not only at queue time.
    */
-  readonly startCharge: (id: string, claimedUntil: Date | null, holdUntil: Date) => Effect.Effect<ChargeStart, SqlError.SqlError>
+  readonly startCharge: (
+    id: string,
+    claimedUntil: Date | null,
+    holdUntil: Date
+  ) => Effect.Effect<ChargeStart, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     AutoTopups,
@@ -96,7 +114,9 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
             )
             UPDATE auto_topups t SET status = 'charging', claimed_until = ${new Date(now.getTime() + leaseMs)}
             FROM due WHERE t.id = due.id
-            RETURNING ${sql.unsafe(COLUMNS.split(", ").map((c) => `t.${c}`).join(", "))}, due.was = 'charging' AS reclaimed
+            RETURNING ${
+            sql.unsafe(COLUMNS.split(", ").map((c) => `t.${c}`).join(", "))
+          }, due.was = 'charging' AS reclaimed
           `
       })
       const find = SqlSchema.findOne({
@@ -136,10 +156,14 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
           Effect.catchTag("ParseError", Effect.die)
         )
       return AutoTopups.of({
-        claim: (now, leaseMs) => claim({ now, leaseMs }).pipe(Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.claim")),
-        attachTransaction: (id, transactionId) => Effect.asVoid(sql`UPDATE auto_topups SET transaction_id = ${transactionId} WHERE id = ${id}`),
+        claim: (now, leaseMs) =>
+          claim({ now, leaseMs }).pipe(Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.claim")),
+        attachTransaction: (id, transactionId) =>
+          Effect.asVoid(sql`UPDATE auto_topups SET transaction_id = ${transactionId} WHERE id = ${id}`),
         attachIntent: (id, paymentIntentId, holdUntil) =>
-          Effect.asVoid(sql`UPDATE auto_topups SET payment_intent_id = ${paymentIntentId}, claimed_until = ${holdUntil} WHERE id = ${id}`),
+          Effect.asVoid(
+            sql`UPDATE auto_topups SET payment_intent_id = ${paymentIntentId}, claimed_until = ${holdUntil} WHERE id = ${id}`
+          ),
         finish: (id, status, at, failureCode) =>
           Effect.map(
             sql`
@@ -149,10 +173,17 @@ export class AutoTopups extends Context.Tag("nenas/AutoTopups")<AutoTopups, {
             (rows) => rows.length > 0
           ),
         find: (id) =>
-          find(id).pipe(Effect.map(Option.getOrUndefined), Effect.catchTag("ParseError", Effect.die), Effect.withSpan("AutoTopups.find")),
+          find(id).pipe(
+            Effect.map(Option.getOrUndefined),
+            Effect.catchTag("ParseError", Effect.die),
+            Effect.withSpan("AutoTopups.find")
+          ),
         startCharge: (id, claimedUntil, holdUntil) =>
-          Effect.flatMap(start(id, claimedUntil, holdUntil), (rows): Effect.Effect<ChargeStart, SqlError.SqlError> =>
-            rows.length > 0 ? Effect.succeed({ _tag: "Charge" }) : whyNot(id, claimedUntil)).pipe(Effect.withSpan("AutoTopups.startCharge"))
+          Effect.flatMap(
+            start(id, claimedUntil, holdUntil),
+            (rows): Effect.Effect<ChargeStart, SqlError.SqlError> =>
+              rows.length > 0 ? Effect.succeed({ _tag: "Charge" }) : whyNot(id, claimedUntil)
+          ).pipe(Effect.withSpan("AutoTopups.startCharge"))
       })
     })
   )

@@ -14,8 +14,9 @@ import type { WalletRow } from "./Settlement/SettleRows.js"
  * alert (webhook and email) in that transaction. Re-arming needs no state: a
  * top-up above the threshold makes the next usage below it a new crossing.
  */
-export const totalOf = (wallet: Pick<WalletRow, "availableMicroMyr" | "reservedMicroMyr" | "grantedMicroMyr">): number =>
-  wallet.availableMicroMyr + wallet.reservedMicroMyr + wallet.grantedMicroMyr
+export const totalOf = (
+  wallet: Pick<WalletRow, "availableMicroMyr" | "reservedMicroMyr" | "grantedMicroMyr">
+): number => wallet.availableMicroMyr + wallet.reservedMicroMyr + wallet.grantedMicroMyr
 
 /** Whether going from `before` to `after` crosses below `threshold` (null: no threshold). */
 export const crossedBelow = (threshold: number | null, before: number, after: number): boolean =>
@@ -40,11 +41,18 @@ export const announceCrossings = (
       accountId: wallet.accountId,
       type: "balance.low",
       at,
-      data: { account_id: wallet.accountId, balance_myr: toMyrNumber(microMyr(now)), threshold_myr: toMyrNumber(microMyr(threshold)) },
+      data: {
+        account_id: wallet.accountId,
+        balance_myr: toMyrNumber(microMyr(now)),
+        threshold_myr: toMyrNumber(microMyr(threshold))
+      },
       email: {
         // Rounded, a balance just below its threshold would read as the threshold: down for it, up for "below".
         subject: `Your nenas balance is below RM ${myrUp(microMyr(threshold))}`,
-        body: `Your prepaid balance is now RM ${myrDown(microMyr(now))}, below the RM ${myrAsSet(microMyr(threshold))} you set.\n` +
+        body:
+          `Your prepaid balance is now RM ${myrDown(microMyr(now))}, below the RM ${
+            myrAsSet(microMyr(threshold))
+          } you set.\n` +
           `When it reaches zero, live API calls answer 402 insufficient_balance.\n\n` +
           `Top up, or turn on auto top-up: ${DASHBOARD_URL}/billing\n`
       }

@@ -1,13 +1,19 @@
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { AppConfig } from "../AppConfig.js"
-import { LedgerEntry, type LedgerType as LedgerTypeSchema, Wallet as WalletSchema } from "../Wallet/Api.js"
 import type { InsufficientBalance, PermissionDenied, SpendLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import type { MicroMyr } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
 import { RequestLogs } from "../Logs/RequestLogs.js"
-import { GRANT_CHANNEL, type GrantSizing, grantStatements, type GrantsAsked, type GrantToGrow } from "./Grants/GrantRows.js"
+import { LedgerEntry, type LedgerType as LedgerTypeSchema, Wallet as WalletSchema } from "../Wallet/Api.js"
+import {
+  GRANT_CHANNEL,
+  type GrantsAsked,
+  type GrantSizing,
+  grantStatements,
+  type GrantToGrow
+} from "./Grants/GrantRows.js"
 import { ReservationLeases } from "./Instances/Leases.js"
 import { lockWallet } from "./Lock.js"
 import { type Reservation, type ReserveInput, reserveStatements } from "./Reserve.js"
@@ -31,7 +37,8 @@ export type LedgerType = typeof LedgerTypeSchema.Type
 
 export type { Reservation, ReserveInput } from "./Reserve.js"
 
-export const logCapture = (capture: Capture) => Effect.logInfo("wallet capture").pipe(Effect.annotateLogs({ ...capture }))
+export const logCapture = (capture: Capture) =>
+  Effect.logInfo("wallet capture").pipe(Effect.annotateLogs({ ...capture }))
 
 export interface Capture {
   readonly reservationId: string
@@ -67,7 +74,7 @@ export type StoredWallet = typeof StoredWallet.Type
 
 const OpenHolds = Schema.Struct({ open: Schema.Int })
 
-export type { GrantSizing, GrantsAsked } from "./Grants/GrantRows.js"
+export type { GrantsAsked, GrantSizing } from "./Grants/GrantRows.js"
 
 export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   /** Makes the account's empty wallet, unless it has one; inside the caller's transaction when there is one. */
@@ -91,7 +98,11 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
   /** The account's member's keys whose calls may be in flight: its keys, and those deleted lately. */
   readonly memberKeys: (accountId: string, memberId: string) => Effect.Effect<ReadonlyArray<string>, SqlError.SqlError>
   /** Bills `amount` (capped at the reservation) and returns the rest; repeating it bills nothing more. */
-  readonly capture: (reservationId: string, amountMicroMyr: MicroMyr, description: string) => Effect.Effect<Capture, SqlError.SqlError>
+  readonly capture: (
+    reservationId: string,
+    amountMicroMyr: MicroMyr,
+    description: string
+  ) => Effect.Effect<Capture, SqlError.SqlError>
   /** Returns an open reservation whole; true when it was open. */
   readonly release: (reservationId: string) => Effect.Effect<boolean, SqlError.SqlError>
   /**
@@ -110,7 +121,10 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
    * Tells every instance a monthly limit (a key's, or its member's) was set on the keys: each hands back the
    * account's grants, writing what the keys' calls hold of them.
    */
-  readonly askForKeyHolds: (accountId: string, apiKeyIds: ReadonlyArray<string>) => Effect.Effect<GrantsAsked, SqlError.SqlError>
+  readonly askForKeyHolds: (
+    accountId: string,
+    apiKeyIds: ReadonlyArray<string>
+  ) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   /** A payment's credit or debit; false when its effect was already posted. */
   readonly post: (input: PostInput) => Effect.Effect<boolean, SqlError.SqlError>
   /** The dashboard's page of the ledger, newest first (a failed read is a defect). */
@@ -128,17 +142,23 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
 
       /** One capture or release, as a batch of one (one copy of the settlement rules: `Settlement/Settle.ts`). */
       const settleOne = (item: SettleItem & { readonly _tag: "Capture" | "Release" }) =>
-        Effect.flatMap(now, (at) =>
-          settleBatch({ items: [item], returns: [], logs: [], close: [], at, holder: leases.holder })).pipe(
-            Effect.map(({ items: [done] }) => done ?? { chargedMicroMyr: 0, ledgerEntryId: null, released: false }),
-            Effect.provideService(SqlClient.SqlClient, sql),
-            Effect.provideService(RequestLogs, logs),
-            Effect.ensuring(leases.drop(item.reservationId))
-          )
+        Effect.flatMap(
+          now,
+          (at) => settleBatch({ items: [item], returns: [], logs: [], close: [], at, holder: leases.holder })
+        ).pipe(
+          Effect.map(({ items: [done] }) => done ?? { chargedMicroMyr: 0, ledgerEntryId: null, released: false }),
+          Effect.provideService(SqlClient.SqlClient, sql),
+          Effect.provideService(RequestLogs, logs),
+          Effect.ensuring(leases.drop(item.reservationId))
+        )
 
       const capture = (reservationId: string, amountMicroMyr: MicroMyr, description: string) =>
         settleOne({ _tag: "Capture", reservationId, amountMicroMyr, description }).pipe(
-          Effect.map((done): Capture => ({ reservationId, chargedMicroMyr: done.chargedMicroMyr, ledgerEntryId: done.ledgerEntryId })),
+          Effect.map((done): Capture => ({
+            reservationId,
+            chargedMicroMyr: done.chargedMicroMyr,
+            ledgerEntryId: done.ledgerEntryId
+          })),
           Effect.tap(logCapture)
         )
 
@@ -209,13 +229,22 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
       return WalletRepo.of({
         ...reserveStatements(sql, leases, businessTimezone),
         ...grantStatements(sql, leases.holder),
-        open: (accountId) => Effect.asVoid(sql`INSERT INTO wallets (account_id) VALUES (${accountId}) ON CONFLICT (account_id) DO NOTHING`),
+        open: (accountId) =>
+          Effect.asVoid(
+            sql`INSERT INTO wallets (account_id) VALUES (${accountId}) ON CONFLICT (account_id) DO NOTHING`
+          ),
         openHolds,
         wallet: (accountId) =>
           storedWallet(accountId).pipe(
-            Effect.map(Option.getOrElse((): StoredWallet =>
-              ({ availableMicroMyr: 0, reservedMicroMyr: 0, grantedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 })
-            )),
+            Effect.map(
+              Option.getOrElse((): StoredWallet => ({
+                availableMicroMyr: 0,
+                reservedMicroMyr: 0,
+                grantedMicroMyr: 0,
+                lifetimeTopupMicroMyr: 0,
+                lifetimeSpendMicroMyr: 0
+              }))
+            ),
             Effect.catchTag("ParseError", Effect.die)
           ),
         capture,

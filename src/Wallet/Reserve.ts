@@ -1,8 +1,14 @@
 import type { SqlClient, SqlError } from "@effect/sql"
 import { Effect } from "effect"
-import { accountSuspended, InsufficientBalance, NEGATIVE_BALANCE_GUIDANCE, type PermissionDenied, type SpendLimitExceeded } from "../Domain/Errors.js"
+import {
+  accountSuspended,
+  InsufficientBalance,
+  NEGATIVE_BALANCE_GUIDANCE,
+  type PermissionDenied,
+  type SpendLimitExceeded
+} from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
-import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
+import { type MicroMyr, microMyr, toMyrString } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
 import { secondsSql } from "./Instances/Instances.js"
 import { RESERVATION_LEASE, type ReservationLeases } from "./Instances/Leases.js"
@@ -163,7 +169,9 @@ export const reserveStatements = (
       if (wallet.suspendedAt !== null) return yield* accountSuspended()
       if (wallet.availableMicroMyr < 0) {
         return yield* new InsufficientBalance({
-          message: `The wallet's balance is negative (RM ${toMyrString(microMyr(wallet.availableMicroMyr))} available); calls resume after a top-up.`,
+          message: `The wallet's balance is negative (RM ${
+            toMyrString(microMyr(wallet.availableMicroMyr))
+          } available); calls resume after a top-up.`,
           guidance: NEGATIVE_BALANCE_GUIDANCE
         })
       }
@@ -175,7 +183,11 @@ export const reserveStatements = (
         })
       }
       if (input.monthlySpendLimitMicroMyr !== null) {
-        const refused = keyLimitRefusal(input.monthlySpendLimitMicroMyr, yield* monthToDate(input.apiKeyId, at), input.amountMicroMyr)
+        const refused = keyLimitRefusal(
+          input.monthlySpendLimitMicroMyr,
+          yield* monthToDate(input.apiKeyId, at),
+          input.amountMicroMyr
+        )
         if (refused !== undefined) return yield* refused
       }
       if (input.memberId !== null && input.memberMonthlySpendLimitMicroMyr !== null) {
@@ -208,7 +220,9 @@ export const reserveStatements = (
     Effect.gen(function*() {
       const rows = yield* sql<{ apiKeyId: string; spent: number }>`
         SELECT api_key_id, -SUM(amount_micro_myr)::bigint AS spent FROM ledger_entries
-        WHERE account_id = ${accountId} AND type = 'usage' AND created_at >= ${monthStart(sql, yield* now, businessTimezone)}
+        WHERE account_id = ${accountId} AND type = 'usage' AND created_at >= ${
+        monthStart(sql, yield* now, businessTimezone)
+      }
         GROUP BY api_key_id
       `
       return new Map(rows.map((row) => [row.apiKeyId, Number(row.spent)]))
@@ -220,7 +234,9 @@ export const reserveStatements = (
       const rows = yield* sql<{ memberId: string; spent: number }>`
         WITH spent AS (
           SELECT api_key_id, -SUM(amount_micro_myr)::bigint AS spent FROM ledger_entries
-          WHERE account_id = ${accountId} AND type = 'usage' AND created_at >= ${monthStart(sql, yield* now, businessTimezone)}
+          WHERE account_id = ${accountId} AND type = 'usage' AND created_at >= ${
+        monthStart(sql, yield* now, businessTimezone)
+      }
           GROUP BY api_key_id
         ), key_members AS (
           SELECT k.id AS api_key_id, k.member_id FROM api_keys k WHERE k.id IN (SELECT api_key_id FROM spent)

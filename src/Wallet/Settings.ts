@@ -27,7 +27,8 @@ export interface WalletSettingsChange {
   readonly autoTopupMaxPerDay?: number | undefined
 }
 
-const COLUMNS = `low_balance_threshold_micro_myr, auto_topup_enabled, auto_topup_threshold_micro_myr, auto_topup_amount_sen,
+const COLUMNS =
+  `low_balance_threshold_micro_myr, auto_topup_enabled, auto_topup_threshold_micro_myr, auto_topup_amount_sen,
   auto_topup_max_per_day, auto_topup_disabled_reason, auto_topup_action_url`
 
 /**
@@ -43,7 +44,11 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
    */
   readonly lock: (accountId: string) => Effect.Effect<void, SqlError.SqlError>
   /** Turns auto top-up off and says why (a failed charge); answers whether it was on. */
-  readonly disableAutoTopup: (accountId: string, reason: string, actionUrl: string | null) => Effect.Effect<boolean, SqlError.SqlError>
+  readonly disableAutoTopup: (
+    accountId: string,
+    reason: string,
+    actionUrl: string | null
+  ) => Effect.Effect<boolean, SqlError.SqlError>
 }>() {
   static readonly layer = Layer.effect(
     WalletSettings,
@@ -55,7 +60,8 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
         execute: (accountId) => sql`SELECT ${sql.unsafe(COLUMNS)} FROM wallets WHERE account_id = ${accountId}`
       })
       return WalletSettings.of({
-        get: (accountId) => get(accountId).pipe(Effect.map(Option.getOrUndefined), Effect.orDie, Effect.withSpan("WalletSettings.get")),
+        get: (accountId) =>
+          get(accountId).pipe(Effect.map(Option.getOrUndefined), Effect.orDie, Effect.withSpan("WalletSettings.get")),
         set: (accountId, change) =>
           SqlSchema.findOne({
             Request: Schema.Void,
@@ -66,16 +72,25 @@ export class WalletSettings extends Context.Tag("nenas/WalletSettings")<WalletSe
                 low_balance_threshold_micro_myr = CASE WHEN ${change.lowBalanceThresholdMicroMyr === undefined}
                   THEN low_balance_threshold_micro_myr ELSE ${change.lowBalanceThresholdMicroMyr ?? null}::bigint END,
                 auto_topup_enabled = COALESCE(${change.autoTopupEnabled ?? null}::boolean, auto_topup_enabled),
-                auto_topup_threshold_micro_myr = COALESCE(${change.autoTopupThresholdMicroMyr ?? null}::bigint, auto_topup_threshold_micro_myr),
+                auto_topup_threshold_micro_myr = COALESCE(${
+                change.autoTopupThresholdMicroMyr ?? null
+              }::bigint, auto_topup_threshold_micro_myr),
                 auto_topup_amount_sen = COALESCE(${change.autoTopupAmountSen ?? null}::integer, auto_topup_amount_sen),
-                auto_topup_max_per_day = COALESCE(${change.autoTopupMaxPerDay ?? null}::integer, auto_topup_max_per_day),
-                auto_topup_disabled_reason = CASE WHEN ${change.autoTopupEnabled === true} THEN NULL ELSE auto_topup_disabled_reason END,
-                auto_topup_action_url = CASE WHEN ${change.autoTopupEnabled === true} THEN NULL ELSE auto_topup_action_url END
+                auto_topup_max_per_day = COALESCE(${
+                change.autoTopupMaxPerDay ?? null
+              }::integer, auto_topup_max_per_day),
+                auto_topup_disabled_reason = CASE WHEN ${
+                change.autoTopupEnabled === true
+              } THEN NULL ELSE auto_topup_disabled_reason END,
+                auto_topup_action_url = CASE WHEN ${
+                change.autoTopupEnabled === true
+              } THEN NULL ELSE auto_topup_action_url END
               WHERE account_id = ${accountId}
               RETURNING ${sql.unsafe(COLUMNS)}
             `
           })(undefined).pipe(Effect.map(Option.getOrUndefined), Effect.orDie, Effect.withSpan("WalletSettings.set")),
-        lock: (accountId) => Effect.asVoid(sql`SELECT account_id FROM wallets WHERE account_id = ${accountId} FOR UPDATE`),
+        lock: (accountId) =>
+          Effect.asVoid(sql`SELECT account_id FROM wallets WHERE account_id = ${accountId} FOR UPDATE`),
         disableAutoTopup: (accountId, reason, actionUrl) =>
           Effect.map(
             sql`

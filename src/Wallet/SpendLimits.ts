@@ -1,5 +1,5 @@
 import { SpendLimitExceeded } from "../Domain/Errors.js"
-import { microMyr, type MicroMyr, toMyrString } from "../Domain/Money.js"
+import { type MicroMyr, microMyr, toMyrString } from "../Domain/Money.js"
 
 /**
  * Monthly spend limits (docs/money.md, "Spend limits and budgets"): a key's own, and its
@@ -42,12 +42,18 @@ export const keyLimitRefusal = (limit: number, month: MonthToDate, amount: Micro
     : undefined
 
 /** The member's budget's refusal of a call of `amount` (`month`: all the member's keys), or nothing. */
-export const memberBudgetRefusal = (budget: number, month: MonthToDate, amount: MicroMyr): SpendLimitExceeded | undefined =>
+export const memberBudgetRefusal = (
+  budget: number,
+  month: MonthToDate,
+  amount: MicroMyr
+): SpendLimitExceeded | undefined =>
   over(budget, month, amount)
     ? new SpendLimitExceeded({
-      message: `Your monthly budget in this account is RM ${rm(budget)}; your keys have spent RM ${rm(month.spent)} this month, RM ${
-        rm(month.held)
-      } is held for calls in flight, and this request may cost up to RM ${rm(amount)}.`,
+      message: `Your monthly budget in this account is RM ${rm(budget)}; your keys have spent RM ${
+        rm(month.spent)
+      } this month, RM ${rm(month.held)} is held for calls in flight, and this request may cost up to RM ${
+        rm(amount)
+      }.`,
       guidance: MEMBER_BUDGET_GUIDANCE,
       action: MEMBER_BUDGET_ACTION
     })

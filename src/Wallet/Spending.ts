@@ -58,7 +58,12 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
     stored?: StoredWrite
   ) => Effect.Effect<number, InsufficientBalance>
   /** Returns the hold whole and logs the failure (cost 0), with the call's upstream attempts. */
-  readonly fail: (hold: CallHold, errorCode: string, latencyMs: number, attempts?: ReadonlyArray<LoggedAttempt>) => Effect.Effect<void>
+  readonly fail: (
+    hold: CallHold,
+    errorCode: string,
+    latencyMs: number,
+    attempts?: ReadonlyArray<LoggedAttempt>
+  ) => Effect.Effect<void>
   /** A call refused before it held anything: one `failed` row. */
   readonly refused: (log: OpenLog, errorCode: string, latencyMs: number) => Effect.Effect<void>
   /**
@@ -112,14 +117,18 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
       )
       return Spending.of({
         hold: (input, log) => hold(calls, input, log),
-        settle: (held, amount, description, usage, whenShort, stored) => settle(calls, held, amount, description, usage, whenShort, stored),
+        settle: (held, amount, description, usage, whenShort, stored) =>
+          settle(calls, held, amount, description, usage, whenShort, stored),
         fail: (held, errorCode, latencyMs, attempts) => fail(calls, held, errorCode, latencyMs, attempts),
         refused: (log, errorCode, latencyMs) => refused(calls, log, errorCode, latencyMs),
         settled,
         balance: (accountId) =>
           Effect.zipRight(settled, balance(calls, accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.balance")),
         spentThisMonth: (accountId) =>
-          Effect.zipRight(settled, wallets.spentThisMonth(accountId)).pipe(Effect.orDie, Effect.withSpan("Spending.spentThisMonth")),
+          Effect.zipRight(settled, wallets.spentThisMonth(accountId)).pipe(
+            Effect.orDie,
+            Effect.withSpan("Spending.spentThisMonth")
+          ),
         spentThisMonthByMember: (accountId) =>
           Effect.zipRight(settled, wallets.spentThisMonthByMember(accountId)).pipe(
             Effect.orDie,
@@ -128,10 +137,11 @@ export class Spending extends Context.Tag("nenas/Spending")<Spending, {
         limitSet: (accountId, apiKeyId) =>
           limitSet(calls, accountId, [apiKeyId]).pipe(Effect.orDie, Effect.withSpan("Spending.limitSet")),
         memberLimitSet: (accountId, memberId) =>
-          Effect.flatMap(wallets.memberKeys(accountId, memberId), (apiKeyIds) => limitSet(calls, accountId, apiKeyIds)).pipe(
-            Effect.orDie,
-            Effect.withSpan("Spending.memberLimitSet")
-          )
+          Effect.flatMap(wallets.memberKeys(accountId, memberId), (apiKeyIds) => limitSet(calls, accountId, apiKeyIds))
+            .pipe(
+              Effect.orDie,
+              Effect.withSpan("Spending.memberLimitSet")
+            )
       })
     })
   )
@@ -175,69 +185,70 @@ const hold = Effect.fnUntraced(function*(calls: Calls, input: ReserveInput | nul
     const grown = calls.pool.lendAgain(input, yield* calls.nowMs)
     if (grown !== undefined) return admitted(input.amountMicroMyr, { _tag: "Grant", grant: grown })
   }
-  return admitted(input.amountMicroMyr, { _tag: "Reservation", reservation: yield* holdInReservation(calls, input, now) })
+  return admitted(input.amountMicroMyr, {
+    _tag: "Reservation",
+    reservation: yield* holdInReservation(calls, input, now)
+  })
 })
 
 /** A call priced at nothing (a free local model) holds nothing, but a negative balance still blocks it. */
-const refuseNegativeBalance = (calls: Calls, accountId: string) =>
-  Effect.gen(function*() {
-    const stored = yield* calls.wallets.wallet(accountId)
-    const balance = stored.availableMicroMyr + stored.grantedMicroMyr
-    if (balance < 0) {
-      return yield* new InsufficientBalance({
-        message: `The wallet's balance is negative (RM ${toMyrString(microMyr(balance))}); live calls resume after a top-up.`,
-        guidance: NEGATIVE_BALANCE_GUIDANCE
-      })
-    }
-  })
+const refuseNegativeBalance = Effect.fnUntraced(function*(calls: Calls, accountId: string) {
+  const stored = yield* calls.wallets.wallet(accountId)
+  const balance = stored.availableMicroMyr + stored.grantedMicroMyr
+  if (balance < 0) {
+    return yield* new InsufficientBalance({
+      message: `The wallet's balance is negative (RM ${
+        toMyrString(microMyr(balance))
+      }); live calls resume after a top-up.`,
+      guidance: NEGATIVE_BALANCE_GUIDANCE
+    })
+  }
+})
 
 /** A reservation of the call's own: in one round trip when it may, else one that explains a refusal. */
-const holdInReservation = (calls: Calls, input: ReserveInput, now: number) =>
-  Effect.gen(function*() {
-    if (!isLimited(input)) {
-      const quick = yield* calls.wallets.reserveQuickly(input)
-      if (quick !== undefined) return quick
-    }
-    const exact = yield* Effect.either(calls.wallets.reserve(input))
-    return Either.isRight(exact) || exact.left._tag !== "InsufficientBalance"
-      ? yield* exact
-      : yield* reclaimAndRetry(calls, input, now)
-  })
+const holdInReservation = Effect.fnUntraced(function*(calls: Calls, input: ReserveInput, now: number) {
+  if (!isLimited(input)) {
+    const quick = yield* calls.wallets.reserveQuickly(input)
+    if (quick !== undefined) return quick
+  }
+  const exact = yield* Effect.either(calls.wallets.reserve(input))
+  return Either.isRight(exact) || exact.left._tag !== "InsufficientBalance"
+    ? yield* exact
+    : yield* reclaimAndRetry(calls, input, now)
+})
 
 /** Another instance's grants (or this one's) may hold what this call needs: ask for them back, then decide again. */
-const reclaimAndRetry = (calls: Calls, input: ReserveInput, now: number) =>
-  Effect.gen(function*() {
-    calls.pool.handBack(input.accountId, now)
-    if (calls.pool.holds(input.accountId)) yield* calls.queue.flush
-    const asked = yield* calls.wallets.askForGrants(input.accountId)
-    let attempt = yield* Effect.either(calls.wallets.reserve(input))
-    if (asked.others === 0) return attempt
-    const deadline = now + RECLAIM_WAIT_MS
-    while (Either.isLeft(attempt) && attempt.left._tag === "InsufficientBalance" && (yield* calls.nowMs) < deadline) {
-      const answered = yield* allAnswered(calls, input.accountId, asked)
-      yield* Effect.sleep(Duration.millis(answered ? 0 : 20))
-      attempt = yield* Effect.either(calls.wallets.reserve(input))
-      if (answered) break
-    }
-    return attempt
-  }).pipe(Effect.flatMap(Either.match({ onLeft: Effect.fail, onRight: Effect.succeed })))
+const reclaimAndRetry = Effect.fnUntraced(function*(calls: Calls, input: ReserveInput, now: number) {
+  calls.pool.handBack(input.accountId, now)
+  if (calls.pool.holds(input.accountId)) yield* calls.queue.flush
+  const asked = yield* calls.wallets.askForGrants(input.accountId)
+  let attempt = yield* Effect.either(calls.wallets.reserve(input))
+  if (asked.others === 0) return attempt
+  const deadline = now + RECLAIM_WAIT_MS
+  while (Either.isLeft(attempt) && attempt.left._tag === "InsufficientBalance" && (yield* calls.nowMs) < deadline) {
+    const answered = yield* allAnswered(calls, input.accountId, asked)
+    yield* Effect.sleep(Duration.millis(answered ? 0 : 20))
+    attempt = yield* Effect.either(calls.wallets.reserve(input))
+    if (answered) break
+  }
+  return attempt
+}, Effect.flatMap(Either.match({ onLeft: Effect.fail, onRight: Effect.succeed })))
 
 const allAnswered = (calls: Calls, accountId: string, asked: GrantsAsked) =>
   Effect.map(calls.wallets.unansweredGrants(accountId, asked.askedAt), (unanswered) => unanswered === 0)
 
 /** A limit was set on the keys: every instance reports their holds of its grants (`GrantPool.report`), this one first. */
-const limitSet = (calls: Calls, accountId: string, apiKeyIds: ReadonlyArray<string>) =>
-  Effect.gen(function*() {
-    const now = yield* calls.nowMs
-    calls.pool.report(accountId, apiKeyIds, now)
-    yield* calls.queue.flush
-    const asked = yield* calls.wallets.askForKeyHolds(accountId, apiKeyIds)
-    if (asked.others === 0) return
-    // Each answers with a flush that writes its grant row and the key's holds in one transaction.
-    while (!(yield* allAnswered(calls, accountId, asked)) && (yield* calls.nowMs) < now + RECLAIM_WAIT_MS) {
-      yield* Effect.sleep(Duration.millis(20))
-    }
-  })
+const limitSet = Effect.fnUntraced(function*(calls: Calls, accountId: string, apiKeyIds: ReadonlyArray<string>) {
+  const now = yield* calls.nowMs
+  calls.pool.report(accountId, apiKeyIds, now)
+  yield* calls.queue.flush
+  const asked = yield* calls.wallets.askForKeyHolds(accountId, apiKeyIds)
+  if (asked.others === 0) return
+  // Each answers with a flush that writes its grant row and the key's holds in one transaction.
+  while (!(yield* allAnswered(calls, accountId, asked)) && (yield* calls.nowMs) < now + RECLAIM_WAIT_MS) {
+    yield* Effect.sleep(Duration.millis(20))
+  }
+})
 
 const settle = Effect.fnUntraced(function*(
   calls: Calls,
@@ -280,7 +291,16 @@ const settle = Effect.fnUntraced(function*(
       const { apiKeyId, requestId } = held.log
       calls.pool.charge(grant, held.amountMicroMyr, charged, apiKeyId)
       calls.queue.enqueue({
-        item: { _tag: "GrantCharge", grantId, accountId, apiKeyId, requestId, amountMicroMyr: charged, description, log },
+        item: {
+          _tag: "GrantCharge",
+          grantId,
+          accountId,
+          apiKeyId,
+          requestId,
+          amountMicroMyr: charged,
+          description,
+          log
+        },
         grant: { grant, amount: charged, apiKeyId },
         stored
       })
@@ -298,63 +318,97 @@ const PAY_NOW_RETRIES = Schedule.exponential("50 millis").pipe(Schedule.intersec
  * it was taken): the call is paid now, before its answer goes out. The charge;
  * undefined when the database could not be reached (the flush bills it, late).
  */
-const payBeforeAnswering = (
+const payBeforeAnswering = Effect.fnUntraced(function*(calls: Calls, held: CallHold, bill: {
+  amount: number
+  description: string
+  log: LogWrite
+  whenShort: WhenShort
+  now: number
+  stored: StoredWrite | undefined
+}) {
+  const { requestId } = held.log
+  const refusedLog = failedRow(
+    held.log,
+    reservationIdOf(held),
+    held.startedAt,
+    "insufficient_balance",
+    bill.log.latencyMs,
+    new Date(bill.now)
+  )
+  const outcome = yield* payNow(calls.sql, {
+    hold: held,
+    amountMicroMyr: bill.amount,
+    description: bill.description,
+    log: bill.log,
+    refusedLog,
+    stored: bill.stored,
+    whenShort: bill.whenShort,
+    at: new Date(bill.now),
+    holder: calls.leases.holder
+  }).pipe(Effect.provide(calls.context), Effect.retry(PAY_NOW_RETRIES), Effect.either)
+  if (Either.isLeft(outcome)) {
+    yield* Effect.logWarning("a call could not be paid before answering; the next flush bills it", outcome.left).pipe(
+      Effect.annotateLogs({ requestId })
+    )
+    return undefined
+  }
+  const paid = outcome.right
+  calls.queue.finish(held)
+  const { source } = held
+  if (source._tag === "Reservation") yield* calls.leases.drop(source.reservation.id)
+  if (paid._tag === "Refused") {
+    if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr, held.log.apiKeyId)
+    yield* Effect.logWarning(
+      "a call whose hold was taken back while this instance stalled was refused: the wallet cannot pay it"
+    )
+      .pipe(Effect.annotateLogs({ requestId, costMicroMyr: bill.amount, availableMicroMyr: paid.availableMicroMyr }))
+    return yield* new InsufficientBalance({
+      message: `This request cost RM ${toMyrString(microMyr(bill.amount))}, and the wallet holds RM ${
+        toMyrString(microMyr(paid.availableMicroMyr))
+      } available.`
+    })
+  }
+  if (source._tag === "Grant") {
+    calls.pool.charge(source.grant, held.amountMicroMyr, paid.chargedMicroMyr, held.log.apiKeyId)
+    calls.pool.chargeWritten(source.grant, paid.chargedMicroMyr, held.log.apiKeyId)
+  }
+  const noted = {
+    requestId,
+    costMicroMyr: bill.amount,
+    chargedMicroMyr: paid.chargedMicroMyr,
+    shortfallMicroMyr: paid.shortfallMicroMyr
+  }
+  if (paid.shortfallMicroMyr > 0) {
+    calls.metrics.billingShortfall.inc(paid.shortfallMicroMyr)
+    yield* Effect.logError("billing shortfall: an answer given that the wallet could not pay in full").pipe(
+      Effect.annotateLogs(noted)
+    )
+  } else {
+    yield* Effect.logInfo("a call paid before answering: this instance's beat lapsed while it ran").pipe(
+      Effect.annotateLogs(noted)
+    )
+  }
+  return paid.chargedMicroMyr
+})
+
+const fail = (
   calls: Calls,
   held: CallHold,
-  bill: { amount: number; description: string; log: LogWrite; whenShort: WhenShort; now: number; stored: StoredWrite | undefined }
+  errorCode: string,
+  latencyMs: number,
+  attempts?: ReadonlyArray<LoggedAttempt>
 ) =>
-  Effect.gen(function*() {
-    const { requestId } = held.log
-    const refusedLog = failedRow(held.log, reservationIdOf(held), held.startedAt, "insufficient_balance", bill.log.latencyMs, new Date(bill.now))
-    const outcome = yield* payNow(calls.sql, {
-      hold: held,
-      amountMicroMyr: bill.amount,
-      description: bill.description,
-      log: bill.log,
-      refusedLog,
-      stored: bill.stored,
-      whenShort: bill.whenShort,
-      at: new Date(bill.now),
-      holder: calls.leases.holder
-    }).pipe(Effect.provide(calls.context), Effect.retry(PAY_NOW_RETRIES), Effect.either)
-    if (Either.isLeft(outcome)) {
-      yield* Effect.logWarning("a call could not be paid before answering; the next flush bills it", outcome.left).pipe(
-        Effect.annotateLogs({ requestId })
-      )
-      return undefined
-    }
-    const paid = outcome.right
-    calls.queue.finish(held)
-    const { source } = held
-    if (source._tag === "Reservation") yield* calls.leases.drop(source.reservation.id)
-    if (paid._tag === "Refused") {
-      if (source._tag === "Grant") calls.pool.giveBack(source.grant, held.amountMicroMyr, held.log.apiKeyId)
-      yield* Effect.logWarning("a call whose hold was taken back while this instance stalled was refused: the wallet cannot pay it")
-        .pipe(Effect.annotateLogs({ requestId, costMicroMyr: bill.amount, availableMicroMyr: paid.availableMicroMyr }))
-      return yield* new InsufficientBalance({
-        message: `This request cost RM ${toMyrString(microMyr(bill.amount))}, and the wallet holds RM ${
-          toMyrString(microMyr(paid.availableMicroMyr))
-        } available.`
-      })
-    }
-    if (source._tag === "Grant") {
-      calls.pool.charge(source.grant, held.amountMicroMyr, paid.chargedMicroMyr, held.log.apiKeyId)
-      calls.pool.chargeWritten(source.grant, paid.chargedMicroMyr, held.log.apiKeyId)
-    }
-    const noted = { requestId, costMicroMyr: bill.amount, chargedMicroMyr: paid.chargedMicroMyr, shortfallMicroMyr: paid.shortfallMicroMyr }
-    if (paid.shortfallMicroMyr > 0) {
-      calls.metrics.billingShortfall.inc(paid.shortfallMicroMyr)
-      yield* Effect.logError("billing shortfall: an answer given that the wallet could not pay in full").pipe(Effect.annotateLogs(noted))
-    } else {
-      yield* Effect.logInfo("a call paid before answering: this instance's beat lapsed while it ran").pipe(Effect.annotateLogs(noted))
-    }
-    return paid.chargedMicroMyr
-  })
-
-const fail = (calls: Calls, held: CallHold, errorCode: string, latencyMs: number, attempts?: ReadonlyArray<LoggedAttempt>) =>
   Effect.map(calls.nowMs, (now) => {
     calls.queue.finish(held)
-    const log = failedRow(held.log, reservationIdOf(held), held.startedAt, errorCode, latencyMs, new Date(now), attempts)
+    const log = failedRow(
+      held.log,
+      reservationIdOf(held),
+      held.startedAt,
+      errorCode,
+      latencyMs,
+      new Date(now),
+      attempts
+    )
     const { source } = held
     if (source._tag === "Reservation") {
       calls.queue.enqueue({ item: { _tag: "Release", reservationId: source.reservation.id, log } })
@@ -370,14 +424,13 @@ const refused = (calls: Calls, log: OpenLog, errorCode: string, latencyMs: numbe
   })
 
 /** The balance as developers see it, from the stored row (read after the flush). */
-const balance = (calls: Calls, accountId: string) =>
-  Effect.gen(function*() {
-    const stored = yield* calls.wallets.wallet(accountId)
-    const inFlight = calls.pool.inFlight(accountId)
-    return {
-      availableMicroMyr: stored.availableMicroMyr + stored.grantedMicroMyr - inFlight,
-      reservedMicroMyr: stored.reservedMicroMyr + inFlight,
-      lifetimeTopupMicroMyr: stored.lifetimeTopupMicroMyr,
-      lifetimeSpendMicroMyr: stored.lifetimeSpendMicroMyr
-    } satisfies Wallet
-  })
+const balance = Effect.fnUntraced(function*(calls: Calls, accountId: string) {
+  const stored = yield* calls.wallets.wallet(accountId)
+  const inFlight = calls.pool.inFlight(accountId)
+  return {
+    availableMicroMyr: stored.availableMicroMyr + stored.grantedMicroMyr - inFlight,
+    reservedMicroMyr: stored.reservedMicroMyr + inFlight,
+    lifetimeTopupMicroMyr: stored.lifetimeTopupMicroMyr,
+    lifetimeSpendMicroMyr: stored.lifetimeSpendMicroMyr
+  } satisfies Wallet
+})

@@ -4,9 +4,9 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { allowRoles, ADMINS, EVERY_ROLE } from "../Domain/Roles.js"
-import { EVENT_TYPES } from "../Domain/EventTypes.js"
 import { InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
+import { EVENT_TYPES } from "../Domain/EventTypes.js"
+import { ADMINS, allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { NoUrlParams, SqlString } from "../Domain/Strict.js"
 
 export const WebhookEventType = Schema.Literal(...EVENT_TYPES)
@@ -92,7 +92,12 @@ export const WebhookEventPayloads = Schema.Union(
   Schema.Struct({
     type: Schema.Literal("topup.succeeded"),
     account: EventAccount,
-    data: Schema.Struct({ account_id: Schema.String, transaction_id: Schema.String, amount_myr: Money, automatic: Schema.Boolean })
+    data: Schema.Struct({
+      account_id: Schema.String,
+      transaction_id: Schema.String,
+      amount_myr: Money,
+      automatic: Schema.Boolean
+    })
   }),
   Schema.Struct({
     type: Schema.Literal("topup.failed", "auto_topup.failed"),
@@ -141,13 +146,20 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .pipe(allowRoles(...ADMINS))
   )
   .add(
-    HttpApiEndpoint.get("list", "/dashboard/webhooks").setUrlParams(NoUrlParams).addSuccess(Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) }))
+    HttpApiEndpoint.get("list", "/dashboard/webhooks").setUrlParams(NoUrlParams).addSuccess(
+      Schema.Struct({ endpoints: Schema.Array(WebhookEndpoint) })
+    )
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
     HttpApiEndpoint.get("events", "/dashboard/webhooks/event-types")
-      .addSuccess(Schema.Struct({ event_types: Schema.Array(WebhookEventType), payload: Schema.optional(WebhookEventPayloads) }))
-      .annotate(OpenApi.Description, "The event types an endpoint may subscribe to; `WebhookEventPayload` shows each one's `data`.")
+      .addSuccess(
+        Schema.Struct({ event_types: Schema.Array(WebhookEventType), payload: Schema.optional(WebhookEventPayloads) })
+      )
+      .annotate(
+        OpenApi.Description,
+        "The event types an endpoint may subscribe to; `WebhookEventPayload` shows each one's `data`."
+      )
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
@@ -162,7 +174,8 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .pipe(allowRoles(...ADMINS))
   )
   .add(
-    HttpApiEndpoint.del("delete")`/dashboard/webhooks/${Id}`.addSuccess(Schema.Struct({ ok: Schema.Literal(true) })).addError(wire(NotFound))
+    HttpApiEndpoint.del("delete")`/dashboard/webhooks/${Id}`.addSuccess(Schema.Struct({ ok: Schema.Literal(true) }))
+      .addError(wire(NotFound))
       .pipe(allowRoles(...ADMINS))
   )
   .add(
@@ -177,7 +190,10 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .addSuccess(WebhookTestResponse, { status: 202 })
       .addError(wire(NotFound))
       .addError(wire(RateLimitExceeded))
-      .annotate(OpenApi.Description, "Queues a `webhook.test` event to this endpoint only. Test events and resends: 10 a minute per account.")
+      .annotate(
+        OpenApi.Description,
+        "Queues a `webhook.test` event to this endpoint only. Test events and resends: 10 a minute per account."
+      )
       .pipe(allowRoles(...ADMINS))
   )
   .add(
@@ -189,7 +205,9 @@ export class WebhooksApi extends HttpApiGroup.make("webhooks")
       .pipe(allowRoles(...EVERY_ROLE))
   )
   .add(
-    HttpApiEndpoint.post("resend")`/dashboard/webhooks/${Id}/deliveries/${HttpApiSchema.param("delivery_id", SqlString)}/resend`
+    HttpApiEndpoint.post("resend")`/dashboard/webhooks/${Id}/deliveries/${
+      HttpApiSchema.param("delivery_id", SqlString)
+    }/resend`
       .addSuccess(Schema.Struct({ ok: Schema.Literal(true) }), { status: 202 })
       .addError(wire(NotFound))
       .addError(wire(RateLimitExceeded))

@@ -4,10 +4,10 @@ import { Webhook } from "standardwebhooks"
 import { AppConfig } from "../AppConfig.js"
 import { newId } from "../Domain/Ids.js"
 import { now } from "../Domain/Time.js"
-import { HostResolver } from "../Search/Fetch.js"
 import { emailAccount } from "../Outbox/Events.js"
 import { backoffMs, RETRY_WINDOW_MS } from "../Outbox/Retries.js"
-import { type PostOutcome, postEvent } from "./SignedPost.js"
+import { HostResolver } from "../Search/Fetch.js"
+import { postEvent, type PostOutcome } from "./SignedPost.js"
 
 /** Deliveries in flight to one endpoint, across instances (docs/api/alerts.md, "Fairness of webhook deliveries"). */
 export const PER_ENDPOINT = 2
@@ -146,7 +146,11 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
         }))
 
       const markFailing = SqlSchema.findAll({
-        Request: Schema.Struct({ endpointId: Schema.String, failingSince: Schema.DateFromSelf, windowStart: Schema.DateFromSelf }),
+        Request: Schema.Struct({
+          endpointId: Schema.String,
+          failingSince: Schema.DateFromSelf,
+          windowStart: Schema.DateFromSelf
+        }),
         Result: Schema.Struct({ id: Schema.String, url: Schema.String, disabled: Schema.Boolean }),
         execute: ({ endpointId, failingSince, windowStart }) =>
           sql`
@@ -165,11 +169,15 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
           yield* sql`
             INSERT INTO webhook_attempts
               (id, delivery_id, attempt, attempted_at, status_code, latency_ms, ok, error, response_excerpt, instance_id)
-            VALUES (${newId("wha")}, ${delivery.id}, ${delivery.attempts}, ${at}, ${outcome.statusCode}, ${outcome.latencyMs},
+            VALUES (${
+            newId("wha")
+          }, ${delivery.id}, ${delivery.attempts}, ${at}, ${outcome.statusCode}, ${outcome.latencyMs},
                     ${outcome.ok}, ${outcome.error}, ${outcome.excerpt}, ${config.instanceId})
           `
           if (outcome.ok) {
-            yield* sql`UPDATE webhook_deliveries SET status = 'delivered', delivered_at = ${new Date(done)}, claimed_until = NULL
+            yield* sql`UPDATE webhook_deliveries SET status = 'delivered', delivered_at = ${new Date(
+              done
+            )}, claimed_until = NULL
                        WHERE id = ${delivery.id}`
             yield* sql`UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ${delivery.endpointId}`
             return
@@ -185,7 +193,8 @@ export class WebhookDelivery extends Context.Tag("nenas/WebhookDelivery")<Webhoo
           if (row?.disabled === true) {
             yield* emailAccount(delivery.accountId, {
               subject: "A webhook endpoint was disabled",
-              body: `Deliveries to ${row.url} (${row.id}) have failed for 3 days, so it is disabled and no longer receives events.\n` +
+              body:
+                `Deliveries to ${row.url} (${row.id}) have failed for 3 days, so it is disabled and no longer receives events.\n` +
                 `Fix the receiver, then enable it again in the dashboard: ${config.dashboardUrl}/webhooks\n`
             }, failingSince)
           }

@@ -1,6 +1,6 @@
-import { randomBytes } from "node:crypto"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Context, Effect, Layer, Option, Schema } from "effect"
+import { randomBytes } from "node:crypto"
 import { newId } from "../Domain/Ids.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
@@ -69,7 +69,8 @@ const COLUMNS =
   "id, account_id, url, description, events, disabled_at, disabled_reason, failing_since, created_at, updated_at, created_by_member_id, creator_removed_at"
 
 /** Why an endpoint was disabled when the member who made it left: it may point where only that person reads. */
-export const CREATOR_REMOVED_REASON = "the member who made it was removed from the account; check its URL before enabling it again"
+export const CREATOR_REMOVED_REASON =
+  "the member who made it was removed from the account; check its URL before enabling it again"
 
 /** An entry of the audit log, as the caller's recorder writes it (the handlers pass `AuditLog.record`). */
 export interface EndpointDisabled {
@@ -84,8 +85,7 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
   readonly create: (
     accountId: string,
     input: { url: string; description: string; events: ReadonlyArray<string>; createdBy: string | null }
-  ) =>
-    Effect.Effect<{ endpoint: EndpointRow; secret: string }>
+  ) => Effect.Effect<{ endpoint: EndpointRow; secret: string }>
   readonly list: (accountId: string) => Effect.Effect<ReadonlyArray<EndpointRow>>
   readonly find: (accountId: string, id: string) => Effect.Effect<EndpointRow | undefined>
   readonly update: (accountId: string, id: string, change: EndpointChange) => Effect.Effect<EndpointRow | undefined>
@@ -93,14 +93,19 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
   readonly rotateSecret: (accountId: string, id: string) => Effect.Effect<string | undefined>
   /** Queues a `webhook.test` event to this endpoint only; its event id. */
   readonly sendTest: (accountId: string, id: string) => Effect.Effect<string | undefined>
-  readonly deliveries: (accountId: string, id: string, limit: number) =>
-    Effect.Effect<ReadonlyArray<DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }>>
+  readonly deliveries: (
+    accountId: string,
+    id: string,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }>>
   /**
    * Counts one test event or resend against the account's minute (a fixed
    * window, shared by every instance through the database): its count so far,
    * this one included, and the milliseconds until the window ends.
    */
-  readonly countManualSend: (accountId: string) => Effect.Effect<{ readonly sends: number; readonly resetsInMs: number }>
+  readonly countManualSend: (
+    accountId: string
+  ) => Effect.Effect<{ readonly sends: number; readonly resetsInMs: number }>
   /** Makes a delivery due now again (any status; one on the wire now is left to finish its attempt). */
   readonly resend: (accountId: string, endpointId: string, deliveryId: string) => Effect.Effect<boolean>
   /**
@@ -268,7 +273,10 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
               type: TEST_EVENT,
               at,
               endpointId: id,
-              data: { endpoint_id: id, message: "A test event from nenas: your endpoint receives and verifies webhooks." }
+              data: {
+                endpoint_id: id,
+                message: "A test event from nenas: your endpoint receives and verifies webhooks."
+              }
             }))
           }).pipe(
             Effect.provideService(SqlClient.SqlClient, sql),
@@ -288,7 +296,10 @@ export class WebhookEndpoints extends Context.Tag("nenas/WebhookEndpoints")<Webh
             const row = yield* countSend({ accountId, at, windowFrom: new Date(at.getTime() - SEND_WINDOW_MS) })
             return Option.match(row, {
               onNone: () => ({ sends: 1, resetsInMs: SEND_WINDOW_MS }),
-              onSome: ({ sends, windowStart }) => ({ sends, resetsInMs: windowStart.getTime() + SEND_WINDOW_MS - at.getTime() })
+              onSome: ({ sends, windowStart }) => ({
+                sends,
+                resetsInMs: windowStart.getTime() + SEND_WINDOW_MS - at.getTime()
+              })
             })
           }).pipe(Effect.orDie, Effect.withSpan("WebhookEndpoints.countManualSend")),
         resend: (accountId, endpointId, deliveryId) =>

@@ -4,16 +4,23 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
-import { EVENT_TYPES } from "../Domain/EventTypes.js"
 import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
+import { EVENT_TYPES } from "../Domain/EventTypes.js"
 import { ADMINS, type Role } from "../Domain/Roles.js"
 import { HostResolver } from "../Search/Fetch.js"
 import type { WebhookDelivery, WebhookEndpoint } from "./Api.js"
-import { type AttemptRow, type DeliveryRow, type EndpointRow, MANUAL_SENDS_PER_MINUTE, WebhookEndpoints } from "./Endpoints.js"
+import {
+  type AttemptRow,
+  type DeliveryRow,
+  type EndpointRow,
+  MANUAL_SENDS_PER_MINUTE,
+  WebhookEndpoints
+} from "./Endpoints.js"
 import { maskedUrl } from "./MaskedUrl.js"
 import { NOT_ALLOWED, refusedWebhookUrl } from "./SignedPost.js"
 
-const SECRET_WARNING = "Store this signing secret now: it is shown only once. Verify every delivery with it (Standard Webhooks)."
+const SECRET_WARNING =
+  "Store this signing secret now: it is shown only once. Verify every delivery with it (Standard Webhooks)."
 const MAX_ENDPOINTS = 20
 
 /** Whether `role` reads webhook URLs whole: those who manage webhooks. */
@@ -32,7 +39,9 @@ const toEndpoint = (row: EndpointRow, role: Role): typeof WebhookEndpoint.Type =
   updated_at: row.updatedAt.toISOString()
 })
 
-const toDelivery = (row: DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }): typeof WebhookDelivery.Type => ({
+const toDelivery = (
+  row: DeliveryRow & { readonly attemptLog: ReadonlyArray<AttemptRow> }
+): typeof WebhookDelivery.Type => ({
   id: row.id,
   event_id: row.eventId,
   event_type: row.eventType,
@@ -71,7 +80,8 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           new InvalidRequest({
             message: `The webhook URL is refused: ${NOT_ALLOWED}.`,
             param: "url",
-            guidance: "Use a public https URL. A receiver on this machine or a private network must be listed in WEBHOOK_ALLOWED_HOSTS by the operator."
+            guidance:
+              "Use a public https URL. A receiver on this machine or a private network must be listed in WEBHOOK_ALLOWED_HOSTS by the operator."
           })
         ))
     /** Test events and resends are the account's to ask for, 10 a minute: each is an outbound request we make. */
@@ -81,7 +91,8 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           message: `At most ${MANUAL_SENDS_PER_MINUTE} webhook test events and resends a minute per account.`,
           retry_after_seconds: Math.max(1, Math.ceil(resetsInMs / 1000))
         }))
-    const found = <A>(id: string, value: A | undefined) => value === undefined ? Effect.fail(noSuchEndpoint(id)) : Effect.succeed(value)
+    const found = <A>(id: string, value: A | undefined) =>
+      value === undefined ? Effect.fail(noSuchEndpoint(id)) : Effect.succeed(value)
     return handlers
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
@@ -89,7 +100,9 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           yield* checkUrl(payload.url)
           const existing = yield* endpoints.list(account.id)
           if (existing.length >= MAX_ENDPOINTS) {
-            return yield* new InvalidRequest({ message: `An account may have at most ${MAX_ENDPOINTS} webhook endpoints.` })
+            return yield* new InvalidRequest({
+              message: `An account may have at most ${MAX_ENDPOINTS} webhook endpoints.`
+            })
           }
           const created = yield* audit.within(
             endpoints.create(account.id, {
@@ -106,14 +119,23 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
               details: { url: maskedUrl(endpoint.url), events: endpoint.events }
             })
           )
-          return { endpoint: toEndpoint(created.endpoint, account.member.role), secret: created.secret, warning: SECRET_WARNING }
+          return {
+            endpoint: toEndpoint(created.endpoint, account.member.role),
+            secret: created.secret,
+            warning: SECRET_WARNING
+          }
         }))
       .handle("list", () =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          return { endpoints: (yield* endpoints.list(account.id)).map((row) => toEndpoint(row, account.member.role)) }
+          return {
+            endpoints: (yield* endpoints.list(account.id)).map((row) =>
+              toEndpoint(row, account.member.role)
+            )
+          }
         }))
-      .handle("events", () => Effect.succeed({ event_types: EVENT_TYPES }))
+      .handle("events", () =>
+        Effect.succeed({ event_types: EVENT_TYPES }))
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
@@ -122,7 +144,9 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
       .handle("update", ({ path, payload }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
-          if (payload.url !== undefined) yield* checkUrl(payload.url)
+          if (payload.url !== undefined) {
+            yield* checkUrl(payload.url)
+          }
           const events = payload.events === undefined ? undefined : [...new Set(payload.events)]
           const row = yield* audit.within(
             endpoints.update(account.id, path.id, { ...payload, events }),
@@ -131,7 +155,9 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
                 action: "webhook.updated",
                 targetType: "webhook",
                 targetId: updated.id,
-                details: payload.url === undefined ? { ...payload } : Object.assign({}, payload, { url: maskedUrl(payload.url) })
+                details: payload.url === undefined
+                  ? { ...payload }
+                  : Object.assign({}, payload, { url: maskedUrl(payload.url) })
               }
           )
           return toEndpoint(yield* found(path.id, row), account.member.role)
@@ -141,9 +167,12 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           const account = yield* CurrentAccount
           const removed = yield* audit.within(
             endpoints.remove(account.id, path.id),
-            (gone) => gone ? { action: "webhook.deleted", targetType: "webhook", targetId: path.id, details: {} } : undefined
+            (gone) =>
+              gone ? { action: "webhook.deleted", targetType: "webhook", targetId: path.id, details: {} } : undefined
           )
-          if (!removed) return yield* noSuchEndpoint(path.id)
+          if (!removed) {
+            return yield* noSuchEndpoint(path.id)
+          }
           return { ok: true as const }
         }))
       .handle("rotate", ({ path }) =>
@@ -151,7 +180,10 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           const account = yield* CurrentAccount
           const rotated = yield* audit.within(
             endpoints.rotateSecret(account.id, path.id),
-            (secret) => secret === undefined ? undefined : { action: "webhook.secret_rotated", targetType: "webhook", targetId: path.id, details: {} }
+            (secret) =>
+              secret === undefined
+                ? undefined
+                : { action: "webhook.secret_rotated", targetType: "webhook", targetId: path.id, details: {} }
           )
           const secret = yield* found(path.id, rotated)
           return { secret, warning: SECRET_WARNING }
@@ -187,10 +219,20 @@ export const WebhooksLive = HttpApiBuilder.group(NenasApi, "webhooks", (handlers
           const resent = yield* audit.within(
             endpoints.resend(account.id, path.id, path.delivery_id),
             (done) =>
-              done ? { action: "webhook.delivery_resent", targetType: "webhook", targetId: path.id, details: { delivery_id: path.delivery_id } } : undefined
+              done
+                ? {
+                  action: "webhook.delivery_resent",
+                  targetType: "webhook",
+                  targetId: path.id,
+                  details: { delivery_id: path.delivery_id }
+                }
+                : undefined
           )
           if (!resent) {
-            return yield* new NotFound({ message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`, param: "delivery_id" })
+            return yield* new NotFound({
+              message: `No delivery '${path.delivery_id}' of webhook endpoint '${path.id}'.`,
+              param: "delivery_id"
+            })
           }
           return { ok: true as const }
         }))

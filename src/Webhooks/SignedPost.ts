@@ -1,7 +1,7 @@
+import { Duration, Effect } from "effect"
 import * as http from "node:http"
 import * as https from "node:https"
 import type { LookupFunction } from "node:net"
-import { Duration, Effect } from "effect"
 import { admitUrl, type HostResolver, readCapped } from "../Search/Fetch.js"
 
 /** At most this much of an answer is read; the rest is cut off unread. */
@@ -19,7 +19,13 @@ export interface PostOutcome {
   readonly latencyMs: number
 }
 
-const postOnce = (url: URL, lookup: LookupFunction | undefined, headers: Record<string, string>, body: string, signal: AbortSignal) =>
+const postOnce = (
+  url: URL,
+  lookup: LookupFunction | undefined,
+  headers: Record<string, string>,
+  body: string,
+  signal: AbortSignal
+) =>
   new Promise<{ readonly statusCode: number; readonly excerpt: string }>((resolve, reject) => {
     const client = url.protocol === "https:" ? https : http
     const request = client.request(url, {
@@ -30,7 +36,8 @@ const postOnce = (url: URL, lookup: LookupFunction | undefined, headers: Record<
       ...(lookup === undefined ? {} : { lookup })
     }, (response) => {
       readCapped(response, ANSWER_MAX_BYTES).then(
-        ({ bytes }) => resolve({ statusCode: response.statusCode ?? 0, excerpt: bytes.toString("utf8").slice(0, EXCERPT_CHARS) }),
+        ({ bytes }) =>
+          resolve({ statusCode: response.statusCode ?? 0, excerpt: bytes.toString("utf8").slice(0, EXCERPT_CHARS) }),
         reject
       )
     })
@@ -39,7 +46,8 @@ const postOnce = (url: URL, lookup: LookupFunction | undefined, headers: Record<
   })
 
 /** What the developer is told of a URL the guard refused: never the addresses its host resolves to. */
-export const NOT_ALLOWED = "the URL is not allowed: a webhook reaches only https URLs on public addresses, without credentials"
+export const NOT_ALLOWED =
+  "the URL is not allowed: a webhook reaches only https URLs on public addresses, without credentials"
 
 /**
  * POSTs a signed event through the address guard of page fetching (`admitUrl`,
@@ -78,8 +86,15 @@ export const postEvent = (
     Effect.catchAll((error) =>
       Effect.as(
         Effect.logInfo(`webhook to ${target.slice(0, 300)} got no answer: ${detailOf(error)}`),
-        { statusCode: null, ok: false, error: reasonOf(error).slice(0, 300), excerpt: "", latencyMs: latency() } satisfies PostOutcome
-      ))
+        {
+          statusCode: null,
+          ok: false,
+          error: reasonOf(error).slice(0, 300),
+          excerpt: "",
+          latencyMs: latency()
+        } satisfies PostOutcome
+      )
+    )
   )
 }
 
@@ -117,6 +132,9 @@ export const refusedWebhookUrl = (resolver: HostResolver["Type"], allowedHosts: 
     if (url._tag === "None") return "it is not an absolute URL"
     return yield* admitUrl(resolver, { allowedHosts, webPortsOnly: false, httpsOnly: true }, url.value).pipe(
       Effect.as(undefined),
-      Effect.catchTags({ PageRefused: (refused) => Effect.succeed(refused.reason), PageFailed: () => Effect.succeed(undefined) })
+      Effect.catchTags({
+        PageRefused: (refused) => Effect.succeed(refused.reason),
+        PageFailed: () => Effect.succeed(undefined)
+      })
     )
   })

@@ -1,9 +1,9 @@
 import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, screenshots, inBrowser, signIn, watchedPage } from "../support/Browser.js"
-import { TestServer, TestServerLive } from "../support/TestServer.js"
 import { hourlyAllowed } from "../../web/src/format.js"
+import { ensureDashboardBuilt, heading, inBrowser, screenshots, signIn, watchedPage } from "../support/Browser.js"
+import { TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
  * Managing a key from the dashboard in a real browser (Debian's Chromium via
@@ -12,14 +12,16 @@ import { hourlyAllowed } from "../../web/src/format.js"
  * width go to test-results/dashboard/.
  */
 
-
 describe("hourlyAllowed: the Usage page asks for no more than 744 hourly buckets", () => {
   const HOUR = 3_600_000
   const span = (hours: number) => ({ from: new Date(0).toISOString(), to: new Date(hours * HOUR).toISOString() })
-  it.each([[24, true], [30 * 24, true], [743, true], [743.01, false], [31 * 24, false], [90 * 24, false]])("%d hours → %s", (hours, allowed) => {
-    const { from, to } = span(hours)
-    expect(hourlyAllowed(from, to)).toBe(allowed)
-  })
+  it.each([[24, true], [30 * 24, true], [743, true], [743.01, false], [31 * 24, false], [90 * 24, false]])(
+    "%d hours → %s",
+    (hours, allowed) => {
+      const { from, to } = span(hours)
+      expect(hourlyAllowed(from, to)).toBe(allowed)
+    }
+  )
 })
 
 beforeAll(ensureDashboardBuilt, 180_000)

@@ -18,7 +18,11 @@ beforeAll(ensureDashboardBuilt, 180_000)
 class TestIdp extends Context.Tag("test/TestIdp")<TestIdp, Idp>() {}
 
 const IdpAndServer = Layer.unwrapScoped(Effect.gen(function*() {
-  const idp = yield* startIdp({ audience: "nenas-dashboard-client", subject: "idp|developer", email: "developer@example.com" })
+  const idp = yield* startIdp({
+    audience: "nenas-dashboard-client",
+    subject: "idp|developer",
+    email: "developer@example.com"
+  })
   return Layer.merge(
     TestServerLive({
       authJwksUrl: Option.some(idp.jwksUrl),
@@ -38,7 +42,9 @@ layer(IdpAndServer, { excludeTestServices: true, timeout: 120_000 })("signing in
       const { baseUrl } = yield* TestServer
       const idp = yield* TestIdp
       // A valid token for the attacker's own account, as a login-CSRF link would carry it.
-      const attackers = yield* Effect.promise(() => idp.sign({ sub: "idp|attacker", email: "attacker@example.com", nonce: "attacker-nonce" }))
+      const attackers = yield* Effect.promise(() =>
+        idp.sign({ sub: "idp|attacker", email: "attacker@example.com", nonce: "attacker-nonce" })
+      )
       yield* inBrowser(async (context) => {
         const page = await context.newPage()
         for (const fragment of [`id_token=${attackers}`, `token=${attackers}&state=attacker-nonce`]) {

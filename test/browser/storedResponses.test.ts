@@ -26,13 +26,22 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("stored
     Effect.gen(function*() {
       const email = "stored-dashboard@example.com"
       const { apiKey, token } = yield* caller(email, { environment: "test" })
-      const first = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, instructions: "Be brief.", input: "Nasi lemak or roti canai?" })
-      const second = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: first.body.id, input: "Why?" })
+      const first = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        instructions: "Be brief.",
+        input: "Nasi lemak or roti canai?"
+      })
+      const second = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        previous_response_id: first.body.id,
+        input: "Why?"
+      })
       const unstored = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Not kept.", store: false })
       expect([first.status, second.status, unstored.status]).toEqual([200, 200, 200])
 
       const logs = (yield* call("GET", "/dashboard/logs", { token })).body.logs as ReadonlyArray<Log>
-      const link = (reply: { body: { request_id: string } }) => logs.find((log) => log.requestId === reply.body.request_id)?.storedResponseId
+      const link = (reply: { body: { request_id: string } }) =>
+        logs.find((log) => log.requestId === reply.body.request_id)?.storedResponseId
       expect(link(first)).toBe(first.body.id)
       expect(link(second)).toBe(second.body.id)
       expect(link(unstored)).toBeNull()
@@ -45,10 +54,14 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })("stored
         ["user", "Why?"],
         ["assistant", second.body.output_text]
       ])
-      expect((yield* call("GET", `/dashboard/logs/${unstored.body.request_id}/conversation`, { token })).status).toBe(404)
+      expect((yield* call("GET", `/dashboard/logs/${unstored.body.request_id}/conversation`, { token })).status).toBe(
+        404
+      )
       // Another developer sees nothing of it.
       const other = yield* caller("stored-dashboard-other@example.com", { environment: "test" })
-      expect((yield* call("GET", `/dashboard/logs/${second.body.request_id}/conversation`, { token: other.token })).status).toBe(404)
+      expect(
+        (yield* call("GET", `/dashboard/logs/${second.body.request_id}/conversation`, { token: other.token })).status
+      ).toBe(404)
 
       const { baseUrl } = yield* TestServer
       yield* inBrowser(async (context) => {

@@ -1,13 +1,30 @@
 import { layer } from "@effect/vitest"
-import { readFile } from "node:fs/promises"
 import { Effect } from "effect"
+import { readFile } from "node:fs/promises"
 import type { BrowserContext, Page } from "playwright-core"
 import { beforeAll, describe, expect, it } from "vitest"
-import { ensureDashboardBuilt, heading, inBrowser, launchBrowser, PHONE, screenshots, signIn, watchedPage } from "../support/Browser.js"
+import { ROUTE_ROLES } from "../../web/src/contract.js"
+import {
+  allows,
+  grantableRoles,
+  mayChangeKey,
+  mayChangeMember,
+  mayRemoveMember,
+  type Role,
+  ROLES
+} from "../../web/src/roles.js"
+import {
+  ensureDashboardBuilt,
+  heading,
+  inBrowser,
+  launchBrowser,
+  PHONE,
+  screenshots,
+  signIn,
+  watchedPage
+} from "../support/Browser.js"
 import { call, createKey, devToken } from "../support/Http.js"
 import { TestServer, TestServerLive } from "../support/TestServer.js"
-import { ROUTE_ROLES } from "../../web/src/contract.js"
-import { allows, grantableRoles, mayChangeKey, mayChangeMember, mayRemoveMember, ROLES, type Role } from "../../web/src/roles.js"
 
 /**
  * Teams in the dashboard, in a real browser (Debian's Chromium via playwright-core) against the whole
@@ -27,13 +44,19 @@ describe("what each role may do (web/src/roles.ts)", () => {
     expect(allows(role, "PUT /dashboard/billing/settings")).toBe(["owner", "admin", "billing"].includes(role))
     expect(allows(role, "POST /dashboard/members/invitations")).toBe(["owner", "admin"].includes(role))
     // Only an owner makes, changes or removes an owner.
-    expect(grantableRoles(role)).toEqual(role === "owner" ? ROLES : role === "admin" ? ROLES.filter((r) => r !== "owner") : [])
+    expect(grantableRoles(role)).toEqual(
+      role === "owner" ? ROLES : role === "admin" ? ROLES.filter((r) => r !== "owner") : []
+    )
     expect(mayChangeMember(role, "owner")).toBe(role === "owner")
     expect(mayRemoveMember(role, "developer")).toBe(["owner", "admin"].includes(role))
     // A developer changes only the keys it made.
     const me = { role, memberId: "mem_me" }
-    expect(mayChangeKey(me, key("mem_me"), "PATCH /dashboard/api-keys/{id}")).toBe(["owner", "admin", "developer"].includes(role))
-    expect(mayChangeKey(me, key("mem_other"), "DELETE /dashboard/api-keys/{id}")).toBe(["owner", "admin"].includes(role))
+    expect(mayChangeKey(me, key("mem_me"), "PATCH /dashboard/api-keys/{id}")).toBe(
+      ["owner", "admin", "developer"].includes(role)
+    )
+    expect(mayChangeKey(me, key("mem_other"), "DELETE /dashboard/api-keys/{id}")).toBe(
+      ["owner", "admin"].includes(role)
+    )
   })
 })
 
@@ -41,7 +64,9 @@ describe("what each role may do (web/src/roles.ts)", () => {
 const strictPage = async (context: BrowserContext) => {
   const watched = await watchedPage(context)
   watched.page.on("console", (message) => {
-    if (message.type() === "error" || message.type() === "warning") watched.problems.push(`${message.type()}: ${message.text()}`)
+    if (message.type() === "error" || message.type() === "warning") {
+      watched.problems.push(`${message.type()}: ${message.text()}`)
+    }
   })
   return watched
 }
@@ -69,7 +94,9 @@ const goTo = async (page: Page, link: string, title: string = link) => {
 const person = (email: string) =>
   Effect.gen(function*() {
     const token = yield* devToken(email)
-    const accounts = (yield* call("GET", "/dashboard/accounts", { token })).body.accounts as Array<{ id: string; member_id: string }>
+    const accounts = (yield* call("GET", "/dashboard/accounts", { token })).body.accounts as Array<
+      { id: string; member_id: string }
+    >
     return { token, account: accounts[0]!.id, member: accounts[0]!.member_id }
   })
 
@@ -77,7 +104,10 @@ const person = (email: string) =>
 const joins = (owner: { token: string }, email: string, role: Role) =>
   Effect.gen(function*() {
     const joiner = yield* person(email)
-    const invitation = yield* call("POST", "/dashboard/members/invitations", { token: owner.token, json: { email, role } })
+    const invitation = yield* call("POST", "/dashboard/members/invitations", {
+      token: owner.token,
+      json: { email, role }
+    })
     expect(invitation.status, invitation.text).toBe(201)
     const accepted = yield* call("POST", `/dashboard/invitations/${invitation.body.id}/accept`, { token: joiner.token })
     expect(accepted.status, accepted.text).toBe(200)
@@ -86,10 +116,15 @@ const joins = (owner: { token: string }, email: string, role: Role) =>
 
 const WEBHOOK_HOST = "127.0.0.1:9"
 
-layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { excludeTestServices: true, timeout: 180_000 })("teams in the dashboard", (it) => {
+layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), {
+  excludeTestServices: true,
+  timeout: 180_000
+})("teams in the dashboard", (it) => {
   it.effect("the roles the dashboard offers are the ones the service declares (x-nenas-roles in /openapi.json)", () =>
     Effect.gen(function*() {
-      const spec = (yield* call("GET", "/openapi.json")).body as { paths: Record<string, Record<string, { "x-nenas-roles"?: Array<string> }>> }
+      const spec = (yield* call("GET", "/openapi.json")).body as {
+        paths: Record<string, Record<string, { "x-nenas-roles"?: Array<string> }>>
+      }
       const declared: Record<string, Array<string>> = {}
       for (const [path, item] of Object.entries(spec.paths)) {
         for (const [method, operation] of Object.entries(item)) {
@@ -116,7 +151,8 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
         const sent = page.getByRole("status").filter({ hasText: "Invited team-ui-dev@example.com as developer" })
         const acceptUrl = await sent.locator("code").textContent()
         expect(acceptUrl).toMatch(/\/app\/invitations\?id=inv_/)
-        await page.getByRole("row", { name: /team-ui-dev@example\.com/ }).getByRole("button", { name: /Revoke/ }).waitFor()
+        await page.getByRole("row", { name: /team-ui-dev@example\.com/ }).getByRole("button", { name: /Revoke/ })
+          .waitFor()
         await screenshots(page, "40-members-invited")
 
         // The invited person follows the email's link in a browser of their own, signs in, and accepts.
@@ -152,7 +188,9 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
 
           // The owner sees the new member, and changes their role and budget.
           await page.getByRole("button", { name: "Refresh" }).click()
-          const row = page.getByRole("row", { name: /team-ui-dev@example\.com/ }).filter({ has: page.getByRole("button", { name: /Change/ }) })
+          const row = page.getByRole("row", { name: /team-ui-dev@example\.com/ }).filter({
+            has: page.getByRole("button", { name: /Change/ })
+          })
           await expect.poll(() => row.textContent()).toContain("developer")
           await row.getByRole("button", { name: "Change team-ui-dev@example.com" }).click()
           const change = page.getByRole("dialog", { name: "Change team-ui-dev@example.com" })
@@ -175,7 +213,8 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
           await remove.getByLabel("Give the keys to").selectOption({ label: "team-ui-owner@example.com (owner)" })
           await screenshots(page, "44-members-remove")
           await remove.getByRole("button", { name: "Remove member" }).click()
-          await page.getByText("team-ui-dev@example.com was removed; 1 of their keys were given to another member.").waitFor()
+          await page.getByText("team-ui-dev@example.com was removed; 1 of their keys were given to another member.")
+            .waitFor()
           await expect.poll(() => page.getByRole("row", { name: /team-ui-dev@example\.com/ }).count()).toBe(0)
           await goTo(page, "API keys")
           const given = page.getByRole("row", { name: /dev team key/ })
@@ -190,13 +229,17 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
           expect(inviteeProblems).toEqual([])
         } catch (error) {
           // The second browser's pages (inBrowser adds the first's): address, text, and what they logged.
-          const shown = await Promise.all(second.context.pages().map(async (open) => {
-            await open.screenshot({ path: "test-results/dashboard/invitee-failed.png" }).catch(() => undefined)
-            const text = await open.locator("body").innerText({ timeout: 2_000 }).catch(() => "(unreadable)")
-            return `${open.url()}\n${text.slice(0, 1_500)}`
-          }))
+          const shown = await Promise.all(
+            second.context.pages().map(async (open) => {
+              await open.screenshot({ path: "test-results/dashboard/invitee-failed.png" }).catch(() => undefined)
+              const text = await open.locator("body").innerText({ timeout: 2_000 }).catch(() => "(unreadable)")
+              return `${open.url()}\n${text.slice(0, 1_500)}`
+            })
+          )
           if (error instanceof Error) {
-            error.message += `\n\nThe invited person's browser:\n${shown.join("\n---\n")}\nIts console errors: ${JSON.stringify(inviteeProblems)}`
+            error.message += `\n\nThe invited person's browser:\n${shown.join("\n---\n")}\nIts console errors: ${
+              JSON.stringify(inviteeProblems)
+            }`
           }
           throw error
         } finally {
@@ -213,9 +256,15 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
       const { baseUrl } = yield* TestServer
       const owner = yield* person("audit-ui@example.com")
       const key = yield* createKey(owner.token, { name: "audited key", environment: "test" })
-      const changed = yield* call("PATCH", `/dashboard/api-keys/${key.key.id}`, { token: owner.token, json: { monthly_spend_limit_myr: 20 } })
+      const changed = yield* call("PATCH", `/dashboard/api-keys/${key.key.id}`, {
+        token: owner.token,
+        json: { monthly_spend_limit_myr: 20 }
+      })
       expect(changed.status, changed.text).toBe(200)
-      const invited = yield* call("POST", "/dashboard/members/invitations", { token: owner.token, json: { email: "audit-guest@example.com", role: "viewer" } })
+      const invited = yield* call("POST", "/dashboard/members/invitations", {
+        token: owner.token,
+        json: { email: "audit-guest@example.com", role: "viewer" }
+      })
       expect(invited.status, invited.text).toBe(201)
       yield* inBrowser(async (context) => {
         const { page, problems } = await strictPage(context)
@@ -246,7 +295,10 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
         await screenshots(page, "46-audit-log-filtered")
 
         // The export takes the same filter.
-        const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Export CSV" }).click()])
+        const [download] = await Promise.all([
+          page.waitForEvent("download"),
+          page.getByRole("button", { name: "Export CSV" }).click()
+        ])
         expect(download.suggestedFilename()).toBe("nenas-audit-log.csv")
         const lines = (await readFile(await download.path(), "utf8")).trim().split(/\r?\n/)
         expect(lines.length).toBe(2)
@@ -379,7 +431,9 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([WEBHOOK_HOST]) }), { exclud
         expect(await theirs.getByRole("button").count()).toBe(0)
         // A link to edit another member's key opens no dialog, and says why.
         await page.goto(`${baseUrl}/app/api-keys?edit=${ownerKey.key.id}`)
-        await page.getByText("You cannot change the key “the owner's key”: a developer changes only the keys it created.").waitFor()
+        await page.getByText(
+          "You cannot change the key “the owner's key”: a developer changes only the keys it created."
+        ).waitFor()
         expect(await page.getByRole("dialog").count()).toBe(0)
         await screenshots(page, "53-developer-api-keys")
         expect(problems).toEqual([])

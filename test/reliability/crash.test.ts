@@ -30,7 +30,8 @@ const bed = processBed({
   stopSignal: "SIGTERM",
   // Short answers finish before the kill (often enough that each account runs on credit grants); streams (about
   // 40 chunks, 60 ms apart) are cut by it.
-  setup: ({ upstream }) => upstream.setBehaviour({ kind: "ok", delayMs: 30, chunkDelayMs: 60, text: "word ".repeat(64) })
+  setup: ({ upstream }) =>
+    upstream.setBehaviour({ kind: "ok", delayMs: 30, chunkDelayMs: 60, text: "word ".repeat(64) })
 })
 
 interface Outcome {
@@ -85,7 +86,10 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
   let service = await bed.launch(options)
   const keys: Array<string> = []
   for (let i = 0; i < ACCOUNTS; i++) {
-    keys.push((await fundedDeveloper(service.baseUrl, `crash-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook")).apiKey)
+    keys.push(
+      (await fundedDeveloper(service.baseUrl, `crash-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook"))
+        .apiKey
+    )
   }
 
   const report: Array<Record<string, number>> = []
@@ -118,17 +122,25 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     // machine takes longer than the recovery itself; both are reported.
     const recoveryMs = resolvedAt === 0 ? Number.POSITIVE_INFINITY : Math.max(0, resolvedAt - readyAt)
     // When the new process registered itself (the first thing it does with the database), in ms since the epoch.
-    const registeredAt = await withClient(bed.databaseUrl, async (client) =>
-      Number((await client.query<{ at: string }>("SELECT (extract(epoch FROM max(started_at)) * 1000)::bigint AS at FROM instances")).rows[0]?.at)
+    const registeredAt = await withClient(
+      bed.databaseUrl,
+      async (client) =>
+        Number(
+          (await client.query<{ at: string }>(
+            "SELECT (extract(epoch FROM max(started_at)) * 1000)::bigint AS at FROM instances"
+          )).rows[0]?.at
+        )
     )
     // Settlements are written in batches: a call answered in the last flush interval before the kill may be lost,
     // and is then never billed (never billed twice). Which answered calls have no billed row?
     const answered = outcomes.filter((o) => o.answered && o.requestId !== null)
-    const billedIds = await withClient(bed.databaseUrl, async (client) =>
-      new Set((await client.query<{ request_id: string }>(
-        "SELECT request_id FROM request_logs WHERE request_id = ANY($1) AND status = 'billed'",
-        [answered.map((o) => o.requestId)]
-      )).rows.map((r) => r.request_id))
+    const billedIds = await withClient(
+      bed.databaseUrl,
+      async (client) =>
+        new Set((await client.query<{ request_id: string }>(
+          "SELECT request_id FROM request_logs WHERE request_id = ANY($1) AND status = 'billed'",
+          [answered.map((o) => o.requestId)]
+        )).rows.map((r) => r.request_id))
     )
     const lost = answered.filter((o) => !billedIds.has(o.requestId!))
     const line = {
@@ -153,8 +165,12 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
 
     expect(held.openReservations + held.grants, "the kill left money held (calls in flight, grants)").toBeGreaterThan(0)
     // Lost settlements are the last flush's (20 ms apart); a loaded machine may take a few hundred ms to write one.
-    for (const o of lost) expect(killedAt - o.at, "a lost settlement was answered just before the kill").toBeLessThan(1_000)
-    expect(recoveryMs, "every hold resolved within 10 s of the new process's start").toBeLessThanOrEqual(RECOVERY_LIMIT_MS)
+    for (const o of lost) {
+      expect(killedAt - o.at, "a lost settlement was answered just before the kill").toBeLessThan(1_000)
+    }
+    expect(recoveryMs, "every hold resolved within 10 s of the new process's start").toBeLessThanOrEqual(
+      RECOVERY_LIMIT_MS
+    )
     expect(state).toMatchObject({
       openReservations: 0,
       grants: 0,
@@ -176,5 +192,13 @@ it(`SIGKILL under load, ${KILLS} time(s): a fresh process resolves every hold wi
     body: JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }] })
   })
   expect(after.status).toBe(200)
-  console.log(`crash summary: ${JSON.stringify({ kills: KILLS, requests: report.reduce((n, r) => n + (r["requests"] ?? 0), 0), rounds: report })}`)
+  console.log(
+    `crash summary: ${
+      JSON.stringify({
+        kills: KILLS,
+        requests: report.reduce((n, r) => n + (r["requests"] ?? 0), 0),
+        rounds: report
+      })
+    }`
+  )
 })

@@ -1,6 +1,6 @@
+import { Effect, Exit, Redacted, Scope } from "effect"
 import { chmod } from "node:fs/promises"
 import { join } from "node:path"
-import { Effect, Exit, Redacted, Scope } from "effect"
 import pg from "pg"
 import { expect, inject, it } from "vitest"
 import { startEmbeddedPostgres } from "../../src/Database/EmbeddedPostgres.js"
@@ -51,7 +51,12 @@ const callOnce = async (baseUrl: string, apiKey: string, stream: boolean): Promi
     const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
-      body: JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "hello" }], max_tokens: 100, stream }),
+      body: JSON.stringify({
+        model: "svc/nenas-flash",
+        messages: [{ role: "user", content: "hello" }],
+        max_tokens: 100,
+        stream
+      }),
       signal: AbortSignal.timeout(60_000)
     })
     const text = await reply.text()
@@ -66,7 +71,9 @@ const callOnce = async (baseUrl: string, apiKey: string, stream: boolean): Promi
 const load = (baseUrl: string, keys: ReadonlyArray<string>, stop: { done: boolean }) =>
   Promise.all(Array.from({ length: WORKERS }, async (_, w) => {
     const outcomes: Array<Outcome> = []
-    for (let i = 0; !stop.done; i++) outcomes.push(await callOnce(baseUrl, keys[(w + i) % keys.length]!, (w + i) % 3 === 0))
+    for (let i = 0; !stop.done; i++) {
+      outcomes.push(await callOnce(baseUrl, keys[(w + i) % keys.length]!, (w + i) % 3 === 0))
+    }
     return outcomes
   })).then((all) => all.flat())
 
@@ -90,7 +97,9 @@ const settled = async (databaseUrl: string) => {
 }
 
 const expectWhole = async (databaseUrl: string, outcomes: ReadonlyArray<Outcome>) => {
-  const wrong = outcomes.filter((o) => o.status !== 200 && (o.status === "cut" || o.retryable !== true || !RETRYABLE.has(o.code ?? "")))
+  const wrong = outcomes.filter((o) =>
+    o.status !== 200 && (o.status === "cut" || o.retryable !== true || !RETRYABLE.has(o.code ?? ""))
+  )
   expect(wrong, "every refusal is a documented retryable error").toEqual([])
   const { ms, state } = await settled(databaseUrl)
   // The instance lives on: it may hold credit grants (the invariant below counts them).
@@ -111,7 +120,10 @@ const startFunded = async (databaseUrl: string) => {
   const service = await bed.start({ DATABASE_URL: databaseUrl })
   const keys: Array<string> = []
   for (let i = 0; i < ACCOUNTS; i++) {
-    keys.push((await fundedDeveloper(service.baseUrl, `outage-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook")).apiKey)
+    keys.push(
+      (await fundedDeveloper(service.baseUrl, `outage-${i}-${randomBase62(6)}@example.com`, 10_000, "signed webhook"))
+        .apiKey
+    )
   }
   return { service, keys }
 }
@@ -119,7 +131,9 @@ const startFunded = async (databaseUrl: string) => {
 const summarize = (outcomes: ReadonlyArray<Outcome>) => {
   const codes: Record<string, number> = {}
   for (const o of outcomes) {
-    const name = o.status === 200 ? (o.streamFailed === true ? "200 (stream error event)" : "200") : `${o.status} ${o.code ?? ""}`
+    const name = o.status === 200
+      ? (o.streamFailed === true ? "200 (stream error event)" : "200")
+      : `${o.status} ${o.code ?? ""}`
     codes[name] = (codes[name] ?? 0) + 1
   }
   return codes
@@ -150,7 +164,17 @@ it(`the service's connections killed ${TERMINATIONS} times mid-load`, async () =
     const recoveryMs = await expectWhole(databaseUrl, outcomes)
     expect(await readyStatus(service.baseUrl)).toBe(200)
     expect((await callOnce(service.baseUrl, keys[0]!, false)).status).toBe(200)
-    console.log(`db outage (terminate): ${JSON.stringify({ requests: outcomes.length, terminations: TERMINATIONS, connectionsKilled: killed, settledMs: recoveryMs, outcomes: summarize(outcomes) })}`)
+    console.log(
+      `db outage (terminate): ${
+        JSON.stringify({
+          requests: outcomes.length,
+          terminations: TERMINATIONS,
+          connectionsKilled: killed,
+          settledMs: recoveryMs,
+          outcomes: summarize(outcomes)
+        })
+      }`
+    )
     await stopService(service)
   } finally {
     await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`).catch(() => undefined)
@@ -161,7 +185,9 @@ it(`the service's connections killed ${TERMINATIONS} times mid-load`, async () =
 it("an embedded PostgreSQL stopped and started again mid-load: /readyz says so, and the service recovers by itself", async () => {
   const scope = Effect.runSync(Scope.make())
   try {
-    const database = await Effect.runPromise(Scope.extend(startEmbeddedPostgres(join(bed.dataDir, "db"), "nenas"), scope))
+    const database = await Effect.runPromise(
+      Scope.extend(startEmbeddedPostgres(join(bed.dataDir, "db"), "nenas"), scope)
+    )
     const databaseUrl = Redacted.value(database.url)
     const { keys, service } = await startFunded(databaseUrl)
     const stop = { done: false }
@@ -189,7 +215,17 @@ it("an embedded PostgreSQL stopped and started again mid-load: /readyz says so, 
     expect(notReady, "/readyz answered 503 while the database was down").toBe(503)
     const settledMs = await expectWhole(databaseUrl, outcomes)
     expect((await callOnce(service.baseUrl, keys[0]!, false)).status).toBe(200)
-    console.log(`db outage (restart): ${JSON.stringify({ requests: outcomes.length, restarts: 1, readyAgainMs, settledMs, outcomes: summarize(outcomes) })}`)
+    console.log(
+      `db outage (restart): ${
+        JSON.stringify({
+          requests: outcomes.length,
+          restarts: 1,
+          readyAgainMs,
+          settledMs,
+          outcomes: summarize(outcomes)
+        })
+      }`
+    )
     await stopService(service)
   } finally {
     await Effect.runPromise(Scope.close(scope, Exit.void))

@@ -60,7 +60,14 @@ const call = async (baseUrl: string, apiKey: string, stream: boolean, maxTokens:
     const text = await reply.text()
     const requestId = reply.headers.get("x-request-id") ?? ""
     if (stream) {
-      return { stream, status: reply.status, answered: reply.status === 200 && parseSse(text).some(isDone), requestId, costMicroMyr: undefined, errorCode: undefined }
+      return {
+        stream,
+        status: reply.status,
+        answered: reply.status === 200 && parseSse(text).some(isDone),
+        requestId,
+        costMicroMyr: undefined,
+        errorCode: undefined
+      }
     }
     const body = JSON.parse(text) as { cost_myr?: string; error?: { code?: string } }
     return {
@@ -94,7 +101,6 @@ const shortfallMetric = async (baseUrl: string) => {
   return Number(line?.split(" ")[1] ?? 0)
 }
 
-
 it(`an instance frozen past the dead mark with calls in flight, the wallet spent meanwhile: every answer billed, ${ROUNDS} rounds`, async () => {
   const a = await start("frozen-a")
   const b = await start("frozen-b")
@@ -106,7 +112,8 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
   for (let round = 1; round <= ROUNDS; round++) {
     const email = `frozen-${round}-${randomBase62(6)}@example.com`
     const dev = await fundedDeveloper(a.baseUrl, email, 2_500, "signed webhook")
-    const accountId = (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
+    const accountId =
+      (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
     const holderA = (await db<{ id: string }>(
       "SELECT id FROM instances WHERE identity = 'frozen-a' AND heartbeat_at > '-infinity' ORDER BY started_at DESC LIMIT 1"
     ))[0]?.id ?? ""
@@ -114,13 +121,26 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
     // A warm-up burst on A: the account calls often there, so A takes a credit grant for it.
     bed.upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { completion_tokens: 500 } })
     await Promise.all(Array.from({ length: 20 }, () => call(a.baseUrl, dev.apiKey, false, 30_000)))
-    for (let waits = 0; waits < 50 && (await db("SELECT 1 FROM credit_grants WHERE holder = $1 AND account_id = $2", [holderA, accountId])).length === 0; waits++) {
+    for (
+      let waits = 0;
+      waits < 50 &&
+      (await db("SELECT 1 FROM credit_grants WHERE holder = $1 AND account_id = $2", [holderA, accountId])).length ===
+        0;
+      waits++
+    ) {
       await sleep(100)
     }
-    const grantsAtFreeze = (await db("SELECT 1 FROM credit_grants WHERE holder = $1 AND account_id = $2", [holderA, accountId])).length
+    const grantsAtFreeze =
+      (await db("SELECT 1 FROM credit_grants WHERE holder = $1 AND account_id = $2", [holderA, accountId])).length
 
     // Streams that are under way when A freezes (about 6 s of chunks), then answers the upstream sends while it is frozen.
-    bed.upstream.setBehaviour({ kind: "ok", delayMs: 50, chunkDelayMs: 120, text: "durian ".repeat(70), usage: { completion_tokens: 20_000 } })
+    bed.upstream.setBehaviour({
+      kind: "ok",
+      delayMs: 50,
+      chunkDelayMs: 120,
+      text: "durian ".repeat(70),
+      usage: { completion_tokens: 20_000 }
+    })
     const streams = Array.from({ length: IN_FLIGHT / 2 }, () => call(a.baseUrl, dev.apiKey, true, 30_000))
     await sleep(300)
     // Cheaper than the streams: what B leaves in the wallet pays some of them, not all.
@@ -129,7 +149,7 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
     await sleep(700)
     process.kill(pid, "SIGSTOP")
     const frozenAt = Date.now()
-    let resumedAt = 0
+    let resumedAt: number | undefined
     try {
       // B's sweeper judges A dead and takes back what it held.
       const deadline = Date.now() + DEAD_WAIT_LIMIT_MS
@@ -200,10 +220,14 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
         if (o.status === 200) {
           const cost = fullCost(o.requestId)
           if (row?.status !== "billed" || billed !== cost || o.costMicroMyr !== cost || cost <= 0) {
-            problems.push(`answered ${o.requestId}: log ${row?.status}, answer says ${o.costMicroMyr}, ledger ${billed}, cost ${cost}`)
+            problems.push(
+              `answered ${o.requestId}: log ${row?.status}, answer says ${o.costMicroMyr}, ledger ${billed}, cost ${cost}`
+            )
           }
         } else if (o.status === 402 && o.errorCode === "insufficient_balance") {
-          if (row?.status !== "failed" || billed !== 0) problems.push(`refused ${o.requestId}: log ${row?.status}, ledger ${billed}`)
+          if (row?.status !== "failed" || billed !== 0) {
+            problems.push(`refused ${o.requestId}: log ${row?.status}, ledger ${billed}`)
+          }
         } else {
           problems.push(`non-streamed ${o.requestId}: status ${o.status} ${o.errorCode ?? ""}`)
         }
@@ -211,7 +235,9 @@ it(`an instance frozen past the dead mark with calls in flight, the wallet spent
         const cost = fullCost(o.requestId)
         const short = shortfalls.get(o.requestId) ?? 0
         if (row?.status !== "billed" || billed !== Number(row.cost_micro_myr) || billed + short !== cost || cost <= 0) {
-          problems.push(`stream ${o.requestId}: log ${row?.status} ${row?.cost_micro_myr}, ledger ${billed}, shortfall ${short}, cost ${cost}`)
+          problems.push(
+            `stream ${o.requestId}: log ${row?.status} ${row?.cost_micro_myr}, ledger ${billed}, shortfall ${short}, cost ${cost}`
+          )
         }
       } else {
         problems.push(`stream ${o.requestId}: status ${o.status}, not answered in full`)

@@ -50,7 +50,9 @@ const nodePidUnder = async (npmPid: number): Promise<number> => {
   const out = await new Promise<string>((resolve) =>
     execFile("ps", ["-o", "pid=,ppid=,comm=", "-g", String(npmPid)], (_, stdout) => resolve(stdout))
   )
-  const node = out.split("\n").map((line) => line.trim().split(/\s+/)).find(([, ppid, comm]) => ppid === String(npmPid) && comm === "node")
+  const node = out.split("\n").map((line) => line.trim().split(/\s+/)).find(([, ppid, comm]) =>
+    ppid === String(npmPid) && comm === "node"
+  )
   if (node?.[0] === undefined) throw new Error(`no node process under npm ${npmPid}:\n${out}`)
   return Number(node[0])
 }
@@ -72,10 +74,20 @@ describe("graceful shutdown", () => {
       const dataDir = await mkdtemp(join(tmpdir(), "nenas-shutdown-"))
       dirs.push(dataDir)
       // The embedded database (no DATABASE_URL), as `npm start` runs by default: Ctrl-C must not reach it.
-      const env = { DATA_DIR: dataDir, UPSTREAM_BASE_URL: upstream.baseUrl, UPSTREAM_API_KEY: "sk-test", LOG_FORMAT: "json" }
+      const env = {
+        DATA_DIR: dataDir,
+        UPSTREAM_BASE_URL: upstream.baseUrl,
+        UPSTREAM_API_KEY: "sk-test",
+        LOG_FORMAT: "json"
+      }
       const service = await startService({ from: "npm start", env })
       services.push(service)
-      const dev = await fundedDeveloper(service.baseUrl, `shutdown-${signal}-${group}@example.com`, 10_000, "simulated checkout")
+      const dev = await fundedDeveloper(
+        service.baseUrl,
+        `shutdown-${signal}-${group}@example.com`,
+        10_000,
+        "simulated checkout"
+      )
       const before = upstream.requests.length
       const calls = [
         ...Array.from({ length: CALLS }, () => plainCall(service.baseUrl, dev.apiKey)),
@@ -90,10 +102,14 @@ describe("graceful shutdown", () => {
       const results = await Promise.all(calls)
       const { code } = await service.exited
       const stoppedIn = Date.now() - signalledAt
-      console.log(`${name}: ${2 * CALLS} calls answered; exited ${code} after ${stoppedIn} ms (deadline ${DRAIN_DEADLINE_MS} ms)`)
+      console.log(
+        `${name}: ${2 * CALLS} calls answered; exited ${code} after ${stoppedIn} ms (deadline ${DRAIN_DEADLINE_MS} ms)`
+      )
 
       for (const result of results) expect(result.status, result.text.slice(0, 300)).toBe(200)
-      for (const result of results.slice(CALLS)) expect(parseSse(result.text).map((e) => e.event)).toContain("response.completed")
+      for (const result of results.slice(CALLS)) {
+        expect(parseSse(result.text).map((e) => e.event)).toContain("response.completed")
+      }
       expect(code, service.output().slice(-3_000)).toBe(0)
       expect(stoppedIn).toBeLessThan(DRAIN_DEADLINE_MS + 15_000)
       // PostgreSQL stopped cleanly, by the service: a clean stop removes its pid file.
@@ -102,7 +118,9 @@ describe("graceful shutdown", () => {
       // Started again on the same data: every call is billed, nothing is still held.
       const again = await startService({ from: "npm start", env })
       services.push(again)
-      const session = await fetchJson(again.baseUrl, "POST", "/dev/session", { json: { email: `shutdown-${signal}-${group}@example.com` } })
+      const session = await fetchJson(again.baseUrl, "POST", "/dev/session", {
+        json: { email: `shutdown-${signal}-${group}@example.com` }
+      })
       const logs = await fetchJson(again.baseUrl, "GET", "/dashboard/logs?limit=200", { token: session.body.token })
       expect(logs.body.logs).toHaveLength(2 * CALLS)
       for (const log of logs.body.logs) {

@@ -35,15 +35,20 @@ describe("no request stalls the service", () => {
     dataDir = await mkdtemp(join(tmpdir(), "nenas-stall-"))
     service = await startService({ from: "npm start", env: { DATA_DIR: dataDir, LOG_FORMAT: "json" } })
     const base = service.baseUrl
-    const post = async (path: string, json: unknown, token?: string) => (await fetchJson(base, "POST", path, { json, token })).body
+    const post = async (path: string, json: unknown, token?: string) =>
+      (await fetchJson(base, "POST", path, { json, token })).body
     const session = (await post("/dev/session", { email: "stall@example.com" })).token as string
-    const testKey = (await post("/dashboard/api-keys", { name: "stall", environment: "test" }, session)).full_key as string
+    const testKey = (await post("/dashboard/api-keys", { name: "stall", environment: "test" }, session))
+      .full_key as string
     // A live key with an empty wallet: the count runs before the balance is checked.
     const liveKey = (await post("/dashboard/api-keys", { name: "stall live" }, session)).full_key as string
 
     // Built before probing starts: the probe runs in this process too.
     const oneWord = JSON.stringify({ input: "a".repeat(1024 * 1024), max_output_tokens: 16 })
-    const varied = Array.from({ length: 1024 * 1024 }, (_, i) => "qwertyuiopasdfghjklzxcvbnm"[(i * 7919 + (i >> 5)) % 26]).join("")
+    const varied = Array.from(
+      { length: 1024 * 1024 },
+      (_, i) => "qwertyuiopasdfghjklzxcvbnm"[(i * 7919 + (i >> 5)) % 26]
+    ).join("")
     const variedWord = JSON.stringify({ input: varied, max_output_tokens: 16 })
     const deepBody = `{"input":${"[".repeat(10_000)}${"]".repeat(10_000)}}`
     const probes: Array<number> = []
@@ -68,7 +73,12 @@ describe("no request stalls the service", () => {
       await response.text()
       return { status: response.status, ms: performance.now() - started }
     }
-    const results: Record<string, Array<{ status: number; ms: number }>> = { testKey: [], emptyWallet: [], varied: [], deep: [] }
+    const results: Record<string, Array<{ status: number; ms: number }>> = {
+      testKey: [],
+      emptyWallet: [],
+      varied: [],
+      deep: []
+    }
     for (let round = 0; round < ROUNDS; round++) {
       results["testKey"]?.push(await timed(testKey, oneWord))
       results["emptyWallet"]?.push(await timed(liveKey, oneWord))
@@ -79,9 +89,15 @@ describe("no request stalls the service", () => {
     await probe
 
     for (const [name, runs] of Object.entries(results)) {
-      console.log(`${name}: statuses ${runs.map((r) => r.status).join(",")}; ms ${runs.map((r) => Math.round(r.ms)).join(", ")}`)
+      console.log(
+        `${name}: statuses ${runs.map((r) => r.status).join(",")}; ms ${runs.map((r) => Math.round(r.ms)).join(", ")}`
+      )
     }
-    console.log(`/healthz during: ${probes.length} probes, p50 ${percentile(probes, 0.5).toFixed(1)} ms, p99 ${percentile(probes, 0.99).toFixed(1)} ms, max ${Math.max(...probes).toFixed(1)} ms`)
+    console.log(
+      `/healthz during: ${probes.length} probes, p50 ${percentile(probes, 0.5).toFixed(1)} ms, p99 ${
+        percentile(probes, 0.99).toFixed(1)
+      } ms, max ${Math.max(...probes).toFixed(1)} ms`
+    )
 
     for (const run of results["testKey"] ?? []) expect(run.status).toBe(200)
     for (const run of results["emptyWallet"] ?? []) expect(run.status).toBe(402)

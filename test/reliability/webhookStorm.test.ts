@@ -44,13 +44,27 @@ interface Story {
 }
 
 const SCENARIOS = [
-  "paid", "asyncPaid", "asyncFailed", "expired", "partialRefund", "fullRefund",
-  "inquiry", "disputeWon", "disputeLost", "withdrawnReinstated", "refundThenLost"
+  "paid",
+  "asyncPaid",
+  "asyncFailed",
+  "expired",
+  "partialRefund",
+  "fullRefund",
+  "inquiry",
+  "disputeWon",
+  "disputeLost",
+  "withdrawnReinstated",
+  "refundThenLost"
 ] as const
 
 const story = (kind: typeof SCENARIOS[number], p: Payment): Story => {
   const amount = p.amountSen * SEN
-  const dispute = { disputeId: `dp_${randomBase62(24)}`, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen: p.amountSen }
+  const dispute = {
+    disputeId: `dp_${randomBase62(24)}`,
+    chargeId: p.chargeId,
+    paymentIntentId: p.paymentIntentId,
+    amountSen: p.amountSen
+  }
   const refunded = (sen: number) => events.chargeRefunded({ ...p, amountRefundedSen: sen })
   const paid = events.checkoutCompleted(p)
   switch (kind) {
@@ -63,7 +77,11 @@ const story = (kind: typeof SCENARIOS[number], p: Payment): Story => {
         topup: amount
       }
     case "asyncFailed":
-      return { events: [events.checkoutCompleted({ ...p, paymentStatus: "unpaid" }), events.asyncPaymentFailed(p)], balance: 0, topup: 0 }
+      return {
+        events: [events.checkoutCompleted({ ...p, paymentStatus: "unpaid" }), events.asyncPaymentFailed(p)],
+        balance: 0,
+        topup: 0
+      }
     case "expired":
       return { events: [events.checkoutExpired(p)], balance: 0, topup: 0 }
     case "partialRefund": {
@@ -76,15 +94,28 @@ const story = (kind: typeof SCENARIOS[number], p: Payment): Story => {
       return { events: [paid, refunded(p.amountSen)], balance: 0, topup: amount }
     case "inquiry":
       return {
-        events: [paid, events.disputeCreated({ ...dispute, status: "warning_needs_response" }), events.disputeClosed({ ...dispute, status: "warning_closed" })],
+        events: [
+          paid,
+          events.disputeCreated({ ...dispute, status: "warning_needs_response" }),
+          events.disputeClosed({ ...dispute, status: "warning_closed" })
+        ],
         balance: amount,
         topup: amount
       }
     case "disputeWon":
-      return { events: [paid, events.disputeCreated(dispute), events.disputeClosed({ ...dispute, status: "won" })], balance: amount, topup: amount }
+      return {
+        events: [paid, events.disputeCreated(dispute), events.disputeClosed({ ...dispute, status: "won" })],
+        balance: amount,
+        topup: amount
+      }
     case "disputeLost":
       return {
-        events: [paid, events.disputeCreated(dispute), events.fundsWithdrawn(dispute), events.disputeClosed({ ...dispute, status: "lost" })],
+        events: [
+          paid,
+          events.disputeCreated(dispute),
+          events.fundsWithdrawn(dispute),
+          events.disputeClosed({ ...dispute, status: "lost" })
+        ],
         balance: 0,
         topup: amount
       }
@@ -104,7 +135,12 @@ const story = (kind: typeof SCENARIOS[number], p: Payment): Story => {
       // A refund and a lost dispute on one payment: the balance may go below 0, as DESIGN.md allows.
       const part = Math.floor(p.amountSen / 5)
       return {
-        events: [paid, refunded(part), events.disputeCreated(dispute), events.disputeClosed({ ...dispute, status: "lost" })],
+        events: [
+          paid,
+          refunded(part),
+          events.disputeCreated(dispute),
+          events.disputeClosed({ ...dispute, status: "lost" })
+        ],
         balance: -part * SEN,
         topup: amount
       }
@@ -137,7 +173,10 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("reliabil
       while (all.length < TARGET_EVENTS) {
         const account = accounts[turn++ % accounts.length]!
         const amountSen = pick(AMOUNTS)
-        const checkout = yield* call("POST", "/dashboard/billing/checkout", { token: account.token, json: { amount_sen: amountSen } })
+        const checkout = yield* call("POST", "/dashboard/billing/checkout", {
+          token: account.token,
+          json: { amount_sen: amountSen }
+        })
         expect(checkout.status, checkout.text).toBe(200)
         const payment: Payment = {
           transactionId: checkout.body.transaction_id,
@@ -154,7 +193,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("reliabil
         model.balance += told.balance
         model.topup += told.topup
       }
-      const deliveries = shuffle(all.flatMap((event) => Array.from({ length: 1 + Math.floor(random() * 3) }, () => event)))
+      const deliveries = shuffle(
+        all.flatMap((event) => Array.from({ length: 1 + Math.floor(random() * 3) }, () => event))
+      )
 
       const started = Date.now()
       const replies = yield* Effect.all(deliveries.map((event) => deliverEvent(event)), { concurrency: CONCURRENCY })
@@ -173,11 +214,12 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("reliabil
       for (const account of accounts) {
         const model = expected.get(account.accountId)!
         const wallet = yield* inst.wallet.wallet(account.accountId)
-        expect({ account: account.accountId, available: wallet.availableMicroMyr, topup: wallet.lifetimeTopupMicroMyr }).toEqual({
-          account: account.accountId,
-          available: model.balance,
-          topup: model.topup
-        })
+        expect({ account: account.accountId, available: wallet.availableMicroMyr, topup: wallet.lifetimeTopupMicroMyr })
+          .toEqual({
+            account: account.accountId,
+            available: model.balance,
+            topup: model.topup
+          })
         expect(wallet.reservedMicroMyr).toBe(0)
         expect((yield* inst.invariant(account.accountId)).violations).toEqual([])
       }

@@ -1,6 +1,6 @@
 import { Effect } from "effect"
-import { query } from "./TestServer.js"
 import { realSleep } from "./RealTime.js"
+import { query } from "./TestServer.js"
 
 /**
  * One call's money as the database keeps it: its log row, its `usage` ledger

@@ -1,6 +1,6 @@
 import { Effect, Layer } from "effect"
 import { Breakers } from "../../src/Providers/Breakers.js"
-import type { AttemptOutcome, BreakerState, BreakersShape } from "../../src/Providers/BreakerTypes.js"
+import type { AttemptOutcome, BreakersShape, BreakerState } from "../../src/Providers/BreakerTypes.js"
 
 /**
  * Circuit breakers in memory that a test drives by hand: `open` a target
@@ -38,8 +38,12 @@ export const makeTestBreakers = (): TestBreakers => {
     record: (target, outcome) =>
       Effect.sync(() => {
         recorded.push({ target, outcome })
-        if (outcome._tag === "Failure" && outcome.retryAfterMs !== undefined) openUntil.set(target, Date.now() + outcome.retryAfterMs)
-        if (outcome._tag === "Success") openUntil.delete(target)
+        if (outcome._tag === "Failure" && outcome.retryAfterMs !== undefined) {
+          openUntil.set(target, Date.now() + outcome.retryAfterMs)
+        }
+        if (outcome._tag === "Success") {
+          openUntil.delete(target)
+        }
       }),
     notClosed: Effect.sync(() =>
       [...openUntil.entries()]

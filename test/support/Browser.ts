@@ -1,9 +1,9 @@
+import { Effect } from "effect"
 import { existsSync, statSync } from "node:fs"
 import { mkdir, mkdtemp, readdir, rm, stat } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { Effect } from "effect"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { DASHBOARD_DIST } from "../../src/Http/Dashboard.js"
 
@@ -96,7 +96,10 @@ export const screenshots = async (page: Page, name: string) => {
 export const inBrowser = (use: (context: BrowserContext) => Promise<void>) =>
   Effect.acquireUseRelease(
     Effect.promise(launchBrowser),
-    ({ context }) => Effect.promise(() => use(context).catch(async (error: unknown) => Promise.reject(await withScreens(context, error)))),
+    ({ context }) =>
+      Effect.promise(() =>
+        use(context).catch(async (error: unknown) => Promise.reject(await withScreens(context, error)))
+      ),
     ({ close }) => Effect.promise(close)
   )
 
@@ -112,10 +115,12 @@ export const watchedPage = async (context: BrowserContext) => {
 /** A failure with what each open page showed when it failed (its URL and text), so that a failure says what was on screen. */
 const withScreens = async (context: BrowserContext, error: unknown): Promise<unknown> => {
   if (!(error instanceof Error)) return error
-  const screens = await Promise.all(context.pages().map(async (page) => {
-    const text = await page.locator("body").innerText({ timeout: 2_000 }).catch(() => "(unreadable)")
-    return `${page.url()}\n${text.slice(0, 1_500)}`
-  }))
+  const screens = await Promise.all(
+    context.pages().map(async (page) => {
+      const text = await page.locator("body").innerText({ timeout: 2_000 }).catch(() => "(unreadable)")
+      return `${page.url()}\n${text.slice(0, 1_500)}`
+    })
+  )
   error.message = `${error.message}\n\nOpen pages when it failed:\n${screens.join("\n---\n")}`
   return error
 }

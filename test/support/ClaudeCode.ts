@@ -23,7 +23,9 @@ export const CLAUDE_TIMEOUT_MS = 120_000
 export const claudeCannotStart = (): string | undefined => {
   const run = spawnSync(process.execPath, [CLAUDE_CLI, "--version"], { encoding: "utf8", timeout: 30_000 })
   if (run.error !== undefined) return `claude --version: ${run.error.message}`
-  if (run.status !== 0) return `claude --version exited ${run.status}: ${(run.stderr || run.stdout).trim().slice(0, 500)}`
+  if (run.status !== 0) {
+    return `claude --version exited ${run.status}: ${(run.stderr || run.stdout).trim().slice(0, 500)}`
+  }
   return undefined
 }
 
@@ -52,54 +54,62 @@ const parsed = (text: string): unknown => {
 const recordingProxy = (target: string) =>
   Effect.acquireRelease(
     Effect.promise(() =>
-      new Promise<{ readonly url: string; readonly exchanges: Array<Exchange>; readonly close: () => Promise<void> }>((resolve) => {
-        const exchanges: Array<Exchange> = []
-        const to = new URL(target)
-        const server = createServer((req, res) => {
-          const chunks: Array<Buffer> = []
-          req.on("data", (chunk: Buffer) => chunks.push(chunk))
-          req.on("end", () => {
-            const body = Buffer.concat(chunks)
-            const forward = httpRequest(
-              { host: to.hostname, port: to.port, method: req.method, path: req.url, headers: { ...req.headers, host: to.host } },
-              (answer) => {
-                res.writeHead(answer.statusCode ?? 502, answer.headers)
-                const parts: Array<Buffer> = []
-                answer.on("data", (chunk: Buffer) => {
-                  parts.push(chunk)
-                  res.write(chunk)
-                })
-                answer.on("end", () => {
-                  exchanges.push({
-                    method: req.method ?? "",
-                    url: req.url ?? "",
-                    headers: req.headers,
-                    body: parsed(body.toString("utf8")),
-                    status: answer.statusCode ?? 0,
-                    answerHeaders: answer.headers,
-                    answer: Buffer.concat(parts).toString("utf8")
+      new Promise<{ readonly url: string; readonly exchanges: Array<Exchange>; readonly close: () => Promise<void> }>(
+        (resolve) => {
+          const exchanges: Array<Exchange> = []
+          const to = new URL(target)
+          const server = createServer((req, res) => {
+            const chunks: Array<Buffer> = []
+            req.on("data", (chunk: Buffer) => chunks.push(chunk))
+            req.on("end", () => {
+              const body = Buffer.concat(chunks)
+              const forward = httpRequest(
+                {
+                  host: to.hostname,
+                  port: to.port,
+                  method: req.method,
+                  path: req.url,
+                  headers: { ...req.headers, host: to.host }
+                },
+                (answer) => {
+                  res.writeHead(answer.statusCode ?? 502, answer.headers)
+                  const parts: Array<Buffer> = []
+                  answer.on("data", (chunk: Buffer) => {
+                    parts.push(chunk)
+                    res.write(chunk)
                   })
-                  res.end()
+                  answer.on("end", () => {
+                    exchanges.push({
+                      method: req.method ?? "",
+                      url: req.url ?? "",
+                      headers: req.headers,
+                      body: parsed(body.toString("utf8")),
+                      status: answer.statusCode ?? 0,
+                      answerHeaders: answer.headers,
+                      answer: Buffer.concat(parts).toString("utf8")
+                    })
+                    res.end()
+                  })
+                }
+              )
+              forward.on("error", () => res.destroy())
+              forward.end(body)
+            })
+          })
+          server.listen(0, "127.0.0.1", () => {
+            const { port } = server.address() as AddressInfo
+            resolve({
+              url: `http://127.0.0.1:${port}`,
+              exchanges,
+              close: () =>
+                new Promise<void>((done) => {
+                  server.closeAllConnections()
+                  server.close(() => done())
                 })
-              }
-            )
-            forward.on("error", () => res.destroy())
-            forward.end(body)
+            })
           })
-        })
-        server.listen(0, "127.0.0.1", () => {
-          const { port } = server.address() as AddressInfo
-          resolve({
-            url: `http://127.0.0.1:${port}`,
-            exchanges,
-            close: () =>
-              new Promise<void>((done) => {
-                server.closeAllConnections()
-                server.close(() => done())
-              })
-          })
-        })
-      })
+        }
+      )
     ),
     (proxy) => Effect.promise(proxy.close)
   )
@@ -179,7 +189,8 @@ export const runClaude = (args: ReadonlyArray<string>, options: ClaudeOptions) =
   }))
 
 /** A one-line account of each exchange, for failure messages: `POST /v1/messages?beta=true → 200`. */
-export const exchangeLines = (run: ClaudeRun) => run.exchanges.map((e) => `${e.method} ${e.url} → ${e.status}`).join("\n")
+export const exchangeLines = (run: ClaudeRun) =>
+  run.exchanges.map((e) => `${e.method} ${e.url} → ${e.status}`).join("\n")
 
 /** The text a streamed Messages answer carried: its `text_delta`s joined. */
 export const streamedText = (answer: string) =>

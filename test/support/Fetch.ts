@@ -74,13 +74,19 @@ export const fundedDeveloper = async (
   payment: "signed webhook" | "simulated checkout"
 ) => {
   const { token } = (await fetchJson(baseUrl, "POST", "/dev/session", { json: { email } })).body as { token: string }
-  const checkout = await fetchJson(baseUrl, "POST", "/dashboard/billing/checkout", { json: { amount_sen: amountSen }, token })
+  const checkout = await fetchJson(baseUrl, "POST", "/dashboard/billing/checkout", {
+    json: { amount_sen: amountSen },
+    token
+  })
   if (checkout.status !== 200) throw new Error(`checkout: ${checkout.status} ${checkout.text}`)
   const paid = payment === "signed webhook"
     ? await payBySignedWebhook(baseUrl, checkout.body, amountSen)
     : await fetch(`${baseUrl}/dev/checkout/${checkout.body.session_id}/pay`, { method: "POST" })
   if (paid.status !== 200) throw new Error(`top-up: ${paid.status} ${await paid.text()}`)
-  const key = await fetchJson(baseUrl, "POST", "/dashboard/api-keys", { json: { name: "funded", environment: "live" }, token })
+  const key = await fetchJson(baseUrl, "POST", "/dashboard/api-keys", {
+    json: { name: "funded", environment: "live" },
+    token
+  })
   if (key.status !== 201) throw new Error(`key: ${key.text}`)
   return { token, apiKey: key.body.full_key as string }
 }

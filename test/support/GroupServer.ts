@@ -1,4 +1,4 @@
-import { HttpApi, HttpApiBuilder, HttpClient, HttpClientRequest, type HttpApiGroup } from "@effect/platform"
+import { HttpApi, HttpApiBuilder, type HttpApiGroup, HttpClient, HttpClientRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Layer, Option } from "effect"
 import { AccountsRepo } from "../../src/Accounts/Repo.js"
@@ -14,12 +14,19 @@ import { PaymentProcessor } from "../../src/Billing/PaymentProcessor.js"
 import { Payments } from "../../src/Billing/Payments.js"
 import { PaymentsRepo } from "../../src/Billing/Repo.js"
 import type { Account } from "../../src/Domain/Account.js"
-import { AuthenticationError, ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "../../src/Domain/Errors.js"
+import {
+  AuthenticationError,
+  ContextLengthExceeded,
+  InternalError,
+  InvalidRequest,
+  NotFound,
+  wire
+} from "../../src/Domain/Errors.js"
 import type { Role } from "../../src/Domain/Roles.js"
 import { makeTestLayer } from "../../src/Domain/TestLayer.js"
 import { PipelineLive } from "../../src/Http/Pipeline.js"
-import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyExpiry } from "../../src/Keys/Expiring.js"
+import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { KeyLimitReached } from "../../src/Keys/LimitReached.js"
 import { KeysRepo } from "../../src/Keys/Repo.js"
@@ -78,7 +85,13 @@ type Services = typeof SERVICES
 export type Stubs = { readonly [K in keyof Services]?: Partial<Context.Tag.Service<Services[K]>> }
 
 /** Ana, the signed-in person of every `groupServer`: the owner of her personal account unless a test says otherwise. */
-export const ANA: Account = { id: "acc_ana", issuer: "https://idp.test/", subject: "ana", email: "ana@example.com", suspended: false }
+export const ANA: Account = {
+  id: "acc_ana",
+  issuer: "https://idp.test/",
+  subject: "ana",
+  email: "ana@example.com",
+  suspended: false
+}
 
 /** Ana's session token: the identity provider knows this one and no other. */
 export const ANA_SESSION = "session-of-ana"
@@ -156,6 +169,11 @@ export const asAna = (
     const request = options.json === undefined ? base : yield* HttpClientRequest.bodyJson(base, options.json)
     const response = yield* HttpClient.execute(request)
     const text = yield* response.text
-    const reply: Reply = { status: response.status, headers: new Headers(response.headers), body: text === "" ? undefined : JSON.parse(text), text }
+    const reply: Reply = {
+      status: response.status,
+      headers: new Headers(response.headers),
+      body: text === "" ? undefined : JSON.parse(text),
+      text
+    }
     return reply
   }).pipe(Effect.orDie)

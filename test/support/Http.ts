@@ -34,7 +34,7 @@ export const call = (method: string, path: string, options: CallOptions = {}) =>
         ...(body === undefined ? {} : { body })
       })
       const text = await response.text()
-      let parsed: unknown = undefined
+      let parsed: unknown
       try {
         parsed = text === "" ? undefined : JSON.parse(text)
       } catch {

@@ -1,7 +1,7 @@
-import { createServer, type RequestListener, type Server } from "node:http"
-import type { AddressInfo } from "node:net"
 import { Effect } from "effect"
 import { type CryptoKey, exportJWK, generateKeyPair, SignJWT } from "jose"
+import { createServer, type RequestListener, type Server } from "node:http"
+import type { AddressInfo } from "node:net"
 
 /**
  * A small OpenID provider on loopback: an RS256 key whose public half is its
@@ -59,7 +59,9 @@ export const loopbackServer = (handler: RequestListener) =>
 export const startIdp = (options: { readonly audience: string; readonly subject: string; readonly email: string }) =>
   Effect.gen(function*() {
     const { privateKey, publicKey } = yield* Effect.promise(() => generateKeyPair(ALG))
-    const jwks = JSON.stringify({ keys: [{ ...(yield* Effect.promise(() => exportJWK(publicKey))), kid: KID, alg: ALG, use: "sig" }] })
+    const jwks = JSON.stringify({
+      keys: [{ ...(yield* Effect.promise(() => exportJWK(publicKey))), kid: KID, alg: ALG, use: "sig" }]
+    })
     let sign: Idp["sign"] = () => Promise.reject(new Error("not listening yet"))
     const server = yield* loopbackServer((req, res) => {
       const url = new URL(req.url ?? "/", "http://idp")

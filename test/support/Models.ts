@@ -3,8 +3,8 @@ import type { AppConfigShape } from "../../src/AppConfig.js"
 import { PUBLIC_MODEL } from "../../src/Models/OpenAi/Api.js"
 import { alwaysClosed } from "./Breakers.js"
 import { call, createKey } from "./Http.js"
-import { topUp, webhookOverrides } from "./Stripe.js"
 import { readSse, sseJson } from "./Sse.js"
+import { topUp, webhookOverrides } from "./Stripe.js"
 import { query, TestServer, TestServerLive } from "./TestServer.js"
 import { Upstream } from "./Upstream.js"
 import { developer, walletInstance } from "./Wallet.js"
@@ -35,7 +35,8 @@ export interface Caller {
 /** A developer with a key of `environment`, and (live) a wallet topped up with `sen`. */
 export const caller = (
   email: string,
-  options: { readonly environment?: "live" | "test"; readonly sen?: number; readonly key?: Record<string, unknown> } = {}
+  options: { readonly environment?: "live" | "test"; readonly sen?: number; readonly key?: Record<string, unknown> } =
+    {}
 ) =>
   Effect.gen(function*() {
     const { accountId, token } = yield* developer(email)
@@ -69,9 +70,12 @@ export const walletOf = (accountId: string) =>
        FROM wallets WHERE account_id = $1`,
       [accountId]
     ),
-    (rows) => ({ available: Number(rows[0]?.available), reserved: Number(rows[0]?.reserved), spent: Number(rows[0]?.spent) })
+    (rows) => ({
+      available: Number(rows[0]?.available),
+      reserved: Number(rows[0]?.reserved),
+      spent: Number(rows[0]?.spent)
+    })
   )
-
 
 /**
  * A reasoning-routed chat stream (`reasoning_effort: high`) of `prompt`, read to its end, or cut by its client after

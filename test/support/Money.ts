@@ -12,13 +12,14 @@ import { withClient } from "./TestServer.js"
 /** DESIGN.md's invariant for each account: the violations found, empty when it holds everywhere. */
 export const invariantViolations = (databaseUrl: string, accountIds: ReadonlyArray<string>) =>
   Effect.runPromise(
-    Effect.forEach(accountIds, (id) => Effect.map(checkInvariant(id), (r) => r.violations.map((v) => `${id}: ${v}`))).pipe(
-      Effect.map((all) => all.flat()),
-      Effect.provide(DatabaseLive),
-      Effect.provide(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)) })),
-      Effect.scoped,
-      Effect.orDie
-    )
+    Effect.forEach(accountIds, (id) => Effect.map(checkInvariant(id), (r) => r.violations.map((v) => `${id}: ${v}`)))
+      .pipe(
+        Effect.map((all) => all.flat()),
+        Effect.provide(DatabaseLive),
+        Effect.provide(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)) })),
+        Effect.scoped,
+        Effect.orDie
+      )
   )
 
 /**
@@ -56,4 +57,7 @@ export const moneyState = (databaseUrl: string) =>
   })
 
 export const accountIds = (databaseUrl: string) =>
-  withClient(databaseUrl, async (client) => (await client.query<{ id: string }>("SELECT id FROM accounts")).rows.map((r) => r.id))
+  withClient(
+    databaseUrl,
+    async (client) => (await client.query<{ id: string }>("SELECT id FROM accounts")).rows.map((r) => r.id)
+  )

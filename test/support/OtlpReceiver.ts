@@ -1,6 +1,6 @@
+import { Context, Effect, Layer } from "effect"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
-import { Context, Effect, Layer } from "effect"
 
 /** A span as an OTLP/HTTP JSON export carries it, its attributes read back to plain values. */
 export interface ReceivedSpan {

@@ -1,5 +1,5 @@
-import { request } from "node:http"
 import { Effect } from "effect"
+import { request } from "node:http"
 import { TestServer } from "./TestServer.js"
 
 /** An answer read by Node's own client, its body parsed as JSON when it is JSON. */
@@ -31,7 +31,7 @@ export const rawCall = (method: string, target: string, options: RawOptions = {}
           response.setEncoding("utf8")
           response.on("data", (chunk: string) => (text += chunk))
           response.on("end", () => {
-            let body: unknown = undefined
+            let body: unknown
             try {
               body = text === "" ? undefined : JSON.parse(text)
             } catch {

@@ -1,6 +1,6 @@
+import { Context, Effect, Layer } from "effect"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo, Socket } from "node:net"
-import { Context, Effect, Layer } from "effect"
 import { PLANNER_MARKER } from "../../src/Search/Planning.js"
 
 /** A SearXNG result as its JSON API sends it. */
@@ -54,7 +54,9 @@ export const FIVE_MIB = 5 * 1024 * 1024
 
 /** An article long enough for Readability to recognise, naming `topic`. */
 export const articleHtml = (topic: string) => {
-  const paragraph = `<p>${`This page reports on ${topic}: the river rose two metres and the roads were closed for a day. `.repeat(4)}</p>`
+  const paragraph = `<p>${
+    `This page reports on ${topic}: the river rose two metres and the roads were closed for a day. `.repeat(4)
+  }</p>`
   return `<!doctype html><html><head><title>About ${topic}</title><script>var hidden = "SCRIPT-TEXT"</script>` +
     `<style>p { color: red }</style></head><body><nav><a href="/">Home</a> <a href="/menu">NAV-MENU</a></nav>` +
     `<article><h1>Report on ${topic}</h1>${paragraph}${paragraph}<p>Readable &amp; plain text.</p></article>` +
@@ -133,7 +135,9 @@ export const startSearchDouble = async (): Promise<SearchDouble> => {
     state.queries.push(query)
     if (double.failWith !== undefined) return void response.writeHead(double.failWith).end("down")
     if (url.searchParams.get("format") !== "json") return void response.writeHead(400).end("format=json expected")
-    response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results: double.results(query) }))
+    response.writeHead(200, { "content-type": "application/json" }).end(
+      JSON.stringify({ results: double.results(query) })
+    )
   })
   const defaults = (query: string): ReadonlyArray<SearxResult> =>
     [1, 2, 3, 4].map((n) => ({
@@ -177,7 +181,11 @@ export class Internal extends Context.Tag("test/Internal")<Internal, HttpDouble>
   static readonly layer = Layer.scoped(
     Internal,
     Effect.acquireRelease(
-      Effect.promise(() => startHttpDouble((_request, response) => void response.writeHead(200, { "content-type": "text/html" }).end("<p>INTERNAL-SECRET</p>"))),
+      Effect.promise(() =>
+        startHttpDouble((_request, response) =>
+          void response.writeHead(200, { "content-type": "text/html" }).end("<p>INTERNAL-SECRET</p>")
+        )
+      ),
       (double) => Effect.promise(() => double.close())
     )
   )
@@ -186,7 +194,9 @@ export class Internal extends Context.Tag("test/Internal")<Internal, HttpDouble>
 type Json = Record<string, unknown>
 
 const messagesOf = (body: Json): ReadonlyArray<{ readonly role: string; readonly content: string }> =>
-  Array.isArray(body["messages"]) ? body["messages"] as ReadonlyArray<{ readonly role: string; readonly content: string }> : []
+  Array.isArray(body["messages"])
+    ? body["messages"] as ReadonlyArray<{ readonly role: string; readonly content: string }>
+    : []
 
 /** Whether an upstream request is web search's planning call. */
 export const isPlanning = (body: unknown): boolean =>

@@ -59,12 +59,44 @@ const ROOT = new URL("../../", import.meta.url)
 
 /** What configures the service: removed from the test's environment before a start. */
 const CONFIG_VARIABLES = [
-  "PORT", "HOST", "PUBLIC_BASE_URL", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "AUTH_JWKS_URL", "AUTH_ISSUER",
-  "AUTH_AUDIENCE", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "STRIPE_API_URL", "UPSTREAM_BASE_URL",
-  "UPSTREAM_API_KEY", "SEARCH_BASE_URL", "NODE_ENV", "LOG_FORMAT", "METRICS_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT",
-  "RATE_LIMIT_RPM", "RATE_LIMIT_CONCURRENT", "DASHBOARD_URL", "PRICE_TABLE", "INSTANCE_ID", "FETCH_ALLOWED_HOSTS", "WEBHOOK_ALLOWED_HOSTS",
-  "IP_AUTH_FAILURES_PER_MINUTE", "IP_CHECKOUTS_PER_MINUTE", "IP_DEV_SESSIONS_PER_MINUTE", "TRUSTED_PROXIES", "UPSTREAM_IMAGE_URLS",
-  "AUTH_AUTHORIZE_URL", "DEV_AUTH", "SMTP_URL", "EMAIL_FROM", "WEBHOOK_TIMEOUT_MS", "UPSTREAMS", "BREAKER_KEY_PREFIX"
+  "PORT",
+  "HOST",
+  "PUBLIC_BASE_URL",
+  "DATABASE_URL",
+  "DATA_DIR",
+  "REDIS_URL",
+  "AUTH_JWKS_URL",
+  "AUTH_ISSUER",
+  "AUTH_AUDIENCE",
+  "STRIPE_SECRET_KEY",
+  "STRIPE_WEBHOOK_SECRET",
+  "STRIPE_API_URL",
+  "UPSTREAM_BASE_URL",
+  "UPSTREAM_API_KEY",
+  "SEARCH_BASE_URL",
+  "NODE_ENV",
+  "LOG_FORMAT",
+  "METRICS_TOKEN",
+  "OTEL_EXPORTER_OTLP_ENDPOINT",
+  "RATE_LIMIT_RPM",
+  "RATE_LIMIT_CONCURRENT",
+  "DASHBOARD_URL",
+  "PRICE_TABLE",
+  "INSTANCE_ID",
+  "FETCH_ALLOWED_HOSTS",
+  "WEBHOOK_ALLOWED_HOSTS",
+  "IP_AUTH_FAILURES_PER_MINUTE",
+  "IP_CHECKOUTS_PER_MINUTE",
+  "IP_DEV_SESSIONS_PER_MINUTE",
+  "TRUSTED_PROXIES",
+  "UPSTREAM_IMAGE_URLS",
+  "AUTH_AUTHORIZE_URL",
+  "DEV_AUTH",
+  "SMTP_URL",
+  "EMAIL_FROM",
+  "WEBHOOK_TIMEOUT_MS",
+  "UPSTREAMS",
+  "BREAKER_KEY_PREFIX"
 ]
 
 const COMMANDS = {
@@ -83,7 +115,9 @@ export const startService = async (options: StartOptions = {}): Promise<ServiceP
   Object.assign(env, options.env, { PORT: String(port) })
   // Services of one test (one database) share their breakers through Redis; other tests' stay apart.
   if (env["REDIS_URL"] !== undefined && env["BREAKER_KEY_PREFIX"] === undefined) {
-    env["BREAKER_KEY_PREFIX"] = `nenas:test:breaker:${new URL(env["DATABASE_URL"] ?? "postgres://x/none").pathname.slice(1)}:`
+    env["BREAKER_KEY_PREFIX"] = `nenas:test:breaker:${
+      new URL(env["DATABASE_URL"] ?? "postgres://x/none").pathname.slice(1)
+    }:`
   }
   if (options.runAs !== undefined && env["DATA_DIR"] !== undefined) env["HOME"] = env["DATA_DIR"]
   const [command, args] = COMMANDS[from]
@@ -126,7 +160,11 @@ export const startService = async (options: StartOptions = {}): Promise<ServiceP
  * resolves with when it did (ms since the epoch). Fails, with what the
  * service printed, when it exits first or does not answer in time.
  */
-export const answering = async (service: ServiceProcess, what: "healthy" | "ready", timeoutMs = 120_000): Promise<number> => {
+export const answering = async (
+  service: ServiceProcess,
+  what: "healthy" | "ready",
+  timeoutMs = 120_000
+): Promise<number> => {
   const url = `${service.baseUrl}${what === "healthy" ? "/healthz" : "/readyz"}`
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
@@ -144,7 +182,10 @@ export const answering = async (service: ServiceProcess, what: "healthy" | "read
  * Sends `signal` (to the whole process group for `npm start`) unless the
  * process has exited; resolves with its exit code once it has.
  */
-export const stopService = async (service: ServiceProcess, signal: NodeJS.Signals = "SIGTERM"): Promise<number | null> => {
+export const stopService = async (
+  service: ServiceProcess,
+  signal: NodeJS.Signals = "SIGTERM"
+): Promise<number | null> => {
   const { child } = service
   if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
     try {

@@ -1,6 +1,6 @@
+import { Context, Effect, Layer } from "effect"
 import { createServer } from "node:net"
 import type { AddressInfo } from "node:net"
-import { Context, Effect, Layer } from "effect"
 
 export interface ReceivedMail {
   readonly from: string
@@ -66,9 +66,10 @@ export const SmtpServerLive = Layer.scoped(
       Effect.async<void>((resume) => {
         server.listen(0, "127.0.0.1", () => resume(Effect.void))
       }),
-      () => Effect.async<void>((resume) => {
-        server.close(() => resume(Effect.void))
-      })
+      () =>
+        Effect.async<void>((resume) => {
+          server.close(() => resume(Effect.void))
+        })
     )
     return { url: `smtp://127.0.0.1:${(server.address() as AddressInfo).port}`, received: () => received }
   })

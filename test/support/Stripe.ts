@@ -1,6 +1,6 @@
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { createServer, type IncomingMessage } from "node:http"
 import type { AddressInfo } from "node:net"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
 import Stripe from "stripe"
 import type { AppConfigShape } from "../../src/AppConfig.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
@@ -104,7 +104,9 @@ export const events = {
   checkoutExpired: (facts: SessionFacts) =>
     envelope("checkout.session.expired", sessionObject({ ...facts, paymentStatus: "unpaid" }, "expired")),
   /** `amountRefundedSen` is the charge's cumulative refunded amount, as Stripe reports it. */
-  chargeRefunded: (facts: { chargeId: string; paymentIntentId: string; amountSen: number; amountRefundedSen: number }) =>
+  chargeRefunded: (
+    facts: { chargeId: string; paymentIntentId: string; amountSen: number; amountRefundedSen: number }
+  ) =>
     envelope("charge.refunded", {
       id: facts.chargeId,
       object: "charge",
@@ -118,7 +120,8 @@ export const events = {
   /** A dispute, or with `warning_needs_response` an inquiry. */
   disputeCreated: (facts: DisputeFacts & { status?: "needs_response" | "warning_needs_response" }) =>
     envelope("charge.dispute.created", disputeObject(facts, facts.status ?? "needs_response")),
-  fundsWithdrawn: (facts: DisputeFacts) => envelope("charge.dispute.funds_withdrawn", disputeObject(facts, "needs_response")),
+  fundsWithdrawn: (facts: DisputeFacts) =>
+    envelope("charge.dispute.funds_withdrawn", disputeObject(facts, "needs_response")),
   fundsReinstated: (facts: DisputeFacts) => envelope("charge.dispute.funds_reinstated", disputeObject(facts, "won")),
   disputeClosed: (facts: DisputeFacts & { status: "won" | "lost" | "warning_closed" }) =>
     envelope("charge.dispute.closed", disputeObject(facts, facts.status)),
@@ -183,10 +186,12 @@ const readBody = (request: IncomingMessage) =>
 
 /** `metadata[key]` form fields as an object. */
 const metadataOf = (form: Readonly<Record<string, string>>) =>
-  Object.fromEntries(Object.entries(form).flatMap(([field, value]) => {
-    const key = /^metadata\[(.+)\]$/.exec(field)?.[1]
-    return key === undefined ? [] : [[key, value]]
-  }))
+  Object.fromEntries(
+    Object.entries(form).flatMap(([field, value]) => {
+      const key = /^metadata\[(.+)\]$/.exec(field)?.[1]
+      return key === undefined ? [] : [[key, value]]
+    })
+  )
 
 export const StripeDoubleLive = Layer.scoped(
   StripeDouble,
@@ -253,7 +258,12 @@ export const StripeDoubleLive = Layer.scoped(
       if (!remembered.has(key)) remembered.set(key, make())
       return remembered.get(key)
     }
-    const route = (method: string, url: URL, form: Readonly<Record<string, string>>, key: string | undefined): { status: number; json: unknown } => {
+    const route = (
+      method: string,
+      url: URL,
+      form: Readonly<Record<string, string>>,
+      key: string | undefined
+    ): { status: number; json: unknown } => {
       const path = url.pathname
       if (method === "POST" && path === "/v1/checkout/sessions") {
         if (failures > 0) {
@@ -263,7 +273,10 @@ export const StripeDoubleLive = Layer.scoped(
         return { status: 200, json: sessionOf(form) }
       }
       if (method === "POST" && path === "/v1/customers") {
-        return { status: 200, json: once(key, () => ({ id: `cus_${randomBase62(14)}`, object: "customer", metadata: metadataOf(form) })) }
+        return {
+          status: 200,
+          json: once(key, () => ({ id: `cus_${randomBase62(14)}`, object: "customer", metadata: metadataOf(form) }))
+        }
       }
       if (method === "GET" && path.startsWith("/v1/setup_intents/")) {
         const id = path.slice("/v1/setup_intents/".length)
@@ -273,15 +286,32 @@ export const StripeDoubleLive = Layer.scoped(
             id,
             object: "setup_intent",
             status: "succeeded",
-            payment_method: { id: `pm_${id.slice(-12)}`, object: "payment_method", card: { brand: "visa", last4: "4242", exp_month: 12, exp_year: 2034 } }
+            payment_method: {
+              id: `pm_${id.slice(-12)}`,
+              object: "payment_method",
+              card: { brand: "visa", last4: "4242", exp_month: 12, exp_year: 2034 }
+            }
           }
         }
       }
-      if (method === "POST" && path === "/v1/payment_intents") return { status: 200, json: once(key, () => intentOf(form)) }
-      const checkoutIntent = method === "GET" ? checkoutIntents.get(path.slice("/v1/payment_intents/".length)) : undefined
+      if (method === "POST" && path === "/v1/payment_intents") {
+        return {
+          status: 200,
+          json: once(key, () => intentOf(form))
+        }
+      }
+      const checkoutIntent = method === "GET"
+        ? checkoutIntents.get(path.slice("/v1/payment_intents/".length))
+        : undefined
       if (checkoutIntent !== undefined) {
         const expanded = url.searchParams.get("expand[0]") === "payment_method"
-        return { status: 200, json: { ...checkoutIntent, payment_method: expanded ? paymentMethod(checkoutIntent.payment_method) : checkoutIntent.payment_method } }
+        return {
+          status: 200,
+          json: {
+            ...checkoutIntent,
+            payment_method: expanded ? paymentMethod(checkoutIntent.payment_method) : checkoutIntent.payment_method
+          }
+        }
       }
       if (method === "GET" && path.startsWith("/v1/payment_intents/")) {
         const found = paymentIntents.find((intent) => intent.id === path.slice("/v1/payment_intents/".length))
@@ -291,12 +321,17 @@ export const StripeDoubleLive = Layer.scoped(
         // Newest first, as Stripe lists, filtered by customer and `created[gte]`, paged by `starting_after`.
         const since = Number(url.searchParams.get("created[gte]") ?? 0)
         const customer = url.searchParams.get("customer")
-        const matching = paymentIntents.filter((intent) => intent.created >= since && (customer === null || intent.customer === customer)).reverse()
+        const matching = paymentIntents.filter((intent) =>
+          intent.created >= since && (customer === null || intent.customer === customer)
+        ).reverse()
         const after = url.searchParams.get("starting_after")
         const from = after === null ? 0 : matching.findIndex((intent) => intent.id === after) + 1
         const limit = Number(url.searchParams.get("limit") ?? 10)
         const page = matching.slice(from, from + limit)
-        return { status: 200, json: { object: "list", url: "/v1/payment_intents", has_more: from + limit < matching.length, data: page } }
+        return {
+          status: 200,
+          json: { object: "list", url: "/v1/payment_intents", has_more: from + limit < matching.length, data: page }
+        }
       }
       return notFound(`Unrecognized request URL (${method}: ${path})`)
     }
@@ -345,7 +380,13 @@ export const StripeDoubleLive = Layer.scoped(
         const id = `pi_${randomBase62(24)}`
         const saving = form["payment_intent_data[setup_future_usage]"] === "off_session"
         const customer = saving ? form["customer"] ?? null : null
-        checkoutIntents.set(id, { id, object: "payment_intent", status: "succeeded", customer, payment_method: `pm_${randomBase62(14)}` })
+        checkoutIntents.set(id, {
+          id,
+          object: "payment_intent",
+          status: "succeeded",
+          customer,
+          payment_method: `pm_${randomBase62(14)}`
+        })
         return id
       }
     }

@@ -1,14 +1,14 @@
+import { Clock, Context, Duration, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Clock, Context, Duration, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import pg from "pg"
 import { inject } from "vitest"
-import { Spending } from "../../src/Wallet/Spending.js"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { randomBase62 } from "../../src/Domain/Ids.js"
 import { makeServer, type ServerOverrides } from "../../src/Http/Server.js"
+import { Spending } from "../../src/Wallet/Spending.js"
 
 /** Real time plus an offset a test can move forward: the server's `Clock`. */
 export interface ShiftableClock extends Clock.Clock {
@@ -121,7 +121,10 @@ export const TestServerLive = (overrides: Partial<AppConfigShape> = {}, parts: S
  * server has written what it settled so far (it writes in batches).
  */
 export const onDatabase = <A>(use: (client: pg.Client) => Promise<A>) =>
-  Effect.flatMap(TestServer, ({ databaseUrl, settled }) => Effect.zipRight(settled, Effect.promise(() => withClient(databaseUrl, use))))
+  Effect.flatMap(
+    TestServer,
+    ({ databaseUrl, settled }) => Effect.zipRight(settled, Effect.promise(() => withClient(databaseUrl, use)))
+  )
 
 /** The rows of one query on the test server's database. */
 export const query = <A extends Record<string, unknown>>(text: string, values: Array<unknown> = []) =>

@@ -1,16 +1,16 @@
+import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Context, Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
-import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { freePort } from "../../src/Database/EmbeddedPostgres.js"
 import { ServerLive } from "../../src/Http/Server.js"
+import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { Spending } from "../../src/Wallet/Spending.js"
-import { webhookOverrides } from "./Stripe.js"
 import type { Reply } from "./Http.js"
-import { freshDatabase, makeShiftableClock, TestServer } from "./TestServer.js"
 import { realSleep } from "./RealTime.js"
+import { webhookOverrides } from "./Stripe.js"
+import { freshDatabase, makeShiftableClock, TestServer } from "./TestServer.js"
 
 /**
  * Two in-process instances of the service on one fresh database and one
@@ -90,7 +90,8 @@ export const on = (baseUrl: string) => <A, E, R>(effect: Effect.Effect<A, E, R>)
   Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl }))
 
 /** What a reply says, in one word: `200`, or its error code. */
-export const outcome = (reply: Reply): string => reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
+export const outcome = (reply: Reply): string =>
+  reply.status === 200 ? "200" : String(reply.body?.error?.code ?? reply.status)
 
 /** A cheap model call for probing an instance. */
 export const ASK = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
@@ -111,7 +112,9 @@ export const seenWithin = <A, E, R>(
       const answer = yield* probe
       if (done(answer) && startedAt - since <= deadline) return startedAt - since
       if (startedAt - since > deadline) {
-        return yield* Effect.dieMessage(`not seen within ${deadline} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`)
+        return yield* Effect.dieMessage(
+          `not seen within ${deadline} ms; last answer: ${JSON.stringify(answer).slice(0, 300)}`
+        )
       }
       yield* realSleep(50)
     }

@@ -11,7 +11,10 @@ export class Alpha extends Context.Tag("test/Alpha")<Alpha, UpstreamServer>() {}
 export class Beta extends Context.Tag("test/Beta")<Beta, UpstreamServer>() {}
 
 const standIn = <I>(tag: Context.Tag<I, UpstreamServer>) =>
-  Layer.scoped(tag, Effect.acquireRelease(Effect.promise(() => startUpstream()), (server) => Effect.promise(() => server.close())))
+  Layer.scoped(
+    tag,
+    Effect.acquireRelease(Effect.promise(() => startUpstream()), (server) => Effect.promise(() => server.close()))
+  )
 
 /** Both stand-ins, each listening on a port of its own. */
 export const AlphaAndBeta = Layer.merge(standIn(Alpha), standIn(Beta))
@@ -22,8 +25,20 @@ export const DEAR = { inputPerMillion: 5_000_000, cachedInputPerMillion: 1_250_0
 /** `UPSTREAMS` naming alpha then beta, as an operator writes it. */
 export const upstreamsJson = (alphaUrl: string, betaUrl: string) =>
   JSON.stringify([
-    { name: "alpha", base_url: alphaUrl, api_key: "sk-alpha", models: { general: ["alpha-mini"], reasoning: ["alpha-think"] }, prices: { "alpha-mini": CHEAP } },
-    { name: "beta", base_url: betaUrl, api_key: "sk-beta", models: { general: ["beta-large"], reasoning: ["beta-think"] }, prices: { "beta-large": DEAR } }
+    {
+      name: "alpha",
+      base_url: alphaUrl,
+      api_key: "sk-alpha",
+      models: { general: ["alpha-mini"], reasoning: ["alpha-think"] },
+      prices: { "alpha-mini": CHEAP }
+    },
+    {
+      name: "beta",
+      base_url: betaUrl,
+      api_key: "sk-beta",
+      models: { general: ["beta-large"], reasoning: ["beta-think"] },
+      prices: { "beta-large": DEAR }
+    }
   ])
 
 export const upstreamsOf = (alphaUrl: string, betaUrl: string): ReadonlyArray<UpstreamConfig> =>

@@ -1,6 +1,6 @@
+import { Context, Effect, Layer } from "effect"
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo, Socket } from "node:net"
-import { Context, Effect, Layer } from "effect"
 
 /**
  * A local OpenAI-compatible chat-completions upstream. Plain Node (no Effect
@@ -48,7 +48,10 @@ export type Behaviour =
   /** The next `times` (default 1) requests get their socket destroyed before any byte; later ones are answered `ok`. */
   | { readonly kind: "resetBeforeResponse"; readonly times?: number }
   /** Each request as `choose` says from its parsed body (e.g. web search's planning calls one way, the answer another). */
-  | { readonly kind: "perRequest"; readonly choose: (body: unknown) => Exclude<Behaviour, { readonly kind: "perRequest" | "resetBeforeResponse" }> }
+  | {
+    readonly kind: "perRequest"
+    readonly choose: (body: unknown) => Exclude<Behaviour, { readonly kind: "perRequest" | "resetBeforeResponse" }>
+  }
 
 export interface RecordedRequest {
   readonly method: string
@@ -229,8 +232,13 @@ const streamEvents = (c: Completion) => {
   const calls = c.toolCalls.flatMap((call, index) => {
     const fn = call["function"] as { readonly name: string; readonly arguments: string }
     return [
-      chunk({ tool_calls: [{ index, id: call["id"], type: "function", function: { name: fn.name, arguments: "" } }] }, null),
-      ...(fn.arguments.match(CHUNK_CHARS) ?? []).map((piece) => chunk({ tool_calls: [{ index, function: { arguments: piece } }] }, null))
+      chunk(
+        { tool_calls: [{ index, id: call["id"], type: "function", function: { name: fn.name, arguments: "" } }] },
+        null
+      ),
+      ...(fn.arguments.match(CHUNK_CHARS) ?? []).map((piece) =>
+        chunk({ tool_calls: [{ index, function: { arguments: piece } }] }, null)
+      )
     ]
   })
   const tail = [chunk({}, c.finishReason)]
@@ -248,7 +256,9 @@ const streamEvents = (c: Completion) => {
   return {
     role: chunk({ role: "assistant", content: "" }, null),
     content: [
-      ...(c.text.match(CHUNK_CHARS) ?? []).map((piece) => chunk({ content: piece }, null, c.logprobs ? logprobsOf(piece) : null)),
+      ...(c.text.match(CHUNK_CHARS) ?? []).map((piece) =>
+        chunk({ content: piece }, null, c.logprobs ? logprobsOf(piece) : null)
+      ),
       ...calls
     ],
     tail
@@ -293,7 +303,9 @@ const answerBroken = async (res: ServerResponse, c: Completion, behaviour: Behav
 }
 
 const answerStatus = (res: ServerResponse, behaviour: Extract<Behaviour, { readonly kind: "status" }>) => {
-  const extra: Record<string, string> = behaviour.retryAfter === undefined ? {} : { "retry-after": behaviour.retryAfter }
+  const extra: Record<string, string> = behaviour.retryAfter === undefined
+    ? {}
+    : { "retry-after": behaviour.retryAfter }
   if (typeof behaviour.body === "string") {
     res.writeHead(behaviour.status, { "content-type": "text/plain", ...extra })
     return res.end(behaviour.body)

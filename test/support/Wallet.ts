@@ -4,11 +4,11 @@ import { AppConfig } from "../../src/AppConfig.js"
 import { PaymentsRepo } from "../../src/Billing/Repo.js"
 import { DatabaseLive } from "../../src/Database/Database.js"
 import { newId } from "../../src/Domain/Ids.js"
-import { checkInvariant } from "../../src/Wallet/Invariant.js"
-import { ReservationLeases } from "../../src/Wallet/Instances/Leases.js"
 import { RequestLogs } from "../../src/Logs/RequestLogs.js"
-import { WalletRepo } from "../../src/Wallet/Repo.js"
+import { ReservationLeases } from "../../src/Wallet/Instances/Leases.js"
 import { ReservationSweeper } from "../../src/Wallet/Instances/Sweeper.js"
+import { checkInvariant } from "../../src/Wallet/Invariant.js"
+import { WalletRepo } from "../../src/Wallet/Repo.js"
 import { call, devToken } from "./Http.js"
 import { query, TestServer } from "./TestServer.js"
 
@@ -17,7 +17,9 @@ import { query, TestServer } from "./TestServer.js"
  * leases), on a database layer's SqlClient and AppConfig: what AccountsRepo
  * opens new accounts' wallets with.
  */
-export const WalletRepoLive = WalletRepo.layer.pipe(Layer.provide(Layer.merge(RequestLogs.layer, ReservationLeases.layer())))
+export const WalletRepoLive = WalletRepo.layer.pipe(
+  Layer.provide(Layer.merge(RequestLogs.layer, ReservationLeases.layer()))
+)
 
 /**
  * A second service instance's money parts (wallet, leases, sweeper, payments
@@ -27,7 +29,10 @@ export const WalletRepoLive = WalletRepo.layer.pipe(Layer.provide(Layer.merge(Re
 export const walletInstance = (scope: Scope.Scope) =>
   Effect.gen(function*() {
     const { clock, databaseUrl } = yield* TestServer
-    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
+    const config = AppConfig.layerWith({
+      databaseUrl: Option.some(Redacted.make(databaseUrl)),
+      instanceId: newId("test")
+    })
     const layer = Layer.mergeAll(ReservationSweeper.layer, PaymentsRepo.layer).pipe(
       Layer.provideMerge(WalletRepo.layer),
       Layer.provideMerge(RequestLogs.layer),

@@ -1,8 +1,8 @@
+import { Context, Effect, Layer } from "effect"
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
-import { Context, Effect, Layer } from "effect"
-import { TwoInstancesLive } from "./TwoInstances.js"
 import { realSleep } from "./RealTime.js"
+import { TwoInstancesLive } from "./TwoInstances.js"
 
 /** What the receiver does with one request. */
 export type Answer = "200" | "500" | "hang" | "redirect" | "huge"
@@ -63,7 +63,13 @@ export const WebhookReceiverLive = Layer.scoped(
       request.on("data", (chunk: Buffer) => chunks.push(chunk))
       request.on("end", () => {
         const answer = scripts.get(path)?.shift() ?? "200"
-        received.push({ path, headers: request.headers, body: Buffer.concat(chunks).toString("utf8"), answer, at: Date.now() })
+        received.push({
+          path,
+          headers: request.headers,
+          body: Buffer.concat(chunks).toString("utf8"),
+          answer,
+          at: Date.now()
+        })
         respond(answer, response)
       })
     })
@@ -89,19 +95,28 @@ export const WebhookReceiverLive = Layer.scoped(
 )
 
 /** Polls until `probe` answers something `done` accepts (every 50 ms, at most `limitMs`); dies naming `what` and the last answer. */
-export const eventually = <A, R>(what: string, probe: Effect.Effect<A, never, R>, done: (a: A) => boolean, limitMs = 15_000) =>
+export const eventually = <A, R>(
+  what: string,
+  probe: Effect.Effect<A, never, R>,
+  done: (a: A) => boolean,
+  limitMs = 15_000
+) =>
   Effect.gen(function*() {
     const until = Date.now() + limitMs
     while (true) {
       const answer = yield* probe
       if (done(answer)) return answer
-      if (Date.now() > until) return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
+      if (Date.now() > until) {
+        return yield* Effect.dieMessage(`${what}: not seen; last ${JSON.stringify(answer).slice(0, 400)}`)
+      }
       yield* realSleep(50)
     }
   })
 
 /** Two instances (`TwoInstancesLive`) that may deliver to the receiver (its port in `WEBHOOK_ALLOWED_HOSTS`), polling the outbox every 50 ms. */
 export const TwoInstancesWithReceiver = (name: string) =>
-  Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-    TwoInstancesLive(name, { webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 })))
+  Layer.unwrapEffect(
+    Effect.map(WebhookReceiver, (receiver) =>
+      TwoInstancesLive(name, { webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), outboxPollMs: 50 }))
+  )
     .pipe(Layer.provideMerge(WebhookReceiverLive))

@@ -1,7 +1,7 @@
+import { Effect, Exit, Redacted, Scope } from "effect"
 import { chmod, mkdtemp, readdir, readFile, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Exit, Redacted, Scope } from "effect"
 import type { TestProject } from "vitest/node"
 import {
   embeddedClusterLocation,
@@ -33,7 +33,8 @@ const describeCluster = async (name: string): Promise<ClusterSeen> => {
     () => ({ dataDir: undefined })
   )
   const pid = Number((await readFile(join(ownDir, "pg", "postmaster.pid"), "utf8").catch(() => "")).split("\n")[0])
-  const served = Number.isInteger(pid) && pid > 0 && (await readFile(`/proc/${pid}/stat`, "utf8").then(() => true, () => false))
+  const served = Number.isInteger(pid) && pid > 0 &&
+    (await readFile(`/proc/${pid}/stat`, "utf8").then(() => true, () => false))
   return { ownDir, dataDir: marker.dataDir, served }
 }
 

@@ -20,6 +20,9 @@ export default class PlainSummaryReporter implements Reporter {
       failed += moduleFailed === 0 && module.state() === "failed" ? 1 : moduleFailed
     }
     // After every other reporter's output: on exit (stdout writes are synchronous on Linux).
-    process.once("exit", () => process.stdout.write(`\nTests: ${passed} passed, ${failed} failed, ${skipped} skipped\n`))
+    process.once(
+      "exit",
+      () => process.stdout.write(`\nTests: ${passed} passed, ${failed} failed, ${skipped} skipped\n`)
+    )
   }
 }

@@ -5,7 +5,14 @@ import { Schema } from "effect"
 import { describe, expect, it } from "vitest"
 import { z } from "zod"
 import type { ApiError } from "../../src/Domain/Errors.js"
-import { errorClasses, httpStatus, InvalidRequest, NotFound, ProviderUnavailable, RateLimitExceeded } from "../../src/Domain/Errors.js"
+import {
+  errorClasses,
+  httpStatus,
+  InvalidRequest,
+  NotFound,
+  ProviderUnavailable,
+  RateLimitExceeded
+} from "../../src/Domain/Errors.js"
 import { microMyr } from "../../src/Domain/Money.js"
 import { AnthropicMessage } from "../../src/Models/Anthropic/AnthropicApi.js"
 import { anthropicErrorBody, anthropicErrorType } from "../../src/Models/Anthropic/AnthropicErrors.js"
@@ -31,14 +38,24 @@ const resultOf = (fields: Partial<CallResult>): CallResult => ({
   usage: { inputTokens: 120, outputTokens: 30, reasoningTokens: 0, cachedTokens: 100 },
   cost: microMyr(1234),
   latencyMs: 50,
-  route: { category: "general", upstreamModel: "gpt-4.1-mini", reasoningModel: false, search: false, reasoning: "Routed." },
+  route: {
+    category: "general",
+    upstreamModel: "gpt-4.1-mini",
+    reasoningModel: false,
+    search: false,
+    reasoning: "Routed."
+  },
   citations: [],
   annotations: [],
   stored: { store: false, previousResponseId: null },
   ...fields
 })
 
-const weatherCall = { id: "call_9", type: "function" as const, function: { name: "get_weather", arguments: "{\"city\":\"Ipoh\"}" } }
+const weatherCall = {
+  id: "call_9",
+  type: "function" as const,
+  function: { name: "get_weather", arguments: "{\"city\":\"Ipoh\"}" }
+}
 const CITED = "Ipoh is hot [1]. It rains often. [2]"
 const citedAnnotations = [
   { startIndex: 12, endIndex: 15, url: "https://a.example", title: "A" },
@@ -67,7 +84,9 @@ describe("call results become Anthropic Messages", () => {
   })
 
   it("tool_use blocks, with toolu_ ids and parsed input", () => {
-    const message = anthropicMessage(resultOf({ text: "Checking.", toolCalls: [weatherCall], finishReason: "tool_calls" }))
+    const message = anthropicMessage(
+      resultOf({ text: "Checking.", toolCalls: [weatherCall], finishReason: "tool_calls" })
+    )
     expect(message.content).toEqual([
       { type: "text", text: "Checking." },
       { type: "tool_use", id: "toolu_9", name: "get_weather", input: { city: "Ipoh" } }
@@ -82,8 +101,20 @@ describe("call results become Anthropic Messages", () => {
       type: "text",
       text: CITED,
       citations: [
-        { type: "web_search_result_location", url: "https://a.example", title: "A", cited_text: "Ipoh is hot", encrypted_index: "WzFd" },
-        { type: "web_search_result_location", url: "https://b.example", title: "B", cited_text: "It rains often.", encrypted_index: "WzJd" }
+        {
+          type: "web_search_result_location",
+          url: "https://a.example",
+          title: "A",
+          cited_text: "Ipoh is hot",
+          encrypted_index: "WzFd"
+        },
+        {
+          type: "web_search_result_location",
+          url: "https://b.example",
+          title: "B",
+          cited_text: "It rains often.",
+          encrypted_index: "WzJd"
+        }
       ]
     }])
   })
@@ -102,9 +133,16 @@ describe("call results become Anthropic Messages", () => {
   })
 
   it("an empty answer is one empty text block; no cached tokens, all input", () => {
-    const message = anthropicMessage(resultOf({ usage: { inputTokens: 7, outputTokens: 0, reasoningTokens: 0, cachedTokens: 0 } }))
+    const message = anthropicMessage(
+      resultOf({ usage: { inputTokens: 7, outputTokens: 0, reasoningTokens: 0, cachedTokens: 0 } })
+    )
     expect(message.content).toEqual([{ type: "text", text: "" }])
-    expect(message.usage).toEqual({ input_tokens: 7, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 })
+    expect(message.usage).toEqual({
+      input_tokens: 7,
+      output_tokens: 0,
+      cache_read_input_tokens: 0,
+      cache_creation_input_tokens: 0
+    })
   })
 })
 
@@ -113,17 +151,29 @@ const streamOf = (events: ReadonlyArray<StreamEvent>): string => {
   const renderer = anthropicEvents(CONTEXT)
   return renderer.start + events.map(renderer.render).join("")
 }
-const ev = (type: string, fields: Record<string, unknown> = {}) => `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`
+const ev = (type: string, fields: Record<string, unknown> = {}) =>
+  `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`
 const START = ev("message_start", {
   message: {
-    id: "msg_abc", type: "message", role: "assistant", model: MODEL, content: [], stop_reason: null, stop_sequence: null,
+    id: "msg_abc",
+    type: "message",
+    role: "assistant",
+    model: MODEL,
+    content: [],
+    stop_reason: null,
+    stop_sequence: null,
     usage: { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 }
   }
 }) + ev("ping")
 const USAGE = { input_tokens: 20, output_tokens: 30, cache_read_input_tokens: 100, cache_creation_input_tokens: 0 }
 const ROUTING = { category: "general", upstream_model: "gpt-4.1-mini", reasoning: "Routed.", fallback: false }
 const end = (stopReason: string) =>
-  ev("message_delta", { delta: { stop_reason: stopReason, stop_sequence: null }, usage: USAGE, routing: ROUTING, cost_myr: "0.001234" }) +
+  ev("message_delta", {
+    delta: { stop_reason: stopReason, stop_sequence: null },
+    usage: USAGE,
+    routing: ROUTING,
+    cost_myr: "0.001234"
+  }) +
   ev("message_stop")
 
 describe("stream events become Anthropic's SSE", () => {
@@ -144,20 +194,32 @@ describe("stream events become Anthropic's SSE", () => {
   })
 
   it("text, then a tool call streamed in fragments", () => {
-    const fragment = (args: string): StreamEvent => ({ _tag: "ToolCallDelta", index: 0, id: "call_9", name: "get_weather", arguments: args })
+    const fragment = (args: string): StreamEvent => ({
+      _tag: "ToolCallDelta",
+      index: 0,
+      id: "call_9",
+      name: "get_weather",
+      arguments: args
+    })
     const text = streamOf([
       { _tag: "Delta", text: "Checking." },
       fragment(""),
       fragment("{\"city\":"),
       fragment("\"Ipoh\"}"),
-      { _tag: "Completed", result: resultOf({ text: "Checking.", toolCalls: [weatherCall], finishReason: "tool_calls" }) }
+      {
+        _tag: "Completed",
+        result: resultOf({ text: "Checking.", toolCalls: [weatherCall], finishReason: "tool_calls" })
+      }
     ])
     expect(text).toBe(
       START +
         ev("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
         ev("content_block_delta", { index: 0, delta: { type: "text_delta", text: "Checking." } }) +
         ev("content_block_stop", { index: 0 }) +
-        ev("content_block_start", { index: 1, content_block: { type: "tool_use", id: "toolu_9", name: "get_weather", input: {} } }) +
+        ev("content_block_start", {
+          index: 1,
+          content_block: { type: "tool_use", id: "toolu_9", name: "get_weather", input: {} }
+        }) +
         ev("content_block_delta", { index: 1, delta: { type: "input_json_delta", partial_json: "{\"city\":" } }) +
         ev("content_block_delta", { index: 1, delta: { type: "input_json_delta", partial_json: "\"Ipoh\"}" } }) +
         ev("content_block_stop", { index: 1 }) +
@@ -175,12 +237,25 @@ describe("stream events become Anthropic's SSE", () => {
     ])
     const events = parseSse(text)
     expect(events.map((e) => e.event)).toEqual([
-      "message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta", "content_block_delta",
-      "content_block_stop", "message_delta", "message_stop"
+      "message_start",
+      "ping",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_stop",
+      "message_delta",
+      "message_stop"
     ])
     expect(JSON.parse(events[4]?.data ?? "").delta).toEqual({
       type: "citations_delta",
-      citation: { type: "web_search_result_location", url: "https://a.example", title: "A", cited_text: "Ipoh is hot", encrypted_index: "WzFd" }
+      citation: {
+        type: "web_search_result_location",
+        url: "https://a.example",
+        title: "A",
+        cited_text: "Ipoh is hot",
+        encrypted_index: "WzFd"
+      }
     })
   })
 
@@ -214,10 +289,16 @@ describe("errors in Anthropic's body", () => {
   ]
   it.each(cases)("%s", (error, _status, type) => {
     const body = anthropicErrorBody(error, "req_1", "https://dash.example")
-    expect(body).toMatchObject({ type: "error", error: { type, message: error.message, param: error.param }, request_id: "req_1" })
+    expect(body).toMatchObject({
+      type: "error",
+      error: { type, message: error.message, param: error.param },
+      request_id: "req_1"
+    })
   })
   it("keeps nenas's guidance, action_url and retry_after_seconds", () => {
-    expect(anthropicErrorBody(new RateLimitExceeded({ message: "slow", retry_after_seconds: 3 }), "req_1", "https://d").error).toEqual({
+    expect(
+      anthropicErrorBody(new RateLimitExceeded({ message: "slow", retry_after_seconds: 3 }), "req_1", "https://d").error
+    ).toEqual({
       type: "rate_limit_error",
       message: "slow",
       code: "rate_limit_exceeded",
@@ -255,19 +336,27 @@ describe("errors in Anthropic's body", () => {
 })
 
 /** A fetch that answers every Messages call with what the translation writes for these events. */
-const answering = (events: ReadonlyArray<StreamEvent>, result: CallResult, failure?: ApiError) =>
+const answering =
+  (events: ReadonlyArray<StreamEvent>, result: CallResult, failure?: ApiError) =>
   async (_url: unknown, init?: RequestInit): Promise<Response> => {
     const stream = (JSON.parse(String(init?.body)) as { stream?: boolean }).stream === true
     if (failure !== undefined && !stream) {
       return Response.json(anthropicErrorBody(failure, "req_abc", "https://d"), { status: httpStatus(failure) })
     }
-    const body = stream ? streamOf(failure === undefined ? events : [...events, { _tag: "Failed", error: failure }]) : anthropicMessage(result)
+    const body = stream
+      ? streamOf(failure === undefined ? events : [...events, { _tag: "Failed", error: failure }])
+      : anthropicMessage(result)
     return stream
       ? new Response(body as string, { headers: { "content-type": "text/event-stream" } })
       : Response.json(body)
   }
 
-const TOOL_RESULT = resultOf({ text: CITED, annotations: citedAnnotations, toolCalls: [weatherCall], finishReason: "tool_calls" })
+const TOOL_RESULT = resultOf({
+  text: CITED,
+  annotations: citedAnnotations,
+  toolCalls: [weatherCall],
+  finishReason: "tool_calls"
+})
 const TOOL_EVENTS: ReadonlyArray<StreamEvent> = [
   { _tag: "Delta", text: CITED },
   { _tag: "ToolCallDelta", index: 0, id: "call_9", name: "get_weather", arguments: "{\"city\":" },
@@ -276,13 +365,20 @@ const TOOL_EVENTS: ReadonlyArray<StreamEvent> = [
 ]
 const PARAMS = { model: MODEL, max_tokens: 100, messages: [{ role: "user" as const, content: "Weather?" }] }
 const sdk = (failure?: ApiError) =>
-  new Anthropic({ apiKey: "k", baseURL: "http://nenas.test", fetch: answering(TOOL_EVENTS, TOOL_RESULT, failure), maxRetries: 0 })
+  new Anthropic({
+    apiKey: "k",
+    baseURL: "http://nenas.test",
+    fetch: answering(TOOL_EVENTS, TOOL_RESULT, failure),
+    maxRetries: 0
+  })
 
 describe("Anthropic's SDK and the AI SDK read the answers", () => {
   it("messages.create and messages.stream().finalMessage() agree", async () => {
     const plain = await sdk().messages.create(PARAMS)
     const streamed = await sdk().messages.stream(PARAMS).finalMessage()
-    expect(streamed.content.filter((b) => b.type === "tool_use")).toEqual(plain.content.filter((b) => b.type === "tool_use"))
+    expect(streamed.content.filter((b) => b.type === "tool_use")).toEqual(
+      plain.content.filter((b) => b.type === "tool_use")
+    )
     expect(streamed.content.flatMap((b) => b.type === "text" ? b.citations ?? [] : [])).toEqual(
       plain.content.flatMap((b) => b.type === "text" ? b.citations ?? [] : [])
     )
@@ -290,24 +386,48 @@ describe("Anthropic's SDK and the AI SDK read the answers", () => {
   })
 
   it("typed errors, plain and after the first byte", async () => {
-    await expect(sdk(new RateLimitExceeded({ message: "slow" })).messages.create(PARAMS)).rejects.toBeInstanceOf(Anthropic.RateLimitError)
-    await expect(sdk(new NotFound({ message: "no", param: "model" })).messages.create(PARAMS)).rejects.toBeInstanceOf(Anthropic.NotFoundError)
-    await expect(sdk(new ProviderUnavailable({ message: "cut" })).messages.stream(PARAMS).finalMessage()).rejects.toMatchObject({
-      error: { type: "error", error: { type: "overloaded_error", code: "provider_unavailable" } }
-    })
+    await expect(sdk(new RateLimitExceeded({ message: "slow" })).messages.create(PARAMS)).rejects.toBeInstanceOf(
+      Anthropic.RateLimitError
+    )
+    await expect(sdk(new NotFound({ message: "no", param: "model" })).messages.create(PARAMS)).rejects.toBeInstanceOf(
+      Anthropic.NotFoundError
+    )
+    await expect(sdk(new ProviderUnavailable({ message: "cut" })).messages.stream(PARAMS).finalMessage()).rejects
+      .toMatchObject({
+        error: { type: "error", error: { type: "overloaded_error", code: "provider_unavailable" } }
+      })
   })
 
   it("the AI SDK's provider: generateText and streamText", async () => {
-    const provider = createAnthropic({ apiKey: "k", baseURL: "http://nenas.test/v1", fetch: answering(TOOL_EVENTS, TOOL_RESULT) })
+    const provider = createAnthropic({
+      apiKey: "k",
+      baseURL: "http://nenas.test/v1",
+      fetch: answering(TOOL_EVENTS, TOOL_RESULT)
+    })
     // One step (the default): the tool runs, and its call is the answer's; no second request is made.
-    const tools = { get_weather: tool({ description: "Weather", inputSchema: z.object({ city: z.string() }), execute: async () => "31°C" }) }
+    const tools = {
+      get_weather: tool({
+        description: "Weather",
+        inputSchema: z.object({ city: z.string() }),
+        execute: async () => "31°C"
+      })
+    }
     const options = { model: provider(MODEL), prompt: "Weather?", tools, maxOutputTokens: 100, maxRetries: 0 }
     const plain = await generateText(options)
     const streamed = streamText(options)
-    for (const answer of [plain, { toolCalls: await streamed.toolCalls, usage: await streamed.usage, sources: await streamed.sources }]) {
+    for (
+      const answer of [plain, {
+        toolCalls: await streamed.toolCalls,
+        usage: await streamed.usage,
+        sources: await streamed.sources
+      }]
+    ) {
       expect(answer.toolCalls.map((c) => [c.toolCallId, c.input])).toEqual([["toolu_9", { city: "Ipoh" }]])
       expect(answer.usage).toMatchObject({ inputTokens: 120, outputTokens: 30, cachedInputTokens: 100 })
-      expect(answer.sources.map((source) => source.sourceType === "url" && source.url)).toEqual(["https://a.example", "https://b.example"])
+      expect(answer.sources.map((source) => source.sourceType === "url" && source.url)).toEqual([
+        "https://a.example",
+        "https://b.example"
+      ])
     }
     expect(plain.text).toBe(CITED)
     expect(await streamed.text).toBe(CITED)

@@ -56,7 +56,9 @@ const toolTurns = [
 ]
 
 describe("Anthropic requests become the upstream's chat conversation", () => {
-  const cases: ReadonlyArray<{ readonly name: string; readonly fields: Record<string, unknown>; readonly upstream: unknown }> = [
+  const cases: ReadonlyArray<
+    { readonly name: string; readonly fields: Record<string, unknown>; readonly upstream: unknown }
+  > = [
     {
       name: "system as a string, first",
       fields: { system: "Be brief.", messages: [{ role: "user", content: "Hi" }] },
@@ -65,7 +67,11 @@ describe("Anthropic requests become the upstream's chat conversation", () => {
     {
       name: "system as text blocks with cache_control, joined",
       fields: {
-        system: [{ type: "text", text: "You are Claude Code." }, { type: "text", text: "Be brief.", cache_control: { type: "ephemeral" } }]
+        system: [{ type: "text", text: "You are Claude Code." }, {
+          type: "text",
+          text: "Be brief.",
+          cache_control: { type: "ephemeral" }
+        }]
       },
       upstream: [{ role: "system", content: "You are Claude Code.\n\nBe brief." }, { role: "user", content: "Hi" }]
     },
@@ -78,7 +84,10 @@ describe("Anthropic requests become the upstream's chat conversation", () => {
           { role: "user", content: "Bye" }
         ]
       },
-      upstream: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello there." }, { role: "user", content: "Bye" }]
+      upstream: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello there." }, {
+        role: "user",
+        content: "Bye"
+      }]
     },
     {
       name: "a system message inside messages, as Claude Code sends it, kept in place",
@@ -114,7 +123,11 @@ describe("Anthropic requests become the upstream's chat conversation", () => {
         {
           role: "assistant",
           content: "Checking.",
-          tool_calls: [{ id: "toolu_01", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Ipoh\"}" } }]
+          tool_calls: [{
+            id: "toolu_01",
+            type: "function",
+            function: { name: "get_weather", arguments: "{\"city\":\"Ipoh\"}" }
+          }]
         },
         { role: "tool", tool_call_id: "toolu_01", content: "31°C" },
         { role: "user", content: "And tomorrow?" }
@@ -180,12 +193,17 @@ describe("Anthropic requests become the upstream's chat conversation", () => {
   it("keeps the text view for routing, and the remote images for inlining", () => {
     const call = callOf(cases[4]?.fields ?? {})
     expect(call.messages).toEqual([{ role: "user", content: "What are these?" }])
-    expect([...(call.remoteImages ?? new Map())]).toEqual([["https://example.com/cat.jpg", "messages[0].content[1].source.url"]])
+    expect([...(call.remoteImages ?? new Map())]).toEqual([[
+      "https://example.com/cat.jpg",
+      "messages[0].content[1].source.url"
+    ]])
   })
 })
 
 describe("Anthropic's fields become the call's", () => {
-  const cases: ReadonlyArray<{ readonly name: string; readonly fields: Record<string, unknown>; readonly call: Record<string, unknown> }> = [
+  const cases: ReadonlyArray<
+    { readonly name: string; readonly fields: Record<string, unknown>; readonly call: Record<string, unknown> }
+  > = [
     {
       name: "defaults",
       fields: {},
@@ -205,7 +223,9 @@ describe("Anthropic's fields become the call's", () => {
     {
       name: "tool_choice tool names the function",
       fields: { tools: [weatherTool], tool_choice: { type: "tool", name: "get_weather" } },
-      call: { capabilities: { tools: [weatherFunction], toolChoice: { type: "function", function: { name: "get_weather" } } } }
+      call: {
+        capabilities: { tools: [weatherFunction], toolChoice: { type: "function", function: { name: "get_weather" } } }
+      }
     },
     { name: "tool_choice none", fields: withTools({ type: "none" }), call: chosen("none") },
     {
@@ -213,19 +233,37 @@ describe("Anthropic's fields become the call's", () => {
       fields: { tools: [weatherTool], tool_choice: { type: "auto", disable_parallel_tool_use: true } },
       call: { capabilities: { tools: [weatherFunction], toolChoice: "auto", parallelToolCalls: false } }
     },
-    { name: "thinking enabled routes to reasoning", fields: { thinking: { type: "enabled", budget_tokens: 2048 } }, call: { effort: "high" } },
-    { name: "thinking adaptive routes to reasoning", fields: { thinking: { type: "adaptive" } }, call: { effort: "high" } },
-    { name: "thinking disabled leaves it to the router", fields: { thinking: { type: "disabled" } }, call: { effort: "medium" } },
+    {
+      name: "thinking enabled routes to reasoning",
+      fields: { thinking: { type: "enabled", budget_tokens: 2048 } },
+      call: { effort: "high" }
+    },
+    {
+      name: "thinking adaptive routes to reasoning",
+      fields: { thinking: { type: "adaptive" } },
+      call: { effort: "high" }
+    },
+    {
+      name: "thinking disabled leaves it to the router",
+      fields: { thinking: { type: "disabled" } },
+      call: { effort: "medium" }
+    },
     {
       name: "output_config.effort wins over thinking",
       fields: { thinking: { type: "adaptive" }, output_config: { effort: "low" } },
       call: { effort: "low" }
     },
-    { name: "output_config.effort max is high", fields: { output_config: { effort: "max" } }, call: { effort: "high" } },
+    {
+      name: "output_config.effort max is high",
+      fields: { output_config: { effort: "max" } },
+      call: { effort: "high" }
+    },
     {
       name: "output_config.format json_schema is structured output",
       fields: { output_config: { format: { type: "json_schema", schema: WEATHER } } },
-      call: { capabilities: { responseFormat: { type: "json_schema", json_schema: { name: "output", schema: WEATHER } } } }
+      call: {
+        capabilities: { responseFormat: { type: "json_schema", json_schema: { name: "output", schema: WEATHER } } }
+      }
     },
     { name: "stop_sequences become stop", fields: { stop_sequences: ["END", "###"] }, call: { stop: ["END", "###"] } },
     {
@@ -238,10 +276,16 @@ describe("Anthropic's fields become the call's", () => {
       fields: { metadata: { user_id: "u-42" } },
       call: { user: "u-42", metadata: { user_id: "u-42" } }
     },
-    { name: "stream and the cost cap", fields: { stream: true, max_total_cost_myr: 0.5 }, call: { stream: true, maxTotalCostMyr: 0.5 } },
+    {
+      name: "stream and the cost cap",
+      fields: { stream: true, max_total_cost_myr: 0.5 },
+      call: { stream: true, maxTotalCostMyr: 0.5 }
+    },
     {
       name: "a web_search server tool turns web search on, max_uses capping the searches",
-      fields: { tools: [{ type: "web_search_20250305", name: "web_search", max_uses: 8, allowed_domains: ["example.com"] }] },
+      fields: {
+        tools: [{ type: "web_search_20250305", name: "web_search", max_uses: 8, allowed_domains: ["example.com"] }]
+      },
       call: {
         capabilities: {},
         webSearch: { mode: "on", search_depth: "fast", max_results: 5, max_searches: 5 }
@@ -270,11 +314,19 @@ describe("Anthropic's fields become the call's", () => {
 })
 
 describe("invalid Anthropic bodies name their param", () => {
-  const cases: ReadonlyArray<{ readonly name: string; readonly fields: Record<string, unknown>; readonly error: Partial<ApiError> }> = [
-    { name: "another model is not found", fields: { model: "claude-sonnet-4-5" }, error: { _tag: "NotFound", param: "model" } },
+  const cases: ReadonlyArray<
+    { readonly name: string; readonly fields: Record<string, unknown>; readonly error: Partial<ApiError> }
+  > = [
+    {
+      name: "another model is not found",
+      fields: { model: "claude-sonnet-4-5" },
+      error: { _tag: "NotFound", param: "model" }
+    },
     {
       name: "a tool_result without its tool_use",
-      fields: { messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "ok" }] }] },
+      fields: {
+        messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "ok" }] }]
+      },
       error: { _tag: "InvalidRequest", param: "messages[0].content[0].tool_use_id" }
     },
     {
@@ -284,7 +336,12 @@ describe("invalid Anthropic bodies name their param", () => {
     },
     {
       name: "an http image URL",
-      fields: { messages: [{ role: "user", content: [{ type: "image", source: { type: "url", url: "http://example.com/a.png" } }] }] },
+      fields: {
+        messages: [{
+          role: "user",
+          content: [{ type: "image", source: { type: "url", url: "http://example.com/a.png" } }]
+        }]
+      },
       error: { _tag: "InvalidRequest", param: "messages[0].content[0].source.url" }
     },
     {
@@ -294,10 +351,19 @@ describe("invalid Anthropic bodies name their param", () => {
     },
     {
       name: "an image in an assistant turn",
-      fields: { messages: [{ role: "assistant", content: [{ type: "image", source: { type: "url", url: "https://example.com/a.png" } }] }] },
+      fields: {
+        messages: [{
+          role: "assistant",
+          content: [{ type: "image", source: { type: "url", url: "https://example.com/a.png" } }]
+        }]
+      },
       error: { _tag: "InvalidRequest", param: "messages[0].content[0]" }
     },
-    { name: "an empty user turn", fields: userBlocks(), error: { _tag: "InvalidRequest", param: "messages[0].content" } },
+    {
+      name: "an empty user turn",
+      fields: userBlocks(),
+      error: { _tag: "InvalidRequest", param: "messages[0].content" }
+    },
     {
       name: "a bash tool",
       fields: { tools: [{ type: "bash_20250124", name: "bash" }] },
@@ -308,8 +374,16 @@ describe("invalid Anthropic bodies name their param", () => {
       fields: { tools: [weatherTool], tool_choice: { type: "tool", name: "nope" } },
       error: { _tag: "InvalidRequest", param: "tool_choice" }
     },
-    { name: "tool_choice any without tools", fields: { tool_choice: { type: "any" } }, error: { _tag: "InvalidRequest", param: "tool_choice" } },
-    { name: "two tools of one name", fields: { tools: [weatherTool, weatherTool] }, error: { _tag: "InvalidRequest", param: "tools[1]" } },
+    {
+      name: "tool_choice any without tools",
+      fields: { tool_choice: { type: "any" } },
+      error: { _tag: "InvalidRequest", param: "tool_choice" }
+    },
+    {
+      name: "two tools of one name",
+      fields: { tools: [weatherTool, weatherTool] },
+      error: { _tag: "InvalidRequest", param: "tools[1]" }
+    },
     {
       name: "five stop sequences",
       fields: { stop_sequences: ["a", "b", "c", "d", "e"] },
@@ -327,7 +401,10 @@ describe("the Messages schemas", () => {
     const decoded = decode({
       model: MODEL,
       max_tokens: 32000,
-      messages: [{ role: "user", content: [{ type: "text", text: "Hi", cache_control: { type: "ephemeral", ttl: "1h" } }] }],
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "Hi", cache_control: { type: "ephemeral", ttl: "1h" } }]
+      }],
       thinking: { type: "enabled", budget_tokens: 31999 },
       context_management: { edits: [] },
       anthropic_beta: ["x"],
@@ -335,7 +412,10 @@ describe("the Messages schemas", () => {
     })
     expect(decoded.max_tokens).toBe(32000)
     expect(decoded.stream).toBe(false)
-    const count = Schema.decodeUnknownSync(AnthropicCountTokensRequest)({ model: MODEL, messages: [{ role: "user", content: "Hi" }] })
+    const count = Schema.decodeUnknownSync(AnthropicCountTokensRequest)({
+      model: MODEL,
+      messages: [{ role: "user", content: "Hi" }]
+    })
     expect(count.model).toBe(MODEL)
   })
 
@@ -350,17 +430,27 @@ describe("the Messages schemas", () => {
   ]
   it.each(bad)("refuse %s", (_name, fields, mentioned) => {
     const result = Schema.decodeUnknownEither(AnthropicMessagesRequest)({
-      model: MODEL, max_tokens: 10, messages: [{ role: "user", content: "Hi" }], ...fields
+      model: MODEL,
+      max_tokens: 10,
+      messages: [{ role: "user", content: "Hi" }],
+      ...fields
     })
     expect(Either.isLeft(result) && result.left.message).toContain(mentioned)
   })
 
   it("conversation alone, as count_tokens reads it and counts it as the estimate does", () => {
-    const conversation = Effect.runSync(anthropicConversation(Schema.decodeUnknownSync(AnthropicCountTokensRequest)({
-      model: MODEL, system: "S", messages: [{ role: "user", content: "Hi" }], tools: [weatherTool]
-    })))
+    const conversation = Effect.runSync(anthropicConversation(
+      Schema.decodeUnknownSync(AnthropicCountTokensRequest)({
+        model: MODEL,
+        system: "S",
+        messages: [{ role: "user", content: "Hi" }],
+        tools: [weatherTool]
+      })
+    ))
     expect(conversation.upstream).toEqual([{ role: "system", content: "S" }, { role: "user", content: "Hi" }])
-    expect(anthropicTokenCount(conversation)).toEqual({ input_tokens: countInput(conversation.upstream, conversation.capabilities) })
+    expect(anthropicTokenCount(conversation)).toEqual({
+      input_tokens: countInput(conversation.upstream, conversation.capabilities)
+    })
     expect(anthropicTokenCount(conversation).input_tokens).toBeGreaterThan(
       anthropicTokenCount({ ...conversation, capabilities: {} }).input_tokens
     )

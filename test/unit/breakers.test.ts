@@ -80,7 +80,9 @@ describe("circuit breakers (memory)", () => {
         expect(yield* breakers.admit(A)).toEqual({ _tag: "Open", halfOpenAt: 4_005_000 })
         yield* TestClock.adjust(1)
         expect(yield* breakers.notClosed).toEqual([{ target: A, state: "half_open", halfOpenAt: 4_005_000 }])
-        const admissions = yield* Effect.all(Array.from({ length: 20 }, () => breakers.admit(A)), { concurrency: "unbounded" })
+        const admissions = yield* Effect.all(Array.from({ length: 20 }, () => breakers.admit(A)), {
+          concurrency: "unbounded"
+        })
         expect(admissions.filter((admission) => admission._tag === "Probe")).toHaveLength(1)
         expect(admissions.filter((admission) => admission._tag === "Open")).toHaveLength(19)
         for (const admission of admissions) {
@@ -165,7 +167,10 @@ describe("circuit breakers (memory)", () => {
     Effect.gen(function*() {
       const seen: Array<[string, number]> = []
       yield* TestClock.setTime(9_000_000)
-      const breakers = yield* Effect.provide(Breakers, Breakers.memory(SETTINGS, (target, value) => seen.push([target, value])))
+      const breakers = yield* Effect.provide(
+        Breakers,
+        Breakers.memory(SETTINGS, (target, value) => seen.push([target, value]))
+      )
       yield* recordAll(breakers, A, [fail, fail, fail])
       yield* TestClock.adjust(SETTINGS.cooldownMs)
       yield* breakers.admit(A)
@@ -189,13 +194,15 @@ describe("BREAKER_* configuration", () => {
   it.effect("defaults, and a bad value refuses to start with one line naming it", () =>
     Effect.gen(function*() {
       const defaults = yield* configFrom({})
-      expect(Either.isRight(defaults) && {
-        failures: defaults.right.breakerFailures,
-        rate: defaults.right.breakerErrorRate,
-        window: defaults.right.breakerWindowMs,
-        min: defaults.right.breakerMinCalls,
-        cooldown: defaults.right.breakerCooldownMs
-      }).toEqual({ failures: 5, rate: 0.5, window: 60_000, min: 10, cooldown: 30_000 })
+      expect(
+        Either.isRight(defaults) && {
+          failures: defaults.right.breakerFailures,
+          rate: defaults.right.breakerErrorRate,
+          window: defaults.right.breakerWindowMs,
+          min: defaults.right.breakerMinCalls,
+          cooldown: defaults.right.breakerCooldownMs
+        }
+      ).toEqual({ failures: 5, rate: 0.5, window: 60_000, min: 10, cooldown: 30_000 })
       const cases: ReadonlyArray<readonly [string, string]> = [
         ["BREAKER_FAILURES", "0"],
         ["BREAKER_FAILURES", "three"],
@@ -212,8 +219,15 @@ describe("BREAKER_* configuration", () => {
         expect(message).toContain(name)
         expect(message.split("\n")).toHaveLength(1)
       }
-      const tuned = yield* configFrom({ BREAKER_FAILURES: "2", BREAKER_ERROR_RATE: "0.25", BREAKER_COOLDOWN_MS: "1000" })
-      expect(Either.isRight(tuned) && [tuned.right.breakerFailures, tuned.right.breakerErrorRate, tuned.right.breakerCooldownMs])
+      const tuned = yield* configFrom({
+        BREAKER_FAILURES: "2",
+        BREAKER_ERROR_RATE: "0.25",
+        BREAKER_COOLDOWN_MS: "1000"
+      })
+      expect(
+        Either.isRight(tuned) &&
+          [tuned.right.breakerFailures, tuned.right.breakerErrorRate, tuned.right.breakerCooldownMs]
+      )
         .toEqual([2, 0.25, 1_000])
     }))
 })

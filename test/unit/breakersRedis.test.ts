@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
 import { Redis } from "ioredis"
 import { randomUUID } from "node:crypto"
-import { Context, Effect, Layer } from "effect"
 import { Breakers } from "../../src/Providers/Breakers.js"
 import type { Admission } from "../../src/Providers/BreakerTypes.js"
 
@@ -103,24 +103,33 @@ describe("circuit breakers shared through Redis", () => {
       expect(yield* one.admit(TARGET)).toEqual({ _tag: "Probe" })
       const failedAt = Date.now()
       yield* one.record(TARGET, { _tag: "Failure" })
-      const seen = yield* until(two.admit(TARGET), (admission) => admission._tag === "Open" && admission.halfOpenAt > failedAt + 1_000)
+      const seen = yield* until(
+        two.admit(TARGET),
+        (admission) => admission._tag === "Open" && admission.halfOpenAt > failedAt + 1_000
+      )
       expect(seen._tag).toBe("Open")
       if (seen._tag === "Open") expect(seen.halfOpenAt).toBeGreaterThanOrEqual(failedAt + SETTINGS.cooldownMs)
     }))
 
-  it.scopedLive("a Redis that cannot be reached fails no call: admits answer Closed, opening holds on this instance", () =>
-    Effect.gen(function*() {
-      // Nothing listens on port 1.
-      const breakers = yield* Effect.map(
-        Layer.build(Breakers.redis({ url: "redis://127.0.0.1:1", prefix: "nenas:test:unreachable:", settings: SETTINGS })),
-        (context) => Context.get(context, Breakers)
-      )
-      expect(yield* breakers.admit(TARGET)).toEqual({ _tag: "Closed" })
-      yield* breakers.record(TARGET, { _tag: "Failure", retryAfterMs: 100 })
-      expect((yield* breakers.admit(TARGET))._tag).toBe("Open")
-      yield* Effect.sleep("150 millis")
-      // Half-open, the probe's claim fails on Redis: the call is admitted rather than refused.
-      expect(yield* breakers.admit(TARGET)).toEqual({ _tag: "Closed" })
-      expect((yield* breakers.notClosed).map((state) => state.target)).toEqual([TARGET])
-    }), 20_000)
+  it.scopedLive(
+    "a Redis that cannot be reached fails no call: admits answer Closed, opening holds on this instance",
+    () =>
+      Effect.gen(function*() {
+        // Nothing listens on port 1.
+        const breakers = yield* Effect.map(
+          Layer.build(
+            Breakers.redis({ url: "redis://127.0.0.1:1", prefix: "nenas:test:unreachable:", settings: SETTINGS })
+          ),
+          (context) => Context.get(context, Breakers)
+        )
+        expect(yield* breakers.admit(TARGET)).toEqual({ _tag: "Closed" })
+        yield* breakers.record(TARGET, { _tag: "Failure", retryAfterMs: 100 })
+        expect((yield* breakers.admit(TARGET))._tag).toBe("Open")
+        yield* Effect.sleep("150 millis")
+        // Half-open, the probe's claim fails on Redis: the call is admitted rather than refused.
+        expect(yield* breakers.admit(TARGET)).toEqual({ _tag: "Closed" })
+        expect((yield* breakers.notClosed).map((state) => state.target)).toEqual([TARGET])
+      }),
+    20_000
+  )
 })

@@ -1,7 +1,7 @@
-import { createServer } from "node:http"
-import type { AddressInfo } from "node:net"
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import { AppConfig } from "../../src/AppConfig.js"
 import { CardProcessor } from "../../src/Billing/CardProcessor.js"
 
@@ -50,25 +50,44 @@ const StripeCardsLive = Layer.scoped(
         const route = `${request.method} ${url.pathname}`
         if (route === "POST /v1/customers") return answer(200, { id: "cus_double_1", object: "customer" })
         if (route === "POST /v1/checkout/sessions") {
-          return answer(200, { id: "cs_test_setup_1", object: "checkout.session", mode: "setup", url: "https://checkout.stripe.test/c/setup/1" })
+          return answer(200, {
+            id: "cs_test_setup_1",
+            object: "checkout.session",
+            mode: "setup",
+            url: "https://checkout.stripe.test/c/setup/1"
+          })
         }
         if (route === "GET /v1/setup_intents/seti_double_1") {
           return answer(200, {
             id: "seti_double_1",
             object: "setup_intent",
-            payment_method: { id: "pm_double_1", object: "payment_method", card: { brand: "visa", last4: "4242", exp_month: 12, exp_year: 2034 } }
+            payment_method: {
+              id: "pm_double_1",
+              object: "payment_method",
+              card: { brand: "visa", last4: "4242", exp_month: 12, exp_year: 2034 }
+            }
           })
         }
         if (route === "POST /v1/payment_intents") {
           const outcome = outcomes.shift() ?? "pays"
-          if (outcome === "pays") return answer(200, { id: "pi_double_ok", object: "payment_intent", status: "succeeded" })
-          if (outcome === "server_error") return answer(500, { error: { type: "api_error", message: "Stripe double failure" } })
+          if (outcome === "pays") {
+            return answer(200, { id: "pi_double_ok", object: "payment_intent", status: "succeeded" })
+          }
+          if (outcome === "server_error") {
+            return answer(500, { error: { type: "api_error", message: "Stripe double failure" } })
+          }
           return answer(402, {
             error: {
               type: "card_error",
               code: outcome,
-              message: outcome === "card_declined" ? "Your card was declined." : "This payment requires authentication.",
-              payment_intent: { id: `pi_double_${outcome}`, object: "payment_intent", status: "requires_payment_method" }
+              message: outcome === "card_declined"
+                ? "Your card was declined."
+                : "This payment requires authentication.",
+              payment_intent: {
+                id: `pi_double_${outcome}`,
+                object: "payment_intent",
+                status: "requires_payment_method"
+              }
             }
           })
         }
@@ -83,12 +102,14 @@ const StripeCardsLive = Layer.scoped(
   })
 )
 
-const CardsOnStripe = Layer.unwrapEffect(Effect.map(StripeCards, (double) =>
-  CardProcessor.layer.pipe(Layer.provide(AppConfig.layerWith({
-    stripeSecretKey: Option.some(Redacted.make("sk_test_nenas_cards")),
-    stripeApiUrl: Option.some(double.url),
-    dashboardUrl: "http://127.0.0.1:9/app"
-  }))))).pipe(Layer.provideMerge(StripeCardsLive))
+const CardsOnStripe = Layer.unwrapEffect(
+  Effect.map(StripeCards, (double) =>
+    CardProcessor.layer.pipe(Layer.provide(AppConfig.layerWith({
+      stripeSecretKey: Option.some(Redacted.make("sk_test_nenas_cards")),
+      stripeApiUrl: Option.some(double.url),
+      dashboardUrl: "http://127.0.0.1:9/app"
+    }))))
+).pipe(Layer.provideMerge(StripeCardsLive))
 
 describe("saved cards on Stripe, through the real SDK", () => {
   layer(CardsOnStripe, { timeout: 60_000 })((it) => {
@@ -100,9 +121,16 @@ describe("saved cards on Stripe, through the real SDK", () => {
         expect(yield* cards.ensureCustomer("acct_1", "me@example.com", "cus_known")).toBe("cus_known")
         const customers = seen.filter((r) => r.path === "/v1/customers")
         expect(customers).toHaveLength(1)
-        expect(customers[0]).toMatchObject({ idempotencyKey: "customer-acct_1", form: { "metadata[account_id]": "acct_1", email: "me@example.com" } })
+        expect(customers[0]).toMatchObject({
+          idempotencyKey: "customer-acct_1",
+          form: { "metadata[account_id]": "acct_1", email: "me@example.com" }
+        })
 
-        const session = yield* cards.createSetupCheckout({ accountId: "acct_1", customerId: "cus_double_1", setupId: "cset_1" })
+        const session = yield* cards.createSetupCheckout({
+          accountId: "acct_1",
+          customerId: "cus_double_1",
+          setupId: "cset_1"
+        })
         expect(session).toEqual({ sessionId: "cs_test_setup_1", url: "https://checkout.stripe.test/c/setup/1" })
         expect(seen.find((r) => r.path === "/v1/checkout/sessions")).toMatchObject({
           idempotencyKey: "setup-cset_1",
@@ -110,9 +138,15 @@ describe("saved cards on Stripe, through the real SDK", () => {
         })
 
         expect(yield* cards.savedCard("seti_double_1")).toEqual({
-          paymentMethodId: "pm_double_1", brand: "visa", last4: "4242", expMonth: 12, expYear: 2034
+          paymentMethodId: "pm_double_1",
+          brand: "visa",
+          last4: "4242",
+          expMonth: 12,
+          expYear: 2034
         })
-        expect(seen.find((r) => r.path === "/v1/setup_intents/seti_double_1")?.form).toMatchObject({ "expand[0]": "payment_method" })
+        expect(seen.find((r) => r.path === "/v1/setup_intents/seti_double_1")?.form).toMatchObject({
+          "expand[0]": "payment_method"
+        })
       }))
 
     it.effect("an off-session charge: accepted, declined, authentication required, each with its attempt's idempotency key", () =>
@@ -129,17 +163,30 @@ describe("saved cards on Stripe, through the real SDK", () => {
             metadata: { account_id: "acct_1", auto_topup_id: attempt }
           })
         expect(yield* charge("atu_1")).toEqual({ _tag: "Accepted", paymentIntentId: "pi_double_ok" })
-        expect(yield* charge("atu_2")).toMatchObject({ _tag: "Refused", code: "card_declined", paymentIntentId: "pi_double_card_declined" })
+        expect(yield* charge("atu_2")).toMatchObject({
+          _tag: "Refused",
+          code: "card_declined",
+          paymentIntentId: "pi_double_card_declined"
+        })
         expect(yield* charge("atu_3")).toMatchObject({
           _tag: "Refused",
           code: "authentication_required",
           paymentIntentId: "pi_double_authentication_required"
         })
         const intents = double.seen.filter((r) => r.path === "/v1/payment_intents")
-        expect(intents.map((r) => r.idempotencyKey)).toEqual(["auto_topup_atu_1", "auto_topup_atu_2", "auto_topup_atu_3"])
+        expect(intents.map((r) => r.idempotencyKey)).toEqual([
+          "auto_topup_atu_1",
+          "auto_topup_atu_2",
+          "auto_topup_atu_3"
+        ])
         expect(intents[0]?.form).toMatchObject({
-          amount: "5000", currency: "myr", customer: "cus_double_1", payment_method: "pm_double_1",
-          off_session: "true", confirm: "true", "metadata[auto_topup_id]": "atu_1"
+          amount: "5000",
+          currency: "myr",
+          customer: "cus_double_1",
+          payment_method: "pm_double_1",
+          off_session: "true",
+          confirm: "true",
+          "metadata[auto_topup_id]": "atu_1"
         })
       }))
 

@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { createServer, type Server, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { ApiError, send } from "../../web/src/transport.js"
 
 /**

@@ -14,7 +14,11 @@ import { DESIGN_TABLE } from "../support/ErrorTable.js"
 
 /** Decisions that need no database, no server and no upstream: pure functions and test Layers. */
 
-const input = (prompt: string, effort: RouteInput["effort"] = "medium", webSearch: RouteInput["webSearch"] = "off"): RouteInput => ({
+const input = (
+  prompt: string,
+  effort: RouteInput["effort"] = "medium",
+  webSearch: RouteInput["webSearch"] = "off"
+): RouteInput => ({
   messages: [{ role: "user", content: prompt }],
   effort,
   webSearch
@@ -32,7 +36,9 @@ describe("routing", () => {
   it.effect("the real Router Layer decides exactly as the pure decideRoute, with the configured models", () =>
     Effect.gen(function*() {
       const router = yield* Router
-      for (const each of prompts) expect(router.route(each)).toEqual(decideRoute({ general: "g", reasoning: "r" }, each))
+      for (const each of prompts) {
+        expect(router.route(each)).toEqual(decideRoute({ general: "g", reasoning: "r" }, each))
+      }
     }).pipe(Effect.provide(Router.layer.pipe(
       Layer.provide(AppConfig.layerWith({ upstreamModelGeneral: "g", upstreamModelReasoning: "r" }))
     ))))
@@ -41,7 +47,13 @@ describe("routing", () => {
     const fixed = Router.fixed(Router.fixedRoute("reasoning", "pinned-model"))
     return Effect.gen(function*() {
       const router = yield* Router
-      for (const each of prompts) expect(router.route(each)).toMatchObject({ category: "reasoning", upstreamModel: "pinned-model", reasoningModel: true })
+      for (const each of prompts) {
+        expect(router.route(each)).toMatchObject({
+          category: "reasoning",
+          upstreamModel: "pinned-model",
+          reasoningModel: true
+        })
+      }
       expect(fixed.inputs).toEqual(prompts)
     }).pipe(Effect.provide(Router.Test(fixed)))
   })
@@ -61,7 +73,11 @@ describe("grant sizing", () => {
   const table: ReadonlyArray<readonly [string, Partial<typeof base>, number]> = [
     ["at least 16 calls like the last one", {}, 1_600],
     ["about two seconds of recent spend", { spendPerSecond: 10_000 }, 20_000],
-    ["what the grant has not lent counts towards the target", { remaining: 500, heldMicroMyr: 500, availableMicroMyr: 10_000 }, 1_100],
+    ["what the grant has not lent counts towards the target", {
+      remaining: 500,
+      heldMicroMyr: 500,
+      availableMicroMyr: 10_000
+    }, 1_100],
     ["never above a third of what it and the wallet hold together", { availableMicroMyr: 3_000 }, 1_000],
     ["nothing when a third would cover fewer than four calls", { availableMicroMyr: 1_000 }, 0],
     ["nothing when the grant already holds its third", { heldMicroMyr: 1_000, availableMicroMyr: 2_000 }, 0],
@@ -73,22 +89,25 @@ describe("grant sizing", () => {
   }
 
   it("for any wallet: never more than available, never past a third, never under four calls' worth", () =>
-    fc.assert(fc.property(
-      fc.nat(1_000_000),
-      fc.integer({ min: 1, max: 50_000 }),
-      fc.nat(5_000_000),
-      fc.nat(5_000_000),
-      fc.nat(10_000_000),
-      (spendPerSecond, estimate, remaining, extra, availableMicroMyr) => {
-        const heldMicroMyr = remaining + extra
-        const growth = grantGrowth({ spendPerSecond, estimate, remaining, heldMicroMyr, availableMicroMyr })
-        expect(Number.isInteger(growth)).toBe(true)
-        if (growth === 0) return
-        expect(growth).toBeLessThanOrEqual(availableMicroMyr)
-        expect(heldMicroMyr + growth).toBeLessThanOrEqual((availableMicroMyr + heldMicroMyr) / 3)
-        expect(growth).toBeGreaterThanOrEqual(estimate * GRANT_FLOOR_CALLS)
-      }
-    ), { numRuns: 2_000 }))
+    fc.assert(
+      fc.property(
+        fc.nat(1_000_000),
+        fc.integer({ min: 1, max: 50_000 }),
+        fc.nat(5_000_000),
+        fc.nat(5_000_000),
+        fc.nat(10_000_000),
+        (spendPerSecond, estimate, remaining, extra, availableMicroMyr) => {
+          const heldMicroMyr = remaining + extra
+          const growth = grantGrowth({ spendPerSecond, estimate, remaining, heldMicroMyr, availableMicroMyr })
+          expect(Number.isInteger(growth)).toBe(true)
+          if (growth === 0) return
+          expect(growth).toBeLessThanOrEqual(availableMicroMyr)
+          expect(heldMicroMyr + growth).toBeLessThanOrEqual((availableMicroMyr + heldMicroMyr) / 3)
+          expect(growth).toBeGreaterThanOrEqual(estimate * GRANT_FLOOR_CALLS)
+        }
+      ),
+      { numRuns: 2_000 }
+    ))
 
   it("a grant is wanted from eight calls a second, not in a cooldown, and only when what is left runs low", () => {
     const now = 10_000
@@ -109,22 +128,30 @@ describe("error mapping", () => {
     expect(errorClasses.map((c) => c._tag)).toEqual(DESIGN_TABLE.map(([tag]) => tag))
   })
 
-  it.effect.each(DESIGN_TABLE)("%s: the spec's body and status, failed or died with", ([tag, code, status, type, retryable]) =>
-    Effect.gen(function*() {
-      const cls = errorClasses.find((c) => c._tag === tag)
-      if (cls === undefined) throw new Error(`no class ${tag}`)
-      const error = new cls({ message: `mapped ${tag}` })
-      for (const cause of [Cause.fail(error), Cause.die(error)]) {
-        expect(Option.getOrUndefined(toApiError(cause))).toBe(error)
-      }
-      const response = errorResponse(error, "req_fixed", "https://dash.test")
-      expect(response.status).toBe(status)
-      const body = JSON.parse(new TextDecoder().decode(response.body._tag === "Uint8Array" ? response.body.body : new Uint8Array()))
-      expect(body).toMatchObject({ type: "error", error: { code, type, retryable, message: `mapped ${tag}`, param: null, request_id: "req_fixed" } })
-      expect(body.error.guidance.length).toBeGreaterThan(0)
-      if (body.error.action_url !== null) expect(body.error.action_url).toMatch(/^https:\/\/dash\.test\//)
-      expect(response.headers["retry-after"]).toBeUndefined()
-    }))
+  it.effect.each(DESIGN_TABLE)(
+    "%s: the spec's body and status, failed or died with",
+    ([tag, code, status, type, retryable]) =>
+      Effect.sync(() => {
+        const cls = errorClasses.find((c) => c._tag === tag)
+        if (cls === undefined) throw new Error(`no class ${tag}`)
+        const error = new cls({ message: `mapped ${tag}` })
+        for (const cause of [Cause.fail(error), Cause.die(error)]) {
+          expect(Option.getOrUndefined(toApiError(cause))).toBe(error)
+        }
+        const response = errorResponse(error, "req_fixed", "https://dash.test")
+        expect(response.status).toBe(status)
+        const body = JSON.parse(
+          new TextDecoder().decode(response.body._tag === "Uint8Array" ? response.body.body : new Uint8Array())
+        )
+        expect(body).toMatchObject({
+          type: "error",
+          error: { code, type, retryable, message: `mapped ${tag}`, param: null, request_id: "req_fixed" }
+        })
+        expect(body.error.guidance.length).toBeGreaterThan(0)
+        if (body.error.action_url !== null) expect(body.error.action_url).toMatch(/^https:\/\/dash\.test\//)
+        expect(response.headers["retry-after"]).toBeUndefined()
+      })
+  )
 
   it("retry_after_seconds is sent in the body and as Retry-After", () => {
     const response = errorResponse(new RateLimitExceeded({ message: "slow", retry_after_seconds: 7 }), "req_x", "")
@@ -140,11 +167,16 @@ describe("error mapping", () => {
     if (failed._tag === "Right") throw new Error("decoded")
     const error = mapped(Cause.fail(failed.left))
     expect(error).toBeInstanceOf(InvalidRequest)
-    expect(error).toMatchObject({ param: "model", message: expect.stringMatching(/^Invalid 'model': Expected string, actual 1/) })
-    const decodeError = mapped(Cause.fail(new HttpApiError.HttpApiDecodeError({
-      issues: [{ _tag: "Type", path: ["messages", 0, "role"], message: "Expected \"user\", actual \"x\"" }],
-      message: "bad"
-    })))
+    expect(error).toMatchObject({
+      param: "model",
+      message: expect.stringMatching(/^Invalid 'model': Expected string, actual 1/)
+    })
+    const decodeError = mapped(Cause.fail(
+      new HttpApiError.HttpApiDecodeError({
+        issues: [{ _tag: "Type", path: ["messages", 0, "role"], message: "Expected \"user\", actual \"x\"" }],
+        message: "bad"
+      })
+    ))
     expect(decodeError).toMatchObject({ _tag: "InvalidRequest", param: "messages[0].role" })
   })
 
@@ -153,9 +185,17 @@ describe("error mapping", () => {
       _tag: "NotFound",
       message: "No route for POST /nowhere."
     })
-    expect(mapped(Cause.fail(new HttpServerError.RequestError({ request, reason: "Decode", cause: new SyntaxError("bad") }))))
+    expect(
+      mapped(Cause.fail(new HttpServerError.RequestError({ request, reason: "Decode", cause: new SyntaxError("bad") })))
+    )
       .toMatchObject({ _tag: "InvalidRequest", message: "The request body is not valid JSON." })
-    expect(mapped(Cause.fail(new HttpServerError.RequestError({ request, reason: "Decode", cause: new Error("maxBytes exceeded") }))))
+    expect(
+      mapped(
+        Cause.fail(
+          new HttpServerError.RequestError({ request, reason: "Decode", cause: new Error("maxBytes exceeded") })
+        )
+      )
+    )
       .toMatchObject({ _tag: "ContextLengthExceeded" })
   })
 
@@ -170,11 +210,31 @@ describe("error mapping", () => {
 describe("webhook event semantics: what a dispute event says about Stripe's money", () => {
   const table: ReadonlyArray<readonly [string, string, ReturnType<typeof disputeFacts>]> = [
     ["charge.dispute.created", "needs_response", { status: "open", fundsWithdrawn: true, fundsReinstated: false }],
-    ["charge.dispute.created", "warning_needs_response", { status: "open", fundsWithdrawn: false, fundsReinstated: false }],
-    ["charge.dispute.funds_withdrawn", "needs_response", { status: "open", fundsWithdrawn: true, fundsReinstated: false }],
-    ["charge.dispute.funds_withdrawn", "warning_under_review", { status: "open", fundsWithdrawn: true, fundsReinstated: false }],
-    ["charge.dispute.funds_reinstated", "under_review", { status: "open", fundsWithdrawn: true, fundsReinstated: true }],
-    ["charge.dispute.funds_reinstated", "warning_closed", { status: "open", fundsWithdrawn: true, fundsReinstated: true }],
+    ["charge.dispute.created", "warning_needs_response", {
+      status: "open",
+      fundsWithdrawn: false,
+      fundsReinstated: false
+    }],
+    ["charge.dispute.funds_withdrawn", "needs_response", {
+      status: "open",
+      fundsWithdrawn: true,
+      fundsReinstated: false
+    }],
+    ["charge.dispute.funds_withdrawn", "warning_under_review", {
+      status: "open",
+      fundsWithdrawn: true,
+      fundsReinstated: false
+    }],
+    ["charge.dispute.funds_reinstated", "under_review", {
+      status: "open",
+      fundsWithdrawn: true,
+      fundsReinstated: true
+    }],
+    ["charge.dispute.funds_reinstated", "warning_closed", {
+      status: "open",
+      fundsWithdrawn: true,
+      fundsReinstated: true
+    }],
     ["charge.dispute.closed", "won", { status: "won", fundsWithdrawn: true, fundsReinstated: true }],
     ["charge.dispute.closed", "lost", { status: "lost", fundsWithdrawn: true, fundsReinstated: false }],
     ["charge.dispute.closed", "warning_closed", { status: "closed", fundsWithdrawn: false, fundsReinstated: false }],
@@ -208,9 +268,16 @@ describe("idempotency rules: a key already claimed", () => {
   const cases: ReadonlyArray<{
     readonly name: string
     readonly existing: RecordRow
-    readonly expected: { readonly replay: { status: number; body: string } } | { readonly conflict: RegExp; readonly retryable: boolean }
+    readonly expected: { readonly replay: { status: number; body: string } } | {
+      readonly conflict: RegExp
+      readonly retryable: boolean
+    }
   }> = [
-    { name: "the same request, finished: its stored answer again", existing: record({}), expected: { replay: { status: 200, body: "{\"id\":\"chatcmpl-1\"}" } } },
+    {
+      name: "the same request, finished: its stored answer again",
+      existing: record({}),
+      expected: { replay: { status: 200, body: "{\"id\":\"chatcmpl-1\"}" } }
+    },
     {
       name: "the same request, finished with an error: the stored error again",
       existing: record({ responseStatus: 402, responseBody: "{\"error\":{}}" }),

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Chunk, Effect, Exit, Fiber, Option, Schema, Stream, TestClock } from "effect"
-import { StripeEvent } from "../../src/Billing/Payments.js"
 import { completedEvent, PaymentProcessor } from "../../src/Billing/PaymentProcessor.js"
+import { StripeEvent } from "../../src/Billing/Payments.js"
 import { ProviderTimeout, ProviderUnavailable } from "../../src/Domain/Errors.js"
 import type { ProviderRequest } from "../../src/Providers/Provider.js"
 import { Provider, Script } from "../../src/Providers/Provider.js"
@@ -43,9 +43,13 @@ describe("Provider.scripted", () => {
     const scripted = Provider.scripted((asked, index) =>
       asked.model === "broken"
         ? Script.refuse(new ProviderUnavailable({ message: "down" }))
-        : Script.streamed([`call ${index}: `, "ok"], { usage: Script.usage(5, 2) }))
+        : Script.streamed([`call ${index}: `, "ok"], { usage: Script.usage(5, 2) })
+    )
     return Effect.gen(function*() {
-      expect(yield* scripted.complete(request("x"))).toMatchObject({ text: "call 0: ok", usage: Option.some(Script.usage(5, 2)) })
+      expect(yield* scripted.complete(request("x"))).toMatchObject({
+        text: "call 0: ok",
+        usage: Option.some(Script.usage(5, 2))
+      })
       expect((yield* Effect.flip(scripted.complete(request("y", "broken"))))._tag).toBe("ProviderUnavailable")
     })
   })
@@ -73,7 +77,11 @@ describe("Provider.scripted", () => {
 
   it.effect("tool calls survive the trip between whole and streamed answers", () =>
     Effect.gen(function*() {
-      const call = { id: "call_1", type: "function" as const, function: { name: "weather", arguments: "{\"city\":\"KL\"}" } }
+      const call = {
+        id: "call_1",
+        type: "function" as const,
+        function: { name: "weather", arguments: "{\"city\":\"KL\"}" }
+      }
       const provider = Provider.scripted([Script.answer("", { toolCalls: [call] })])
       const parts = yield* Effect.flatMap(provider.stream(request("x")), collected)
       expect(parts).toEqual([
@@ -86,7 +94,12 @@ describe("Provider.scripted", () => {
 describe("Search.canned", () => {
   it.effect("canned results (at most maxResults), failing queries, canned pages; each query and page recorded", () => {
     const canned = Search.canned({
-      results: (query) => [Search.cannedResult("https://a.test/1", `${query} 1`), Search.cannedResult("https://a.test/2", `${query} 2`)],
+      results: (
+        query
+      ) => [
+        Search.cannedResult("https://a.test/1", `${query} 1`),
+        Search.cannedResult("https://a.test/2", `${query} 2`)
+      ],
       pages: { "https://a.test/1": "Page one." },
       failing: ["down"]
     })
@@ -112,11 +125,17 @@ describe("PaymentProcessor.inMemory", () => {
       expect(first.sessionId).toMatch(/^cs_test_/)
       expect(checkout.state.sessions.size).toBe(1)
       checkout.state.unreachable = true
-      expect((yield* Effect.flip(checkout.createCheckout({ ...input, transactionId: "pt_2" })))._tag).toBe("BillingError")
+      expect((yield* Effect.flip(checkout.createCheckout({ ...input, transactionId: "pt_2" })))._tag).toBe(
+        "BillingError"
+      )
       expect(checkout.state.calls.length).toBe(3)
       const session = checkout.state.sessions.get(first.sessionId)
       if (session === undefined) throw new Error("no session")
       const event = yield* Schema.decodeUnknown(StripeEvent)(completedEvent(session, "pi_1"))
-      expect(event.data.object).toMatchObject({ client_reference_id: "pt_1", amount_total: 1_000, payment_status: "paid" })
+      expect(event.data.object).toMatchObject({
+        client_reference_id: "pt_1",
+        amount_total: 1_000,
+        payment_status: "paid"
+      })
     }))
 })

@@ -4,7 +4,15 @@ import { ContextLengthExceeded, InvalidRequest } from "../../src/Domain/Errors.j
 import { microMyr } from "../../src/Domain/Money.js"
 import { DEFAULT_PRICES, withSafetyMargin } from "../../src/Domain/Prices.js"
 import type { EstimateInput, SearchAllowance } from "../../src/Models/Call/Estimate.js"
-import { billedCost, ceilingOf, costCapOf, estimateCall, outputCapFor, withinCostCap, worstCaseCost } from "../../src/Models/Call/Estimate.js"
+import {
+  billedCost,
+  ceilingOf,
+  costCapOf,
+  estimateCall,
+  outputCapFor,
+  withinCostCap,
+  worstCaseCost
+} from "../../src/Models/Call/Estimate.js"
 
 /**
  * The call's money decisions as plain functions (DESIGN.md, Money), with
@@ -15,8 +23,20 @@ import { billedCost, ceilingOf, costCapOf, estimateCall, outputCapFor, withinCos
  */
 
 const GENERAL = "gpt-4.1-mini"
-const NO_SEARCH: SearchAllowance = { contextTokens: 0, planningInputTokens: 0, planningOutputTokens: 0, searches: 0, pages: 0 }
-const SEARCH: SearchAllowance = { contextTokens: 5_000, planningInputTokens: 300, planningOutputTokens: 600, searches: 2, pages: 1 }
+const NO_SEARCH: SearchAllowance = {
+  contextTokens: 0,
+  planningInputTokens: 0,
+  planningOutputTokens: 0,
+  searches: 0,
+  pages: 0
+}
+const SEARCH: SearchAllowance = {
+  contextTokens: 5_000,
+  planningInputTokens: 300,
+  planningOutputTokens: 600,
+  searches: 2,
+  pages: 1
+}
 
 const call = (overrides: Partial<EstimateInput> = {}): EstimateInput => ({
   prices: DEFAULT_PRICES,
@@ -36,7 +56,11 @@ describe("the output cap", () => {
     { name: "max_output_tokens as asked", input: call({ maxOutputTokens: 500 }), cap: 500 },
     { name: "near the window: what the window leaves", input: call({ inputTokens: 990_000 }), cap: 10_000 },
     { name: "the sources take their room too", input: call({ inputTokens: 990_000, search: SEARCH }), cap: 5_000 },
-    { name: "input and asked output filling the window exactly", input: call({ inputTokens: 998_000, maxOutputTokens: 2_000 }), cap: 2_000 }
+    {
+      name: "input and asked output filling the window exactly",
+      input: call({ inputTokens: 998_000, maxOutputTokens: 2_000 }),
+      cap: 2_000
+    }
   ])("$name", ({ cap, input }) => {
     expect(outputCapFor(input)).toEqual(Either.right(cap))
   })
@@ -45,7 +69,8 @@ describe("the output cap", () => {
     {
       name: "asked output that does not fit",
       input: call({ inputTokens: 999_000, maxOutputTokens: 2_000 }),
-      message: "The input is 999000 tokens and 2000 output tokens were asked for; the model's context window is 1000000 tokens."
+      message:
+        "The input is 999000 tokens and 2000 output tokens were asked for; the model's context window is 1000000 tokens."
     },
     {
       name: "input over the window",
@@ -70,14 +95,35 @@ describe("the output cap", () => {
 describe("the worst-case cost", () => {
   it.each([
     // (1000 * 1.1 + 16) * 1.68 + 32000 * 6.72 = 1874.88 + 215040 = 216914.88, rounded up
-    { name: "the whole output cap is priced", model: GENERAL, input: 1_000, outputCap: 32_000, search: NO_SEARCH, cost: 216_915 },
+    {
+      name: "the whole output cap is priced",
+      model: GENERAL,
+      input: 1_000,
+      outputCap: 32_000,
+      search: NO_SEARCH,
+      cost: 216_915
+    },
     // 1116 * 1.68 + 500 * 6.72 = 1874.88 + 3360
     { name: "a smaller cap costs less", model: GENERAL, input: 1_000, outputCap: 500, search: NO_SEARCH, cost: 5_235 },
     // 1116 * 4.62 + 500 * 18.48 = 5155.92 + 9240
-    { name: "an unknown model at the fallback price", model: "unknown-model", input: 1_000, outputCap: 500, search: NO_SEARCH, cost: 14_396 },
+    {
+      name: "an unknown model at the fallback price",
+      model: "unknown-model",
+      input: 1_000,
+      outputCap: 500,
+      search: NO_SEARCH,
+      cost: 14_396
+    },
     // input 1000 + 5000 sources + 300 planning = 6300 tokens; 6300 * 1.1 is 6930.000000000001 in floating point, so the
     // margin rounds up to 6931, + 16 = 6947 tokens: 11670.96; output 1000 + 600 planning: 10752; 2 searches 42000, 1 page 4200
-    { name: "web search: sources, planning, searches and pages", model: GENERAL, input: 1_000, outputCap: 1_000, search: SEARCH, cost: 68_623 },
+    {
+      name: "web search: sources, planning, searches and pages",
+      model: GENERAL,
+      input: 1_000,
+      outputCap: 1_000,
+      search: SEARCH,
+      cost: 68_623
+    },
     // (0 * 1.1 + 16) * 1.68 = 26.88
     { name: "an empty call still pays the margin", model: GENERAL, input: 0, outputCap: 0, search: NO_SEARCH, cost: 27 }
   ])("$name", ({ cost, input, model, outputCap, search }) => {
@@ -105,7 +151,9 @@ describe("max_total_cost_myr", () => {
     if (refused._tag === "None") return
     expect(refused.value).toBeInstanceOf(InvalidRequest)
     expect(refused.value.param).toBe("max_total_cost_myr")
-    expect(refused.value.message).toBe("This request may cost up to RM 0.216915, above max_total_cost_myr (RM 0.216914).")
+    expect(refused.value.message).toBe(
+      "This request may cost up to RM 0.216915, above max_total_cost_myr (RM 0.216914)."
+    )
     expect(refused.value.guidance).toBe(
       "The estimated maximum cost is RM 0.216915 (1116 input tokens: 1000 counted plus a safety margin, 32000 output tokens). " +
         "Raise max_total_cost_myr to at least 0.216915, or lower max_output_tokens."
@@ -113,10 +161,19 @@ describe("max_total_cost_myr", () => {
   })
 
   it("names the searches and pages when web search is priced in", () => {
-    const refused = Either.getLeft(withinCostCap(microMyr(68_623), microMyr(50_000), { inputTokens: 1_000, outputCap: 1_000, search: SEARCH, outputParam: "max_tokens" }))
+    const refused = Either.getLeft(
+      withinCostCap(microMyr(68_623), microMyr(50_000), {
+        inputTokens: 1_000,
+        outputCap: 1_000,
+        search: SEARCH,
+        outputParam: "max_tokens"
+      })
+    )
     // 1000 input, 5000 of sources and 300 of planning, margined; 1000 output and 600 of planning.
     expect(refused._tag === "Some" ? refused.value.guidance : "").toContain(
-      `(${withSafetyMargin(6_300)} input tokens: 6300 counted plus a safety margin, 1600 output tokens, 2 searches, 1 pages). Raise max_total_cost_myr to at least 0.068623, or lower max_tokens.`
+      `(${
+        withSafetyMargin(6_300)
+      } input tokens: 6300 counted plus a safety margin, 1600 output tokens, 2 searches, 1 pages). Raise max_total_cost_myr to at least 0.068623, or lower max_tokens.`
     )
   })
 })
@@ -129,7 +186,9 @@ describe("estimateCall", () => {
   })
 
   it("refuses the context window before the cost", () => {
-    const refused = Either.getLeft(estimateCall(call({ inputTokens: 999_000, maxOutputTokens: 2_000, maxTotalCostMyr: 0.000001 })))
+    const refused = Either.getLeft(
+      estimateCall(call({ inputTokens: 999_000, maxOutputTokens: 2_000, maxTotalCostMyr: 0.000001 }))
+    )
     expect(refused._tag === "Some" ? refused.value._tag : "none").toBe("ContextLengthExceeded")
   })
 
@@ -149,8 +208,13 @@ describe("estimateCall", () => {
   })
 
   it("checks max_total_cost_myr against the dearest target: a cap between the two estimates is refused", () => {
-    expect(Either.isRight(estimateCall(call({ maxOutputTokens: 500, maxTotalCostMyr: 0.01 }))), "the primary alone fits").toBe(true)
-    const refused = Either.getLeft(estimateCall(call({ maxOutputTokens: 500, maxTotalCostMyr: 0.01, fallbackModels: ["o4-mini"] })))
+    expect(
+      Either.isRight(estimateCall(call({ maxOutputTokens: 500, maxTotalCostMyr: 0.01 }))),
+      "the primary alone fits"
+    ).toBe(true)
+    const refused = Either.getLeft(
+      estimateCall(call({ maxOutputTokens: 500, maxTotalCostMyr: 0.01, fallbackModels: ["o4-mini"] }))
+    )
     expect(refused._tag === "Some" ? refused.value.message : "").toContain("RM 0.014396")
   })
 })
@@ -164,7 +228,12 @@ describe("what a call is billed", () => {
     { name: "never above its ceiling", usage, ceiling: 30_000, billed: 30_000 },
     { name: "nothing when it held nothing", usage: null, ceiling: 100_000, billed: 0 },
     // 1.68, rounded up
-    { name: "a fraction of a micro-MYR rounded up", usage: { inputTokens: 1, cachedTokens: 0, outputTokens: 0, searches: 0, pages: 0 }, ceiling: 100, billed: 2 }
+    {
+      name: "a fraction of a micro-MYR rounded up",
+      usage: { inputTokens: 1, cachedTokens: 0, outputTokens: 0, searches: 0, pages: 0 },
+      ceiling: 100,
+      billed: 2
+    }
   ])("$name", ({ billed, ceiling, usage }) => {
     expect(billedCost(DEFAULT_PRICES, GENERAL, usage, ceiling)).toBe(billed)
   })

@@ -49,7 +49,11 @@ const row = (id: string, fields: Partial<KeyRow>): KeyRow => ({
 })
 
 const ROWS = [
-  row("key_limited", { name: "production backend", monthlySpendLimitMicroMyr: microMyr(50_000_000), rateLimitRpm: 120 }),
+  row("key_limited", {
+    name: "production backend",
+    monthlySpendLimitMicroMyr: microMyr(50_000_000),
+    rateLimitRpm: 120
+  }),
   row("key_old", { environment: "test", prefix: "nns_test_x9Z", expiresAt: new Date("2020-01-01T00:00:00.000Z") }),
   row("key_off", { disabledAt: new Date("2026-11-02T00:00:00.000Z"), lastUsedAt: new Date("2026-11-01T09:30:00.000Z") })
 ]
@@ -86,7 +90,10 @@ layer(
         rate_limit_concurrent: expect.any(Number),
         member_id: "mem_ana"
       })
-      expect(reply.body.keys[1]).toMatchObject({ expires_at: "2020-01-01T00:00:00.000Z", month_to_date_spend_micro_myr: 0 })
+      expect(reply.body.keys[1]).toMatchObject({
+        expires_at: "2020-01-01T00:00:00.000Z",
+        month_to_date_spend_micro_myr: 0
+      })
       expect(reply.body.keys[2]).toMatchObject({ last_used_at: "2026-11-01T09:30:00.000Z" })
     }))
 
@@ -95,7 +102,11 @@ layer(
       const reply = yield* dashboard("PATCH", "/dashboard/api-keys/key_limited", { json: { disabled: true } })
       expect(reply.status, reply.text).toBe(500)
       expect(isErrorBody(reply.body), reply.text).toBe(true)
-      expect(reply.body.error).toMatchObject({ code: "internal_error", type: "api_error", message: "Internal server error." })
+      expect(reply.body.error).toMatchObject({
+        code: "internal_error",
+        type: "api_error",
+        message: "Internal server error."
+      })
       expect(reply.text).not.toContain("unimplemented")
       expect(logged.join("\n")).toContain("nenas/KeysRepo: unimplemented update")
     }))

@@ -1,8 +1,8 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Effect, Exit, Option, Redacted } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Option, Redacted } from "effect"
 import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { PaymentProcessor, PaymentProcessorLive } from "../../src/Billing/PaymentProcessor.js"
 
@@ -39,7 +39,9 @@ describe("choosing the payment processor", () => {
       const secret = Effect.map(
         PaymentProcessor.pipe(
           Effect.provide(PaymentProcessorLive),
-          Effect.provide(AppConfig.layerWith({ dataDir, stripeSecretKey: Option.none(), stripeWebhookSecret: Option.none() }))
+          Effect.provide(
+            AppConfig.layerWith({ dataDir, stripeSecretKey: Option.none(), stripeWebhookSecret: Option.none() })
+          )
         ),
         (processor) => Redacted.value(processor.webhookSecret)
       )
@@ -64,7 +66,10 @@ describe("choosing the payment processor", () => {
 
   it.effect("a Stripe secret key without a webhook secret is refused at start-up", () =>
     Effect.gen(function*() {
-      const exit = yield* build({ stripeSecretKey: Option.some(Redacted.make("sk_test_x")), stripeWebhookSecret: Option.none() })
+      const exit = yield* build({
+        stripeSecretKey: Option.some(Redacted.make("sk_test_x")),
+        stripeWebhookSecret: Option.none()
+      })
       expect(Exit.isFailure(exit)).toBe(true)
       expect(defectMessage(exit)).toContain("STRIPE_WEBHOOK_SECRET must be set")
     }))

@@ -2,18 +2,25 @@ import { HttpApi, HttpServerRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Layer, Option } from "effect"
 import { AccountsRepo } from "../../src/Accounts/Repo.js"
+import { IpLimits } from "../../src/Addresses/IpLimits.js"
 import { NenasApi } from "../../src/Api.js"
 import { AppConfig } from "../../src/AppConfig.js"
 import { DashboardAuth } from "../../src/Auth/Api.js"
 import { IdentityProvider } from "../../src/Auth/IdentityProvider.js"
+import {
+  EVERY_ROLE,
+  keyChangeRefusal,
+  type MemberAction,
+  memberActionRefusal,
+  permits,
+  type Role
+} from "../../src/Domain/Roles.js"
 import { makeTestLayer } from "../../src/Domain/TestLayer.js"
-import { keyChangeRefusal, type MemberAction, memberActionRefusal, permits, EVERY_ROLE, type Role } from "../../src/Domain/Roles.js"
 import { makeRequestGuard } from "../../src/Http/RequestGuard.js"
 import { loosened } from "../../src/Keys/Controls.js"
 import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { MembersRepo } from "../../src/Members/Repo.js"
-import { IpLimits } from "../../src/Addresses/IpLimits.js"
 
 /**
  * Every dashboard endpoint × every role, decided by the real request guard and session check on test Layers:
@@ -76,7 +83,9 @@ const dashboardEndpoints = (): ReadonlyArray<string> => {
   HttpApi.reflect(NenasApi, {
     onGroup: () => {},
     onEndpoint: ({ endpoint, middleware }) => {
-      if ([...middleware].some((tag) => tag.key === DashboardAuth.key)) found.push(`${endpoint.method} ${endpoint.path}`)
+      if ([...middleware].some((tag) => tag.key === DashboardAuth.key)) {
+        found.push(`${endpoint.method} ${endpoint.path}`)
+      }
     }
   })
   return found
@@ -85,14 +94,21 @@ const dashboardEndpoints = (): ReadonlyArray<string> => {
 /** A session token names its role: the person it verifies as is a member with that role. */
 const Sessions = Layer.mergeAll(
   makeTestLayer(IdentityProvider)({
-    verify: (token) => Effect.succeed({ issuer: "https://idp.test/", subject: token, email: `${token}@example.com`, name: null })
+    verify: (token) =>
+      Effect.succeed({ issuer: "https://idp.test/", subject: token, email: `${token}@example.com`, name: null })
   }),
   AccountsRepo.Test({}),
   MembersRepo.Test({
     membership: (identity) =>
       Effect.succeed(Option.some({
         account: { id: "acct_team", issuer: "https://idp.test/", subject: "owner", email: null, suspended: false },
-        member: { id: `mem_${identity.subject}`, role: identity.subject as Role, email: null, name: null, monthlySpendLimitMicroMyr: null }
+        member: {
+          id: `mem_${identity.subject}`,
+          role: identity.subject as Role,
+          email: null,
+          name: null,
+          monthlySpendLimitMicroMyr: null
+        }
       }))
   }),
   makeTestLayer(IpLimits)({ client: Effect.succeed("203.0.113.9"), take: () => Effect.void }),
@@ -107,10 +123,16 @@ const decide = (route: string, role: Role) =>
     const guard = yield* makeRequestGuard
     const [method = "", path = ""] = route.split(" ")
     const request = HttpServerRequest.fromWeb(
-      new Request(`http://localhost${path.replace(/:[^/]+/g, "x_1")}`, { method, headers: { authorization: `Bearer ${role}` } })
+      new Request(`http://localhost${path.replace(/:[^/]+/g, "x_1")}`, {
+        method,
+        headers: { authorization: `Bearer ${role}` }
+      })
     )
     return yield* Effect.exit(Effect.provideService(guard(request.text), HttpServerRequest.HttpServerRequest, request))
-  }).pipe(Effect.provideService(HttpApi.Api, { api: NenasApi as never, context: Context.empty() }), Effect.provide(Sessions))
+  }).pipe(
+    Effect.provideService(HttpApi.Api, { api: NenasApi as never, context: Context.empty() }),
+    Effect.provide(Sessions)
+  )
 
 describe("roles on every dashboard endpoint", () => {
   it("the table names every dashboard endpoint, and only those", () => {
@@ -129,7 +151,9 @@ describe("roles on every dashboard endpoint", () => {
             const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
             expect(error?._tag, `${route} as ${role}`).toBe("PermissionDenied")
             const message = error !== undefined && "message" in error ? error.message : ""
-            expect(message, `${route} as ${role}`).toContain(`you are ${role === "admin" || role === "owner" ? "an" : "a"} ${role}`)
+            expect(message, `${route} as ${role}`).toContain(
+              `you are ${role === "admin" || role === "owner" ? "an" : "a"} ${role}`
+            )
             for (const needed of allowed) expect(message, `${route} as ${role}`).toContain(needed)
           }
           decided++
@@ -229,17 +253,31 @@ const KEY_CASES: ReadonlyArray<{
   readonly loosens: boolean
   readonly outcomes: Record<Role, ReadonlyArray<Outcome>>
 }> = [
-  ...["PATCH /dashboard/api-keys/:id", "POST /dashboard/api-keys/:id/rotate", "DELETE /dashboard/api-keys/:id"].map((route) => ({
+  ...["PATCH /dashboard/api-keys/:id", "POST /dashboard/api-keys/:id/rotate", "DELETE /dashboard/api-keys/:id"].map((
+    route
+  ) => ({
     route,
     does: "change, rotate or delete",
     loosens: false,
-    outcomes: { owner: ["ok", "ok"], admin: ["ok", "ok"], developer: ["ok", "403"], billing: ["403", "403"], viewer: ["403", "403"] } as Record<Role, ReadonlyArray<Outcome>>
+    outcomes: {
+      owner: ["ok", "ok"],
+      admin: ["ok", "ok"],
+      developer: ["ok", "403"],
+      billing: ["403", "403"],
+      viewer: ["403", "403"]
+    } as Record<Role, ReadonlyArray<Outcome>>
   })),
   {
     route: "PATCH /dashboard/api-keys/:id",
     does: "re-enable a key an owner disabled",
     loosens: true,
-    outcomes: { owner: ["ok", "ok"], admin: ["ok", "ok"], developer: ["403", "403"], billing: ["403", "403"], viewer: ["403", "403"] }
+    outcomes: {
+      owner: ["ok", "ok"],
+      admin: ["ok", "ok"],
+      developer: ["403", "403"],
+      billing: ["403", "403"],
+      viewer: ["403", "403"]
+    }
   }
 ]
 
@@ -250,7 +288,9 @@ const outcomeOf = (refusal: { readonly _tag: string } | undefined): Outcome =>
 const memberOutcome = (route: string, role: Role, action: MemberAction, target: MemberTarget): Outcome => {
   if (!permits(EXPECTED[route] ?? [], role)) return "403"
   const actor = { id: `mem_${role}`, role }
-  return outcomeOf(memberActionRefusal(actor, target === "self" ? actor : { id: `mem_other_${target}`, role: target }, action))
+  return outcomeOf(
+    memberActionRefusal(actor, target === "self" ? actor : { id: `mem_other_${target}`, role: target }, action)
+  )
 }
 
 const keyOutcome = (route: string, role: Role, loosens: boolean, target: KeyTarget): Outcome => {
@@ -258,7 +298,12 @@ const keyOutcome = (route: string, role: Role, loosens: boolean, target: KeyTarg
   const actor = { id: `mem_${role}`, role }
   const refusal = keyChangeRefusal(actor, "key_1", target === "own" ? actor.id : "mem_someone_else")
   if (refusal !== undefined || role !== "developer" || !loosens) return outcomeOf(refusal)
-  const disabledByOwner = { disabled: true, monthlySpendLimitMicroMyr: null, rateLimitRpm: null, rateLimitConcurrent: null }
+  const disabledByOwner = {
+    disabled: true,
+    monthlySpendLimitMicroMyr: null,
+    rateLimitRpm: null,
+    rateLimitConcurrent: null
+  }
   return loosened(disabledByOwner, ["disabled"], { disabled: false }).length > 0 ? "403" : "ok"
 }
 

@@ -16,7 +16,14 @@ const table: ReadonlyArray<readonly [string, Effort, RouteInput["webSearch"], Ca
   ["What is the capital of Malaysia?", "medium", "off", "general", "general-model", /direct request/],
   ["Write a haiku about rain.", "medium", "off", "general", "general-model", /direct request/],
   ["Translate 'good morning' into Malay.", "medium", "off", "general", "general-model", /direct request/],
-  ["Prove that there are infinitely many primes.", "medium", "off", "reasoning", "reasoning-model", /multi-step work \("Prove"\)/],
+  [
+    "Prove that there are infinitely many primes.",
+    "medium",
+    "off",
+    "reasoning",
+    "reasoning-model",
+    /multi-step work \("Prove"\)/
+  ],
   ["Explain step by step how to bake bread.", "medium", "off", "reasoning", "reasoning-model", /"step by step"/],
   ["Solve x^2 - 4 = 0.", "medium", "off", "reasoning", "reasoning-model", /"Solve"/],
   ["Debug this function for me.", "medium", "off", "reasoning", "reasoning-model", /"Debug"/],
@@ -26,7 +33,14 @@ const table: ReadonlyArray<readonly [string, Effort, RouteInput["webSearch"], Ca
   ["```ts\nconst x = 1\n```", "medium", "off", "reasoning", "reasoning-model", /"```"/],
   ["x".repeat(12_001), "medium", "off", "reasoning", "reasoning-model", /long enough/],
   ["Hello there", "high", "off", "reasoning", "reasoning-model", /reasoning\.effort is high/],
-  ["Prove that there are infinitely many primes.", "low", "off", "general", "general-model", /reasoning\.effort is low/],
+  [
+    "Prove that there are infinitely many primes.",
+    "low",
+    "off",
+    "general",
+    "general-model",
+    /reasoning\.effort is low/
+  ],
   ["Hello there", "medium", "on", "search", "general-model", /web_search\.mode is on/],
   ["Prove the latest theorem.", "medium", "on", "search", "reasoning-model", /web_search\.mode is on.*reasoning model/],
   ["What is the latest news in Kuala Lumpur?", "medium", "auto", "search", "general-model", /mode is auto.*"latest"/],
@@ -68,7 +82,10 @@ describe("Router", () => {
     }
     // The latest turn is what the search rule reads, though earlier ones hold megabytes.
     const turns: RouteInput = {
-      messages: [{ role: "user", content: "x ".repeat(2_000_000) }, { role: "user", content: "What is the latest news?" }],
+      messages: [{ role: "user", content: "x ".repeat(2_000_000) }, {
+        role: "user",
+        content: "What is the latest news?"
+      }],
       effort: "low",
       webSearch: "auto"
     }

@@ -1,10 +1,10 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Either, Layer } from "effect"
+import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { refusedAddress } from "../../src/Search/Address.js"
 import { mainText } from "../../src/Search/Extract.js"
 import type { ResolvedAddress } from "../../src/Search/Fetch.js"
 import { HostResolver, makePageFetcher, PAGE_MAX_BYTES, PageFetcher } from "../../src/Search/Fetch.js"
-import { AppConfig, type AppConfigShape } from "../../src/AppConfig.js"
 import { FIVE_MIB, servePage, startHttpDouble } from "../support/Search.js"
 import type { HttpDouble } from "../support/Search.js"
 
@@ -61,11 +61,13 @@ describe("refusedAddress", () => {
 
 describe("mainText", () => {
   it("keeps the article and drops scripts, styles, navigation and footer", () => {
-    const text = mainText(`<!doctype html><html><head><title>Floods</title><script>var x = "SCRIPT"</script><style>p{}</style></head>
+    const text = mainText(
+      `<!doctype html><html><head><title>Floods</title><script>var x = "SCRIPT"</script><style>p{}</style></head>
       <body><nav><a href="/">Home</a><a href="/m">NAV-MENU</a></nav><article><h1>Floods in KL</h1>
       <p>${"The Klang river rose two metres on Tuesday and several roads were closed. ".repeat(5)}</p>
       <p>${"Residents moved to higher ground &amp; shelters opened. ".repeat(5)}</p></article>
-      <footer>FOOTER-TEXT</footer></body></html>`)
+      <footer>FOOTER-TEXT</footer></body></html>`
+    )
     expect(text).toContain("The Klang river rose two metres on Tuesday")
     expect(text).toContain("Residents moved to higher ground & shelters opened.")
     expect(text).not.toMatch(/SCRIPT|NAV-MENU|FOOTER-TEXT|<p>/)
@@ -74,7 +76,11 @@ describe("mainText", () => {
   })
 
   it("reads a short page without an article as its body's text, entities decoded", () => {
-    expect(mainText("<html><body><script>hidden()</script><h1>Title</h1><p>A &lt;b&gt; &eacute;t&eacute; &#8212; &quot;x&quot;</p></body></html>"))
+    expect(
+      mainText(
+        "<html><body><script>hidden()</script><h1>Title</h1><p>A &lt;b&gt; &eacute;t&eacute; &#8212; &quot;x&quot;</p></body></html>"
+      )
+    )
       .toBe("Title\nA <b> été — \"x\"")
   })
 })
@@ -88,14 +94,18 @@ const fixedResolver = (names: Record<string, ReadonlyArray<ResolvedAddress>>) =>
     }
   })
 
-class Servers extends Context.Tag("test/Servers")<Servers, { readonly pages: HttpDouble; readonly internal: HttpDouble }>() {}
+class Servers
+  extends Context.Tag("test/Servers")<Servers, { readonly pages: HttpDouble; readonly internal: HttpDouble }>()
+{}
 
 const ServersLive = Layer.scoped(
   Servers,
   Effect.acquireRelease(
     Effect.promise(async () => ({
       pages: await startHttpDouble(servePage),
-      internal: await startHttpDouble((_request, response) => void response.writeHead(200, { "content-type": "text/html" }).end("INTERNAL-SECRET"))
+      internal: await startHttpDouble((_request, response) =>
+        void response.writeHead(200, { "content-type": "text/html" }).end("INTERNAL-SECRET")
+      )
     })),
     ({ internal, pages }) => Effect.promise(() => Promise.all([pages.close(), internal.close()]))
   )
@@ -126,7 +136,8 @@ const fetcherWith = (allowed: ReadonlyArray<string>) =>
     })
   })
 
-const failureOf = <A, E>(effect: Effect.Effect<A, E>) => Effect.map(Effect.either(effect), (e) => Either.isLeft(e) ? e.left : undefined)
+const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
+  Effect.map(Effect.either(effect), (e) => Either.isLeft(e) ? e.left : undefined)
 
 layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page fetching", (it) => {
   it.effect("reads an allowed host's HTML and text; a name resolves through the injected resolver, not real DNS", () =>
@@ -150,8 +161,21 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       const before = internal.hits.length
       for (
         const host of [
-          "127.0.0.1", "127.0.0.2", "[::1]", "10.0.0.1", "172.16.0.1", "192.168.0.1", "169.254.169.254", "100.64.0.1",
-          "[fe80::1]", "[fd00:ec2::254]", "[::ffff:127.0.0.1]", "0.0.0.0", "0x7f.1", "2130706433", "168.63.129.16",
+          "127.0.0.1",
+          "127.0.0.2",
+          "[::1]",
+          "10.0.0.1",
+          "172.16.0.1",
+          "192.168.0.1",
+          "169.254.169.254",
+          "100.64.0.1",
+          "[fe80::1]",
+          "[fd00:ec2::254]",
+          "[::ffff:127.0.0.1]",
+          "0.0.0.0",
+          "0x7f.1",
+          "2130706433",
+          "168.63.129.16",
           "[::ffff:168.63.129.16]"
         ]
       ) {
@@ -167,7 +191,9 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       const port = new URL(internal.baseUrl).port
       const fetcher = yield* fetcherWith([])
       const before = internal.hits.length
-      for (const name of ["rebind.test", "intranet.test", "metadata.test", "wireserver.test", "mixed.test", "v6.test"]) {
+      for (
+        const name of ["rebind.test", "intranet.test", "metadata.test", "wireserver.test", "mixed.test", "v6.test"]
+      ) {
         const error = yield* failureOf(fetcher.fetch(`http://${name}:${port}/`))
         expect(error, name).toMatchObject({ _tag: "PageRefused" })
         expect(error?.reason, name).toMatch(/resolves to/)
@@ -178,7 +204,16 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
   it.effect("refuses [::127.0.0.1] and the other embedded-IPv4 literals on the default port, and never connects", () =>
     Effect.gen(function*() {
       const fetcher = yield* fetcherWith([])
-      for (const host of ["[::127.0.0.1]", "[::7f00:1]", "[::a00:1]", "[::ffff:7f00:1]", "[64:ff9b::127.0.0.1]", "[2002:7f00:1::]"]) {
+      for (
+        const host of [
+          "[::127.0.0.1]",
+          "[::7f00:1]",
+          "[::a00:1]",
+          "[::ffff:7f00:1]",
+          "[64:ff9b::127.0.0.1]",
+          "[2002:7f00:1::]"
+        ]
+      ) {
         const error = yield* failureOf(fetcher.fetch(`http://${host}/`))
         expect(error, host).toMatchObject({ _tag: "PageRefused" })
         expect(error?.reason, host).toMatch(/address/)
@@ -191,14 +226,23 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       const port = new URL(pages.baseUrl).port
       const fetcher = yield* fetcherWith([`pages.test:${port}`])
       const before = pages.hits.length
-      for (const url of ["http://public.test:22/", "https://public.test:8443/x", `http://public.test:${port}/page/x`, "http://93.184.216.34:22/"]) {
+      for (
+        const url of [
+          "http://public.test:22/",
+          "https://public.test:8443/x",
+          `http://public.test:${port}/page/x`,
+          "http://93.184.216.34:22/"
+        ]
+      ) {
         const error = yield* failureOf(fetcher.fetch(url))
         expect(error, url).toMatchObject({ _tag: "PageRefused" })
         expect(error?.reason, url).toMatch(/^port \d+ is not fetched/)
       }
       // A redirect to another port is checked as well.
       const unlisted = yield* fetcherWith([pages.host])
-      const redirected = yield* failureOf(unlisted.fetch(`${pages.baseUrl}/redirect?to=${encodeURIComponent("http://public.test:22/")}`))
+      const redirected = yield* failureOf(
+        unlisted.fetch(`${pages.baseUrl}/redirect?to=${encodeURIComponent("http://public.test:22/")}`)
+      )
       expect(redirected?.reason).toMatch(/^port 22 is not fetched/)
       expect(pages.hits.length).toBe(before + 1)
       // FETCH_ALLOWED_HOSTS names test servers with their ports: those are fetched.
@@ -211,10 +255,16 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       const fetcherFor = (config: Partial<AppConfigShape>) =>
         Effect.provide(PageFetcher, PageFetcher.layer.pipe(Layer.provide(AppConfig.layerWith(config))))
       const before = internal.hits.length
-      const webhooksOnly = yield* fetcherFor({ webhookAllowedHosts: new Set([internal.host]), fetchAllowedHosts: new Set() })
+      const webhooksOnly = yield* fetcherFor({
+        webhookAllowedHosts: new Set([internal.host]),
+        fetchAllowedHosts: new Set()
+      })
       expect(yield* failureOf(webhooksOnly.fetch(`${internal.baseUrl}/`))).toMatchObject({ _tag: "PageRefused" })
       expect(internal.hits.length).toBe(before)
-      const pagesAllowed = yield* fetcherFor({ webhookAllowedHosts: new Set(), fetchAllowedHosts: new Set([pages.host]) })
+      const pagesAllowed = yield* fetcherFor({
+        webhookAllowedHosts: new Set(),
+        fetchAllowedHosts: new Set([pages.host])
+      })
       expect((yield* pagesAllowed.fetch(`${pages.baseUrl}/page/plain.txt`)).kind).toBe("text")
     }))
 
@@ -222,7 +272,15 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
     Effect.gen(function*() {
       const { pages } = yield* Servers
       const fetcher = yield* fetcherWith([pages.host])
-      for (const url of ["file:///etc/passwd", "ftp://example.com/x", "gopher://127.0.0.1:70/", "data:text/html,hi", "not a url"]) {
+      for (
+        const url of [
+          "file:///etc/passwd",
+          "ftp://example.com/x",
+          "gopher://127.0.0.1:70/",
+          "data:text/html,hi",
+          "not a url"
+        ]
+      ) {
         expect((yield* failureOf(fetcher.fetch(url)))?._tag, url).toBe("PageRefused")
       }
       const withCredentials = `http://user:secret@${pages.host}/page/x`
@@ -236,7 +294,14 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
       const port = new URL(internal.baseUrl).port
       const before = internal.hits.length
       const redirect = (to: string) => `${pages.baseUrl}/redirect?to=${encodeURIComponent(to)}`
-      for (const target of [`${internal.baseUrl}/`, `http://rebind.test:${port}/`, "http://169.254.169.254/latest/meta-data/", "file:///etc/passwd"]) {
+      for (
+        const target of [
+          `${internal.baseUrl}/`,
+          `http://rebind.test:${port}/`,
+          "http://169.254.169.254/latest/meta-data/",
+          "file:///etc/passwd"
+        ]
+      ) {
         expect((yield* failureOf(fetcher.fetch(redirect(target))))?._tag, target).toBe("PageRefused")
       }
       expect(internal.hits.length).toBe(before)
@@ -252,7 +317,10 @@ layer(Layer.merge(ServersLive, Resolver), { excludeTestServices: true })("page f
     Effect.gen(function*() {
       const { pages } = yield* Servers
       const fetcher = yield* fetcherWith([pages.host])
-      expect(yield* failureOf(fetcher.fetch(`${pages.baseUrl}/page/error`))).toMatchObject({ _tag: "PageFailed", reason: "HTTP 500" })
+      expect(yield* failureOf(fetcher.fetch(`${pages.baseUrl}/page/error`))).toMatchObject({
+        _tag: "PageFailed",
+        reason: "HTTP 500"
+      })
       const pdf = yield* failureOf(fetcher.fetch(`${pages.baseUrl}/page/doc.pdf`))
       expect(pdf).toMatchObject({ _tag: "PageRefused" })
       expect(pdf?.reason).toMatch(/application\/pdf/)

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Schema } from "effect"
-import { WebSearchConfig } from "../../src/Models/OpenAi/Api.js"
 import { citedSources, planSearch } from "../../src/Models/Call/WebSearch.js"
 import type { Citation } from "../../src/Models/Call/WebSearch.js"
+import { WebSearchConfig } from "../../src/Models/OpenAi/Api.js"
 import { parseQueries, planningMessages, simulatedPlannerAnswer } from "../../src/Search/Planning.js"
 
 const config = Schema.decodeUnknownSync(WebSearchConfig)
@@ -10,13 +10,33 @@ const conversation = [{ role: "user" as const, content: "What changed in Kuala L
 
 describe("planSearch: search_depth decides rounds, queries and pages", () => {
   const cases = [
-    { name: "instant: 1 query, no pages even when asked", web: { search_depth: "instant", max_searches: 5, content: { enabled: true } }, rounds: [[1, 0]] },
-    { name: "fast: at most 2", web: { search_depth: "fast", max_searches: 5, content: { enabled: true, max_pages: 4 } }, rounds: [[2, 4]] },
+    {
+      name: "instant: 1 query, no pages even when asked",
+      web: { search_depth: "instant", max_searches: 5, content: { enabled: true } },
+      rounds: [[1, 0]]
+    },
+    {
+      name: "fast: at most 2",
+      web: { search_depth: "fast", max_searches: 5, content: { enabled: true, max_pages: 4 } },
+      rounds: [[2, 4]]
+    },
     { name: "fast without content reads no page", web: { search_depth: "fast", max_searches: 1 }, rounds: [[1, 0]] },
     { name: "balanced: max_searches", web: { search_depth: "balanced", max_searches: 5 }, rounds: [[5, 0]] },
-    { name: "deep: two rounds, pages by default", web: { search_depth: "deep", max_searches: 5 }, rounds: [[3, 2], [2, 1]] },
-    { name: "reasoning: two rounds, max_pages", web: { search_depth: "reasoning", max_searches: 2, content: { enabled: true, max_pages: 10 } }, rounds: [[1, 5], [1, 5]] },
-    { name: "deep with content disabled reads no page", web: { search_depth: "deep", max_searches: 4, content: { enabled: false } }, rounds: [[2, 0], [2, 0]] },
+    {
+      name: "deep: two rounds, pages by default",
+      web: { search_depth: "deep", max_searches: 5 },
+      rounds: [[3, 2], [2, 1]]
+    },
+    {
+      name: "reasoning: two rounds, max_pages",
+      web: { search_depth: "reasoning", max_searches: 2, content: { enabled: true, max_pages: 10 } },
+      rounds: [[1, 5], [1, 5]]
+    },
+    {
+      name: "deep with content disabled reads no page",
+      web: { search_depth: "deep", max_searches: 4, content: { enabled: false } },
+      rounds: [[2, 0], [2, 0]]
+    },
     { name: "deep with one search has one round", web: { search_depth: "deep", max_searches: 1 }, rounds: [[1, 3]] }
   ] as const
   for (const c of cases) {
@@ -37,13 +57,20 @@ describe("planSearch: search_depth decides rounds, queries and pages", () => {
     expect(one.planningInputTokens).toBeLessThanOrEqual(prompt + 20)
     expect(two.planningInputTokens).toBeGreaterThan(2 * one.planningInputTokens)
     // A reasoning model thinks before it writes: its planning cap is larger.
-    expect(planSearch(config({ mode: "on" }), conversation, true).planningOutputCap).toBeGreaterThan(one.planningOutputCap)
+    expect(planSearch(config({ mode: "on" }), conversation, true).planningOutputCap).toBeGreaterThan(
+      one.planningOutputCap
+    )
   })
 })
 
 describe("planning", () => {
   it("reads queries one a line, list markers and quotes stripped, repeats dropped, at most the count", () => {
-    expect(parseQueries("1. \"KL LRT fares\"\n- kl lrt fares\n\n* rapidkl fare change november 2026\n2) touch n go\nextra", 3))
+    expect(
+      parseQueries(
+        "1. \"KL LRT fares\"\n- kl lrt fares\n\n* rapidkl fare change november 2026\n2) touch n go\nextra",
+        3
+      )
+    )
       .toEqual(["KL LRT fares", "rapidkl fare change november 2026", "touch n go"])
   })
 
@@ -58,7 +85,10 @@ describe("planning", () => {
   })
 
   it("keeps the planning prompt bounded: the last turns, each cut short", () => {
-    const long = Array.from({ length: 20 }, (_, i) => ({ role: i % 2 === 0 ? "user" as const : "assistant" as const, content: "x".repeat(10_000) }))
+    const long = Array.from(
+      { length: 20 },
+      (_, i) => ({ role: i % 2 === 0 ? "user" as const : "assistant" as const, content: "x".repeat(10_000) })
+    )
     const messages = planningMessages(long, 2, "2026-11-22")
     expect(messages).toHaveLength(7)
     for (const message of messages.slice(1)) expect(message.content.length).toBeLessThanOrEqual(2_000)
@@ -67,7 +97,11 @@ describe("planning", () => {
 
 describe("citedSources", () => {
   const found: ReadonlyArray<Citation> = [1, 2, 3].map((index) => ({
-    index, title: `Source ${index}`, url: `https://example.com/${index}`, published_at: null, accessed_at: "2026-11-22T00:00:00.000Z"
+    index,
+    title: `Source ${index}`,
+    url: `https://example.com/${index}`,
+    published_at: null,
+    accessed_at: "2026-11-22T00:00:00.000Z"
   }))
 
   it("lists each cited source once by index, and annotates every [n] where it stands; unknown numbers stay text", () => {
@@ -75,7 +109,11 @@ describe("citedSources", () => {
     const { annotations, citations } = citedSources(text, found)
     expect(citations.map((c) => c.index)).toEqual([1, 3])
     expect(annotations.map((a) => text.slice(a.startIndex, a.endIndex))).toEqual(["[3]", "[1]", "[3]"])
-    expect(annotations.map((a) => a.url)).toEqual(["https://example.com/3", "https://example.com/1", "https://example.com/3"])
+    expect(annotations.map((a) => a.url)).toEqual([
+      "https://example.com/3",
+      "https://example.com/1",
+      "https://example.com/3"
+    ])
   })
 
   it("an answer citing nothing has no citations", () => {

@@ -1,5 +1,5 @@
-import { readFileSync } from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
+import { readFileSync } from "node:fs"
 import { STRIPE_EVENT_TYPES } from "../../src/Billing/StripeEvents.js"
 
 /**

@@ -23,7 +23,9 @@ describe("makeTestLayer", () => {
       const given = yield* Effect.provide(Mail, makeTestLayer(Mail)({ runOnce: Effect.succeed(3) }))
       expect(yield* given.runOnce).toBe(3)
       const missing = yield* Effect.provide(Mail, makeTestLayer(Mail)({}))
-      expect(defect(yield* Effect.exit(missing.runOnce))).toBe("nenas/Mail: unimplemented runOnce (a test gave no implementation)")
+      expect(defect(yield* Effect.exit(missing.runOnce))).toBe(
+        "nenas/Mail: unimplemented runOnce (a test gave no implementation)"
+      )
     }))
 
   it.effect("nothing dies until it is used: building the Layer and reading members is free", () =>

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { countTokens } from "gpt-tokenizer"
-import { countUpstreamMessages } from "../../src/Providers/ContentTokens.js"
 import { countMessages, countText, countTexts, EXACT_CHARS } from "../../src/Domain/Tokens.js"
+import { countUpstreamMessages } from "../../src/Providers/ContentTokens.js"
 import { wordsOf } from "../support/Words.js"
 
 const exact = (text: string) => countTokens(text, { disallowedSpecial: new Set<string>() })
@@ -37,7 +37,10 @@ describe("countText", () => {
     // 8 characters a token, as the exact count of a shorter run of the same letter gives.
     expect(countText(word) / 125_000).toBeGreaterThanOrEqual(1)
     expect(countText(word) / 125_000).toBeLessThan(1.1)
-    const varied = Array.from({ length: 8_000_000 / 8 }, (_, i) => (i * 2654435761 % 4294967296).toString(36).slice(0, 8)).join("")
+    const varied = Array.from(
+      { length: 8_000_000 / 8 },
+      (_, i) => (i * 2654435761 % 4294967296).toString(36).slice(0, 8)
+    ).join("")
     const sample = varied.slice(0, 30_000)
     const perChar = countText(sample) / sample.length
     expect(countText(varied) / (perChar * varied.length)).toBeGreaterThan(0.95)
@@ -60,7 +63,10 @@ describe("countText", () => {
   })
 
   it("counts many long messages as one bounded text", () => {
-    const messages = Array.from({ length: 40 }, () => ({ role: "user" as const, content: "lorem ipsum ".repeat(10_000) }))
+    const messages = Array.from(
+      { length: 40 },
+      () => ({ role: "user" as const, content: "lorem ipsum ".repeat(10_000) })
+    )
     const perMessage = exact("lorem ipsum ".repeat(1_000)) * 10
     const count = countMessages(messages)
     expect(count).toBeGreaterThan(40 * perMessage * 0.95)
@@ -75,7 +81,9 @@ const punctuation = (length: number) => Array.from({ length }, (_, i) => "!?#$%&
 const exactAll = (texts: ReadonlyArray<string>) =>
   texts.reduce((sum, text) => {
     let total = 0
-    for (let start = 0; start < text.length; start += EXACT_CHARS) total += countText(text.slice(start, start + EXACT_CHARS))
+    for (let start = 0; start < text.length; start += EXACT_CHARS) {
+      total += countText(text.slice(start, start + EXACT_CHARS))
+    }
     return sum + total
   }, 0)
 
@@ -105,7 +113,7 @@ describe("countTexts: one budget for a request's texts", () => {
     ["prose", ["The quick brown fox jumps over the lazy dog. ".repeat(8_000)]],
     ["code", ["const x = { a: [1, 2, 3], b: \"<|endoftext|>\" }\n".repeat(4_000)]],
     ["Chinese", [cjk(120_000, 5)]],
-    ["mixed messages", Array.from({ length: 60 }, (_, i) => (i % 3 === 0 ? cjk(2_000, i) : wordsOf(3_000, i)))],
+    ["mixed messages", Array.from({ length: 60 }, (_, i) => (i % 3 === 0 ? cjk(2_000, i) : wordsOf(3_000, i)))]
   ])("above the bound, within [0.95, 1.35] of the exact count: %s", (_, texts) => {
     const truth = exactAll(texts)
     const estimate = countTexts(texts)
@@ -120,8 +128,12 @@ describe("countTexts: one budget for a request's texts", () => {
     ["a Chinese block hidden in spaces", [" ".repeat(300_000) + cjk(4_000, 1) + " ".repeat(300_000)]],
     ["a Chinese message among long runs of spaces", [" ".repeat(200_000), cjk(3_000, 2), " ".repeat(200_000)]],
     // ASCII has no such sign: a block at least two strata long always holds windows, so it is never missed.
-    ["a punctuation block two strata long in spaces", [" ".repeat(300_000) + punctuation(25_000) + " ".repeat(300_000)]],
-    ["costly text at every stratum's edges", [Array.from({ length: 64 }, () => cjk(300, 9) + "the cat sat ".repeat(700) + cjk(300, 7)).join("")]]
+    ["a punctuation block two strata long in spaces", [
+      " ".repeat(300_000) + punctuation(25_000) + " ".repeat(300_000)
+    ]],
+    ["costly text at every stratum's edges", [
+      Array.from({ length: 64 }, () => cjk(300, 9) + "the cat sat ".repeat(700) + cjk(300, 7)).join("")
+    ]]
   ])("costly text hidden among cheap text is never counted far below it, and errs high: %s", (_, texts) => {
     const truth = exactAll(texts)
     const estimate = countTexts(texts)
@@ -142,7 +154,10 @@ describe("countTexts: one budget for a request's texts", () => {
   })
 
   it("chat messages and text turns count alike under the one budget", () => {
-    const messages = Array.from({ length: 120 }, (_, i) => ({ role: i % 2 === 0 ? "user" as const : "assistant" as const, content: wordsOf(2_000, i) }))
+    const messages = Array.from(
+      { length: 120 },
+      (_, i) => ({ role: i % 2 === 0 ? "user" as const : "assistant" as const, content: wordsOf(2_000, i) })
+    )
     expect(countUpstreamMessages(messages)).toBe(countMessages(messages))
   })
 })

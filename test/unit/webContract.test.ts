@@ -15,14 +15,16 @@ describe("the web client's contract", () => {
 
   it("keys the dashboard's routes by method and path, as /openapi.json does", () => {
     const source = contractSource()
-    for (const route of [
-      "GET /dashboard/api-keys",
-      "PATCH /dashboard/api-keys/{id}",
-      "GET /dashboard/logs/{request_id}/conversation",
-      "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend",
-      "GET /dashboard/billing/balance",
-      "POST /dev/session"
-    ]) expect(source).toContain(`readonly ${JSON.stringify(route)}: {`)
+    for (
+      const route of [
+        "GET /dashboard/api-keys",
+        "PATCH /dashboard/api-keys/{id}",
+        "GET /dashboard/logs/{request_id}/conversation",
+        "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend",
+        "GET /dashboard/billing/balance",
+        "POST /dev/session"
+      ]
+    ) expect(source).toContain(`readonly ${JSON.stringify(route)}: {`)
     // Only the dashboard's routes and the development sign-in: not the model API.
     expect(source).not.toMatch(/"[A-Z]+ \/v1\//)
   })

@@ -3,7 +3,16 @@
 // Types only, generated from the contract: none of the server's code (nor effect) reaches the bundle.
 import type { Routes, Schemas } from "./contract"
 import type { MemberRoute } from "./roles"
-import { ApiError, callerHeaders, isErrorBody, localError, send, unreachable, type Caller, type SendOptions } from "./transport"
+import {
+  ApiError,
+  type Caller,
+  callerHeaders,
+  isErrorBody,
+  localError,
+  send,
+  type SendOptions,
+  unreachable
+} from "./transport"
 
 export { ApiError, type Caller } from "./transport"
 
@@ -62,7 +71,9 @@ const locate = (route: string, options: AnyOptions): { readonly method: string; 
     return encodeURIComponent(value)
   })
   const params = new URLSearchParams()
-  for (const [key, value] of Object.entries(options.query ?? {})) if (value !== undefined && value !== "") params.set(key, value)
+  for (const [key, value] of Object.entries(options.query ?? {})) {
+    if (value !== undefined && value !== "") params.set(key, value)
+  }
   const query = params.toString()
   return { method, url: query === "" ? path : `${path}?${query}` }
 }
@@ -81,7 +92,11 @@ export const api = <K extends JsonRoute>(route: K, options: RequestOptions<K>): 
  * Saves what an export route answers as `filename`: fetched with the session
  * token and account (a link could not carry them), then handed to the browser as a download.
  */
-export const download = async <K extends TextRoute>(route: K, options: Target<K> & { readonly caller: Caller }, filename: string): Promise<void> => {
+export const download = async <K extends TextRoute>(
+  route: K,
+  options: Target<K> & { readonly caller: Caller },
+  filename: string
+): Promise<void> => {
   const { url } = locate(route, options as AnyOptions)
   let response: Response
   try {
@@ -117,7 +132,8 @@ export interface ClientConfig {
   readonly business_timezone: string
 }
 
-export const loadClientConfig = (): Promise<ClientConfig> => send("GET", "/app/config.json", {}) as Promise<ClientConfig>
+export const loadClientConfig = (): Promise<ClientConfig> =>
+  send("GET", "/app/config.json", {}) as Promise<ClientConfig>
 
 // ---- the shapes the pages name, taken from the routes --------------------------
 
@@ -126,15 +142,22 @@ export const loadClientConfig = (): Promise<ClientConfig> => send("GET", "/app/c
  * that misses one, so a value the server adds shows up here.
  */
 const allOf = <T extends string | number>() =>
-  <const L extends ReadonlyArray<T>>(
-    list: L & ([Exclude<T, L[number]>] extends [never] ? unknown : { readonly missing: Exclude<T, L[number]> })
-  ): ReadonlyArray<T> => list
+<const L extends ReadonlyArray<T>>(
+  list: L & ([Exclude<T, L[number]>] extends [never] ? unknown : { readonly missing: Exclude<T, L[number]> })
+): ReadonlyArray<T> => list
 
 export type Balance = Success<"GET /dashboard/billing/balance">
 export type TopUpSen = Payload<"POST /dashboard/billing/checkout">["amount_sen"]
 export type LedgerEntry = Success<"GET /dashboard/billing/transactions">["ledger"][number]
 export type LedgerType = LedgerEntry["type"]
-export const LEDGER_TYPES = allOf<LedgerType>()(["topup", "usage", "refund", "chargeback", "chargeback_reversal", "adjustment"])
+export const LEDGER_TYPES = allOf<LedgerType>()([
+  "topup",
+  "usage",
+  "refund",
+  "chargeback",
+  "chargeback_reversal",
+  "adjustment"
+])
 
 export type ApiKey = Success<"GET /dashboard/api-keys">["keys"][number]
 export type CreatedKey = Success<"POST /dashboard/api-keys">
@@ -157,8 +180,14 @@ export type WebhookEndpoint = Success<"GET /dashboard/webhooks">["endpoints"][nu
 export type CreatedWebhook = Success<"POST /dashboard/webhooks">
 export type WebhookEventType = Success<"GET /dashboard/webhooks/event-types">["event_types"][number]
 export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
-  "balance.low", "topup.succeeded", "topup.failed", "auto_topup.failed",
-  "key.limit_reached", "key.expiring", "account.suspended", "account.reinstated"
+  "balance.low",
+  "topup.succeeded",
+  "topup.failed",
+  "auto_topup.failed",
+  "key.limit_reached",
+  "key.expiring",
+  "account.suspended",
+  "account.reinstated"
 ])
 
 export type AccountSummary = Schemas["AccountSummary"]
@@ -169,10 +198,27 @@ export type RemovedMember = Success<"DELETE /dashboard/members/{id}">
 export type AuditEntry = Success<"GET /dashboard/audit-log">["entries"][number]
 export type AuditAction = AuditEntry["action"]
 export const AUDIT_ACTIONS = allOf<AuditAction>()([
-  "api_key.created", "api_key.updated", "api_key.rotated", "api_key.deleted",
-  "member.invited", "member.invitation_revoked", "member.joined", "member.updated", "member.removed",
-  "billing.settings_updated", "billing.card_setup_started", "billing.card_saved", "billing.card_removed",
-  "webhook.created", "webhook.updated", "webhook.deleted", "webhook.secret_rotated", "webhook.disabled",
-  "webhook.test_sent", "webhook.delivery_resent", "billing.checkout_created", "usage.grouping_tags_updated",
+  "api_key.created",
+  "api_key.updated",
+  "api_key.rotated",
+  "api_key.deleted",
+  "member.invited",
+  "member.invitation_revoked",
+  "member.joined",
+  "member.updated",
+  "member.removed",
+  "billing.settings_updated",
+  "billing.card_setup_started",
+  "billing.card_saved",
+  "billing.card_removed",
+  "webhook.created",
+  "webhook.updated",
+  "webhook.deleted",
+  "webhook.secret_rotated",
+  "webhook.disabled",
+  "webhook.test_sent",
+  "webhook.delivery_resent",
+  "billing.checkout_created",
+  "usage.grouping_tags_updated",
   "response.deleted"
 ])

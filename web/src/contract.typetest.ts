@@ -6,7 +6,18 @@
 import type { Schema } from "effect"
 import type { Balance as BalanceSchema } from "../../src/Billing/Api.js"
 import type { ApiKeyRecord, UpdateApiKeyRequest } from "../../src/Keys/Api.js"
-import { api, download, type ApiKey, type Balance, type Payload, type PathParams, type Query, type Route, type Success, type UpdateKey } from "./api"
+import {
+  api,
+  type ApiKey,
+  type Balance,
+  download,
+  type PathParams,
+  type Payload,
+  type Query,
+  type Route,
+  type Success,
+  type UpdateKey
+} from "./api"
 import type { Routes } from "./contract"
 import { useApi } from "./session"
 
@@ -34,7 +45,12 @@ export type EncodedSide = [
 export type KeyScheme = [
   Assert<"GET /dashboard/api-keys" extends Route ? true : false>,
   Assert<"POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend" extends Route ? true : false>,
-  Assert<Equals<Extract<Route, `${string} /dashboard/logs${string}`>, "GET /dashboard/logs" | "GET /dashboard/logs/export" | "GET /dashboard/logs/{request_id}/conversation">>,
+  Assert<
+    Equals<
+      Extract<Route, `${string} /dashboard/logs${string}`>,
+      "GET /dashboard/logs" | "GET /dashboard/logs/export" | "GET /dashboard/logs/{request_id}/conversation"
+    >
+  >,
   Assert<Equals<keyof Routes, Route>>
 ]
 

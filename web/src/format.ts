@@ -34,7 +34,12 @@ export const formatMicroMyrExact = (micro: number): string => {
 export const formatMyrTick = (micro: number): string => {
   if (micro === 0) return "0"
   // A tick marks a place on the scale, not an amount: rounding it to the sen is honest.
-  if (Math.abs(micro) >= MICRO_PER_SEN) return formatCostMyr(Math.sign(micro) * Math.round(Math.abs(micro) / MICRO_PER_SEN) * MICRO_PER_SEN).replace("RM ", "")
+  if (Math.abs(micro) >= MICRO_PER_SEN) {
+    return formatCostMyr(Math.sign(micro) * Math.round(Math.abs(micro) / MICRO_PER_SEN) * MICRO_PER_SEN).replace(
+      "RM ",
+      ""
+    )
+  }
   return String(Number((micro / MICRO_PER_MYR).toPrecision(2)))
 }
 
@@ -48,7 +53,6 @@ export const formatDateTime = (iso: string, timeZone?: string): string =>
     timeStyle: "short",
     ...(timeZone === undefined ? {} : { timeZone })
   }).format(new Date(iso))
-
 
 /**
  * A usage bucket (`2026-11-22T00:00:00+08:00`, local time in the business
@@ -69,7 +73,9 @@ const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 /** `<input type="datetime-local">`'s value for an instant, in the browser's zone. */
 export const toLocalInput = (date: Date): string => {
   const pad = (n: number) => String(n).padStart(2, "0")
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${
+    pad(date.getMinutes())
+  }`
 }
 
 /** The instant a `datetime-local` value names in the browser's zone, as ISO UTC; undefined when empty or invalid. */

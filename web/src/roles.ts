@@ -48,7 +48,10 @@ export const ROLE_DUTIES: Record<Role, string> = {
   viewer: "reads everything but secrets"
 }
 
-type KeyChange = "PATCH /dashboard/api-keys/{id}" | "POST /dashboard/api-keys/{id}/rotate" | "DELETE /dashboard/api-keys/{id}"
+type KeyChange =
+  | "PATCH /dashboard/api-keys/{id}"
+  | "POST /dashboard/api-keys/{id}/rotate"
+  | "DELETE /dashboard/api-keys/{id}"
 
 /** Whether the member may change this key: a developer only the keys it made. */
 export const mayChangeKey = (me: Membership, key: Pick<Schemas["ApiKey"], "member_id">, route: KeyChange): boolean =>

@@ -17,7 +17,8 @@ export class ApiError extends Error {
 
 export const isErrorBody = (value: unknown): value is { error: ApiErrorBody } =>
   typeof value === "object" && value !== null && "error" in value &&
-  typeof (value as { error: unknown }).error === "object" && (value as { error: { message?: unknown } }).error !== null &&
+  typeof (value as { error: unknown }).error === "object" &&
+  (value as { error: { message?: unknown } }).error !== null &&
   typeof (value as { error: { message?: unknown } }).error.message === "string"
 
 export const localError = (status: number, message: string, guidance: string): ApiError =>
@@ -56,10 +57,15 @@ export const callerHeaders = (caller: Caller | undefined): Record<string, string
   ...(caller?.account ? { "nenas-account": caller.account } : {})
 })
 
-export const unreachable = () => localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
+export const unreachable = () =>
+  localError(0, "The service could not be reached.", "Check that the service is running, then try again.")
 
 export const send = async (method: string, url: string, options: SendOptions): Promise<unknown> => {
-  const headers: Record<string, string> = { ...options.headers, ...callerHeaders(options.caller), accept: "application/json" }
+  const headers: Record<string, string> = {
+    ...options.headers,
+    ...callerHeaders(options.caller),
+    accept: "application/json"
+  }
   if (options.json !== undefined) headers["content-type"] = "application/json"
   let response: Response
   try {
@@ -84,9 +90,19 @@ export const send = async (method: string, url: string, options: SendOptions): P
     body = undefined
   }
   if (response.ok) {
-    if (body === undefined) throw localError(response.status, `The service answered ${response.status} without a JSON body.`, "Try again; if it persists, check the service's log.")
+    if (body === undefined) {
+      throw localError(
+        response.status,
+        `The service answered ${response.status} without a JSON body.`,
+        "Try again; if it persists, check the service's log."
+      )
+    }
     return body
   }
   if (isErrorBody(body)) throw new ApiError(response.status, body.error)
-  throw localError(response.status, `The service answered ${response.status} without an error body.`, "Try again; if it persists, check the service's log.")
+  throw localError(
+    response.status,
+    `The service answered ${response.status} without an error body.`,
+    "Try again; if it persists, check the service's log."
+  )
 }

@@ -1,6 +1,6 @@
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as HttpServerError from "@effect/platform/HttpServerError"
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import { Effect } from "effect"
 import { doneWith } from "./DoneWith.js"
 
@@ -37,7 +37,8 @@ export const readBodyText = (
     const end = (outcome: Effect.Effect<string, HttpServerError.RequestError>) => {
       if (stop()) resume(outcome)
     }
-    const fail = (cause: unknown) => end(Effect.fail(new HttpServerError.RequestError({ request, reason: "Decode", cause })))
+    const fail = (cause: unknown) =>
+      end(Effect.fail(new HttpServerError.RequestError({ request, reason: "Decode", cause })))
     const onEnd = () => end(Effect.succeed(text))
     const onData = (chunk: string) => {
       text += chunk

@@ -1,6 +1,6 @@
 import http from "node:http"
-import https from "node:https"
 import type { IncomingMessage } from "node:http"
+import https from "node:https"
 import type { Readable } from "node:stream"
 import { urlToHttpOptions } from "node:url"
 import { doneWith, ignoreLateError } from "./DoneWith.js"
@@ -31,7 +31,12 @@ export const makePost = (url: string): Post => {
   return {
     send: (headers, body, answered, failed) => {
       // `Object.assign` onto new objects, not spreads that add fields: Node 20 builds those on a slow path (`npm run bench:spreads`).
-      const sent = request(Object.assign({ headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }) }, post))
+      const sent = request(
+        Object.assign(
+          { headers: Object.assign({}, headers, { "content-length": String(Buffer.byteLength(body)) }) },
+          post
+        )
+      )
       // Once its answer is closed, the request keeps none of this call's listeners (`doneWith`).
       sent.once("response", (answer: IncomingMessage) => {
         answer.once("close", () => doneWith(sent, { error: failed }))

@@ -1,7 +1,7 @@
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as Cookies from "@effect/platform/Cookies"
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import { Effect } from "effect"
 import { isSelfWriting } from "./SelfWritingBody.js"
 
@@ -26,7 +26,9 @@ export const writeNodeBody = (
   response: HttpServerResponse.HttpServerResponse
 ): Effect.Effect<HttpServerResponse.HttpServerResponse> | undefined => {
   const { body } = response
-  if (body._tag !== "Raw" || !isSelfWriting(body.body) || request.method === "HEAD" || !Cookies.isEmpty(response.cookies)) {
+  if (
+    body._tag !== "Raw" || !isSelfWriting(body.body) || request.method === "HEAD" || !Cookies.isEmpty(response.cookies)
+  ) {
     return undefined
   }
   const source = body.body

@@ -31,11 +31,16 @@ export const readableParts = <A, E extends object>(make: () => PartReader<A>): S
     const reader = make()
     const pull: Effect.Effect<Chunk.Chunk<A>, Option.Option<E>> = Effect.async((resume) => {
       reader.next().then(
-        (parts) => resume(parts === undefined ? Effect.fail(Option.none()) : Effect.succeed(Chunk.unsafeFromArray(parts))),
+        (parts) =>
+          resume(parts === undefined ? Effect.fail(Option.none()) : Effect.succeed(Chunk.unsafeFromArray(parts))),
         (stop: Stop<E>) => {
           if ("defect" in stop) return resume(Effect.die(Cause.squash(stop.defect)))
           const failed = Effect.fail(Option.some(stop.error))
-          resume(stop.detail === undefined ? failed : Effect.zipRight(Effect.logWarning(`model provider: ${stop.detail}`), failed))
+          resume(
+            stop.detail === undefined
+              ? failed
+              : Effect.zipRight(Effect.logWarning(`model provider: ${stop.detail}`), failed)
+          )
         }
       )
       return Effect.sync(reader.cancel)
@@ -120,8 +125,9 @@ export const readerOf = <A, E extends object>(stream: Stream.Stream<A, E>, fork:
   (readers.get(stream) as (() => PartReader<A>) | undefined)?.() ?? pulled(stream, fork)
 
 /** A `Fork` over a runtime's `runFork`. */
-export const forkWith = (runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>): Fork => (effect, onExit) => {
-  const fiber = runFork(effect)
-  fiber.addObserver(onExit)
-  return () => fiber.unsafeInterruptAsFork(FiberId.none)
-}
+export const forkWith =
+  (runFork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>): Fork => (effect, onExit) => {
+    const fiber = runFork(effect)
+    fiber.addObserver(onExit)
+    return () => fiber.unsafeInterruptAsFork(FiberId.none)
+  }

@@ -15,7 +15,10 @@ export interface SelfWritingBody {
 }
 
 /** `writeTo` as a response body (`HttpServerResponse.raw`). */
-export const selfWriting = (writeTo: (response: ServerResponse) => void): SelfWritingBody => ({ [SelfWriting]: true, writeTo })
+export const selfWriting = (writeTo: (response: ServerResponse) => void): SelfWritingBody => ({
+  [SelfWriting]: true,
+  writeTo
+})
 
 /** Whether a raw response body writes itself. */
 export const isSelfWriting = (body: unknown): body is SelfWritingBody =>

@@ -23,13 +23,20 @@ const blocksOf = (item: unknown): number => {
   let blocks = typeof content === "string" ? 1 : 0
   if (Array.isArray(content)) {
     blocks += content.length
-    for (const block of content) if (isRecord(block) && Array.isArray(block["content"])) blocks += block["content"].length
+    for (const block of content) {
+      if (isRecord(block) && Array.isArray(block["content"])) blocks += block["content"].length
+    }
   }
   return Array.isArray(item["tool_calls"]) ? blocks + item["tool_calls"].length : blocks
 }
 
 /** Refused before any of it is read: more messages, content blocks or tools than one request may hold. */
-export const withinCounts = (items: unknown, tools: unknown, param: string, blocksBefore = 0): Effect.Effect<void, InvalidRequest> => {
+export const withinCounts = (
+  items: unknown,
+  tools: unknown,
+  param: string,
+  blocksBefore = 0
+): Effect.Effect<void, InvalidRequest> => {
   const list: ReadonlyArray<unknown> = Array.isArray(items) ? items : []
   if (list.length > MAX_MESSAGES) {
     return invalid(`At most ${MAX_MESSAGES} messages are accepted in one request; this one has ${list.length}.`, param)
@@ -40,6 +47,9 @@ export const withinCounts = (items: unknown, tools: unknown, param: string, bloc
   let blocks = blocksBefore
   for (const item of list) blocks += blocksOf(item)
   return blocks > MAX_CONTENT_BLOCKS
-    ? invalid(`At most ${MAX_CONTENT_BLOCKS} content blocks are accepted in one request; this one has ${blocks}.`, param)
+    ? invalid(
+      `At most ${MAX_CONTENT_BLOCKS} content blocks are accepted in one request; this one has ${blocks}.`,
+      param
+    )
     : Effect.void
 }

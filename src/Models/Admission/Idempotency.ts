@@ -1,7 +1,7 @@
-import { createHash } from "node:crypto"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Cause, Clock, Context, Duration, Effect, type Fiber, FiberSet, Layer, Schedule } from "effect"
+import { createHash } from "node:crypto"
 import { AppConfig } from "../../AppConfig.js"
 import { type ApiError, errorMeta, IdempotencyConflict } from "../../Domain/Errors.js"
 import { holderDead, secondsSql } from "../../Wallet/Instances/Instances.js"
@@ -43,7 +43,12 @@ export interface RecordRow {
 }
 
 /** Failures that cost nothing when no web search could have spent: a retry they invite runs anew. */
-const RELEASED_CODES: ReadonlySet<string> = new Set(["provider_unavailable", "provider_timeout", "internal_error", "rate_limit_exceeded"])
+const RELEASED_CODES: ReadonlySet<string> = new Set([
+  "provider_unavailable",
+  "provider_timeout",
+  "internal_error",
+  "rate_limit_exceeded"
+])
 
 /**
  * Whether a call's typed error is kept under its key and replayed. Not kept: one marked retryable that cost
@@ -86,7 +91,12 @@ export const judgeExisting = (
       guidance: "Wait for the first request to finish, then retry to receive its result."
     })
   }
-  return Effect.succeed({ _tag: "Replay", status: existing.responseStatus, body: existing.responseBody, requestId: existing.requestId })
+  return Effect.succeed({
+    _tag: "Replay",
+    status: existing.responseStatus,
+    body: existing.responseBody,
+    requestId: existing.requestId
+  })
 }
 
 /**
@@ -107,7 +117,13 @@ export const judgeExisting = (
 export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
   readonly claim: (claim: Claim) => Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError>
   /** Stores the answer of the call that holds the key; a call whose key was taken over stores nothing. Never fails. */
-  readonly complete: (apiKeyId: string, key: string, requestId: string, status: number, body: string) => Effect.Effect<void>
+  readonly complete: (
+    apiKeyId: string,
+    key: string,
+    requestId: string,
+    status: number,
+    body: string
+  ) => Effect.Effect<void>
   /**
    * Still this request's key, running: its lease is renewed. A key taken over
    * (this process looked dead) answers 409, so that the call is not billed twice.
@@ -132,8 +148,8 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
       /** Request ids of the records this process's calls hold; their leases are renewed until written or freed. */
       const running = new Set<string>()
 
-      const claim = (input: Claim): Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError> =>
-        Effect.gen(function*() {
+      const claim: (input: Claim) => Effect.Effect<Outcome, IdempotencyConflict | SqlError.SqlError> = Effect
+        .fnUntraced(function*(input: Claim) {
           const at = yield* Clock.currentTimeMillis
           const hash = hashOf(input.endpoint, input.body)
           // A running record is taken over only when provably dead: its lease lapsed, or its process is dead.
@@ -169,8 +185,10 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
           return yield* judgeExisting(input, hash, existing)
         })
 
-      const sweep = Effect.flatMap(Clock.currentTimeMillis, (at) =>
-        sql`DELETE FROM idempotency_records WHERE expires_at <= ${new Date(at)}`)
+      const sweep = Effect.flatMap(
+        Clock.currentTimeMillis,
+        (at) => sql`DELETE FROM idempotency_records WHERE expires_at <= ${new Date(at)}`
+      )
       yield* Effect.forkScoped(Effect.repeat(
         Effect.catchAllCause(sweep, (cause) => Effect.logWarning("idempotency sweep failed", cause)),
         Schedule.spaced("10 minutes")
@@ -205,16 +223,23 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
         unwritten.set(requestId, write)
         const done = Effect.zipRight(Effect.sync(() => unwritten.delete(requestId)), release(requestId))
         // Forked from the call's exit (uninterruptible): only the tries may be interrupted, at shutdown, which tries once more.
-        return FiberSet.run(lateWrites, Effect.interruptible(Effect.retry(write, inBackground)).pipe(
-          Effect.matchCauseEffect({
-            onSuccess: () => Effect.zipRight(Effect.logInfo(`idempotency record of ${requestId} written after its answer`), done),
-            onFailure: (cause) =>
-              Cause.isInterruptedOnly(cause) ? Effect.void : Effect.zipRight(
-                Effect.logError(`idempotency record of ${requestId} could not be written: a retry with its key may run again`, cause),
-                done
-              )
-          })
-        ))
+        return FiberSet.run(
+          lateWrites,
+          Effect.interruptible(Effect.retry(write, inBackground)).pipe(
+            Effect.matchCauseEffect({
+              onSuccess: () =>
+                Effect.zipRight(Effect.logInfo(`idempotency record of ${requestId} written after its answer`), done),
+              onFailure: (cause) =>
+                Cause.isInterruptedOnly(cause) ? Effect.void : Effect.zipRight(
+                  Effect.logError(
+                    `idempotency record of ${requestId} could not be written: a retry with its key may run again`,
+                    cause
+                  ),
+                  done
+                )
+            })
+          )
+        )
       }
 
       const complete = (apiKeyId: string, key: string, requestId: string, status: number, body: string) => {
@@ -228,9 +253,13 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
           Effect.zipRight(release(requestId)),
           Effect.catchAllCause((cause) =>
             Effect.zipRight(
-              Effect.logWarning(`idempotency record of ${requestId} not written yet; its answer goes out, the write goes on`, cause),
+              Effect.logWarning(
+                `idempotency record of ${requestId} not written yet; its answer goes out, the write goes on`,
+                cause
+              ),
               writeLate(requestId, write)
-            )),
+            )
+          ),
           Effect.asVoid,
           Effect.uninterruptible
         )
@@ -243,7 +272,9 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
         `).pipe(
           Effect.retry(onPath),
           // Nothing was billed: a record left behind lapses with its lease, and a retry then runs again.
-          Effect.catchAllCause((cause) => Effect.logWarning(`idempotency record of ${requestId} not freed; it lapses with its lease`, cause)),
+          Effect.catchAllCause((cause) =>
+            Effect.logWarning(`idempotency record of ${requestId} not freed; it lapses with its lease`, cause)
+          ),
           Effect.ensuring(release(requestId)),
           Effect.uninterruptible
         )
@@ -256,10 +287,13 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
         `.pipe(
           Effect.retry(onPath),
           // The database unreachable: the call is billed as it would have been; only a takeover is refused.
-          Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`idempotency record of ${requestId} not confirmed`, cause), [{ held: 1 }])),
+          Effect.catchAllCause((cause) =>
+            Effect.as(Effect.logWarning(`idempotency record of ${requestId} not confirmed`, cause), [{ held: 1 }])
+          ),
           Effect.flatMap((rows) =>
             rows.length > 0 ? Effect.void : new IdempotencyConflict({
-              message: `The Idempotency-Key "${key}" was taken over by a retry while this request stalled (${requestId}); ` +
+              message:
+                `The Idempotency-Key "${key}" was taken over by a retry while this request stalled (${requestId}); ` +
                 "it is answered by that retry and billed once.",
               param: "Idempotency-Key",
               retryable: true,
@@ -270,24 +304,25 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
         )
 
       // Shutdown, before the wallet's last flush: calls finish (or are interrupted, and settle), then unwritten records get a last try.
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function*() {
-          const now = yield* Clock.currentTimeMillis
-          const waitMs = Math.max(0, (drainDeadline ?? now + UNDRAINED_GRACE_MS) - now)
-          const size = yield* FiberSet.size(calls)
-          if (size > 0) yield* Effect.logInfo(`stopping: ${size} calls running on without their client`)
-          // A finalizer is uninterruptible: the waits are made interruptible, or their deadlines would not cut them.
-          yield* Effect.timeout(Effect.interruptible(FiberSet.awaitEmpty(calls)), Duration.millis(waitMs)).pipe(Effect.ignore)
-          yield* FiberSet.clear(calls)
-          yield* FiberSet.clear(lateWrites)
-          yield* Effect.forEach([...unwritten.entries()], ([requestId, write]) =>
-            Effect.interruptible(write).pipe(
-              Effect.timeout(LAST_TRY),
-              Effect.catchAllCause((cause) =>
-                Effect.logError(`idempotency record of ${requestId} could not be written before stopping`, cause))
-            ), { discard: true })
-        })
-      )
+      yield* Effect.addFinalizer(Effect.fnUntraced(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const waitMs = Math.max(0, (drainDeadline ?? now + UNDRAINED_GRACE_MS) - now)
+        const size = yield* FiberSet.size(calls)
+        if (size > 0) yield* Effect.logInfo(`stopping: ${size} calls running on without their client`)
+        // A finalizer is uninterruptible: the waits are made interruptible, or their deadlines would not cut them.
+        yield* Effect.timeout(Effect.interruptible(FiberSet.awaitEmpty(calls)), Duration.millis(waitMs)).pipe(
+          Effect.ignore
+        )
+        yield* FiberSet.clear(calls)
+        yield* FiberSet.clear(lateWrites)
+        yield* Effect.forEach([...unwritten.entries()], ([requestId, write]) =>
+          Effect.interruptible(write).pipe(
+            Effect.timeout(LAST_TRY),
+            Effect.catchAllCause((cause) =>
+              Effect.logError(`idempotency record of ${requestId} could not be written before stopping`, cause)
+            )
+          ), { discard: true })
+      }))
 
       return {
         claim,
@@ -295,9 +330,10 @@ export class Idempotency extends Context.Tag("nenas/Idempotency")<Idempotency, {
         confirm,
         abandon,
         detach: (call) => FiberSet.run(calls, call),
-        drainBy: (deadlineMs: number) => Effect.sync(() => {
-          drainDeadline = deadlineMs
-        })
+        drainBy: (deadlineMs: number) =>
+          Effect.sync(() => {
+            drainDeadline = deadlineMs
+          })
       }
     })
   )

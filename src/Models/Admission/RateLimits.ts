@@ -1,16 +1,17 @@
-import { Redis } from "ioredis"
 import { type Clock, Context, Duration, Effect, FiberRef, Layer, Option, Scope } from "effect"
+import { Redis } from "ioredis"
 import { AppConfig } from "../../AppConfig.js"
 import { type ApiKeyPrincipal, CurrentApiKey } from "../../Auth/Api.js"
-import { effectiveRateLimits } from "../../Keys/ApiKeys.js"
 import { RateLimitExceeded } from "../../Domain/Errors.js"
+import { effectiveRateLimits } from "../../Keys/ApiKeys.js"
 import { addResponseHeaders } from "../../Request/Context.js"
 
 const seconds = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toSeconds(duration)))
 const MINUTE_MS = 60_000
 
 /** A refusal with the headers that say which limit it met. */
-const refuse = (headers: Record<string, string>, error: RateLimitExceeded) => Effect.zipRight(addResponseHeaders(headers), Effect.fail(error))
+const refuse = (headers: Record<string, string>, error: RateLimitExceeded) =>
+  Effect.zipRight(addResponseHeaders(headers), Effect.fail(error))
 
 /**
  * Calls in flight per key. Each call holds a slot named by its request id
@@ -69,8 +70,7 @@ const inFlightInRedis = (redis: Redis): InFlightStore => ({
         Effect.catchAll((error) => Effect.as(Effect.logWarning("in-flight store failed; admitting the call", error), 0))
       )
     }),
-  giveBack: (key, id) =>
-    Effect.ignore(Effect.tryPromise(() => redis.zrem(`nenas:ratelimit:inflight:${key}`, id)))
+  giveBack: (key, id) => Effect.ignore(Effect.tryPromise(() => redis.zrem(`nenas:ratelimit:inflight:${key}`, id)))
 })
 
 /**
@@ -133,11 +133,16 @@ return left
 const minuteInRedis = (redis: Redis): MinuteStore => ({
   take: (key, limit, refillMs) =>
     Effect.clockWith((clock) =>
-      Effect.tryPromise(() => redis.eval(TAKE_TOKEN, 1, `nenas:ratelimit:${key}`, refillMs, limit, clock.unsafeCurrentTimeMillis())).pipe(
+      Effect.tryPromise(() =>
+        redis.eval(TAKE_TOKEN, 1, `nenas:ratelimit:${key}`, refillMs, limit, clock.unsafeCurrentTimeMillis())
+      ).pipe(
         Effect.map(Number),
         // The store is unreachable: calls go on unlimited rather than all failing.
-        Effect.catchAll((error) => Effect.as(Effect.logWarning("rate limit store failed; admitting the call", error), undefined))
-      ))
+        Effect.catchAll((error) =>
+          Effect.as(Effect.logWarning("rate limit store failed; admitting the call", error), undefined)
+        )
+      )
+    )
 })
 
 /**
@@ -168,7 +173,10 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
    * Call `requestId`'s slot: `take` admits it (or fails with 429) until `giveBack`, without a scope. Giving back a
    * slot not held does nothing, so a caller may give it back on any failure, taken or not.
    */
-  readonly slot: (apiKeyId: string, requestId: string) => { readonly take: Effect.Effect<void, RateLimitExceeded>; readonly giveBack: Effect.Effect<void> }
+  readonly slot: (
+    apiKeyId: string,
+    requestId: string
+  ) => { readonly take: Effect.Effect<void, RateLimitExceeded>; readonly giveBack: Effect.Effect<void> }
   /** Admits call `requestId` of the key while `effect` runs, or fails with 429. */
   readonly admitting: <A, E, R>(
     apiKeyId: string,
@@ -183,130 +191,147 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
   /** Gives back the slot `admitBeforeBody` took if no handler took it over (the request ended before one ran). */
   readonly releaseUnclaimed: Effect.Effect<void>
 }>() {
-  static readonly make = (inFlight: InFlightStore, minutes: MinuteStore) =>
-    Effect.gen(function*() {
-      const config = yield* AppConfig
-      const { upstreamTotalTimeoutMs } = config
-      // A slot outlives the longest call by a minute.
-      const lapseMs = upstreamTotalTimeoutMs + 60_000
+  static readonly make = Effect.fnUntraced(function*(inFlight: InFlightStore, minutes: MinuteStore) {
+    const config = yield* AppConfig
+    const { upstreamTotalTimeoutMs } = config
+    // A slot outlives the longest call by a minute.
+    const lapseMs = upstreamTotalTimeoutMs + 60_000
 
-      /** A token bucket of `rpm` tokens refilled over a minute: the tokens left after this call's, or none when the store failed. */
-      const perMinute = (key: string, rpm: number) => {
-        const refillMs = MINUTE_MS / rpm
-        return Effect.flatMap(minutes.take(`rpm:${key}`, rpm, refillMs), (remaining) =>
-          remaining === undefined
-            ? Effect.succeed(undefined)
-            : remaining >= 0
-            ? Effect.succeed({ remaining, resetSeconds: seconds(Duration.millis(refillMs * (rpm - remaining))) })
-            : refuse(
-              {
-                "x-ratelimit-limit-requests": String(rpm),
-                "x-ratelimit-remaining-requests": "0",
-                "x-ratelimit-reset-requests": `${seconds(Duration.millis(refillMs * -remaining))}s`
-              },
-              new RateLimitExceeded({
-                message: `This API key is limited to ${rpm} requests per minute.`,
-                retry_after_seconds: seconds(Duration.millis(refillMs * -remaining))
-              })
-            ))
-      }
+    /** A token bucket of `rpm` tokens refilled over a minute: the tokens left after this call's, or none when the store failed. */
+    const perMinute = (key: string, rpm: number) => {
+      const refillMs = MINUTE_MS / rpm
+      return Effect.flatMap(minutes.take(`rpm:${key}`, rpm, refillMs), (remaining) =>
+        remaining === undefined
+          ? Effect.succeed(undefined)
+          : remaining >= 0
+          ? Effect.succeed({ remaining, resetSeconds: seconds(Duration.millis(refillMs * (rpm - remaining))) })
+          : refuse(
+            {
+              "x-ratelimit-limit-requests": String(rpm),
+              "x-ratelimit-remaining-requests": "0",
+              "x-ratelimit-reset-requests": `${seconds(Duration.millis(refillMs * -remaining))}s`
+            },
+            new RateLimitExceeded({
+              message: `This API key is limited to ${rpm} requests per minute.`,
+              retry_after_seconds: seconds(Duration.millis(refillMs * -remaining))
+            })
+          ))
+    }
 
-      /** A slot in flight (how many the key holds with it), or a refusal (429). `inFlight.giveBack` returns it. */
-      const takeSlot = (key: string, requestId: string, concurrent: number) =>
-        Effect.flatMap(inFlight.take(key, requestId, concurrent, lapseMs), (held) =>
-          held === undefined
-            ? refuse(
-              { "x-ratelimit-limit-concurrent": String(concurrent), "x-ratelimit-remaining-concurrent": "0" },
-              new RateLimitExceeded({
-                message: `This API key is limited to ${concurrent} requests in flight at once.`,
-                // A slot frees as soon as one of the calls in flight ends.
-                retry_after_seconds: 1
-              })
-            )
-            : Effect.succeed(held))
+    /** A slot in flight (how many the key holds with it), or a refusal (429). `inFlight.giveBack` returns it. */
+    const takeSlot = (key: string, requestId: string, concurrent: number) =>
+      Effect.flatMap(inFlight.take(key, requestId, concurrent, lapseMs), (held) =>
+        held === undefined
+          ? refuse(
+            { "x-ratelimit-limit-concurrent": String(concurrent), "x-ratelimit-remaining-concurrent": "0" },
+            new RateLimitExceeded({
+              message: `This API key is limited to ${concurrent} requests in flight at once.`,
+              // A slot frees as soon as one of the calls in flight ends.
+              retry_after_seconds: 1
+            })
+          )
+          : Effect.succeed(held))
 
-      /** The key's per-minute token, then `hold` takes a slot and says when it is given back; with its limits' headers. */
-      const fresh = <A, E, R>(
-        apiKeyId: string,
-        requestId: string,
-        own: { readonly rateLimitRpm?: number | null; readonly rateLimitConcurrent?: number | null },
-        hold: (slot: Effect.Effect<void, RateLimitExceeded>, giveBack: Effect.Effect<void>) => Effect.Effect<A, E, R>
-      ) => {
-        const { concurrent, rpm } = effectiveRateLimits(config, own)
-        return Effect.flatMap(perMinute(apiKeyId, rpm), (minute) => {
-          const slot = Effect.flatMap(takeSlot(apiKeyId, requestId, concurrent), (held) => {
-            const headers: Record<string, string> = {
-              "x-ratelimit-limit-concurrent": String(concurrent),
-              "x-ratelimit-remaining-concurrent": String(Math.max(0, concurrent - held))
-            }
-            if (minute !== undefined) {
-              headers["x-ratelimit-limit-requests"] = String(rpm)
-              headers["x-ratelimit-remaining-requests"] = String(minute.remaining)
-              headers["x-ratelimit-reset-requests"] = `${minute.resetSeconds}s`
-            }
-            return addResponseHeaders(headers)
-          })
-          return hold(slot, inFlight.giveBack(apiKeyId, requestId))
-        })
-      }
-
-      /**
-       * The request's admission taken before its body (its headers already added), taken over once; else the key's
-       * limits for this call: its own (capped by the operator's ceilings) when the call is that key's, else the defaults.
-       */
-      const admission = <A, E, R>(
-        apiKeyId: string,
-        requestId: string,
-        hold: (slot: Effect.Effect<void, RateLimitExceeded>, giveBack: Effect.Effect<void>) => Effect.Effect<A, E, R>
-      ) =>
-        Effect.flatMap(FiberRef.get(Admitted), (early) => {
-          if (early !== undefined && !early.claimed && early.requestId === requestId && early.keyId === apiKeyId) {
-            early.claimed = true
-            return hold(Effect.void, inFlight.giveBack(apiKeyId, requestId))
+    /** The key's per-minute token, then `hold` takes a slot and says when it is given back; with its limits' headers. */
+    const fresh = <A, E, R>(
+      apiKeyId: string,
+      requestId: string,
+      own: { readonly rateLimitRpm?: number | null; readonly rateLimitConcurrent?: number | null },
+      hold: (slot: Effect.Effect<void, RateLimitExceeded>, giveBack: Effect.Effect<void>) => Effect.Effect<A, E, R>
+    ) => {
+      const { concurrent, rpm } = effectiveRateLimits(config, own)
+      return Effect.flatMap(perMinute(apiKeyId, rpm), (minute) => {
+        const slot = Effect.flatMap(takeSlot(apiKeyId, requestId, concurrent), (held) => {
+          const headers: Record<string, string> = {
+            "x-ratelimit-limit-concurrent": String(concurrent),
+            "x-ratelimit-remaining-concurrent": String(Math.max(0, concurrent - held))
           }
-          return Effect.flatMap(Effect.serviceOption(CurrentApiKey), (principal) =>
-            fresh(apiKeyId, requestId, Option.getOrElse(Option.filter(principal, (key) => key.keyId === apiKeyId), () => ({})), hold))
+          if (minute !== undefined) {
+            headers["x-ratelimit-limit-requests"] = String(rpm)
+            headers["x-ratelimit-remaining-requests"] = String(minute.remaining)
+            headers["x-ratelimit-reset-requests"] = `${minute.resetSeconds}s`
+          }
+          return addResponseHeaders(headers)
         })
+        return hold(slot, inFlight.giveBack(apiKeyId, requestId))
+      })
+    }
 
-      /**
-       * A slot for the life of the scope. Its release is the scope's own finalizer, not `Effect.acquireRelease`'s,
-       * which diffs and patches the fiber's references (its whole context) around every release.
-       */
-      const admit = (apiKeyId: string, requestId: string) =>
-        admission(apiKeyId, requestId, (slot, giveBack) =>
-          Effect.uninterruptible(Effect.flatMap(Effect.scope, (scope) => Effect.zipRight(slot, Scope.addFinalizer(scope, giveBack)))))
-
-      /**
-       * A slot while `effect` runs: no scope of its own to make, extend and close on every call
-       * (docs/performance.md, "Going around the platform").
-       */
-      const admitting = <A, E, R>(apiKeyId: string, requestId: string, effect: Effect.Effect<A, E, R>) =>
-        admission(apiKeyId, requestId, (slot, giveBack) => Effect.acquireUseRelease(slot, () => effect, () => giveBack))
-
-      const slot = (apiKeyId: string, requestId: string) => ({
-        take: admission(apiKeyId, requestId, (slot) => slot),
-        giveBack: inFlight.giveBack(apiKeyId, requestId)
+    /**
+     * The request's admission taken before its body (its headers already added), taken over once; else the key's
+     * limits for this call: its own (capped by the operator's ceilings) when the call is that key's, else the defaults.
+     */
+    const admission = <A, E, R>(
+      apiKeyId: string,
+      requestId: string,
+      hold: (slot: Effect.Effect<void, RateLimitExceeded>, giveBack: Effect.Effect<void>) => Effect.Effect<A, E, R>
+    ) =>
+      Effect.flatMap(FiberRef.get(Admitted), (early) => {
+        if (early !== undefined && !early.claimed && early.requestId === requestId && early.keyId === apiKeyId) {
+          early.claimed = true
+          return hold(Effect.void, inFlight.giveBack(apiKeyId, requestId))
+        }
+        return Effect.flatMap(Effect.serviceOption(CurrentApiKey), (principal) =>
+          fresh(
+            apiKeyId,
+            requestId,
+            Option.getOrElse(Option.filter(principal, (key) => key.keyId === apiKeyId), () => ({})),
+            hold
+          ))
       })
 
-      // Marked before the slot is taken (uninterruptibly with it): an interruption in between leaves nothing held unmarked.
-      const admitBeforeBody = (key: ApiKeyPrincipal, requestId: string) =>
-        fresh(key.keyId, requestId, key, (slot) =>
-          Effect.uninterruptible(Effect.zipRight(slot, FiberRef.set(Admitted, { requestId, keyId: key.keyId, claimed: false }))))
+    /**
+     * A slot for the life of the scope. Its release is the scope's own finalizer, not `Effect.acquireRelease`'s,
+     * which diffs and patches the fiber's references (its whole context) around every release.
+     */
+    const admit = (apiKeyId: string, requestId: string) =>
+      admission(
+        apiKeyId,
+        requestId,
+        (slot, giveBack) =>
+          Effect.uninterruptible(
+            Effect.flatMap(Effect.scope, (scope) => Effect.zipRight(slot, Scope.addFinalizer(scope, giveBack)))
+          )
+      )
 
-      const releaseUnclaimed = Effect.flatMap(FiberRef.get(Admitted), (early) => {
-        if (early === undefined || early.claimed) return Effect.void
-        early.claimed = true
-        return inFlight.giveBack(early.keyId, early.requestId)
-      })
+    /**
+     * A slot while `effect` runs: no scope of its own to make, extend and close on every call
+     * (docs/performance.md, "Going around the platform").
+     */
+    const admitting = <A, E, R>(apiKeyId: string, requestId: string, effect: Effect.Effect<A, E, R>) =>
+      admission(apiKeyId, requestId, (slot, giveBack) => Effect.acquireUseRelease(slot, () => effect, () => giveBack))
 
-      return { admit, admitting, slot, admitBeforeBody, releaseUnclaimed }
+    const slot = (apiKeyId: string, requestId: string) => ({
+      take: admission(apiKeyId, requestId, (slot) => slot),
+      giveBack: inFlight.giveBack(apiKeyId, requestId)
     })
+
+    // Marked before the slot is taken (uninterruptibly with it): an interruption in between leaves nothing held unmarked.
+    const admitBeforeBody = (key: ApiKeyPrincipal, requestId: string) =>
+      fresh(key.keyId, requestId, key, (slot) =>
+        Effect.uninterruptible(
+          Effect.zipRight(slot, FiberRef.set(Admitted, { requestId, keyId: key.keyId, claimed: false }))
+        ))
+
+    const releaseUnclaimed = Effect.flatMap(FiberRef.get(Admitted), (early) => {
+      if (early === undefined || early.claimed) {
+        return Effect.void
+      }
+      early.claimed = true
+      return inFlight.giveBack(early.keyId, early.requestId)
+    })
+
+    return { admit, admitting, slot, admitBeforeBody, releaseUnclaimed }
+  })
 
   /** The stores from configuration: Redis at `REDIS_URL`, else memory. */
   static readonly layer = Layer.unwrapEffect(Effect.map(AppConfig, ({ redisUrl }) =>
     Option.match(redisUrl, {
       onNone: () =>
-        Layer.effect(CallLimits, Effect.flatMap(Effect.clock, (clock) => CallLimits.make(inFlightInMemory(clock), minuteInMemory(clock)))),
+        Layer.effect(
+          CallLimits,
+          Effect.flatMap(Effect.clock, (clock) => CallLimits.make(inFlightInMemory(clock), minuteInMemory(clock)))
+        ),
       onSome: (url) =>
         Layer.scoped(
           CallLimits,
@@ -318,13 +343,13 @@ export class CallLimits extends Context.Tag("nenas/CallLimits")<CallLimits, {
             (redis) => CallLimits.make(inFlightInRedis(redis), minuteInRedis(redis))
           )
         )
-    })
-  ))
+    })))
 }
 
 /** ioredis options from a `redis://[user:password@]host:port/db` URL. */
 const redisOptions = (url: string) => {
   const parsed = new URL(url)
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
   return {
     host: parsed.hostname,
     port: parsed.port === "" ? 6379 : Number(parsed.port),

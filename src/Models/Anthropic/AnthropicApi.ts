@@ -18,9 +18,11 @@ const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 const Open = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
 /** `cache_control` on a block or tool: accepted, not acted on (the upstream caches prompts by itself). */
-const CacheControl = Schema.optional(Schema.NullOr(Schema.Unknown).annotations({
-  description: "Accepted and ignored: the upstream caches prompt prefixes by itself; cached tokens show in usage."
-}))
+const CacheControl = Schema.optional(
+  Schema.NullOr(Schema.Unknown).annotations({
+    description: "Accepted and ignored: the upstream caches prompt prefixes by itself; cached tokens show in usage."
+  })
+)
 
 export const AnthropicTextBlock = Schema.Struct({
   type: Schema.Literal("text"),
@@ -65,7 +67,14 @@ export const AnthropicRedactedThinkingBlock = Schema.Struct({
 })
 
 /** The block types named above: a block of another type is read as `AnthropicOtherBlock`. */
-export const KNOWN_BLOCK_TYPES: ReadonlyArray<string> = ["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"]
+export const KNOWN_BLOCK_TYPES: ReadonlyArray<string> = [
+  "text",
+  "image",
+  "tool_use",
+  "tool_result",
+  "thinking",
+  "redacted_thinking"
+]
 
 /**
  * A block of a type not named above (`document`, `search_result`, `server_tool_use`, …), read as
@@ -76,13 +85,19 @@ export const AnthropicOtherBlock = Schema.transform(
   Schema.Struct(
     {
       type: Schema.String.pipe(
-        Schema.filter((type) => !KNOWN_BLOCK_TYPES.includes(type) || `a '${type}' block is missing a field or has a wrong one`)
+        Schema.filter((type) =>
+          !KNOWN_BLOCK_TYPES.includes(type) || `a '${type}' block is missing a field or has a wrong one`
+        )
       )
     },
     Open
   ),
   Schema.Struct({ type: Schema.Literal("other"), block_type: Schema.String }),
-  { strict: true, decode: (block) => ({ type: "other" as const, block_type: block.type }), encode: (block) => ({ type: block.block_type }) }
+  {
+    strict: true,
+    decode: (block) => ({ type: "other" as const, block_type: block.type }),
+    encode: (block) => ({ type: block.block_type })
+  }
 ).annotations({ identifier: "AnthropicOtherBlock" })
 
 export const AnthropicToolResultBlock = Schema.Struct({
@@ -137,7 +152,9 @@ export const AnthropicCustomTool = Schema.Struct({
 export const AnthropicServerTool = Schema.transform(
   Schema.Struct(
     {
-      type: Schema.String.pipe(Schema.filter((type) => type !== "custom" || "a custom tool needs 'name' and 'input_schema'")),
+      type: Schema.String.pipe(
+        Schema.filter((type) => type !== "custom" || "a custom tool needs 'name' and 'input_schema'")
+      ),
       name: Schema.optional(Schema.String),
       max_uses: Schema.optional(Schema.NullOr(Schema.Int.pipe(Schema.positive())))
     },
@@ -154,8 +171,14 @@ export const AnthropicServerTool = Schema.transform(
 export const AnthropicTool = Schema.Union(AnthropicCustomTool, AnthropicServerTool)
 
 export const AnthropicToolChoice = Schema.Union(
-  Schema.Struct({ type: Schema.Literal("auto"), disable_parallel_tool_use: Schema.optional(Schema.NullOr(Schema.Boolean)) }),
-  Schema.Struct({ type: Schema.Literal("any"), disable_parallel_tool_use: Schema.optional(Schema.NullOr(Schema.Boolean)) }),
+  Schema.Struct({
+    type: Schema.Literal("auto"),
+    disable_parallel_tool_use: Schema.optional(Schema.NullOr(Schema.Boolean))
+  }),
+  Schema.Struct({
+    type: Schema.Literal("any"),
+    disable_parallel_tool_use: Schema.optional(Schema.NullOr(Schema.Boolean))
+  }),
   Schema.Struct({
     type: Schema.Literal("tool"),
     name: ToolName,
@@ -172,9 +195,12 @@ export const AnthropicThinking = Schema.Union(
   Schema.Struct({ type: Schema.Literal("adaptive") }, Open),
   // Types Anthropic adds later (`between_tools`, …) are accepted and leave the effort to the router.
   Schema.Struct({
-    type: Schema.String.pipe(Schema.filter((type) =>
-      !["enabled", "disabled", "adaptive"].includes(type) || `a '${type}' thinking setting is missing a field or has a wrong one`
-    ))
+    type: Schema.String.pipe(
+      Schema.filter((type) =>
+        !["enabled", "disabled", "adaptive"].includes(type) ||
+        `a '${type}' thinking setting is missing a field or has a wrong one`
+      )
+    )
   }, Open)
 ).annotations({ identifier: "AnthropicThinking" })
 
@@ -185,7 +211,9 @@ export const AnthropicThinking = Schema.Union(
 export const AnthropicOutputConfig = Schema.Struct(
   {
     effort: Schema.optional(Schema.NullOr(Schema.String)),
-    format: Schema.optional(Schema.NullOr(Schema.Struct({ type: Schema.String, schema: Schema.optional(JsonObject) }, Open)))
+    format: Schema.optional(
+      Schema.NullOr(Schema.Struct({ type: Schema.String, schema: Schema.optional(JsonObject) }, Open))
+    )
   },
   Open
 )
@@ -216,9 +244,11 @@ export const AnthropicMessagesRequest = Schema.Struct({
   stream: Schema.optionalWith(Schema.Boolean, { default: () => false, nullable: true }),
   temperature: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))),
   top_p: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(0, 1)))),
-  top_k: Schema.optional(Schema.NullOr(Schema.Int.pipe(Schema.nonNegative())).annotations({
-    description: "Accepted, not forwarded: OpenAI-style upstreams have no top_k."
-  })),
+  top_k: Schema.optional(
+    Schema.NullOr(Schema.Int.pipe(Schema.nonNegative())).annotations({
+      description: "Accepted, not forwarded: OpenAI-style upstreams have no top_k."
+    })
+  ),
   metadata: Schema.optional(Schema.NullOr(AnthropicMetadata)),
   /** nenas's per-request cost cap, as on the other model endpoints. */
   max_total_cost_myr: Schema.optional(CostCapMyr)
@@ -278,7 +308,9 @@ export const AnthropicMessage = Schema.Struct({
 }).annotations({ identifier: "AnthropicMessage" })
 
 /** The 200 body of `POST /v1/messages/count_tokens`. */
-export const AnthropicTokenCount = Schema.Struct({ input_tokens: Schema.Int }).annotations({ identifier: "AnthropicTokenCount" })
+export const AnthropicTokenCount = Schema.Struct({ input_tokens: Schema.Int }).annotations({
+  identifier: "AnthropicTokenCount"
+})
 
 /** Anthropic's error types, one per HTTP status (`billing_error` for 402). */
 export const AnthropicErrorType = Schema.Literal(
@@ -321,14 +353,17 @@ export class AnthropicMessagesApi extends HttpApiGroup.make("anthropicMessages")
       .setPayload(AnthropicMessagesRequest)
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(AnthropicMessage)
-      .annotate(OpenApi.Transform, documented(
-        withEventStream(
-          "With `stream: true`: Anthropic's events (`message_start`, `content_block_start`, `ping`, " +
-            "`content_block_delta`, `content_block_stop`, `message_delta` with `stop_reason`, `stop_sequence`, usage, " +
-            "`routing` and `cost_myr`, `message_stop`); a failure after the first byte is an `error` event."
-        ),
-        withErrorBody("AnthropicErrorBody")
-      ))
+      .annotate(
+        OpenApi.Transform,
+        documented(
+          withEventStream(
+            "With `stream: true`: Anthropic's events (`message_start`, `content_block_start`, `ping`, " +
+              "`content_block_delta`, `content_block_stop`, `message_delta` with `stop_reason`, `stop_sequence`, usage, " +
+              "`routing` and `cost_myr`, `message_stop`); a failure after the first byte is an `error` event."
+          ),
+          withErrorBody("AnthropicErrorBody")
+        )
+      )
   )
   .add(
     HttpApiEndpoint.post("countTokens", "/v1/messages/count_tokens")

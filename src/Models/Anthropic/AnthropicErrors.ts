@@ -34,6 +34,7 @@ export const anthropicErrorBody = (error: ApiError, requestId: string, dashboard
   const { request_id: _requestId, type: _type, ...fields } = toErrorBody(error, requestId, dashboardUrl).error
   return {
     type: "error",
+    // eslint-disable-next-line nenas/no-spread-adding-field -- an error body, serialized at once
     error: { type: anthropicErrorType(httpStatus(error)), ...fields },
     request_id: requestId
   }

@@ -10,17 +10,17 @@ import type {
   UpstreamPart
 } from "../../Providers/Provider.js"
 import type { Effort } from "../../Routing/Router.js"
+import { MAX_CONTENT_BLOCKS, withinCounts } from "../Admission/CountLimits.js"
+import type { CallInput } from "../Call/CallTypes.js"
+import type { Conversation } from "../Call/Input.js"
+import { conversationInput, textView, toolsOf } from "../Call/Input.js"
+import { PUBLIC_MODEL, WebSearchConfig } from "../OpenAi/Api.js"
 import type {
   AnthropicContentBlock,
   AnthropicCountTokensRequest,
   AnthropicMessageParam,
   AnthropicMessagesRequest
 } from "./AnthropicApi.js"
-import { PUBLIC_MODEL, WebSearchConfig } from "../OpenAi/Api.js"
-import type { CallInput } from "../Call/CallTypes.js"
-import type { Conversation } from "../Call/Input.js"
-import { MAX_CONTENT_BLOCKS, withinCounts } from "../Admission/CountLimits.js"
-import { conversationInput, textView, toolsOf } from "../Call/Input.js"
 
 type InputError = InvalidRequest | UnsupportedInput
 type Block = AnthropicContentBlock
@@ -35,7 +35,8 @@ const DROPPED: ReadonlySet<string> = new Set(["server_tool_use", "web_search_too
 const MAX_STOP_SEQUENCES = 4
 
 /** Separate system and user blocks are separate pieces of text; an answer's blocks (split at citations) are one text. */
-const joinText = (texts: ReadonlyArray<string>, role: "system" | "user" | "assistant") => texts.join(role === "assistant" ? "" : "\n\n")
+const joinText = (texts: ReadonlyArray<string>, role: "system" | "user" | "assistant") =>
+  texts.join(role === "assistant" ? "" : "\n\n")
 
 /** An image block as chat's `image_url` part: base64 becomes a `data:` URL; remote URLs are noted for inlining. */
 const imagePart = (
@@ -47,18 +48,27 @@ const imagePart = (
   switch (source.type) {
     case "base64":
       if (source.data.length === 0) return invalid("A base64 image needs its 'data'.", `${path}.source.data`)
-      return Effect.succeed({ type: "image_url", image_url: { url: `data:${source.media_type};base64,${source.data}` } })
+      return Effect.succeed({
+        type: "image_url",
+        image_url: { url: `data:${source.media_type};base64,${source.data}` }
+      })
     case "url":
       if (!/^https:\/\//i.test(source.url)) return invalid("An image URL must be an https URL.", `${path}.source.url`)
       if (!remote.has(source.url)) remote.set(source.url, `${path}.source.url`)
       return Effect.succeed({ type: "image_url", image_url: { url: source.url } })
     case "file":
-      return unsupported("Images by file_id are not supported; send the image as base64 or an https URL.", `${path}.source`)
+      return unsupported(
+        "Images by file_id are not supported; send the image as base64 or an https URL.",
+        `${path}.source`
+      )
   }
 }
 
 const otherBlock = (type: string, path: string) =>
-  unsupported(`Content blocks of type '${type}' are not supported here; text, image, tool_use and tool_result are.`, path)
+  unsupported(
+    `Content blocks of type '${type}' are not supported here; text, image, tool_use and tool_result are.`,
+    path
+  )
 
 /** What a tool returned, as the text of a chat `tool` message; its images go to a user message after the results. */
 const toolResult = Effect.fnUntraced(function*(
@@ -99,7 +109,9 @@ const assistantTurn = Effect.fnUntraced(function*(blocks: ReadonlyArray<Block>, 
     const at = `${path}.content[${j}]`
     if (block.type === "text") texts.push(block.text)
     else if (block.type === "tool_use") {
-      if (called.has(block.id)) return yield* invalid(`The tool_use id '${block.id}' is used twice; ids must be unique.`, `${at}.id`)
+      if (called.has(block.id)) {
+        return yield* invalid(`The tool_use id '${block.id}' is used twice; ids must be unique.`, `${at}.id`)
+      }
       called.add(block.id)
       calls.push(toolCall(block))
     } else if (block.type === "image" || block.type === "tool_result") {
@@ -109,7 +121,9 @@ const assistantTurn = Effect.fnUntraced(function*(blocks: ReadonlyArray<Block>, 
     }
   }
   const text = joinText(texts, "assistant")
-  if (calls.length > 0) return [{ role: "assistant", content: text.length > 0 ? text : null, tool_calls: calls }] as const
+  if (calls.length > 0) {
+    return [{ role: "assistant", content: text.length > 0 ? text : null, tool_calls: calls }] as const
+  }
   return texts.length > 0 ? [{ role: "assistant", content: text }] as const : []
 })
 
@@ -117,38 +131,47 @@ const assistantTurn = Effect.fnUntraced(function*(blocks: ReadonlyArray<Block>, 
  * A user turn: its tool results first, as chat `tool` messages (chat wants them right after the calls),
  * then what the user wrote, with any images (the results' too) as parts.
  */
-const userTurn = Effect.fnUntraced(function*(blocks: ReadonlyArray<Block>, path: string, called: ReadonlySet<string>, remote: Map<string, string>) {
-  const results: Array<UpstreamMessage> = []
-  const parts: Array<UpstreamPart> = []
-  const images: Array<UpstreamPart> = []
-  for (const [j, block] of blocks.entries()) {
-    const at = `${path}.content[${j}]`
-    switch (block.type) {
-      case "text":
-        parts.push({ type: "text", text: block.text })
-        break
-      case "image":
-        parts.push(yield* imagePart(block, at, remote))
-        break
-      case "tool_result":
-        if (!called.has(block.tool_use_id)) {
-          return yield* invalid(`No tool_use block found for the tool_result with id '${block.tool_use_id}'.`, `${at}.tool_use_id`)
-        }
-        results.push({ role: "tool", tool_call_id: block.tool_use_id, content: yield* toolResult(block, at, images, remote) })
-        break
-      case "tool_use":
-        return yield* invalid("A user turn cannot hold 'tool_use' blocks; they belong to assistant turns.", at)
-      case "other":
-        if (!DROPPED.has(block.block_type)) return yield* otherBlock(block.block_type, at)
+const userTurn = Effect.fnUntraced(
+  function*(blocks: ReadonlyArray<Block>, path: string, called: ReadonlySet<string>, remote: Map<string, string>) {
+    const results: Array<UpstreamMessage> = []
+    const parts: Array<UpstreamPart> = []
+    const images: Array<UpstreamPart> = []
+    for (const [j, block] of blocks.entries()) {
+      const at = `${path}.content[${j}]`
+      switch (block.type) {
+        case "text":
+          parts.push({ type: "text", text: block.text })
+          break
+        case "image":
+          parts.push(yield* imagePart(block, at, remote))
+          break
+        case "tool_result":
+          if (!called.has(block.tool_use_id)) {
+            return yield* invalid(
+              `No tool_use block found for the tool_result with id '${block.tool_use_id}'.`,
+              `${at}.tool_use_id`
+            )
+          }
+          results.push({
+            role: "tool",
+            tool_call_id: block.tool_use_id,
+            content: yield* toolResult(block, at, images, remote)
+          })
+          break
+        case "tool_use":
+          return yield* invalid("A user turn cannot hold 'tool_use' blocks; they belong to assistant turns.", at)
+        case "other":
+          if (!DROPPED.has(block.block_type)) return yield* otherBlock(block.block_type, at)
+      }
     }
+    const said = [...images, ...parts]
+    if (said.length === 0) return results
+    const content = said.every((p) => p.type === "text")
+      ? joinText(said.map((p) => p.type === "text" ? p.text : ""), "user")
+      : said
+    return [...results, { role: "user", content }] as const
   }
-  const said = [...images, ...parts]
-  if (said.length === 0) return results
-  const content = said.every((p) => p.type === "text")
-    ? joinText(said.map((p) => p.type === "text" ? p.text : ""), "user")
-    : said
-  return [...results, { role: "user", content }] as const
-})
+)
 
 const turnsOf = Effect.fnUntraced(function*(
   message: AnthropicMessageParam,
@@ -170,7 +193,9 @@ const turnsOf = Effect.fnUntraced(function*(
     case "system": {
       const texts: Array<string> = []
       for (const [j, block] of blocks.entries()) {
-        if (block.type !== "text") return yield* invalid("A system message holds text blocks only.", `${path}.content[${j}]`)
+        if (block.type !== "text") {
+          return yield* invalid("A system message holds text blocks only.", `${path}.content[${j}]`)
+        }
         texts.push(block.text)
       }
       return [{ role: "system", content: joinText(texts, "system") }]
@@ -179,9 +204,16 @@ const turnsOf = Effect.fnUntraced(function*(
 })
 
 const textTurn = (role: AnthropicMessageParam["role"], content: string): UpstreamMessage =>
-  role === "user" ? { role: "user", content } : role === "assistant" ? { role: "assistant", content } : { role: "system", content }
+  role === "user"
+    ? { role: "user", content }
+    : role === "assistant"
+    ? { role: "assistant", content }
+    : { role: "system", content }
 
-type ConversationBody = Pick<AnthropicCountTokensRequest, "messages" | "system" | "tools" | "tool_choice" | "output_config">
+type ConversationBody = Pick<
+  AnthropicCountTokensRequest,
+  "messages" | "system" | "tools" | "tool_choice" | "output_config"
+>
 
 /** Custom tools as chat functions; a `web_search_*` server tool turns web search on (with its `max_uses`). */
 const toolsIn = Effect.fnUntraced(function*(body: ConversationBody) {
@@ -191,6 +223,7 @@ const toolsIn = Effect.fnUntraced(function*(body: ConversationBody) {
     if (tool.type !== "server") {
       functions.push({
         type: "function",
+        // eslint-disable-next-line nenas/no-spread-adding-field -- once per tool of a call
         function: {
           name: tool.name,
           ...(typeof tool.description === "string" ? { description: tool.description } : {}),
@@ -216,7 +249,8 @@ const toolsIn = Effect.fnUntraced(function*(body: ConversationBody) {
     ? { type: "function", function: { name: choice.name } }
     : choice.type
   const chosen = yield* toolsOf(functions, toolChoice, "tool_choice")
-  const serial = choice !== undefined && "disable_parallel_tool_use" in choice && choice.disable_parallel_tool_use === true
+  const serial = choice !== undefined && "disable_parallel_tool_use" in choice &&
+    choice.disable_parallel_tool_use === true
   return { chosen, parallel: functions.length > 0 && serial ? { parallelToolCalls: false } : {}, webSearch }
 })
 
@@ -241,7 +275,12 @@ export interface AnthropicConversation extends Conversation {
 export const anthropicConversation = Effect.fnUntraced(function*(body: ConversationBody) {
   const system = body.system ?? undefined
   const systemBlocks = system === undefined ? 0 : typeof system === "string" ? 1 : system.length
-  yield* withinCounts(body.messages, body.tools, systemBlocks > MAX_CONTENT_BLOCKS ? "system" : "messages", systemBlocks)
+  yield* withinCounts(
+    body.messages,
+    body.tools,
+    systemBlocks > MAX_CONTENT_BLOCKS ? "system" : "messages",
+    systemBlocks
+  )
   const upstream: Array<UpstreamMessage> = []
   const remoteImages = new Map<string, string>()
   const called = new Set<string>()
@@ -275,9 +314,17 @@ export const anthropicConversation = Effect.fnUntraced(function*(body: Conversat
 export const requireAnthropicModel = (model: string) =>
   model === PUBLIC_MODEL
     ? Effect.void
-    : Effect.fail(new NotFound({ message: `The model '${model}' does not exist; the model is '${PUBLIC_MODEL}'.`, param: "model" }))
+    : Effect.fail(
+      new NotFound({ message: `The model '${model}' does not exist; the model is '${PUBLIC_MODEL}'.`, param: "model" })
+    )
 
-const OUTPUT_EFFORTS: Readonly<Record<string, Effort>> = { low: "low", medium: "medium", high: "high", xhigh: "high", max: "high" }
+const OUTPUT_EFFORTS: Readonly<Record<string, Effort>> = {
+  low: "low",
+  medium: "medium",
+  high: "high",
+  xhigh: "high",
+  max: "high"
+}
 
 /**
  * The routing effort: `output_config.effort` when it names one; else thinking `enabled` or `adaptive`
@@ -305,6 +352,7 @@ export const anthropicCallInput = Effect.fnUntraced(function*(body: AnthropicMes
   }
   const userId = body.metadata?.user_id ?? undefined
   const maxUses = conversation.webSearchMaxUses
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
   return {
     endpoint: "/v1/messages",
     ...conversationInput(conversation),

@@ -1,14 +1,19 @@
 import { toMyrString } from "../../Domain/Money.js"
 import type { FinishReason, ToolCall } from "../../Providers/Provider.js"
-import type { AnthropicMessage, AnthropicStopReason, AnthropicTokenCount, AnthropicWebSearchCitation } from "./AnthropicApi.js"
-import { anthropicErrorBody } from "./AnthropicErrors.js"
-import { PUBLIC_MODEL } from "../OpenAi/Api.js"
 import type { CallResult, CallUsage, StreamEvent } from "../Call/CallTypes.js"
 import { countInput } from "../Call/Estimate.js"
 import type { Conversation } from "../Call/Input.js"
+import type { Annotation } from "../Call/WebSearch.js"
+import { PUBLIC_MODEL } from "../OpenAi/Api.js"
 import type { EventRenderer, StreamContext } from "../OpenAi/Wire.js"
 import { idsOf } from "../OpenAi/Wire.js"
-import type { Annotation } from "../Call/WebSearch.js"
+import type {
+  AnthropicMessage,
+  AnthropicStopReason,
+  AnthropicTokenCount,
+  AnthropicWebSearchCitation
+} from "./AnthropicApi.js"
+import { anthropicErrorBody } from "./AnthropicErrors.js"
 
 /** The Messages API's answer (`POST /v1/messages`), plain and streamed, from a call's result and events. */
 
@@ -20,7 +25,13 @@ export const toolUseId = (id: string): string => id.startsWith("toolu_") ? id : 
 
 /** Why the answer ended, when no stop sequence ended it (`firstStop`). */
 export const stopReasonOf = (finishReason: FinishReason, toolCalls: number): StopReason =>
-  toolCalls > 0 ? "tool_use" : finishReason === "length" ? "max_tokens" : finishReason === "content_filter" ? "refusal" : "end_turn"
+  toolCalls > 0
+    ? "tool_use"
+    : finishReason === "length"
+    ? "max_tokens"
+    : finishReason === "content_filter"
+    ? "refusal"
+    : "end_turn"
 
 type StopSequences = ReadonlyArray<string> | null | undefined
 
@@ -30,7 +41,10 @@ type StopSequences = ReadonlyArray<string> | null | undefined
  * known when the text shows it: the built-in model's, or an upstream's that ignored `stop`
  * (docs/api/anthropic.md, "Claude Code and Anthropic's SDKs").
  */
-export const firstStop = (text: string, stops: StopSequences): { readonly at: number; readonly sequence: string } | undefined => {
+export const firstStop = (
+  text: string,
+  stops: StopSequences
+): { readonly at: number; readonly sequence: string } | undefined => {
   let found: { readonly at: number; readonly sequence: string } | undefined
   for (const sequence of stops ?? []) {
     const at = sequence.length === 0 ? -1 : text.indexOf(sequence)
@@ -85,7 +99,9 @@ const citationsOf = (text: string, annotations: ReadonlyArray<Annotation>): Read
 const inputOf = (call: ToolCall): Readonly<Record<string, unknown>> => {
   try {
     const value: unknown = JSON.parse(call.function.arguments.length === 0 ? "{}" : call.function.arguments)
-    return typeof value === "object" && value !== null && !Array.isArray(value) ? value as Record<string, unknown> : { value }
+    return typeof value === "object" && value !== null && !Array.isArray(value)
+      ? value as Record<string, unknown>
+      : { value }
   } catch {
     return { _arguments: call.function.arguments }
   }
@@ -108,6 +124,7 @@ export const anthropicMessage = (result: CallResult, stops?: StopSequences): typ
   const annotations = stop === undefined ? result.annotations : result.annotations.filter((a) => a.endIndex <= stop.at)
   const toolCalls = stop === undefined ? result.toolCalls : []
   const citations = citationsOf(result.text, annotations)
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer
   const text = { type: "text" as const, text: shown, ...(citations.length > 0 ? { citations } : {}) }
   return {
     id: idsOf(result.requestId).message,
@@ -134,12 +151,15 @@ const couldBeginStop = (text: string, stops: ReadonlyArray<string>, longest: num
 }
 
 /** The 200 body of `POST /v1/messages/count_tokens`: the input as the estimate counts it (turns, tools, format). */
-export const anthropicTokenCount = (conversation: Pick<Conversation, "upstream" | "capabilities">): typeof AnthropicTokenCount.Type => ({
+export const anthropicTokenCount = (
+  conversation: Pick<Conversation, "upstream" | "capabilities">
+): typeof AnthropicTokenCount.Type => ({
   input_tokens: countInput(conversation.upstream, conversation.capabilities)
 })
 
 /** One server-sent event, named as Anthropic names them: the event name is also the data's `type`. */
 const sse = (type: string, fields: Record<string, unknown> = {}): string =>
+  // eslint-disable-next-line nenas/no-spread-adding-field -- a wire body, serialized at once
   `event: ${type}\ndata: ${JSON.stringify({ type, ...fields })}\n\n`
 
 /**
@@ -226,7 +246,12 @@ export const anthropicEvents = ({ dashboardUrl, requestId }: StreamContext, stop
   const onToolCallBlock = (event: Extract<StreamEvent, { _tag: "ToolCallDelta" }>): Array<string> => {
     const at = blocks.findIndex((b) => b.kind === "tool" && b.call === event.index)
     const out = at === -1
-      ? open({ kind: "tool", call: event.index }, { type: "tool_use", id: toolUseId(event.id), name: event.name, input: {} })
+      ? open({ kind: "tool", call: event.index }, {
+        type: "tool_use",
+        id: toolUseId(event.id),
+        name: event.name,
+        input: {}
+      })
       : []
     // An upstream that interleaves parallel calls (OpenAI's do not) sends a late fragment to its block's index.
     if (event.arguments.length > 0) {
@@ -240,14 +265,24 @@ export const anthropicEvents = ({ dashboardUrl, requestId }: StreamContext, stop
     if (blocks.length === 0 && toolCalls.length === 0) out.push(...open({ kind: "text" }, { type: "text", text: "" }))
     // Citations are known once the answer is whole: they go to the text block if it is still open, else
     // (a tool call came after the text) to an empty text block of their own, so that no source is lost.
-    const annotations = stopped === undefined ? result.annotations : result.annotations.filter((a) => a.endIndex <= sentChars)
+    const annotations = stopped === undefined
+      ? result.annotations
+      : result.annotations.filter((a) => a.endIndex <= sentChars)
     const citations = citationsOf(result.text, annotations)
     if (citations.length > 0 && !textOpen()) out.push(...open({ kind: "text" }, { type: "text", text: "" }))
     for (const citation of citations) out.push(delta(blocks.length - 1, { type: "citations_delta", citation }))
     // A call the stream did not show (an upstream that sent it whole at the end) is shown whole.
     for (const [index, call] of toolCalls.entries()) {
       if (!blocks.some((b) => b.kind === "tool" && b.call === index)) {
-        out.push(...onToolCallBlock({ _tag: "ToolCallDelta", index, id: call.id, name: call.function.name, arguments: call.function.arguments }))
+        out.push(
+          ...onToolCallBlock({
+            _tag: "ToolCallDelta",
+            index,
+            id: call.id,
+            name: call.function.name,
+            arguments: call.function.arguments
+          })
+        )
       }
     }
     out.push(...close())

@@ -3,22 +3,22 @@ import { AppConfig } from "../../AppConfig.js"
 import { errorMeta, isApiError } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import { microMyr } from "../../Domain/Money.js"
+import type { PriceTable } from "../../Domain/Prices.js"
 import { countText } from "../../Domain/Tokens.js"
 import type { LoggedAttempt, SettledUsage } from "../../Logs/RequestLogs.js"
 import { countToolCall } from "../../Providers/ContentTokens.js"
 import type { ProviderUsage } from "../../Providers/Provider.js"
 import type { WhenShort } from "../../Wallet/Instances/PayNow.js"
 import { Spending } from "../../Wallet/Spending.js"
-import type { PriceTable } from "../../Domain/Prices.js"
 import { CONTEXT_WINDOW, PUBLIC_MODEL } from "../OpenAi/Api.js"
+import { storedWrite } from "../OpenAi/StoredConversations.js"
+import { responsesOutput } from "../OpenAi/Wire.js"
 import type { Answer, CallResult, CallUsage, HeldCall, Progress, Used } from "./CallTypes.js"
 import { answerSoFar, providerRequest, servedCall, shownRoute } from "./CallTypes.js"
 import { billedCost, countInput } from "./Estimate.js"
-import { storedWrite } from "../OpenAi/StoredConversations.js"
-import type { Sources } from "./WebSearch.js"
-import { responsesOutput } from "../OpenAi/Wire.js"
-import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
 import { answeringModel, estimateReasoningTokens, makeReasoningRates, thinkingMsOf } from "./ReasoningEstimate.js"
+import type { Sources } from "./WebSearch.js"
+import { citedSources, searchSpent, withPlanning } from "./WebSearch.js"
 
 /** The error code a failed call is logged with. */
 export const codeOf = (cause: Cause.Cause<unknown>): string =>
@@ -28,7 +28,8 @@ export const codeOf = (cause: Cause.Cause<unknown>): string =>
   })
 
 /** Milliseconds since `startedAt` on `clock` (the service's, read directly: no fiber steps on the call's path). */
-export const elapsedSince = (clock: Clock.Clock, startedAt: number): number => Math.max(0, clock.unsafeCurrentTimeMillis() - startedAt)
+export const elapsedSince = (clock: Clock.Clock, startedAt: number): number =>
+  Math.max(0, clock.unsafeCurrentTimeMillis() - startedAt)
 
 /** A count within `[0, bound]`, whole: one past the bound (or not a number at all) is the bound. */
 const within = (count: number, bound: number): number =>
@@ -55,7 +56,10 @@ const fromProvider = (call: HeldCall, usage: ProviderUsage): CallUsage => {
  */
 const estimatedUsage = (call: HeldCall, sources: Sources, produced: Answer, reasoningEstimate: number): Used => {
   // The upstream stops at the output cap, whatever our tokenizer makes of what it sent.
-  const visible = Math.min(call.outputCap, countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0))
+  const visible = Math.min(
+    call.outputCap,
+    countText(produced.text) + produced.toolCalls.reduce((sum, toolCall) => sum + countToolCall(toolCall), 0)
+  )
   const reasoningTokens = Math.max(0, Math.min(reasoningEstimate, call.outputCap - visible))
   return {
     usage: withPlanning({
@@ -86,7 +90,11 @@ export const usedOf = (
 ): Used =>
   Option.match(reported, {
     onNone: () => estimatedUsage(call, sources, answer, reasoningEstimate),
-    onSome: (usage) => ({ usage: withPlanning(fromProvider(call, usage), sources), source: "provider" as const, sources })
+    onSome: (usage) => ({
+      usage: withPlanning(fromProvider(call, usage), sources),
+      source: "provider" as const,
+      sources
+    })
   })
 
 const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, latencyMs: number): CallResult => {
@@ -115,13 +123,20 @@ const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, la
 const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used): MicroMyr => {
   if (call.hold.source._tag === "None") return microMyr(0)
   try {
-    return billedCost(prices, call.route.upstreamModel, {
-      inputTokens: used.usage.inputTokens,
-      cachedTokens: used.usage.cachedTokens,
-      outputTokens: used.usage.outputTokens,
-      searches: used.sources.searches,
-      pages: used.sources.pages
-    }, call.ceiling, used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })))
+    return billedCost(
+      prices,
+      call.route.upstreamModel,
+      {
+        inputTokens: used.usage.inputTokens,
+        cachedTokens: used.usage.cachedTokens,
+        outputTokens: used.usage.outputTokens,
+        searches: used.sources.searches,
+        pages: used.sources.pages
+      },
+      call.ceiling,
+      // eslint-disable-next-line nenas/no-spread-adding-field -- once per planning call of a search, when it settles
+      used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage }))
+    )
   } catch (error) {
     if (error instanceof RangeError) return microMyr(call.ceiling)
     throw error
@@ -153,13 +168,19 @@ export const makeSettlement = Effect.gen(function*() {
       const now = clock.unsafeCurrentTimeMillis()
       const model = answeringModel(progress.attempts, call.route.upstreamModel)
       if (Option.isSome(progress.reportedUsage)) {
-        const thinkingMs = progress.firstVisibleAt === undefined ? undefined : thinkingMsOf(progress, progress.firstVisibleAt)
+        const thinkingMs = progress.firstVisibleAt === undefined
+          ? undefined
+          : thinkingMsOf(progress, progress.firstVisibleAt)
         const used = usedOf(call, progress.sources, answer, progress.reportedUsage)
-        if (call.route.reasoningModel && call.key.environment === "live" && thinkingMs !== undefined) rates.observe(model, used.usage.reasoningTokens, thinkingMs)
+        if (call.route.reasoningModel && call.key.environment === "live" && thinkingMs !== undefined) {
+          rates.observe(model, used.usage.reasoningTokens, thinkingMs)
+        }
         return used
       }
       const thinkingMs = call.route.reasoningModel ? thinkingMsOf(progress, now) : undefined
-      const reasoning = thinkingMs === undefined ? 0 : estimateReasoningTokens(thinkingMs, rates.rateOf(model), call.outputCap)
+      const reasoning = thinkingMs === undefined
+        ? 0
+        : estimateReasoningTokens(thinkingMs, rates.rateOf(model), call.outputCap)
       return usedOf(call, progress.sources, answer, Option.none(), reasoning)
     })
 
@@ -170,42 +191,59 @@ export const makeSettlement = Effect.gen(function*() {
    * wallet cannot pay it, `bill what it can` bills what it holds. A whole
    * answer (`complete`) of a call that stores is stored with its settlement.
    */
-  const bill = Effect.fnUntraced(function*(call: HeldCall, used: Used, answer: Answer, whenShort: WhenShort, complete: boolean, errorCode: string | null) {
-    const latencyMs = elapsedSince(clock, call.startedAt)
-    const cost = costWithin(call, used)
-    // Field by field, not a spread of `used.usage` that adds fields (slow on Node 20: `logRow`).
-    const logged: SettledUsage = {
-      inputTokens: used.usage.inputTokens,
-      outputTokens: used.usage.outputTokens,
-      reasoningTokens: used.usage.reasoningTokens,
-      cachedTokens: used.usage.cachedTokens,
-      answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
-      attempts: loggedAttempts(call),
-      errorCode,
-      usageSource: used.source,
-      searchCount: used.sources.searches,
-      contentPages: used.sources.pages,
-      costMicroMyr: cost,
-      latencyMs
-    }
-    const result = resultOf(call, answer, used, cost, latencyMs)
-    const store = complete ? call.input.store : undefined
-    const stored = store === undefined ? undefined : yield* storedWrite(
-      store,
-      {
-        requestId: call.requestId,
-        accountId: call.key.accountId,
-        apiKeyId: call.key.keyId,
-        environment: call.key.environment,
-        startedAt: call.startedAt
-      },
-      responsesOutput(result),
-      storedResponsesMaxBytes
-    )
-    // The wallet's step is the last: nothing after it may fail and leave the call to be settled again.
-    const charged = yield* spending.settle(call.hold, cost, `Model call ${call.requestId} (${PUBLIC_MODEL})`, logged, whenShort, stored)
-    return charged === cost ? result : Object.assign({}, result, { cost: microMyr(charged) })
-  }, Effect.uninterruptible)
+  const bill = Effect.fnUntraced(
+    function*(
+      call: HeldCall,
+      used: Used,
+      answer: Answer,
+      whenShort: WhenShort,
+      complete: boolean,
+      errorCode: string | null
+    ) {
+      const latencyMs = elapsedSince(clock, call.startedAt)
+      const cost = costWithin(call, used)
+      // Field by field, not a spread of `used.usage` that adds fields (slow on Node 20: `logRow`).
+      const logged: SettledUsage = {
+        inputTokens: used.usage.inputTokens,
+        outputTokens: used.usage.outputTokens,
+        reasoningTokens: used.usage.reasoningTokens,
+        cachedTokens: used.usage.cachedTokens,
+        answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
+        attempts: loggedAttempts(call),
+        errorCode,
+        usageSource: used.source,
+        searchCount: used.sources.searches,
+        contentPages: used.sources.pages,
+        costMicroMyr: cost,
+        latencyMs
+      }
+      const result = resultOf(call, answer, used, cost, latencyMs)
+      const store = complete ? call.input.store : undefined
+      const stored = store === undefined ? undefined : yield* storedWrite(
+        store,
+        {
+          requestId: call.requestId,
+          accountId: call.key.accountId,
+          apiKeyId: call.key.keyId,
+          environment: call.key.environment,
+          startedAt: call.startedAt
+        },
+        responsesOutput(result),
+        storedResponsesMaxBytes
+      )
+      // The wallet's step is the last: nothing after it may fail and leave the call to be settled again.
+      const charged = yield* spending.settle(
+        call.hold,
+        cost,
+        `Model call ${call.requestId} (${PUBLIC_MODEL})`,
+        logged,
+        whenShort,
+        stored
+      )
+      return charged === cost ? result : Object.assign({}, result, { cost: microMyr(charged) })
+    },
+    Effect.uninterruptible
+  )
 
   /**
    * A stream's end (its answer already under way; `complete` when whole), or a call whose client left: billed,
@@ -219,7 +257,8 @@ export const makeSettlement = Effect.gen(function*() {
 
   /** Returns the hold and logs the failure. */
   const settleFailed = (call: HeldCall, code: string) =>
-    Effect.suspend(() => spending.fail(call.hold, code, elapsedSince(clock, call.startedAt), loggedAttempts(call))).pipe(Effect.uninterruptible)
+    Effect.suspend(() => spending.fail(call.hold, code, elapsedSince(clock, call.startedAt), loggedAttempts(call)))
+      .pipe(Effect.uninterruptible)
 
   /**
    * Settles the call and marks it settled, as one step a disconnect cannot split; a settlement that died before
@@ -239,7 +278,9 @@ export const makeSettlement = Effect.gen(function*() {
    */
   const settleUnproduced = (call: HeldCall, progress: Progress, code: string) =>
     searchSpent(progress.sources) && code !== "idempotency_conflict"
-      ? Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answerSoFar(progress, "stop"), false, code)))
+      ? Effect.asVoid(
+        Effect.ignore(settleUsed(call, searchOnly(progress.sources), answerSoFar(progress, "stop"), false, code))
+      )
       : settleFailed(call, code)
 
   /**
@@ -254,9 +295,13 @@ export const makeSettlement = Effect.gen(function*() {
       const answer = answerSoFar(progress, "stop")
       // Billed as we counted what was produced so far.
       if (progress.upstreamStarted) {
-        return Effect.asVoid(Effect.ignore(Effect.flatMap(usedSoFar(call, progress, answer), (used) => settleUsed(call, used, answer))))
+        return Effect.asVoid(
+          Effect.ignore(Effect.flatMap(usedSoFar(call, progress, answer), (used) => settleUsed(call, used, answer)))
+        )
       }
-      if (searchSpent(progress.sources)) return Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answer)))
+      if (searchSpent(progress.sources)) {
+        return Effect.asVoid(Effect.ignore(settleUsed(call, searchOnly(progress.sources), answer)))
+      }
       return settleFailed(call, "internal_error")
     }
     return settleUnproduced(call, progress, Exit.isFailure(exit) ? codeOf(exit.cause) : "internal_error")

@@ -1,9 +1,9 @@
 import { Cause, type Clock, Effect, Exit, Option, type Tracer } from "effect"
 import { type ApiError, errorMeta, isApiError } from "../../Domain/Errors.js"
 import { PUBLIC_MODEL } from "../OpenAi/Api.js"
-import type { CallInput, CallResult, StreamEvent } from "./CallTypes.js"
 import type { EventRenderer } from "../OpenAi/Wire.js"
 import { idsOf } from "../OpenAi/Wire.js"
+import type { CallInput, CallResult, StreamEvent } from "./CallTypes.js"
 
 /**
  * A model call's span in OpenTelemetry's GenAI semantic conventions, the
@@ -68,7 +68,10 @@ const ender = (span: Tracer.Span, endpoint: CallInput["endpoint"], clock: Clock.
 
 export interface CallSpans {
   /** `complete` with its span around it: the upstream's attempts are its children. */
-  readonly complete: <R>(input: CallInput, run: Effect.Effect<CallResult, ApiError, R>) => Effect.Effect<CallResult, ApiError, R>
+  readonly complete: <R>(
+    input: CallInput,
+    run: Effect.Effect<CallResult, ApiError, R>
+  ) => Effect.Effect<CallResult, ApiError, R>
   /**
    * `stream` with its span: ended by the `Completed` or `Failed` event the renderer writes, by a failure
    * before the first byte, or when the body closes without either (a client gone).
@@ -94,8 +97,10 @@ export const makeCallSpans = (traced: boolean): CallSpans => {
   if (!traced) return { complete: (_, run) => run, stream: (_, renderer, closed, run) => run(renderer, closed) }
   return {
     complete: (input, run) =>
-      Effect.flatMap(open(input), ({ end, span }) =>
-        run.pipe(Effect.withParentSpan(span), Effect.onExit((exit) => Effect.sync(() => end(exit))))),
+      Effect.flatMap(
+        open(input),
+        ({ end, span }) => run.pipe(Effect.withParentSpan(span), Effect.onExit((exit) => Effect.sync(() => end(exit))))
+      ),
     stream: (input, renderer, closed, run) =>
       Effect.flatMap(open(input), ({ end, span }) => {
         const traced: EventRenderer = {

@@ -3,6 +3,7 @@ import type { ApiKeyPrincipal } from "../../Auth/Api.js"
 import type { ApiError, IdempotencyConflict } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import type { Message } from "../../Domain/Tokens.js"
+import { servedBy } from "../../Providers/Fallback.js"
 import type {
   Capabilities,
   FinishReason,
@@ -14,9 +15,8 @@ import type {
   UpstreamAttempt,
   UpstreamMessage
 } from "../../Providers/Provider.js"
-import { servedBy } from "../../Providers/Fallback.js"
-import type { Effort, Route } from "../../Routing/Router.js"
 import { SIMULATED_MODEL } from "../../Providers/Simulated.js"
+import type { Effort, Route } from "../../Routing/Router.js"
 import type { CallHold } from "../../Wallet/Spending.js"
 import type { WebSearchConfig } from "../OpenAi/Api.js"
 import type { StoreRequest } from "../OpenAi/StoredConversations.js"
@@ -87,7 +87,13 @@ export interface CallResult {
 
 export type StreamEvent =
   | { readonly _tag: "Delta"; readonly text: string; readonly logprobs?: ReadonlyArray<TokenLogprob> | undefined }
-  | { readonly _tag: "ToolCallDelta"; readonly index: number; readonly id: string; readonly name: string; readonly arguments: string }
+  | {
+    readonly _tag: "ToolCallDelta"
+    readonly index: number
+    readonly id: string
+    readonly name: string
+    readonly arguments: string
+  }
   | { readonly _tag: "Completed"; readonly result: CallResult }
   | { readonly _tag: "Failed"; readonly error: ApiError }
 
@@ -159,7 +165,9 @@ export const notStarted: Progress = {
 /** `progress` with `attempt` told: after the others, or in place of the last (`amend`: a stream that opened, then was cut). */
 export const withAttempt = (progress: Progress, attempt: UpstreamAttempt, amend: boolean): Progress => ({
   ...progress,
-  attempts: amend && progress.attempts.length > 0 ? [...progress.attempts.slice(0, -1), attempt] : [...progress.attempts, attempt]
+  attempts: amend && progress.attempts.length > 0
+    ? [...progress.attempts.slice(0, -1), attempt]
+    : [...progress.attempts, attempt]
 })
 
 /**
@@ -196,7 +204,12 @@ export const answerSoFar = (progress: Progress, finishReason: FinishReason): Ans
 })
 
 /** The request the upstream gets: the caller's conversation after the sources, at the held output cap. */
-export const providerRequest = (call: HeldCall, sources: Sources, attempted?: ProviderRequest["attempted"]): ProviderRequest => ({
+export const providerRequest = (
+  call: HeldCall,
+  sources: Sources,
+  attempted?: ProviderRequest["attempted"]
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
+): ProviderRequest => ({
   model: call.route.upstreamModel,
   ...call.input.capabilities,
   messages: sources.message === undefined ? call.input.upstream : [sources.message, ...call.input.upstream],

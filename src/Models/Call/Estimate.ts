@@ -69,14 +69,18 @@ export const outputCapFor = (
   if (input.inputTokens + searchTokens + asked > CONTEXT_WINDOW) {
     return Either.left(
       new ContextLengthExceeded({
-        message: `The input is ${input.inputTokens} tokens${searchTokens > 0 ? `, web search may add ${searchTokens}` : ""}${
+        message: `The input is ${input.inputTokens} tokens${
+          searchTokens > 0 ? `, web search may add ${searchTokens}` : ""
+        }${
           asked > 0 ? ` and ${asked} output tokens were asked for` : ""
         }; the model's context window is ${CONTEXT_WINDOW} tokens.`,
         param: input.inputParam
       })
     )
   }
-  return Either.right(input.maxOutputTokens ?? Math.min(MAX_OUTPUT_TOKENS, CONTEXT_WINDOW - input.inputTokens - searchTokens))
+  return Either.right(
+    input.maxOutputTokens ?? Math.min(MAX_OUTPUT_TOKENS, CONTEXT_WINDOW - input.inputTokens - searchTokens)
+  )
 }
 
 /**
@@ -107,7 +111,12 @@ export const costCapOf = (maxTotalCostMyr: number | undefined): MicroMyr | undef
 export const withinCostCap = (
   worstCase: MicroMyr,
   costCap: MicroMyr | undefined,
-  breakdown: { readonly inputTokens: number; readonly outputCap: number; readonly search: SearchAllowance; readonly outputParam: string }
+  breakdown: {
+    readonly inputTokens: number
+    readonly outputCap: number
+    readonly search: SearchAllowance
+    readonly outputParam: string
+  }
 ): Either.Either<void, InvalidRequest> => {
   if (costCap === undefined || worstCase <= costCap) return Either.void
   const { search } = breakdown
@@ -115,9 +124,13 @@ export const withinCostCap = (
   const counted = breakdown.inputTokens + search.contextTokens + search.planningInputTokens
   return Either.left(
     new InvalidRequest({
-      message: `This request may cost up to RM ${toMyrString(worstCase)}, above max_total_cost_myr (RM ${toMyrString(costCap)}).`,
+      message: `This request may cost up to RM ${toMyrString(worstCase)}, above max_total_cost_myr (RM ${
+        toMyrString(costCap)
+      }).`,
       param: "max_total_cost_myr",
-      guidance: `The estimated maximum cost is RM ${toMyrString(worstCase)} (${withSafetyMargin(counted)} input tokens: ${counted} counted plus a safety margin, ${
+      guidance: `The estimated maximum cost is RM ${toMyrString(worstCase)} (${
+        withSafetyMargin(counted)
+      } input tokens: ${counted} counted plus a safety margin, ${
         breakdown.outputCap + search.planningOutputTokens
       } output tokens${
         search.searches > 0 ? `, ${search.searches} searches, ${search.pages} pages` : ""
@@ -142,7 +155,12 @@ function* estimating(input: EstimateInput) {
     )
   ))
   const costCap = costCapOf(input.maxTotalCostMyr)
-  yield* withinCostCap(worstCase, costCap, { inputTokens: input.inputTokens, outputCap, search: input.search, outputParam: input.outputParam })
+  yield* withinCostCap(worstCase, costCap, {
+    inputTokens: input.inputTokens,
+    outputCap,
+    search: input.search,
+    outputParam: input.outputParam
+  })
   return { outputCap, worstCase, costCap }
 }
 

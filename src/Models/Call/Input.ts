@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import { InvalidRequest, NotImplemented, UnsupportedInput } from "../../Domain/Errors.js"
+import type { Message } from "../../Domain/Tokens.js"
 import type {
   Capabilities,
   ResponseFormat,
@@ -9,10 +10,9 @@ import type {
   UpstreamMessage,
   UpstreamPart
 } from "../../Providers/Provider.js"
+import { withinCounts } from "../Admission/CountLimits.js"
 import type { ChatCompletionRequest, InputItem, ResponsesBody } from "../OpenAi/Api.js"
 import { CHAT_NOT_IMPLEMENTED, RESPONSES_NOT_IMPLEMENTED } from "../OpenAi/Api.js"
-import type { Message } from "../../Domain/Tokens.js"
-import { withinCounts } from "../Admission/CountLimits.js"
 
 /**
  * A request's conversation in the upstream's chat shape (images and tool turns
@@ -30,7 +30,9 @@ export interface Conversation {
 }
 
 /** What a call's input takes from its conversation, whichever endpoint parsed it. */
-export const conversationInput = (conversation: Pick<Conversation, "messages" | "upstream" | "remoteImages" | "capabilities">) => ({
+export const conversationInput = (
+  conversation: Pick<Conversation, "messages" | "upstream" | "remoteImages" | "capabilities">
+) => ({
   messages: conversation.messages,
   upstream: conversation.upstream,
   remoteImages: conversation.remoteImages,
@@ -52,13 +54,21 @@ const ROLES: ReadonlySet<string> = new Set(["system", "developer", "user", "assi
 const DETAILS: ReadonlySet<string> = new Set(["low", "high", "auto"])
 
 /** An image reference: an https URL or a `data:` URL, forwarded byte for byte. */
-const imagePart = (url: unknown, detail: unknown, path: string, remote: Map<string, string>): Effect.Effect<UpstreamPart, InputError> => {
+const imagePart = (
+  url: unknown,
+  detail: unknown,
+  path: string,
+  remote: Map<string, string>
+): Effect.Effect<UpstreamPart, InputError> => {
   if (typeof url !== "string" || url.length === 0) return invalid("An image needs a URL: https or a data: URL.", path)
   if (!/^https:\/\//i.test(url) && !/^data:image\/[a-z0-9.+-]+(;[^,]*)?,/i.test(url)) {
     return invalid("An image URL must be an https URL or a data:image/... URL.", path)
   }
   if (detail !== undefined && detail !== null && (typeof detail !== "string" || !DETAILS.has(detail))) {
-    return invalid(`Expected detail "low", "high" or "auto", actual ${JSON.stringify(detail)}.`, path.replace(/\.(image_url|url)$/, ".detail"))
+    return invalid(
+      `Expected detail "low", "high" or "auto", actual ${JSON.stringify(detail)}.`,
+      path.replace(/\.(image_url|url)$/, ".detail")
+    )
   }
   const known = detail === "low" || detail === "high" || detail === "auto" ? detail : undefined
   if (/^https:/i.test(url) && !remote.has(url)) remote.set(url, path)
@@ -81,14 +91,23 @@ const partOf = (part: Json, path: string, images: ImageSink): Effect.Effect<Upst
   }
   if (images !== false && type === "input_image") {
     if (part["image_url"] === undefined && part["file_id"] !== undefined) {
-      return Effect.fail(new UnsupportedInput({ message: "Images by file_id are not supported; send an https or data: URL.", param: path }))
+      return Effect.fail(
+        new UnsupportedInput({
+          message: "Images by file_id are not supported; send an https or data: URL.",
+          param: path
+        })
+      )
     }
     return imagePart(part["image_url"], part["detail"], `${path}.image_url`, images)
   }
-  return Effect.fail(new UnsupportedInput({
-    message: `Content parts of type '${String(type)}' are not supported here; text${images !== false ? " and images are" : " is"} accepted.`,
-    param: path
-  }))
+  return Effect.fail(
+    new UnsupportedInput({
+      message: `Content parts of type '${String(type)}' are not supported here; text${
+        images !== false ? " and images are" : " is"
+      } accepted.`,
+      param: path
+    })
+  )
 }
 
 const partsOf = Effect.fnUntraced(function*(content: ReadonlyArray<Json>, path: string, images: ImageSink) {
@@ -97,16 +116,21 @@ const partsOf = Effect.fnUntraced(function*(content: ReadonlyArray<Json>, path: 
   return parts
 })
 
-const textOfParts = (parts: ReadonlyArray<UpstreamPart>): string => parts.map((p) => p.type === "text" ? p.text : "").join("")
+const textOfParts = (parts: ReadonlyArray<UpstreamPart>): string =>
+  parts.map((p) => p.type === "text" ? p.text : "").join("")
 
 /** Content as the upstream takes it: a string stays a string; parts are checked, images kept. */
 const contentOf = (content: string | ReadonlyArray<Json>, path: string, images: ImageSink) =>
   typeof content === "string"
     ? Effect.succeed<string | ReadonlyArray<UpstreamPart>>(content)
-    : Effect.map(partsOf(content, path, images), (parts): string | ReadonlyArray<UpstreamPart> =>
-      parts.every((p) => p.type === "text") ? textOfParts(parts) : parts)
+    : Effect.map(
+      partsOf(content, path, images),
+      (parts): string | ReadonlyArray<UpstreamPart> =>
+        parts.every((p) => p.type === "text") ? textOfParts(parts) : parts
+    )
 
-const plain = (content: string | ReadonlyArray<UpstreamPart>): string => typeof content === "string" ? content : textOfParts(content)
+const plain = (content: string | ReadonlyArray<UpstreamPart>): string =>
+  typeof content === "string" ? content : textOfParts(content)
 
 /** The first field of `names` the body carries (not null), as `not_implemented`. */
 const refuseNotImplemented = (body: Json, names: ReadonlyArray<string>) => {
@@ -118,34 +142,55 @@ const refuseNotImplemented = (body: Json, names: ReadonlyArray<string>) => {
 
 /** An assistant's tool call in chat's shape. */
 const toolCallOf = (value: unknown, path: string): Effect.Effect<ToolCall, InputError> => {
-  if (!isRecord(value) || !isRecord(value["function"])) return invalid("A tool call needs 'id', 'type: function' and 'function'.", path)
+  if (!isRecord(value) || !isRecord(value["function"])) {
+    return invalid("A tool call needs 'id', 'type: function' and 'function'.", path)
+  }
   const fn = value["function"]
   if (typeof value["id"] !== "string") return invalid("A tool call needs a string 'id'.", `${path}.id`)
-  if (typeof fn["name"] !== "string") return invalid("A tool call needs a string 'function.name'.", `${path}.function.name`)
-  if (typeof fn["arguments"] !== "string") return invalid("A tool call needs string 'function.arguments'.", `${path}.function.arguments`)
-  return Effect.succeed({ id: value["id"], type: "function", function: { name: fn["name"], arguments: fn["arguments"] } })
+  if (typeof fn["name"] !== "string") {
+    return invalid("A tool call needs a string 'function.name'.", `${path}.function.name`)
+  }
+  if (typeof fn["arguments"] !== "string") {
+    return invalid("A tool call needs string 'function.arguments'.", `${path}.function.arguments`)
+  }
+  return Effect.succeed({
+    id: value["id"],
+    type: "function",
+    function: { name: fn["name"], arguments: fn["arguments"] }
+  })
 }
 
 /** Tools and the choice among them, checked as OpenAI checks them: unique names, a named choice among the tools. */
-export const toolsOf = Effect.fnUntraced(function*(tools: ReadonlyArray<ToolDefinition>, choice: ToolChoice | undefined, choiceParam: string) {
-  const names = new Set<string>()
-  for (const [i, tool] of tools.entries()) {
-    if (names.has(tool.function.name)) {
-      return yield* invalid(`The function name '${tool.function.name}' is used twice; names must be unique.`, `tools[${i}]`)
+export const toolsOf = Effect.fnUntraced(
+  function*(tools: ReadonlyArray<ToolDefinition>, choice: ToolChoice | undefined, choiceParam: string) {
+    const names = new Set<string>()
+    for (const [i, tool] of tools.entries()) {
+      if (names.has(tool.function.name)) {
+        return yield* invalid(
+          `The function name '${tool.function.name}' is used twice; names must be unique.`,
+          `tools[${i}]`
+        )
+      }
+      names.add(tool.function.name)
     }
-    names.add(tool.function.name)
+    if (typeof choice === "object" && !names.has(choice.function.name)) {
+      return yield* invalid(`tool_choice names '${choice.function.name}', which is not among the tools.`, choiceParam)
+    }
+    if (choice === "required" && tools.length === 0) {
+      return yield* invalid("tool_choice 'required' needs at least one function in 'tools'.", choiceParam)
+    }
+    return tools.length === 0 ? {} : { tools, toolChoice: choice }
   }
-  if (typeof choice === "object" && !names.has(choice.function.name)) {
-    return yield* invalid(`tool_choice names '${choice.function.name}', which is not among the tools.`, choiceParam)
-  }
-  if (choice === "required" && tools.length === 0) {
-    return yield* invalid("tool_choice 'required' needs at least one function in 'tools'.", choiceParam)
-  }
-  return tools.length === 0 ? {} : { tools, toolChoice: choice }
-})
+)
 
-const definition = (name: string, description: string | null | undefined, parameters: Json | null | undefined, strict: boolean | null | undefined): ToolDefinition => ({
+const definition = (
+  name: string,
+  description: string | null | undefined,
+  parameters: Json | null | undefined,
+  strict: boolean | null | undefined
+): ToolDefinition => ({
   type: "function",
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per tool of a call
   function: {
     name,
     ...(description === undefined || description === null ? {} : { description }),
@@ -167,7 +212,7 @@ const sampling = (body: ChatCompletionRequest): Capabilities => ({
 const checkToolResults = (upstream: ReadonlyArray<UpstreamMessage>, param: (index: number) => string) => {
   const called = new Set<string>()
   for (const [i, message] of upstream.entries()) {
-    if ("tool_calls" in message) for (const call of message.tool_calls) called.add(call.id)
+    if ("tool_calls" in message) { for (const call of message.tool_calls) called.add(call.id) }
     if (message.role === "tool" && !called.has(message.tool_call_id)) {
       return invalid(`No tool call found for the tool result with call id '${message.tool_call_id}'.`, param(i))
     }
@@ -188,7 +233,11 @@ const appendCall = (upstream: Array<UpstreamMessage>, call: ToolCall) => {
   const last = upstream[upstream.length - 1]
   if (last !== undefined && last.role === "assistant") {
     const content = last.content === null ? null : plain(last.content)
-    upstream[upstream.length - 1] = { role: "assistant", content, tool_calls: [...("tool_calls" in last ? last.tool_calls : []), call] }
+    upstream[upstream.length - 1] = {
+      role: "assistant",
+      content,
+      tool_calls: [...("tool_calls" in last ? last.tool_calls : []), call]
+    }
   } else {
     upstream.push({ role: "assistant", content: null, tool_calls: [call] })
   }
@@ -200,112 +249,124 @@ const WEB_SEARCH_TOOLS = /^web_search(_preview)?(_\d{4}_\d{2}_\d{2})?$/
  * `input` (a string or OpenAI's items: messages, function calls and their outputs) and `instructions`, with tools and format;
  * `history`, a stored conversation's items (`previous_response_id`), comes between the instructions and the input.
  */
-export const responsesConversation = Effect.fnUntraced(function*(body: ResponsesBody, history: ReadonlyArray<Json> = []) {
-  yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
-  yield* withinCounts(body.input, body.tools, "input")
-  const upstream: Array<UpstreamMessage> = []
-  const remoteImages = new Map<string, string>()
-  if (typeof body.instructions === "string" && body.instructions.length > 0) {
-    upstream.push({ role: "system", content: body.instructions })
-  }
-  if (typeof body.input !== "string" && body.input.length === 0) {
-    return yield* invalid("'input' must hold at least one message.", "input")
-  }
-  const items: ReadonlyArray<{ readonly item: typeof InputItem.Type; readonly path: string }> = [
-    // Stored items were checked when they were stored.
-    ...history.map((item) => ({ item: item as typeof InputItem.Type, path: "previous_response_id" })),
-    ...(typeof body.input === "string"
-      ? [{ item: { type: "message", role: "user", content: body.input }, path: "input" }]
-      : body.input.map((item, i) => ({ item, path: `input[${i}]` })))
-  ]
-  for (const { item, path } of items) {
-    if (item.type === "function_call") {
-      const call = yield* toolCallOf({ id: item["call_id"], type: "function", function: item }, path)
-      appendCall(upstream, call)
-      continue
+export const responsesConversation = Effect.fnUntraced(
+  function*(body: ResponsesBody, history: ReadonlyArray<Json> = []) {
+    yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
+    yield* withinCounts(body.input, body.tools, "input")
+    const upstream: Array<UpstreamMessage> = []
+    const remoteImages = new Map<string, string>()
+    if (typeof body.instructions === "string" && body.instructions.length > 0) {
+      upstream.push({ role: "system", content: body.instructions })
     }
-    if (item.type === "function_call_output") {
-      if (typeof item["call_id"] !== "string") return yield* invalid("A function_call_output needs a string 'call_id'.", `${path}.call_id`)
-      const output = item["output"]
-      const content = typeof output === "string"
-        ? output
-        : Array.isArray(output)
-        ? plain(yield* partsOf(output.filter(isRecord), `${path}.output`, false))
-        : yield* invalid("A function_call_output needs 'output', a string.", `${path}.output`)
-      upstream.push({ role: "tool", tool_call_id: item["call_id"], content })
-      continue
+    if (typeof body.input !== "string" && body.input.length === 0) {
+      return yield* invalid("'input' must hold at least one message.", "input")
     }
-    if (item.type !== undefined && item.type !== "message") {
-      return yield* new UnsupportedInput({
-        message: item.type === "item_reference"
-          ? "This item reference could not be resolved: send the item itself."
-          : `Input items of type '${item.type}' are not supported; messages, function_call and function_call_output are accepted.`,
-        param: path
-      })
-    }
-    if (item.role === undefined || !ROLES.has(item.role)) {
-      return yield* invalid(
-        `Expected role "user", "assistant", "system" or "developer", actual ${JSON.stringify(item.role ?? null)}.`,
-        `${path}.role`
-      )
-    }
-    if (item.content === undefined) return yield* invalid("A message needs 'content'.", `${path}.content`)
-    const role = item.role as Message["role"]
-    const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant" && remoteImages)
-    upstream.push(role === "assistant" ? { role, content: plain(content) } : { role, content })
-  }
-  // Items and messages do not map one to one (instructions, merged calls): the check names the input.
-  yield* checkToolResults(upstream, () => "input")
-  const functions: Array<ToolDefinition> = []
-  let webSearchTool = false
-  for (const [i, tool] of (body.tools ?? []).entries()) {
-    if (tool.type === "function") {
-      if (typeof tool.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(tool.name)) {
-        return yield* invalid("A function tool needs a 'name' of 1 to 64 letters, digits, '_' or '-'.", `tools[${i}].name`)
+    const items: ReadonlyArray<{ readonly item: typeof InputItem.Type; readonly path: string }> = [
+      // Stored items were checked when they were stored.
+      ...history.map((item) => ({ item: item as typeof InputItem.Type, path: "previous_response_id" })),
+      ...(typeof body.input === "string"
+        ? [{ item: { type: "message", role: "user", content: body.input }, path: "input" }]
+        : body.input.map((item, i) => ({ item, path: `input[${i}]` })))
+    ]
+    for (const { item, path } of items) {
+      if (item.type === "function_call") {
+        const call = yield* toolCallOf({ id: item["call_id"], type: "function", function: item }, path)
+        appendCall(upstream, call)
+        continue
       }
-      functions.push(definition(tool.name, tool.description, tool.parameters, tool.strict))
-    } else if (WEB_SEARCH_TOOLS.test(tool.type)) {
-      webSearchTool = true
-    } else {
-      return yield* new UnsupportedInput({
-        message: `Tools of type '${tool.type}' are not supported; 'function' and 'web_search' are.`,
-        param: `tools[${i}]`
-      })
+      if (item.type === "function_call_output") {
+        if (typeof item["call_id"] !== "string") {
+          return yield* invalid("A function_call_output needs a string 'call_id'.", `${path}.call_id`)
+        }
+        const output = item["output"]
+        const content = typeof output === "string"
+          ? output
+          : Array.isArray(output)
+          ? plain(yield* partsOf(output.filter(isRecord), `${path}.output`, false))
+          : yield* invalid("A function_call_output needs 'output', a string.", `${path}.output`)
+        upstream.push({ role: "tool", tool_call_id: item["call_id"], content })
+        continue
+      }
+      if (item.type !== undefined && item.type !== "message") {
+        return yield* new UnsupportedInput({
+          message: item.type === "item_reference"
+            ? "This item reference could not be resolved: send the item itself."
+            : `Input items of type '${item.type}' are not supported; messages, function_call and function_call_output are accepted.`,
+          param: path
+        })
+      }
+      if (item.role === undefined || !ROLES.has(item.role)) {
+        return yield* invalid(
+          `Expected role "user", "assistant", "system" or "developer", actual ${JSON.stringify(item.role ?? null)}.`,
+          `${path}.role`
+        )
+      }
+      if (item.content === undefined) return yield* invalid("A message needs 'content'.", `${path}.content`)
+      const role = item.role as Message["role"]
+      const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant" && remoteImages)
+      upstream.push(role === "assistant" ? { role, content: plain(content) } : { role, content })
     }
-  }
-  const choice = body.tool_choice ?? undefined
-  const toolChoice: ToolChoice | undefined = choice === undefined || typeof choice === "string"
-    ? choice
-    : choice.type === "function"
-    ? { type: "function", function: { name: choice.name } }
-    : undefined
-  const tools = yield* toolsOf(functions, toolChoice, "tool_choice")
-  const format = body.text?.format ?? undefined
-  const responseFormat: ResponseFormat | undefined = format === undefined
-    ? undefined
-    : format.type === "json_schema"
-    ? {
-      type: "json_schema",
-      json_schema: {
-        name: format.name,
-        schema: format.schema,
-        ...(format.description === undefined || format.description === null ? {} : { description: format.description }),
-        ...(format.strict === undefined || format.strict === null ? {} : { strict: format.strict })
+    // Items and messages do not map one to one (instructions, merged calls): the check names the input.
+    yield* checkToolResults(upstream, () => "input")
+    const functions: Array<ToolDefinition> = []
+    let webSearchTool = false
+    for (const [i, tool] of (body.tools ?? []).entries()) {
+      if (tool.type === "function") {
+        if (typeof tool.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(tool.name)) {
+          return yield* invalid(
+            "A function tool needs a 'name' of 1 to 64 letters, digits, '_' or '-'.",
+            `tools[${i}].name`
+          )
+        }
+        functions.push(definition(tool.name, tool.description, tool.parameters, tool.strict))
+      } else if (WEB_SEARCH_TOOLS.test(tool.type)) {
+        webSearchTool = true
+      } else {
+        return yield* new UnsupportedInput({
+          message: `Tools of type '${tool.type}' are not supported; 'function' and 'web_search' are.`,
+          param: `tools[${i}]`
+        })
       }
     }
-    : { type: format.type }
-  return {
-    messages: textView(upstream),
-    upstream,
-    capabilities: {
-      ...tools,
-      ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
-      ...(responseFormat === undefined || responseFormat.type === "text" ? {} : { responseFormat })
-    },
-    webSearchTool,
-    remoteImages
-  } satisfies Conversation
-})
+    const choice = body.tool_choice ?? undefined
+    const toolChoice: ToolChoice | undefined = choice === undefined || typeof choice === "string"
+      ? choice
+      : choice.type === "function"
+      ? { type: "function", function: { name: choice.name } }
+      : undefined
+    const tools = yield* toolsOf(functions, toolChoice, "tool_choice")
+    const format = body.text?.format ?? undefined
+    const responseFormat: ResponseFormat | undefined = format === undefined
+      ? undefined
+      : format.type === "json_schema"
+      ? {
+        type: "json_schema",
+        // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
+        json_schema: {
+          name: format.name,
+          schema: format.schema,
+          ...(format.description === undefined || format.description === null
+            ? {}
+            : { description: format.description }),
+          ...(format.strict === undefined || format.strict === null ? {} : { strict: format.strict })
+        }
+      }
+      : { type: format.type }
+    return {
+      messages: textView(upstream),
+      upstream,
+      capabilities: {
+        ...tools,
+        ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean"
+          ? { parallelToolCalls: body.parallel_tool_calls }
+          : {}),
+        ...(responseFormat === undefined || responseFormat.type === "text" ? {} : { responseFormat })
+      },
+      webSearchTool,
+      remoteImages
+    } satisfies Conversation
+  }
+)
 
 /** Chat `messages` with their images and tool turns, and the request's tools, format and sampling fields. */
 export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletionRequest) {
@@ -324,9 +385,15 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
         })
       case "tool": {
         const id = message["tool_call_id"]
-        if (typeof id !== "string") return yield* invalid("A tool message needs a string 'tool_call_id'.", `${path}.tool_call_id`)
+        if (typeof id !== "string") {
+          return yield* invalid("A tool message needs a string 'tool_call_id'.", `${path}.tool_call_id`)
+        }
         if (content === null) return yield* invalid("A tool message needs 'content'.", `${path}.content`)
-        upstream.push({ role: "tool", tool_call_id: id, content: plain(yield* contentOf(content, `${path}.content`, false)) })
+        upstream.push({
+          role: "tool",
+          tool_call_id: id,
+          content: plain(yield* contentOf(content, `${path}.content`, false))
+        })
         break
       }
       case "assistant": {
@@ -336,9 +403,15 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
           : Array.isArray(raw)
           ? yield* Effect.forEach(raw, (call, j) => toolCallOf(call, `${path}.tool_calls[${j}]`))
           : yield* invalid("'tool_calls' must be a list.", `${path}.tool_calls`)
-        if (content === null && calls.length === 0) return yield* invalid("A message needs 'content'.", `${path}.content`)
+        if (content === null && calls.length === 0) {
+          return yield* invalid("A message needs 'content'.", `${path}.content`)
+        }
         const text = content === null ? null : plain(yield* contentOf(content, `${path}.content`, false))
-        upstream.push(calls.length > 0 ? { role: "assistant", content: text, tool_calls: calls } : { role: "assistant", content: text ?? "" })
+        upstream.push(
+          calls.length > 0
+            ? { role: "assistant", content: text, tool_calls: calls }
+            : { role: "assistant", content: text ?? "" }
+        )
         break
       }
       default: {
@@ -359,13 +432,18 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
     ? { type: "json_object" }
     : {
       type: "json_schema",
+      // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
       json_schema: {
         name: format.json_schema.name,
         ...(format.json_schema.description === undefined || format.json_schema.description === null
           ? {}
           : { description: format.json_schema.description }),
-        ...(format.json_schema.schema === undefined || format.json_schema.schema === null ? {} : { schema: format.json_schema.schema }),
-        ...(format.json_schema.strict === undefined || format.json_schema.strict === null ? {} : { strict: format.json_schema.strict })
+        ...(format.json_schema.schema === undefined || format.json_schema.schema === null
+          ? {}
+          : { schema: format.json_schema.schema }),
+        ...(format.json_schema.strict === undefined || format.json_schema.strict === null
+          ? {}
+          : { strict: format.json_schema.strict })
       }
     }
   return {
@@ -374,7 +452,9 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
     capabilities: {
       ...sampling(body),
       ...tools,
-      ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean" ? { parallelToolCalls: body.parallel_tool_calls } : {}),
+      ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean"
+        ? { parallelToolCalls: body.parallel_tool_calls }
+        : {}),
       ...(responseFormat === undefined ? {} : { responseFormat })
     },
     webSearchTool: false,

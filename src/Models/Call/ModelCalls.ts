@@ -1,13 +1,12 @@
 import { Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "effect"
 import { AppConfig } from "../../AppConfig.js"
-import { KeyLimitReached } from "../../Keys/LimitReached.js"
 import type { ApiKeyPrincipal } from "../../Auth/Api.js"
 import { CurrentApiKey } from "../../Auth/Api.js"
 import type { ApiError } from "../../Domain/Errors.js"
 import {
   errorMeta,
-  insufficientBalanceGuidance,
   InsufficientBalance,
+  insufficientBalanceGuidance,
   isApiError,
   keyEditAction,
   ProviderTimeout,
@@ -15,30 +14,30 @@ import {
   SpendLimitExceeded
 } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
-import type { OpenLog } from "../../Logs/RequestLogs.js"
+import { targetsFor } from "../../Domain/Upstreams.js"
+import { KeyLimitReached } from "../../Keys/LimitReached.js"
 import { forkWith } from "../../Lane/Wire/PartReader.js"
+import type { SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
+import type { OpenLog } from "../../Logs/RequestLogs.js"
 import type { ProviderError, ProviderRequest, UpstreamAttempt } from "../../Providers/Provider.js"
 import { Provider, TestKeyProvider } from "../../Providers/Provider.js"
+import { breatheIfLarge } from "../../Request/Breathe.js"
+import { currentRequestId } from "../../Request/Context.js"
 import type { Route } from "../../Routing/Router.js"
 import { Router } from "../../Routing/Router.js"
 import { ImageFetcher } from "../../Search/ImageFetch.js"
-import { currentRequestId } from "../../Request/Context.js"
 import { Spending } from "../../Wallet/Spending.js"
 import { isMemberBudgetRefusal } from "../../Wallet/SpendLimits.js"
 import { PUBLIC_MODEL } from "../OpenAi/Api.js"
-import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
-import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
-import { targetsFor } from "../../Domain/Upstreams.js"
+import type { EventRenderer } from "../OpenAi/Wire.js"
 import { elapsedSince, makeSettlement, usedOf } from "./CallSettlement.js"
 import { makeCallSpans } from "./CallSpan.js"
+import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
+import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { inlineRemoteImages, screenRemoteImages } from "./RemoteImages.js"
-import type { EventRenderer } from "../OpenAi/Wire.js"
-import { breatheIfLarge } from "../../Request/Breathe.js"
-import type { SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
 import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
-
 
 /** The output limit a caller lowers to reserve less, as each endpoint names it. */
 export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
@@ -51,7 +50,11 @@ export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
 export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiKeyId: string): ApiError => {
   if (error._tag === "InsufficientBalance" && error.guidance === undefined) {
     // Fields by name: an error's `message` is not an own enumerable property, so a spread would drop it.
-    return new InsufficientBalance({ message: error.message, param: error.param, guidance: insufficientBalanceGuidance(OUTPUT_FIELD[endpoint]) })
+    return new InsufficientBalance({
+      message: error.message,
+      param: error.param,
+      guidance: insufficientBalanceGuidance(OUTPUT_FIELD[endpoint])
+    })
   }
   if (error._tag === "ProviderTimeout" && error.guidance === undefined) {
     return new ProviderTimeout({
@@ -63,7 +66,12 @@ export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiK
     })
   }
   if (error._tag === "SpendLimitExceeded" && error.action === undefined) {
-    return new SpendLimitExceeded({ message: error.message, param: error.param, guidance: error.guidance, action: keyEditAction(apiKeyId) })
+    return new SpendLimitExceeded({
+      message: error.message,
+      param: error.param,
+      guidance: error.guidance,
+      action: keyEditAction(apiKeyId)
+    })
   }
   return error
 }
@@ -72,7 +80,13 @@ export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiK
 /** What `Effect.uninterruptibleMask` hands its body: an effect run interruptibly again. */
 type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
-const openLog = (input: CallInput, key: ApiKeyPrincipal, requestId: string, route: Route, inputTokens: number): OpenLog => ({
+const openLog = (
+  input: CallInput,
+  key: ApiKeyPrincipal,
+  requestId: string,
+  route: Route,
+  inputTokens: number
+): OpenLog => ({
   requestId,
   accountId: key.accountId,
   apiKeyId: key.keyId,
@@ -127,7 +141,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const clock = yield* Effect.clock
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
-      const holdWorstCase = (key: ApiKeyPrincipal, log: OpenLog, worstCase: MicroMyr, startedAt: number, endpoint: CallInput["endpoint"]) => {
+      const holdWorstCase = (
+        key: ApiKeyPrincipal,
+        log: OpenLog,
+        worstCase: MicroMyr,
+        startedAt: number,
+        endpoint: CallInput["endpoint"]
+      ) => {
         // Test keys hold nothing; a model priced at nothing holds nothing, and settles as a call with nothing to charge.
         const money = key.environment === "live"
           ? {
@@ -144,9 +164,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         // own monthly limit announced, and the error named for the endpoint; anything else is a defect.
         return Effect.catchAll(spending.hold(money, log), (error) => {
           if (!isApiError(error)) return Effect.die(error)
-          const logged = Effect.suspend(() => spending.refused(log, errorMeta(error).code, elapsedSince(clock, startedAt)))
+          const logged = Effect.suspend(() =>
+            spending.refused(log, errorMeta(error).code, elapsedSince(clock, startedAt))
+          )
           // `key.limit_reached` is the key's own limit's; a member's budget is not the key's.
-          const announced = error._tag === "SpendLimitExceeded" && !isMemberBudgetRefusal(error) ? limitReached.announce(key.keyId) : Effect.void
+          const announced = error._tag === "SpendLimitExceeded" && !isMemberBudgetRefusal(error)
+            ? limitReached.announce(key.keyId)
+            : Effect.void
           return Effect.zipRight(Effect.zipRight(logged, announced), Effect.fail(forCaller(error, endpoint, key.keyId)))
         })
       }
@@ -156,7 +180,11 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         const key = yield* CurrentApiKey
         const requestId = yield* currentRequestId
         const startedAt = clock.unsafeCurrentTimeMillis()
-        const route = router.route({ messages: input.messages, effort: input.effort, webSearch: input.webSearch?.mode ?? "off" })
+        const route = router.route({
+          messages: input.messages,
+          effort: input.effort,
+          webSearch: input.webSearch?.mode ?? "off"
+        })
         const plan = route.search && input.webSearch !== undefined
           ? Option.some(planSearch(input.webSearch, input.messages, route.reasoningModel))
           : Option.none()
@@ -166,7 +194,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         yield* breatheIfLarge
         // A live call may fall back to any of its category's targets: it holds (and is capped at) the dearest.
         const fallbackModels = key.environment === "live"
-          ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) => t.model)
+          ? targetsFor(config.upstreams, route.reasoningModel ? "reasoning" : "general", route.upstreamModel).map((t) =>
+            t.model
+          )
           : []
         const estimate = yield* estimateCall({
           prices: config.prices,
@@ -182,7 +212,12 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         const log = openLog(input, key, requestId, route, inputTokens)
         const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
         return {
-          input, key, requestId, startedAt, route, plan,
+          input,
+          key,
+          requestId,
+          startedAt,
+          route,
+          plan,
           provider: key.environment === "live" ? providers.live : providers.test,
           outputCap: estimate.outputCap,
           hold,
@@ -201,9 +236,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         ask: (request: ProviderRequest) => Effect.Effect<A, ProviderError>
       ) {
         const remote = call.input.remoteImages
-        const upstream = config.upstreamImageUrls === "inline" && call.key.environment === "live" && remote !== undefined
-          ? yield* inlineRemoteImages(images, call.input.upstream, remote)
-          : call.input.upstream
+        const upstream =
+          config.upstreamImageUrls === "inline" && call.key.environment === "live" && remote !== undefined
+            ? yield* inlineRemoteImages(images, call.input.upstream, remote)
+            : call.input.upstream
         const sources = yield* Option.match(call.plan, {
           onNone: () => Effect.succeed(noSources),
           onSome: (plan) =>
@@ -213,15 +249,18 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               model: call.route.upstreamModel,
               reasoningModel: call.route.reasoningModel,
               // What the search spent so far is the call's: a call cut mid-search is billed for it.
-              spent: (sofar) => Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
+              spent: (sofar) =>
+                Ref.update(progress, (current) => ({ ...current, sources: { ...current.sources, ...sofar } }))
             })
         })
         const upstreamSentAt = clock.unsafeCurrentTimeMillis()
+        // eslint-disable-next-line nenas/no-spread-adding-field -- once per call, not per chunk
         yield* Ref.update(progress, (current) => ({ ...current, sources, upstreamStarted: true, upstreamSentAt }))
         const request = providerRequest(
           { ...call, input: { ...call.input, upstream } },
           sources,
-          (attempt: UpstreamAttempt, amend: boolean) => Ref.update(progress, (current) => withAttempt(current, attempt, amend))
+          (attempt: UpstreamAttempt, amend: boolean) =>
+            Ref.update(progress, (current) => withAttempt(current, attempt, amend))
         )
         return { sources, answer: yield* ask(request) }
       })
@@ -242,9 +281,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
               Effect.flatMap(Ref.get(progress), ({ attempts }) => {
                 // Billed at the prices of the model that answered (a fallback's, maybe).
                 const served = servedCall(call, attempts)
-                return settlement.settleOnce(progress, settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer))
+                return settlement.settleOnce(
+                  progress,
+                  settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer)
+                )
               })
-            )),
+            )
+          ),
           Effect.onExit(settlement.settleOnExit(call, progress)),
           // A refusal at settlement (the wallet cannot pay what the answer cost) names this endpoint's field too.
           Effect.mapError((error) => forCaller(error, input.endpoint, call.key.keyId))

@@ -16,11 +16,16 @@ const MIB = 1024 * 1024
 const refusalOf = (error: PageError, param: string): InvalidRequest =>
   error._tag === "PageRefused"
     ? new InvalidRequest({
-      message: `Invalid image URL: images are fetched only from public web addresses (ports 80 and 443), and only answers of an image type up to ${IMAGE_MAX_BYTES / MIB} MiB.`,
+      message:
+        `Invalid image URL: images are fetched only from public web addresses (ports 80 and 443), and only answers of an image type up to ${
+          IMAGE_MAX_BYTES / MIB
+        } MiB.`,
       param
     })
     : new InvalidRequest({
-      message: `The image could not be fetched (an error, or no image within ${Duration.format(IMAGE_TIMEOUT)}); send it as a data: URL instead.`,
+      message: `The image could not be fetched (an error, or no image within ${
+        Duration.format(IMAGE_TIMEOUT)
+      }); send it as a data: URL instead.`,
       param
     })
 
@@ -32,11 +37,13 @@ export const screenRemoteImages = (
   fetcher: ImageFetcher["Type"],
   remote: ReadonlyMap<string, string> | undefined
 ): Effect.Effect<void, InvalidRequest> =>
-  remote === undefined || remote.size === 0 ? Effect.void : Effect.forEach(remote, ([url, param]) =>
-    fetcher.screen(url).pipe(
-      Effect.tapError((error) => Effect.logWarning("remote image refused", { url: error.url, reason: error.reason })),
-      Effect.mapError((error) => refusalOf(error, param))
-    ), { concurrency: AT_ONCE, discard: true })
+  remote === undefined || remote.size === 0 ?
+    Effect.void :
+    Effect.forEach(remote, ([url, param]) =>
+      fetcher.screen(url).pipe(
+        Effect.tapError((error) => Effect.logWarning("remote image refused", { url: error.url, reason: error.reason })),
+        Effect.mapError((error) => refusalOf(error, param))
+      ), { concurrency: AT_ONCE, discard: true })
 
 /**
  * `UPSTREAM_IMAGE_URLS=inline`: the conversation with each remote image
@@ -45,47 +52,48 @@ export const screenRemoteImages = (
  * anything from inside the network. A refused or failed fetch is the caller's
  * 400, naming the image.
  */
-export const inlineRemoteImages = (
+export const inlineRemoteImages = Effect.fnUntraced(function*(
   fetcher: ImageFetcher["Type"],
   upstream: ReadonlyArray<UpstreamMessage>,
   remote: ReadonlyMap<string, string>
-): Effect.Effect<ReadonlyArray<UpstreamMessage>, InvalidRequest> =>
-  Effect.gen(function*() {
-    if (remote.size === 0) return upstream
-    const entries = [...remote]
-    const beyond = entries[INLINE_MAX_IMAGES]
-    if (beyond !== undefined) {
-      return yield* new InvalidRequest({
-        message: `At most ${INLINE_MAX_IMAGES} remote images a request; send the others as data: URLs.`,
-        param: beyond[1]
-      })
-    }
-    let total = 0
-    const inlined = new Map<string, string>()
-    yield* Effect.forEach(entries, ([url, param]) =>
-      fetcher.fetch(url).pipe(
-        Effect.tapError((error) => Effect.logWarning("remote image refused", { url: error.url, reason: error.reason })),
-        Effect.mapError((error) => refusalOf(error, param)),
-        Effect.flatMap((image) => {
-          total += image.bytes.length
-          if (total > INLINE_MAX_TOTAL_BYTES) {
-            return Effect.fail(new InvalidRequest({
+) {
+  if (remote.size === 0) return upstream
+  const entries = [...remote]
+  const beyond = entries[INLINE_MAX_IMAGES]
+  if (beyond !== undefined) {
+    return yield* new InvalidRequest({
+      message: `At most ${INLINE_MAX_IMAGES} remote images a request; send the others as data: URLs.`,
+      param: beyond[1]
+    })
+  }
+  let total = 0
+  const inlined = new Map<string, string>()
+  yield* Effect.forEach(entries, ([url, param]) =>
+    fetcher.fetch(url).pipe(
+      Effect.tapError((error) => Effect.logWarning("remote image refused", { url: error.url, reason: error.reason })),
+      Effect.mapError((error) => refusalOf(error, param)),
+      Effect.flatMap((image) => {
+        total += image.bytes.length
+        if (total > INLINE_MAX_TOTAL_BYTES) {
+          return Effect.fail(
+            new InvalidRequest({
               message: `The remote images together exceed ${INLINE_MAX_TOTAL_BYTES / MIB} MiB.`,
               param
-            }))
-          }
-          inlined.set(url, `data:${image.mediaType};base64,${image.bytes.toString("base64")}`)
-          return Effect.void
-        })
-      ), { concurrency: AT_ONCE, discard: true })
-    const partOf = (part: UpstreamPart): UpstreamPart => {
-      if (part.type !== "image_url") return part
-      const data = inlined.get(part.image_url.url)
-      return data === undefined ? part : { type: "image_url", image_url: { ...part.image_url, url: data } }
-    }
-    return upstream.map((message): UpstreamMessage =>
-      message.role === "assistant" || message.role === "tool" || typeof message.content === "string"
-        ? message
-        : { role: message.role, content: message.content.map(partOf) }
-    )
-  })
+            })
+          )
+        }
+        inlined.set(url, `data:${image.mediaType};base64,${image.bytes.toString("base64")}`)
+        return Effect.void
+      })
+    ), { concurrency: AT_ONCE, discard: true })
+  const partOf = (part: UpstreamPart): UpstreamPart => {
+    if (part.type !== "image_url") return part
+    const data = inlined.get(part.image_url.url)
+    return data === undefined ? part : { type: "image_url", image_url: { ...part.image_url, url: data } }
+  }
+  return upstream.map((message): UpstreamMessage =>
+    message.role === "assistant" || message.role === "tool" || typeof message.content === "string"
+      ? message
+      : { role: message.role, content: message.content.map(partOf) }
+  )
+})

@@ -1,15 +1,15 @@
-import type { ServerResponse } from "node:http"
 import { Effect, Exit, FiberId, FiberRef, Option, Ref, type Stream } from "effect"
+import type { ServerResponse } from "node:http"
 import type { ApiError } from "../../Domain/Errors.js"
 import { errorMeta, InternalError } from "../../Domain/Errors.js"
-import { CurrentRequestId } from "../../Request/Context.js"
 import { type Fork, readerOf, type Stop } from "../../Lane/Wire/PartReader.js"
+import { selfWriting, type SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../../Providers/Provider.js"
+import { CurrentRequestId } from "../../Request/Context.js"
+import type { EventRenderer } from "../OpenAi/Wire.js"
+import type { Settlement } from "./CallSettlement.js"
 import type { HeldCall, Progress, StreamEvent } from "./CallTypes.js"
 import { answerSoFar, servedCall } from "./CallTypes.js"
-import type { Settlement } from "./CallSettlement.js"
-import { selfWriting, type SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
-import type { EventRenderer } from "../OpenAi/Wire.js"
 
 /**
  * Relays a streamed call's upstream parts to its client as events, keeping
@@ -40,10 +40,20 @@ const foldToolCall = (requestId: string, progress: Progress, part: ToolCallDelta
   const previous = calls[part.index]
   const id = previous?.id ?? part.id ?? `call_${requestId.replace(/^req_/, "")}_${part.index}`
   const name = (previous?.function.name ?? "") + (previous === undefined ? part.name ?? "" : "")
-  calls[part.index] = { id, type: "function", function: { name, arguments: (previous?.function.arguments ?? "") + part.arguments } }
+  calls[part.index] = {
+    id,
+    type: "function",
+    function: { name, arguments: (previous?.function.arguments ?? "") + part.arguments }
+  }
   // An upstream that skips an index leaves no hole: calls are kept dense, in order.
   const toolCalls = calls.filter((call): call is ToolCall => call !== undefined)
-  const event: StreamEvent = { _tag: "ToolCallDelta", index: toolCalls.indexOf(calls[part.index] as ToolCall), id, name, arguments: part.arguments }
+  const event: StreamEvent = {
+    _tag: "ToolCallDelta",
+    index: toolCalls.indexOf(calls[part.index] as ToolCall),
+    id,
+    name,
+    arguments: part.arguments
+  }
   return [event, { ...progress, toolCalls }]
 }
 
@@ -55,8 +65,14 @@ export const relayPart = (
 ): readonly [ReadonlyArray<StreamEvent>, Progress] => {
   switch (part._tag) {
     case "Delta": {
-      const logprobs = part.logprobs === undefined ? progress.logprobs : [...(progress.logprobs ?? []), ...part.logprobs]
-      return [[{ _tag: "Delta", text: part.text, logprobs: part.logprobs }], { ...progress, text: progress.text + part.text, logprobs }]
+      const logprobs = part.logprobs === undefined
+        ? progress.logprobs
+        : [...(progress.logprobs ?? []), ...part.logprobs]
+      return [[{ _tag: "Delta", text: part.text, logprobs: part.logprobs }], {
+        ...progress,
+        text: progress.text + part.text,
+        logprobs
+      }]
     }
     case "ToolCallDelta": {
       const [event, next] = foldToolCall(requestId, progress, part)
@@ -76,38 +92,37 @@ export const relayPart = (
  * service stops is abandoned then, before the wallet's last flush. A timer and
  * a set, not a fiber per call.
  */
-export const makeHandoffs = (timeoutMs: number) =>
-  Effect.gen(function*() {
-    const waiting = new Set<() => void>()
-    yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
-        for (const abandon of [...waiting]) abandon()
-      })
-    )
-    /** `abandon` runs once, at the deadline or the stop, unless the relay attached before. */
-    const watch = (abandon: () => void): Handoff => {
-      let state: "waiting" | "attached" | "abandoned" = "waiting"
-      const expire = () => {
-        if (state !== "waiting") return
-        state = "abandoned"
+export const makeHandoffs = Effect.fnUntraced(function*(timeoutMs: number) {
+  const waiting = new Set<() => void>()
+  yield* Effect.addFinalizer(() =>
+    Effect.sync(() => {
+      for (const abandon of [...waiting]) abandon()
+    })
+  )
+  /** `abandon` runs once, at the deadline or the stop, unless the relay attached before. */
+  const watch = (abandon: () => void): Handoff => {
+    let state: "waiting" | "attached" | "abandoned" = "waiting"
+    const expire = () => {
+      if (state !== "waiting") return
+      state = "abandoned"
+      clearTimeout(timer)
+      waiting.delete(expire)
+      abandon()
+    }
+    const timer = setTimeout(expire, timeoutMs)
+    waiting.add(expire)
+    return {
+      attach: () => {
+        if (state !== "waiting") return false
+        state = "attached"
         clearTimeout(timer)
         waiting.delete(expire)
-        abandon()
-      }
-      const timer = setTimeout(expire, timeoutMs)
-      waiting.add(expire)
-      return {
-        attach: () => {
-          if (state !== "waiting") return false
-          state = "attached"
-          clearTimeout(timer)
-          waiting.delete(expire)
-          return true
-        }
+        return true
       }
     }
-    return { watch }
-  })
+  }
+  return { watch }
+})
 
 /** The last event: the call settled for what it used, and its result. */
 const completed = Effect.fnUntraced(function*(settlement: Settlement, { call: held, progress }: StartedStream) {
@@ -120,19 +135,21 @@ const completed = Effect.fnUntraced(function*(settlement: Settlement, { call: he
 })
 
 /** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
-const failed = Effect.fnUntraced(function*(settlement: Settlement, { call: held, progress }: StartedStream, stop: Stop<ProviderError>) {
-  const error: ApiError = stop.error ?? new InternalError({ message: "Internal server error." })
-  if (stop.error === undefined) yield* Effect.logError("model call stream failed", stop.defect)
-  else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
-  const current = yield* Ref.get(progress)
-  const call = servedCall(held, current.attempts)
-  // What the upstream used before it broke off (its input, what it thought, what it sent) was paid for upstream:
-  // billed as a client's cut is, and its log keeps the error's code, so it is told apart from a whole answer.
-  const answer = answerSoFar(current, "stop")
-  const used = yield* settlement.usedSoFar(call, current, answer)
-  yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
-  return { _tag: "Failed", error } satisfies StreamEvent
-})
+const failed = Effect.fnUntraced(
+  function*(settlement: Settlement, { call: held, progress }: StartedStream, stop: Stop<ProviderError>) {
+    const error: ApiError = stop.error ?? new InternalError({ message: "Internal server error." })
+    if (stop.error === undefined) yield* Effect.logError("model call stream failed", stop.defect)
+    else if (stop.detail !== undefined) yield* Effect.logWarning(`model provider: ${stop.detail}`)
+    const current = yield* Ref.get(progress)
+    const call = servedCall(held, current.attempts)
+    // What the upstream used before it broke off (its input, what it thought, what it sent) was paid for upstream:
+    // billed as a client's cut is, and its log keeps the error's code, so it is told apart from a whole answer.
+    const answer = answerSoFar(current, "stop")
+    const used = yield* settlement.usedSoFar(call, current, answer)
+    yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, false, errorMeta(error).code))
+    return { _tag: "Failed", error } satisfies StreamEvent
+  }
+)
 
 const internal = () => new InternalError({ message: "Internal server error." })
 
@@ -245,7 +262,12 @@ export const relayBody = (
       run(Effect.zipRight(Ref.update(progress, (stored) => withRelayed(stored, current)), last), (exit) => {
         if (Exit.isFailure(exit)) {
           // Settlement itself broke: the call is settled as failed unless it already was, and the client is told.
-          run(Effect.zipRight(Effect.logError("model call stream failed", exit.cause), settlement.settleOnExit(call, progress)(exit)))
+          run(
+            Effect.zipRight(
+              Effect.logError("model call stream failed", exit.cause),
+              settlement.settleOnExit(call, progress)(exit)
+            )
+          )
         }
         if (state !== "settling") return
         state = "done"
@@ -261,7 +283,10 @@ export const relayBody = (
         if (parts === undefined) return finish(completed(settlement, started))
         let text = ""
         // A reasoning model's thinking ends with its first visible output: the time to it estimates reasoning on a cut.
-        if (current.firstVisibleAt === undefined && parts.some((part) => part._tag === "Delta" || part._tag === "ToolCallDelta")) {
+        if (
+          current.firstVisibleAt === undefined &&
+          parts.some((part) => part._tag === "Delta" || part._tag === "ToolCallDelta")
+        ) {
           current = { ...current, firstVisibleAt: Date.now() }
         }
         for (const part of parts) {
@@ -297,7 +322,13 @@ export const relayBody = (
     if (!attached) {
       state = "done"
       reader.cancel()
-      response.end(renderer.start + renderer.render({ _tag: "Failed", error: new InternalError({ message: "The call was abandoned before its stream started." }) }))
+      response.end(
+        renderer.start +
+          renderer.render({
+            _tag: "Failed",
+            error: new InternalError({ message: "The call was abandoned before its stream started." })
+          })
+      )
       return
     }
     // The opening goes out with the first read's events, in one write: the upstream has begun answering, so that read

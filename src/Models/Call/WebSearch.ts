@@ -1,15 +1,15 @@
 import { Context, Effect, Layer, Option } from "effect"
 import type { SearchError } from "../../Domain/Errors.js"
-import { servedBy } from "../../Providers/Fallback.js"
-import type { ProviderError, ProviderShape, ProviderUsage, UpstreamAttempt } from "../../Providers/Provider.js"
-import type { SearchResult, SearchShape } from "../../Search/Search.js"
-import { Search, simulatedSearch } from "../../Search/Search.js"
-import type { ReadResult } from "../../Search/Planning.js"
-import { DIGEST_PAGE_BOUND_CHARS, DIGEST_RESULT_CHARS, parseQueries, planningMessages } from "../../Search/Planning.js"
-import type { Citation as CitationSchema, WebSearchConfig } from "../OpenAi/Api.js"
+import { now } from "../../Domain/Time.js"
 import type { Message } from "../../Domain/Tokens.js"
 import { countMessages, countText } from "../../Domain/Tokens.js"
-import { now } from "../../Domain/Time.js"
+import { servedBy } from "../../Providers/Fallback.js"
+import type { ProviderError, ProviderShape, ProviderUsage, UpstreamAttempt } from "../../Providers/Provider.js"
+import type { ReadResult } from "../../Search/Planning.js"
+import { DIGEST_PAGE_BOUND_CHARS, DIGEST_RESULT_CHARS, parseQueries, planningMessages } from "../../Search/Planning.js"
+import type { SearchResult, SearchShape } from "../../Search/Search.js"
+import { Search, simulatedSearch } from "../../Search/Search.js"
+import type { Citation as CitationSchema, WebSearchConfig } from "../OpenAi/Api.js"
 
 /** One planning call and what follows it: its queries, and the pages it may read. */
 export interface SearchRound {
@@ -122,7 +122,8 @@ export const planSearch = (
     planningInputTokens += countMessages(planningMessages(messages, round.queries, SOME_DAY))
     if (before !== undefined) {
       // The second round also reads what the first found: bounded by its characters.
-      planningInputTokens += 200 + before.queries * (200 + config.max_results * DIGEST_RESULT_CHARS) + before.pages * DIGEST_PAGE_BOUND_CHARS
+      planningInputTokens += 200 + before.queries * (200 + config.max_results * DIGEST_RESULT_CHARS) +
+        before.pages * DIGEST_PAGE_BOUND_CHARS
     }
     before = round
   }
@@ -168,9 +169,9 @@ const sourcesMessage = (results: ReadonlyArray<ReadResult>): Message => ({
     "Web search results follow, numbered. Use them where they help. Cite a source right after the statement it supports " +
     "as its number in square brackets, for example [2]; cite only these numbers.",
     ...results.map((result, i) =>
-      `[${i + 1}] ${clip(result.title, TITLE_CHARS)} (${result.url.slice(0, URL_CHARS)})\n${clip(result.snippet, SNIPPET_CHARS)}${
-        result.page === undefined ? "" : `\n${result.page.slice(0, PAGE_CHARS)}`
-      }`
+      `[${i + 1}] ${clip(result.title, TITLE_CHARS)} (${result.url.slice(0, URL_CHARS)})\n${
+        clip(result.snippet, SNIPPET_CHARS)
+      }${result.page === undefined ? "" : `\n${result.page.slice(0, PAGE_CHARS)}`}`
     )
   ].join("\n\n")
 })
@@ -211,7 +212,12 @@ export const citedSources = (
     const citation = byIndex.get(Number(match[1]))
     if (citation === undefined) continue
     cited.set(citation.index, citation)
-    annotations.push({ startIndex: match.index, endIndex: match.index + match[0].length, url: citation.url, title: citation.title })
+    annotations.push({
+      startIndex: match.index,
+      endIndex: match.index + match[0].length,
+      url: citation.url,
+      title: citation.title
+    })
   }
   return { citations: [...cited.values()].sort((a, b) => a.index - b.index), annotations }
 }
@@ -234,10 +240,19 @@ const addUsage = (a: PlanningUsage, b: PlanningUsage): PlanningUsage => ({
   cachedTokens: a.cachedTokens + b.cachedTokens
 })
 
-const planningUsageOf = (messages: ReadonlyArray<Message>, text: string, usage: Option.Option<ProviderUsage>): PlanningUsage =>
+const planningUsageOf = (
+  messages: ReadonlyArray<Message>,
+  text: string,
+  usage: Option.Option<ProviderUsage>
+): PlanningUsage =>
   Option.match(usage, {
     // An upstream that reports no usage is counted with the tokenizer, as the answer would be.
-    onNone: () => ({ inputTokens: countMessages(messages), outputTokens: countText(text), reasoningTokens: 0, cachedTokens: 0 }),
+    onNone: () => ({
+      inputTokens: countMessages(messages),
+      outputTokens: countText(text),
+      reasoningTokens: 0,
+      cachedTokens: 0
+    }),
     onSome: (reported) => ({
       inputTokens: reported.inputTokens,
       outputTokens: reported.outputTokens,
@@ -250,8 +265,8 @@ const planningUsageOf = (messages: ReadonlyArray<Message>, text: string, usage: 
 const lastQuestion = (messages: ReadonlyArray<Message>): string =>
   clip([...messages].reverse().find((message) => message.role === "user")?.content ?? "", 200)
 
-const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArray<Message>, call: SearchCall) =>
-  Effect.gen(function*() {
+const runSearch = Effect.fnUntraced(
+  function*(engine: SearchShape, plan: SearchPlan, messages: ReadonlyArray<Message>, call: SearchCall) {
     const today = (yield* now).toISOString().slice(0, 10)
     const queriesRun: Array<string> = []
     const results: Array<ReadResult & { readonly publishedAt: string | null }> = []
@@ -269,7 +284,9 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         searches: searchesSent,
         pages: pagesRead,
         planning: addUsage(planning, planningSent),
-        planningCalls: planningSent === NO_USAGE ? [...planningCalls] : [...planningCalls, { model: planningSentTo, usage: planningSent }]
+        planningCalls: planningSent === NO_USAGE
+          ? [...planningCalls]
+          : [...planningCalls, { model: planningSentTo, usage: planningSent }]
       })
     )
     for (const [round, budget] of plan.rounds.entries()) {
@@ -298,7 +315,10 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
       }).pipe(Effect.tapError(() => unlessAccepted))
       const used = planningUsageOf(prompt, answer.text, answer.usage)
       planning = addUsage(planning, used)
-      planningCalls.push({ model: Option.match(servedBy(attempts), { onNone: () => call.model, onSome: (a) => a.model }), usage: used })
+      planningCalls.push({
+        model: Option.match(servedBy(attempts), { onNone: () => call.model, onSome: (a) => a.model }),
+        usage: used
+      })
       planningSent = NO_USAGE
       yield* tell
       const written = parseQueries(answer.text, budget.queries + queriesRun.length)
@@ -349,7 +369,9 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
         ), { concurrency: Math.max(1, toRead.length) })
       const pages = new Map(toRead.flatMap((result, i) => {
         const text = read[i]
-        return text !== undefined && Option.isSome(text) && text.value.length > 0 ? [[result.url, text.value] as const] : []
+        return text !== undefined && Option.isSome(text) && text.value.length > 0
+          ? [[result.url, text.value] as const]
+          : []
       }))
       results.push(...fresh.map((result) => ({ ...result, page: pages.get(result.url) })))
     }
@@ -369,7 +391,8 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
       ...(results.length > 0 ? { message: sourcesMessage(results) } : {})
     }
     return sources
-  })
+  }
+)
 
 /**
  * Web search for a call (docs/api/models.md, "Web search"): the model writes up
@@ -380,7 +403,11 @@ const runSearch = (engine: SearchShape, plan: SearchPlan, messages: ReadonlyArra
  * model as numbered entries; the answer's `[n]` become its citations.
  */
 export class WebSearch extends Context.Tag("nenas/WebSearch")<WebSearch, {
-  readonly run: (plan: SearchPlan, messages: ReadonlyArray<Message>, call: SearchCall) => Effect.Effect<Sources, SearchError | ProviderError>
+  readonly run: (
+    plan: SearchPlan,
+    messages: ReadonlyArray<Message>,
+    call: SearchCall
+  ) => Effect.Effect<Sources, SearchError | ProviderError>
 }>() {
   static readonly layer = Layer.effect(
     WebSearch,

@@ -38,14 +38,20 @@ export const Metadata = Schema.Record({ key: Schema.String, value: SqlString.pip
     const keys = Object.keys(pairs)
     if (keys.length > 16) return "metadata has at most 16 pairs"
     const long = keys.find((key) => key.length === 0 || key.length > 64)
-    if (long !== undefined) return `metadata keys have 1 to 64 characters; ${JSON.stringify(long.slice(0, 70))} does not`
+    if (long !== undefined) {
+      return `metadata keys have 1 to 64 characters; ${JSON.stringify(long.slice(0, 70))} does not`
+    }
     // Named here, not by the key's own path: a param that quotes the bad key would carry the bad character.
     const problem = keys.map(unstorable).find((found) => found !== undefined)
     return problem === undefined || `metadata keys ${problem}`
   })
 ).annotations({ identifier: "Metadata" })
 
-export const CostCapMyr = Schema.Number.pipe(Schema.finite(), Schema.greaterThan(0), Schema.lessThanOrEqualTo(1_000_000))
+export const CostCapMyr = Schema.Number.pipe(
+  Schema.finite(),
+  Schema.greaterThan(0),
+  Schema.lessThanOrEqualTo(1_000_000)
+)
 
 export const ReasoningEffort = Schema.Literal("low", "medium", "high")
 
@@ -158,7 +164,10 @@ const notImplementedFields = <const K extends ReadonlyArray<string>>(...names: K
   ])) as { [N in K[number]]: Schema.optional<typeof Schema.Unknown> }
 
 export const RESPONSES_NOT_IMPLEMENTED = [
-  "conversation", "background", "prompt", "include"
+  "conversation",
+  "background",
+  "prompt",
+  "include"
 ] as const
 
 export const CHAT_NOT_IMPLEMENTED = ["functions", "function_call", "audio", "prediction"] as const
@@ -168,13 +177,17 @@ export const ResponsesBody = Schema.Struct({
   input: Schema.Union(Schema.String, Schema.Array(InputItem)),
   instructions: Schema.optional(Schema.NullOr(Schema.String)),
   /** Keep the response 30 days, to read or continue (OpenAI's default); `false` keeps nothing. */
-  store: Schema.optional(Schema.NullOr(Schema.Boolean).annotations({
-    description: "Default true: the response is kept 30 days (GET/DELETE /v1/responses/{id}); false keeps nothing."
-  })),
+  store: Schema.optional(
+    Schema.NullOr(Schema.Boolean).annotations({
+      description: "Default true: the response is kept 30 days (GET/DELETE /v1/responses/{id}); false keeps nothing."
+    })
+  ),
   /** Continue from a stored response: its input and output items come before `input` (its instructions do not). */
-  previous_response_id: Schema.optional(Schema.NullOr(SqlString.pipe(Schema.minLength(1), Schema.maxLength(200))).annotations({
-    description: "A stored response of this account: its input and output items come first, billed as input."
-  })),
+  previous_response_id: Schema.optional(
+    Schema.NullOr(SqlString.pipe(Schema.minLength(1), Schema.maxLength(200))).annotations({
+      description: "A stored response of this account: its input and output items come first, billed as input."
+    })
+  ),
   reasoning: Schema.optional(Schema.Struct({
     effort: Schema.optionalWith(ReasoningEffort, { default: () => "medium" as const })
   })),
@@ -286,7 +299,9 @@ export const ChatCompletionRequest = Schema.Struct({
   stream: Schema.optionalWith(Schema.Boolean, { default: () => false, nullable: true }),
   stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) }))),
   top_p: Schema.optionalWith(Schema.Number.pipe(Schema.between(0, 1)), { nullable: true }),
-  stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String).pipe(Schema.maxItems(4))))),
+  stop: Schema.optional(
+    Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String).pipe(Schema.maxItems(4))))
+  ),
   user: Schema.optional(SqlString),
   reasoning_effort: Schema.optionalWith(ReasoningEffort, { nullable: true }),
   n: Schema.optionalWith(Schema.Literal(1), { nullable: true }),
@@ -302,7 +317,9 @@ export const ChatCompletionRequest = Schema.Struct({
   response_format: Schema.optional(Schema.NullOr(ChatResponseFormat)),
   presence_penalty: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(-2, 2)))),
   frequency_penalty: Schema.optional(Schema.NullOr(Schema.Number.pipe(Schema.between(-2, 2)))),
-  logit_bias: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Number.pipe(Schema.between(-100, 100)) }))),
+  logit_bias: Schema.optional(
+    Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Number.pipe(Schema.between(-100, 100)) }))
+  ),
   logprobs: Schema.optional(Schema.NullOr(Schema.Boolean)),
   top_logprobs: Schema.optional(Schema.NullOr(intBetween(0, 20))),
   modalities: Schema.optional(Schema.NullOr(Schema.Array(Schema.Literal("text")))),
@@ -331,7 +348,9 @@ export const ChatCompletion = Schema.Struct({
         function: Schema.Struct({ name: Schema.String, arguments: Schema.String })
       })))
     }),
-    logprobs: Schema.optional(Schema.NullOr(Schema.Struct({ content: Schema.Array(Schema.Unknown), refusal: Schema.Null }))),
+    logprobs: Schema.optional(
+      Schema.NullOr(Schema.Struct({ content: Schema.Array(Schema.Unknown), refusal: Schema.Null }))
+    ),
     finish_reason: FinishReason
   })),
   usage: Schema.Struct({
@@ -379,20 +398,26 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
       .setPayload(ResponsesBody)
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(ResponsesOutput)
-      .annotate(OpenApi.Transform, withEventStream(
-        "With `stream: true`: OpenAI's Responses events (`response.created`, `response.output_text.delta`, … " +
-          "`response.completed` carrying the ResponsesOutput); a failure after the first byte is a `response.failed` event."
-      ))
+      .annotate(
+        OpenApi.Transform,
+        withEventStream(
+          "With `stream: true`: OpenAI's Responses events (`response.created`, `response.output_text.delta`, … " +
+            "`response.completed` carrying the ResponsesOutput); a failure after the first byte is a `response.failed` event."
+        )
+      )
   )
   .add(
     HttpApiEndpoint.post("chatCompletions", "/v1/chat/completions")
       .setPayload(ChatCompletionRequest)
       .setHeaders(IdempotencyKeyHeader)
       .addSuccess(ChatCompletion)
-      .annotate(OpenApi.Transform, withEventStream(
-        "With `stream: true`: `chat.completion.chunk` objects as `data:` lines, a last chunk with `choices: []`, " +
-          "`usage` and `cost_myr`, then `data: [DONE]`; a failure after the first byte is a chunk with a top-level `error`."
-      ))
+      .annotate(
+        OpenApi.Transform,
+        withEventStream(
+          "With `stream: true`: `chat.completion.chunk` objects as `data:` lines, a last chunk with `choices: []`, " +
+            "`usage` and `cost_myr`, then `data: [DONE]`; a failure after the first byte is a chunk with a top-level `error`."
+        )
+      )
   )
   .pipe(modelCallGroup)
   .annotate(OpenApi.Description, "Model calls: responses and OpenAI-compatible chat completions.")

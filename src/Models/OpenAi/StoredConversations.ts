@@ -1,7 +1,14 @@
 import { Context, Duration, Effect, Layer } from "effect"
 import { InvalidRequest, NotFound } from "../../Domain/Errors.js"
 import type { BeyondBounds, Json, StoredResponse, StoredWrite } from "../../Responses/Store.js"
-import { MAX_CHAIN_BYTES, MAX_CHAIN_RESPONSES, packRecord, responseIdOf, retentionMs, StoredResponses } from "../../Responses/Store.js"
+import {
+  MAX_CHAIN_BYTES,
+  MAX_CHAIN_RESPONSES,
+  packRecord,
+  responseIdOf,
+  retentionMs,
+  StoredResponses
+} from "../../Responses/Store.js"
 import { Spending } from "../../Wallet/Spending.js"
 import type { ResponsesBody } from "./Api.js"
 
@@ -115,7 +122,9 @@ export interface InputItemsQuery {
 export const inputItemsPage = (stored: StoredResponse, query: InputItemsQuery) => {
   const ordered = query.order === "asc" ? [...stored.input] : [...stored.input].reverse()
   // After an id the response does not have: nothing (an empty last page).
-  const start = query.after === undefined ? 0 : ordered.findIndex((item) => item["id"] === query.after) + 1 || ordered.length
+  const start = query.after === undefined
+    ? 0
+    : ordered.findIndex((item) => item["id"] === query.after) + 1 || ordered.length
   const data = ordered.slice(start, start + query.limit)
   const idOf = (item: Json | undefined) => typeof item?.["id"] === "string" ? item["id"] : null
   return {
@@ -174,98 +183,99 @@ export class StoredConversations extends Context.Tag("nenas/StoredConversations"
        * Which of `ids` the account has. Usually all are written already (a flush runs every 20 ms); an id of ours
        * that is not is looked for again after this instance's flush, then at `READ_RETRIES`: a handful of queries.
        */
-      const visible = (accountId: string, ids: ReadonlyArray<string>) =>
-        Effect.gen(function*() {
-          const missing = (found: ReadonlySet<string>) => ids.some((id) => RESPONSE_ID.test(id) && !found.has(id))
-          let found = yield* store.present(accountId, ids)
+      const visible = Effect.fnUntraced(function*(accountId: string, ids: ReadonlyArray<string>) {
+        const missing = (found: ReadonlySet<string>) => ids.some((id) => RESPONSE_ID.test(id) && !found.has(id))
+        let found = yield* store.present(accountId, ids)
+        if (!missing(found)) return found
+        yield* spending.settled
+        found = yield* store.present(accountId, ids)
+        for (const delay of READ_RETRIES) {
           if (!missing(found)) return found
-          yield* spending.settled
+          yield* Effect.sleep(delay)
           found = yield* store.present(accountId, ids)
-          for (const delay of READ_RETRIES) {
-            if (!missing(found)) return found
-            yield* Effect.sleep(delay)
-            found = yield* store.present(accountId, ids)
-          }
-          return found
-        })
+        }
+        return found
+      })
 
       /** A stored response is one record: within the bounds by construction, so going past them is a defect. */
-      const own = (accountId: string, id: string, param = "response_id") =>
-        Effect.gen(function*() {
-          if (!(yield* visible(accountId, [id])).has(id)) return yield* notFound(id, param)
-          const rows = yield* Effect.orDie(store.find(accountId, [id]))
-          const row = rows.find((r) => r.id === id)
-          return row === undefined ? yield* notFound(id, param) : row
-        })
+      const own = Effect.fnUntraced(function*(accountId: string, id: string, param = "response_id") {
+        if (!(yield* visible(accountId, [id])).has(id)) return yield* notFound(id, param)
+        const rows = yield* Effect.orDie(store.find(accountId, [id]))
+        const row = rows.find((r) => r.id === id)
+        return row === undefined ? yield* notFound(id, param) : row
+      })
 
       const remove = (accountId: string, id: string) =>
-        Effect.flatMap(own(accountId, id), () =>
-          Effect.flatMap(store.remove(accountId, id), (removed) =>
-            removed ? Effect.void : Effect.fail(notFound(id, "response_id"))))
+        Effect.flatMap(
+          own(accountId, id),
+          () =>
+            Effect.flatMap(store.remove(accountId, id), (removed) =>
+              removed ? Effect.void : Effect.fail(notFound(id, "response_id")))
+        )
 
       /** Each `item_reference` replaced by the stored item it names (of this account); an unknown id is refused by name. */
-      const dereference = (accountId: string, input: ReadonlyArray<Json>) =>
-        Effect.gen(function*() {
-          const wanted = input.flatMap((item) =>
-            item["type"] === "item_reference" && typeof item["id"] === "string" ? [item["id"]] : []
-          )
-          if (wanted.length === 0) return input
-          if (wanted.length > MAX_ITEM_REFERENCES) {
-            return yield* new InvalidRequest({
-              message: `At most ${MAX_ITEM_REFERENCES} item_reference items may be sent a call; this input has ${wanted.length}.`,
-              param: "input"
-            })
-          }
-          const responses = [...new Set(wanted.flatMap((id) => responseOfItem(id) ?? []))]
-          const present = [...yield* visible(accountId, responses)]
-          const rows = yield* store.find(accountId, present).pipe(
-            Effect.catchTags({
-              BeyondBounds: () =>
-                new InvalidRequest({
-                  message: `The responses these item references name exceed ${MAX_CHAIN_BYTES / 1024 / 1024} MiB together; send fewer.`,
-                  param: "input"
-                })
-            })
-          )
-          const items = new Map(rows.flatMap((row) => itemsOf(row)).map((item) => [item["id"], item]))
-          return yield* Effect.forEach(input, (item, i) => {
-            if (item["type"] !== "item_reference") return Effect.succeed(item)
-            const id = item["id"]
-            const found = typeof id === "string" ? items.get(id) : undefined
-            return found !== undefined ? Effect.succeed(found) : Effect.fail(
-              new InvalidRequest({ message: `Item with id '${String(id)}' not found.`, param: `input[${i}]` })
-            )
+      const dereference = Effect.fnUntraced(function*(accountId: string, input: ReadonlyArray<Json>) {
+        const wanted = input.flatMap((item) =>
+          item["type"] === "item_reference" && typeof item["id"] === "string" ? [item["id"]] : []
+        )
+        if (wanted.length === 0) return input
+        if (wanted.length > MAX_ITEM_REFERENCES) {
+          return yield* new InvalidRequest({
+            message:
+              `At most ${MAX_ITEM_REFERENCES} item_reference items may be sent a call; this input has ${wanted.length}.`,
+            param: "input"
           })
+        }
+        const responses = [...new Set(wanted.flatMap((id) => responseOfItem(id) ?? []))]
+        const present = [...yield* visible(accountId, responses)]
+        const rows = yield* store.find(accountId, present).pipe(
+          Effect.catchTags({
+            BeyondBounds: () =>
+              new InvalidRequest({
+                message: `The responses these item references name exceed ${
+                  MAX_CHAIN_BYTES / 1024 / 1024
+                } MiB together; send fewer.`,
+                param: "input"
+              })
+          })
+        )
+        const items = new Map(rows.flatMap((row) => itemsOf(row)).map((item) => [item["id"], item]))
+        return yield* Effect.forEach(input, (item, i) => {
+          if (item["type"] !== "item_reference") return Effect.succeed(item)
+          const id = item["id"]
+          const found = typeof id === "string" ? items.get(id) : undefined
+          return found !== undefined ? Effect.succeed(found) : Effect.fail(
+            new InvalidRequest({ message: `Item with id '${String(id)}' not found.`, param: `input[${i}]` })
+          )
         })
+      })
 
       /** The conversation before `previous`: read whole within the bounds, refused (400) past them or when unknown. */
-      const history = (accountId: string, previous: string) =>
-        Effect.gen(function*() {
-          if (!(yield* visible(accountId, [previous])).has(previous)) return yield* unknownPrevious(previous)
-          const chain = yield* store.chain(accountId, previous, true).pipe(
-            Effect.catchTag("BeyondBounds", (error) => Effect.fail(tooLong(error)))
-          )
-          // Deleted (or expired) between the two reads.
-          if (chain.length === 0) return yield* unknownPrevious(previous)
-          return chain.flatMap(itemsOf)
-        })
+      const history = Effect.fnUntraced(function*(accountId: string, previous: string) {
+        if (!(yield* visible(accountId, [previous])).has(previous)) return yield* unknownPrevious(previous)
+        const chain = yield* store.chain(accountId, previous, true).pipe(
+          Effect.catchTag("BeyondBounds", (error) => Effect.fail(tooLong(error)))
+        )
+        // Deleted (or expired) between the two reads.
+        if (chain.length === 0) return yield* unknownPrevious(previous)
+        return chain.flatMap(itemsOf)
+      })
 
-      const resolve = (accountId: string, requestId: string, body: ResponsesBody) =>
-        Effect.gen(function*() {
-          const previous = body.previous_response_id ?? undefined
-          const past = previous === undefined ? [] : yield* history(accountId, previous)
-          const input = typeof body.input === "string" ? body.input : yield* dereference(accountId, body.input)
-          const ownItems = typeof input === "string" ? [{ type: "message", role: "user", content: input }] : input
-          return {
-            history: past,
-            input,
-            store: body.store === false ? undefined : {
-              input: ownItems.map((item, i) => storedItem(item, requestId, i)),
-              instructions: body.instructions ?? null,
-              previousResponseId: previous ?? null
-            }
-          } satisfies ConversationState
-        })
+      const resolve = Effect.fnUntraced(function*(accountId: string, requestId: string, body: ResponsesBody) {
+        const previous = body.previous_response_id ?? undefined
+        const past = previous === undefined ? [] : yield* history(accountId, previous)
+        const input = typeof body.input === "string" ? body.input : yield* dereference(accountId, body.input)
+        const ownItems = typeof input === "string" ? [{ type: "message", role: "user", content: input }] : input
+        return {
+          history: past,
+          input,
+          store: body.store === false ? undefined : {
+            input: ownItems.map((item, i) => storedItem(item, requestId, i)),
+            instructions: body.instructions ?? null,
+            previousResponseId: previous ?? null
+          }
+        } satisfies ConversationState
+      })
 
       return StoredConversations.of({ own, remove, resolve })
     })

@@ -1,9 +1,9 @@
 import { toErrorBody } from "../../Domain/Errors.js"
 import { toMyrString } from "../../Domain/Money.js"
-import { PUBLIC_MODEL } from "./Api.js"
 import type { ToolCall } from "../../Providers/Provider.js"
 import type { CallResult, StreamEvent } from "../Call/CallTypes.js"
 import type { Annotation } from "../Call/WebSearch.js"
+import { PUBLIC_MODEL } from "./Api.js"
 
 /** Ids of the objects a call returns, derived from its request id so a response leads back to its log. */
 export const idsOf = (requestId: string) => {
@@ -13,7 +13,13 @@ export const idsOf = (requestId: string) => {
 
 /** The answer's `[n]` markers as OpenAI's Responses annotations. */
 const urlCitations = (annotations: ReadonlyArray<Annotation>) =>
-  annotations.map((a) => ({ type: "url_citation" as const, start_index: a.startIndex, end_index: a.endIndex, url: a.url, title: a.title }))
+  annotations.map((a) => ({
+    type: "url_citation" as const,
+    start_index: a.startIndex,
+    end_index: a.endIndex,
+    url: a.url,
+    title: a.title
+  }))
 
 /** The same, as OpenAI's chat message carries them. */
 const chatUrlCitations = (annotations: ReadonlyArray<Annotation>) =>
@@ -32,7 +38,9 @@ const outputMessage = (
   id,
   status,
   role: "assistant" as const,
-  content: status === "completed" ? [{ type: "output_text" as const, text, annotations: urlCitations(annotations) }] : []
+  content: status === "completed"
+    ? [{ type: "output_text" as const, text, annotations: urlCitations(annotations) }]
+    : []
 })
 
 const functionCallItem = (id: string, call: ToolCall, status: "in_progress" | "completed") => ({
@@ -114,6 +122,7 @@ export const chatCompletion = (result: CallResult) => ({
   model: PUBLIC_MODEL,
   choices: [{
     index: 0,
+    // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer
     message: {
       role: "assistant" as const,
       // OpenAI's answer that only calls tools has no content.
@@ -160,20 +169,39 @@ export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamCo
   let text = ""
   /** The output items in the order they were opened; a call by its index in the answer. */
   const opened: Array<{ readonly kind: "message" } | { readonly kind: "call"; readonly index: number }> = []
-  const emit = (type: string, fields: Record<string, unknown>) => sse(type, { type, sequence_number: sequence++, ...fields })
+  const emit = (type: string, fields: Record<string, unknown>) =>
+    // eslint-disable-next-line nenas/no-spread-adding-field -- a wire body, serialized at once
+    sse(type, { type, sequence_number: sequence++, ...fields })
   const shell = (status: string) => ({
-    id: ids.response, object: "response", created_at: createdAt, status, model: PUBLIC_MODEL, output: [], request_id: requestId
+    id: ids.response,
+    object: "response",
+    created_at: createdAt,
+    status,
+    model: PUBLIC_MODEL,
+    output: [],
+    request_id: requestId
   })
-  const part = (value: string, annotations: ReadonlyArray<Annotation> = []) =>
-    ({ type: "output_text", text: value, annotations: urlCitations(annotations) })
-  const messageAt = () => ({ item_id: ids.message, output_index: opened.findIndex((o) => o.kind === "message"), content_index: 0 })
+  const part = (value: string, annotations: ReadonlyArray<Annotation> = []) => ({
+    type: "output_text",
+    text: value,
+    annotations: urlCitations(annotations)
+  })
+  const messageAt = () => ({
+    item_id: ids.message,
+    output_index: opened.findIndex((o) => o.kind === "message"),
+    content_index: 0
+  })
   const callAt = (index: number) => opened.findIndex((o) => o.kind === "call" && o.index === index)
   const openMessage = (): Array<string> => {
     if (opened.some((o) => o.kind === "message")) return []
     opened.push({ kind: "message" })
     const at = messageAt()
     return [
-      emit("response.output_item.added", { output_index: at.output_index, item: outputMessage(ids.message, "", "in_progress") }),
+      emit("response.output_item.added", {
+        output_index: at.output_index,
+        item: outputMessage(ids.message, "", "in_progress")
+      }),
+      // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer's text part
       emit("response.content_part.added", { ...at, part: part("") })
     ]
   }
@@ -191,7 +219,9 @@ export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamCo
         const done = outputMessage(ids.message, result.text, "completed", result.annotations)
         items.push(done)
         out.push(
+          // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer's text part
           emit("response.output_text.done", { ...at, text: result.text }),
+          // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer's text part
           emit("response.content_part.done", { ...at, part: part(result.text, result.annotations) }),
           emit("response.output_item.done", { output_index: outputIndex, item: done })
         )
@@ -202,7 +232,12 @@ export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamCo
         const done = functionCallItem(itemId, call, "completed")
         items.push(done)
         out.push(
-          emit("response.function_call_arguments.done", { item_id: itemId, output_index: outputIndex, name: call.function.name, arguments: call.function.arguments }),
+          emit("response.function_call_arguments.done", {
+            item_id: itemId,
+            output_index: outputIndex,
+            name: call.function.name,
+            arguments: call.function.arguments
+          }),
           emit("response.output_item.done", { output_index: outputIndex, item: done })
         )
       }
@@ -225,10 +260,21 @@ export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamCo
         if (callAt(event.index) === -1) {
           opened.push({ kind: "call", index: event.index })
           const call: ToolCall = { id: event.id, type: "function", function: { name: event.name, arguments: "" } }
-          out.push(emit("response.output_item.added", { output_index: callAt(event.index), item: functionCallItem(itemId, call, "in_progress") }))
+          out.push(
+            emit("response.output_item.added", {
+              output_index: callAt(event.index),
+              item: functionCallItem(itemId, call, "in_progress")
+            })
+          )
         }
         if (event.arguments.length > 0) {
-          out.push(emit("response.function_call_arguments.delta", { item_id: itemId, output_index: callAt(event.index), delta: event.arguments }))
+          out.push(
+            emit("response.function_call_arguments.delta", {
+              item_id: itemId,
+              output_index: callAt(event.index),
+              delta: event.arguments
+            })
+          )
         }
         return out
       }
@@ -236,7 +282,12 @@ export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamCo
         return close(event.result)
       case "Failed":
         return [emit("response.failed", {
-          response: { ...shell("failed"), output_text: text, error: toErrorBody(event.error, requestId, dashboardUrl).error }
+          // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer
+          response: {
+            ...shell("failed"),
+            output_text: text,
+            error: toErrorBody(event.error, requestId, dashboardUrl).error
+          }
         })]
     }
   }
@@ -252,12 +303,21 @@ export const responsesEvents = ({ createdAt, dashboardUrl, requestId }: StreamCo
  */
 export const chatEvents = ({ createdAt, dashboardUrl, requestId }: StreamContext): EventRenderer => {
   const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>
-    sse("message", { id: idsOf(requestId).chat, object: "chat.completion.chunk", created: createdAt, model: PUBLIC_MODEL, choices, ...extra })
+    // eslint-disable-next-line nenas/no-spread-adding-field -- once per answer
+    sse("message", {
+      id: idsOf(requestId).chat,
+      object: "chat.completion.chunk",
+      created: createdAt,
+      model: PUBLIC_MODEL,
+      choices,
+      ...extra
+    })
   const first = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }])
   const started = new Set<number>()
   function eventParts(event: StreamEvent): Array<string> {
     switch (event._tag) {
       case "Delta":
+        // eslint-disable-next-line nenas/no-spread-adding-field -- a wire body, serialized at once
         return [chunk([{
           index: 0,
           delta: { content: event.text },
@@ -268,7 +328,12 @@ export const chatEvents = ({ createdAt, dashboardUrl, requestId }: StreamContext
         const fresh = !started.has(event.index)
         started.add(event.index)
         const call = fresh
-          ? { index: event.index, id: event.id, type: "function", function: { name: event.name, arguments: event.arguments } }
+          ? {
+            index: event.index,
+            id: event.id,
+            type: "function",
+            function: { name: event.name, arguments: event.arguments }
+          }
           : { index: event.index, function: { arguments: event.arguments } }
         return [chunk([{ index: 0, delta: { tool_calls: [call] }, finish_reason: null }])]
       }
@@ -277,7 +342,9 @@ export const chatEvents = ({ createdAt, dashboardUrl, requestId }: StreamContext
           chunk([{
             index: 0,
             // The citations arrive with the last content chunk, once the whole answer is known.
-            delta: event.result.annotations.length > 0 ? { annotations: chatUrlCitations(event.result.annotations) } : {},
+            delta: event.result.annotations.length > 0
+              ? { annotations: chatUrlCitations(event.result.annotations) }
+              : {},
             finish_reason: event.result.finishReason
           }]),
           chunk([], { usage: chatUsage(event.result), cost_myr: toMyrString(event.result.cost) }),

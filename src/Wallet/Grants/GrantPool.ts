@@ -2,14 +2,14 @@ import type { Scope } from "effect"
 import { Deferred, Effect, Exit, FiberId, Option, Runtime } from "effect"
 import { Listener } from "../../Database/Listener.js"
 import { newId } from "../../Domain/Ids.js"
-import { GRANT_CHANNEL, type GrantToGrow, KEY_LIMIT_CHANNEL } from "./GrantRows.js"
-import type { Grant, Pace } from "./Grants.js"
-import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
 import { type FenceView, ReservationLeases } from "../Instances/Leases.js"
 import { WalletRepo } from "../Repo.js"
 import type { ReserveInput } from "../Reserve.js"
 import type { GrantReturn, KeyHold } from "../Settlement/SettleBatch.js"
 import { isLimited } from "../SpendLimits.js"
+import { GRANT_CHANNEL, type GrantToGrow, KEY_LIMIT_CHANNEL } from "./GrantRows.js"
+import type { Grant, Pace } from "./Grants.js"
+import { grantGrowth, newGrant, newPace, notePace, wantsGrant } from "./Grants.js"
 
 /** A grant no call has reserved from for this long is handed back. */
 const GRANT_IDLE_MS = 5000
@@ -59,7 +59,9 @@ export interface GrantPool {
    */
   readonly report: (accountId: string, apiKeyIds: ReadonlyArray<string>, now: number) => void
   /** What each reported key's calls will hold of grants once `entries` (a batch's) are written, where it changed. */
-  readonly keyHoldsAfter: (entries: ReadonlyArray<{ readonly grant?: { readonly amount: number; readonly apiKeyId: string } | undefined }>) => ReadonlyArray<KeyHold>
+  readonly keyHoldsAfter: (
+    entries: ReadonlyArray<{ readonly grant?: { readonly amount: number; readonly apiKeyId: string } | undefined }>
+  ) => ReadonlyArray<KeyHold>
   /** Someone (another instance, a debit, a call refused here) needs the account's grant: hand it back, take none for a while. */
   readonly handBack: (accountId: string, now: number) => void
   /** Whether this instance holds a grant for the account. */
@@ -76,7 +78,11 @@ export interface GrantPool {
    * A flush written: empty closed grants are gone, and so are those the
    * sweeper returned (`missing`); `keyHolds` are what it wrote of the reported keys.
    */
-  readonly written: (close: ReadonlyArray<Grant>, missing: ReadonlySet<string>, keyHolds?: ReadonlyArray<KeyHold>) => Effect.Effect<void>
+  readonly written: (
+    close: ReadonlyArray<Grant>,
+    missing: ReadonlySet<string>,
+    keyHolds?: ReadonlyArray<KeyHold>
+  ) => Effect.Effect<void>
   /** No more growth; every grant closes. Waits (briefly) for growths still committing, which would leave a grant behind. */
   readonly stop: Effect.Effect<void>
 }
@@ -111,58 +117,60 @@ interface Pool {
  * through the instance's `Listener` (on PostgreSQL). Without a listener (a
  * test's one instance) it lends while its beat is fresh.
  */
-export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo | ReservationLeases> = Effect.gen(function*() {
-  const runtime = yield* Effect.runtime<never>()
-  const clock = yield* Effect.clock
-  const listener = yield* Effect.serviceOption(Listener)
-  const { fence } = yield* ReservationLeases
-  const pool: Pool = {
-    grants: new Map(),
-    keyHolds: new Map(),
-    reported: new Map(),
-    growths: new Map(),
-    paces: new Map(),
-    wallets: yield* WalletRepo,
-    nowMs: clock.currentTimeMillis,
-    now: () => clock.unsafeCurrentTimeMillis(),
-    fork: (effect) => void Runtime.runFork(runtime)(effect),
-    listening: Option.match(listener, { onNone: () => () => true, onSome: (heard) => heard.hearing }),
-    fence,
-    epoch: fence.epoch(),
-    stopping: false,
-    lastPaceSweep: 0
+export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | WalletRepo | ReservationLeases> = Effect.gen(
+  function*() {
+    const runtime = yield* Effect.runtime<never>()
+    const clock = yield* Effect.clock
+    const listener = yield* Effect.serviceOption(Listener)
+    const { fence } = yield* ReservationLeases
+    const pool: Pool = {
+      grants: new Map(),
+      keyHolds: new Map(),
+      reported: new Map(),
+      growths: new Map(),
+      paces: new Map(),
+      wallets: yield* WalletRepo,
+      nowMs: clock.currentTimeMillis,
+      now: () => clock.unsafeCurrentTimeMillis(),
+      fork: (effect) => void Runtime.runFork(runtime)(effect),
+      listening: Option.match(listener, { onNone: () => () => true, onSome: (heard) => heard.hearing }),
+      fence,
+      epoch: fence.epoch(),
+      stopping: false,
+      lastPaceSweep: 0
+    }
+    if (Option.isSome(listener)) yield* listen(pool, listener.value)
+    return {
+      lend: (input, now) => lend(pool, input, now, true),
+      growth: (accountId) => {
+        const growing = pool.growths.get(accountId)
+        return growing === undefined ? undefined : Deferred.await(growing)
+      },
+      lendAgain: (input, now) => lend(pool, input, now, false),
+      charge: (grant, held, charged, apiKeyId) => {
+        charge(grant, held, charged)
+        addKeyHold(pool, apiKeyId, charged - held)
+      },
+      giveBack: (grant, held, apiKeyId) => {
+        giveBack(grant, held)
+        addKeyHold(pool, apiKeyId, -held)
+      },
+      report: (accountId, apiKeyIds, now) => report(pool, accountId, apiKeyIds, now),
+      keyHoldsAfter: (entries) => keyHoldsAfter(pool, entries),
+      handBack: (accountId, now) => handBack(pool, accountId, now),
+      holds: (accountId) => pool.grants.has(accountId),
+      inFlight: (accountId) => pool.grants.get(accountId)?.inFlight ?? 0,
+      unlent: () => [...pool.grants.values()].reduce((sum, grant) => sum + grant.remaining, 0),
+      takeHandBacks: (now) => takeHandBacks(pool, now),
+      chargeWritten: (grant, amount, apiKeyId) => {
+        grant.pending -= amount
+        addKeyHold(pool, apiKeyId, -amount)
+      },
+      written: (close, missing, keyHolds) => written(pool, close, missing, keyHolds ?? []),
+      stop: stop(pool)
+    }
   }
-  if (Option.isSome(listener)) yield* listen(pool, listener.value)
-  return {
-    lend: (input, now) => lend(pool, input, now, true),
-    growth: (accountId) => {
-      const growing = pool.growths.get(accountId)
-      return growing === undefined ? undefined : Deferred.await(growing)
-    },
-    lendAgain: (input, now) => lend(pool, input, now, false),
-    charge: (grant, held, charged, apiKeyId) => {
-      charge(grant, held, charged)
-      addKeyHold(pool, apiKeyId, charged - held)
-    },
-    giveBack: (grant, held, apiKeyId) => {
-      giveBack(grant, held)
-      addKeyHold(pool, apiKeyId, -held)
-    },
-    report: (accountId, apiKeyIds, now) => report(pool, accountId, apiKeyIds, now),
-    keyHoldsAfter: (entries) => keyHoldsAfter(pool, entries),
-    handBack: (accountId, now) => handBack(pool, accountId, now),
-    holds: (accountId) => pool.grants.has(accountId),
-    inFlight: (accountId) => pool.grants.get(accountId)?.inFlight ?? 0,
-    unlent: () => [...pool.grants.values()].reduce((sum, grant) => sum + grant.remaining, 0),
-    takeHandBacks: (now) => takeHandBacks(pool, now),
-    chargeWritten: (grant, amount, apiKeyId) => {
-      grant.pending -= amount
-      addKeyHold(pool, apiKeyId, -amount)
-    },
-    written: (close, missing, keyHolds) => written(pool, close, missing, keyHolds ?? []),
-    stop: stop(pool)
-  }
-})
+)
 
 /**
  * Another instance's request for the account's grants is heard on
@@ -170,15 +178,14 @@ export const makeGrantPool: Effect.Effect<GrantPool, never, Scope.Scope | Wallet
  * been missed: every grant is handed back, and none lends again (a new grant
  * may grow once asked for).
  */
-const listen = (pool: Pool, listener: Listener["Type"]) =>
-  Effect.gen(function*() {
-    yield* listener.on(GRANT_CHANNEL, (accountId) => handBack(pool, accountId, pool.now()))
-    yield* listener.on(KEY_LIMIT_CHANNEL, (payload) => {
-      const [accountId = "", ...apiKeyIds] = payload.split(" ")
-      report(pool, accountId, apiKeyIds, pool.now())
-    })
-    yield* listener.onHeardAgain(() => handBackAll(pool))
+const listen = Effect.fnUntraced(function*(pool: Pool, listener: Listener["Type"]) {
+  yield* listener.on(GRANT_CHANNEL, (accountId) => handBack(pool, accountId, pool.now()))
+  yield* listener.on(KEY_LIMIT_CHANNEL, (payload) => {
+    const [accountId = "", ...apiKeyIds] = payload.split(" ")
+    report(pool, accountId, apiKeyIds, pool.now())
   })
+  yield* listener.onHeardAgain(() => handBackAll(pool))
+})
 
 const paceOf = (pool: Pool, accountId: string, now: number): Pace => {
   let pace = pool.paces.get(accountId)
@@ -307,28 +314,28 @@ const startGrowing = (pool: Pool, accountId: string, pace: Pace, now: number) =>
 }
 
 /** Grows `grant` (marked growing by the caller) by what the wallet affords at the account's pace. */
-const grow = (pool: Pool, grant: Grant, pace: Pace) =>
-  Effect.gen(function*() {
-    const row: GrantToGrow = { id: grant.id, accountId: grant.accountId, create: !grant.stored }
-    const result = yield* pool.wallets.growGrant(row, (wallet) =>
-      grantGrowth({
-        spendPerSecond: pace.spendPerSecond,
-        estimate: pace.lastEstimate,
-        remaining: grant.remaining,
-        heldMicroMyr: wallet.heldMicroMyr,
-        availableMicroMyr: wallet.availableMicroMyr
-      }))
-    if (result === "missing") {
-      forget(pool, grant)
-    } else if (result > 0) {
-      grant.stored = true
-      grant.remaining += result
-    } else {
-      // The wallet is low: calls reserve one by one for a while.
-      pace.noGrantUntil = (yield* pool.nowMs) + 1000
-      if (!grant.stored) forget(pool, grant)
-    }
-  }).pipe(
+const grow = Effect.fnUntraced(function*(pool: Pool, grant: Grant, pace: Pace) {
+  const row: GrantToGrow = { id: grant.id, accountId: grant.accountId, create: !grant.stored }
+  const result = yield* pool.wallets.growGrant(row, (wallet) =>
+    grantGrowth({
+      spendPerSecond: pace.spendPerSecond,
+      estimate: pace.lastEstimate,
+      remaining: grant.remaining,
+      heldMicroMyr: wallet.heldMicroMyr,
+      availableMicroMyr: wallet.availableMicroMyr
+    }))
+  if (result === "missing") {
+    forget(pool, grant)
+  } else if (result > 0) {
+    grant.stored = true
+    grant.remaining += result
+  } else {
+    // The wallet is low: calls reserve one by one for a while.
+    pace.noGrantUntil = (yield* pool.nowMs) + 1000
+    if (!grant.stored) forget(pool, grant)
+  }
+}, (effect, pool, grant) =>
+  effect.pipe(
     Effect.catchAllCause((cause) =>
       Effect.zipRight(
         Effect.sync(() => {
@@ -338,7 +345,7 @@ const grow = (pool: Pool, grant: Grant, pace: Pace) =>
       )
     ),
     Effect.ensuring(Effect.sync(() => void (grant.growing = false)))
-  )
+  ))
 
 /** Forgets the pace of accounts that have not called for a minute (and hold no grant). */
 const forgetQuietAccounts = (pool: Pool, now: number) => {
@@ -370,8 +377,8 @@ const takeHandBacks = (pool: Pool, now: number): HandBacks => {
   return { returns, close }
 }
 
-const written = (pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<string>, keyHolds: ReadonlyArray<KeyHold>) =>
-  Effect.gen(function*() {
+const written = Effect.fnUntraced(
+  function*(pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<string>, keyHolds: ReadonlyArray<KeyHold>) {
     for (const { amountMicroMyr, apiKeyId } of keyHolds) {
       // Nothing left, in the table or here: the key is no longer reported.
       if (amountMicroMyr === 0 && !pool.keyHolds.has(apiKeyId)) pool.reported.delete(apiKeyId)
@@ -388,11 +395,11 @@ const written = (pool: Pool, close: ReadonlyArray<Grant>, missing: ReadonlySet<s
         Effect.annotateLogs({ grantId: grant.id, accountId: grant.accountId })
       )
     }
-  })
+  }
+)
 
-const stop = (pool: Pool) =>
-  Effect.gen(function*() {
-    pool.stopping = true
-    const growing = () => [...pool.grants.values()].some((grant) => grant.growing)
-    for (let waits = 0; waits < 100 && growing(); waits++) yield* Effect.sleep("10 millis")
-  })
+const stop = Effect.fnUntraced(function*(pool: Pool) {
+  pool.stopping = true
+  const growing = () => [...pool.grants.values()].some((grant) => grant.growing)
+  for (let waits = 0; waits < 100 && growing(); waits++) yield* Effect.sleep("10 millis")
+})

@@ -42,12 +42,16 @@ export interface GrantStatements {
   readonly askForGrants: (accountId: string) => Effect.Effect<GrantsAsked, SqlError.SqlError>
   readonly unansweredGrants: (accountId: string, askedAt: Date) => Effect.Effect<number, SqlError.SqlError>
   /** Tells every instance a limit was set on the keys: each hands back the account's grants, writing the keys' holds of them. */
-  readonly askForKeyHolds: (accountId: string, apiKeyIds: ReadonlyArray<string>) => Effect.Effect<GrantsAsked, SqlError.SqlError>
+  readonly askForKeyHolds: (
+    accountId: string,
+    apiKeyIds: ReadonlyArray<string>
+  ) => Effect.Effect<GrantsAsked, SqlError.SqlError>
 }
 
 /** The grant statements of the process `holder`. */
 export const grantStatements = (sql: SqlClient.SqlClient, holder: string): GrantStatements => {
   const growGrant = (grant: GrantToGrow, size: GrantSizing) =>
+    // eslint-disable-next-line nenas/no-gen-in-arrow -- a grant's growth or return, not a call's
     sql.withTransaction(Effect.gen(function*() {
       const wallet = yield* lockWallet(sql, grant.accountId)
       if (wallet.suspendedAt !== null) return 0
@@ -76,6 +80,7 @@ export const grantStatements = (sql: SqlClient.SqlClient, holder: string): Grant
 
   /** Returns one dead process's grant to its wallet; false when it was gone already. */
   const returnGrant = (grant: { readonly id: string; readonly accountId: string }) =>
+    // eslint-disable-next-line nenas/no-gen-in-arrow -- a grant's growth or return, not a call's
     sql.withTransaction(Effect.gen(function*() {
       yield* lockWallet(sql, grant.accountId)
       const rows = yield* sql<{ amountMicroMyr: number }>`
@@ -91,6 +96,7 @@ export const grantStatements = (sql: SqlClient.SqlClient, holder: string): Grant
       return true
     }))
 
+  // eslint-disable-next-line nenas/no-gen-in-arrow -- made once, with the statements
   const returnDeadGrants = Effect.gen(function*() {
     const dead = yield* sql<{ id: string; accountId: string }>`
       SELECT id, account_id FROM credit_grants WHERE ${holderDead(sql, "holder", holder)} LIMIT 500

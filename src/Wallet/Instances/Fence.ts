@@ -48,11 +48,13 @@ export const noteBeat = (fence: Fence, sentAt: number, dbAt: Date, receivedAt: n
 }
 
 /** Whether a hold taken in `epoch` is still this process's at `now`: fresh all along since. */
-export const holdIntact = (fence: Fence, epoch: number, now: number): boolean => isFresh(fence, now) && fence.epoch === epoch
+export const holdIntact = (fence: Fence, epoch: number, now: number): boolean =>
+  isFresh(fence, now) && fence.epoch === epoch
 
 /**
  * Whether the process may declare others dead at `now`: fresh, and fresh for
  * `DEAD_AFTER` since its own last lapse — after a database stall every beat
  * is late, and a peer beats again within a beat interval.
  */
-export const mayJudge = (fence: Fence, now: number): boolean => isFresh(fence, now) && now - fence.recoveredAt >= DEAD_MS
+export const mayJudge = (fence: Fence, now: number): boolean =>
+  isFresh(fence, now) && now - fence.recoveredAt >= DEAD_MS

@@ -35,7 +35,9 @@ const awaitIdentityFree = (sql: SqlClient.SqlClient, identity: string) =>
     for (;;) {
       const live = yield* sql<{ id: string; heartbeatAt: Date; ageMs: number }>`
         SELECT id, heartbeat_at, (extract(epoch FROM now() - heartbeat_at) * 1000)::float8 AS age_ms
-        FROM instances WHERE identity = ${identity} AND heartbeat_at > now() - ${secondsSql(DEAD_AFTER)} * interval '1 second'
+        FROM instances WHERE identity = ${identity} AND heartbeat_at > now() - ${
+        secondsSql(DEAD_AFTER)
+      } * interval '1 second'
       `
       if (live.length === 0) return
       for (const row of live) {

@@ -1,11 +1,11 @@
 import type { SqlClient, SqlError } from "@effect/sql"
 import { Effect } from "effect"
 import type { LogWrite, RequestLogs } from "../../Logs/RequestLogs.js"
+import type { StoredWrite } from "../../Responses/Store.js"
 import type { CallHold } from "../CallHold.js"
 import { lockWallet } from "../Lock.js"
-import type { SettleItem } from "../Settlement/SettleBatch.js"
 import { settleBatch } from "../Settlement/Settle.js"
-import type { StoredWrite } from "../../Responses/Store.js"
+import type { SettleItem } from "../Settlement/SettleBatch.js"
 
 // Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): on a call's path (paying before answering), agreeing with the settlement statements.
 
@@ -92,14 +92,22 @@ export const payNow = (
   sql.withTransaction(Effect.gen(function*() {
     const { available, covered, paid } = yield* lockCovered(sql, input.hold, input.amountMicroMyr)
     if (paid !== undefined) {
-      return { _tag: "Paid", chargedMicroMyr: paid, shortfallMicroMyr: Math.max(0, input.amountMicroMyr - paid) } as const
+      return {
+        _tag: "Paid",
+        chargedMicroMyr: paid,
+        shortfallMicroMyr: Math.max(0, input.amountMicroMyr - paid)
+      } as const
     }
     const batch = { returns: [], close: [], at: input.at, holder: input.holder }
     const short = Math.max(0, input.amountMicroMyr - covered - available)
     if (short > 0 && input.whenShort === "refuse") {
       const { source } = input.hold
       yield* source._tag === "Reservation"
-        ? settleBatch({ ...batch, items: [{ _tag: "Release", reservationId: source.reservation.id, log: input.refusedLog }], logs: [] })
+        ? settleBatch({
+          ...batch,
+          items: [{ _tag: "Release", reservationId: source.reservation.id, log: input.refusedLog }],
+          logs: []
+        })
         : settleBatch({ ...batch, items: [], logs: [input.refusedLog] })
       return { _tag: "Refused", availableMicroMyr: available } as const
     }
@@ -111,5 +119,9 @@ export const payNow = (
       stored: input.stored === undefined ? [] : [input.stored]
     })
     const charged = outcome.items[0]?.chargedMicroMyr ?? 0
-    return { _tag: "Paid", chargedMicroMyr: charged, shortfallMicroMyr: Math.max(0, input.amountMicroMyr - charged) } as const
+    return {
+      _tag: "Paid",
+      chargedMicroMyr: charged,
+      shortfallMicroMyr: Math.max(0, input.amountMicroMyr - charged)
+    } as const
   }))

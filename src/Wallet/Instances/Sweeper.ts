@@ -3,9 +3,9 @@ import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../../AppConfig.js"
 import { microMyr } from "../../Domain/Money.js"
 import { RequestLogs } from "../../Logs/RequestLogs.js"
+import { WalletRepo } from "../Repo.js"
 import { holderDead, secondsSql } from "./Instances.js"
 import { MAX_HOLD, ReservationLeases } from "./Leases.js"
-import { WalletRepo } from "../Repo.js"
 
 // Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): taking back lapsed holds, beside every flush.
 
@@ -41,7 +41,9 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
     // Older than any call (its first byte, its whole stream, a stalled client's deadline), with a minute to spare.
     const longestCall = Duration.max(
       MAX_HOLD,
-      Duration.millis(config.upstreamFirstByteTimeoutMs + config.upstreamTotalTimeoutMs + config.streamWriteStallMs + 60_000)
+      Duration.millis(
+        config.upstreamFirstByteTimeoutMs + config.upstreamTotalTimeoutMs + config.streamWriteStallMs + 60_000
+      )
     )
     const lapsed = sql`(expires_at < now() OR ${holderDead(sql, "holder", self)})`
 
@@ -85,7 +87,9 @@ export class ReservationSweeper extends Context.Tag("nenas/ReservationSweeper")<
       }
       const grantsReturned = yield* wallet.returnDeadGrants
       const closedLogs = yield* logs.closeOrphans(
-        sql`(${holderDead(sql, "holder", self)} OR created_at < now() - ${secondsSql(longestCall)} * interval '1 second')`
+        sql`(${holderDead(sql, "holder", self)} OR created_at < now() - ${
+          secondsSql(longestCall)
+        } * interval '1 second')`
       )
       return { released, captured, grantsReturned, closedLogs }
     })

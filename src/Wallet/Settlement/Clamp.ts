@@ -35,15 +35,23 @@ const whole = (requestId: string, field: string, value: number, max: number, fou
 /** PostgreSQL's text refuses U+0000 and jsonb a lone surrogate's escape: each becomes U+FFFD, so the charge is still written. */
 const text = (requestId: string, field: string, value: string, found: Found): string => {
   const written = storable(value)
-  if (written !== value) found.push({ requestId, field, value: JSON.stringify(value), written: JSON.stringify(written) })
+  if (written !== value) {
+    found.push({ requestId, field, value: JSON.stringify(value), written: JSON.stringify(written) })
+  }
   return written
 }
 
 /** The caller's tags, each key and value storable; the same object when all were. */
-const tags = (requestId: string, metadata: Readonly<Record<string, string>>, found: Found): Readonly<Record<string, string>> => {
+const tags = (
+  requestId: string,
+  metadata: Readonly<Record<string, string>>,
+  found: Found
+): Readonly<Record<string, string>> => {
   const before = found.length
   const fixed = Object.fromEntries(
-    Object.entries(metadata).map(([key, value]) => [text(requestId, "metadata", key, found), text(requestId, `metadata.${storable(key)}`, value, found)])
+    Object.entries(metadata).map((
+      [key, value]
+    ) => [text(requestId, "metadata", key, found), text(requestId, `metadata.${storable(key)}`, value, found)])
   )
   return found.length === before ? metadata : fixed
 }
@@ -81,7 +89,8 @@ export const clampLog = (row: LogWrite, found: Found): LogWrite => {
 }
 
 const requestIdOf = (item: SettleItem): string =>
-  item.log?.requestId ?? (item._tag === "GrantCharge" || item._tag === "LateCharge" ? item.requestId : item.reservationId)
+  item.log?.requestId ??
+    (item._tag === "GrantCharge" || item._tag === "LateCharge" ? item.requestId : item.reservationId)
 
 /** The item (and its log row), writable; the same object when nothing needed a change. */
 export const clampItem = (item: SettleItem, found: Found): SettleItem => {

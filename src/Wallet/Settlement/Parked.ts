@@ -1,12 +1,12 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import { Cause, Effect, Exit, Option, Schema } from "effect"
-import type { LogWrite } from "../../Logs/RequestLogs.js"
 import { storable, storableJson } from "../../Domain/Strict.js"
 import { now } from "../../Domain/Time.js"
+import type { LogWrite } from "../../Logs/RequestLogs.js"
 import { RequestLogs } from "../../Logs/RequestLogs.js"
-import type { Batch, SettleItem } from "./SettleBatch.js"
 import { settleBatch } from "./Settle.js"
+import type { Batch, SettleItem } from "./SettleBatch.js"
 
 // Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): parking and replaying the flush's refused entries.
 
@@ -114,7 +114,9 @@ const LogWriteJson = Schema.Struct({
   contentPages: Schema.Number,
   costMicroMyr: Schema.Number,
   latencyMs: Schema.Number,
-  attempts: Schema.optional(Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Number }))),
+  attempts: Schema.optional(
+    Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Number }))
+  ),
   reservationId: Schema.NullOr(Schema.String),
   status: Schema.Literal("pending", "succeeded", "failed", "billed"),
   errorCode: Schema.NullOr(Schema.String),
@@ -132,7 +134,12 @@ const charge = {
   log
 }
 const SettleItemJson = Schema.Union(
-  Schema.TaggedStruct("Capture", { reservationId: Schema.String, amountMicroMyr: Schema.Number, description: Schema.String, log }),
+  Schema.TaggedStruct("Capture", {
+    reservationId: Schema.String,
+    amountMicroMyr: Schema.Number,
+    description: Schema.String,
+    log
+  }),
   Schema.TaggedStruct("Release", { reservationId: Schema.String, log }),
   Schema.TaggedStruct("GrantCharge", { grantId: Schema.String, ...charge }),
   Schema.TaggedStruct("LateCharge", charge)
@@ -189,13 +196,27 @@ const replayOne = (sql: SqlClient.SqlClient, id: string) =>
     if (Exit.isSuccess(exit)) {
       yield* sql`UPDATE settlement_parked SET status = 'replayed', replayed_at = ${at} WHERE id = ${id}`
       const charged = exit.value.items[0]?.chargedMicroMyr ?? null
-      return { id, requestId: row.requestId, kind: row.kind, outcome: "replayed", chargedMicroMyr: charged, error: null } satisfies Replayed
+      return {
+        id,
+        requestId: row.requestId,
+        kind: row.kind,
+        outcome: "replayed",
+        chargedMicroMyr: charged,
+        error: null
+      } satisfies Replayed
     }
     const error = failureText(exit.cause)
     yield* sql`
       UPDATE settlement_parked SET attempts = attempts + 1, last_failed_at = ${at}, error = ${error} WHERE id = ${id}
     `
-    return { id, requestId: row.requestId, kind: row.kind, outcome: "failed", chargedMicroMyr: null, error } satisfies Replayed
+    return {
+      id,
+      requestId: row.requestId,
+      kind: row.kind,
+      outcome: "failed",
+      chargedMicroMyr: null,
+      error
+    } satisfies Replayed
   }))
 
 /**
@@ -208,7 +229,9 @@ export const replayParked = (
 ): Effect.Effect<ReadonlyArray<Replayed>, SqlError.SqlError, SqlClient.SqlClient | RequestLogs> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const filter = only === undefined ? sql`` : sql`AND (id = ANY(${only}::text[]) OR request_id = ANY(${only}::text[]))`
+    const filter = only === undefined
+      ? sql``
+      : sql`AND (id = ANY(${only}::text[]) OR request_id = ANY(${only}::text[]))`
     const waiting = yield* sql<{ id: string }>`
       SELECT id FROM settlement_parked WHERE status = 'parked' ${filter} ORDER BY first_failed_at, id
     `

@@ -5,8 +5,8 @@ import { storableJson } from "../../Domain/Strict.js"
 import type { RequestLogs } from "../../Logs/RequestLogs.js"
 import type { Metrics } from "../../Observability/Metrics.js"
 import type { GrantPool } from "../Grants/GrantPool.js"
-import { refusalOf } from "./Isolation.js"
 import type { ReservationLeases } from "../Instances/Leases.js"
+import { refusalOf } from "./Isolation.js"
 import { failureText, kindOf, park, requestIdOf } from "./Parked.js"
 import type { Queued } from "./SettleBatch.js"
 
@@ -61,7 +61,11 @@ export const refuse = (queue: RefusalQueue, entry: Queued, cause: Cause.Cause<un
 }
 
 /** Refused settlements whose time has come, each alone: written, refused again (parked after `PARK_AFTER`), or left for later. */
-export const retryRefused = (queue: RefusalQueue, now: number, writeAlone: (entry: Queued) => Effect.Effect<void, SqlError.SqlError>) =>
+export const retryRefused = (
+  queue: RefusalQueue,
+  now: number,
+  writeAlone: (entry: Queued) => Effect.Effect<void, SqlError.SqlError>
+) =>
   Effect.gen(function*() {
     for (const refused of [...queue.refused]) {
       if (refused.nextTryAt > now) continue
@@ -97,7 +101,9 @@ export const parkRefused = (queue: RefusalQueue, refused: Refused, now: number) 
       }).pipe(Effect.provide(queue.context))
     )
     if (Exit.isFailure(exit)) {
-      if (refusalOf(exit.cause) !== undefined && ++refused.parkRefusals >= GIVE_UP_AFTER) return yield* giveUp(queue, refused, exit.cause)
+      if (refusalOf(exit.cause) !== undefined && ++refused.parkRefusals >= GIVE_UP_AFTER) {
+        return yield* giveUp(queue, refused, exit.cause)
+      }
       return yield* Effect.logWarning("a refused settlement could not be parked; it is tried again", exit.cause).pipe(
         Effect.annotateLogs({ requestId: requestIdOf(settlement) })
       )
@@ -123,7 +129,9 @@ const forget = (queue: RefusalQueue, refused: Refused) =>
     const { entry } = refused
     queue.refused = queue.refused.filter((other) => other !== refused)
     if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount, entry.grant.apiKeyId)
-    if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
+    if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") {
+      yield* queue.leases.drop(entry.item.reservationId)
+    }
   })
 
 /**
@@ -136,6 +144,10 @@ const giveUp = (queue: RefusalQueue, refused: Refused, cause: Cause.Cause<unknow
     const settlement = { item: refused.entry.item, log: refused.entry.log }
     queue.metrics.settlementParked.inc({ kind: "dropped" })
     yield* Effect.logError("settlement dropped: the database refused to write it and to park it", cause).pipe(
-      Effect.annotateLogs({ requestId: requestIdOf(settlement), kind: kindOf(settlement), settlement: storableJson(settlement) })
+      Effect.annotateLogs({
+        requestId: requestIdOf(settlement),
+        kind: kindOf(settlement),
+        settlement: storableJson(settlement)
+      })
     )
   })

@@ -2,7 +2,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Console, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../../AppConfig.js"
 import { DatabaseLive } from "../../Database/Database.js"
-import { toMyrString, microMyr } from "../../Domain/Money.js"
+import { microMyr, toMyrString } from "../../Domain/Money.js"
 import { RequestLogs } from "../../Logs/RequestLogs.js"
 import { replayParked } from "./Parked.js"
 

@@ -3,12 +3,12 @@ import type { SqlError } from "@effect/sql"
 import { Effect } from "effect"
 import { newId } from "../../Domain/Ids.js"
 import { RequestLogs } from "../../Logs/RequestLogs.js"
-import { writeStored } from "../../Responses/Store.js"
 import type { LogWrite } from "../../Logs/RequestLogs.js"
-import type { Batch, BatchOutcome, Charge, ItemOutcome, NumberedReturn, SettleItem } from "./SettleBatch.js"
-import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
+import { writeStored } from "../../Responses/Store.js"
 import { queueAutoTopups } from "../AutoTopupAttempts.js"
 import { announceCrossings, balancesBefore } from "../LowBalance.js"
+import type { Batch, BatchOutcome, Charge, ItemOutcome, NumberedReturn, SettleItem } from "./SettleBatch.js"
+import type { Entry, GrantRow, Locked, WalletRow } from "./SettleRows.js"
 import { lockRows, withRepeatedEntries, writeEntries, writeKeyHolds, writeRows } from "./SettleRows.js"
 
 /**
@@ -30,7 +30,9 @@ const nothing: ItemOutcome = { chargedMicroMyr: 0, ledgerEntryId: null, released
  * released, a charge finds its call's `usage` entry, a hand-back its number,
  * and log rows only move forward.
  */
-export const settleBatch = (batch: Batch): Effect.Effect<BatchOutcome, SqlError.SqlError, SqlClient.SqlClient | RequestLogs> =>
+export const settleBatch = (
+  batch: Batch
+): Effect.Effect<BatchOutcome, SqlError.SqlError, SqlClient.SqlClient | RequestLogs> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const logs = yield* RequestLogs
@@ -91,7 +93,14 @@ const walletOf = (applied: Applied, accountId: string) => {
 }
 
 /** Counts `charged` as spent and, unless 0, posts its `usage` entry; the entry's id. */
-const bill = (applied: Applied, wallet: WalletRow, charged: number, description: string, apiKeyId: string, requestId: string) => {
+const bill = (
+  applied: Applied,
+  wallet: WalletRow,
+  charged: number,
+  description: string,
+  apiKeyId: string,
+  requestId: string
+) => {
   wallet.lifetimeSpendMicroMyr += charged
   if (charged === 0) return null
   const id = newId("le")
@@ -116,7 +125,11 @@ const bill = (applied: Applied, wallet: WalletRow, charged: number, description:
  */
 const captureInto = (
   wallet: { availableMicroMyr: number; reservedMicroMyr: number },
-  reservation: { status: "open" | "captured" | "released"; readonly amountMicroMyr: number; capturedMicroMyr: number | null },
+  reservation: {
+    status: "open" | "captured" | "released"
+    readonly amountMicroMyr: number
+    capturedMicroMyr: number | null
+  },
   amountMicroMyr: number
 ): number => {
   const asked = Math.max(amountMicroMyr, 0)
@@ -150,7 +163,11 @@ const capture = (applied: Applied, item: SettleItem & { readonly _tag: "Capture"
   const charged = captureInto(wallet, r, item.amountMicroMyr)
   r.changed = true
   billed(applied, item.log, charged)
-  return { chargedMicroMyr: charged, ledgerEntryId: bill(applied, wallet, charged, item.description, r.apiKeyId, r.requestId), released: false }
+  return {
+    chargedMicroMyr: charged,
+    ledgerEntryId: bill(applied, wallet, charged, item.description, r.apiKeyId, r.requestId),
+    released: false
+  }
 }
 
 const release = (applied: Applied, item: SettleItem & { readonly _tag: "Release" }): ItemOutcome => {

@@ -72,12 +72,15 @@ export interface Locked {
 const unique = (values: Iterable<string>) => [...new Set(values)].sort()
 
 /** The calls a batch charges without a reservation: a grant charge, or one replayed from the wallet. */
-const chargesOf = (batch: Batch) => batch.items.flatMap((i) => i._tag === "GrantCharge" || i._tag === "LateCharge" ? [i] : [])
+const chargesOf = (batch: Batch) =>
+  batch.items.flatMap((i) => i._tag === "GrantCharge" || i._tag === "LateCharge" ? [i] : [])
 
 export const lockRows = (sql: SqlClient.SqlClient, batch: Batch) =>
   Effect.gen(function*() {
     const charges = chargesOf(batch)
-    const reservationIds = unique(batch.items.flatMap((i) => i._tag === "Capture" || i._tag === "Release" ? [i.reservationId] : []))
+    const reservationIds = unique(
+      batch.items.flatMap((i) => i._tag === "Capture" || i._tag === "Release" ? [i.reservationId] : [])
+    )
     const reservations = new Map<string, ReservationRow>()
     if (reservationIds.length > 0) {
       const rows = yield* sql<ReservationRow>`
@@ -135,7 +138,9 @@ export const writeRows = (sql: SqlClient.SqlClient, batch: Batch, locked: Locked
       yield* sql`
         UPDATE reservations r
         SET status = v.status, captured_micro_myr = v.captured, settled_at = COALESCE(r.settled_at, ${batch.at})
-        FROM unnest(${changedReservations.map((r) => r.id)}::text[], ${changedReservations.map((r) => r.status)}::text[],
+        FROM unnest(${changedReservations.map((r) => r.id)}::text[], ${
+        changedReservations.map((r) => r.status)
+      }::text[],
                     ${changedReservations.map((r) => r.capturedMicroMyr)}::bigint[]) AS v(id, status, captured)
         WHERE r.id = v.id
       `
@@ -146,9 +151,15 @@ export const writeRows = (sql: SqlClient.SqlClient, batch: Batch, locked: Locked
         UPDATE wallets w
         SET available_micro_myr = v.available, reserved_micro_myr = v.reserved, granted_micro_myr = v.granted,
             lifetime_spend_micro_myr = v.spent, updated_at = ${batch.at}
-        FROM unnest(${changedWallets.map((w) => w.accountId)}::text[], ${changedWallets.map((w) => w.availableMicroMyr)}::bigint[],
-                    ${changedWallets.map((w) => w.reservedMicroMyr)}::bigint[], ${changedWallets.map((w) => w.grantedMicroMyr)}::bigint[],
-                    ${changedWallets.map((w) => w.lifetimeSpendMicroMyr)}::bigint[]) AS v(account_id, available, reserved, granted, spent)
+        FROM unnest(${changedWallets.map((w) => w.accountId)}::text[], ${
+        changedWallets.map((w) => w.availableMicroMyr)
+      }::bigint[],
+                    ${changedWallets.map((w) => w.reservedMicroMyr)}::bigint[], ${
+        changedWallets.map((w) => w.grantedMicroMyr)
+      }::bigint[],
+                    ${
+        changedWallets.map((w) => w.lifetimeSpendMicroMyr)
+      }::bigint[]) AS v(account_id, available, reserved, granted, spent)
         WHERE w.account_id = v.account_id
       `
     }
@@ -171,7 +182,9 @@ export const writeEntries = (sql: SqlClient.SqlClient, at: Date, entries: Readon
       (id, account_id, type, amount_micro_myr, balance_after_micro_myr, description, api_key_id, request_id, created_at)
     SELECT v.id, v.account_id, 'usage', v.amount, v.balance_after, v.description, v.api_key_id, v.request_id, ${at}
     FROM unnest(${entries.map((e) => e.id)}::text[], ${entries.map((e) => e.accountId)}::text[],
-                ${entries.map((e) => e.amountMicroMyr)}::bigint[], ${entries.map((e) => e.balanceAfterMicroMyr)}::bigint[],
+                ${entries.map((e) => e.amountMicroMyr)}::bigint[], ${
+    entries.map((e) => e.balanceAfterMicroMyr)
+  }::bigint[],
                 ${entries.map((e) => e.description)}::text[], ${entries.map((e) => e.apiKeyId)}::text[],
                 ${entries.map((e) => e.requestId)}::text[])
       WITH ORDINALITY AS v(id, account_id, amount, balance_after, description, api_key_id, request_id, n)
@@ -188,7 +201,9 @@ export const withRepeatedEntries = (
     if (repeated.size === 0) return outcomes
     const posted = new Map<string, string>()
     const rows = yield* sql<{ id: string; requestId: string }>`
-      SELECT id, request_id FROM ledger_entries WHERE type = 'usage' AND request_id = ANY(${[...repeated.values()]}::text[])
+      SELECT id, request_id FROM ledger_entries WHERE type = 'usage' AND request_id = ANY(${[
+      ...repeated.values()
+    ]}::text[])
     `
     for (const row of rows) posted.set(row.requestId, row.id)
     return outcomes.map((outcome, index) => {
@@ -208,7 +223,9 @@ export const writeKeyHolds = (sql: SqlClient.SqlClient, batch: Batch) =>
       yield* sql`
         INSERT INTO key_grant_holds (holder, api_key_id, amount_micro_myr, updated_at)
         SELECT ${batch.holder}, v.api_key_id, v.amount, ${batch.at}
-        FROM unnest(${held.map((hold) => hold.apiKeyId)}::text[], ${held.map((hold) => hold.amountMicroMyr)}::bigint[]) AS v(api_key_id, amount)
+        FROM unnest(${held.map((hold) => hold.apiKeyId)}::text[], ${
+        held.map((hold) => hold.amountMicroMyr)
+      }::bigint[]) AS v(api_key_id, amount)
         ON CONFLICT (api_key_id, holder) DO UPDATE SET amount_micro_myr = EXCLUDED.amount_micro_myr, updated_at = EXCLUDED.updated_at
       `
     }

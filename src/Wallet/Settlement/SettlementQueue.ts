@@ -2,19 +2,19 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql"
 import type { Scope } from "effect"
 import { Cause, Context, Duration, Effect, Exit, Fiber, Runtime, Schedule } from "effect"
-import type { StoredWrite } from "../../Responses/Store.js"
 import { pendingRow, RequestLogs } from "../../Logs/RequestLogs.js"
 import { Metrics } from "../../Observability/Metrics.js"
+import type { StoredWrite } from "../../Responses/Store.js"
 import { type CallHold, reservationIdOf } from "../CallHold.js"
-import { type Anomaly, clampItem, clampLog } from "./Clamp.js"
 import type { GrantPool } from "../Grants/GrantPool.js"
 import type { Grant } from "../Grants/Grants.js"
 import { ReservationLeases } from "../Instances/Leases.js"
-import { refusalOf, writeInParts } from "./Isolation.js"
-import { parkRefused, type Refused, refuse, retryRefused } from "./Refusals.js"
 import { logCapture } from "../Repo.js"
-import type { Batch, BatchOutcome, NumberedReturn, SettleItem, Queued } from "./SettleBatch.js"
+import { type Anomaly, clampItem, clampLog } from "./Clamp.js"
+import { refusalOf, writeInParts } from "./Isolation.js"
+import { parkRefused, refuse, type Refused, retryRefused } from "./Refusals.js"
 import { settleBatch } from "./Settle.js"
+import type { Batch, BatchOutcome, NumberedReturn, Queued, SettleItem } from "./SettleBatch.js"
 
 /** Settlements are written at most this far apart (docs/money.md, "Batched settlement": 20 ms). */
 export const FLUSH_INTERVAL = Duration.millis(20)
@@ -83,7 +83,12 @@ interface Taken {
 
 export const makeSettlementQueue = (
   pool: GrantPool
-): Effect.Effect<SettlementQueue, never, Scope.Scope | SqlClient.SqlClient | RequestLogs | ReservationLeases | Metrics> =>
+): Effect.Effect<
+  SettlementQueue,
+  never,
+  Scope.Scope | SqlClient.SqlClient | RequestLogs | ReservationLeases | Metrics
+> =>
+  // eslint-disable-next-line nenas/no-gen-in-arrow -- built once, at start
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const logs = yield* RequestLogs
@@ -127,6 +132,7 @@ export const makeSettlementQueue = (
  * fail its rollback as one), is retried: the loop itself must never stop while the process lives.
  */
 const flushForever = (queue: Queue, flush: Effect.Effect<void, SqlError.SqlError>) => {
+  // eslint-disable-next-line nenas/no-gen-in-arrow -- the loop is made once
   const tick = Effect.gen(function*() {
     const exit = yield* Effect.exit(flush)
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
@@ -142,13 +148,13 @@ const flushForever = (queue: Queue, flush: Effect.Effect<void, SqlError.SqlError
 }
 
 /** At shutdown (after the server drained its calls): write everything, park what is still refused, hand every grant back. */
-const flushAtShutdown = (
-  queue: Queue,
-  flush: Effect.Effect<void, SqlError.SqlError>,
-  lock: Effect.Semaphore,
-  loop: Fiber.Fiber<unknown, unknown>
-) =>
-  Effect.gen(function*() {
+const flushAtShutdown = Effect.fnUntraced(
+  function*(
+    queue: Queue,
+    flush: Effect.Effect<void, SqlError.SqlError>,
+    lock: Effect.Semaphore,
+    loop: Fiber.Fiber<unknown, unknown>
+  ) {
     yield* Fiber.interrupt(loop)
     yield* queue.pool.stop
     yield* flush.pipe(
@@ -163,25 +169,28 @@ const flushAtShutdown = (
     }
     const left = queue.entries.length + queue.refused.length
     if (left > 0) yield* Effect.logError("settlements left unwritten at shutdown", { queued: left })
-  })
+  }
+)
 
-const flushOnce = (queue: Queue) =>
-  Effect.gen(function*() {
-    const now = yield* queue.nowMs
-    const entries = queue.entries
-    queue.entries = []
-    const due = [...queue.running.values()].filter((r) => !r.written && now - r.hold.startedAt.getTime() >= PENDING_AFTER_MS)
-    const handBacks = queue.pool.takeHandBacks(now)
-    const returns = [...queue.returns, ...handBacks.returns.map((back) => ({ ...back, seq: queue.nextReturn++ }))]
-    queue.returns = []
-    if (entries.length > 0 || due.length > 0 || returns.length > 0) {
-      const taken: Taken = { entries, due, returns, close: handBacks.close }
-      yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeIsolated(queue, taken, now)
-    }
-    yield* retryRefused(queue, now, (entry) => write(queue, alone(entry), now, false))
-    queue.metrics.settlementQueueDepth.set(queue.entries.length + queue.refused.length)
-    queue.metrics.grantsHeld.set(queue.pool.unlent())
-  })
+const flushOnce = Effect.fnUntraced(function*(queue: Queue) {
+  const now = yield* queue.nowMs
+  const entries = queue.entries
+  queue.entries = []
+  const due = [...queue.running.values()].filter((r) =>
+    !r.written && now - r.hold.startedAt.getTime() >= PENDING_AFTER_MS
+  )
+  const handBacks = queue.pool.takeHandBacks(now)
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per grant handed back, not per call
+  const returns = [...queue.returns, ...handBacks.returns.map((back) => ({ ...back, seq: queue.nextReturn++ }))]
+  queue.returns = []
+  if (entries.length > 0 || due.length > 0 || returns.length > 0) {
+    const taken: Taken = { entries, due, returns, close: handBacks.close }
+    yield* queue.failures < ISOLATE_AFTER ? write(queue, taken, now) : writeIsolated(queue, taken, now)
+  }
+  yield* retryRefused(queue, now, (entry) => write(queue, alone(entry), now, false))
+  queue.metrics.settlementQueueDepth.set(queue.entries.length + queue.refused.length)
+  queue.metrics.grantsHeld.set(queue.pool.unlent())
+})
 
 const alone = (entry: Queued): Taken => ({ entries: [entry], due: [], returns: [], close: [] })
 
@@ -190,80 +199,93 @@ const alone = (entry: Queued): Taken => ({ entries: [entry], due: [], returns: [
  * parts (`writeInParts`); one the database refuses is set aside (`retryRefused`). The flush fails only when
  * nothing was written and the database did not answer.
  */
-const writeIsolated = (queue: Queue, taken: Taken, now: number) =>
-  Effect.gen(function*() {
-    const head = taken.due.length > 0 || taken.returns.length > 0 || taken.close.length > 0
-      ? yield* writeHead(queue, taken, now)
-      : undefined
-    const parts = yield* writeInParts(
-      taken.entries,
-      (entries) => write(queue, { entries, due: [], returns: [], close: [] }, now, false),
-      (entry, cause) => refuse(queue, entry, cause, now)
-    )
-    queue.entries = [...parts.kept, ...queue.entries]
-    const headUnanswered = head !== undefined && Exit.isFailure(head) && refusalOf(head.cause) === undefined ? head.cause : undefined
-    const unanswered = parts.unanswered ?? headUnanswered
-    const written = parts.written || (head !== undefined && Exit.isSuccess(head))
-    if (!written && unanswered !== undefined) return yield* Effect.failCause(unanswered)
-  })
+const writeIsolated = Effect.fnUntraced(function*(queue: Queue, taken: Taken, now: number) {
+  const head = taken.due.length > 0 || taken.returns.length > 0 || taken.close.length > 0
+    ? yield* writeHead(queue, taken, now)
+    : undefined
+  const parts = yield* writeInParts(
+    taken.entries,
+    (entries) => write(queue, { entries, due: [], returns: [], close: [] }, now, false),
+    (entry, cause) => refuse(queue, entry, cause, now)
+  )
+  queue.entries = [...parts.kept, ...queue.entries]
+  const headUnanswered = head !== undefined && Exit.isFailure(head) && refusalOf(head.cause) === undefined
+    ? head.cause
+    : undefined
+  const unanswered = parts.unanswered ?? headUnanswered
+  const written = parts.written || (head !== undefined && Exit.isSuccess(head))
+  if (!written && unanswered !== undefined) return yield* Effect.failCause(unanswered)
+})
 
 /**
  * The rows due and the hand-backs. A `pending` row the database refuses is given up (the call's final row
  * comes with its settlement), and the hand-backs are written without it: they never wait behind it.
  */
-const writeHead = (queue: Queue, taken: Taken, now: number) =>
-  Effect.gen(function*() {
-    const head = { ...taken, entries: [] }
-    const exit = yield* Effect.exit(write(queue, head, now, taken.due.length === 0))
-    if (Exit.isSuccess(exit) || taken.due.length === 0) return exit
-    if (refusalOf(exit.cause) === undefined) {
-      queue.returns = [...taken.returns, ...queue.returns]
-      return exit
-    }
-    for (const r of taken.due) r.written = true
-    yield* Effect.logWarning("pending rows refused by the database; their calls' final rows are written when they settle", exit.cause)
-    return yield* Effect.exit(write(queue, { ...head, due: [] }, now))
-  })
+const writeHead = Effect.fnUntraced(function*(queue: Queue, taken: Taken, now: number) {
+  const head = { ...taken, entries: [] }
+  const exit = yield* Effect.exit(write(queue, head, now, taken.due.length === 0))
+  if (Exit.isSuccess(exit) || taken.due.length === 0) return exit
+  if (refusalOf(exit.cause) === undefined) {
+    queue.returns = [...taken.returns, ...queue.returns]
+    return exit
+  }
+  for (const r of taken.due) r.written = true
+  yield* Effect.logWarning(
+    "pending rows refused by the database; their calls' final rows are written when they settle",
+    exit.cause
+  )
+  return yield* Effect.exit(write(queue, { ...head, due: [] }, now))
+})
 
 /** The batch `taken` writes, its values clamped to what the columns hold (each change an anomaly). */
 const batchOf = (taken: Taken, now: number, holder: string, pool: GrantPool, anomalies: Array<Anomaly>): Batch => {
   const items: Array<SettleItem> = []
   const stored: Array<StoredWrite> = []
-  const logs = taken.due.map((r) => clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies))
+  const logs = taken.due.map((r) =>
+    clampLog(pendingRow(r.hold.log, reservationIdOf(r.hold), r.hold.startedAt), anomalies)
+  )
   for (const entry of taken.entries) {
     if (entry.item !== undefined) items.push(clampItem(entry.item, anomalies))
     if (entry.log !== undefined) logs.push(clampLog(entry.log, anomalies))
     if (entry.stored !== undefined) stored.push(entry.stored)
   }
   const keyHolds = pool.keyHoldsAfter(taken.entries)
-  return { items, returns: taken.returns, logs, stored, close: taken.close.map((grant) => grant.id), at: new Date(now), holder, keyHolds }
+  return {
+    items,
+    returns: taken.returns,
+    logs,
+    stored,
+    close: taken.close.map((grant) => grant.id),
+    at: new Date(now),
+    holder,
+    keyHolds
+  }
 }
 
 /** Writes `taken` in one transaction; on failure, unless `alone`, puts everything back for the next flush. */
-const write = (queue: Queue, taken: Taken, now: number, putBack = true) =>
-  Effect.gen(function*() {
-    const anomalies: Array<Anomaly> = []
-    const batch = batchOf(taken, now, queue.leases.holder, queue.pool, anomalies)
-    const started = performance.now()
-    const observe = (outcome: "ok" | "error") =>
-      queue.metrics.settlementFlushDuration.observe({ outcome }, (performance.now() - started) / 1000)
-    const outcome = yield* settleBatch(batch).pipe(
-      Effect.provide(queue.context),
-      Effect.onError(() =>
-        Effect.sync(() => {
-          observe("error")
-          if (!putBack) return
-          // It waits for the next flush, in its order. A hand-back goes back as it is, never into the grant:
-          // the commit may have happened (its answer lost), and its number makes a second write a no-op.
-          queue.entries = [...taken.entries, ...queue.entries]
-          queue.returns = [...taken.returns, ...queue.returns]
-        })
-      )
+const write = Effect.fnUntraced(function*(queue: Queue, taken: Taken, now: number, putBack = true) {
+  const anomalies: Array<Anomaly> = []
+  const batch = batchOf(taken, now, queue.leases.holder, queue.pool, anomalies)
+  const started = performance.now()
+  const observe = (outcome: "ok" | "error") =>
+    queue.metrics.settlementFlushDuration.observe({ outcome }, (performance.now() - started) / 1000)
+  const outcome = yield* settleBatch(batch).pipe(
+    Effect.provide(queue.context),
+    Effect.onError(() =>
+      Effect.sync(() => {
+        observe("error")
+        if (!putBack) return
+        // It waits for the next flush, in its order. A hand-back goes back as it is, never into the grant:
+        // the commit may have happened (its answer lost), and its number makes a second write a no-op.
+        queue.entries = [...taken.entries, ...queue.entries]
+        queue.returns = [...taken.returns, ...queue.returns]
+      })
     )
-    observe("ok")
-    yield* afterWrite(queue, taken, batch, outcome)
-    yield* recordAnomalies(queue, anomalies)
-  })
+  )
+  observe("ok")
+  yield* afterWrite(queue, taken, batch, outcome)
+  yield* recordAnomalies(queue, anomalies)
+})
 
 const recordAnomalies = (queue: Queue, anomalies: ReadonlyArray<Anomaly>) =>
   Effect.forEach(anomalies, (anomaly) => {
@@ -272,10 +294,16 @@ const recordAnomalies = (queue: Queue, anomalies: ReadonlyArray<Anomaly>) =>
   }, { discard: true })
 
 /** An answer whose hold was taken back (this instance judged dead), billed late and short: an anomaly for the operator. */
-const noteShortfall = (queue: Queue, item: Exclude<SettleItem, { readonly _tag: "Release" }>, chargedMicroMyr: number) => {
+const noteShortfall = (
+  queue: Queue,
+  item: Exclude<SettleItem, { readonly _tag: "Release" }>,
+  chargedMicroMyr: number
+) => {
   const shortfallMicroMyr = item.amountMicroMyr - chargedMicroMyr
   queue.metrics.billingShortfall.inc(shortfallMicroMyr)
-  return Effect.logError("billing shortfall: a call answered before its settlement was written, billed late from a wallet that could not pay it in full")
+  return Effect.logError(
+    "billing shortfall: a call answered before its settlement was written, billed late from a wallet that could not pay it in full"
+  )
     .pipe(Effect.annotateLogs({
       requestId: item._tag === "Capture" ? item.log?.requestId : item.requestId,
       costMicroMyr: item.amountMicroMyr,
@@ -285,21 +313,28 @@ const noteShortfall = (queue: Queue, item: Exclude<SettleItem, { readonly _tag: 
 }
 
 /** What a written batch settles in memory: rows no longer due, leases dropped, grants' charges written. */
-const afterWrite = (queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutcome) =>
-  Effect.gen(function*() {
-    for (const r of taken.due) r.written = true
-    for (const entry of taken.entries) {
-      if (entry.grant !== undefined) queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount, entry.grant.apiKeyId)
-      if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") yield* queue.leases.drop(entry.item.reservationId)
+const afterWrite = Effect.fnUntraced(function*(queue: Queue, taken: Taken, batch: Batch, outcome: BatchOutcome) {
+  for (const r of taken.due) r.written = true
+  for (const entry of taken.entries) {
+    if (entry.grant !== undefined) {
+      queue.pool.chargeWritten(entry.grant.grant, entry.grant.amount, entry.grant.apiKeyId)
     }
-    for (const [index, item] of batch.items.entries()) {
-      const done = outcome.items[index]
-      if (item._tag === "Capture" && done !== undefined) {
-        yield* logCapture({ reservationId: item.reservationId, chargedMicroMyr: done.chargedMicroMyr, ledgerEntryId: done.ledgerEntryId })
-      }
-      if (item._tag !== "Release" && done !== undefined && done.chargedMicroMyr < item.amountMicroMyr) {
-        yield* noteShortfall(queue, item, done.chargedMicroMyr)
-      }
+    if (entry.item?._tag === "Capture" || entry.item?._tag === "Release") {
+      yield* queue.leases.drop(entry.item.reservationId)
     }
-    yield* queue.pool.written(taken.close, outcome.missingGrants, batch.keyHolds)
-  })
+  }
+  for (const [index, item] of batch.items.entries()) {
+    const done = outcome.items[index]
+    if (item._tag === "Capture" && done !== undefined) {
+      yield* logCapture({
+        reservationId: item.reservationId,
+        chargedMicroMyr: done.chargedMicroMyr,
+        ledgerEntryId: done.ledgerEntryId
+      })
+    }
+    if (item._tag !== "Release" && done !== undefined && done.chargedMicroMyr < item.amountMicroMyr) {
+      yield* noteShortfall(queue, item, done.chargedMicroMyr)
+    }
+  }
+  yield* queue.pool.written(taken.close, outcome.missingGrants, batch.keyHolds)
+})

@@ -18,8 +18,6 @@ import { eventually, TwoInstancesWithReceiver } from "../../support/WebhookRecei
 
 const Two = TwoInstancesWithReceiver("autotopup")
 
-
-
 /** Saves a card through the simulated setup page, as the browser would post its form. */
 const saveCard = (token: string, cardNumber: string) =>
   Effect.gen(function*() {
@@ -36,8 +34,10 @@ const saveCard = (token: string, cardNumber: string) =>
   })
 
 const balanceMicro = (token: string) =>
-  Effect.map(call("GET", "/dashboard/billing/balance", { token }), (reply) =>
-    (reply.body.wallet.availableMicroMyr as number) + (reply.body.wallet.reservedMicroMyr as number))
+  Effect.map(
+    call("GET", "/dashboard/billing/balance", { token }),
+    (reply) => (reply.body.wallet.availableMicroMyr as number) + (reply.body.wallet.reservedMicroMyr as number)
+  )
 
 const attempts = (accountId: string) =>
   query<{ status: string; failure_code: string | null; amount_sen: number }>(
@@ -46,7 +46,10 @@ const attempts = (accountId: string) =>
   )
 
 const topupEntries = (accountId: string) =>
-  query<{ amount: string }>("SELECT amount_micro_myr::text AS amount FROM ledger_entries WHERE account_id = $1 AND type = 'topup' ORDER BY created_at", [accountId])
+  query<{ amount: string }>(
+    "SELECT amount_micro_myr::text AS amount FROM ledger_entries WHERE account_id = $1 AND type = 'topup' ORDER BY created_at",
+    [accountId]
+  )
 
 /** A developer with RM 10, a key, one call's price measured, and a card saved. */
 const ready = (email: string, cardNumber: string) =>
@@ -65,19 +68,25 @@ const ready = (email: string, cardNumber: string) =>
 const burst = (key: string) =>
   Effect.gen(function*() {
     const { a, b } = yield* Instances
-    const one = (base: string) => Effect.forEach(Array.from({ length: 8 }), () => on(base)(modelCall(key, "/v1/responses", ASK)), { concurrency: 4 })
+    const one = (base: string) =>
+      Effect.forEach(Array.from({ length: 8 }), () => on(base)(modelCall(key, "/v1/responses", ASK)), {
+        concurrency: 4
+      })
     const replies = yield* Effect.all([one(a), one(b)], { concurrency: 2 })
     expect(replies.flat().map(outcome).filter((o) => o !== "200")).toEqual([])
   })
 
 const enable = (token: string, thresholdMicro: number) =>
-  Effect.map(call("PUT", "/dashboard/billing/settings", {
-    token,
-    json: { auto_topup: { enabled: true, threshold_myr: thresholdMicro / 1e6, amount_myr: 10 } }
-  }), (reply) => {
-    expect(reply.status, reply.text).toBe(200)
-    return reply.body
-  })
+  Effect.map(
+    call("PUT", "/dashboard/billing/settings", {
+      token,
+      json: { auto_topup: { enabled: true, threshold_myr: thresholdMicro / 1e6, amount_myr: 10 } }
+    }),
+    (reply) => {
+      expect(reply.status, reply.text).toBe(200)
+      return reply.body
+    }
+  )
 
 layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two instances", (it) => {
   it.effect("a burst on both instances below the threshold: exactly one charge, credited once, on payment_intent.succeeded", () =>
@@ -88,7 +97,11 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two 
       expect(settings.card).toEqual({ brand: "visa", last4: "4242", exp_month: 12, exp_year: 2034 })
       expect(settings.auto_topup).toMatchObject({ enabled: true, amount_myr: 10, max_per_day: 3 })
       yield* burst(dev.key)
-      const done = yield* eventually("charged", attempts(dev.accountId), (rows) => rows.length >= 1 && rows.every((r) => r.status === "succeeded"))
+      const done = yield* eventually(
+        "charged",
+        attempts(dev.accountId),
+        (rows) => rows.length >= 1 && rows.every((r) => r.status === "succeeded")
+      )
       yield* Effect.sleep("500 millis")
       expect(yield* attempts(dev.accountId)).toEqual(done)
       expect(done.length).toBe(1)
@@ -130,28 +143,44 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two 
       expect((yield* topupEntries(dev.accountId)).length).toBe(2)
     }))
 
-  for (const [card, code] of [["4000000000000002", "card_declined"], ["4000002500003155", "authentication_required"]] as const) {
+  for (
+    const [card, code] of [["4000000000000002", "card_declined"], [
+      "4000002500003155",
+      "authentication_required"
+    ]] as const
+  ) {
     it.effect(`the ${code} card turns auto top-up off and tells the developer: banner, email, auto_topup.failed with action_url`, () =>
       Effect.gen(function*() {
         const { a, b } = yield* Instances
         const dev = yield* ready(`auto-${code}@example.com`, card)
         yield* on(a)(enable(dev.token, dev.balance - Math.round(3.5 * dev.price)))
         yield* burst(dev.key)
-        const rows = yield* eventually("refused", attempts(dev.accountId), (r) => r.length >= 1 && r.every((x) => x.status === "failed"))
+        const rows = yield* eventually(
+          "refused",
+          attempts(dev.accountId),
+          (r) => r.length >= 1 && r.every((x) => x.status === "failed")
+        )
         expect(rows).toEqual([{ status: "failed", failure_code: code, amount_sen: 1000 }])
         const settings = (yield* on(b)(call("GET", "/dashboard/billing/settings", { token: dev.token }))).body
         expect(settings.auto_topup.enabled).toBe(false)
         expect(settings.auto_topup.action_url).toBe(`${a}/app/billing?card=update`)
-        const banners = (yield* on(b)(call("GET", "/dashboard/alerts", { token: dev.token }))).body.banners as Array<{ kind: string; action_url: string }>
+        const banners = (yield* on(b)(call("GET", "/dashboard/alerts", { token: dev.token }))).body.banners as Array<
+          { kind: string; action_url: string }
+        >
         expect(banners.find((x) => x.kind === "auto_topup_failed")?.action_url).toBe(`${a}/app/billing?card=update`)
         const failed = yield* query<{ payload: { data: { reason: string; action_url: string } } }>(
           "SELECT payload FROM outbox_events WHERE account_id = $1 AND type = 'auto_topup.failed'",
           [dev.accountId]
         )
-        expect(failed.map((e) => e.payload.data)).toEqual([expect.objectContaining({ reason: code, action_url: `${a}/app/billing?card=update` })])
+        expect(failed.map((e) => e.payload.data)).toEqual([
+          expect.objectContaining({ reason: code, action_url: `${a}/app/billing?card=update` })
+        ])
         const mail = yield* eventually(
           "email",
-          query<{ subject: string; status: string }>("SELECT subject, status FROM outbox_emails WHERE account_id = $1", [dev.accountId]),
+          query<{ subject: string; status: string }>(
+            "SELECT subject, status FROM outbox_emails WHERE account_id = $1",
+            [dev.accountId]
+          ),
           (m) => m.length >= 1 && m.every((x) => x.status === "kept")
         )
         expect(mail.map((m) => m.subject)).toEqual(["Auto top-up failed and is now off"])
@@ -187,8 +216,20 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two 
       const { a } = yield* Instances
       const { accountId, token } = yield* on(a)(developer("auto-dispute@example.com"))
       const sessionId = (yield* on(a)(simulatedTopUp(token, 1000))).sessionId
-      const facts = { disputeId: "dp_sim_1", chargeId: "ch_sim_dispute_1", paymentIntentId: `pi_sim_${sessionId.slice(-24)}`, amountSen: 1000 }
-      for (const event of [events.disputeCreated(facts), events.fundsWithdrawn(facts), events.fundsReinstated(facts), events.disputeClosed({ ...facts, status: "won" })]) {
+      const facts = {
+        disputeId: "dp_sim_1",
+        chargeId: "ch_sim_dispute_1",
+        paymentIntentId: `pi_sim_${sessionId.slice(-24)}`,
+        amountSen: 1000
+      }
+      for (
+        const event of [
+          events.disputeCreated(facts),
+          events.fundsWithdrawn(facts),
+          events.fundsReinstated(facts),
+          events.disputeClosed({ ...facts, status: "won" })
+        ]
+      ) {
         const reply = yield* on(a)(deliverEvent(event))
         expect(reply.status, reply.text).toBe(200)
       }
@@ -203,17 +244,34 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("auto top-up on two 
     Effect.gen(function*() {
       const { a } = yield* Instances
       const { token } = yield* on(a)(developer("auto-rules@example.com"))
-      const noCard = yield* on(a)(call("PUT", "/dashboard/billing/settings", { token, json: { auto_topup: { enabled: true, threshold_myr: 5, amount_myr: 10 } } }))
+      const noCard = yield* on(a)(
+        call("PUT", "/dashboard/billing/settings", {
+          token,
+          json: { auto_topup: { enabled: true, threshold_myr: 5, amount_myr: 10 } }
+        })
+      )
       expect(noCard.status).toBe(400)
       expect(noCard.body.error.param).toBe("auto_topup.enabled")
       yield* on(a)(saveCard(token, "4242424242424242"))
-      const noAmount = yield* on(a)(call("PUT", "/dashboard/billing/settings", { token, json: { auto_topup: { enabled: true, threshold_myr: 5 } } }))
+      const noAmount = yield* on(a)(
+        call("PUT", "/dashboard/billing/settings", { token, json: { auto_topup: { enabled: true, threshold_myr: 5 } } })
+      )
       expect(noAmount.body.error.param).toBe("auto_topup.amount_myr")
-      const badAmount = yield* on(a)(call("PUT", "/dashboard/billing/settings", { token, json: { auto_topup: { enabled: true, threshold_myr: 5, amount_myr: 7 } } }))
+      const badAmount = yield* on(a)(
+        call("PUT", "/dashboard/billing/settings", {
+          token,
+          json: { auto_topup: { enabled: true, threshold_myr: 5, amount_myr: 7 } }
+        })
+      )
       expect(badAmount.status).toBe(400)
       const unknownCard = yield* on(a)(call("POST", "/dashboard/billing/card", { token }))
       const path = new URL(unknownCard.body.url as string).pathname
-      const refused = yield* on(a)(call("POST", `${path}/save`, { body: "card_number=1234123412341234", headers: { "content-type": "application/x-www-form-urlencoded" } }))
+      const refused = yield* on(a)(
+        call("POST", `${path}/save`, {
+          body: "card_number=1234123412341234",
+          headers: { "content-type": "application/x-www-form-urlencoded" }
+        })
+      )
       expect(refused.status).toBe(400)
       expect((yield* on(a)(enable(token, 5_000_000))).auto_topup.enabled).toBe(true)
       const forgot = yield* on(a)(call("DELETE", "/dashboard/billing/card", { token }))

@@ -90,14 +90,26 @@ layer(Two, { excludeTestServices: true, timeout: 120_000 })("auto top-up claimed
         const first = yield* eventually("claimed", attempt(id), (row) => row?.status === "charging")
         // The claimer's lease lapses while it waits; the other instance, free, claims the attempt again.
         clock.advance("61 seconds")
-        yield* eventually("claimed again", attempt(id), (row) => row?.claimed_until?.getTime() !== first?.claimed_until?.getTime())
+        yield* eventually(
+          "claimed again",
+          attempt(id),
+          (row) => row?.claimed_until?.getTime() !== first?.claimed_until?.getTime()
+        )
         yield* Effect.promise(() => lock.query("COMMIT"))
         const key = `auto_topup_${id}`
-        yield* eventually("charged", Effect.sync(() => stripe.requests.filter((r) => r.idempotencyKey === key).length), (n) => n >= 1)
+        yield* eventually(
+          "charged",
+          Effect.sync(() => stripe.requests.filter((r) => r.idempotencyKey === key).length),
+          (n) => n >= 1
+        )
         yield* eventually("the intent recorded", attempt(id), (row) => row?.payment_intent_id != null)
         // Time for a second charge to be made, if one were coming.
         yield* Effect.sleep("1500 millis")
-        expect(stripe.requests.filter((r) => r.method === "POST" && r.path === "/v1/payment_intents" && r.idempotencyKey === key)).toHaveLength(1)
+        expect(
+          stripe.requests.filter((r) =>
+            r.method === "POST" && r.path === "/v1/payment_intents" && r.idempotencyKey === key
+          )
+        ).toHaveLength(1)
         expect(stripe.paymentIntents.filter((intent) => intent.metadata?.["auto_topup_id"] === id)).toHaveLength(1)
         const transactions = yield* query<{ status: string }>(
           "SELECT status FROM payment_transactions WHERE account_id = $1 AND checkout_session_id IS NULL",

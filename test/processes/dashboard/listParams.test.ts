@@ -33,7 +33,10 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([HOOK_HOST]) }), { excludeTe
       Effect.gen(function*() {
         const dev = yield* caller("list-tags@example.com", { environment: "test" })
         for (const metadata of [{ team: "a" }, { team: "a" }, { team: "b" }, { team: "x:y" }, undefined]) {
-          const reply = yield* modelCall(dev.apiKey, "/v1/responses", { ...ASK, ...(metadata === undefined ? {} : { metadata }) })
+          const reply = yield* modelCall(dev.apiKey, "/v1/responses", {
+            ...ASK,
+            ...(metadata === undefined ? {} : { metadata })
+          })
           expect(reply.status, reply.text).toBe(200)
         }
         expect((yield* logsOf(dev.token, "/dashboard/logs")).total).toBe(5)
@@ -54,7 +57,11 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([HOOK_HOST]) }), { excludeTe
         const { token } = yield* caller("list-tag-bad@example.com", { environment: "test" })
         for (const query of ["tag=team", "tag=%3Aa", "tag=team:a&tag_key=team", `tag=${"k".repeat(65)}:v`]) {
           for (const path of ["/dashboard/logs", "/dashboard/logs/export"]) {
-            expectClientError(yield* call("GET", `${path}?${query}`, { token }), { status: 400, code: "invalid_request", param: "tag" }, `${path}?${query}`)
+            expectClientError(yield* call("GET", `${path}?${query}`, { token }), {
+              status: 400,
+              code: "invalid_request",
+              param: "tag"
+            }, `${path}?${query}`)
           }
         }
       }))
@@ -62,7 +69,10 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([HOOK_HOST]) }), { excludeTe
     it.effect("every dashboard list answers 400 naming a query parameter it does not take", () =>
       Effect.gen(function*() {
         const { token } = yield* caller("list-bogus@example.com", { environment: "test" })
-        const hook = yield* call("POST", "/dashboard/webhooks", { token, json: { url: `http://${HOOK_HOST}/hook`, events: ["balance.low"] } })
+        const hook = yield* call("POST", "/dashboard/webhooks", {
+          token,
+          json: { url: `http://${HOOK_HOST}/hook`, events: ["balance.low"] }
+        })
         expect(hook.status, hook.text).toBe(201)
         // Each list with a parameter it does take, to show that one known beside an unknown hides nothing.
         const lists: ReadonlyArray<readonly [string, string]> = [
@@ -82,7 +92,11 @@ layer(TestServerLive({ webhookAllowedHosts: new Set([HOOK_HOST]) }), { excludeTe
           expect(refused.body.error.message, path).toMatch(/'bogus'/)
         }
         // A filter spelt in another case is not the filter: refused, not ignored.
-        expectClientError(yield* call("GET", "/dashboard/logs?Tag=team:a", { token }), { status: 400, code: "invalid_request", param: "Tag" })
+        expectClientError(yield* call("GET", "/dashboard/logs?Tag=team:a", { token }), {
+          status: 400,
+          code: "invalid_request",
+          param: "Tag"
+        })
       }))
   }
 )

@@ -48,7 +48,8 @@ describe("tags on calls: metadata and user", () => {
           expect(entry.contentPages).toBe(0)
         }
         const shown = all.logs.map((entry) => [entry.endpoint, entry.metadata, entry.user]).sort((a, b) =>
-          JSON.stringify(a).localeCompare(JSON.stringify(b)))
+          JSON.stringify(a).localeCompare(JSON.stringify(b))
+        )
         expect(shown).toEqual([
           ["/v1/chat/completions", { team: "billing" }, null],
           ["/v1/chat/completions", { team: "search" }, "u-2"],
@@ -60,13 +61,19 @@ describe("tags on calls: metadata and user", () => {
         expect(search.total).toBe(2)
         expect(search.logs.map((entry) => entry.user).sort()).toEqual(["u-1", "u-2"])
         expect((yield* logs(dev.token, { tag_key: "run" })).total).toBe(1)
-        expect((yield* logs(dev.token, { user: "u-2" })).logs.map((entry) => entry.metadata)).toEqual([{ team: "search" }])
+        expect((yield* logs(dev.token, { user: "u-2" })).logs.map((entry) => entry.metadata)).toEqual([{
+          team: "search"
+        }])
         expect((yield* logs(dev.token, { environment: "live" })).total).toBe(0)
 
         const usage = yield* call("GET", "/dashboard/usage?group_by_tag=team", { token: dev.token })
         expect(usage.status).toBe(200)
-        expect(usage.body.groups.map((group: { tag_value: string | null; requests: number }) => [group.tag_value, group.requests])
-          .sort((a: [string, number], b: [string, number]) => String(a[0]).localeCompare(String(b[0]))))
+        expect(
+          usage.body.groups.map((
+            group: { tag_value: string | null; requests: number }
+          ) => [group.tag_value, group.requests])
+            .sort((a: [string, number], b: [string, number]) => String(a[0]).localeCompare(String(b[0])))
+        )
           .toEqual([["billing", 1], [null, 1], ["search", 2]])
         const plain = yield* call("GET", "/dashboard/usage", { token: dev.token })
         expect(plain.body.groups).toBe(undefined)
@@ -87,12 +94,17 @@ describe("tags on calls: metadata and user", () => {
       Effect.gen(function*() {
         const dev = yield* caller("tags-rolled@example.com", { environment: "test" })
         const tagged = (team: string | undefined) =>
-          modelCall(dev.apiKey, "/v1/chat/completions", { ...CHAT, ...(team === undefined ? {} : { metadata: { team } }) })
+          modelCall(dev.apiKey, "/v1/chat/completions", {
+            ...CHAT,
+            ...(team === undefined ? {} : { metadata: { team } })
+          })
         for (const team of ["search", "search", "billing", undefined]) expect((yield* tagged(team)).status).toBe(200)
         const groups = (range = "") =>
           Effect.map(call("GET", `/dashboard/usage?group_by_tag=team${range}`, { token: dev.token }), (reply) => {
             expect(reply.status).toBe(200)
-            return reply.body.groups as ReadonlyArray<{ tag_value: string | null; requests: number; inputTokens: number }>
+            return reply.body.groups as ReadonlyArray<
+              { tag_value: string | null; requests: number; inputTokens: number }
+            >
           })
         /** The same sums straight from the logs, in the order the API gives them (costs are 0: a test key). */
         const direct = Effect.map(
@@ -107,12 +119,20 @@ describe("tags on calls: metadata and user", () => {
           rows.map(({ inputTokens, requests, tag_value }) => ({ tag_value, requests, inputTokens }))
         const fromLogs = yield* groups()
         expect(compact(fromLogs)).toEqual(yield* direct)
-        expect((yield* call("GET", "/dashboard/usage/grouping-tags", { token: dev.token })).body).toEqual({ tag_keys: [] })
+        expect((yield* call("GET", "/dashboard/usage/grouping-tags", { token: dev.token })).body).toEqual({
+          tag_keys: []
+        })
 
         // Marked: its rollups are backfilled from the logs, and reads come from them.
-        const marked = yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: ["team"] } })
+        const marked = yield* call("PUT", "/dashboard/usage/grouping-tags", {
+          token: dev.token,
+          json: { tag_keys: ["team"] }
+        })
         expect(marked.body).toEqual({ tag_keys: ["team"] })
-        const rolled = (yield* query<{ n: number }>("SELECT count(*)::int AS n FROM usage_tag_rollups WHERE account_id = $1", [dev.accountId]))[0]
+        const rolled =
+          (yield* query<{ n: number }>("SELECT count(*)::int AS n FROM usage_tag_rollups WHERE account_id = $1", [
+            dev.accountId
+          ]))[0]
         expect(rolled?.n).toBeGreaterThan(0)
         expect(compact(yield* groups())).toEqual(yield* direct)
 
@@ -120,7 +140,9 @@ describe("tags on calls: metadata and user", () => {
         for (const team of ["billing", "billing", "ops"]) expect((yield* tagged(team)).status).toBe(200)
         expect(compact(yield* groups())).toEqual(yield* direct)
         const hour = 3_600_000
-        const range = `&from=${new Date(Date.now() - hour - 60_000).toISOString()}&to=${new Date(Date.now() + hour + 60_000).toISOString()}`
+        const range = `&from=${new Date(Date.now() - hour - 60_000).toISOString()}&to=${
+          new Date(Date.now() + hour + 60_000).toISOString()
+        }`
         expect(compact(yield* groups(range))).toEqual(yield* direct)
         const inRollups = yield* query<{ requests: string }>(
           "SELECT sum(requests)::text AS requests FROM usage_tag_rollups WHERE account_id = $1 AND tag_key = 'team'",
@@ -129,9 +151,14 @@ describe("tags on calls: metadata and user", () => {
         expect(Number(inRollups[0]?.requests)).toBe(7)
 
         // At most three keys; unmarked, its rollups go.
-        const tooMany = yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: ["a", "b", "c", "d"] } })
+        const tooMany = yield* call("PUT", "/dashboard/usage/grouping-tags", {
+          token: dev.token,
+          json: { tag_keys: ["a", "b", "c", "d"] }
+        })
         expect(tooMany.status).toBe(400)
-        expect((yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: [] } })).body)
+        expect(
+          (yield* call("PUT", "/dashboard/usage/grouping-tags", { token: dev.token, json: { tag_keys: [] } })).body
+        )
           .toEqual({ tag_keys: [] })
         expect(yield* query("SELECT 1 FROM usage_tag_rollups WHERE account_id = $1", [dev.accountId])).toEqual([])
         expect(compact(yield* groups())).toEqual(yield* direct)
@@ -150,7 +177,11 @@ describe("tags on calls: metadata and user", () => {
         for (const [path, body] of [["/v1/responses", ASK], ["/v1/chat/completions", CHAT]] as const) {
           for (const extra of bad) {
             const reply = yield* modelCall(dev.apiKey, path, { ...body, ...extra })
-            expect([path, Object.keys(extra.metadata).length, reply.status]).toEqual([path, Object.keys(extra.metadata).length, 400])
+            expect([path, Object.keys(extra.metadata).length, reply.status]).toEqual([
+              path,
+              Object.keys(extra.metadata).length,
+              400
+            ])
             expect(reply.body.error.code).toBe("invalid_request")
           }
           const ok = yield* modelCall(dev.apiKey, path, { ...body, metadata: { ["k".repeat(64)]: "v".repeat(512) } })

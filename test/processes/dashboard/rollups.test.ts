@@ -1,7 +1,7 @@
-import { execFile } from "node:child_process"
-import { promisify } from "node:util"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { execFile } from "node:child_process"
+import { promisify } from "node:util"
 import { call, createKey, devToken } from "../../support/Http.js"
 import { modelCall } from "../../support/Models.js"
 import { topUp } from "../../support/Stripe.js"
@@ -28,8 +28,17 @@ const seed = (accountId: string, rows: ReadonlyArray<Seed>) =>
          output_tokens, cost_micro_myr, created_at, environment, error_code)
        VALUES ($1, $2, $3, 'svc/nenas-flash', $4, $5, $6, $7, $8, $9, $10, $11)`,
       [
-        row.id, accountId, row.keyId, row.endpoint ?? "/v1/responses", row.status, row.input, row.output, row.cost,
-        row.at, row.environment ?? "live", row.status === "failed" ? "upstream_error" : null
+        row.id,
+        accountId,
+        row.keyId,
+        row.endpoint ?? "/v1/responses",
+        row.status,
+        row.input,
+        row.output,
+        row.cost,
+        row.at,
+        row.environment ?? "live",
+        row.status === "failed" ? "upstream_error" : null
       ]
     ))
 
@@ -49,7 +58,11 @@ interface Point {
 
 const points = (body: { series: ReadonlyArray<Point> }) =>
   body.series.map(({ bucket, costMicroMyr, inputTokens, outputTokens, requests }) => ({
-    bucket, requests, costMicroMyr, inputTokens, outputTokens
+    bucket,
+    requests,
+    costMicroMyr,
+    inputTokens,
+    outputTokens
   }))
 
 const usage = (token: string, params: Record<string, string>) =>
@@ -79,16 +92,20 @@ const rollupsAndLogs = Effect.gen(function*() {
       environment, endpoint, ${counters("logs")}
     FROM request_logs GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5`)
   const staged = yield* query<{ n: string }>("SELECT count(*) AS n FROM usage_rollup_deltas")
-  const text = (rows: ReadonlyArray<Record<string, unknown>>) => rows.map((row) => Object.values(row).map(String).join("|"))
+  const text = (rows: ReadonlyArray<Record<string, unknown>>) =>
+    rows.map((row) => Object.values(row).map(String).join("|"))
   return { rollups: text(rollups), logs: text(logs), staged: Number(staged[0]?.n) }
 })
 
-const rebuild = Effect.flatMap(TestServer, ({ databaseUrl }) =>
-  Effect.promise(() =>
-    promisify(execFile)("node", ["--import", "tsx", "src/Logs/RebuildRollups.ts"], {
-      env: { ...process.env, DATABASE_URL: databaseUrl }
-    })
-  ))
+const rebuild = Effect.flatMap(
+  TestServer,
+  ({ databaseUrl }) =>
+    Effect.promise(() =>
+      promisify(execFile)("node", ["--import", "tsx", "src/Logs/RebuildRollups.ts"], {
+        env: { ...process.env, DATABASE_URL: databaseUrl }
+      })
+    )
+)
 
 /**
  * A seeded month end in Asia/Kolkata (UTC+05:30, a half-hour zone): its local
@@ -104,7 +121,9 @@ describe("usage rollups in a half-hour time zone", () => {
         const test = (yield* createKey(token, { name: "test", environment: "test" })).key.id
         const doomed = (yield* createKey(token, { name: "doomed", environment: "live" })).key.id
         const [{ account_id: accountId }] = yield* query<{ account_id: string }>(
-          "SELECT account_id FROM api_keys WHERE id = $1", [live]) as unknown as Effect.Effect<[{ account_id: string }]>
+          "SELECT account_id FROM api_keys WHERE id = $1",
+          [live]
+        ) as unknown as Effect.Effect<[{ account_id: string }]>
         yield* seed(accountId, [
           // Local 31 January.
           { id: "r7", keyId: live, at: "2026-01-30T20:00:00Z", status: "billed", cost: 300, input: 1, output: 1 },
@@ -114,8 +133,15 @@ describe("usage rollups in a half-hour time zone", () => {
           // Local 1 February, from its midnight.
           { id: "r3", keyId: live, at: "2026-01-31T18:40:00Z", status: "billed", cost: 2000, input: 7, output: 3 },
           {
-            id: "r4", keyId: test, at: "2026-01-31T19:05:00Z", status: "succeeded", cost: 0, input: 4, output: 4,
-            environment: "test", endpoint: "/v1/chat/completions"
+            id: "r4",
+            keyId: test,
+            at: "2026-01-31T19:05:00Z",
+            status: "succeeded",
+            cost: 0,
+            input: 4,
+            output: 4,
+            environment: "test",
+            endpoint: "/v1/chat/completions"
           },
           { id: "r6", keyId: doomed, at: "2026-02-01T03:00:00Z", status: "billed", cost: 700, input: 3, output: 3 },
           { id: "r8", keyId: live, at: "2026-02-01T18:29:59Z", status: "billed", cost: 50, input: 1, output: 1 },
@@ -164,7 +190,9 @@ describe("usage rollups in a half-hour time zone", () => {
         expect(yield* total(token, {})).toBe(9)
 
         // A failed call turned billed late, and a row deleted, move the rollups with them.
-        yield* query("UPDATE request_logs SET status = 'billed', cost_micro_myr = 40, error_code = NULL WHERE request_id = 'r2'")
+        yield* query(
+          "UPDATE request_logs SET status = 'billed', cost_micro_myr = 40, error_code = NULL WHERE request_id = 'r2'"
+        )
         yield* query("DELETE FROM request_logs WHERE request_id = 'r9'")
         expect((yield* usage(token, days)).map((p) => [p.requests, p.costMicroMyr]))
           .toEqual([[4, 1840], [4, 2750], [0, 0]])
@@ -175,7 +203,6 @@ describe("usage rollups in a half-hour time zone", () => {
   })
 })
 
-
 describe("logs paged by cursor", () => {
   layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })((it) => {
     it.effect("a cursor walks the same rows as pages, in order, with next_cursor null at the end; bad cursors answer 400", () =>
@@ -183,19 +210,34 @@ describe("logs paged by cursor", () => {
         const token = yield* devToken("rollups-paging@example.com")
         const keyId = (yield* createKey(token, { name: "live", environment: "live" })).key.id
         const [{ account_id: accountId }] = (yield* query<{ account_id: string }>(
-          "SELECT account_id FROM api_keys WHERE id = $1", [keyId])) as [{ account_id: string }]
+          "SELECT account_id FROM api_keys WHERE id = $1",
+          [keyId]
+        )) as [{ account_id: string }]
         // Two calls in one microsecond: the id orders them.
         const at = (i: number) => new Date(Date.UTC(2026, 0, 1) + Math.floor(i / 2) * 1000).toISOString()
-        yield* seed(accountId, Array.from({ length: 7 }, (_, i) => ({
-          id: `p${i}`, keyId, at: at(i), status: i === 3 ? "failed" as const : "billed" as const, cost: i === 3 ? 0 : 10, input: 1, output: 1
-        })))
+        yield* seed(
+          accountId,
+          Array.from({ length: 7 }, (_, i) => ({
+            id: `p${i}`,
+            keyId,
+            at: at(i),
+            status: i === 3 ? "failed" as const : "billed" as const,
+            cost: i === 3 ? 0 : 10,
+            input: 1,
+            output: 1
+          }))
+        )
         const newestFirst = ["p6", "p5", "p4", "p3", "p2", "p1", "p0"]
         const walked: Array<string> = []
         let cursor: string | null = null
         let pages = 0
         do {
-          const body: { logs: Array<{ requestId: string }>; total: number; has_more: boolean; next_cursor: string | null } =
-            yield* get(`/dashboard/logs?limit=2${cursor === null ? "" : `&cursor=${cursor}`}`, token)
+          const body: {
+            logs: Array<{ requestId: string }>
+            total: number
+            has_more: boolean
+            next_cursor: string | null
+          } = yield* get(`/dashboard/logs?limit=2${cursor === null ? "" : `&cursor=${cursor}`}`, token)
           walked.push(...body.logs.map((log) => log.requestId))
           expect(body.total).toBe(7)
           expect(body.has_more).toBe(body.next_cursor !== null)
@@ -245,7 +287,9 @@ describe("usage rollups under concurrent calls on two instances", () => {
           const apiKey = i % 3 === 0 ? test : live
           const body = i % 5 === 0
             ? { ...ASK, model: "svc/no-such-model" }
-            : i % 2 === 0 ? { ...ASK, stream: true } : ASK
+            : i % 2 === 0
+            ? { ...ASK, stream: true }
+            : ASK
           return on(i % 2 === 0 ? a : b)(modelCall(apiKey, "/v1/responses", body))
         })
         const replies = yield* Effect.all(calls, { concurrency: 16 })

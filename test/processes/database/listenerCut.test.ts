@@ -80,7 +80,9 @@ const bothListeningAgain = (cutAt: number) =>
   Effect.gen(function*() {
     const { a, b } = yield* Instances
     for (const base of [a, b]) {
-      while ((yield* metric(base, "nenas_listen_connected")) !== 1 && Date.now() - cutAt < HEARD_AGAIN_MS) yield* sleep(20)
+      while (
+        (yield* metric(base, "nenas_listen_connected")) !== 1 && Date.now() - cutAt < HEARD_AGAIN_MS
+      ) yield* sleep(20)
     }
   })
 
@@ -170,7 +172,12 @@ describe("two instances after every database connection is cut", () => {
         const cutAt = yield* cut
         // The first correct hand-back, watched meanwhile: A's grant from before the cut is back in the wallet.
         const handedBack = yield* Effect.fork(Effect.either(
-          until(cutAt, Effect.map(grantsOf(dev.accountId, identityOf(a)), (held) => held === 0), 4_000, "A's grant handed back")
+          until(
+            cutAt,
+            Effect.map(grantsOf(dev.accountId, identityOf(a)), (held) => held === 0),
+            4_000,
+            "A's grant handed back"
+          )
         ))
         yield* bothReady
         yield* bothListeningAgain(cutAt)
@@ -189,7 +196,9 @@ describe("two instances after every database connection is cut", () => {
         const answeredMs = Date.now() - cutAt
         expect(afterB.map(outcome)).toEqual(Array.from({ length: calls }, () => "200"))
         const handedBackMs = yield* Effect.flatten(Fiber.join(handedBack))
-        console.log(`[figures] after the cut: A's grant handed back at ${handedBackMs} ms; B's burst of ${calls} all answered by ${answeredMs} ms`)
+        console.log(
+          `[figures] after the cut: A's grant handed back at ${handedBackMs} ms; B's burst of ${calls} all answered by ${answeredMs} ms`
+        )
         expect(yield* violations(dev.accountId)).toEqual([])
       }))
 
@@ -231,18 +240,34 @@ describe("two instances after every database connection is cut", () => {
         // Lookups until one is answered from memory, on each instance.
         const backMs: Array<number> = []
         for (const base of [a, b]) {
-          backMs.push(yield* until(cutAt, Effect.gen(function*() {
-            const before = yield* fromMemory(base)
-            expect(outcome(yield* on(base)(models))).toBe("200")
-            return (yield* fromMemory(base)) > before
-          }), 5_000, `${base} answering keys from memory`, 50))
+          backMs.push(
+            yield* until(
+              cutAt,
+              Effect.gen(function*() {
+                const before = yield* fromMemory(base)
+                expect(outcome(yield* on(base)(models))).toBe("200")
+                return (yield* fromMemory(base)) > before
+              }),
+              5_000,
+              `${base} answering keys from memory`,
+              50
+            )
+          )
         }
-        console.log(`[figures] after the cut: key cache answering from memory again at ${backMs.join(" ms and ")} ms (A, B)`)
+        console.log(
+          `[figures] after the cut: key cache answering from memory again at ${backMs.join(" ms and ")} ms (A, B)`
+        )
         // Both remember the key now: a deletion must still reach both within the deadline.
         const deletedAt = Date.now()
         expect((yield* on(a)(call("DELETE", `/dashboard/api-keys/${created.key.id}`, { token }))).status).toBe(200)
         for (const base of [a, b]) {
-          const seenMs = yield* until(deletedAt, Effect.map(on(base)(models), (reply) => outcome(reply) === "revoked_api_key"), DEADLINE_MS, `${base} refusing the deleted key`, 50)
+          const seenMs = yield* until(
+            deletedAt,
+            Effect.map(on(base)(models), (reply) => outcome(reply) === "revoked_api_key"),
+            DEADLINE_MS,
+            `${base} refusing the deleted key`,
+            50
+          )
           expect(seenMs).toBeLessThanOrEqual(DEADLINE_MS)
         }
       }))
@@ -254,10 +279,16 @@ describe("two instances after every database connection is cut", () => {
         const cutAt = yield* cut
         yield* bothReady
         for (const [index, base] of [a, b].entries()) {
-          yield* until(cutAt, Effect.gen(function*() {
-            const reconnects = yield* metric(base, "nenas_listen_reconnects_total")
-            return reconnects > (before[index] ?? 0) && (yield* metric(base, "nenas_listen_connected")) === 1
-          }), 5_000, `${base} reporting its reconnect`, 50)
+          yield* until(
+            cutAt,
+            Effect.gen(function*() {
+              const reconnects = yield* metric(base, "nenas_listen_reconnects_total")
+              return reconnects > (before[index] ?? 0) && (yield* metric(base, "nenas_listen_connected")) === 1
+            }),
+            5_000,
+            `${base} reporting its reconnect`,
+            50
+          )
         }
       }))
   })

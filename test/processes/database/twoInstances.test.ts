@@ -1,17 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Context, Effect, Layer } from "effect"
 import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
-import { type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
 import { call, createKey, devToken } from "../../support/Http.js"
 import { modelCall, violations } from "../../support/Models.js"
-import { topUp, WEBHOOK_SECRET } from "../../support/Stripe.js"
-import { developer } from "../../support/Wallet.js"
 import { realSleep } from "../../support/RealTime.js"
-import { eventually } from "../../support/WebhookReceiver.js"
+import { type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
+import { topUp, WEBHOOK_SECRET } from "../../support/Stripe.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "../../support/TestServer.js"
+import { developer } from "../../support/Wallet.js"
+import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
  * Two instances of the compiled service (`node dist/main.js`) on one
@@ -62,7 +62,10 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
 
 /** Runs `effect` against instance `service` (the support helpers call "the" test server). */
 const on = (service: ServiceProcess) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(TestServer, (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl: service.baseUrl }))
+  Effect.flatMap(
+    TestServer,
+    (server) => Effect.provideService(effect, TestServer, { ...server, baseUrl: service.baseUrl })
+  )
 
 const ask = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 64 }
 
@@ -79,7 +82,10 @@ describe("two instances on one database and one Redis", { timeout: 300_000 }, ()
           { concurrency: "unbounded" }
         )
         expect(replies.map((reply) => reply.status)).toEqual([200, 200, 200, 200, 200, 200])
-        const billed = replies.reduce((sum, reply) => sum + Math.round(Number(reply.body.usage.cost_myr) * 1_000_000), 0)
+        const billed = replies.reduce(
+          (sum, reply) => sum + Math.round(Number(reply.body.usage.cost_myr) * 1_000_000),
+          0
+        )
         expect(billed).toBeGreaterThan(0)
         // Each instance writes its calls within a flush interval (20 ms); the other reads them after that. On a loaded
         // two-core CI machine a flush through the other instance was twice seen later than 100 ms: allowed up to 1 s.
@@ -88,8 +94,12 @@ describe("two instances on one database and one Redis", { timeout: 300_000 }, ()
           Effect.zip(on(a)(call("GET", "/dashboard/billing/balance", { token }))),
           Effect.orDie
         )
-        const [fromB, fromA] = yield* eventually("both instances read every call", balances, ([onB, onA]) =>
-          JSON.stringify(onA.body) === JSON.stringify(onB.body), 1_000)
+        const [fromB, fromA] = yield* eventually(
+          "both instances read every call",
+          balances,
+          ([onB, onA]) => JSON.stringify(onA.body) === JSON.stringify(onB.body),
+          1_000
+        )
         expect(fromA.body).toEqual(fromB.body)
         expect(fromA.body.wallet.lifetimeSpendMicroMyr).toBe(billed)
         expect(fromA.body.wallet.availableMicroMyr).toBe(10_000_000 - billed)
@@ -137,8 +147,12 @@ describe("two instances on one database and one Redis", { timeout: 300_000 }, ()
         // The line is written once the answer has gone out: give the child a moment to print it.
         yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 300)))
         const lines = a.output().split("\n").filter((line) => line.startsWith("{"))
-        const entries = lines.map((line) => JSON.parse(line) as { message: string; annotations: Record<string, unknown> })
-        const access = entries.find((entry) => entry.message === "request" && entry.annotations["requestId"] === requestId)
+        const entries = lines.map((line) =>
+          JSON.parse(line) as { message: string; annotations: Record<string, unknown> }
+        )
+        const access = entries.find((entry) =>
+          entry.message === "request" && entry.annotations["requestId"] === requestId
+        )
         expect(access?.annotations).toMatchObject({
           method: "POST",
           route: "/v1/responses",

@@ -1,9 +1,9 @@
 import { describe, expect, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { request } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect, Layer } from "effect"
 import { expectClientError } from "../../support/ErrorBody.js"
 import { createKey, devToken, type Reply } from "../../support/Http.js"
 import { startService, stopService } from "../../support/ServiceProcess.js"
@@ -26,7 +26,7 @@ const bodyOf = (size: number): Buffer => {
 }
 
 const asReply = (status: number, headers: Headers, text: string): Reply => {
-  let body: unknown = undefined
+  let body: unknown
   try {
     body = JSON.parse(text)
   } catch {
@@ -67,7 +67,9 @@ const rawPost = (url: string, token: string, body: Buffer, chunked: boolean) =>
     })
     sent.on("error", (error) => resolve(noAnswer(error)))
     // In 1 MiB writes, as a client streaming a file does.
-    for (let offset = 0; offset < body.length; offset += 1024 * 1024) sent.write(body.subarray(offset, offset + 1024 * 1024))
+    for (let offset = 0; offset < body.length; offset += 1024 * 1024) {
+      sent.write(body.subarray(offset, offset + 1024 * 1024))
+    }
     sent.end()
   })
 
@@ -83,25 +85,30 @@ const fetchPost = (url: string, token: string, body: Buffer) =>
 const expectAll413 = (replies: ReadonlyArray<Reply>, name: string) => {
   const unanswered = replies.filter((reply) => reply.status === 0).map((reply) => reply.text)
   expect(unanswered, `${name}: calls that saw no answer`).toEqual([])
-  replies.forEach((reply, index) => expectClientError(reply, { status: 413, code: "context_length_exceeded" }, `${name} #${index}`))
+  replies.forEach((reply, index) =>
+    expectClientError(reply, { status: 413, code: "context_length_exceeded" }, `${name} #${index}`)
+  )
 }
 
 /**
  * The service in a process of its own, as clients meet it: its event loop
  * does not wait for theirs, so it answers while they are still sending.
  */
-const ServiceLive = Layer.scoped(TestServer, Effect.gen(function*() {
-  const database = yield* freshDatabase
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-bigbodies-"))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-  const service = yield* Effect.acquireRelease(
-    Effect.promise(() => startService({ env: { DATABASE_URL: database.url, DATA_DIR: dataDir } })),
-    (started) => Effect.promise(() => stopService(started, "SIGKILL"))
-  )
-  return { baseUrl: service.baseUrl, databaseUrl: database.url, clock: makeShiftableClock(), settled: Effect.void }
-}))
+const ServiceLive = Layer.scoped(
+  TestServer,
+  Effect.gen(function*() {
+    const database = yield* freshDatabase
+    const dataDir = yield* Effect.acquireRelease(
+      Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-bigbodies-"))),
+      (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
+    )
+    const service = yield* Effect.acquireRelease(
+      Effect.promise(() => startService({ env: { DATABASE_URL: database.url, DATA_DIR: dataDir } })),
+      (started) => Effect.promise(() => stopService(started, "SIGKILL"))
+    )
+    return { baseUrl: service.baseUrl, databaseUrl: database.url, clock: makeShiftableClock(), settled: Effect.void }
+  })
+)
 
 layer(ServiceLive, { excludeTestServices: true })("bodies over 8 MiB, sixteen at once", (it) => {
   const setup = Effect.gen(function*() {

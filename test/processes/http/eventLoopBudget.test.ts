@@ -1,13 +1,13 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { Agent, request } from "node:http"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
 import { createKey, devToken } from "../../support/Http.js"
-import { wordsOf } from "../../support/Words.js"
 import { startService, stopService } from "../../support/ServiceProcess.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "../../support/TestServer.js"
+import { wordsOf } from "../../support/Words.js"
 
 /**
  * No request keeps the event loop busy (docs/security.md, "Bounded work per request"):
@@ -36,7 +36,12 @@ const spacedWords = (length: number, seed: number) => wordsOf(length, seed, true
 type Shape = "long messages" | "many messages" | "many blocks" | "many tools"
 type Endpoint = "/v1/chat/completions" | "/v1/responses" | "/v1/messages" | "/v1/messages/count_tokens"
 
-const ENDPOINTS: ReadonlyArray<Endpoint> = ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"]
+const ENDPOINTS: ReadonlyArray<Endpoint> = [
+  "/v1/chat/completions",
+  "/v1/responses",
+  "/v1/messages",
+  "/v1/messages/count_tokens"
+]
 const SHAPES: ReadonlyArray<Shape> = ["long messages", "many messages", "many blocks", "many tools"]
 
 const role = (i: number) => (i % 2 === 0 ? "user" : "assistant")
@@ -50,7 +55,10 @@ const conversation = (endpoint: Endpoint, shape: Shape): Record<string, unknown>
   const anthropic = endpoint.startsWith("/v1/messages")
   const responses = endpoint === "/v1/responses"
   const field = responses ? "input" : "messages"
-  const message = (i: number, content: unknown) => (responses ? { type: "message", role: role(i), content } : { role: role(i), content })
+  const message = (
+    i: number,
+    content: unknown
+  ) => (responses ? { type: "message", role: role(i), content } : { role: role(i), content })
   switch (shape) {
     case "long messages":
       return { [field]: texts(115, BODY_BYTES, 40, 1).map((text, i) => message(i, text)) }
@@ -131,45 +139,67 @@ const post = (url: string, token: string, body: string) =>
   }).then(async (response) => ({ status: response.status, text: (await response.text()).slice(0, 300) }))
 
 /** The service in a process of its own: what it does is measured from outside its event loop. */
-const ServiceLive = Layer.scoped(TestServer, Effect.gen(function*() {
-  const database = yield* freshDatabase
-  const dataDir = yield* Effect.acquireRelease(
-    Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-eventloop-"))),
-    (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-  )
-  const service = yield* Effect.acquireRelease(
-    Effect.promise(() => startService({ env: { DATABASE_URL: database.url, DATA_DIR: dataDir, RATE_LIMIT_RPM: "10000" } })),
-    (started) => Effect.promise(() => stopService(started, "SIGKILL"))
-  )
-  return { baseUrl: service.baseUrl, databaseUrl: database.url, clock: makeShiftableClock(), settled: Effect.void }
-}))
+const ServiceLive = Layer.scoped(
+  TestServer,
+  Effect.gen(function*() {
+    const database = yield* freshDatabase
+    const dataDir = yield* Effect.acquireRelease(
+      Effect.promise(() => mkdtemp(join(tmpdir(), "nenas-eventloop-"))),
+      (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
+    )
+    const service = yield* Effect.acquireRelease(
+      Effect.promise(() =>
+        startService({ env: { DATABASE_URL: database.url, DATA_DIR: dataDir, RATE_LIMIT_RPM: "10000" } })
+      ),
+      (started) => Effect.promise(() => stopService(started, "SIGKILL"))
+    )
+    return { baseUrl: service.baseUrl, databaseUrl: database.url, clock: makeShiftableClock(), settled: Effect.void }
+  })
+)
 
 layer(ServiceLive, { excludeTestServices: true, timeout: 600_000 })("no request keeps the event loop busy", (it) => {
   describe.each(ENDPOINTS)("%s", (endpoint) => {
-    it.effect.each(SHAPES)(`the largest body of %s it accepts leaves /healthz answering within ${MAX_GAP_MS} ms`, (shape) =>
-      Effect.gen(function*() {
-        const { baseUrl } = yield* TestServer
-        // A test key: the whole call runs (count, estimate, the simulated model, the log) without a wallet.
-        const { full_key } = yield* createKey(yield* devToken("event-loop@example.com"), { name: "big", environment: "test" })
-        const body = bodyOf(endpoint, shape)
-        expect(Buffer.byteLength(body), "the body is under 8 MiB").toBeLessThan(8 * 1024 * 1024)
-        // Up to three tries, the best counted: a request that blocks the loop does so every time (count_tokens used
-        // to block it 13-15 s), while another process on this 2-core machine (a browser test beside this file)
-        // stalls the service only now and then.
-        const gaps: Array<number> = []
-        for (let attempt = 0; attempt < ATTEMPTS && (gaps.length === 0 || Math.min(...gaps) >= MAX_GAP_MS); attempt++) {
-          const dog = watchdog(baseUrl)
-          // The watchdog's first answers come before the big body is sent.
-          yield* Effect.sleep(100)
-          const started = performance.now()
-          const reply = yield* Effect.promise(() => post(`${baseUrl}${endpoint}`, full_key, body))
-          const took = performance.now() - started
-          gaps.push(yield* Effect.promise(dog.stop))
-          console.log(`${endpoint} ${shape}: ${reply.status} in ${Math.round(took)} ms; largest /healthz gap ${Math.round(gaps.at(-1) ?? 0)} ms`)
-          expect(reply.status, reply.text).toBe(200)
-        }
-        expect(Math.min(...gaps), `${endpoint} ${shape}: the largest gap between /healthz answers, best of ${gaps.length}`)
-          .toBeLessThan(MAX_GAP_MS)
-      }))
+    it.effect.each(SHAPES)(
+      `the largest body of %s it accepts leaves /healthz answering within ${MAX_GAP_MS} ms`,
+      (shape) =>
+        Effect.gen(function*() {
+          const { baseUrl } = yield* TestServer
+          // A test key: the whole call runs (count, estimate, the simulated model, the log) without a wallet.
+          const { full_key } = yield* createKey(yield* devToken("event-loop@example.com"), {
+            name: "big",
+            environment: "test"
+          })
+          const body = bodyOf(endpoint, shape)
+          expect(Buffer.byteLength(body), "the body is under 8 MiB").toBeLessThan(8 * 1024 * 1024)
+          // Up to three tries, the best counted: a request that blocks the loop does so every time (count_tokens used
+          // to block it 13-15 s), while another process on this 2-core machine (a browser test beside this file)
+          // stalls the service only now and then.
+          const gaps: Array<number> = []
+          for (
+            let attempt = 0;
+            attempt < ATTEMPTS && (gaps.length === 0 || Math.min(...gaps) >= MAX_GAP_MS);
+            attempt++
+          ) {
+            const dog = watchdog(baseUrl)
+            // The watchdog's first answers come before the big body is sent.
+            yield* Effect.sleep(100)
+            const started = performance.now()
+            const reply = yield* Effect.promise(() => post(`${baseUrl}${endpoint}`, full_key, body))
+            const took = performance.now() - started
+            gaps.push(yield* Effect.promise(dog.stop))
+            console.log(
+              `${endpoint} ${shape}: ${reply.status} in ${Math.round(took)} ms; largest /healthz gap ${
+                Math.round(gaps.at(-1) ?? 0)
+              } ms`
+            )
+            expect(reply.status, reply.text).toBe(200)
+          }
+          expect(
+            Math.min(...gaps),
+            `${endpoint} ${shape}: the largest gap between /healthz answers, best of ${gaps.length}`
+          )
+            .toBeLessThan(MAX_GAP_MS)
+        })
+    )
   })
 })

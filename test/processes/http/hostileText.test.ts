@@ -19,11 +19,12 @@ const ENDPOINTS = [["/v1/responses", ASK], ["/v1/chat/completions", CHAT]] as co
 const BAD = { nul: "a\u0000b", high: "a\ud800b", low: "\udc00", reversed: "\udc00\ud800" } as const
 
 /** Each kept field with the bad text in it, and the param the answer names. */
-const placements = (bad: string) => [
-  { field: "user", param: "user", body: { user: bad } },
-  { field: "metadata value", param: "metadata.team", body: { metadata: { team: bad } } },
-  { field: "metadata key", param: "metadata", body: { metadata: { [`t${bad}`]: "search" } } }
-] as const
+const placements = (bad: string) =>
+  [
+    { field: "user", param: "user", body: { user: bad } },
+    { field: "metadata value", param: "metadata.team", body: { metadata: { team: bad } } },
+    { field: "metadata key", param: "metadata", body: { metadata: { [`t${bad}`]: "search" } } }
+  ] as const
 
 describe("hostile text in a model call's kept fields", () => {
   layer(TestServerWithUpstream(), { timeout: 120_000 })((it) => {
@@ -51,7 +52,9 @@ describe("hostile text in a model call's kept fields", () => {
         const after = yield* walletOf(dev.accountId)
         expect(after).toEqual(before)
         expect(after.reserved).toBe(0)
-        const usage = yield* query("SELECT 1 FROM ledger_entries WHERE account_id = $1 AND type = 'usage'", [dev.accountId])
+        const usage = yield* query("SELECT 1 FROM ledger_entries WHERE account_id = $1 AND type = 'usage'", [
+          dev.accountId
+        ])
         expect(usage).toEqual([])
         expect(yield* query("SELECT 1 FROM reservations WHERE account_id = $1", [dev.accountId])).toEqual([])
         expect(yield* query("SELECT 1 FROM request_logs WHERE account_id = $1", [dev.accountId])).toEqual([])
@@ -76,7 +79,9 @@ describe("hostile text in a model call's kept fields", () => {
           expect(row.endUser).toBe(good)
           expect(row.metadata).toEqual({ "k😀": good })
         }
-        const usage = yield* query("SELECT 1 FROM ledger_entries WHERE account_id = $1 AND type = 'usage'", [dev.accountId])
+        const usage = yield* query("SELECT 1 FROM ledger_entries WHERE account_id = $1 AND type = 'usage'", [
+          dev.accountId
+        ])
         expect(usage).toHaveLength(2)
         expect((yield* walletOf(dev.accountId)).reserved).toBe(0)
       }))

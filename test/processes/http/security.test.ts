@@ -1,21 +1,21 @@
+import { describe, expect, it, layer } from "@effect/vitest"
+import { Effect, Either, Option } from "effect"
 import { spawnSync } from "node:child_process"
-import { connect } from "node:net"
 import { randomUUID } from "node:crypto"
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { connect } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Either, Option } from "effect"
 import { parse } from "yaml"
 import { devRouteAllowed } from "../../../src/Http/DevRoutes.js"
 import { APP_CSP, corsPolicy } from "../../../src/Lane/SecurityHeaders.js"
 import { configFrom, PRODUCTION_ENV } from "../../support/Config.js"
 import { expectClientError } from "../../support/ErrorBody.js"
 import { call, devToken, type Reply } from "../../support/Http.js"
-import { developer } from "../../support/Wallet.js"
 import { linesOf, startService } from "../../support/ServiceProcess.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
+import { developer } from "../../support/Wallet.js"
 
 /**
  * Issue 28's headers and CORS on a running service, and its refusal to start
@@ -27,13 +27,27 @@ const FOREIGN = "https://evil.example"
 /** A browser's CORS preflight for `method` on `path` from `origin`. */
 const preflight = (path: string, origin: string, method = "POST") =>
   call("OPTIONS", path, {
-    headers: { origin, "access-control-request-method": method, "access-control-request-headers": "authorization,content-type" }
+    headers: {
+      origin,
+      "access-control-request-method": method,
+      "access-control-request-headers": "authorization,content-type"
+    }
   })
 
 layer(TestServerLive(), { excludeTestServices: true })("security headers and CORS", (it) => {
   it.effect("every answer has nosniff and no-referrer; /app has the strict CSP; /docs is sandboxed", () =>
     Effect.gen(function*() {
-      for (const path of ["/app/", "/app/config.json", "/docs", "/v1/models", "/dashboard/api-keys", "/healthz", "/no-such-route"]) {
+      for (
+        const path of [
+          "/app/",
+          "/app/config.json",
+          "/docs",
+          "/v1/models",
+          "/dashboard/api-keys",
+          "/healthz",
+          "/no-such-route"
+        ]
+      ) {
         const reply = yield* call("GET", path)
         expect(reply.headers.get("x-content-type-options"), path).toBe("nosniff")
         expect(reply.headers.get("referrer-policy"), path).toBe("no-referrer")
@@ -41,7 +55,9 @@ layer(TestServerLive(), { excludeTestServices: true })("security headers and COR
       }
       const app = (yield* call("GET", "/app/config.json")).headers.get("content-security-policy") ?? ""
       expect(app).toBe(APP_CSP)
-      for (const directive of ["default-src 'self'", "frame-ancestors 'none'", "object-src 'none'", "base-uri 'none'"]) {
+      for (
+        const directive of ["default-src 'self'", "frame-ancestors 'none'", "object-src 'none'", "base-uri 'none'"]
+      ) {
         expect(app).toContain(directive)
       }
       const docs = yield* call("GET", "/docs")
@@ -149,14 +165,18 @@ layer(TestServerLive(), { excludeTestServices: true })("development routes behin
 })
 
 layer(TestServerLive(), { excludeTestServices: true })("answers that carry secrets", (it) => {
-  const noStore = (reply: Reply, what: string) => expect(reply.headers.get("cache-control"), `${what}: ${reply.status}`).toBe("no-store")
+  const noStore = (reply: Reply, what: string) =>
+    expect(reply.headers.get("cache-control"), `${what}: ${reply.status}`).toBe("no-store")
 
   it.effect("a new key, a rotated key, a webhook secret, a session token and /v1/responses answers carry Cache-Control: no-store", () =>
     Effect.gen(function*() {
       const signedIn = yield* call("POST", "/dev/session", { json: { email: "no-store@example.com" } })
       noStore(signedIn, "POST /dev/session")
       const { accountId, token } = yield* developer("no-store@example.com")
-      const created = yield* call("POST", "/dashboard/api-keys", { token, json: { name: "secret", environment: "test" } })
+      const created = yield* call("POST", "/dashboard/api-keys", {
+        token,
+        json: { name: "secret", environment: "test" }
+      })
       expect(created.status).toBe(201)
       noStore(created, "POST /dashboard/api-keys")
       const rotated = yield* call("POST", `/dashboard/api-keys/${created.body.key.id}/rotate`, {
@@ -167,7 +187,13 @@ layer(TestServerLive(), { excludeTestServices: true })("answers that carry secre
       expect(rotated.status).toBe(200)
       noStore(rotated, "rotate")
       // Whatever the registration's URL rules, its answer is never stored.
-      noStore(yield* call("POST", "/dashboard/webhooks", { token, json: { url: "https://hooks.example/x", events: ["balance.low"] } }), "POST /dashboard/webhooks")
+      noStore(
+        yield* call("POST", "/dashboard/webhooks", {
+          token,
+          json: { url: "https://hooks.example/x", events: ["balance.low"] }
+        }),
+        "POST /dashboard/webhooks"
+      )
       const endpoint = `we_${randomUUID()}`
       yield* query(
         "INSERT INTO webhook_endpoints (id, account_id, url, events, secret, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, now(), now())",
@@ -182,7 +208,10 @@ layer(TestServerLive(), { excludeTestServices: true })("answers that carry secre
       expect(answered.status).toBe(200)
       noStore(answered, "POST /v1/responses")
       noStore(yield* call("GET", `/v1/responses/${answered.body.id}`, { token: key }), "GET /v1/responses/{id}")
-      noStore(yield* call("POST", "/v1/responses", { token: key, json: { ...ask, stream: true } }), "POST /v1/responses, streamed")
+      noStore(
+        yield* call("POST", "/v1/responses", { token: key, json: { ...ask, stream: true } }),
+        "POST /v1/responses, streamed"
+      )
       noStore(yield* call("GET", "/v1/responses/resp_unknown", { token: key }), "GET /v1/responses/{unknown}")
     }))
 })
@@ -190,7 +219,9 @@ layer(TestServerLive(), { excludeTestServices: true })("answers that carry secre
 describe("devRouteAllowed", () => {
   const local = { devAuth: Option.none(), production: false }
   it("answers a loopback peer with no forwarding header, IPv4, IPv6 or mapped", () => {
-    for (const peer of ["127.0.0.1", "::1", "::ffff:127.0.0.1"]) expect(devRouteAllowed({ peer, headers: {} }, local), peer).toBe(true)
+    for (const peer of ["127.0.0.1", "::1", "::ffff:127.0.0.1"]) {
+      expect(devRouteAllowed({ peer, headers: {} }, local), peer).toBe(true)
+    }
   })
   it("refuses a forwarded request, a peer off this machine, and an unknown peer", () => {
     expect(devRouteAllowed({ peer: "127.0.0.1", headers: { "x-forwarded-for": "127.0.0.1" } }, local)).toBe(false)
@@ -202,8 +233,10 @@ describe("devRouteAllowed", () => {
   it("answers anyone with DEV_AUTH=1 outside production, and nobody off loopback in production", () => {
     const devAuth = { devAuth: Option.some(true), production: false }
     expect(devRouteAllowed({ peer: "192.168.1.20", headers: { "x-forwarded-for": "203.0.113.9" } }, devAuth)).toBe(true)
-    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(true), production: true })).toBe(false)
-    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(false), production: false })).toBe(false)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(true), production: true }))
+      .toBe(false)
+    expect(devRouteAllowed({ peer: "192.168.1.20", headers: {} }, { devAuth: Option.some(false), production: false }))
+      .toBe(false)
   })
 })
 
@@ -226,11 +259,13 @@ describe("a JWKS without an issuer and an audience to check", () => {
   it.effect("is refused by the configuration, in one line naming what is missing", () =>
     Effect.gen(function*() {
       const jwks = { AUTH_JWKS_URL: "https://idp.example/.well-known/jwks.json" }
-      for (const [env, missing] of [
-        [jwks, ["AUTH_ISSUER", "AUTH_AUDIENCE"]],
-        [{ ...jwks, AUTH_ISSUER: "https://idp.example/" }, ["AUTH_AUDIENCE"]],
-        [{ ...jwks, AUTH_AUDIENCE: "nenas" }, ["AUTH_ISSUER"]]
-      ] as const) {
+      for (
+        const [env, missing] of [
+          [jwks, ["AUTH_ISSUER", "AUTH_AUDIENCE"]],
+          [{ ...jwks, AUTH_ISSUER: "https://idp.example/" }, ["AUTH_AUDIENCE"]],
+          [{ ...jwks, AUTH_AUDIENCE: "nenas" }, ["AUTH_ISSUER"]]
+        ] as const
+      ) {
         const result = yield* configFrom(env)
         expect(Either.isLeft(result)).toBe(true)
         const message = Either.isLeft(result) ? String(result.left) : ""
@@ -254,7 +289,9 @@ describe("a JWKS without an issuer and an audience to check", () => {
     })
     const exit = await service.closed
     expect(exit.code, service.output()).not.toBe(0)
-    const named = linesOf(service.output()).filter((line) => line.includes("AUTH_ISSUER") && line.includes("AUTH_AUDIENCE"))
+    const named = linesOf(service.output()).filter((line) =>
+      line.includes("AUTH_ISSUER") && line.includes("AUTH_AUDIENCE")
+    )
     expect(named, service.output()).toHaveLength(1)
     // It stopped before listening: nothing answers on its port.
     await expect(fetch(`${service.baseUrl}/healthz`)).rejects.toThrow()
@@ -285,12 +322,14 @@ const REQUIRED: Record<string, string> = {
  * A Compose CLI that can run `config` without a daemon: the v2 plugin, or Debian's
  * `docker-compose` 1.29 (which does not know the top-level `name`, so it gets the file without it).
  */
-const composeCli = ((): { readonly command: string; readonly args: ReadonlyArray<string>; readonly v1: boolean } | null => {
-  const works = (command: string, args: ReadonlyArray<string>) => spawnSync(command, [...args, "version"], { stdio: "ignore" }).status === 0
-  if (works("docker", ["compose"])) return { command: "docker", args: ["compose"], v1: false }
-  if (works("docker-compose", [])) return { command: "docker-compose", args: [], v1: true }
-  return null
-})()
+const composeCli =
+  ((): { readonly command: string; readonly args: ReadonlyArray<string>; readonly v1: boolean } | null => {
+    const works = (command: string, args: ReadonlyArray<string>) =>
+      spawnSync(command, [...args, "version"], { stdio: "ignore" }).status === 0
+    if (works("docker", ["compose"])) return { command: "docker", args: ["compose"], v1: false }
+    if (works("docker-compose", [])) return { command: "docker-compose", args: [], v1: true }
+    return null
+  })()
 
 const composeConfig = (env: Record<string, string>) => {
   if (composeCli === null) throw new Error("no Compose CLI")
@@ -340,7 +379,11 @@ describe("compose.yaml", () => {
   }, 120_000)
 })
 
-if (composeCli === null) console.warn("No Compose CLI (docker compose or docker-compose): `compose config` not run; the ${VAR:?} forms were checked in the file.")
+if (composeCli === null) {
+  console.warn(
+    "No Compose CLI (docker compose or docker-compose): `compose config` not run; the ${VAR:?} forms were checked in the file."
+  )
+}
 
 layer(TestServerLive(), { excludeTestServices: true })("request targets the URL parser refuses", (it) => {
   /** One raw HTTP/1.1 request: what the server writes back before it closes. */
@@ -349,8 +392,11 @@ layer(TestServerLive(), { excludeTestServices: true })("request targets the URL 
       Effect.promise(() =>
         new Promise<string>((resolve, reject) => {
           const { hostname, port } = new URL(baseUrl)
-          const socket = connect(Number(port), hostname, () =>
-            socket.end(`GET ${target} HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\n\r\n`))
+          const socket = connect(
+            Number(port),
+            hostname,
+            () => socket.end(`GET ${target} HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\n\r\n`)
+          )
           let text = ""
           socket.setEncoding("utf8")
           socket.on("data", (chunk: string) => text += chunk)

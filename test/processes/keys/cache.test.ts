@@ -2,20 +2,29 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../../../src/Accounts/Repo.js"
-import { MembersRepo } from "../../../src/Members/Repo.js"
 import { AppConfig } from "../../../src/AppConfig.js"
 import { DatabaseLive } from "../../../src/Database/Database.js"
+import { LISTEN_APPLICATION_NAME, Listener } from "../../../src/Database/Listener.js"
 import { newId } from "../../../src/Domain/Ids.js"
 import { hashKey } from "../../../src/Keys/ApiKeys.js"
-import { Listener, LISTEN_APPLICATION_NAME } from "../../../src/Database/Listener.js"
-import { KEYS_CHANNEL, KeyCache } from "../../../src/Keys/KeyCache.js"
-import { Metrics } from "../../../src/Observability/Metrics.js"
+import { KeyCache, KEYS_CHANNEL } from "../../../src/Keys/KeyCache.js"
 import { type KeyLookup, KeysRepo } from "../../../src/Keys/Repo.js"
+import { MembersRepo } from "../../../src/Members/Repo.js"
+import { Metrics } from "../../../src/Observability/Metrics.js"
 import { call, createKey, type Reply } from "../../support/Http.js"
 import { modelCall } from "../../support/Models.js"
 import { topUp } from "../../support/Stripe.js"
 import { freshDatabase, onDatabase, query, TestServer } from "../../support/TestServer.js"
-import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "../../support/TwoInstances.js"
+import {
+  ASK,
+  bothListening,
+  DEADLINE_MS,
+  Instances,
+  on,
+  outcome,
+  seenWithin,
+  TwoInstancesLive
+} from "../../support/TwoInstances.js"
 import { developer, WalletRepoLive } from "../../support/Wallet.js"
 
 /** The database connections that LISTEN (one per listening instance, on every channel). */
@@ -38,18 +47,30 @@ const unannounced = (...statements: ReadonlyArray<string>) =>
 describe("the API-key cache of one instance", () => {
   /** Lookups that reached SQL. */
   let sqlLookups = 0
-  const CountingKeysRepo = Layer.effect(KeysRepo, Effect.map(KeysRepo, (repo) =>
-    KeysRepo.of({
-      ...repo,
-      lookup: (hash) => Effect.zipRight(Effect.sync(() => sqlLookups++), repo.lookup(hash))
-    })))
-  const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
-    DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
+  const CountingKeysRepo = Layer.effect(
+    KeysRepo,
+    Effect.map(KeysRepo, (repo) =>
+      KeysRepo.of({
+        ...repo,
+        lookup: (hash) => Effect.zipRight(Effect.sync(() => sqlLookups++), repo.lookup(hash))
+      }))
+  )
+  const Database = Layer.unwrapScoped(
+    Effect.map(
+      freshDatabase,
+      ({ url }) =>
+        DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))
+    )
+  )
   const TIME_TO_LIVE_MS = 2_000
   const Parts = KeyCache.layer({ timeToLive: TIME_TO_LIVE_MS }).pipe(
     Layer.provide(CountingKeysRepo),
     Layer.provideMerge(Layer.merge(Listener.layer({ channels: [KEYS_CHANNEL] }), Metrics.Default)),
-    Layer.provideMerge(Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(Layer.merge(WalletRepoLive, MembersRepo.layer)))),
+    Layer.provideMerge(
+      Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(
+        Layer.provide(Layer.merge(WalletRepoLive, MembersRepo.layer))
+      )
+    ),
     Layer.provideMerge(Database)
   )
 
@@ -64,7 +85,12 @@ describe("the API-key cache of one instance", () => {
     })
 
     const newKey = Effect.gen(function*() {
-      const account = yield* (yield* AccountsRepo).signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
+      const account = yield* (yield* AccountsRepo).signIn({
+        issuer: "test",
+        subject: newId("sub"),
+        email: null,
+        name: null
+      })
       const secret = newId("secret")
       const row = yield* (yield* KeysRepo).create({
         id: newId("key"),
@@ -120,8 +146,16 @@ describe("the API-key cache of one instance", () => {
         yield* listening
         const secret = newId("secret")
         // Remembering unknown keys would let a stream of made-up keys push real ones out of memory.
-        expect(yield* lookups(hashKey(secret), 3)).toMatchObject({ sql: 3, answers: [{ _tag: "Unknown" }, { _tag: "Unknown" }, { _tag: "Unknown" }] })
-        const account = yield* (yield* AccountsRepo).signIn({ issuer: "test", subject: newId("sub"), email: null, name: null })
+        expect(yield* lookups(hashKey(secret), 3)).toMatchObject({
+          sql: 3,
+          answers: [{ _tag: "Unknown" }, { _tag: "Unknown" }, { _tag: "Unknown" }]
+        })
+        const account = yield* (yield* AccountsRepo).signIn({
+          issuer: "test",
+          subject: newId("sub"),
+          email: null,
+          name: null
+        })
         const keyId = newId("key")
         const keys = yield* KeysRepo
         yield* keys.create({
@@ -174,7 +208,9 @@ describe("the API-key cache of one instance", () => {
         while (true) {
           const found = yield* cache.lookup(hash)
           if (found._tag === "Active" && found.key.name === "quiet") break
-          if (Date.now() - changedAt > TIME_TO_LIVE_MS + 1_000) return yield* Effect.dieMessage("still remembered after its time-to-live")
+          if (Date.now() - changedAt > TIME_TO_LIVE_MS + 1_000) {
+            return yield* Effect.dieMessage("still remembered after its time-to-live")
+          }
           yield* Effect.sleep("50 millis")
         }
       }))
@@ -184,13 +220,15 @@ describe("the API-key cache of one instance", () => {
 /** Two instances of the whole service in this process, on one database: each with its own cache and listener. */
 describe("API keys cached by two instances on one database", () => {
   layer(TwoInstancesLive("keycache"), { excludeTestServices: true, timeout: 120_000 })((it) => {
-
     /** `probe` answered by both instances until each gives `expected`; both within the deadline from `since`. */
     const bothSee = (since: number, probe: Effect.Effect<Reply, never, TestServer>, expected: string) =>
-      Effect.flatMap(Instances, ({ a, b }) =>
-        Effect.all([a, b].map((base) => seenWithin(since, on(base)(probe), (reply) => outcome(reply) === expected)), {
-          concurrency: 2
-        }))
+      Effect.flatMap(
+        Instances,
+        ({ a, b }) =>
+          Effect.all([a, b].map((base) => seenWithin(since, on(base)(probe), (reply) => outcome(reply) === expected)), {
+            concurrency: 2
+          })
+      )
 
     const warm = (probe: Effect.Effect<Reply, never, TestServer>) =>
       Effect.gen(function*() {
@@ -239,7 +277,9 @@ describe("API keys cached by two instances on one database", () => {
         const { a } = yield* Instances
         const { token } = yield* on(a)(developer("cache-limit@example.com"))
         yield* on(a)(topUp(token, 1000))
-        const created = yield* on(a)(createKey(token, { name: "limited", environment: "live", monthly_spend_limit_myr: 100 }))
+        const created = yield* on(a)(
+          createKey(token, { name: "limited", environment: "live", monthly_spend_limit_myr: 100 })
+        )
         const respond = modelCall(created.full_key, "/v1/responses", ASK)
         yield* warm(respond)
         const loweredAt = Date.now()
@@ -248,7 +288,11 @@ describe("API keys cached by two instances on one database", () => {
         expect(Math.max(...limited)).toBeLessThanOrEqual(DEADLINE_MS)
         const expiredAt = Date.now()
         yield* query("UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1", [created.key.id])
-        const expired = yield* bothSee(expiredAt, call("GET", "/v1/models", { token: created.full_key }), "expired_api_key")
+        const expired = yield* bothSee(
+          expiredAt,
+          call("GET", "/v1/models", { token: created.full_key }),
+          "expired_api_key"
+        )
         expect(Math.max(...expired)).toBeLessThanOrEqual(DEADLINE_MS)
       }))
 
@@ -268,7 +312,9 @@ describe("API keys cached by two instances on one database", () => {
           yield* onDatabase(async (client) => {
             await client.query("BEGIN")
             await client.query("SET LOCAL session_replication_role = replica")
-            await client.query("UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1", [created.key.id])
+            await client.query("UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = $1", [
+              created.key.id
+            ])
             await client.query("COMMIT")
           })
           fromMemory.push(outcome(yield* on(b)(models)) === "200")

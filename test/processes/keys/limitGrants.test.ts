@@ -20,7 +20,11 @@ const start = (identity: string, publicBaseUrl?: string) =>
     ...(publicBaseUrl === undefined ? {} : { PUBLIC_BASE_URL: publicBaseUrl, DASHBOARD_URL: `${publicBaseUrl}/app` })
   })
 
-const REQUEST = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Count the grant." }], max_tokens: 2_000 }
+const REQUEST = {
+  model: "svc/nenas-flash",
+  messages: [{ role: "user", content: "Count the grant." }],
+  max_tokens: 2_000
+}
 
 const chat = async (baseUrl: string, apiKey: string) => {
   const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
@@ -43,7 +47,12 @@ describe("a monthly limit set while the key's calls run on credit grants", { tim
   it("counts their holds on both instances: the next call is refused, none runs past it, and the holds are gone once they end", async () => {
     const a = await start("keylimit-a")
     const b = await start("keylimit-b", a.baseUrl)
-    const { apiKey, token } = await fundedDeveloper(a.baseUrl, `keylimit-${randomBase62(6)}@example.com`, 50_000, "signed webhook")
+    const { apiKey, token } = await fundedDeveloper(
+      a.baseUrl,
+      `keylimit-${randomBase62(6)}@example.com`,
+      50_000,
+      "signed webhook"
+    )
     const listed = await fetchJson(a.baseUrl, "GET", "/dashboard/api-keys", { token })
     const keyId = (listed.body.keys as Array<{ id: string }>)[0]?.id ?? ""
 
@@ -58,7 +67,10 @@ describe("a monthly limit set while the key's calls run on credit grants", { tim
     let holders = 0
     for (let waited = 0; holders < 2 && waited < 100; waited++) {
       await sleep(100)
-      holders = (await one<{ n: number }>("SELECT count(DISTINCT holder)::int AS n FROM credit_grants WHERE account_id = (SELECT account_id FROM api_keys WHERE id = $1)", [keyId])).n
+      holders = (await one<{ n: number }>(
+        "SELECT count(DISTINCT holder)::int AS n FROM credit_grants WHERE account_id = (SELECT account_id FROM api_keys WHERE id = $1)",
+        [keyId]
+      )).n
     }
     expect(holders, "both instances hold a grant for the account").toBe(2)
 
@@ -122,7 +134,8 @@ describe("a monthly limit set while the key's calls run on credit grants", { tim
     let left = -1
     for (let waited = 0; left !== 0 && waited < 50; waited++) {
       await sleep(100)
-      left = (await one<{ n: number }>("SELECT count(*)::int AS n FROM key_grant_holds WHERE api_key_id = $1", [keyId])).n
+      left =
+        (await one<{ n: number }>("SELECT count(*)::int AS n FROM key_grant_holds WHERE api_key_id = $1", [keyId])).n
     }
     expect(left).toBe(0)
     const account = await one<{ id: string }>("SELECT account_id AS id FROM api_keys WHERE id = $1", [keyId])
@@ -130,7 +143,9 @@ describe("a monthly limit set while the key's calls run on credit grants", { tim
 
     // The key list shows the month-to-date spend against the limit.
     const keys = await fetchJson(a.baseUrl, "GET", "/dashboard/api-keys", { token })
-    const record = (keys.body.keys as Array<{ id: string; month_to_date_spend_micro_myr: number; monthly_spend_limit_micro_myr: number }>)
+    const record = (keys.body.keys as Array<
+      { id: string; month_to_date_spend_micro_myr: number; monthly_spend_limit_micro_myr: number }
+    >)
       .find((key) => key.id === keyId)
     const spentNow = (await one<{ spent: string }>(
       "SELECT (-SUM(amount_micro_myr))::text AS spent FROM ledger_entries WHERE api_key_id = $1 AND type = 'usage'",

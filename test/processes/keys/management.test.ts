@@ -1,19 +1,36 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { createDecipheriv, createHash } from "node:crypto"
 import { Effect, Option } from "effect"
+import { createDecipheriv, createHash } from "node:crypto"
 import { newId } from "../../../src/Domain/Ids.js"
 import { call, createKey, type Reply } from "../../support/Http.js"
 import { modelCall } from "../../support/Models.js"
 import { topUp } from "../../support/Stripe.js"
 import { query, TestServer } from "../../support/TestServer.js"
-import { ASK, bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, TwoInstancesLive } from "../../support/TwoInstances.js"
+import {
+  ASK,
+  bothListening,
+  DEADLINE_MS,
+  Instances,
+  on,
+  outcome,
+  seenWithin,
+  TwoInstancesLive
+} from "../../support/TwoInstances.js"
 import { developer } from "../../support/Wallet.js"
 
 describe("keys managed in place, across two instances", () => {
   // Two whole services in this process on one database, sharing rate limits through Redis.
-  const instances = TwoInstancesLive("keymgmt", { redisUrl: Option.some("redis://127.0.0.1:6379"), rateLimitRpmMax: Option.some(1_000) })
+  const instances = TwoInstancesLive("keymgmt", {
+    redisUrl: Option.some("redis://127.0.0.1:6379"),
+    rateLimitRpmMax: Option.some(1_000)
+  })
   layer(instances, { excludeTestServices: true, timeout: 120_000 })((it) => {
-    const bothSee = (since: number, probe: Effect.Effect<Reply, never, TestServer>, expected: string, deadline = DEADLINE_MS) =>
+    const bothSee = (
+      since: number,
+      probe: Effect.Effect<Reply, never, TestServer>,
+      expected: string,
+      deadline = DEADLINE_MS
+    ) =>
       Effect.flatMap(Instances, ({ a, b }) =>
         Effect.all(
           [a, b].map((base) => seenWithin(since, on(base)(probe), (reply) => outcome(reply) === expected, deadline)),
@@ -27,7 +44,8 @@ describe("keys managed in place, across two instances", () => {
         for (const base of [a, b, a, b]) expect(outcome(yield* on(base)(probe))).toBe("200")
       })
 
-    const patch = (token: string, id: string, json: unknown) => call("PATCH", `/dashboard/api-keys/${id}`, { token, json })
+    const patch = (token: string, id: string, json: unknown) =>
+      call("PATCH", `/dashboard/api-keys/${id}`, { token, json })
 
     it.effect("a key disabled through one instance answers permission_denied on both within a second, and enabled serves again", () =>
       Effect.gen(function*() {
@@ -80,7 +98,10 @@ describe("keys managed in place, across two instances", () => {
         const limited = yield* bothSee(limitedAt, respond, "spend_limit_exceeded")
         expect(Math.max(...limited)).toBeLessThanOrEqual(DEADLINE_MS)
         // `null` removes the limit again.
-        expect((yield* on(a)(patch(token, created.key.id, { monthly_spend_limit_myr: null }))).body.monthly_spend_limit_micro_myr)
+        expect(
+          (yield* on(a)(patch(token, created.key.id, { monthly_spend_limit_myr: null }))).body
+            .monthly_spend_limit_micro_myr
+        )
           .toBeNull()
         yield* bothSee(Date.now(), respond, "200")
       }))
@@ -105,7 +126,12 @@ describe("keys managed in place, across two instances", () => {
         const fresh: string = rotated.body.full_key
         expect(fresh).toMatch(/^nns_test_[0-9A-Za-z]{40}$/)
         expect(fresh).not.toBe(created.full_key)
-        expect(rotated.body.key).toMatchObject({ id: created.key.id, name: "rotated", prefix: fresh.slice(0, 12), rate_limit_rpm: 500 })
+        expect(rotated.body.key).toMatchObject({
+          id: created.key.id,
+          name: "rotated",
+          prefix: fresh.slice(0, 12),
+          rate_limit_rpm: 500
+        })
         expect(Date.parse(rotated.body.previous_key_valid_until) - rotatedAt).toBeGreaterThan(1_000)
         const current = call("GET", "/v1/models", { token: fresh })
         for (const base of [a, b]) {
@@ -144,7 +170,10 @@ describe("keys managed in place, across two instances", () => {
         const current = call("GET", "/v1/models", { token: first.body.full_key })
         for (const base of [a, b]) expect(outcome(yield* on(base)(current))).toBe("200")
         // The secret is never kept readable: the database holds only its hash and a seal.
-        const [stored] = yield* query<{ text: string }>("SELECT row_to_json(k)::text AS text FROM api_keys k WHERE id = $1", [created.key.id])
+        const [stored] = yield* query<{ text: string }>(
+          "SELECT row_to_json(k)::text AS text FROM api_keys k WHERE id = $1",
+          [created.key.id]
+        )
         expect(stored?.text).not.toContain(first.body.full_key.slice(12))
         // Another Idempotency-Key is another rotation.
         const other = yield* on(a)(call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, {
@@ -161,7 +190,11 @@ describe("keys managed in place, across two instances", () => {
         const { token } = yield* on(a)(developer("km-seal@example.com"))
         const created = yield* on(a)(createKey(token, { name: "sealed", environment: "test" }))
         const rotate = (idempotencyKey: string) =>
-          call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, { token, json: {}, headers: { "idempotency-key": idempotencyKey } })
+          call("POST", `/dashboard/api-keys/${created.key.id}/rotate`, {
+            token,
+            json: {},
+            headers: { "idempotency-key": idempotencyKey }
+          })
         const short = yield* on(a)(rotate("rotate-42"))
         expect(short.status).toBe(400)
         expect(short.body.error).toMatchObject({ code: "invalid_request", param: "Idempotency-Key" })
@@ -171,14 +204,17 @@ describe("keys managed in place, across two instances", () => {
         const guessable = "rotate-0000000042"
         const first = yield* on(a)(rotate(guessable))
         expect(first.status).toBe(200)
-        const [row] = yield* query<{ sealed: Buffer }>("SELECT rotation_sealed AS sealed FROM api_keys WHERE id = $1", [created.key.id])
+        const [row] = yield* query<{ sealed: Buffer }>("SELECT rotation_sealed AS sealed FROM api_keys WHERE id = $1", [
+          created.key.id
+        ])
         const sealed = row?.sealed
         expect(sealed?.length ?? 0).toBeGreaterThan(28)
         if (sealed === undefined) return
         // The seal as it was made before issue 33: a key derived from the key id and the Idempotency-Key only.
         const fromDumpAlone = (() => {
           try {
-            const key = createHash("sha256").update(`nenas:rotation:seal:${created.key.id}:${guessable}`, "utf8").digest()
+            const key = createHash("sha256").update(`nenas:rotation:seal:${created.key.id}:${guessable}`, "utf8")
+              .digest()
             const decipher = createDecipheriv("aes-256-gcm", key, sealed.subarray(0, 12))
             decipher.setAuthTag(sealed.subarray(12, 28))
             return Buffer.concat([decipher.update(sealed.subarray(28)), decipher.final()]).toString("utf8")
@@ -220,7 +256,11 @@ describe("keys managed in place, across two instances", () => {
         for (let i = 0; i < 3; i++) expect(outcome(yield* on(b)(old))).toBe("200")
         const limitedAt = Date.now()
         expect((yield* on(a)(patch(token, created.key.id, { rate_limit_rpm: 1 }))).status).toBe(200)
-        const limited = yield* seenWithin(limitedAt, on(b)(old), (reply) => reply.headers.get("x-ratelimit-limit-requests") === "1")
+        const limited = yield* seenWithin(
+          limitedAt,
+          on(b)(old),
+          (reply) => reply.headers.get("x-ratelimit-limit-requests") === "1"
+        )
         expect(limited).toBeLessThanOrEqual(DEADLINE_MS)
       }))
 
@@ -229,7 +269,9 @@ describe("keys managed in place, across two instances", () => {
         yield* bothListening
         const { a, b } = yield* Instances
         const { token } = yield* on(a)(developer("km-rpm@example.com"))
-        const tooMany = yield* on(a)(call("POST", "/dashboard/api-keys", { token, json: { name: "x", rate_limit_rpm: 1_001 } }))
+        const tooMany = yield* on(a)(
+          call("POST", "/dashboard/api-keys", { token, json: { name: "x", rate_limit_rpm: 1_001 } })
+        )
         expect(tooMany.status).toBe(400)
         expect(tooMany.body.error).toMatchObject({ code: "invalid_request", param: "rate_limit_rpm" })
         const created = yield* on(a)(createKey(token, { name: "slow", environment: "test", rate_limit_rpm: 3 }))
@@ -248,7 +290,9 @@ describe("keys managed in place, across two instances", () => {
         const since = Date.now()
         yield* bothSee(since, respond, "200")
         // The concurrency ceiling without an operator's is 10× RATE_LIMIT_CONCURRENT (500): more is refused.
-        const concurrent = yield* on(a)(call("PATCH", `/dashboard/api-keys/${created.key.id}`, { token, json: { rate_limit_concurrent: 501 } }))
+        const concurrent = yield* on(a)(
+          call("PATCH", `/dashboard/api-keys/${created.key.id}`, { token, json: { rate_limit_concurrent: 501 } })
+        )
         expect(concurrent.body.error).toMatchObject({ code: "invalid_request", param: "rate_limit_concurrent" })
       }))
 
@@ -281,7 +325,9 @@ describe("keys managed in place, across two instances", () => {
           expect(reply.body.error.code).toBe("invalid_request")
           expect(String(reply.body.error.param ?? reply.body.error.message)).toContain(param)
         }
-        const grace = yield* on(a)(call("POST", `${path}/rotate`, { token: owner.token, json: { grace_seconds: 86_401 } }))
+        const grace = yield* on(a)(
+          call("POST", `${path}/rotate`, { token: owner.token, json: { grace_seconds: 86_401 } })
+        )
         expect(grace.status).toBe(400)
         expect(grace.body.error.code).toBe("invalid_request")
       }))
@@ -293,7 +339,15 @@ describe("keys managed in place, across two instances", () => {
         expect(document.paths["/dashboard/api-keys/{id}"].patch).toBeDefined()
         expect(document.paths["/dashboard/api-keys/{id}/rotate"].post).toBeDefined()
         const text = JSON.stringify(document)
-        for (const field of ["grace_seconds", "rate_limit_rpm", "rate_limit_concurrent", "disabled", "previous_key_valid_until"]) {
+        for (
+          const field of [
+            "grace_seconds",
+            "rate_limit_rpm",
+            "rate_limit_concurrent",
+            "disabled",
+            "previous_key_valid_until"
+          ]
+        ) {
           expect(text).toContain(field)
         }
         const schemas = document.components.schemas

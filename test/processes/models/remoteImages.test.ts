@@ -1,3 +1,5 @@
+import { expect, layer } from "@effect/vitest"
+import { Context, Duration, Effect, Either, Layer } from "effect"
 import { execFileSync } from "node:child_process"
 import { mkdtemp, readFile, rm } from "node:fs/promises"
 import type { IncomingMessage, ServerResponse } from "node:http"
@@ -5,16 +7,14 @@ import { createServer } from "node:https"
 import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Either, Layer } from "effect"
 import { HostResolver } from "../../../src/Search/Fetch.js"
 import { makeImageFetcher } from "../../../src/Search/ImageFetch.js"
 import { expectClientError } from "../../support/ErrorBody.js"
 import { fundedDeveloper } from "../../support/Fetch.js"
 import { call, createKey, devToken } from "../../support/Http.js"
 import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
-import { startService, stopService } from "../../support/ServiceProcess.js"
 import { startHttpDouble } from "../../support/Search.js"
+import { startService, stopService } from "../../support/ServiceProcess.js"
 import { freshDatabase, makeShiftableClock, TestServer } from "../../support/TestServer.js"
 import { startUpstream, Upstream, type UpstreamServer } from "../../support/Upstream.js"
 
@@ -51,7 +51,10 @@ const serveImages = (_request: IncomingMessage, response: ServerResponse, url: U
 
 const userImage = (url: string) => ({
   model: MODEL,
-  messages: [{ role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url, detail: "low" } }] }]
+  messages: [{
+    role: "user",
+    content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url, detail: "low" } }]
+  }]
 })
 
 // ---------------------------------------------------------------------------
@@ -62,15 +65,26 @@ class Images extends Context.Tag("test/Images")<Images, Awaited<ReturnType<typeo
 
 const ImagesLive = Layer.scoped(
   Images,
-  Effect.acquireRelease(Effect.promise(() => startHttpDouble(serveImages)), (double) => Effect.promise(() => double.close()))
+  Effect.acquireRelease(
+    Effect.promise(() => startHttpDouble(serveImages)),
+    (double) => Effect.promise(() => double.close())
+  )
 )
 
 const noDns = Layer.succeed(HostResolver, { lookup: (hostname) => Promise.reject(new Error(`ENOTFOUND ${hostname}`)) })
 
 layer(Layer.merge(ImagesLive, noDns), { excludeTestServices: true })("the image fetcher", (it) => {
   const fetcherFor = (allowed: ReadonlyArray<string>) =>
-    Effect.map(HostResolver, (resolver) =>
-      makeImageFetcher(resolver, { allowedHosts: new Set(allowed), timeout: Duration.seconds(5), maxBytes: 1000, maxRedirects: 3 }))
+    Effect.map(
+      HostResolver,
+      (resolver) =>
+        makeImageFetcher(resolver, {
+          allowedHosts: new Set(allowed),
+          timeout: Duration.seconds(5),
+          maxBytes: 1000,
+          maxRedirects: 3
+        })
+    )
 
   it.effect("reads an image whole with its media type; refuses what is not an image, over the cap, or not allowed", () =>
     Effect.gen(function*() {
@@ -112,8 +126,23 @@ const certificate = (dir: string) =>
   Effect.promise(async () => {
     const [key, cert] = [join(dir, "key.pem"), join(dir, "cert.pem")]
     execFileSync("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-      "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-days",
+      "2",
+      "-keyout",
+      key,
+      "-out",
+      cert,
+      "-subj",
+      "/CN=127.0.0.1",
+      "-addext",
+      "subjectAltName=IP:127.0.0.1"
     ], { stdio: "ignore" })
     return { key: await readFile(key), cert: await readFile(cert), certPath: cert }
   })
@@ -133,10 +162,13 @@ const httpsServer = (tls: { readonly key: Buffer; readonly cert: Buffer }, hits:
         })
       })
     ),
-    ({ server }) => Effect.promise(() => new Promise<void>((done) => {
-      server.closeAllConnections()
-      server.close(() => done())
-    }))
+    ({ server }) =>
+      Effect.promise(() =>
+        new Promise<void>((done) => {
+          server.closeAllConnections()
+          server.close(() => done())
+        })
+      )
   )
 
 const InlineServiceLive = Layer.scopedContext(Effect.gen(function*() {
@@ -148,7 +180,10 @@ const InlineServiceLive = Layer.scopedContext(Effect.gen(function*() {
   const hits: Array<string> = []
   const allowed = yield* httpsServer(tls, hits)
   const forbidden = yield* httpsServer(tls, hits)
-  const upstream = yield* Effect.acquireRelease(Effect.promise(() => startUpstream()), (server) => Effect.promise(() => server.close()))
+  const upstream = yield* Effect.acquireRelease(
+    Effect.promise(() => startUpstream()),
+    (server) => Effect.promise(() => server.close())
+  )
   const database = yield* freshDatabase
   const service = yield* Effect.acquireRelease(
     Effect.promise(() =>
@@ -165,7 +200,12 @@ const InlineServiceLive = Layer.scopedContext(Effect.gen(function*() {
     ),
     (started) => Effect.promise(() => stopService(started, "SIGKILL"))
   )
-  const testServer = { baseUrl: service.baseUrl, databaseUrl: database.url, clock: makeShiftableClock(), settled: Effect.void }
+  const testServer = {
+    baseUrl: service.baseUrl,
+    databaseUrl: database.url,
+    clock: makeShiftableClock(),
+    settled: Effect.void
+  }
   return Context.make(TestServer, testServer).pipe(
     Context.add(Fixture, { allowed: allowed.origin, forbidden: forbidden.origin, hits, upstream })
   )
@@ -173,7 +213,10 @@ const InlineServiceLive = Layer.scopedContext(Effect.gen(function*() {
 
 layer(InlineServiceLive, { excludeTestServices: true, timeout: 180_000 })("UPSTREAM_IMAGE_URLS=inline", (it) => {
   const funded = (email: string) =>
-    Effect.flatMap(TestServer, ({ baseUrl }) => Effect.promise(() => fundedDeveloper(baseUrl, email, 1000, "simulated checkout")))
+    Effect.flatMap(
+      TestServer,
+      ({ baseUrl }) => Effect.promise(() => fundedDeveloper(baseUrl, email, 1000, "simulated checkout"))
+    )
 
   it.effect("an allowed remote image reaches the upstream as a data: URL of its bytes, on both endpoints", () =>
     Effect.gen(function*() {
@@ -185,11 +228,16 @@ layer(InlineServiceLive, { excludeTestServices: true, timeout: 180_000 })("UPSTR
       expect(chat.status, chat.text).toBe(200)
       const responses = yield* modelCall(apiKey, "/v1/responses", {
         model: MODEL,
-        input: [{ role: "user", content: [{ type: "input_text", text: "Describe." }, { type: "input_image", image_url: `${allowed}/cat.png` }] }]
+        input: [{
+          role: "user",
+          content: [{ type: "input_text", text: "Describe." }, { type: "input_image", image_url: `${allowed}/cat.png` }]
+        }]
       })
       expect(responses.status, responses.text).toBe(200)
       expect(hits).toEqual(["/cat.png", "/cat.png"])
-      const sent = upstream.requests.map((request) => (request.body as { messages: Array<{ content: unknown }> }).messages[0]?.content)
+      const sent = upstream.requests.map((request) =>
+        (request.body as { messages: Array<{ content: unknown }> }).messages[0]?.content
+      )
       expect(sent).toEqual([
         [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: PNG_DATA_URL, detail: "low" } }],
         [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: PNG_DATA_URL } }]
@@ -215,8 +263,16 @@ layer(InlineServiceLive, { excludeTestServices: true, timeout: 180_000 })("UPSTR
       expectClientError(streamed, { status: 400, code: "invalid_request", param: "input[0].content[0].image_url" })
       expect(hits).toEqual([])
       // The allowed server answers with a redirect to the forbidden one, which is never asked.
-      const redirected = yield* modelCall(apiKey, "/v1/chat/completions", userImage(`${allowed}/away?to=${encodeURIComponent(`${forbidden}/cat.png`)}`))
-      expectClientError(redirected, { status: 400, code: "invalid_request", param: "messages[0].content[1].image_url.url" })
+      const redirected = yield* modelCall(
+        apiKey,
+        "/v1/chat/completions",
+        userImage(`${allowed}/away?to=${encodeURIComponent(`${forbidden}/cat.png`)}`)
+      )
+      expectClientError(redirected, {
+        status: 400,
+        code: "invalid_request",
+        param: "messages[0].content[1].image_url.url"
+      })
       expect(hits).toEqual(["/away"])
       const page = yield* modelCall(apiKey, "/v1/chat/completions", userImage(`${allowed}/page.html`))
       expectClientError(page, { status: 400, code: "invalid_request", param: "messages[0].content[1].image_url.url" })
@@ -230,7 +286,9 @@ layer(InlineServiceLive, { excludeTestServices: true, timeout: 180_000 })("UPSTR
   it.effect("a test key's call goes to the built-in model, which fetches nothing: the image is not fetched", () =>
     Effect.gen(function*() {
       const { forbidden, hits } = yield* Fixture
-      const key = (yield* createKey(yield* devToken("inline-test-key@example.com"), { name: "test", environment: "test" })).full_key
+      const key =
+        (yield* createKey(yield* devToken("inline-test-key@example.com"), { name: "test", environment: "test" }))
+          .full_key
       hits.length = 0
       const reply = yield* modelCall(key, "/v1/chat/completions", userImage(`${forbidden}/cat.png`))
       expect(reply.status, reply.text).toBe(200)

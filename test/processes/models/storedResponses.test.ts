@@ -20,7 +20,8 @@ import { Upstream } from "../../support/Upstream.js"
 
 const MODEL = "svc/nenas-flash"
 const promise = <A>(run: () => Promise<A>) => Effect.promise(run)
-const sdk = (apiKey: string) => Effect.map(TestServer, ({ baseUrl }) => new OpenAI({ apiKey, baseURL: `${baseUrl}/v1`, maxRetries: 0 }))
+const sdk = (apiKey: string) =>
+  Effect.map(TestServer, ({ baseUrl }) => new OpenAI({ apiKey, baseURL: `${baseUrl}/v1`, maxRetries: 0 }))
 
 interface UpstreamMessage {
   readonly role: string
@@ -52,10 +53,12 @@ const billedOnce = (accountId: string, calls: number) =>
   Effect.gen(function*() {
     yield* (yield* TestServer).settled
     const logs = yield* query<{ request_id: string; status: string; cost_micro_myr: string }>(
-      "SELECT request_id, status, cost_micro_myr FROM request_logs WHERE account_id = $1", [accountId]
+      "SELECT request_id, status, cost_micro_myr FROM request_logs WHERE account_id = $1",
+      [accountId]
     )
     const entries = yield* query<{ request_id: string; amount_micro_myr: string }>(
-      "SELECT request_id, amount_micro_myr FROM ledger_entries WHERE account_id = $1 AND type = 'usage'", [accountId]
+      "SELECT request_id, amount_micro_myr FROM ledger_entries WHERE account_id = $1 AND type = 'usage'",
+      [accountId]
     )
     expect(logs.length).toBe(calls)
     expect(logs.every((log) => log.status === "billed")).toBe(true)
@@ -105,12 +108,20 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
         ["user", "What is my name?"]
       ])
       expect(sent[2]?.map((m) => textOf(m.content))).toEqual([
-        "My name is Aminah.", first.output_text, "What is my name?", second.output_text, "And again?"
+        "My name is Aminah.",
+        first.output_text,
+        "What is my name?",
+        second.output_text,
+        "And again?"
       ])
       // The history is billed as input, the cached part at the cached price (gpt-4.1-mini: RM 1.68 and 0.42 per
       // million input tokens, 6.72 per million output tokens): 1000 × 1.68 + 4000 × 0.42 + 10 × 6.72 micro-MYR, rounded up.
       expect(second.usage?.input_tokens).toBeGreaterThan(first.usage?.input_tokens ?? Infinity)
-      expect(third.usage).toMatchObject({ input_tokens: 5000, input_tokens_details: { cached_tokens: 4000 }, output_tokens: 10 })
+      expect(third.usage).toMatchObject({
+        input_tokens: 5000,
+        input_tokens_details: { cached_tokens: 4000 },
+        output_tokens: 10
+      })
       expect((third as unknown as { usage: { cost_myr: string } }).usage.cost_myr).toBe("0.003428")
       upstream.reset()
       yield* billedOnce(accountId, 3)
@@ -126,7 +137,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       expect(items.data.map((item) => item.type)).toEqual(["message"])
       expect(JSON.stringify(items.data[0])).toContain("And again?")
       const firstItems = yield* promise(() => client.responses.inputItems.list(first.id, { order: "asc" }))
-      expect(firstItems.data.map((item) => JSON.stringify(item))).toEqual([expect.stringContaining("My name is Aminah.")])
+      expect(firstItems.data.map((item) => JSON.stringify(item))).toEqual([
+        expect.stringContaining("My name is Aminah.")
+      ])
 
       yield* promise(() => client.responses.delete(second.id))
       const gone = yield* call("GET", `/v1/responses/${second.id}`, { token: apiKey })
@@ -145,11 +158,18 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const created = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input })
       expect(created.status).toBe(200)
       const id = created.body.id as string
-      const page = (params: string) => Effect.map(call("GET", `/v1/responses/${id}/input_items?${params}`, { token: apiKey }), (r) => {
-        expect(r.status, r.text).toBe(200)
-        return r.body as { data: Array<{ id: string; content: Array<{ text: string }> }>; first_id: string; last_id: string; has_more: boolean }
-      })
-      const texts = (p: { data: Array<{ content: Array<{ text: string }> }> }) => p.data.map((item) => item.content[0]?.text)
+      const page = (params: string) =>
+        Effect.map(call("GET", `/v1/responses/${id}/input_items?${params}`, { token: apiKey }), (r) => {
+          expect(r.status, r.text).toBe(200)
+          return r.body as {
+            data: Array<{ id: string; content: Array<{ text: string }> }>
+            first_id: string
+            last_id: string
+            has_more: boolean
+          }
+        })
+      const texts = (p: { data: Array<{ content: Array<{ text: string }> }> }) =>
+        p.data.map((item) => item.content[0]?.text)
       const newest = yield* page("limit=2")
       expect(texts(newest)).toEqual(["five", "four"])
       expect(newest.has_more).toBe(true)
@@ -159,7 +179,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       expect(texts(last)).toEqual(["one"])
       expect(last.has_more).toBe(false)
       expect(texts(yield* page("order=asc&limit=100"))).toEqual(["one", "two", "three", "four", "five"])
-      expect(yield* page("after=msg_unknown")).toEqual({ object: "list", data: [], first_id: null, last_id: null, has_more: false })
+      expect(yield* page("after=msg_unknown")).toEqual({
+        object: "list",
+        data: [],
+        first_id: null,
+        last_id: null,
+        has_more: false
+      })
       const bad = yield* call("GET", `/v1/responses/${id}/input_items?limit=0`, { token: apiKey })
       expect(bad.status).toBe(400)
     }))
@@ -171,13 +197,22 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const created = yield* modelCall(owner.apiKey, "/v1/responses", { model: MODEL, input: "Secret plans." })
       const id = created.body.id as string
       const messageId = (created.body.output as Array<{ id: string }>)[0]?.id
-      for (const [method, path] of [["GET", `/v1/responses/${id}`], ["GET", `/v1/responses/${id}/input_items`], ["DELETE", `/v1/responses/${id}`]]) {
+      for (
+        const [method, path] of [["GET", `/v1/responses/${id}`], ["GET", `/v1/responses/${id}/input_items`], [
+          "DELETE",
+          `/v1/responses/${id}`
+        ]]
+      ) {
         const reply = yield* call(method ?? "GET", path ?? "", { token: other.apiKey })
         expect(reply.status, `${method} ${path}`).toBe(404)
         expect(reply.body.error.code).toBe("not_found")
       }
       // Continuing it answers as an unknown id does (as OpenAI's does): 400 naming the param.
-      const continued = yield* modelCall(other.apiKey, "/v1/responses", { model: MODEL, previous_response_id: id, input: "More?" })
+      const continued = yield* modelCall(other.apiKey, "/v1/responses", {
+        model: MODEL,
+        previous_response_id: id,
+        input: "More?"
+      })
       expect(continued.status).toBe(400)
       expect(continued.body.error).toMatchObject({ code: "invalid_request", param: "previous_response_id" })
       const referenced = yield* modelCall(other.apiKey, "/v1/responses", {
@@ -202,13 +237,20 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const off = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Forget me.", store: false })
       expect(off.body.store).toBe(false)
       expect(off.status).toBe(200)
-      const streamedOff = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Forget me too.", store: false, stream: true })
+      const streamedOff = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        input: "Forget me too.",
+        store: false,
+        stream: true
+      })
       expect(streamedOff.status).toBe(200)
       yield* (yield* TestServer).settled
       expect(yield* storedRows(accountId)).toEqual([])
       expect((yield* call("GET", `/v1/responses/${off.body.id}`, { token: apiKey })).status).toBe(404)
       const kept = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Keep me." })
-      expect((yield* call("GET", `/v1/responses/${kept.body.id}`, { token: apiKey })).body.output_text).toBe(kept.body.output_text)
+      expect((yield* call("GET", `/v1/responses/${kept.body.id}`, { token: apiKey })).body.output_text).toBe(
+        kept.body.output_text
+      )
     }))
 
   it.effect("a conversation over the context window answers 413 context_length_exceeded", () =>
@@ -217,7 +259,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const half = "hello ".repeat(600_000)
       const first = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: half, max_output_tokens: 16 })
       expect(first.status, first.text).toBe(200)
-      const over = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: first.body.id, input: half })
+      const over = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        previous_response_id: first.body.id,
+        input: half
+      })
       expect(over.status, over.text).toBe(413)
       expect(over.body.error.code).toBe("context_length_exceeded")
     }))
@@ -249,12 +295,21 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", toolCalls: [{ id: "call_rain", name: "rain", arguments: "{\"city\":\"Ipoh\"}" }] })
+      upstream.setBehaviour({
+        kind: "ok",
+        toolCalls: [{ id: "call_rain", name: "rain", arguments: "{\"city\":\"Ipoh\"}" }]
+      })
       const { apiKey } = yield* caller("stored-fc@example.com", { sen: 1000 })
-      const tools = [{ type: "function", name: "rain", parameters: { type: "object", properties: { city: { type: "string" } } } }]
+      const tools = [{
+        type: "function",
+        name: "rain",
+        parameters: { type: "object", properties: { city: { type: "string" } } }
+      }]
       const first = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Will it rain in Ipoh?", tools })
       expect(first.status, first.text).toBe(200)
-      const callItem = (first.body.output as Array<{ type: string; id: string; call_id: string }>).find((item) => item.type === "function_call")
+      const callItem = (first.body.output as Array<{ type: string; id: string; call_id: string }>).find((item) =>
+        item.type === "function_call"
+      )
       expect(callItem?.call_id).toBe("call_rain")
       // The second turn sends the call by reference and its output in full.
       const second = yield* modelCall(apiKey, "/v1/responses", {
@@ -274,14 +329,23 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const third = yield* modelCall(apiKey, "/v1/responses", {
         model: MODEL,
         tools,
-        input: [...stored.map((item) => ({ type: "item_reference", id: item.id })), { role: "user", content: "Umbrella then?" }]
+        input: [...stored.map((item) => ({ type: "item_reference", id: item.id })), {
+          role: "user",
+          content: "Umbrella then?"
+        }]
       })
       expect(third.status, third.text).toBe(200)
       const sent = sentMessages(upstream)
       expect(sent.length).toBe(3)
       for (const messages of sent.slice(1)) {
-        expect(messages.find((m) => m.role === "assistant")?.tool_calls?.map((c) => [c.id, c.function.name])).toEqual([["call_rain", "rain"]])
-        expect(messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, textOf(m.content)])).toEqual([["call_rain", "Heavy rain after 4 pm."]])
+        expect(messages.find((m) => m.role === "assistant")?.tool_calls?.map((c) => [c.id, c.function.name])).toEqual([[
+          "call_rain",
+          "rain"
+        ]])
+        expect(messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, textOf(m.content)])).toEqual([[
+          "call_rain",
+          "Heavy rain after 4 pm."
+        ]])
       }
       expect(sent[2]?.map((m) => m.role)).toEqual(["user", "assistant", "tool", "user"])
       // OpenAI's own pattern: continue from the response that called, sending only the function's output.
@@ -293,7 +357,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       })
       expect(continued.status, continued.text).toBe(200)
       expect(sentMessages(upstream)[3]?.map((m) => [m.role, textOf(m.content)])).toEqual([
-        ["user", "Will it rain in Ipoh?"], ["assistant", ""], ["tool", "Drizzle only."]
+        ["user", "Will it rain in Ipoh?"],
+        ["assistant", ""],
+        ["tool", "Drizzle only."]
       ])
       const unknown = yield* modelCall(apiKey, "/v1/responses", {
         model: MODEL,
@@ -311,7 +377,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const created = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Count me." })
       expect(created.status).toBe(200)
       const reads = []
-      for (let i = 0; i < 3; i++) reads.push((yield* call("GET", `/v1/responses/${created.body.id}`, { token: apiKey })).status)
+      for (let i = 0; i < 3; i++) {
+        reads.push((yield* call("GET", `/v1/responses/${created.body.id}`, { token: apiKey })).status)
+      }
       expect(reads).toEqual([200, 200, 429])
     }))
 
@@ -331,7 +399,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       })
       const { accountId, apiKey } = yield* caller("stored-ai-sdk@example.com", { sen: 1000 })
       // What the SDK sends: its own defaults, recorded on the way out.
-      const sentByClient: Array<{ readonly store?: boolean; readonly input: ReadonlyArray<{ readonly type?: string }> }> = []
+      const sentByClient: Array<
+        { readonly store?: boolean; readonly input: ReadonlyArray<{ readonly type?: string }> }
+      > = []
       const { baseUrl } = yield* TestServer
       const model = createOpenAI({
         apiKey,
@@ -350,7 +420,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
           return { forecast: "cloudy", city }
         }
       })
-      const first = yield* promise(() => generateText({ model, prompt: "Weather in Melaka?", tools: { weather }, stopWhen: stepCountIs(4) }))
+      const first = yield* promise(() =>
+        generateText({ model, prompt: "Weather in Melaka?", tools: { weather }, stopWhen: stepCountIs(4) })
+      )
       expect(first.steps.length).toBe(2)
       expect(first.text).toContain("cloudy")
       const second = yield* promise(() =>
@@ -376,46 +448,58 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("stored responses
       const last = requests[5]?.messages ?? []
       expect(last.filter((m) => m.role === "assistant" && textOf(m.content) === "Let me check.").length).toBe(3)
       expect(last.filter((m) => m.role === "tool").map((m) => textOf(m.content))).toEqual([
-        expect.stringContaining("cloudy"), expect.stringContaining("cloudy"), expect.stringContaining("cloudy")
+        expect.stringContaining("cloudy"),
+        expect.stringContaining("cloudy"),
+        expect.stringContaining("cloudy")
       ])
       for (const request of requests.slice(1)) {
         const called = new Set(request.messages.flatMap((m) => m.tool_calls?.map((c) => c.id) ?? []))
-        for (const result of request.messages.filter((m) => m.role === "tool")) expect(called.has(result.tool_call_id ?? "")).toBe(true)
+        for (const result of request.messages.filter((m) => m.role === "tool")) {
+          expect(called.has(result.tool_call_id ?? "")).toBe(true)
+        }
       }
       expect(sentByClient.length).toBe(6)
       expect(sentByClient.every((body) => body.store !== false)).toBe(true)
-      expect(sentByClient.flatMap((body) => body.input.filter((item) => item.type === "item_reference")).length).toBeGreaterThanOrEqual(6)
+      expect(sentByClient.flatMap((body) => body.input.filter((item) => item.type === "item_reference")).length)
+        .toBeGreaterThanOrEqual(6)
       yield* billedOnce(accountId, 6)
       expect((yield* storedRows(accountId)).length).toBe(6)
       upstream.reset()
     }))
 })
 
-layer(TwoInstancesLive("stored"), { excludeTestServices: true, timeout: 120_000 })("stored responses on two instances", (it) => {
-  it.effect("a turn answered by A is continued, read and referenced through B at once, plain and streamed", () =>
-    Effect.gen(function*() {
-      yield* bothListening
-      const { a, b } = yield* Instances
-      const { apiKey } = yield* caller("stored-two@example.com", { environment: "test" })
-      for (const stream of [false, true]) {
-        const first = yield* on(a)(modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Remember: teh tarik.", stream }))
-        expect(first.status).toBe(200)
-        const id = stream ? /"id":"(resp_[0-9A-Za-z]+)"/.exec(first.text)?.[1] : first.body.id as string
-        expect(id).toMatch(/^resp_/)
-        // At once, through the other instance: no wait between A's answer and B's turn.
-        const second = yield* on(b)(modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: id, input: "What did I say?" }))
-        expect(second.status, second.text).toBe(200)
-        const read = yield* on(b)(call("GET", `/v1/responses/${second.body.id}`, { token: apiKey }))
-        expect(read.status, read.text).toBe(200)
-        expect(read.body.previous_response_id).toBe(id)
-        const items = yield* on(a)(call("GET", `/v1/responses/${id}/input_items`, { token: apiKey }))
-        expect(JSON.stringify(items.body.data)).toContain("teh tarik")
-        const messageId = (second.body.output as Array<{ id: string }>)[0]?.id
-        const referenced = yield* on(a)(modelCall(apiKey, "/v1/responses", {
-          model: MODEL,
-          input: [{ type: "item_reference", id: messageId }, { role: "user", content: "Thanks." }]
-        }))
-        expect(referenced.status, referenced.text).toBe(200)
-      }
-    }))
-})
+layer(TwoInstancesLive("stored"), { excludeTestServices: true, timeout: 120_000 })(
+  "stored responses on two instances",
+  (it) => {
+    it.effect("a turn answered by A is continued, read and referenced through B at once, plain and streamed", () =>
+      Effect.gen(function*() {
+        yield* bothListening
+        const { a, b } = yield* Instances
+        const { apiKey } = yield* caller("stored-two@example.com", { environment: "test" })
+        for (const stream of [false, true]) {
+          const first = yield* on(a)(
+            modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Remember: teh tarik.", stream })
+          )
+          expect(first.status).toBe(200)
+          const id = stream ? /"id":"(resp_[0-9A-Za-z]+)"/.exec(first.text)?.[1] : first.body.id as string
+          expect(id).toMatch(/^resp_/)
+          // At once, through the other instance: no wait between A's answer and B's turn.
+          const second = yield* on(b)(
+            modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: id, input: "What did I say?" })
+          )
+          expect(second.status, second.text).toBe(200)
+          const read = yield* on(b)(call("GET", `/v1/responses/${second.body.id}`, { token: apiKey }))
+          expect(read.status, read.text).toBe(200)
+          expect(read.body.previous_response_id).toBe(id)
+          const items = yield* on(a)(call("GET", `/v1/responses/${id}/input_items`, { token: apiKey }))
+          expect(JSON.stringify(items.body.data)).toContain("teh tarik")
+          const messageId = (second.body.output as Array<{ id: string }>)[0]?.id
+          const referenced = yield* on(a)(modelCall(apiKey, "/v1/responses", {
+            model: MODEL,
+            input: [{ type: "item_reference", id: messageId }, { role: "user", content: "Thanks." }]
+          }))
+          expect(referenced.status, referenced.text).toBe(200)
+        }
+      }))
+  }
+)

@@ -15,7 +15,11 @@ import { withClient } from "../../support/TestServer.js"
  * `INSTANCE_ID` of a live one refuses to start, naming the conflict in one
  * line, while the identity of a killed one can be taken at once.
  */
-const bed = processBed({ name: "fence", upstream: { record: false }, setup: ({ upstream }) => upstream.setBehaviour({ kind: "ok", delayMs: 20 }) })
+const bed = processBed({
+  name: "fence",
+  upstream: { record: false },
+  setup: ({ upstream }) => upstream.setBehaviour({ kind: "ok", delayMs: 20 })
+})
 const { db } = bed
 const start = (identity: string) => bed.start({ INSTANCE_ID: identity })
 
@@ -38,7 +42,11 @@ const chat = async (baseUrl: string, apiKey: string): Promise<Called> => {
   const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
-    body: JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello to the fence." }], max_tokens: 200 }),
+    body: JSON.stringify({
+      model: "svc/nenas-flash",
+      messages: [{ role: "user", content: "Say hello to the fence." }],
+      max_tokens: 200
+    }),
     signal: AbortSignal.timeout(60_000)
   })
   await reply.text()
@@ -58,7 +66,11 @@ const trickle = (baseUrl: string, apiKey: string, stop: { done: boolean }) =>
 
 /** The calls among `ids` that held their money in a reservation row of their own (not lent from a grant). */
 const reserved = async (ids: ReadonlyArray<string>) =>
-  new Set((await db<{ request_id: string }>("SELECT request_id FROM reservations WHERE request_id = ANY($1)", [ids])).map((r) => r.request_id))
+  new Set(
+    (await db<{ request_id: string }>("SELECT request_id FROM reservations WHERE request_id = ANY($1)", [ids])).map((
+      r
+    ) => r.request_id)
+  )
 
 const waitFor = async (what: string, check: () => Promise<boolean>, timeoutMs: number) => {
   const deadline = Date.now() + timeoutMs
@@ -74,13 +86,17 @@ describe("fencing", { timeout: 180_000 }, () => {
     const a = await start("fence-a")
     const email = `fence-pause-${randomBase62(6)}@example.com`
     const dev = await fundedDeveloper(a.baseUrl, email, 10_000, "signed webhook")
-    const accountId = (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
+    const accountId =
+      (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
     const holder = await holderOf("fence-a")
 
     const stop = { done: false }
     const running = trickle(a.baseUrl, dev.apiKey, stop)
-    await waitFor("the instance takes a credit grant for an account that calls often", async () =>
-      (await db("SELECT 1 FROM credit_grants WHERE holder = $1", [holder])).length > 0, 20_000)
+    await waitFor(
+      "the instance takes a credit grant for an account that calls often",
+      async () => (await db("SELECT 1 FROM credit_grants WHERE holder = $1", [holder])).length > 0,
+      20_000
+    )
     const grantAt = Date.now()
     await sleep(1_000)
 
@@ -97,7 +113,10 @@ describe("fencing", { timeout: 180_000 }, () => {
       // A peer dead for a minute, still holding a reservation (the wallet's columns moved as a reservation moves them).
       const peer = `ins_deadpeer${randomBase62(6)}`
       peerReservation = `rsv_deadpeer${randomBase62(6)}`
-      await db("INSERT INTO instances (id, identity, started_at, heartbeat_at) VALUES ($1, $1, now() - interval '2 minutes', now() - interval '1 minute')", [peer])
+      await db(
+        "INSERT INTO instances (id, identity, started_at, heartbeat_at) VALUES ($1, $1, now() - interval '2 minutes', now() - interval '1 minute')",
+        [peer]
+      )
       await withClient(bed.databaseUrl, async (client) => {
         await client.query("BEGIN")
         await client.query(
@@ -123,9 +142,13 @@ describe("fencing", { timeout: 180_000 }, () => {
       for (const c of whileStale) expect(c.status).toBe(200)
       const heldInRows = await reserved(whileStale.map((c) => c.requestId))
       const lent = whileStale.filter((c) => !heldInRows.has(c.requestId))
-      expect(lent.map((c) => `${c.requestId} at +${c.startedAt - pausedAt} ms`), "calls lent from a grant while the beat was stale").toEqual([])
+      expect(
+        lent.map((c) => `${c.requestId} at +${c.startedAt - pausedAt} ms`),
+        "calls lent from a grant while the beat was stale"
+      ).toEqual([])
       const before = calls.filter((c) => c.startedAt > grantAt && c.endedAt < pausedAt)
-      expect((await reserved(before.map((c) => c.requestId))).size, "before the pause, calls were lent from the grant").toBeLessThan(before.length)
+      expect((await reserved(before.map((c) => c.requestId))).size, "before the pause, calls were lent from the grant")
+        .toBeLessThan(before.length)
     } finally {
       stop.done = true
       await blocker.query("ROLLBACK").catch(() => undefined)
@@ -134,15 +157,22 @@ describe("fencing", { timeout: 180_000 }, () => {
     await running
 
     // Beating again: the dead peer's reservation is released (the sweeper first waits out a dead mark of fresh beats)...
-    await waitFor("the dead peer's reservation released once the sweeper beats again", async () =>
-      (await db<{ status: string }>("SELECT status FROM reservations WHERE id = $1", [peerReservation]))[0]?.status === "released", 20_000)
+    await waitFor(
+      "the dead peer's reservation released once the sweeper beats again",
+      async () =>
+        (await db<{ status: string }>("SELECT status FROM reservations WHERE id = $1", [peerReservation]))[0]
+          ?.status === "released",
+      20_000
+    )
     // ... and calls are lent from a grant again.
     const again = { done: false }
     const resumed = trickle(a.baseUrl, dev.apiKey, again)
     await sleep(4_000)
     again.done = true
     const after = (await resumed).filter((c) => c.status === 200)
-    expect((await reserved(after.map((c) => c.requestId))).size, "lending from grants resumed").toBeLessThan(after.length)
+    expect((await reserved(after.map((c) => c.requestId))).size, "lending from grants resumed").toBeLessThan(
+      after.length
+    )
     await sleep(500)
     expect(await invariantViolations(bed.databaseUrl, [accountId])).toEqual([])
   })
@@ -155,9 +185,14 @@ describe("fencing", { timeout: 180_000 }, () => {
     expect(exit.code, twin.output()).not.toBe(0)
     expect(exit.code, twin.output()).not.toBeNull()
     const named = linesOf(twin.output()).filter((line) => line.includes("INSTANCE_ID"))
-    expect(named, twin.output()).toEqual([expect.stringMatching(/^nenas: INSTANCE_ID "fence-a" is in use by a live process \(ins_\w+/)])
+    expect(named, twin.output()).toEqual([
+      expect.stringMatching(/^nenas: INSTANCE_ID "fence-a" is in use by a live process \(ins_\w+/)
+    ])
     // The live one was left alone: still registered, alive, and serving.
-    const row = await db<{ alive: boolean }>("SELECT heartbeat_at > now() - interval '3 seconds' AS alive FROM instances WHERE id = $1", [holder])
+    const row = await db<{ alive: boolean }>(
+      "SELECT heartbeat_at > now() - interval '3 seconds' AS alive FROM instances WHERE id = $1",
+      [holder]
+    )
     expect(row[0]?.alive).toBe(true)
     expect((await fetch(`${a.baseUrl}/readyz`)).status).toBe(200)
 

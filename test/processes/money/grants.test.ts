@@ -20,7 +20,11 @@ const chat = async (baseUrl: string, apiKey: string) => {
   const reply = await fetch(`${baseUrl}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: `Bearer ${apiKey}` },
-    body: JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello to the grant." }], max_tokens: 30_000 }),
+    body: JSON.stringify({
+      model: "svc/nenas-flash",
+      messages: [{ role: "user", content: "Say hello to the grant." }],
+      max_tokens: 30_000
+    }),
     signal: AbortSignal.timeout(60_000)
   })
   const body = await reply.json() as { cost_myr?: string; error?: { code: string } }
@@ -35,13 +39,18 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     const [a, b] = [await start("grants-a"), await start("grants-b")]
     const email = `grants-race-${randomBase62(6)}@example.com`
     const dev = await fundedDeveloper(a.baseUrl, email, 2_500, "signed webhook")
-    const accountId = (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
+    const accountId =
+      (await db<{ id: string }>("SELECT id FROM accounts WHERE lower(email) = lower($1)", [email]))[0]?.id ?? ""
     // A warm-up on both instances: the account calls often, so each instance takes a grant for it.
     bed.upstream.setBehaviour({ kind: "ok", delayMs: 20, usage: { prompt_tokens: 1_000_000 } })
-    const warm = await Promise.all(Array.from({ length: 40 }, (_, i) => chat(i % 2 === 0 ? a.baseUrl : b.baseUrl, dev.apiKey)))
+    const warm = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => chat(i % 2 === 0 ? a.baseUrl : b.baseUrl, dev.apiKey))
+    )
     for (const reply of warm) expect(reply.status).toBe(200)
     const hold = micro(warm[0]!.body.cost_myr!)
-    const held = await db<{ n: number }>("SELECT count(*)::int AS n FROM credit_grants WHERE account_id = $1", [accountId])
+    const held = await db<{ n: number }>("SELECT count(*)::int AS n FROM credit_grants WHERE account_id = $1", [
+      accountId
+    ])
     expect(held[0]?.n, "both instances hold a grant for the account").toBe(2)
     const balance = 25_000_000 - warm.length * hold
     const k = Math.floor(balance / hold)
@@ -55,12 +64,17 @@ describe("credit grants on two instances", { timeout: 300_000 }, () => {
     const sampler = (async () => {
       while (sampling) {
         sampled.push(await invariantViolations(bed.databaseUrl, [accountId]))
-        const [wallet] = await db<{ available: string }>("SELECT available_micro_myr AS available FROM wallets WHERE account_id = $1", [accountId])
+        const [wallet] = await db<{ available: string }>(
+          "SELECT available_micro_myr AS available FROM wallets WHERE account_id = $1",
+          [accountId]
+        )
         if (Number(wallet?.available) < 0) sampled.push([`available ${wallet?.available} < 0`])
         await new Promise((resolve) => setTimeout(resolve, 20))
       }
     })()
-    const replies = await Promise.all(Array.from({ length: 200 }, (_, i) => chat(i % 2 === 0 ? a.baseUrl : b.baseUrl, dev.apiKey)))
+    const replies = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => chat(i % 2 === 0 ? a.baseUrl : b.baseUrl, dev.apiKey))
+    )
     sampling = false
     await sampler
 

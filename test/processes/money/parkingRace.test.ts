@@ -34,7 +34,12 @@ describe("parking beside another instance's settlements", { timeout: 180_000 }, 
   it("a call parked on one instance while the other settles the same account: the books balance, and the replay bills it once", async () => {
     const a = await bed.start({ INSTANCE_ID: "parkrace-a" })
     const b = await bed.start({ INSTANCE_ID: "parkrace-b" })
-    const { apiKey } = await fundedDeveloper(a.baseUrl, `parkrace-${randomBase62(6)}@example.com`, 50_000, "signed webhook")
+    const { apiKey } = await fundedDeveloper(
+      a.baseUrl,
+      `parkrace-${randomBase62(6)}@example.com`,
+      50_000,
+      "signed webhook"
+    )
     bed.upstream.setBehaviour({ kind: "ok", delayMs: 10, usage: { completion_tokens: 200 } })
 
     // The marked call's input tokens, as its log row records them (the service counts them itself for the estimate).
@@ -47,13 +52,18 @@ describe("parking beside another instance's settlements", { timeout: 180_000 }, 
     )
     const [plain] = [await chat(a.baseUrl, apiKey, PLAIN)]
     await sleep(300)
-    const [plainRow] = await db<{ tokens: number }>("SELECT input_tokens AS tokens FROM request_logs WHERE request_id = $1", [plain.requestId])
+    const [plainRow] = await db<{ tokens: number }>(
+      "SELECT input_tokens AS tokens FROM request_logs WHERE request_id = $1",
+      [plain.requestId]
+    )
     expect(marked?.tokens).toBeGreaterThan(0)
     expect(marked?.tokens).not.toBe(plainRow?.tokens)
     const accountId = marked?.account ?? ""
 
     // From now on, a finished row of the marked prompt breaks a rule of the table: its settlement can only be parked.
-    await db(`ALTER TABLE request_logs ADD CONSTRAINT refuse_marked CHECK (input_tokens <> ${marked?.tokens} OR request_id = '${probe.requestId}' OR status = 'pending')`)
+    await db(
+      `ALTER TABLE request_logs ADD CONSTRAINT refuse_marked CHECK (input_tokens <> ${marked?.tokens} OR request_id = '${probe.requestId}' OR status = 'pending')`
+    )
     let busy = true
     const answered: Array<string> = []
     const load = Promise.all([a, b].flatMap((instance) =>
@@ -99,7 +109,9 @@ describe("parking beside another instance's settlements", { timeout: 180_000 }, 
       })
     expect((await replay()).stdout).toContain("1 replayed, 0 still parked")
     expect((await replay()).stdout).toContain("0 replayed, 0 still parked")
-    const entries = await db<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE request_id = $1", [parkedCall.requestId])
+    const entries = await db<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE request_id = $1", [
+      parkedCall.requestId
+    ])
     expect(entries[0]?.n).toBe(1)
     expect(await invariantViolations(bed.databaseUrl, [accountId])).toEqual([])
   })

@@ -4,8 +4,19 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { embeddedClusterLocation, removeAbandonedClusters, ROOT_STATE_DIR } from "../../../src/Database/EmbeddedPostgres.js"
-import { isRoot, nobody, type RunAs, type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
+import {
+  embeddedClusterLocation,
+  removeAbandonedClusters,
+  ROOT_STATE_DIR
+} from "../../../src/Database/EmbeddedPostgres.js"
+import {
+  isRoot,
+  nobody,
+  type RunAs,
+  type ServiceProcess,
+  startService,
+  stopService
+} from "../../support/ServiceProcess.js"
 
 /**
  * The embedded PostgreSQL lives no longer than its service: a SIGKILL of
@@ -66,7 +77,9 @@ const stillRunning = async (tree: ReadonlyArray<Process>, clusterDir: string): P
 const ISSUE_BOUND_MS = 2_000
 
 const unprivileged = isRoot() ? nobody() : undefined
-const users: ReadonlyArray<{ readonly name: string; readonly runAs: RunAs | undefined; readonly skip: string | undefined }> = [
+const users: ReadonlyArray<
+  { readonly name: string; readonly runAs: RunAs | undefined; readonly skip: string | undefined }
+> = [
   { name: "as root", runAs: undefined, skip: isRoot() ? undefined : "only root can start the service as root" },
   {
     name: "as another user",
@@ -104,7 +117,9 @@ describe.each(users)("the embedded database dies with its service, $name", ({ ru
   }
 
   it.skipIf(skip !== undefined)(
-    `SIGKILL of npm start's process group leaves no process behind within 2 s${skip === undefined ? "" : ` (skipped: ${skip})`}`,
+    `SIGKILL of npm start's process group leaves no process behind within 2 s${
+      skip === undefined ? "" : ` (skipped: ${skip})`
+    }`,
     async () => {
       const { parent, dataDir } = await freshDataDir()
       const service = await startService({ from: "npm start", env: { DATA_DIR: dataDir }, runAs })
@@ -125,7 +140,8 @@ describe.each(users)("the embedded database dies with its service, $name", ({ ru
         left = await stillRunning(tree, clusterDir)
       }
       const after = Date.now() - killedAt
-      expect(left.map(({ args, pid }) => `${pid} ${args.slice(0, 160)}`), `still running ${after} ms after the kill`).toEqual([])
+      expect(left.map(({ args, pid }) => `${pid} ${args.slice(0, 160)}`), `still running ${after} ms after the kill`)
+        .toEqual([])
       expect(after).toBeLessThan(ISSUE_BOUND_MS + 500) // the last listing itself takes a moment
 
       if (layout !== "root") return

@@ -3,7 +3,15 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { embeddedClusterLocation, freePort, ROOT_STATE_DIR } from "../../../src/Database/EmbeddedPostgres.js"
-import { isRoot, linesOf, nobody, type RunAs, type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
+import {
+  isRoot,
+  linesOf,
+  nobody,
+  type RunAs,
+  type ServiceProcess,
+  startService,
+  stopService
+} from "../../support/ServiceProcess.js"
 
 // arbitrary JSON: each check below names the fields it expects
 const json = async (response: Response): Promise<{ status: number; body: any }> => ({
@@ -50,7 +58,9 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
 
   it.skipIf(skip !== undefined)(
     `serves, keeps its data across restarts, stops its database on shutdown, recovers from a kill and a stale lock, ` +
-      `refuses another version's cluster in one line, and starts afresh without its DATA_DIR${skip === undefined ? "" : ` (skipped: ${skip})`}`,
+      `refuses another version's cluster in one line, and starts afresh without its DATA_DIR${
+        skip === undefined ? "" : ` (skipped: ${skip})`
+      }`,
     async () => {
       const parent = await mkdtemp(join(tmpdir(), "nenas-start-"))
       await chmod(parent, 0o755) // passable for the unprivileged user
@@ -82,22 +92,28 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
       expect(pgPort).not.toBe(5432)
 
       const signIn = async () => {
-        const session = await json(await fetch(`${base}/dev/session`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ email: "start@example.com" })
-        }))
+        const session = await json(
+          await fetch(`${base}/dev/session`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ email: "start@example.com" })
+          })
+        )
         expect(session.status).toBe(200)
         return { authorization: `Bearer ${session.body.token}` }
       }
       const auth = await signIn()
-      const created = await json(await fetch(`${base}/dashboard/api-keys`, {
-        method: "POST",
-        headers: { ...auth, "content-type": "application/json" },
-        body: JSON.stringify({ name: "survives restarts" })
-      }))
+      const created = await json(
+        await fetch(`${base}/dashboard/api-keys`, {
+          method: "POST",
+          headers: { ...auth, "content-type": "application/json" },
+          body: JSON.stringify({ name: "survives restarts" })
+        })
+      )
       expect(created.status).toBe(201)
-      const models = await json(await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${created.body.full_key}` } }))
+      const models = await json(
+        await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${created.body.full_key}` } })
+      )
       expect(models.body.data[0].id).toBe("svc/nenas-flash")
       const keyIds = async () => {
         const listed = await json(await fetch(`${base}/dashboard/api-keys`, { headers: await signIn() }))
@@ -131,7 +147,9 @@ describe.each(layouts)("npm start with nothing configured, $name", ({ runAs, ski
       const older = await start("spawned")
       expect((await older.closed).code).toBe(1)
       expect(linesOf(older.output())).toEqual([
-        expect.stringMatching(/^nenas: .* was made by PostgreSQL 16 and this install has PostgreSQL \d+: upgrade it with pg_upgrade/)
+        expect.stringMatching(
+          /^nenas: .* was made by PostgreSQL 16 and this install has PostgreSQL \d+: upgrade it with pg_upgrade/
+        )
       ])
       await writeFile(versionFile, version)
 

@@ -1,16 +1,29 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Option } from "effect"
-import { KeyCache } from "../../../src/Keys/KeyCache.js"
 import { newId } from "../../../src/Domain/Ids.js"
 import { microMyr } from "../../../src/Domain/Money.js"
+import { KeyCache } from "../../../src/Keys/KeyCache.js"
 import type { ReserveInput } from "../../../src/Wallet/Reserve.js"
-import { isLimited, keyLimitRefusal, MEMBER_BUDGET_GUIDANCE, memberBudgetRefusal } from "../../../src/Wallet/SpendLimits.js"
 import { Spending } from "../../../src/Wallet/Spending.js"
+import {
+  isLimited,
+  keyLimitRefusal,
+  MEMBER_BUDGET_GUIDANCE,
+  memberBudgetRefusal
+} from "../../../src/Wallet/SpendLimits.js"
 import { call, createKey, type Reply } from "../../support/Http.js"
 import { modelCall, violations } from "../../support/Models.js"
 import { topUp } from "../../support/Stripe.js"
 import { query, TestServer } from "../../support/TestServer.js"
-import { bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, twoInstances } from "../../support/TwoInstances.js"
+import {
+  bothListening,
+  DEADLINE_MS,
+  Instances,
+  on,
+  outcome,
+  seenWithin,
+  twoInstances
+} from "../../support/TwoInstances.js"
 import { Upstream } from "../../support/Upstream.js"
 import { developer, walletInstance } from "../../support/Wallet.js"
 
@@ -47,7 +60,9 @@ describe("member budget decisions", () => {
     expect(refused?.guidance).toBe(MEMBER_BUDGET_GUIDANCE)
     expect(refused?.guidance).toContain("PATCH /dashboard/members/{id}")
     // The key's own limit keeps its own wording and its code's guidance (raise the key's limit).
-    expect(keyLimitRefusal(4_000_000, month, microMyr(250_000))?.message).toMatch(/^This key's monthly spend limit is RM 4\.000000/)
+    expect(keyLimitRefusal(4_000_000, month, microMyr(250_000))?.message).toMatch(
+      /^This key's monthly spend limit is RM 4\.000000/
+    )
   })
 
   it("a call under its key's limit or its member's budget is limited: it never lends from a grant", () => {
@@ -60,7 +75,12 @@ describe("member budget decisions", () => {
       memberId: "mem_1",
       memberMonthlySpendLimitMicroMyr: member
     })
-    expect([input(null, null), input(5, null), input(null, 5), input(0, 0)].map(isLimited)).toEqual([false, true, true, true])
+    expect([input(null, null), input(5, null), input(null, 5), input(0, 0)].map(isLimited)).toEqual([
+      false,
+      true,
+      true,
+      true
+    ])
   })
 })
 
@@ -92,7 +112,11 @@ const MemberInstancesLive = Layer.scopedContext(Effect.gen(function*() {
 
 const CHAT = "/v1/chat/completions"
 const MAX_TOKENS = 2_000
-const BODY = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Count the budget." }], max_tokens: MAX_TOKENS }
+const BODY = {
+  model: "svc/nenas-flash",
+  messages: [{ role: "user", content: "Count the budget." }],
+  max_tokens: MAX_TOKENS
+}
 /** Usage near the estimate: each call costs about what it holds, so the budget, not the estimate's margin, decides. */
 const NEAR_ESTIMATE = { prompt_tokens: 20, completion_tokens: MAX_TOKENS }
 
@@ -141,7 +165,10 @@ const spentBy = (keyIds: ReadonlyArray<string>) =>
 /** The largest reservation a key's calls took: one call's estimate of `BODY`. */
 const estimateOf = (keyId: string) =>
   Effect.map(
-    query<{ amount: string | null }>("SELECT max(amount_micro_myr)::text AS amount FROM reservations WHERE api_key_id = $1", [keyId]),
+    query<{ amount: string | null }>(
+      "SELECT max(amount_micro_myr)::text AS amount FROM reservations WHERE api_key_id = $1",
+      [keyId]
+    ),
     (rows) => Number(rows[0]?.amount ?? 0)
   )
 
@@ -151,7 +178,10 @@ const grantHolders = (accountId: string, wanted: number) =>
     let holders = 0
     for (let waited = 0; holders < wanted && waited < 100; waited++) {
       yield* Effect.sleep("100 millis")
-      const rows = yield* query<{ n: number }>("SELECT count(DISTINCT holder)::int AS n FROM credit_grants WHERE account_id = $1", [accountId])
+      const rows = yield* query<{ n: number }>(
+        "SELECT count(DISTINCT holder)::int AS n FROM credit_grants WHERE account_id = $1",
+        [accountId]
+      )
       holders = rows[0]?.n ?? 0
     }
     return holders
@@ -160,7 +190,9 @@ const grantHolders = (accountId: string, wanted: number) =>
 const expectMemberRefusal = (reply: Reply) => {
   expect(reply.status).toBe(402)
   expect(reply.body.error.code).toBe("spend_limit_exceeded")
-  expect(reply.body.error.message).toMatch(/^Your monthly budget in this account is RM \d+\.\d{6}; your keys have spent RM/)
+  expect(reply.body.error.message).toMatch(
+    /^Your monthly budget in this account is RM \d+\.\d{6}; your keys have spent RM/
+  )
   expect(reply.body.error.guidance).toBe(MEMBER_BUDGET_GUIDANCE)
   return reply.body.error.message as string
 }
@@ -175,7 +207,9 @@ layer(MemberInstancesLive, { excludeTestServices: true, timeout: 180_000 })("mem
       const devOne = yield* on(a)(keyOf(token, memberId, "dev one"))
       const devTwo = yield* on(a)(keyOf(token, memberId, "dev two"))
       const owners = yield* on(a)(keyOf(token, null, "owner's"))
-      const [owner] = yield* query<{ memberId: string }>(`SELECT member_id AS "memberId" FROM api_keys WHERE id = $1`, [owners.id])
+      const [owner] = yield* query<{ memberId: string }>(`SELECT member_id AS "memberId" FROM api_keys WHERE id = $1`, [
+        owners.id
+      ])
       expect(owner?.memberId).not.toBe(memberId)
       const hold = (apiKeyId: string, member: string, amount: number) =>
         repo.reserve({
@@ -278,7 +312,9 @@ layer(MemberInstancesLive, { excludeTestServices: true, timeout: 180_000 })("mem
       expect(yield* grantHolders(accountId, 2), "both instances hold a grant for the account").toBe(2)
       const replies = yield* Effect.all(
         [a, b].flatMap((base) =>
-          keys.flatMap((key) => Array.from({ length: 4 }, () => Effect.forEach(Array.from({ length: 4 }), () => on(base)(chat(key.apiKey)))))
+          keys.flatMap((key) =>
+            Array.from({ length: 4 }, () => Effect.forEach(Array.from({ length: 4 }), () => on(base)(chat(key.apiKey))))
+          )
         ),
         { concurrency: "unbounded" }
       ).pipe(Effect.ensuring(Effect.sync(() => void (busy = false))))
@@ -291,7 +327,10 @@ layer(MemberInstancesLive, { excludeTestServices: true, timeout: 180_000 })("mem
       expect(admitted).toBeLessThanOrEqual(6)
       const spent = yield* spentBy(memberKeyIds)
       expect(spent, "the member's keys together never pass the budget").toBeLessThanOrEqual(budget)
-      const charged = replies.flat().filter((reply) => reply.status === 200).reduce((sum, reply) => sum + micro(reply.body.cost_myr), 0)
+      const charged = replies.flat().filter((reply) => reply.status === 200).reduce(
+        (sum, reply) => sum + micro(reply.body.cost_myr),
+        0
+      )
       expect(charged).toBe(spent)
       // The member's calls never ran on a grant; the owner's did.
       const onGrants = yield* query<{ member: number; owner: number }>(
@@ -363,7 +402,11 @@ layer(MemberInstancesLive, { excludeTestServices: true, timeout: 180_000 })("mem
       // Both keys, cached on both instances without a budget, are refused within a second.
       for (const base of [a, b]) {
         for (const key of [busyKey, idleKey]) {
-          const ms = yield* seenWithin(loweredAt, on(base)(chat(key.apiKey)), (reply) => outcome(reply) === "spend_limit_exceeded")
+          const ms = yield* seenWithin(
+            loweredAt,
+            on(base)(chat(key.apiKey)),
+            (reply) => outcome(reply) === "spend_limit_exceeded"
+          )
           expect(ms).toBeLessThanOrEqual(DEADLINE_MS)
           expect(expectMemberRefusal(yield* on(base)(chat(key.apiKey)))).toContain("held for calls in flight")
         }
@@ -381,7 +424,10 @@ layer(MemberInstancesLive, { excludeTestServices: true, timeout: 180_000 })("mem
       let left = -1
       for (let waited = 0; left !== 0 && waited < 50; waited++) {
         yield* Effect.sleep("100 millis")
-        const rows = yield* query<{ n: number }>("SELECT count(*)::int AS n FROM key_grant_holds WHERE api_key_id = ANY($1)", [memberKeyIds])
+        const rows = yield* query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM key_grant_holds WHERE api_key_id = ANY($1)",
+          [memberKeyIds]
+        )
         left = rows[0]?.n ?? -1
       }
       expect(left, "once written, the calls' holds are gone").toBe(0)

@@ -6,7 +6,15 @@ import { call, createKey, type Reply } from "../../support/Http.js"
 import { modelCall, violations } from "../../support/Models.js"
 import { topUp } from "../../support/Stripe.js"
 import { query, TestServer } from "../../support/TestServer.js"
-import { bothListening, DEADLINE_MS, Instances, on, outcome, seenWithin, twoInstances } from "../../support/TwoInstances.js"
+import {
+  bothListening,
+  DEADLINE_MS,
+  Instances,
+  on,
+  outcome,
+  seenWithin,
+  twoInstances
+} from "../../support/TwoInstances.js"
 import { Upstream } from "../../support/Upstream.js"
 import { developer } from "../../support/Wallet.js"
 
@@ -34,7 +42,11 @@ const InstancesLive = Layer.scopedContext(Effect.gen(function*() {
 })).pipe(Layer.provideMerge(Upstream.layer))
 
 const MAX_TOKENS = 2_000
-const BODY = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Count the budget." }], max_tokens: MAX_TOKENS }
+const BODY = {
+  model: "svc/nenas-flash",
+  messages: [{ role: "user", content: "Count the budget." }],
+  max_tokens: MAX_TOKENS
+}
 const NEAR_ESTIMATE = { prompt_tokens: 20, completion_tokens: MAX_TOKENS }
 const chat = (apiKey: string) => modelCall(apiKey, "/v1/chat/completions", BODY)
 
@@ -68,7 +80,10 @@ const spentBy = (keyIds: ReadonlyArray<string>) =>
 
 const estimateOf = (keyId: string) =>
   Effect.map(
-    query<{ amount: string | null }>("SELECT max(amount_micro_myr)::text AS amount FROM reservations WHERE api_key_id = $1", [keyId]),
+    query<{ amount: string | null }>(
+      "SELECT max(amount_micro_myr)::text AS amount FROM reservations WHERE api_key_id = $1",
+      [keyId]
+    ),
     (rows) => Number(rows[0]?.amount ?? 0)
   )
 
@@ -77,7 +92,10 @@ const grantHolders = (accountId: string, wanted: number) =>
     let holders = 0
     for (let waited = 0; holders < wanted && waited < 100; waited++) {
       yield* Effect.sleep("100 millis")
-      const rows = yield* query<{ n: number }>("SELECT count(DISTINCT holder)::int AS n FROM credit_grants WHERE account_id = $1", [accountId])
+      const rows = yield* query<{ n: number }>(
+        "SELECT count(DISTINCT holder)::int AS n FROM credit_grants WHERE account_id = $1",
+        [accountId]
+      )
       holders = rows[0]?.n ?? 0
     }
     return holders
@@ -127,7 +145,10 @@ layer(InstancesLive, { excludeTestServices: true, timeout: 180_000 })("keys give
       // The heir's budget has room for one call over what both keys wrote, not for what the slow calls hold.
       const estimate = yield* estimateOf(heirKey.id)
       const written = yield* spentBy([busyKey.id, heirKey.id])
-      yield* query("UPDATE members SET monthly_spend_limit_micro_myr = $1 WHERE id = $2", [written + estimate + 1_000, heir])
+      yield* query("UPDATE members SET monthly_spend_limit_micro_myr = $1 WHERE id = $2", [
+        written + estimate + 1_000,
+        heir
+      ])
       yield* Effect.sleep("200 millis")
       const removed = yield* on(b)(call("DELETE", `/dashboard/members/${leaver}?transfer_keys_to=${heir}`, { token }))
       expect(removed.body, removed.text).toEqual({ ok: true, keys_disabled: [], keys_transferred: [busyKey.id] })
@@ -136,7 +157,8 @@ layer(InstancesLive, { excludeTestServices: true, timeout: 180_000 })("keys give
         "SELECT amount_micro_myr::text AS amount FROM key_grant_holds WHERE api_key_id = $1",
         [busyKey.id]
       )
-      expect(holds.reduce((sum, hold) => sum + Number(hold.amount), 0), "both instances wrote what the calls hold").toBe(10 * estimate)
+      expect(holds.reduce((sum, hold) => sum + Number(hold.amount), 0), "both instances wrote what the calls hold")
+        .toBe(10 * estimate)
       for (const base of [a, b]) {
         const ms = yield* seenWithin(movedAt, on(base)(chat(heirKey.apiKey)), refusedForHolds)
         expect(ms).toBeLessThanOrEqual(DEADLINE_MS)

@@ -27,7 +27,9 @@ const cases = [
 
 for (const { config, name } of cases) {
   describe(`breakers on /readyz and /metrics (${name})`, () => {
-    layer(TestServerLive({ ...config, breakerFailures: 2, breakerCooldownMs: COOLDOWN_MS }), { excludeTestServices: true })((it) => {
+    layer(TestServerLive({ ...config, breakerFailures: 2, breakerCooldownMs: COOLDOWN_MS }), {
+      excludeTestServices: true
+    })((it) => {
       it.effect("an opened breaker is listed with its half-open time, the service stays ready, the gauge says 2, then 1, then 0", () =>
         Effect.gen(function*() {
           const { clock } = yield* TestServer
@@ -67,7 +69,11 @@ for (const { config, name } of cases) {
           // Past the cool-down the breaker is half-open; its probe's success closes it.
           clock.advance(COOLDOWN_MS)
           const halfOpen = yield* call("GET", "/readyz")
-          expect(halfOpen.body.upstreams.open).toEqual([{ target: TARGET, state: "half_open", half_open_at: listed.half_open_at }])
+          expect(halfOpen.body.upstreams.open).toEqual([{
+            target: TARGET,
+            state: "half_open",
+            half_open_at: listed.half_open_at
+          }])
           expect(gauge((yield* call("GET", "/metrics")).text, TARGET)).toBe(1)
           expect(yield* Effect.withClock(breakers.admit(TARGET), clock)).toEqual({ _tag: "Probe" })
           yield* Effect.withClock(breakers.record(TARGET, { _tag: "Success" }), clock)
@@ -79,15 +85,24 @@ for (const { config, name } of cases) {
 }
 
 describe("breakers across two instances on one Redis", () => {
-  it.scopedLive("a breaker opened on one instance is on the other's /readyz and gauge, with the same half-open time", () =>
-    Effect.gen(function*() {
-      const { a, b, clock, database, first, second, settled } = yield* twoInstances("breakers", {
-        redisUrl: Option.some("redis://127.0.0.1:6379"),
-        breakerFailures: 2,
-        breakerCooldownMs: COOLDOWN_MS
-      })
-      yield* Effect.provideService(seenOnBoth(a, b, first, second), TestServer, { baseUrl: a, databaseUrl: database.url, clock, settled })
-    }), 60_000)
+  it.scopedLive(
+    "a breaker opened on one instance is on the other's /readyz and gauge, with the same half-open time",
+    () =>
+      Effect.gen(function*() {
+        const { a, b, clock, database, first, second, settled } = yield* twoInstances("breakers", {
+          redisUrl: Option.some("redis://127.0.0.1:6379"),
+          breakerFailures: 2,
+          breakerCooldownMs: COOLDOWN_MS
+        })
+        yield* Effect.provideService(seenOnBoth(a, b, first, second), TestServer, {
+          baseUrl: a,
+          databaseUrl: database.url,
+          clock,
+          settled
+        })
+      }),
+    60_000
+  )
 })
 
 /** Instance one opens the breaker; both `/readyz` list it, the second's gauge and calls see it. */

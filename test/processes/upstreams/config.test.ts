@@ -1,8 +1,8 @@
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Either, Option, Redacted } from "effect"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Either, Option, Redacted } from "effect"
 import { appConfig } from "../../../src/AppConfig.js"
 import { DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
 import { parseUpstreams, targetsFor, targetsOf } from "../../../src/Domain/Upstreams.js"
@@ -15,13 +15,20 @@ import { linesOf, startService } from "../../support/ServiceProcess.js"
  * shorthand equivalent to a list of one.
  */
 
-const OPENAI = { name: "openai", base_url: "https://api.openai.com/v1", api_key: "sk-1", models: { general: ["gpt-4.1-mini"], reasoning: ["o4-mini"] } }
+const OPENAI = {
+  name: "openai",
+  base_url: "https://api.openai.com/v1",
+  api_key: "sk-1",
+  models: { general: ["gpt-4.1-mini"], reasoning: ["o4-mini"] }
+}
 const GEMINI = {
   name: "gemini",
   base_url: "https://generativelanguage.googleapis.com/v1beta/openai",
   api_key: "g-1",
   models: { general: ["gemini-2.5-flash", "gemini-2.0-flash"], reasoning: ["gemini-2.5-pro"] },
-  prices: { "gemini-2.5-flash": { inputPerMillion: 1_260_000, cachedInputPerMillion: 315_000, outputPerMillion: 10_500_000 } }
+  prices: {
+    "gemini-2.5-flash": { inputPerMillion: 1_260_000, cachedInputPerMillion: 315_000, outputPerMillion: 10_500_000 }
+  }
 }
 const VLLM = { name: "local-vllm", base_url: "http://vllm:8000/v1", models: { general: ["qwen3-8b"] } }
 
@@ -51,14 +58,37 @@ describe("parseUpstreams", () => {
     ["bad JSON", "[{name: openai}]", "UPSTREAMS is not valid JSON: "],
     ["not a list", { name: "x" }, "UPSTREAMS must be a non-empty JSON array of upstreams"],
     ["an empty list", [], "UPSTREAMS must be a non-empty JSON array of upstreams"],
-    ["a missing base_url", [OPENAI, { name: "gemini", models: { general: ["g"] } }], `UPSTREAMS entry 2 ("gemini"): base_url: is missing`],
-    ["a base_url that is no URL", [{ ...OPENAI, base_url: "api.openai.com" }], `UPSTREAMS entry 1 ("openai"): base_url: must be an http(s) URL`],
-    ["no models at all", [{ ...VLLM, models: {} }], `UPSTREAMS entry 1 ("local-vllm"): models: list at least one model under general or reasoning`],
-    ["empty model lists", [{ ...VLLM, models: { general: [], reasoning: [] } }], `UPSTREAMS entry 1 ("local-vllm"): models: list at least one`],
-    ["an empty model id", [{ ...VLLM, models: { general: [""] } }], `UPSTREAMS entry 1 ("local-vllm"): models.general.0: a model id must be a non-empty string`],
+    [
+      "a missing base_url",
+      [OPENAI, { name: "gemini", models: { general: ["g"] } }],
+      `UPSTREAMS entry 2 ("gemini"): base_url: is missing`
+    ],
+    [
+      "a base_url that is no URL",
+      [{ ...OPENAI, base_url: "api.openai.com" }],
+      `UPSTREAMS entry 1 ("openai"): base_url: must be an http(s) URL`
+    ],
+    [
+      "no models at all",
+      [{ ...VLLM, models: {} }],
+      `UPSTREAMS entry 1 ("local-vllm"): models: list at least one model under general or reasoning`
+    ],
+    [
+      "empty model lists",
+      [{ ...VLLM, models: { general: [], reasoning: [] } }],
+      `UPSTREAMS entry 1 ("local-vllm"): models: list at least one`
+    ],
+    [
+      "an empty model id",
+      [{ ...VLLM, models: { general: [""] } }],
+      `UPSTREAMS entry 1 ("local-vllm"): models.general.0: a model id must be a non-empty string`
+    ],
     [
       "a negative price",
-      [{ ...GEMINI, prices: { "gemini-2.5-flash": { inputPerMillion: -1, cachedInputPerMillion: 0, outputPerMillion: 0 } } }],
+      [{
+        ...GEMINI,
+        prices: { "gemini-2.5-flash": { inputPerMillion: -1, cachedInputPerMillion: 0, outputPerMillion: 0 } }
+      }],
       `UPSTREAMS entry 1 ("gemini"): prices.gemini-2.5-flash.inputPerMillion: `
     ],
     [
@@ -66,12 +96,20 @@ describe("parseUpstreams", () => {
       [{ ...GEMINI, prices: { "gemini-2.5-flash": { inputPerMillion: 1 } } }],
       `UPSTREAMS entry 1 ("gemini"): prices.gemini-2.5-flash.cachedInputPerMillion: is missing`
     ],
-    ["two entries of one name", [OPENAI, { ...VLLM, name: "openai" }], `UPSTREAMS entry 2 ("openai"): name: another entry is already named openai`],
+    [
+      "two entries of one name",
+      [OPENAI, { ...VLLM, name: "openai" }],
+      `UPSTREAMS entry 2 ("openai"): name: another entry is already named openai`
+    ],
     ["a field it does not know", [{ ...OPENAI, model: "x" }], `UPSTREAMS entry 1 ("openai"): model: is unexpected`],
     ["no reasoning model anywhere", [VLLM], "UPSTREAMS: no upstream lists a reasoning model"],
     [
       "one model priced two ways",
-      [{ ...GEMINI }, { ...VLLM, models: { general: ["gemini-2.5-flash"] }, prices: { "gemini-2.5-flash": { inputPerMillion: 1, cachedInputPerMillion: 1, outputPerMillion: 1 } } }],
+      [{ ...GEMINI }, {
+        ...VLLM,
+        models: { general: ["gemini-2.5-flash"] },
+        prices: { "gemini-2.5-flash": { inputPerMillion: 1, cachedInputPerMillion: 1, outputPerMillion: 1 } }
+      }],
       `UPSTREAMS entry 2 ("local-vllm"): prices.gemini-2.5-flash: priced differently by gemini`
     ]
   ]
@@ -91,16 +129,27 @@ const loaded = (variables: Record<string, string>) =>
 describe("AppConfig's upstreams", () => {
   it.effect("UPSTREAM_BASE_URL with UPSTREAM_MODEL_* is a list of one, named upstream", () =>
     Effect.gen(function*() {
-      const config = yield* loaded({ UPSTREAM_BASE_URL: "http://127.0.0.1:9/v1", UPSTREAM_MODEL_GENERAL: "m-general", UPSTREAM_MODEL_REASONING: "m-reason" })
+      const config = yield* loaded({
+        UPSTREAM_BASE_URL: "http://127.0.0.1:9/v1",
+        UPSTREAM_MODEL_GENERAL: "m-general",
+        UPSTREAM_MODEL_REASONING: "m-reason"
+      })
       expect(config.upstreams.map((u) => ({ name: u.name, baseUrl: u.baseUrl, models: u.models }))).toEqual([
-        { name: "upstream", baseUrl: "http://127.0.0.1:9/v1", models: { general: ["m-general"], reasoning: ["m-reason"] } }
+        {
+          name: "upstream",
+          baseUrl: "http://127.0.0.1:9/v1",
+          models: { general: ["m-general"], reasoning: ["m-reason"] }
+        }
       ])
       expect(config.prices, "no prices of its own").toEqual(DEFAULT_PRICES)
     }))
 
   it.effect("UPSTREAMS overrides the shorthand, and its prices override the table's", () =>
     Effect.gen(function*() {
-      const config = yield* loaded({ UPSTREAM_BASE_URL: "http://127.0.0.1:9/v1", UPSTREAMS: JSON.stringify([OPENAI, GEMINI, VLLM]) })
+      const config = yield* loaded({
+        UPSTREAM_BASE_URL: "http://127.0.0.1:9/v1",
+        UPSTREAMS: JSON.stringify([OPENAI, GEMINI, VLLM])
+      })
       expect(config.upstreams.map((u) => u.name)).toEqual(["openai", "gemini", "local-vllm"])
       expect(config.prices.models["gemini-2.5-flash"]).toEqual(GEMINI.prices["gemini-2.5-flash"])
       expect(config.prices.models["gpt-4.1-mini"]).toEqual(DEFAULT_PRICES.models["gpt-4.1-mini"])
@@ -112,7 +161,9 @@ describe("AppConfig's upstreams", () => {
   it.effect("a bad UPSTREAMS fails the configuration with its one line", () =>
     Effect.gen(function*() {
       const error = yield* Effect.flip(loaded({ UPSTREAMS: JSON.stringify([{ ...OPENAI, models: { general: [] } }]) }))
-      expect(String(error)).toContain(`UPSTREAMS entry 1 ("openai"): models: list at least one model under general or reasoning`)
+      expect(String(error)).toContain(
+        `UPSTREAMS entry 1 ("openai"): models: list at least one model under general or reasoning`
+      )
     }))
 })
 

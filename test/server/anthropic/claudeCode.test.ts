@@ -3,9 +3,9 @@ import { Effect } from "effect"
 import { writeFile } from "node:fs/promises"
 import { join } from "node:path"
 import {
-  type ClaudeRun,
   claudeCannotStart,
   claudeResult,
+  type ClaudeRun,
   exchangeLines,
   runClaude,
   streamedText,
@@ -49,7 +49,9 @@ const dashboardLogs = (token: string) =>
 
 /** The Messages calls Claude Code made; every request it made to the API was answered 200. */
 const messagesCalls = (run: ClaudeRun) => {
-  const account = `exit ${run.code} ${run.signal ?? ""}\nrequests:\n${exchangeLines(run)}\nstdout: ${run.stdout}\nstderr: ${run.stderr.slice(-4000)}`
+  const account = `exit ${run.code} ${run.signal ?? ""}\nrequests:\n${
+    exchangeLines(run)
+  }\nstdout: ${run.stdout}\nstderr: ${run.stderr.slice(-4000)}`
   expect(run.code, account).toBe(0)
   for (const exchange of run.exchanges.filter((e) => e.url.startsWith("/v1/"))) {
     expect(exchange.status, `${exchange.method} ${exchange.url} answered ${exchange.answer.slice(0, 1000)}`).toBe(200)
@@ -106,7 +108,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           expect(only.body.messages.some((m: { role: string }) => m.role === "system")).toBe(true)
 
           const result = claudeResult(run)
-          expect(result).toMatchObject({ type: "result", subtype: "success", is_error: false, num_turns: 1, stop_reason: "end_turn" })
+          expect(result).toMatchObject({
+            type: "result",
+            subtype: "success",
+            is_error: false,
+            num_turns: 1,
+            stop_reason: "end_turn"
+          })
           expect(result.result).toMatch(/^Simulated answer \([0-9a-f]+\) from nenas-simulated/)
           expect(result.result).toBe(streamedText(only.answer))
           expect(upstream.requests, "a test key never reaches the upstream").toEqual([])
@@ -115,7 +123,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           expect(requestId).toMatch(/^req_/)
           const logs = yield* dashboardLogs(who.token)
           expect(logs).toHaveLength(1)
-          expect(logs[0]).toMatchObject({ requestId, endpoint: "/v1/messages", environment: "test", status: "succeeded", costMicroMyr: 0 })
+          expect(logs[0]).toMatchObject({
+            requestId,
+            endpoint: "/v1/messages",
+            environment: "test",
+            status: "succeeded",
+            costMicroMyr: 0
+          })
           expect(logs[0]?.inputTokens).toBeGreaterThan(0)
           expect(logs[0]?.outputTokens).toBeGreaterThan(0)
         }),
@@ -133,14 +147,20 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           const file = join(work, "notes.txt")
           yield* Effect.promise(() => writeFile(file, "hello from nenas\n"))
           const hasRead = (body: unknown) =>
-            ((body as { tools?: ReadonlyArray<{ function?: { name?: string } }> }).tools ?? []).some((t) => t.function?.name === "Read")
+            ((body as { tools?: ReadonlyArray<{ function?: { name?: string } }> }).tools ?? []).some((t) =>
+              t.function?.name === "Read"
+            )
           upstream.setBehaviour({
             kind: "perRequest",
             // The main loop (it offers Read) gets a tool call, then the final text once the tool result comes back;
             // any other call Claude Code makes gets plain text.
             choose: (body) =>
               hasRead(body)
-                ? { kind: "ok", toolCalls: [{ name: "Read", arguments: JSON.stringify({ file_path: file }) }], text: FINAL }
+                ? {
+                  kind: "ok",
+                  toolCalls: [{ name: "Read", arguments: JSON.stringify({ file_path: file }) }],
+                  text: FINAL
+                }
                 : { kind: "ok", text: "ok" }
           })
           const who = yield* caller("claude-code-live@example.com", { sen: 1000 })
@@ -157,15 +177,33 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           expectClaudeCodeShape(calls[0]!)
 
           const result = claudeResult(run)
-          expect(result).toMatchObject({ type: "result", subtype: "success", is_error: false, result: FINAL, permission_denials: [] })
+          expect(result).toMatchObject({
+            type: "result",
+            subtype: "success",
+            is_error: false,
+            result: FINAL,
+            permission_denials: []
+          })
           expect(result.num_turns).toBe(2)
 
           // The round trip upstream: a Read call, then the conversation with its result.
           const main = upstream.requests.filter((r) => hasRead(r.body))
           expect(main).toHaveLength(2)
-          const second = main[1]?.body as { messages: ReadonlyArray<{ role: string; content: unknown; tool_calls?: ReadonlyArray<{ id: string; function: { name: string; arguments: string } }>; tool_call_id?: string }> }
+          const second = main[1]?.body as {
+            messages: ReadonlyArray<
+              {
+                role: string
+                content: unknown
+                tool_calls?: ReadonlyArray<{ id: string; function: { name: string; arguments: string } }>
+                tool_call_id?: string
+              }
+            >
+          }
           const assistant = second.messages.find((m) => m.tool_calls !== undefined)
-          expect(assistant?.tool_calls?.[0]?.function).toEqual({ name: "Read", arguments: JSON.stringify({ file_path: file }) })
+          expect(assistant?.tool_calls?.[0]?.function).toEqual({
+            name: "Read",
+            arguments: JSON.stringify({ file_path: file })
+          })
           const toolTurn = second.messages[second.messages.length - 1]
           expect(toolTurn?.role).toBe("tool")
           expect(toolTurn?.tool_call_id).toBe(assistant?.tool_calls?.[0]?.id)
@@ -191,13 +229,17 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
             [who.accountId]
           )
           expect(usage.map((u) => u.request_id).sort()).toEqual(rows.map((r) => r.request_id).sort())
-          for (const entry of usage) expect(Number(entry.amount)).toBe(-Number(rows.find((r) => r.request_id === entry.request_id)?.cost))
+          for (const entry of usage) {
+            expect(Number(entry.amount)).toBe(-Number(rows.find((r) => r.request_id === entry.request_id)?.cost))
+          }
           const spent = rows.reduce((sum, r) => sum + Number(r.cost), 0)
           expect(yield* walletOf(who.accountId)).toEqual({ available: before.available - spent, reserved: 0, spent })
           expect(yield* violations(who.accountId)).toEqual([])
 
           const logs = yield* dashboardLogs(who.token)
-          expect(logs.map((l) => [l.endpoint, l.status, l.environment])).toEqual(rows.map(() => ["/v1/messages", "billed", "live"]))
+          expect(logs.map((l) => [l.endpoint, l.status, l.environment])).toEqual(
+            rows.map(() => ["/v1/messages", "billed", "live"])
+          )
           expect(logs.reduce((sum, l) => sum + l.costMicroMyr, 0)).toBe(spent)
         }),
       RUN_TIMEOUT
@@ -220,9 +262,14 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           expect(run.code, account).toBe(1)
           // One call, not retried: 402 is not retryable.
           const calls = run.exchanges.filter((e) => e.url.startsWith("/v1/"))
-          expect(calls.map((e) => `${e.method} ${e.url} → ${e.status}`), account).toEqual(["POST /v1/messages?beta=true → 402"])
+          expect(calls.map((e) => `${e.method} ${e.url} → ${e.status}`), account).toEqual([
+            "POST /v1/messages?beta=true → 402"
+          ])
           const error = JSON.parse(calls[0]?.answer ?? "{}")
-          expect(error).toMatchObject({ type: "error", error: { type: "billing_error", code: "insufficient_balance", retryable: false } })
+          expect(error).toMatchObject({
+            type: "error",
+            error: { type: "billing_error", code: "insufficient_balance", retryable: false }
+          })
           const result = claudeResult(run)
           expect(result).toMatchObject({ type: "result", is_error: true, api_error_status: 402 })
           expect(result.result).toBe(`API Error: 402 ${error.error.message}`)
@@ -249,14 +296,20 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           const upstream = yield* Upstream
           upstream.reset()
           const offers = (body: unknown, name: string) =>
-            ((body as { tools?: ReadonlyArray<{ function?: { name?: string } }> }).tools ?? []).some((t) => t.function?.name === name)
+            ((body as { tools?: ReadonlyArray<{ function?: { name?: string } }> }).tools ?? []).some((t) =>
+              t.function?.name === name
+            )
           upstream.setBehaviour({
             kind: "perRequest",
             // The main loop asks for WebSearch; Claude Code's WebSearch tool is a Messages call of its own (the
             // planning and answering calls of nenas's web search reach the upstream without custom tools).
             choose: (body) =>
               offers(body, "WebSearch")
-                ? { kind: "ok", toolCalls: [{ name: "WebSearch", arguments: JSON.stringify({ query: "Kuala Lumpur floods" }) }], text: FINAL }
+                ? {
+                  kind: "ok",
+                  toolCalls: [{ name: "WebSearch", arguments: JSON.stringify({ query: "Kuala Lumpur floods" }) }],
+                  text: FINAL
+                }
                 : { kind: "ok", text: "Roads in Kuala Lumpur were closed by floods [1]." }
           })
           const who = yield* caller("claude-code-search@example.com", { sen: 1000 })
@@ -267,7 +320,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })(
           )
           const calls = messagesCalls(run)
           const result = claudeResult(run)
-          expect(result).toMatchObject({ type: "result", subtype: "success", is_error: false, result: FINAL, permission_denials: [] })
+          expect(result).toMatchObject({
+            type: "result",
+            subtype: "success",
+            is_error: false,
+            result: FINAL,
+            permission_denials: []
+          })
           const searching = calls.filter((e) =>
             (e.body.tools as ReadonlyArray<{ type?: string }>).some((t) => t.type?.startsWith("web_search_") === true)
           )

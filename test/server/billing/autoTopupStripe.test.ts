@@ -38,13 +38,16 @@ const saveCard = (token: string) =>
   })
 
 const setAutoTopup = (token: string, enabled: boolean) =>
-  Effect.map(call("PUT", "/dashboard/billing/settings", {
-    token,
-    json: { auto_topup: { enabled, threshold_myr: 5, amount_myr: 10 } }
-  }), (reply) => {
-    expect(reply.status, reply.text).toBe(200)
-    expect(reply.body.auto_topup.enabled).toBe(enabled)
-  })
+  Effect.map(
+    call("PUT", "/dashboard/billing/settings", {
+      token,
+      json: { auto_topup: { enabled, threshold_myr: 5, amount_myr: 10 } }
+    }),
+    (reply) => {
+      expect(reply.status, reply.text).toBe(200)
+      expect(reply.body.auto_topup.enabled).toBe(enabled)
+    }
+  )
 
 /**
  * An attempt as a settlement crossing the threshold queues it (`queueAutoTopups`). The worker knows nothing
@@ -71,7 +74,9 @@ interface AttemptRow {
 
 const attempt = (id: string) =>
   Effect.map(
-    query<AttemptRow>("SELECT status, failure_code, transaction_id, payment_intent_id FROM auto_topups WHERE id = $1", [id]),
+    query<AttemptRow>("SELECT status, failure_code, transaction_id, payment_intent_id FROM auto_topups WHERE id = $1", [
+      id
+    ]),
     (rows) => rows[0]
   )
 
@@ -85,7 +90,10 @@ const ledger = (accountId: string) =>
   )
 
 const customerOf = (accountId: string) =>
-  Effect.map(query<{ customer_id: string }>("SELECT customer_id FROM billing_cards WHERE account_id = $1", [accountId]), (rows) => rows[0]?.customer_id)
+  Effect.map(
+    query<{ customer_id: string }>("SELECT customer_id FROM billing_cards WHERE account_id = $1", [accountId]),
+    (rows) => rows[0]?.customer_id
+  )
 
 /** The charges the Stripe stand-in made for the account's customer. */
 const chargesOf = (accountId: string) =>
@@ -98,14 +106,20 @@ const chargesOf = (accountId: string) =>
 /** Waits for the worker to finish the attempt without a charge, and checks that nothing was charged or credited. */
 const expectDropped = (accountId: string, id: string, code: string, ledgerBefore: ReadonlyArray<unknown>) =>
   Effect.gen(function*() {
-    const row = yield* eventually("attempt finished", attempt(id), (r) => r?.status !== "queued" && r?.status !== "charging")
+    const row = yield* eventually(
+      "attempt finished",
+      attempt(id),
+      (r) => r?.status !== "queued" && r?.status !== "charging"
+    )
     expect(row).toMatchObject({ status: "failed", failure_code: code, payment_intent_id: null })
     expect(yield* chargesOf(accountId)).toEqual([])
     const stripe = yield* StripeDouble
     expect(stripe.requests.filter((r) => r.idempotencyKey === `auto_topup_${id}`)).toEqual([])
     expect(yield* ledger(accountId)).toEqual(ledgerBefore)
     if (row?.transaction_id != null) {
-      const [transaction] = yield* query<{ status: string }>("SELECT status FROM payment_transactions WHERE id = $1", [row.transaction_id])
+      const [transaction] = yield* query<{ status: string }>("SELECT status FROM payment_transactions WHERE id = $1", [
+        row.transaction_id
+      ])
       expect(transaction?.status).toBe("failed")
     }
   })
@@ -117,12 +131,20 @@ layer(testServerWithStripe(), { excludeTestServices: true, timeout: 120_000 })("
       const payment = yield* topUp(token, 1000)
       yield* saveCard(token)
       yield* setAutoTopup(token, true)
-      const facts = { disputeId: "dp_auto_1", chargeId: payment.chargeId, paymentIntentId: payment.paymentIntentId, amountSen: 1000 }
+      const facts = {
+        disputeId: "dp_auto_1",
+        chargeId: payment.chargeId,
+        paymentIntentId: payment.paymentIntentId,
+        amountSen: 1000
+      }
       for (const event of [events.disputeCreated(facts), events.fundsWithdrawn(facts)]) {
         const reply = yield* deliverEvent(event)
         expect(reply.status, reply.text).toBe(200)
       }
-      const [account] = yield* query<{ suspended: boolean }>("SELECT suspended_at IS NOT NULL AS suspended FROM accounts WHERE id = $1", [accountId])
+      const [account] = yield* query<{ suspended: boolean }>(
+        "SELECT suspended_at IS NOT NULL AS suspended FROM accounts WHERE id = $1",
+        [accountId]
+      )
       expect(account?.suspended).toBe(true)
       const before = yield* ledger(accountId)
       expect(before).toEqual([["topup", 10_000_000], ["chargeback", -10_000_000]])
@@ -139,7 +161,9 @@ layer(testServerWithStripe(), { excludeTestServices: true, timeout: 120_000 })("
       const turnedOff = yield* queueAttempt(accountId)
       yield* expectDropped(accountId, turnedOff, "auto_topup_disabled", [])
       // Nothing told: the developer turned it off.
-      const told = yield* query("SELECT type FROM outbox_events WHERE account_id = $1 AND type = 'auto_topup.failed'", [accountId])
+      const told = yield* query("SELECT type FROM outbox_events WHERE account_id = $1 AND type = 'auto_topup.failed'", [
+        accountId
+      ])
       expect(told).toEqual([])
 
       yield* setAutoTopup(token, true)
@@ -160,7 +184,11 @@ layer(testServerWithStripe(), { excludeTestServices: true, timeout: 120_000 })("
       stripe.loseAnswers(3)
       const id = yield* queueAttempt(accountId)
       const key = `auto_topup_${id}`
-      yield* eventually("the lost answers", Effect.sync(() => stripe.requests.filter((r) => r.idempotencyKey === key).length), (n) => n >= 3)
+      yield* eventually(
+        "the lost answers",
+        Effect.sync(() => stripe.requests.filter((r) => r.idempotencyKey === key).length),
+        (n) => n >= 3
+      )
       yield* Effect.sleep("300 millis")
       const [made] = yield* chargesOf(accountId)
       expect(yield* chargesOf(accountId)).toHaveLength(1)
@@ -199,25 +227,28 @@ layer(testServerWithStripe(), { excludeTestServices: true, timeout: 120_000 })("
     }))
 })
 
-layer(TestServerLive({ ipCheckoutsPerMinute: 2 }), { excludeTestServices: true, timeout: 60_000 })("saving a card is limited", (it) => {
-  it.effect("like checkout creation, per client address: 429 with retry_after_seconds, no setup session made", () =>
-    Effect.gen(function*() {
-      const { accountId, token } = yield* developer("card-limit@example.com")
-      const statuses: Array<number> = []
-      for (let attempt = 0; attempt < 3; attempt++) {
-        const reply = yield* call("POST", "/dashboard/billing/card", { token })
-        statuses.push(reply.status)
-        if (reply.status === 429) {
-          expectClientError(reply, { status: 429, code: "rate_limit_exceeded" })
-          expect(reply.body.error.retry_after_seconds).toBeGreaterThanOrEqual(1)
-          expect(reply.body.error.retry_after_seconds).toBeLessThanOrEqual(60)
+layer(TestServerLive({ ipCheckoutsPerMinute: 2 }), { excludeTestServices: true, timeout: 60_000 })(
+  "saving a card is limited",
+  (it) => {
+    it.effect("like checkout creation, per client address: 429 with retry_after_seconds, no setup session made", () =>
+      Effect.gen(function*() {
+        const { accountId, token } = yield* developer("card-limit@example.com")
+        const statuses: Array<number> = []
+        for (let attempt = 0; attempt < 3; attempt++) {
+          const reply = yield* call("POST", "/dashboard/billing/card", { token })
+          statuses.push(reply.status)
+          if (reply.status === 429) {
+            expectClientError(reply, { status: 429, code: "rate_limit_exceeded" })
+            expect(reply.body.error.retry_after_seconds).toBeGreaterThanOrEqual(1)
+            expect(reply.body.error.retry_after_seconds).toBeLessThanOrEqual(60)
+          }
         }
-      }
-      expect(statuses).toEqual([200, 200, 429])
-      const setups = yield* query("SELECT id FROM card_setups WHERE account_id = $1", [accountId])
-      expect(setups).toHaveLength(2)
-      // One budget with checkouts: alternating the two does not double it.
-      const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
-      expect(checkout.status, checkout.text).toBe(429)
-    }))
-})
+        expect(statuses).toEqual([200, 200, 429])
+        const setups = yield* query("SELECT id FROM card_setups WHERE account_id = $1", [accountId])
+        expect(setups).toHaveLength(2)
+        // One budget with checkouts: alternating the two does not double it.
+        const checkout = yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } })
+        expect(checkout.status, checkout.text).toBe(429)
+      }))
+  }
+)

@@ -135,7 +135,10 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
         const sent = stripe.requests.slice(before)
         expect(sent).toHaveLength(2)
         expect(sent[0]!.idempotencyKey).not.toBe(sent[1]!.idempotencyKey)
-        expect(sent.map((r) => r.form["client_reference_id"])).toEqual([first.body.transaction_id, second.body.transaction_id])
+        expect(sent.map((r) => r.form["client_reference_id"])).toEqual([
+          first.body.transaction_id,
+          second.body.transaction_id
+        ])
       }))
 
     it.effect("every allowed amount is accepted and sent to Stripe as its unit_amount", () =>
@@ -263,7 +266,11 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
         const missing = yield* call("POST", "/dashboard/billing/checkout", { json: { amount_sen: 1000 } })
         expectError(missing, "no token", { status: 401, code: "authentication_error", type: "authentication_error" })
         const garbage = yield* checkout("not-a-session-token", { amount_sen: 1000 })
-        expectError(garbage, "garbage token", { status: 401, code: "authentication_error", type: "authentication_error" })
+        expectError(garbage, "garbage token", {
+          status: 401,
+          code: "authentication_error",
+          type: "authentication_error"
+        })
         const balanceReply = yield* call("GET", "/dashboard/billing/balance", { token: "garbage.token.here" })
         expectError(balanceReply, "balance, garbage token", {
           status: 401,
@@ -314,7 +321,9 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
           topup_options_sen: [...TOPUP_OPTIONS],
           account_suspended: false
         })
-        for (const field of ["availableMicroMyr", "reservedMicroMyr", "lifetimeTopupMicroMyr", "lifetimeSpendMicroMyr"]) {
+        for (
+          const field of ["availableMicroMyr", "reservedMicroMyr", "lifetimeTopupMicroMyr", "lifetimeSpendMicroMyr"]
+        ) {
           expect(Number.isInteger(topped.wallet[field]), field).toBe(true)
         }
 
@@ -534,7 +543,11 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
         const page = yield* call("GET", `/dev/checkout/${id}`)
         expectError(page, `GET /dev/checkout/${id}`, { status: 404, code: "not_found", type: "invalid_request_error" })
         const pay = yield* call("POST", `/dev/checkout/${id}/pay`)
-        expectError(pay, `POST /dev/checkout/${id}/pay`, { status: 404, code: "not_found", type: "invalid_request_error" })
+        expectError(pay, `POST /dev/checkout/${id}/pay`, {
+          status: 404,
+          code: "not_found",
+          type: "invalid_request_error"
+        })
         const cancel = yield* call("POST", `/dev/checkout/${id}/cancel`)
         expectError(cancel, `POST /dev/checkout/${id}/cancel`, {
           status: 404,
@@ -587,7 +600,11 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("the simu
       expect(afterPay.lifetime_topup_myr).toBe(10)
       expect(afterPay.wallet.availableMicroMyr).toBe(10_000_000)
       const entries = (yield* ledger(token)).ledger
-      expect(entries.map((e) => [e.type, e.amountMicroMyr, e.balanceAfterMicroMyr])).toEqual([["topup", 10_000_000, 10_000_000]])
+      expect(entries.map((e) => [e.type, e.amountMicroMyr, e.balanceAfterMicroMyr])).toEqual([[
+        "topup",
+        10_000_000,
+        10_000_000
+      ]])
       expect(yield* transactionStatus(transaction_id)).toBe("succeeded")
 
       // A second Pay is the same payment: nothing more.
@@ -623,7 +640,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("the simu
       const created = yield* checkout(token, { amount_sen: 2500 })
       expect(created.status, created.text).toBe(200)
       const path = (created.body.url as string).slice(baseUrl.length)
-      const replies = yield* Effect.all(Array.from({ length: 3 }, () => call("POST", `${path}/pay`)), { concurrency: 3 })
+      const replies = yield* Effect.all(Array.from({ length: 3 }, () => call("POST", `${path}/pay`)), {
+        concurrency: 3
+      })
       for (const reply of replies) {
         expectHtml(reply, "concurrent pay")
         expect(reply.text).toContain("Payment received")

@@ -26,39 +26,52 @@ describe("money in words", () => {
   })
 })
 
-layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })("a balance just below its threshold", (it) => {
-  it.effect("the email and the banner read RM 9.99 below the RM 10.00 set, not RM 10.00 below RM 10.00; the books are exact", () =>
-    Effect.gen(function*() {
-      const { accountId, apiKey, token } = yield* caller("rounding@example.com", { sen: 1000 })
-      const set = yield* call("PUT", "/dashboard/billing/settings", { token, json: { low_balance_threshold_myr: 10 } })
-      expect(set.status, set.text).toBe(200)
-      const reply = yield* modelCall(apiKey, "/v1/chat/completions", { model: PUBLIC_MODEL, messages: [{ role: "user", content: "Hi" }] })
-      expect(reply.status, reply.text).toBe(200)
-      const books = yield* booksOf(reply.headers.get("x-request-id") ?? "")
-      const cost = Number(books.log.cost_micro_myr)
-      expect(cost).toBeGreaterThan(0)
-      // Less than half a sen: rounded to the nearest sen, the balance would read RM 10.00.
-      expect(cost).toBeLessThan(5_000)
-      expect(books.ledger).toEqual([-cost])
-      expect(books.hold.map((hold) => hold.status)).toEqual(["captured"])
-      const wallet = yield* walletOf(accountId)
-      expect(wallet.available + wallet.reserved).toBe(10_000_000 - cost)
+layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })(
+  "a balance just below its threshold",
+  (it) => {
+    it.effect("the email and the banner read RM 9.99 below the RM 10.00 set, not RM 10.00 below RM 10.00; the books are exact", () =>
+      Effect.gen(function*() {
+        const { accountId, apiKey, token } = yield* caller("rounding@example.com", { sen: 1000 })
+        const set = yield* call("PUT", "/dashboard/billing/settings", {
+          token,
+          json: { low_balance_threshold_myr: 10 }
+        })
+        expect(set.status, set.text).toBe(200)
+        const reply = yield* modelCall(apiKey, "/v1/chat/completions", {
+          model: PUBLIC_MODEL,
+          messages: [{ role: "user", content: "Hi" }]
+        })
+        expect(reply.status, reply.text).toBe(200)
+        const books = yield* booksOf(reply.headers.get("x-request-id") ?? "")
+        const cost = Number(books.log.cost_micro_myr)
+        expect(cost).toBeGreaterThan(0)
+        // Less than half a sen: rounded to the nearest sen, the balance would read RM 10.00.
+        expect(cost).toBeLessThan(5_000)
+        expect(books.ledger).toEqual([-cost])
+        expect(books.hold.map((hold) => hold.status)).toEqual(["captured"])
+        const wallet = yield* walletOf(accountId)
+        expect(wallet.available + wallet.reserved).toBe(10_000_000 - cost)
 
-      const mail = yield* eventually(
-        "the low-balance email",
-        query<{ subject: string; body: string }>("SELECT subject, body FROM outbox_emails WHERE account_id = $1", [accountId]),
-        (rows) => rows.length > 0
-      )
-      expect(mail[0]?.subject).toBe("Your nenas balance is below RM 10.00")
-      expect(mail[0]?.body).toContain("Your prepaid balance is now RM 9.99, below the RM 10.00 you set.")
-      const event = yield* query<{ payload: { data: { balance_myr: number; threshold_myr: number } } }>(
-        "SELECT payload FROM outbox_events WHERE account_id = $1 AND type = 'balance.low'",
-        [accountId]
-      )
-      expect(event[0]?.payload.data).toMatchObject({ balance_myr: (10_000_000 - cost) / 1e6, threshold_myr: 10 })
+        const mail = yield* eventually(
+          "the low-balance email",
+          query<{ subject: string; body: string }>("SELECT subject, body FROM outbox_emails WHERE account_id = $1", [
+            accountId
+          ]),
+          (rows) => rows.length > 0
+        )
+        expect(mail[0]?.subject).toBe("Your nenas balance is below RM 10.00")
+        expect(mail[0]?.body).toContain("Your prepaid balance is now RM 9.99, below the RM 10.00 you set.")
+        const event = yield* query<{ payload: { data: { balance_myr: number; threshold_myr: number } } }>(
+          "SELECT payload FROM outbox_events WHERE account_id = $1 AND type = 'balance.low'",
+          [accountId]
+        )
+        expect(event[0]?.payload.data).toMatchObject({ balance_myr: (10_000_000 - cost) / 1e6, threshold_myr: 10 })
 
-      const alerts = yield* call("GET", "/dashboard/alerts", { token })
-      const banner = (alerts.body.banners as Array<{ kind: string; message: string }>).find((b) => b.kind === "balance_low")
-      expect(banner?.message).toContain("Your balance is RM 9.99, below the RM 10.00 you set.")
-    }))
-})
+        const alerts = yield* call("GET", "/dashboard/alerts", { token })
+        const banner = (alerts.body.banners as Array<{ kind: string; message: string }>).find((b) =>
+          b.kind === "balance_low"
+        )
+        expect(banner?.message).toContain("Your balance is RM 9.99, below the RM 10.00 you set.")
+      }))
+  }
+)

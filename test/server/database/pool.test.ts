@@ -21,7 +21,9 @@ const Sql = PgClient.layerFromPool({ acquire: makePool({ url: url(), types: pg.t
 
 /** A statement on its own connection, outside the pool under test (the late signal, the activity view). */
 const admin = <A extends pg.QueryResultRow>(text: string, values: Array<unknown> = []) =>
-  Effect.promise(() => withClient(inject("adminDatabaseUrl"), async (client) => (await client.query<A>(text, values)).rows))
+  Effect.promise(() =>
+    withClient(inject("adminDatabaseUrl"), async (client) => (await client.query<A>(text, values)).rows)
+  )
 
 const backendPid = Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`)
   .pipe(Effect.map((rows) => rows[0]!.pid))
@@ -57,7 +59,9 @@ describe("the service's PostgreSQL pool", () => {
       expect(done[0]!.done).toBe(1)
       // And the old backend is gone.
       for (let waited = 0; waited < 100; waited++) {
-        const left = yield* admin<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1", [first])
+        const left = yield* admin<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1", [
+          first
+        ])
         if (left[0]!.n === 0) return
         yield* realSleep(20)
       }

@@ -10,7 +10,11 @@ import { isWithin, leftByRun } from "../../support/RunClusters.js"
  */
 
 const RUN = "/tmp/nenas-run-AbC123"
-const cluster = (dataDir: string | undefined, served = false) => ({ ownDir: "/var/lib/nenas/0123456789abcdef", dataDir, served })
+const cluster = (dataDir: string | undefined, served = false) => ({
+  ownDir: "/var/lib/nenas/0123456789abcdef",
+  dataDir,
+  served
+})
 
 describe("which embedded clusters a test run left", () => {
   it.each([
@@ -19,7 +23,11 @@ describe("which embedded clusters a test run left", () => {
     ["the run directory itself", true, cluster(RUN)],
     ["npm start's default ./.data beside the tests (relative)", false, cluster("./.data")],
     ["npm start with DATA_DIR in a clone under /tmp", false, cluster("/tmp/nenas/.data")],
-    ["npm start with DATA_DIR=/tmp/nenas-test-dev (a test-like name, not this run's)", false, cluster("/tmp/nenas-test-dev")],
+    [
+      "npm start with DATA_DIR=/tmp/nenas-test-dev (a test-like name, not this run's)",
+      false,
+      cluster("/tmp/nenas-test-dev")
+    ],
     ["another run's DATA_DIR", false, cluster("/tmp/nenas-run-Other9/nenas-test-z")],
     ["a sibling whose name starts like the run's", false, cluster(`${RUN}x/nenas-test-x1`)],
     ["a path that climbs out of the run's directory", false, cluster(`${RUN}/../elsewhere`)],

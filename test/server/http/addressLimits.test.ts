@@ -38,7 +38,9 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, trustedProx
     Effect.gen(function*() {
       const first: Array<number> = []
       // Each guess from a new address of one /64: the address changes, the budget does not.
-      for (let host = 1; host <= FAILURES_PER_MINUTE + 2; host++) first.push(yield* guess(`2001:db8:aa:1::${host.toString(16)}`))
+      for (let host = 1; host <= FAILURES_PER_MINUTE + 2; host++) {
+        first.push(yield* guess(`2001:db8:aa:1::${host.toString(16)}`))
+      }
       expect(first).toEqual([401, 401, 401, 429, 429])
       expect(yield* guess("2001:db8:aa:1:ffff:ffff:ffff:fffe")).toBe(429)
       // The neighbouring /64 is another subscriber.

@@ -1,6 +1,6 @@
-import { request } from "node:http"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
+import { request } from "node:http"
 import { expectClientError } from "../../support/ErrorBody.js"
 import { call, type Reply } from "../../support/Http.js"
 import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
@@ -41,7 +41,11 @@ const answerBeforeBodyEnds = (apiKey: string, path: string, declared: number, se
           port: Number(port),
           method: "POST",
           path,
-          headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "content-length": String(declared) }
+          headers: {
+            authorization: `Bearer ${apiKey}`,
+            "content-type": "application/json",
+            "content-length": String(declared)
+          }
         }, (response) => {
           clearTimeout(deadline)
           response.resume()
@@ -64,17 +68,31 @@ const STORES = [
 ] as const
 
 for (const store of STORES) {
-  layer(TestServerWithUpstream({ rateLimitRpm: 600, rateLimitConcurrent: 10, ...store.overrides }), { excludeTestServices: true })(`admission before the body (${store.name} store)`, (it) => {
+  layer(TestServerWithUpstream({ rateLimitRpm: 600, rateLimitConcurrent: 10, ...store.overrides }), {
+    excludeTestServices: true
+  })(`admission before the body (${store.name} store)`, (it) => {
     it.effect("past its per-minute limit a key is refused before its body is parsed, on the lane and the router alike", () =>
       Effect.gen(function*() {
-        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-rpm@example.com`, { environment: "test" })
+        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-rpm@example.com`, {
+          environment: "test"
+        })
         yield* patchKey(token, keyId, { rate_limit_rpm: 1 })
         expect((yield* call("GET", "/v1/models", { token: apiKey })).status, "the minute's one request").toBe(200)
         // Malformed JSON would answer 400 were it parsed first: a 429 says the body was never read.
         for (const path of [CHAT, `${CHAT}?through=router`, "/v1/responses"]) {
-          expectLimited(yield* call("POST", path, { token: apiKey, body: MALFORMED, headers: { "content-type": "application/json" } }), path)
+          expectLimited(
+            yield* call("POST", path, {
+              token: apiKey,
+              body: MALFORMED,
+              headers: { "content-type": "application/json" }
+            }),
+            path
+          )
         }
-        const messages = yield* call("POST", "/v1/messages", { body: MALFORMED, headers: { "x-api-key": apiKey, "content-type": "application/json" } })
+        const messages = yield* call("POST", "/v1/messages", {
+          body: MALFORMED,
+          headers: { "x-api-key": apiKey, "content-type": "application/json" }
+        })
         expect(messages.status, `/v1/messages (${messages.text.slice(0, 200)})`).toBe(429)
         // A 7.5 MB body, of which the client has sent 64 KiB: answered while it is still sending.
         const answer = yield* answerBeforeBodyEnds(apiKey, CHAT, 7_500_000, 64 * 1024, 5_000)
@@ -83,7 +101,9 @@ for (const store of STORES) {
 
     it.effect("one token a request: a limit of 2 admits two calls, then refuses", () =>
       Effect.gen(function*() {
-        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-once@example.com`, { environment: "test" })
+        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-once@example.com`, {
+          environment: "test"
+        })
         yield* patchKey(token, keyId, { rate_limit_rpm: 2 })
         const first = yield* modelCall(apiKey, CHAT, chatBody)
         expect(first.status, first.text.slice(0, 200)).toBe(200)
@@ -96,10 +116,16 @@ for (const store of STORES) {
 
     it.effect("a request refused after admission gives its concurrency slot back", () =>
       Effect.gen(function*() {
-        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-slot@example.com`, { environment: "test" })
+        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-slot@example.com`, {
+          environment: "test"
+        })
         yield* patchKey(token, keyId, { rate_limit_concurrent: 1 })
         for (const [i, path] of [CHAT, `${CHAT}?through=router`, CHAT, "/v1/responses"].entries()) {
-          const reply = yield* call("POST", path, { token: apiKey, body: MALFORMED, headers: { "content-type": "application/json" } })
+          const reply = yield* call("POST", path, {
+            token: apiKey,
+            body: MALFORMED,
+            headers: { "content-type": "application/json" }
+          })
           expectClientError(reply, { status: 400, code: "invalid_request" }, `malformed #${i + 1} on ${path}`)
         }
         const ok = yield* modelCall(apiKey, CHAT, chatBody)
@@ -111,7 +137,9 @@ for (const store of STORES) {
 
     it.effect("a lowered per-minute limit holds from the next request, not after a minute", () =>
       Effect.gen(function*() {
-        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-lowered@example.com`, { environment: "test" })
+        const { apiKey, keyId, token } = yield* caller(`${store.name}-admission-lowered@example.com`, {
+          environment: "test"
+        })
         for (let i = 0; i < 3; i++) expect((yield* modelCall(apiKey, CHAT, chatBody)).status).toBe(200)
         yield* patchKey(token, keyId, { rate_limit_rpm: 1 })
         const next = yield* modelCall(apiKey, CHAT, chatBody)
@@ -134,7 +162,9 @@ for (const store of STORES) {
         })
         expect(messages.status, messages.text.slice(0, 200)).toBe(200)
         // A Bearer key still wins over x-api-key, and a wrong Bearer key is still refused.
-        const wrong = yield* call("GET", "/v1/models", { headers: { authorization: "Bearer nns_test_wrong", "x-api-key": apiKey } })
+        const wrong = yield* call("GET", "/v1/models", {
+          headers: { authorization: "Bearer nns_test_wrong", "x-api-key": apiKey }
+        })
         expectClientError(wrong, { status: 401, code: "invalid_api_key" }, "a wrong Bearer key")
         const none = yield* call("GET", "/v1/models", { headers: { authorization: "Basic dXNlcjpwYXNzd29yZA==" } })
         expect(none.status, "no key at all").toBe(401)

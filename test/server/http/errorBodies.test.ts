@@ -1,9 +1,9 @@
-import { createServer } from "node:http"
-import { createRequire } from "node:module"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
+import { createServer } from "node:http"
+import { createRequire } from "node:module"
 import { AppConfig } from "../../../src/AppConfig.js"
 import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
 import { errorClasses, wire } from "../../../src/Domain/Errors.js"
@@ -38,7 +38,14 @@ const WalkServer = Layer.unwrapEffect(Effect.map(Effect.promise(freePort), (port
     Layer.provide(HttpApiBuilder.api(WalkApi).pipe(Layer.provide(WalkLive))),
     Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" })),
     Layer.provide(AppConfig.layerWith({ dashboardUrl: "https://dash.test" })),
-    Layer.merge(Layer.succeed(TestServer, { baseUrl: `http://127.0.0.1:${port}`, databaseUrl: "", clock: undefined as never, settled: Effect.void }))
+    Layer.merge(
+      Layer.succeed(TestServer, {
+        baseUrl: `http://127.0.0.1:${port}`,
+        databaseUrl: "",
+        clock: undefined as never,
+        settled: Effect.void
+      })
+    )
   )))
 
 const expectErrorShape = (reply: { headers: Headers; body: any }) => { // arbitrary JSON body
@@ -132,14 +139,17 @@ layer(TestServerLive(), { excludeTestServices: true })("the service's contract a
       expect(codes.sort()).toEqual(["authentication_error", "expired_api_key", "invalid_api_key", "revoked_api_key"])
       for (const body of bodies) {
         expect(body.required).toEqual(["type", "error"])
-        expect(Object.keys(body.properties.error.properties)).toEqual(expect.arrayContaining(["request_id", "guidance", "retryable"]))
+        expect(Object.keys(body.properties.error.properties)).toEqual(
+          expect.arrayContaining(["request_id", "guidance", "retryable"])
+        )
         expect(JSON.stringify(body)).not.toContain("_tag")
       }
     }))
 
   it.effect("/docs renders the OpenAPI document, reading Scalar's 3.4 MB bundle only then", () =>
     Effect.gen(function*() {
-      const scalarLoaded = () => Object.keys(createRequire(import.meta.url).cache).some((path) => path.endsWith("internal/httpApiScalar.js"))
+      const scalarLoaded = () =>
+        Object.keys(createRequire(import.meta.url).cache).some((path) => path.endsWith("internal/httpApiScalar.js"))
       expect(scalarLoaded()).toBe(false)
       const reply = yield* call("GET", "/docs")
       expect(reply.status).toBe(200)

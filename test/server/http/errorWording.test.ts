@@ -23,8 +23,10 @@ const INTERNAL = "internal-upstream.corp.example"
 const bodyText = (error: ApiError) => JSON.stringify(toErrorBody(error, "req_test", "https://dash.test/app"))
 
 const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.flatMap(Effect.either(effect), (result) =>
-    Either.isLeft(result) ? Effect.succeed(result.left) : Effect.dieMessage("expected a failure"))
+  Effect.flatMap(
+    Effect.either(effect),
+    (result) => Either.isLeft(result) ? Effect.succeed(result.left) : Effect.dieMessage("expected a failure")
+  )
 
 const request: ProviderRequest = {
   model: "gpt-test",
@@ -39,7 +41,8 @@ const leakyServer = (status: number) =>
   startHttpDouble((_request, response) =>
     void response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({
       error: { message: `backend http://${INTERNAL}:8000/v1/chat failed; see https://10.9.8.7/admin` }
-    })))
+    }))
+  )
 
 /** Whether `text` names any of `secrets`. */
 const naming = (text: string, secrets: ReadonlyArray<string>) => secrets.filter((secret) => text.includes(secret))
@@ -86,19 +89,31 @@ describe("failures of what the service calls are answered in generic words", () 
       Effect.provide(Layer.succeed(PageFetcher, { fetch: () => Effect.dieMessage("no page is read here") }))
     ))
 
-  it.effect("Stripe: an unreachable API answers the generic checkout failure, not Stripe's message or address", () =>
-    Effect.gen(function*() {
-      const closedPort = yield* Effect.promise(freePort)
-      const config = AppConfig.layerWith({
-        stripeSecretKey: Option.some(Redacted.make("sk_test_private")),
-        stripeWebhookSecret: Option.some(Redacted.make("whsec_private")),
-        stripeApiUrl: Option.some(`http://127.0.0.1:${closedPort}/private-stripe`)
-      })
-      const processor = yield* Effect.provide(PaymentProcessor, PaymentProcessorLive.pipe(Layer.provide(config)))
-      const error = yield* failureOf(processor.createCheckout({ transactionId: "txn_test", accountId: "acct_test", amountSen: 1000, email: null, saveCardFor: null }))
-      expect(error.message).toBe("The payment processor did not create a checkout session; nothing was charged.")
-      expect(naming(bodyText(error), [String(closedPort), "private-stripe", "127.0.0.1", "Stripe"])).toEqual([])
-    }), 60_000)
+  it.effect(
+    "Stripe: an unreachable API answers the generic checkout failure, not Stripe's message or address",
+    () =>
+      Effect.gen(function*() {
+        const closedPort = yield* Effect.promise(freePort)
+        const config = AppConfig.layerWith({
+          stripeSecretKey: Option.some(Redacted.make("sk_test_private")),
+          stripeWebhookSecret: Option.some(Redacted.make("whsec_private")),
+          stripeApiUrl: Option.some(`http://127.0.0.1:${closedPort}/private-stripe`)
+        })
+        const processor = yield* Effect.provide(PaymentProcessor, PaymentProcessorLive.pipe(Layer.provide(config)))
+        const error = yield* failureOf(
+          processor.createCheckout({
+            transactionId: "txn_test",
+            accountId: "acct_test",
+            amountSen: 1000,
+            email: null,
+            saveCardFor: null
+          })
+        )
+        expect(error.message).toBe("The payment processor did not create a checkout session; nothing was charged.")
+        expect(naming(bodyText(error), [String(closedPort), "private-stripe", "127.0.0.1", "Stripe"])).toEqual([])
+      }),
+    60_000
+  )
 })
 
 /** Issue 35, deviation 5: guidance that says what is so, through the real server. */
@@ -128,9 +143,12 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 300, upstreamTotalTim
         const { clock } = yield* TestServer
         const { token } = yield* developer("wording-rotated@example.com")
         const rotate = (id: string, graceSeconds: number) =>
-          Effect.map(call("POST", `/dashboard/api-keys/${id}/rotate`, { token, json: { grace_seconds: graceSeconds } }), (reply) => {
-            expect(reply.status, reply.text).toBe(200)
-          })
+          Effect.map(
+            call("POST", `/dashboard/api-keys/${id}/rotate`, { token, json: { grace_seconds: graceSeconds } }),
+            (reply) => {
+              expect(reply.status, reply.text).toBe(200)
+            }
+          )
         const models = (key: string) => call("GET", "/v1/models", { token: key })
 
         // Without grace: the old secret is a tombstone of a key that lives on.
@@ -165,14 +183,24 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 300, upstreamTotalTim
         upstream.reset()
         const { apiKey } = yield* caller("wording-chat@example.com", { sen: 1000 })
         const chat = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hi." }], max_tokens: 100 }
-        const capped = errorOf(yield* modelCall(apiKey, "/v1/chat/completions", { ...chat, max_total_cost_myr: 0.000001 }), 400, "invalid_request")
+        const capped = errorOf(
+          yield* modelCall(apiKey, "/v1/chat/completions", { ...chat, max_total_cost_myr: 0.000001 }),
+          400,
+          "invalid_request"
+        )
         expect(capped.guidance).toMatch(/or lower max_tokens\.$/)
         expect(capped.guidance).not.toMatch(/max_output_tokens/)
         // The priced count is the counted one with its margin: both shown, the priced one larger.
-        const [, priced, counted] = /\((\d+) input tokens: (\d+) counted plus a safety margin/.exec(capped.guidance) ?? []
+        const [, priced, counted] = /\((\d+) input tokens: (\d+) counted plus a safety margin/.exec(capped.guidance) ??
+          []
         expect(Number(priced)).toBeGreaterThan(Number(counted))
         const responses = errorOf(
-          yield* modelCall(apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Say hi.", max_output_tokens: 100, max_total_cost_myr: 0.000001 }),
+          yield* modelCall(apiKey, "/v1/responses", {
+            model: "svc/nenas-flash",
+            input: "Say hi.",
+            max_output_tokens: 100,
+            max_total_cost_myr: 0.000001
+          }),
           400,
           "invalid_request"
         )
@@ -180,10 +208,18 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 300, upstreamTotalTim
 
         upstream.setBehaviour({ kind: "hang" })
         for (const stream of [false, true]) {
-          const timedOut = errorOf(yield* modelCall(apiKey, "/v1/chat/completions", { ...chat, stream }), 504, "provider_timeout")
+          const timedOut = errorOf(
+            yield* modelCall(apiKey, "/v1/chat/completions", { ...chat, stream }),
+            504,
+            "provider_timeout"
+          )
           expect(timedOut.guidance, `stream ${stream}`).toBe(providerTimeoutGuidance("max_tokens"))
         }
-        const responsesTimeout = errorOf(yield* modelCall(apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Say hi." }), 504, "provider_timeout")
+        const responsesTimeout = errorOf(
+          yield* modelCall(apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Say hi." }),
+          504,
+          "provider_timeout"
+        )
         expect(responsesTimeout.guidance).toBe(providerTimeoutGuidance("max_output_tokens"))
         upstream.reset()
       }))

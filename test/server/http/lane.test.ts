@@ -85,7 +85,10 @@ const casesFor = (path: keyof typeof valid): ReadonlyArray<Case> => {
     { name: "no model", json: { ...body, model: undefined }, answers: path === "/v1/responses" },
     { name: "a number for the model", json: { ...body, model: 4 } },
     { name: "an unknown field", json: { ...body, frobnicate: true }, answers: true },
-    { name: "a negative output limit", json: path === "/v1/responses" ? { ...body, max_output_tokens: -1 } : { ...body, max_tokens: -1 } },
+    {
+      name: "a negative output limit",
+      json: path === "/v1/responses" ? { ...body, max_output_tokens: -1 } : { ...body, max_tokens: -1 }
+    },
     // Anthropic's metadata is `user_id` alone: another field is not read.
     { name: "NUL in metadata", json: { ...body, metadata: { tag: "a\u0000b" } }, answers: path === "/v1/messages" },
     { name: "a JSON array", json: [body] },
@@ -96,7 +99,11 @@ const casesFor = (path: keyof typeof valid): ReadonlyArray<Case> => {
     { name: "an empty Idempotency-Key", json: body, headers: { "idempotency-key": "" } },
     { name: "an Idempotency-Key of 300 characters", json: body, headers: { "idempotency-key": "k".repeat(300) } },
     // The payload is decoded before the headers, as the router's endpoint does.
-    { name: "an empty Idempotency-Key and a number for the model", json: { ...body, model: 4 }, headers: { "idempotency-key": "" } },
+    {
+      name: "an empty Idempotency-Key and a number for the model",
+      json: { ...body, model: 4 },
+      headers: { "idempotency-key": "" }
+    },
     { name: "no API key", json: body, key: null },
     { name: "a key of the wrong shape", json: body, key: "sk-not-ours" },
     { name: "a key that does not exist", json: body, key: `nns_test_${"0".repeat(32)}` },
@@ -104,7 +111,9 @@ const casesFor = (path: keyof typeof valid): ReadonlyArray<Case> => {
   ]
 }
 
-layer(TestServerWithUpstream({ rateLimitRpm: 100_000, rateLimitConcurrent: 100, ipAuthFailuresPerMinute: 100_000 }), { timeout: 120_000 })(
+layer(TestServerWithUpstream({ rateLimitRpm: 100_000, rateLimitConcurrent: 100, ipAuthFailuresPerMinute: 100_000 }), {
+  timeout: 120_000
+})(
   "the lane and the router",
   (it) => {
     it.effect("answer every case of a corpus of valid and invalid calls alike, on each model endpoint", () =>

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import { createServer } from "node:http"
-import { readdir, readFile } from "node:fs/promises"
 import { Effect, Either, Layer, Option, Redacted, Schema } from "effect"
+import { readdir, readFile } from "node:fs/promises"
+import { createServer } from "node:http"
 import { parse } from "yaml"
 import { migrations } from "../../../migrations/index.js"
 import { configFrom, PRODUCTION_ENV } from "../../support/Config.js"
@@ -18,7 +18,16 @@ describe("NODE_ENV=production", () => {
       const result = yield* configFrom({ NODE_ENV: "production" })
       expect(Either.isLeft(result)).toBe(true)
       const message = Either.isLeft(result) ? String(result.left) : ""
-      for (const name of ["DATABASE_URL", "UPSTREAM_BASE_URL", "SEARCH_BASE_URL", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "AUTH_JWKS_URL"]) {
+      for (
+        const name of [
+          "DATABASE_URL",
+          "UPSTREAM_BASE_URL",
+          "SEARCH_BASE_URL",
+          "STRIPE_SECRET_KEY",
+          "STRIPE_WEBHOOK_SECRET",
+          "AUTH_JWKS_URL"
+        ]
+      ) {
         expect(message).toContain(name)
       }
     }))
@@ -65,7 +74,9 @@ const Service = Schema.Struct({
   volumes: Schema.optional(Schema.Array(Schema.String)),
   depends_on: Schema.optional(Schema.Record({
     key: Schema.String,
-    value: Schema.Struct({ condition: Schema.Literal("service_started", "service_healthy", "service_completed_successfully") })
+    value: Schema.Struct({
+      condition: Schema.Literal("service_started", "service_healthy", "service_completed_successfully")
+    })
   })),
   healthcheck: Schema.optional(Schema.Struct({
     test: Schema.Array(Schema.String),
@@ -170,7 +181,14 @@ describe("tracing", () => {
         Effect.provide(server)
       )
       expect(reply.status).toBe(200)
-      const expected = ["http.server POST", "auth.apiKey", "spending.hold", "provider.complete", "spending.settle", "sql.execute"]
+      const expected = [
+        "http.server POST",
+        "auth.apiKey",
+        "spending.hold",
+        "provider.complete",
+        "spending.settle",
+        "sql.execute"
+      ]
       const deadline = Date.now() + 15_000
       const names = () => receiver.spans().map((span) => span.name)
       while (Date.now() < deadline && !expected.every((name) => names().some((seen) => seen.startsWith(name)))) {

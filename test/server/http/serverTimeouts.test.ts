@@ -1,10 +1,10 @@
-import { connect } from "node:net"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Effect, Either, Layer, Option } from "effect"
+import { connect } from "node:net"
+import { clientAddress, IpLimits, parseRanges } from "../../../src/Addresses/IpLimits.js"
 import { AppConfig } from "../../../src/AppConfig.js"
 import { randomBase62 } from "../../../src/Domain/Ids.js"
 import { HEADERS_TIMEOUT_MS, makeNodeServer, REQUEST_TIMEOUT_MS } from "../../../src/Http/Server.js"
-import { clientAddress, IpLimits, parseRanges } from "../../../src/Addresses/IpLimits.js"
 import { expectClientError } from "../../support/ErrorBody.js"
 import { call, createKey, devToken } from "../../support/Http.js"
 import { TestServer, TestServerLive } from "../../support/TestServer.js"
@@ -18,35 +18,41 @@ const FAILURES_PER_MINUTE = 60
  * status line, the answer's text and how many body bytes had been sent.
  */
 const partialPost = (baseUrl: string, path: string, authorization: string, sentBytes: number) =>
-  new Promise<{ readonly statusLine: string; readonly text: string; readonly bodyBytesSent: number }>((resolve, reject) => {
-    const { hostname, port } = new URL(baseUrl)
-    const socket = connect(Number(port), hostname)
-    let received = Buffer.alloc(0)
-    const timer = setTimeout(() => {
-      socket.destroy()
-      reject(new Error(`no answer within 15 s with ${sentBytes} of ${EIGHT_MIB} body bytes sent`))
-    }, 15_000)
-    socket.on("data", (chunk: Buffer) => {
-      received = Buffer.concat([received, chunk])
-      const end = received.indexOf("\r\n\r\n")
-      if (end < 0) return
-      const head = received.subarray(0, end).toString("latin1")
-      const length = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? "0")
-      if (received.length - end - 4 < length) return
-      clearTimeout(timer)
-      socket.destroy()
-      resolve({ statusLine: head.slice(0, head.indexOf("\r\n")), text: received.subarray(end + 4).toString("utf8"), bodyBytesSent: sentBytes })
-    })
-    socket.on("error", (error) => {
-      clearTimeout(timer)
-      reject(error)
-    })
-    socket.write(
-      `POST ${path} HTTP/1.1\r\nhost: ${hostname}:${port}\r\ncontent-type: application/json\r\n` +
-        `authorization: ${authorization}\r\ncontent-length: ${EIGHT_MIB}\r\n\r\n`
-    )
-    socket.write(Buffer.alloc(sentBytes, " "))
-  })
+  new Promise<{ readonly statusLine: string; readonly text: string; readonly bodyBytesSent: number }>(
+    (resolve, reject) => {
+      const { hostname, port } = new URL(baseUrl)
+      const socket = connect(Number(port), hostname)
+      let received = Buffer.alloc(0)
+      const timer = setTimeout(() => {
+        socket.destroy()
+        reject(new Error(`no answer within 15 s with ${sentBytes} of ${EIGHT_MIB} body bytes sent`))
+      }, 15_000)
+      socket.on("data", (chunk: Buffer) => {
+        received = Buffer.concat([received, chunk])
+        const end = received.indexOf("\r\n\r\n")
+        if (end < 0) return
+        const head = received.subarray(0, end).toString("latin1")
+        const length = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? "0")
+        if (received.length - end - 4 < length) return
+        clearTimeout(timer)
+        socket.destroy()
+        resolve({
+          statusLine: head.slice(0, head.indexOf("\r\n")),
+          text: received.subarray(end + 4).toString("utf8"),
+          bodyBytesSent: sentBytes
+        })
+      })
+      socket.on("error", (error) => {
+        clearTimeout(timer)
+        reject(error)
+      })
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nhost: ${hostname}:${port}\r\ncontent-type: application/json\r\n` +
+          `authorization: ${authorization}\r\ncontent-length: ${EIGHT_MIB}\r\n\r\n`
+      )
+      socket.write(Buffer.alloc(sentBytes, " "))
+    }
+  )
 
 describe("the Node server's timeouts", () => {
   it("drops a request whose body takes over 60 s, or whose headers take over 10 s", () => {
@@ -75,7 +81,11 @@ describe("the client address behind proxies", () => {
 describe("per-address limits in Redis", () => {
   it.effect("two instances count one address together: the third checkout of two allowed is refused by either", () =>
     Effect.gen(function*() {
-      const config = AppConfig.layerWith({ redisUrl: Option.some("redis://127.0.0.1:6379"), ipCheckoutsPerMinute: 2, ipAuthFailuresPerMinute: 1 })
+      const config = AppConfig.layerWith({
+        redisUrl: Option.some("redis://127.0.0.1:6379"),
+        ipCheckoutsPerMinute: 2,
+        ipAuthFailuresPerMinute: 1
+      })
       const instance = IpLimits.layer.pipe(Layer.provide(config))
       const first = yield* Layer.build(instance).pipe(Effect.map((context) => Context.get(context, IpLimits)))
       const second = yield* Layer.build(instance).pipe(Effect.map((context) => Context.get(context, IpLimits)))
@@ -103,7 +113,12 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckouts
       const { baseUrl } = yield* TestServer
       // 64 KiB of 8 MiB sent: a server that read the body first would still be waiting.
       const answer = yield* Effect.promise(() =>
-        partialPost(baseUrl, "/v1/chat/completions", "Bearer nns_live_notarealkey0000000000000000000000000000", 64 * 1024)
+        partialPost(
+          baseUrl,
+          "/v1/chat/completions",
+          "Bearer nns_live_notarealkey0000000000000000000000000000",
+          64 * 1024
+        )
       )
       expect(answer.statusLine).toMatch(/^HTTP\/1\.1 401 /)
       expect(JSON.parse(answer.text)).toMatchObject({ error: { code: "invalid_api_key" } })
@@ -154,8 +169,13 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: FAILURES_PER_MINUTE, ipCheckouts
         json: { model: "svc/nenas-flash", messages: [{ role: "user", content: "hello" }] }
       })
       expect(model.status, model.text).toBe(200)
-      expectClientError(yield* call("GET", "/v1/models", { token: `nns_live_${randomBase62(40)}` }), { status: 429, code: "rate_limit_exceeded" })
-      expect((yield* call("GET", "/v1/models", { token: `${valid.slice(0, -1)}${valid.endsWith("x") ? "y" : "x"}` })).status).toBe(429)
+      expectClientError(yield* call("GET", "/v1/models", { token: `nns_live_${randomBase62(40)}` }), {
+        status: 429,
+        code: "rate_limit_exceeded"
+      })
+      expect(
+        (yield* call("GET", "/v1/models", { token: `${valid.slice(0, -1)}${valid.endsWith("x") ? "y" : "x"}` })).status
+      ).toBe(429)
       // Dashboard routes are not API-key routes.
       expect((yield* call("GET", "/dashboard/api-keys", { token: session })).status).toBe(200)
     }))
@@ -178,13 +198,20 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 60_000 })("dashboa
     Effect.gen(function*() {
       const { baseUrl } = yield* TestServer
       // 64 KiB of 8 MiB sent: a server that read the body first would still be waiting.
-      for (const [path, authorization] of [["/dashboard/api-keys", "Bearer not-a-session-token"], ["/dashboard/webhooks", ""]] as const) {
+      for (
+        const [path, authorization] of [["/dashboard/api-keys", "Bearer not-a-session-token"], [
+          "/dashboard/webhooks",
+          ""
+        ]] as const
+      ) {
         const answer = yield* Effect.promise(() => partialPost(baseUrl, path, authorization, 64 * 1024))
         expect(answer.statusLine, path).toMatch(/^HTTP\/1\.1 401 /)
         expect(JSON.parse(answer.text), path).toMatchObject({ error: { code: "authentication_error" } })
       }
       // A valid session still reaches the handler, with its body.
       const session = yield* devToken("dashboard-body@example.com")
-      expect((yield* createKey(session, { name: "after refusals", environment: "test" })).full_key).toMatch(/^nns_test_/)
+      expect((yield* createKey(session, { name: "after refusals", environment: "test" })).full_key).toMatch(
+        /^nns_test_/
+      )
     }))
 })

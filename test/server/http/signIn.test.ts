@@ -1,7 +1,3 @@
-import type { AddressInfo } from "node:net"
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option } from "effect"
 import {
@@ -14,6 +10,11 @@ import {
   jwtVerify,
   SignJWT
 } from "jose"
+import { mkdtemp, rm } from "node:fs/promises"
+import type { AddressInfo } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { AccountsRepo } from "../../../src/Accounts/Repo.js"
 import { AppConfig } from "../../../src/AppConfig.js"
 import {
   CLOCK_TOLERANCE_SECONDS,
@@ -24,7 +25,6 @@ import {
   IdentityProvider,
   IdentityProviderLive
 } from "../../../src/Auth/IdentityProvider.js"
-import { AccountsRepo } from "../../../src/Accounts/Repo.js"
 import { call, createKey, devToken, type Reply } from "../../support/Http.js"
 import { loopbackServer } from "../../support/Idp.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
@@ -393,11 +393,13 @@ describe("IdentityProviderLive in production", () => {
     Effect.gen(function*() {
       const dataDir = yield* tempDir
       const jwks = { authJwksUrl: Option.some("https://idp.test/.well-known/jwks.json"), dataDir }
-      for (const [overrides, missing] of [
-        [{ authIssuer: Option.none(), authAudience: Option.none() }, ["AUTH_ISSUER", "AUTH_AUDIENCE"]],
-        [{ authIssuer: Option.some(ISSUER), authAudience: Option.none() }, ["AUTH_AUDIENCE"]],
-        [{ authIssuer: Option.none(), authAudience: Option.some(AUDIENCE) }, ["AUTH_ISSUER"]]
-      ] as const) {
+      for (
+        const [overrides, missing] of [
+          [{ authIssuer: Option.none(), authAudience: Option.none() }, ["AUTH_ISSUER", "AUTH_AUDIENCE"]],
+          [{ authIssuer: Option.some(ISSUER), authAudience: Option.none() }, ["AUTH_AUDIENCE"]],
+          [{ authIssuer: Option.none(), authAudience: Option.some(AUDIENCE) }, ["AUTH_ISSUER"]]
+        ] as const
+      ) {
         for (const production of [true, false]) {
           const error = yield* Effect.flip(build({ ...jwks, ...overrides, production }))
           expect(error._tag).toBe("IdentityConfigError")
@@ -409,7 +411,9 @@ describe("IdentityProviderLive in production", () => {
 
 describe("identityMode: when the development identity provider is on", () => {
   const base = { authJwksUrl: Option.none<string>(), devAuth: Option.none<boolean>(), production: false }
-  const cases: ReadonlyArray<readonly [string, Partial<typeof base> & { host: string }, "development" | "external" | "off"]> = [
+  const cases: ReadonlyArray<
+    readonly [string, Partial<typeof base> & { host: string }, "development" | "external" | "off"]
+  > = [
     ["IPv4 loopback", { host: "127.0.0.1" }, "development"],
     ["another 127/8 address", { host: "127.0.0.2" }, "development"],
     ["IPv6 loopback", { host: "::1" }, "development"],

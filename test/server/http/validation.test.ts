@@ -24,7 +24,9 @@ const expectErrorShape = (reply: Reply, name: string) => {
   expect(error.guidance, `${name}: error.guidance`).toBeTypeOf("string")
   expect(error.request_id, `${name}: error.request_id`).toBeTypeOf("string")
   expect(error.request_id.length, `${name}: error.request_id non-empty`).toBeGreaterThan(0)
-  expect(reply.headers.get("x-request-id"), `${name}: x-request-id header equals error.request_id`).toBe(error.request_id)
+  expect(reply.headers.get("x-request-id"), `${name}: x-request-id header equals error.request_id`).toBe(
+    error.request_id
+  )
 }
 
 /** A client error of the given status and code, in the full error shape. */
@@ -129,7 +131,11 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
       { name: "whitespace-only name", json: { name: "   " }, param: "name" },
       { name: "101-character name", json: { name: "n".repeat(101) }, param: "name" },
       { name: "environment staging", json: { name: "k", environment: "staging" }, param: "environment" },
-      { name: "monthly_spend_limit_myr -1", json: { name: "k", monthly_spend_limit_myr: -1 }, param: "monthly_spend_limit_myr" },
+      {
+        name: "monthly_spend_limit_myr -1",
+        json: { name: "k", monthly_spend_limit_myr: -1 },
+        param: "monthly_spend_limit_myr"
+      },
       {
         name: "monthly_spend_limit_myr as a string",
         json: { name: "k", monthly_spend_limit_myr: "10" },
@@ -196,14 +202,26 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
       { name: "max_output_tokens 0", json: { input: "hi", max_output_tokens: 0 }, param: "max_output_tokens" },
       { name: "max_output_tokens 32001", json: { input: "hi", max_output_tokens: 32001 }, param: "max_output_tokens" },
       { name: "max_output_tokens 1.5", json: { input: "hi", max_output_tokens: 1.5 }, param: "max_output_tokens" },
-      { name: "reasoning.effort extreme", json: { input: "hi", reasoning: { effort: "extreme" } }, param: "reasoning.effort" },
-      { name: "web_search.mode sometimes", json: { input: "hi", web_search: { mode: "sometimes" } }, param: "web_search.mode" },
+      {
+        name: "reasoning.effort extreme",
+        json: { input: "hi", reasoning: { effort: "extreme" } },
+        param: "reasoning.effort"
+      },
+      {
+        name: "web_search.mode sometimes",
+        json: { input: "hi", web_search: { mode: "sometimes" } },
+        param: "web_search.mode"
+      },
       {
         name: "web_search.search_depth slow",
         json: { input: "hi", web_search: { search_depth: "slow" } },
         param: "web_search.search_depth"
       },
-      { name: "web_search.max_results 0", json: { input: "hi", web_search: { max_results: 0 } }, param: "web_search.max_results" },
+      {
+        name: "web_search.max_results 0",
+        json: { input: "hi", web_search: { max_results: 0 } },
+        param: "web_search.max_results"
+      },
       {
         name: "web_search.max_results 26",
         json: { input: "hi", web_search: { max_results: 26 } },
@@ -244,7 +262,13 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
             input: [{ role: "user", content: "hi" }],
             instructions: null,
             reasoning: { effort: "high" },
-            web_search: { mode: "on", search_depth: "deep", max_results: 25, max_searches: 5, content: { enabled: true, max_pages: 10 } },
+            web_search: {
+              mode: "on",
+              search_depth: "deep",
+              max_results: 25,
+              max_searches: 5,
+              content: { enabled: true, max_pages: 10 }
+            },
             max_output_tokens: 32000,
             max_total_cost_myr: 100,
             stream: false
@@ -279,7 +303,11 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
         const reply = yield* Effect.promise(async (): Promise<Reply> => {
           const encoder = new TextEncoder()
           const megabyte = encoder.encode("x".repeat(1024 * 1024))
-          const parts = [encoder.encode("{\"input\":\""), ...Array.from({ length: 9 }, () => megabyte), encoder.encode("\"}")]
+          const parts = [
+            encoder.encode("{\"input\":\""),
+            ...Array.from({ length: 9 }, () => megabyte),
+            encoder.encode("\"}")
+          ]
           // A stream body is sent with Transfer-Encoding: chunked.
           const stream = new ReadableStream<Uint8Array>({
             pull(controller) {
@@ -321,7 +349,11 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
       { name: "messages missing", json: { model: "svc/nenas-flash" }, param: "messages" },
       { name: "messages empty", json: { ...valid, messages: [] }, param: "messages" },
       { name: "message without role", json: { ...valid, messages: [{ content: "hi" }] }, param: "messages[0].role" },
-      { name: "role wizard", json: { ...valid, messages: [{ role: "wizard", content: "hi" }] }, param: "messages[0].role" },
+      {
+        name: "role wizard",
+        json: { ...valid, messages: [{ role: "wizard", content: "hi" }] },
+        param: "messages[0].role"
+      },
       {
         name: "second message with a bad role",
         json: { ...valid, messages: [message, { role: "wizard", content: "hi" }] },
@@ -331,7 +363,11 @@ layer(TestServerLive(), { excludeTestServices: true })("validation", (it) => {
       { name: "temperature 2.1", json: { ...valid, temperature: 2.1 }, param: "temperature" },
       { name: "max_tokens 0", json: { ...valid, max_tokens: 0 }, param: "max_tokens" },
       { name: "max_tokens 32001", json: { ...valid, max_tokens: 32001 }, param: "max_tokens" },
-      { name: "max_completion_tokens 40000", json: { ...valid, max_completion_tokens: 40000 }, param: "max_completion_tokens" },
+      {
+        name: "max_completion_tokens 40000",
+        json: { ...valid, max_completion_tokens: 40000 },
+        param: "max_completion_tokens"
+      },
       { name: "max_total_cost_myr 0", json: { ...valid, max_total_cost_myr: 0 }, param: "max_total_cost_myr" },
       { name: "n 2", json: { ...valid, n: 2 }, param: "n" },
       { name: "top_p 1.5", json: { ...valid, top_p: 1.5 }, param: "top_p" }

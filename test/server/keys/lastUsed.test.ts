@@ -2,20 +2,28 @@ import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { AccountsRepo } from "../../../src/Accounts/Repo.js"
-import { MembersRepo } from "../../../src/Members/Repo.js"
 import { AppConfig } from "../../../src/AppConfig.js"
 import { DatabaseLive } from "../../../src/Database/Database.js"
 import { newId } from "../../../src/Domain/Ids.js"
 import { hashKey } from "../../../src/Keys/ApiKeys.js"
 import { KeyLastUsed } from "../../../src/Keys/LastUsed.js"
 import { KeysRepo } from "../../../src/Keys/Repo.js"
+import { MembersRepo } from "../../../src/Members/Repo.js"
 import { freshDatabase } from "../../support/TestServer.js"
 import { WalletRepoLive } from "../../support/Wallet.js"
 
-const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
-  DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
+const Database = Layer.unwrapScoped(
+  Effect.map(
+    freshDatabase,
+    ({ url }) =>
+      DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))
+  )
+)
 
-const Repos = Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(Layer.provide(Layer.merge(WalletRepoLive, MembersRepo.layer)), Layer.provideMerge(Database))
+const Repos = Layer.mergeAll(KeysRepo.layer, AccountsRepo.layer).pipe(
+  Layer.provide(Layer.merge(WalletRepoLive, MembersRepo.layer)),
+  Layer.provideMerge(Database)
+)
 
 layer(Repos, { excludeTestServices: true })("last_used_at", (it) => {
   const makeKey = Effect.gen(function*() {
@@ -34,10 +42,12 @@ layer(Repos, { excludeTestServices: true })("last_used_at", (it) => {
     })
   })
   const stored = (id: string) =>
-    Effect.flatMap(SqlClient.SqlClient, (sql) =>
-      sql<{ lastUsedAt: Date | null }>`SELECT last_used_at FROM api_keys WHERE id = ${id}`).pipe(
-        Effect.map((rows) => rows[0]?.lastUsedAt ?? null)
-      )
+    Effect.flatMap(
+      SqlClient.SqlClient,
+      (sql) => sql<{ lastUsedAt: Date | null }>`SELECT last_used_at FROM api_keys WHERE id = ${id}`
+    ).pipe(
+      Effect.map((rows) => rows[0]?.lastUsedAt ?? null)
+    )
 
   it.effect("many uses become one write of the latest time, on the interval and at shutdown", () =>
     Effect.gen(function*() {

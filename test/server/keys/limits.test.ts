@@ -30,8 +30,9 @@ layer(TestServerLive({ ipAuthFailuresPerMinute: AUTH_FAILURES }), { excludeTestS
         for (let attempt = 0; attempt <= AUTH_FAILURES; attempt++) {
           const reply = yield* call("GET", "/dashboard/api-keys", { token: `not.a.token${attempt}` })
           statuses.push(reply.status)
-          if (reply.status === 401) expectClientError(reply, { status: 401, code: "authentication_error" }, `attempt ${attempt}`)
-          else expectRateLimited(reply, `attempt ${attempt}`)
+          if (reply.status === 401) {
+            expectClientError(reply, { status: 401, code: "authentication_error" }, `attempt ${attempt}`)
+          } else expectRateLimited(reply, `attempt ${attempt}`)
         }
         expect(statuses).toEqual([...Array.from({ length: AUTH_FAILURES }, () => 401), 429])
         // No token at all is a failed authentication too.
@@ -65,7 +66,10 @@ layer(TestServerLive({ ipDevSessionsPerMinute: DEV_SESSIONS }), { excludeTestSer
         }
         expect(statuses).toEqual([...Array.from({ length: DEV_SESSIONS }, () => 200), 429])
         // A request the body check refuses creates nothing, and answers as before.
-        expectClientError(yield* call("POST", "/dev/session", { json: { email: "nope" } }), { status: 400, code: "invalid_request" })
+        expectClientError(yield* call("POST", "/dev/session", { json: { email: "nope" } }), {
+          status: 400,
+          code: "invalid_request"
+        })
       }))
   }
 )

@@ -21,7 +21,9 @@ const THINK_MS = 2_000
 const billedForThinking = ({ hold, ledger, log }: CallBooks, errorCode: string | null) => {
   expect(log).toMatchObject({ status: "billed", usage_source: "estimated", error_code: errorCode })
   expect(log.input_tokens, "the input").toBe(countMessages([{ role: "user", content: PROMPT }]))
-  expect(log.reasoning_tokens, "the thinking so far").toBeGreaterThanOrEqual(Math.floor(THINK_MS / 1000 * DEFAULT_REASONING_TOKENS_PER_SECOND))
+  expect(log.reasoning_tokens, "the thinking so far").toBeGreaterThanOrEqual(
+    Math.floor(THINK_MS / 1000 * DEFAULT_REASONING_TOKENS_PER_SECOND)
+  )
   expect(log.output_tokens, "nothing visible: the output is the thinking").toBe(log.reasoning_tokens)
   const cost = costOf(DEFAULT_PRICES, log.upstream_model, {
     inputTokens: log.input_tokens,

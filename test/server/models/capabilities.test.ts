@@ -5,9 +5,15 @@ import { Effect } from "effect"
 import OpenAI from "openai"
 import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod"
 import { z } from "zod"
-import { countImage, countToolCall, countTools, countUpstreamMessages, MAX_IMAGE_TOKENS } from "../../../src/Providers/ContentTokens.js"
 import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../../../src/Domain/Prices.js"
 import { countMessages } from "../../../src/Domain/Tokens.js"
+import {
+  countImage,
+  countToolCall,
+  countTools,
+  countUpstreamMessages,
+  MAX_IMAGE_TOKENS
+} from "../../../src/Providers/ContentTokens.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
 import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
@@ -38,10 +44,16 @@ const WEATHER_PARAMETERS: Record<string, unknown> = {
   additionalProperties: false
 }
 
-const weatherSchema = z.object({ city: z.string().min(2), unit: z.enum(["celsius", "fahrenheit"]), days: z.number().int().min(1).max(7) })
+const weatherSchema = z.object({
+  city: z.string().min(2),
+  unit: z.enum(["celsius", "fahrenheit"]),
+  days: z.number().int().min(1).max(7)
+})
 
-const sdk = (apiKey: string) => Effect.map(TestServer, ({ baseUrl }) => new OpenAI({ apiKey, baseURL: `${baseUrl}/v1`, maxRetries: 0 }))
-const aiSdk = (apiKey: string) => Effect.map(TestServer, ({ baseUrl }) => createOpenAI({ apiKey, baseURL: `${baseUrl}/v1` }))
+const sdk = (apiKey: string) =>
+  Effect.map(TestServer, ({ baseUrl }) => new OpenAI({ apiKey, baseURL: `${baseUrl}/v1`, maxRetries: 0 }))
+const aiSdk = (apiKey: string) =>
+  Effect.map(TestServer, ({ baseUrl }) => createOpenAI({ apiKey, baseURL: `${baseUrl}/v1` }))
 
 const promise = <A>(run: () => Promise<A>) => Effect.promise(run)
 
@@ -69,11 +81,27 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const { apiKey } = yield* caller("cap-chat-tools@example.com", { environment: "test" })
       const client = yield* sdk(apiKey)
       const tools: Array<OpenAI.Chat.ChatCompletionTool> = [
-        { type: "function", function: { name: "get_weather", description: "Weather for a city", parameters: WEATHER_PARAMETERS, strict: true } },
-        { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { zone: { type: "string" } } } } }
+        {
+          type: "function",
+          function: {
+            name: "get_weather",
+            description: "Weather for a city",
+            parameters: WEATHER_PARAMETERS,
+            strict: true
+          }
+        },
+        {
+          type: "function",
+          function: { name: "get_time", parameters: { type: "object", properties: { zone: { type: "string" } } } }
+        }
       ]
-      const messages: Array<OpenAI.Chat.ChatCompletionMessageParam> = [{ role: "user", content: "Weather in Kuala Lumpur?" }]
-      const plain = yield* promise(() => client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: "required" }))
+      const messages: Array<OpenAI.Chat.ChatCompletionMessageParam> = [{
+        role: "user",
+        content: "Weather in Kuala Lumpur?"
+      }]
+      const plain = yield* promise(() =>
+        client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: "required" })
+      )
       const choice = plain.choices[0]
       expect(choice?.finish_reason).toBe("tool_calls")
       expect(choice?.message.content).toBeNull()
@@ -85,29 +113,48 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       expect(weatherSchema.safeParse(JSON.parse(call.function.arguments)).success, call.function.arguments).toBe(true)
       // Named: that tool.
       const named = yield* promise(() =>
-        client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: { type: "function", function: { name: "get_time" } } })
+        client.chat.completions.create({
+          model: MODEL,
+          messages,
+          tools,
+          tool_choice: { type: "function", function: { name: "get_time" } }
+        })
       )
       const namedCall = named.choices[0]?.message.tool_calls?.[0]
       expect(namedCall?.type === "function" ? namedCall.function.name : undefined).toBe("get_time")
       // auto and none: text.
       for (const choiceOf of ["auto", "none"] as const) {
-        const text = yield* promise(() => client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: choiceOf }))
+        const text = yield* promise(() =>
+          client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: choiceOf })
+        )
         expect(text.choices[0]?.finish_reason, choiceOf).toBe("stop")
         expect(text.choices[0]?.message.tool_calls, choiceOf).toBeUndefined()
       }
       // Streamed: the SDK's accumulator rebuilds the same call from delta.tool_calls fragments.
-      const stream = client.chat.completions.stream({ model: MODEL, messages, tools, tool_choice: "required", stream_options: { include_usage: true } })
+      const stream = client.chat.completions.stream({
+        model: MODEL,
+        messages,
+        tools,
+        tool_choice: "required",
+        stream_options: { include_usage: true }
+      })
       const fragments: Array<string> = []
       stream.on("tool_calls.function.arguments.delta", (event) => fragments.push(event.arguments_delta))
       const final = yield* promise(() => stream.finalChatCompletion())
       expect(final.choices[0]?.finish_reason).toBe("tool_calls")
       const streamedCall = final.choices[0]?.message.tool_calls?.[0]
-      expect(streamedCall?.type === "function" ? { name: streamedCall.function.name, arguments: streamedCall.function.arguments } : undefined)
+      expect(
+        streamedCall?.type === "function"
+          ? { name: streamedCall.function.name, arguments: streamedCall.function.arguments }
+          : undefined
+      )
         .toEqual(call.function)
       expect(streamedCall?.id).toBe(call.id)
       expect(fragments.length, "arguments arrive in fragments").toBeGreaterThan(1)
       // Deterministic: the same request, the same call.
-      const again = yield* promise(() => client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: "required" }))
+      const again = yield* promise(() =>
+        client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: "required" })
+      )
       expect(again.choices[0]?.message.tool_calls).toEqual(choice?.message.tool_calls)
     }))
 
@@ -146,7 +193,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
     Effect.gen(function*() {
       const { apiKey } = yield* caller("cap-parse@example.com", { environment: "test" })
       const client = yield* sdk(apiKey)
-      const Event = z.object({ name: z.string(), date: z.string(), attendees: z.array(z.string()).min(2), confirmed: z.boolean() })
+      const Event = z.object({
+        name: z.string(),
+        date: z.string(),
+        attendees: z.array(z.string()).min(2),
+        confirmed: z.boolean()
+      })
       const chat = yield* promise(() =>
         client.chat.completions.parse({
           model: MODEL,
@@ -157,7 +209,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const parsed = chat.choices[0]?.message.parsed
       expect(Event.safeParse(parsed).success, JSON.stringify(parsed)).toBe(true)
       const responses = yield* promise(() =>
-        client.responses.parse({ model: MODEL, input: "Alice and Bob meet on Friday.", text: { format: zodTextFormat(Event, "event") } })
+        client.responses.parse({
+          model: MODEL,
+          input: "Alice and Bob meet on Friday.",
+          text: { format: zodTextFormat(Event, "event") }
+        })
       )
       expect(Event.safeParse(responses.output_parsed).success, JSON.stringify(responses.output_parsed)).toBe(true)
       // json_object: a JSON object.
@@ -176,9 +232,17 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const { apiKey } = yield* caller("cap-responses-tools@example.com", { environment: "test" })
       const client = yield* sdk(apiKey)
       const tools: Array<OpenAI.Responses.FunctionTool> = [
-        { type: "function", name: "get_weather", description: "Weather for a city", parameters: WEATHER_PARAMETERS, strict: true }
+        {
+          type: "function",
+          name: "get_weather",
+          description: "Weather for a city",
+          parameters: WEATHER_PARAMETERS,
+          strict: true
+        }
       ]
-      const first = yield* promise(() => client.responses.create({ model: MODEL, input: "Weather in Ipoh?", tools, tool_choice: "required" }))
+      const first = yield* promise(() =>
+        client.responses.create({ model: MODEL, input: "Weather in Ipoh?", tools, tool_choice: "required" })
+      )
       expect(first.output).toHaveLength(1)
       const call = first.output[0]
       expect(call?.type).toBe("function_call")
@@ -203,7 +267,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       expect(followUp.output.map((item) => item.type)).toEqual(["message"])
       expect(followUp.output_text).toContain("rain")
       // Streamed with the SDK's helper: the events it checks, and the same call in the final response.
-      const stream = client.responses.stream({ model: MODEL, input: "Weather in Ipoh?", tools, tool_choice: "required" })
+      const stream = client.responses.stream({
+        model: MODEL,
+        input: "Weather in Ipoh?",
+        tools,
+        tool_choice: "required"
+      })
       const types: Array<string> = []
       const deltas: Array<string> = []
       yield* promise(async () => {
@@ -220,7 +289,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       expect(types[types.length - 1]).toBe("response.completed")
       expect(deltas.join("")).toBe(call.arguments)
       const streamedCall = final.output[0]
-      expect(streamedCall?.type === "function_call" ? { name: streamedCall.name, arguments: streamedCall.arguments } : undefined)
+      expect(
+        streamedCall?.type === "function_call"
+          ? { name: streamedCall.name, arguments: streamedCall.arguments }
+          : undefined
+      )
         .toEqual({ name: call.name, arguments: call.arguments })
     }))
 
@@ -233,7 +306,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
           model: MODEL,
           messages: [{
             role: "user",
-            content: [{ type: "text", text: "What is in this picture?" }, { type: "image_url", image_url: { url: PNG_1X1, detail: "high" } }]
+            content: [{ type: "text", text: "What is in this picture?" }, {
+              type: "image_url",
+              image_url: { url: PNG_1X1, detail: "high" }
+            }]
           }]
         })
       )
@@ -253,9 +329,16 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       )
       expect(responses.output_text).toContain("It sees 2 images.")
       const searched = yield* promise(() =>
-        client.responses.create({ model: MODEL, input: "Latest news on Kuala Lumpur transit", tools: [{ type: "web_search" }] })
+        client.responses.create({
+          model: MODEL,
+          input: "Latest news on Kuala Lumpur transit",
+          tools: [{ type: "web_search" }]
+        })
       )
-      const extra = searched as OpenAI.Responses.Response & { readonly routing: { readonly category: string }; readonly citations: ReadonlyArray<unknown> }
+      const extra = searched as OpenAI.Responses.Response & {
+        readonly routing: { readonly category: string }
+        readonly citations: ReadonlyArray<unknown>
+      }
       expect(extra.routing.category).toBe("search")
       expect(extra.citations.length).toBeGreaterThan(0)
     }))
@@ -302,16 +385,27 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const { apiKey } = yield* caller("cap-tool-errors@example.com", { environment: "test" })
       const tool = { type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }
       const cases: ReadonlyArray<readonly [string, Record<string, unknown>, string]> = [
-        ["a named choice not among the tools", { tools: [tool], tool_choice: { type: "function", function: { name: "g" } } }, "tool_choice"],
+        ["a named choice not among the tools", {
+          tools: [tool],
+          tool_choice: { type: "function", function: { name: "g" } }
+        }, "tool_choice"],
         ["required without tools", { tool_choice: "required" }, "tool_choice"],
         ["a name used twice", { tools: [tool, tool] }, "tools[1]"],
         ["a tool result without its call", {
           messages: [{ role: "user", content: "hi" }, { role: "tool", tool_call_id: "call_x", content: "42" }]
         }, "messages[1]"],
-        ["a bad function name", { tools: [{ type: "function", function: { name: "has space" } }] }, "tools.0.function.name"]
+        [
+          "a bad function name",
+          { tools: [{ type: "function", function: { name: "has space" } }] },
+          "tools.0.function.name"
+        ]
       ]
       for (const [name, extra, param] of cases) {
-        const reply = yield* modelCall(apiKey, "/v1/chat/completions", { model: MODEL, messages: [{ role: "user", content: "hi" }], ...extra })
+        const reply = yield* modelCall(apiKey, "/v1/chat/completions", {
+          model: MODEL,
+          messages: [{ role: "user", content: "hi" }],
+          ...extra
+        })
         expect(reply.status, `${name}: ${reply.text}`).toBe(400)
         expect(reply.body.error.code, name).toBe("invalid_request")
         if (param !== "tools.0.function.name") expect(reply.body.error.param, name).toBe(param)
@@ -343,9 +437,17 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
           }
         })
         // The AI SDK checks that a `required` step called a tool, so the first step requires one and the next may answer.
-        const prepareStep = ({ stepNumber }: { readonly stepNumber: number }) => ({ toolChoice: stepNumber === 0 ? "required" as const : "auto" as const })
+        const prepareStep = ({ stepNumber }: { readonly stepNumber: number }) => ({
+          toolChoice: stepNumber === 0 ? "required" as const : "auto" as const
+        })
         const generated = yield* promise(() =>
-          generateText({ model, prompt: "Weather in Melaka?", tools: { weather }, prepareStep, stopWhen: stepCountIs(4) })
+          generateText({
+            model,
+            prompt: "Weather in Melaka?",
+            tools: { weather },
+            prepareStep,
+            stopWhen: stepCountIs(4)
+          })
         )
         expect(generated.steps.length).toBe(2)
         expect(generated.steps[0]?.toolCalls.map((c) => c.toolName)).toEqual(["weather"])
@@ -355,7 +457,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
         expect(generated.text).toContain("cloudy")
         expect(generated.finishReason).toBe("stop")
 
-        const streamed = streamText({ model, prompt: "Weather in Melaka?", tools: { weather }, prepareStep, stopWhen: stepCountIs(4) })
+        const streamed = streamText({
+          model,
+          prompt: "Weather in Melaka?",
+          tools: { weather },
+          prepareStep,
+          stopWhen: stepCountIs(4)
+        })
         const kinds = new Set<string>()
         yield* promise(async () => {
           for await (const part of streamed.fullStream) kinds.add(part.type)
@@ -366,8 +474,15 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
         expect(yield* promise(async () => await streamed.text)).toContain("cloudy")
         expect(calls).toHaveLength(2)
 
-        const Recipe = z.object({ name: z.string(), servings: z.number().int().min(1), steps: z.array(z.string()).min(1), vegetarian: z.boolean() })
-        const object = yield* promise(() => generateObject({ model, schema: Recipe, prompt: "A recipe for nasi lemak." }))
+        const Recipe = z.object({
+          name: z.string(),
+          servings: z.number().int().min(1),
+          steps: z.array(z.string()).min(1),
+          vegetarian: z.boolean()
+        })
+        const object = yield* promise(() =>
+          generateObject({ model, schema: Recipe, prompt: "A recipe for nasi lemak." })
+        )
         expect(Recipe.safeParse(object.object).success, JSON.stringify(object.object)).toBe(true)
       }))
   }
@@ -396,7 +511,14 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const plain = yield* promise(() => client.chat.completions.create(body))
       expect(plain.choices[0]?.logprobs?.content?.[0]).toMatchObject({ logprob: -0.25 })
       const sent = sentBodies(upstream)[0]
-      expect(sent).toMatchObject({ presence_penalty: 0.5, frequency_penalty: -0.5, logit_bias: { "1234": -100 }, seed: 7, logprobs: true, top_logprobs: 3 })
+      expect(sent).toMatchObject({
+        presence_penalty: 0.5,
+        frequency_penalty: -0.5,
+        logit_bias: { "1234": -100 },
+        seed: 7,
+        logprobs: true,
+        top_logprobs: 3
+      })
       expect(sent, "tool fields without tools are not sent (OpenAI refuses them)").not.toHaveProperty("tool_choice")
       expect(sent).not.toHaveProperty("parallel_tool_calls")
       const chunks = yield* promise(async () => {
@@ -421,32 +543,53 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const { accountId, apiKey } = yield* caller("cap-live-chat-tools@example.com", { sen: 1000 })
       const client = yield* sdk(apiKey)
       const tools: Array<OpenAI.Chat.ChatCompletionTool> = [
-        { type: "function", function: { name: "get_weather", description: "Weather", parameters: WEATHER_PARAMETERS, strict: true } }
+        {
+          type: "function",
+          function: { name: "get_weather", description: "Weather", parameters: WEATHER_PARAMETERS, strict: true }
+        }
       ]
       const messages: Array<OpenAI.Chat.ChatCompletionMessageParam> = [
         { role: "system", content: "Be brief." },
         { role: "user", content: "Weather in Kuching and Miri?" }
       ]
       const plain = yield* promise(() =>
-        client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: "auto", parallel_tool_calls: true })
+        client.chat.completions.create({
+          model: MODEL,
+          messages,
+          tools,
+          tool_choice: "auto",
+          parallel_tool_calls: true
+        })
       )
       expect(plain.choices[0]?.finish_reason).toBe("tool_calls")
       // A tool call mixed with text, as OpenAI may answer: both kept.
       expect(plain.choices[0]?.message.content).toBe("Checking both.")
       expect(plain.choices[0]?.message.tool_calls).toEqual(toolCalls.map((c) => ({
-        id: c.id, type: "function", function: { name: c.name, arguments: c.arguments }
+        id: c.id,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments }
       })))
       const sent = sentBodies(upstream)[0]
       expect(sent?.["tools"]).toEqual(tools)
       expect(sent).toMatchObject({ tool_choice: "auto", parallel_tool_calls: true })
       const requestId = plain.id.replace(/^chatcmpl-/, "req_")
-      const expected = costOf(DEFAULT_PRICES, GENERAL, { inputTokens: 900, cachedTokens: 0, outputTokens: 40, searches: 0, pages: 0 })
+      const expected = costOf(DEFAULT_PRICES, GENERAL, {
+        inputTokens: 900,
+        cachedTokens: 0,
+        outputTokens: 40,
+        searches: 0,
+        pages: 0
+      })
       expect((yield* reservationOf(requestId)).captured).toBe(expected)
 
       const stream = client.chat.completions.stream({ model: MODEL, messages, tools, tool_choice: "auto" })
       const final = yield* promise(() => stream.finalChatCompletion())
       // The SDK's stream helper adds parsed_arguments for strict tools.
-      expect(final.choices[0]?.message.tool_calls?.map((c) => c.type === "function" ? { id: c.id, name: c.function.name, arguments: c.function.arguments } : c))
+      expect(
+        final.choices[0]?.message.tool_calls?.map((c) =>
+          c.type === "function" ? { id: c.id, name: c.function.name, arguments: c.function.arguments } : c
+        )
+      )
         .toEqual(toolCalls)
       expect(final.choices[0]?.message.content).toBe("Checking both.")
       expect(final.choices[0]?.finish_reason).toBe("tool_calls")
@@ -482,14 +625,28 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const upstream = yield* Upstream
       upstream.reset()
       const usage = { prompt_tokens: 700, completion_tokens: 30, reasoning_tokens: 12, cached_tokens: 0 }
-      upstream.setBehaviour({ kind: "ok", usage, toolCalls: [{ id: "call_r1", name: "get_weather", arguments: "{\"city\":\"Sibu\",\"unit\":\"celsius\",\"days\":3}" }] })
+      upstream.setBehaviour({
+        kind: "ok",
+        usage,
+        toolCalls: [{
+          id: "call_r1",
+          name: "get_weather",
+          arguments: "{\"city\":\"Sibu\",\"unit\":\"celsius\",\"days\":3}"
+        }]
+      })
       const { apiKey } = yield* caller("cap-live-responses-tools@example.com", { sen: 1000 })
       const client = yield* sdk(apiKey)
       const tools: Array<OpenAI.Responses.FunctionTool> = [
         { type: "function", name: "get_weather", description: "Weather", parameters: WEATHER_PARAMETERS, strict: true }
       ]
       const first = yield* promise(() =>
-        client.responses.create({ model: MODEL, instructions: "Be brief.", input: "Weather in Sibu?", tools, tool_choice: { type: "function", name: "get_weather" } })
+        client.responses.create({
+          model: MODEL,
+          instructions: "Be brief.",
+          input: "Weather in Sibu?",
+          tools,
+          tool_choice: { type: "function", name: "get_weather" }
+        })
       )
       expect(first.output).toEqual([{
         type: "function_call",
@@ -500,7 +657,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
         status: "completed"
       }])
       expect(sentBodies(upstream)[0]).toMatchObject({
-        tools: [{ type: "function", function: { name: "get_weather", description: "Weather", parameters: WEATHER_PARAMETERS, strict: true } }],
+        tools: [{
+          type: "function",
+          function: { name: "get_weather", description: "Weather", parameters: WEATHER_PARAMETERS, strict: true }
+        }],
         tool_choice: { type: "function", function: { name: "get_weather" } }
       })
       const call = first.output[0]
@@ -511,7 +671,19 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
         client.responses.create({
           model: MODEL,
           tools,
-          text: { format: { type: "json_schema", name: "summary", schema: { type: "object", properties: { summary: { type: "string" } }, required: ["summary"], additionalProperties: false }, strict: true } },
+          text: {
+            format: {
+              type: "json_schema",
+              name: "summary",
+              schema: {
+                type: "object",
+                properties: { summary: { type: "string" } },
+                required: ["summary"],
+                additionalProperties: false
+              },
+              strict: true
+            }
+          },
           input: [
             { role: "user", content: "Weather in Sibu?" },
             call,
@@ -523,22 +695,69 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const sent = sentBodies(upstream)[0]
       expect(sent?.messages).toEqual([
         { role: "user", content: "Weather in Sibu?" },
-        { role: "assistant", content: null, tool_calls: [{ id: "call_r1", type: "function", function: { name: "get_weather", arguments: call.arguments } }] },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{
+            id: "call_r1",
+            type: "function",
+            function: { name: "get_weather", arguments: call.arguments }
+          }]
+        },
         { role: "tool", tool_call_id: "call_r1", content: "rain all day" }
       ])
       expect(sent?.["response_format"]).toEqual({
         type: "json_schema",
-        json_schema: { name: "summary", schema: { type: "object", properties: { summary: { type: "string" } }, required: ["summary"], additionalProperties: false }, strict: true }
+        json_schema: {
+          name: "summary",
+          schema: {
+            type: "object",
+            properties: { summary: { type: "string" } },
+            required: ["summary"],
+            additionalProperties: false
+          },
+          strict: true
+        }
       })
       // Streamed through responses.stream(): the call's events, and the upstream's usage billed, reasoning included.
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", usage, toolCalls: [{ id: "call_r2", name: "get_weather", arguments: "{\"city\":\"Bintulu\",\"unit\":\"celsius\",\"days\":1}" }] })
-      const stream = client.responses.stream({ model: MODEL, input: "Weather in Bintulu?", tools, tool_choice: "required" })
+      upstream.setBehaviour({
+        kind: "ok",
+        usage,
+        toolCalls: [{
+          id: "call_r2",
+          name: "get_weather",
+          arguments: "{\"city\":\"Bintulu\",\"unit\":\"celsius\",\"days\":1}"
+        }]
+      })
+      const stream = client.responses.stream({
+        model: MODEL,
+        input: "Weather in Bintulu?",
+        tools,
+        tool_choice: "required"
+      })
       const final = yield* promise(() => stream.finalResponse())
-      expect(final.output).toMatchObject([{ type: "function_call", call_id: "call_r2", name: "get_weather", status: "completed" }])
-      expect(final.usage).toMatchObject({ input_tokens: 700, output_tokens: 30, output_tokens_details: { reasoning_tokens: 12 } })
-      const expected = costOf(DEFAULT_PRICES, GENERAL, { inputTokens: 700, cachedTokens: 0, outputTokens: 30, searches: 0, pages: 0 })
-      expect((yield* reservationOf((final as unknown as { readonly request_id: string }).request_id)).captured).toBe(expected)
+      expect(final.output).toMatchObject([{
+        type: "function_call",
+        call_id: "call_r2",
+        name: "get_weather",
+        status: "completed"
+      }])
+      expect(final.usage).toMatchObject({
+        input_tokens: 700,
+        output_tokens: 30,
+        output_tokens_details: { reasoning_tokens: 12 }
+      })
+      const expected = costOf(DEFAULT_PRICES, GENERAL, {
+        inputTokens: 700,
+        cachedTokens: 0,
+        outputTokens: 30,
+        searches: 0,
+        pages: 0
+      })
+      expect((yield* reservationOf((final as unknown as { readonly request_id: string }).request_id)).captured).toBe(
+        expected
+      )
     }))
 
   it.effect("live key, structured output: chat response_format json_schema and json_object go upstream as sent", () =>
@@ -547,7 +766,14 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       upstream.reset()
       upstream.setBehaviour({ kind: "ok", text: "{\"name\":\"x\"}" })
       const { apiKey } = yield* caller("cap-live-format@example.com", { sen: 1000 })
-      const format = { type: "json_schema", json_schema: { name: "thing", schema: { type: "object", properties: { name: { type: "string" } } }, strict: true } }
+      const format = {
+        type: "json_schema",
+        json_schema: {
+          name: "thing",
+          schema: { type: "object", properties: { name: { type: "string" } } },
+          strict: true
+        }
+      }
       for (const responseFormat of [format, { type: "json_object" }]) {
         upstream.reset()
         const reply = yield* modelCall(apiKey, "/v1/chat/completions", {
@@ -567,20 +793,45 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       upstream.reset()
       const chat = yield* modelCall(apiKey, "/v1/chat/completions", {
         model: MODEL,
-        messages: [{ role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: PNG_1X1, detail: "high" } }] }]
+        messages: [{
+          role: "user",
+          content: [{ type: "text", text: "Describe." }, {
+            type: "image_url",
+            image_url: { url: PNG_1X1, detail: "high" }
+          }]
+        }]
       })
       expect(chat.status, chat.text).toBe(200)
       expect(sentBodies(upstream)[0]?.messages).toEqual([
-        { role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: PNG_1X1, detail: "high" } }] }
+        {
+          role: "user",
+          content: [{ type: "text", text: "Describe." }, {
+            type: "image_url",
+            image_url: { url: PNG_1X1, detail: "high" }
+          }]
+        }
       ])
       upstream.reset()
       const responses = yield* modelCall(apiKey, "/v1/responses", {
         model: MODEL,
-        input: [{ role: "user", content: [{ type: "input_text", text: "Describe." }, { type: "input_image", image_url: PNG_1X1, detail: "low" }] }]
+        input: [{
+          role: "user",
+          content: [{ type: "input_text", text: "Describe." }, {
+            type: "input_image",
+            image_url: PNG_1X1,
+            detail: "low"
+          }]
+        }]
       })
       expect(responses.status, responses.text).toBe(200)
       expect(sentBodies(upstream)[0]?.messages).toEqual([
-        { role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: PNG_1X1, detail: "low" } }] }
+        {
+          role: "user",
+          content: [{ type: "text", text: "Describe." }, {
+            type: "image_url",
+            image_url: { url: PNG_1X1, detail: "low" }
+          }]
+        }
       ])
       // OpenAI's image tokens: 85 for low; a 1 × 1 image at high detail is one tile (85 + 170); an unseen remote image the most.
       expect(countImage(PNG_1X1, "low")).toBe(85)
@@ -599,14 +850,26 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const remote = yield* modelCall(apiKey, "/v1/chat/completions", {
         model: MODEL,
         max_tokens: 32_000,
-        messages: [{ role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: "https://example.com/cat.png" } }] }]
+        messages: [{
+          role: "user",
+          content: [{ type: "text", text: "Describe." }, {
+            type: "image_url",
+            image_url: { url: "https://example.com/cat.png" }
+          }]
+        }]
       })
       expect(remote.status, remote.text).toBe(200)
       expect((yield* reservationOf(remote.headers.get("x-request-id") ?? "")).amount).toBe(reservationFor(1445))
       const low = yield* modelCall(apiKey, "/v1/chat/completions", {
         model: MODEL,
         max_tokens: 32_000,
-        messages: [{ role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url: "https://example.com/cat.png", detail: "low" } }] }]
+        messages: [{
+          role: "user",
+          content: [{ type: "text", text: "Describe." }, {
+            type: "image_url",
+            image_url: { url: "https://example.com/cat.png", detail: "low" }
+          }]
+        }]
       })
       expect((yield* reservationOf(low.headers.get("x-request-id") ?? "")).amount).toBe(reservationFor(85))
       expect(yield* violations(accountId)).toEqual([])
@@ -617,23 +880,44 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      const call = { id: "call_e1", name: "get_weather", arguments: "{\"city\":\"Kuantan\",\"unit\":\"celsius\",\"days\":4}" }
+      const call = {
+        id: "call_e1",
+        name: "get_weather",
+        arguments: "{\"city\":\"Kuantan\",\"unit\":\"celsius\",\"days\":4}"
+      }
       upstream.setBehaviour({ kind: "ok", usage: "none", toolCalls: [call] })
       const { accountId, apiKey } = yield* caller("cap-live-estimated-tools@example.com", { sen: 1000 })
       const tools = [{ type: "function" as const, function: { name: "get_weather", parameters: WEATHER_PARAMETERS } }]
       const messages = [{ role: "user" as const, content: "Weather in Kuantan?" }]
       const inputTokens = countUpstreamMessages(messages) + countTools(tools)
-      const outputTokens = countToolCall({ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } })
-      const expected = costOf(DEFAULT_PRICES, GENERAL, { inputTokens, cachedTokens: 0, outputTokens, searches: 0, pages: 0 })
+      const outputTokens = countToolCall({
+        id: call.id,
+        type: "function",
+        function: { name: call.name, arguments: call.arguments }
+      })
+      const expected = costOf(DEFAULT_PRICES, GENERAL, {
+        inputTokens,
+        cachedTokens: 0,
+        outputTokens,
+        searches: 0,
+        pages: 0
+      })
       for (const stream of [false, true]) {
         const reply = yield* modelCall(apiKey, "/v1/chat/completions", { model: MODEL, messages, tools, stream })
         expect(reply.status, reply.text).toBe(200)
         const requestId = reply.headers.get("x-request-id") ?? ""
-        const rows = yield* query<{ usage_source: string; input_tokens: number; output_tokens: number; cost_micro_myr: string }>(
+        const rows = yield* query<
+          { usage_source: string; input_tokens: number; output_tokens: number; cost_micro_myr: string }
+        >(
           "SELECT usage_source, input_tokens, output_tokens, cost_micro_myr FROM request_logs WHERE request_id = $1",
           [requestId]
         )
-        expect(rows[0], `stream ${stream}`).toEqual({ usage_source: "estimated", input_tokens: inputTokens, output_tokens: outputTokens, cost_micro_myr: String(expected) })
+        expect(rows[0], `stream ${stream}`).toEqual({
+          usage_source: "estimated",
+          input_tokens: inputTokens,
+          output_tokens: outputTokens,
+          cost_micro_myr: String(expected)
+        })
         expect((yield* reservationOf(requestId)).captured, `stream ${stream}`).toBe(expected)
       }
       expect(yield* violations(accountId)).toEqual([])
@@ -647,7 +931,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const base = { model: MODEL, max_tokens: 10, messages: [{ role: "user", content: "Hi" }] }
       const bigTools = Array.from({ length: 20 }, (_, i) => ({
         type: "function",
-        function: { name: `tool_${i}`, description: "A tool with a long description. ".repeat(40), parameters: WEATHER_PARAMETERS }
+        function: {
+          name: `tool_${i}`,
+          description: "A tool with a long description. ".repeat(40),
+          parameters: WEATHER_PARAMETERS
+        }
       }))
       const without = yield* modelCall(apiKey, "/v1/chat/completions", base)
       const withTools = yield* modelCall(apiKey, "/v1/chat/completions", { ...base, tools: bigTools })
@@ -655,7 +943,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("capabilities bey
       const toolsReserved = (yield* reservationOf(withTools.headers.get("x-request-id") ?? "")).amount
       expect(toolsReserved).toBeGreaterThan(plainReserved * 5)
       const sent = upstream.requests.length
-      const capped = yield* modelCall(apiKey, "/v1/chat/completions", { ...base, tools: bigTools, max_total_cost_myr: plainReserved / 1_000_000 * 2 })
+      const capped = yield* modelCall(apiKey, "/v1/chat/completions", {
+        ...base,
+        tools: bigTools,
+        max_total_cost_myr: plainReserved / 1_000_000 * 2
+      })
       expect(capped.status, capped.text).toBe(400)
       expect(capped.body.error.param).toBe("max_total_cost_myr")
       expect(upstream.requests.length).toBe(sent)

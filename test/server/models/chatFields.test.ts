@@ -61,6 +61,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's usual c
       })
       expect(reply.status, reply.text).toBe(200)
       expect(reply.body.incomplete_details).toEqual({ reason: "max_output_tokens" })
-      expect(upstream.requests[0]?.body as Sent).toMatchObject({ temperature: 0.2, top_p: 0.5, user: "end-user-8", max_tokens: 32 })
+      expect(upstream.requests[0]?.body as Sent).toMatchObject({
+        temperature: 0.2,
+        top_p: 0.5,
+        user: "end-user-8",
+        max_tokens: 32
+      })
     }))
 })

@@ -20,7 +20,12 @@ const TOOLS = 512
 type Endpoint = "/v1/chat/completions" | "/v1/responses" | "/v1/messages" | "/v1/messages/count_tokens"
 type Limit = "messages" | "blocks" | "tools"
 
-const ENDPOINTS: ReadonlyArray<Endpoint> = ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"]
+const ENDPOINTS: ReadonlyArray<Endpoint> = [
+  "/v1/chat/completions",
+  "/v1/responses",
+  "/v1/messages",
+  "/v1/messages/count_tokens"
+]
 
 const role = (i: number) => (i % 2 === 0 ? "user" : "assistant")
 
@@ -29,7 +34,10 @@ const bodyOf = (endpoint: Endpoint, limit: Limit, count: number): Record<string,
   const anthropic = endpoint.startsWith("/v1/messages")
   const responses = endpoint === "/v1/responses"
   const field = responses ? "input" : "messages"
-  const message = (i: number, content: unknown) => (responses ? { type: "message", role: role(i), content } : { role: role(i), content })
+  const message = (
+    i: number,
+    content: unknown
+  ) => (responses ? { type: "message", role: role(i), content } : { role: role(i), content })
   const base = Object.assign(
     { model: "svc/nenas-flash" },
     endpoint === "/v1/messages/count_tokens" ? {} : responses ? { max_output_tokens: 16 } : { max_tokens: 16 }
@@ -41,7 +49,13 @@ const bodyOf = (endpoint: Endpoint, limit: Limit, count: number): Record<string,
       // Two messages share the blocks: the limit is the request's, not a message's.
       return Object.assign(base, {
         [field]: [0, 1].map((i) =>
-          message(0, Array.from({ length: Math.ceil(count / 2) - (i === 1 ? count % 2 : 0) }, (_, j) => ({ type: responses ? "input_text" : "text", text: `b${j}` })))
+          message(
+            0,
+            Array.from(
+              { length: Math.ceil(count / 2) - (i === 1 ? count % 2 : 0) },
+              (_, j) => ({ type: responses ? "input_text" : "text", text: `b${j}` })
+            )
+          )
         )
       })
     case "tools": {
@@ -51,8 +65,7 @@ const bodyOf = (endpoint: Endpoint, limit: Limit, count: number): Record<string,
           ? { name: `t${i}`, input_schema: parameters }
           : responses
           ? { type: "function", name: `t${i}`, parameters }
-          : { type: "function", function: { name: `t${i}`, parameters } }
-      )
+          : { type: "function", function: { name: `t${i}`, parameters } })
       return Object.assign(base, { [field]: [message(0, "Pick one.")], tools })
     }
   }

@@ -28,7 +28,9 @@ const hostile = fc.oneof(
   // fc.string's characters are printable ASCII: the surrogate between them is always unpaired.
   fc.tuple(fc.string({ maxLength: 12 }), fc.integer({ min: 0xd800, max: 0xdfff }), fc.string({ maxLength: 12 }))
     .map(([a, unit, b]) => `${a}${String.fromCharCode(unit)}${b}`),
-  fc.tuple(fc.constantFrom(...OVERLONG), fc.integer({ min: 0, max: 3 })).map(([length, extra]) => "x".repeat(length + extra)),
+  fc.tuple(fc.constantFrom(...OVERLONG), fc.integer({ min: 0, max: 3 })).map(([length, extra]) =>
+    "x".repeat(length + extra)
+  ),
   // Storable text (emoji, combining marks, U+FFFD): answered 2xx where it fits, and then it must be billed and logged.
   fc.string({ unit: "grapheme", minLength: 1, maxLength: 24 })
 )
@@ -62,8 +64,16 @@ const ASK = { model: "svc/nenas-flash", input: "Say hello.", max_output_tokens: 
 const CHAT = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello." }], max_tokens: 16 }
 const MESSAGES = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello." }], max_tokens: 16 }
 const COUNT = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello." }] }
-const anthropicTool = (description: unknown, input_schema: unknown = { type: "object", properties: {} }) => ({ name: "lookup", description, input_schema })
-const fn = (description: unknown, parameters: unknown = { type: "object", properties: {} }) => ({ name: "lookup", description, parameters })
+const anthropicTool = (description: unknown, input_schema: unknown = { type: "object", properties: {} }) => ({
+  name: "lookup",
+  description,
+  input_schema
+})
+const fn = (description: unknown, parameters: unknown = { type: "object", properties: {} }) => ({
+  name: "lookup",
+  description,
+  parameters
+})
 
 type Body = (value: unknown) => Record<string, unknown>
 
@@ -77,7 +87,12 @@ const MODEL_FIELDS: ReadonlyArray<readonly [string, string, Body, boolean]> = [
   ["/v1/responses", "metadata key", (v) => ({ ...ASK, metadata: { [String(v).slice(0, 80_000)]: "x" } }), true],
   ["/v1/responses", "instructions", (v) => ({ ...ASK, instructions: v }), false],
   ["/v1/responses", "input", (v) => ({ ...ASK, input: v }), false],
-  ["/v1/responses", "input item", (v) => ({ ...ASK, input: [{ role: "user", content: [{ type: "input_text", text: v }] }] }), false],
+  [
+    "/v1/responses",
+    "input item",
+    (v) => ({ ...ASK, input: [{ role: "user", content: [{ type: "input_text", text: v }] }] }),
+    false
+  ],
   ["/v1/responses", "previous_response_id", (v) => ({ ...ASK, previous_response_id: v }), true],
   ["/v1/responses", "tool description", (v) => ({ ...ASK, tools: [{ type: "function", ...fn(v) }] }), false],
   ["/v1/responses", "user, streamed", (v) => ({ ...ASK, user: v, stream: true }), true],
@@ -86,12 +101,27 @@ const MODEL_FIELDS: ReadonlyArray<readonly [string, string, Body, boolean]> = [
   ["/v1/chat/completions", "metadata key", (v) => ({ ...CHAT, metadata: { [String(v).slice(0, 80_000)]: "x" } }), true],
   ["/v1/chat/completions", "message", (v) => ({ ...CHAT, messages: [{ role: "user", content: v }] }), false],
   ["/v1/chat/completions", "stop", (v) => ({ ...CHAT, stop: v }), false],
-  ["/v1/chat/completions", "tool description", (v) => ({ ...CHAT, tools: [{ type: "function", function: fn(v) }] }), false],
+  [
+    "/v1/chat/completions",
+    "tool description",
+    (v) => ({ ...CHAT, tools: [{ type: "function", function: fn(v) }] }),
+    false
+  ],
   ["/v1/chat/completions", "metadata value, streamed", (v) => ({ ...CHAT, metadata: { team: v }, stream: true }), true],
   ["/v1/messages", "metadata.user_id", (v) => ({ ...MESSAGES, metadata: { user_id: v } }), true],
-  ["/v1/messages", "metadata.user_id, streamed", (v) => ({ ...MESSAGES, metadata: { user_id: v }, stream: true }), true],
+  [
+    "/v1/messages",
+    "metadata.user_id, streamed",
+    (v) => ({ ...MESSAGES, metadata: { user_id: v }, stream: true }),
+    true
+  ],
   ["/v1/messages", "message", (v) => ({ ...MESSAGES, messages: [{ role: "user", content: v }] }), false],
-  ["/v1/messages", "text block", (v) => ({ ...MESSAGES, messages: [{ role: "user", content: [{ type: "text", text: v }] }] }), false],
+  [
+    "/v1/messages",
+    "text block",
+    (v) => ({ ...MESSAGES, messages: [{ role: "user", content: [{ type: "text", text: v }] }] }),
+    false
+  ],
   ["/v1/messages", "system", (v) => ({ ...MESSAGES, system: v }), false],
   ["/v1/messages", "stop_sequences", (v) => ({ ...MESSAGES, stop_sequences: [v] }), false],
   ["/v1/messages", "tool description", (v) => ({ ...MESSAGES, tools: [anthropicTool(v)] }), false],
@@ -106,11 +136,23 @@ const unstorable = (value: string) => /\u0000|\p{Cs}/u.test(value)
 /** JSON nested 10,000 deep (and 60, under the depth guard) where a field takes any JSON. */
 const DEEP_FIELDS: ReadonlyArray<readonly [string, Record<string, unknown>]> = [
   ["/v1/responses", { ...ASK, metadata: { team: DEEP_MARK } }],
-  ["/v1/responses", { ...ASK, tools: [{ type: "function", ...fn("d", { type: "object", properties: { a: DEEP_MARK } }) }] }],
-  ["/v1/responses", { ...ASK, text: { format: { type: "json_schema", name: "s", schema: { type: "object", x: DEEP_MARK } } } }],
+  ["/v1/responses", {
+    ...ASK,
+    tools: [{ type: "function", ...fn("d", { type: "object", properties: { a: DEEP_MARK } }) }]
+  }],
+  ["/v1/responses", {
+    ...ASK,
+    text: { format: { type: "json_schema", name: "s", schema: { type: "object", x: DEEP_MARK } } }
+  }],
   ["/v1/chat/completions", { ...CHAT, metadata: { team: DEEP_MARK } }],
-  ["/v1/chat/completions", { ...CHAT, tools: [{ type: "function", function: fn("d", { type: "object", x: DEEP_MARK }) }] }],
-  ["/v1/chat/completions", { ...CHAT, response_format: { type: "json_schema", json_schema: { name: "s", schema: { x: DEEP_MARK } } } }],
+  ["/v1/chat/completions", {
+    ...CHAT,
+    tools: [{ type: "function", function: fn("d", { type: "object", x: DEEP_MARK }) }]
+  }],
+  ["/v1/chat/completions", {
+    ...CHAT,
+    response_format: { type: "json_schema", json_schema: { name: "s", schema: { x: DEEP_MARK } } }
+  }],
   ["/v1/messages", { ...MESSAGES, tools: [anthropicTool("d", { type: "object", x: DEEP_MARK })] }],
   ["/v1/messages/count_tokens", { ...COUNT, tools: [anthropicTool("d", { type: "object", x: DEEP_MARK })] }]
 ]
@@ -126,8 +168,13 @@ interface Answered {
 /** Anthropic's error body, nenas's code and param inside `error` (`/v1/messages` answers in it). */
 const isAnthropicError = (body: unknown): boolean => {
   if (typeof body !== "object" || body === null) return false
-  const { error, request_id, type } = body as { error?: { code?: unknown; message?: unknown }; request_id?: unknown; type?: unknown }
-  return type === "error" && typeof request_id === "string" && typeof error?.code === "string" && typeof error.message === "string"
+  const { error, request_id, type } = body as {
+    error?: { code?: unknown; message?: unknown }
+    request_id?: unknown
+    type?: unknown
+  }
+  return type === "error" && typeof request_id === "string" && typeof error?.code === "string" &&
+    typeof error.message === "string"
 }
 
 /** No 5xx; an error in the error shape (Anthropic's on `/v1/messages`); the request id it answered with. */
@@ -148,9 +195,19 @@ describe("fuzz: hostile values in every stored field", () => {
         const model = (path: string, label: string, body: string, key: "live" | "test") =>
           Effect.gen(function*() {
             const apiKey = key === "live" ? live.apiKey : test.apiKey
-            const reply = yield* call("POST", path, { token: apiKey, body, headers: { "content-type": "application/json" } })
+            const reply = yield* call("POST", path, {
+              token: apiKey,
+              body,
+              headers: { "content-type": "application/json" }
+            })
             const full = `${path} ${label} (${key})`
-            answered.push({ label: full, status: reply.status, requestId: checked(full, reply), environment: key, param: reply.body?.error?.param })
+            answered.push({
+              label: full,
+              status: reply.status,
+              requestId: checked(full, reply),
+              environment: key,
+              param: reply.body?.error?.param
+            })
           })
 
         let mustRefuse = 0
@@ -162,7 +219,9 @@ describe("fuzz: hostile values in every stored field", () => {
             if (kept && unstorable(value) && last !== undefined) {
               mustRefuse++
               expect(last.status, `${last.label}: text PostgreSQL cannot store is refused`).toBe(400)
-              if (field.startsWith("metadata.user_id")) expect(last.param, `${last.label}: the field is named`).toBe("metadata.user_id")
+              if (field.startsWith("metadata.user_id")) {
+                expect(last.param, `${last.label}: the field is named`).toBe("metadata.user_id")
+              }
             }
           }
         }
@@ -176,13 +235,18 @@ describe("fuzz: hostile values in every stored field", () => {
           Effect.map(
             call(method, path, {
               token,
-              ...(raw === undefined ? json === undefined ? {} : { json } : { body: raw, headers: { "content-type": "application/json" } })
+              ...(raw === undefined
+                ? json === undefined ? {} : { json }
+                : { body: raw, headers: { "content-type": "application/json" } })
             }),
             (reply) => checked(`${method} ${path.slice(0, 80)}`, reply)
           )
         const key = yield* call("POST", "/dashboard/api-keys", { token, json: { name: "fuzz target" } })
         expect(key.status).toBe(201)
-        const hook = yield* call("POST", "/dashboard/webhooks", { token, json: { url: `http://${WEBHOOK_HOST}/hook`, events: ["balance.low"] } })
+        const hook = yield* call("POST", "/dashboard/webhooks", {
+          token,
+          json: { url: `http://${WEBHOOK_HOST}/hook`, events: ["balance.low"] }
+        })
         expect(hook.status, hook.text).toBe(201)
         const keyPath = `/dashboard/api-keys/${key.body.key.id}`
         const hookPath = `/dashboard/webhooks/${hook.body.endpoint?.id ?? hook.body.id}`
@@ -192,7 +256,11 @@ describe("fuzz: hostile values in every stored field", () => {
           yield* dashboard("POST", "/dashboard/api-keys", { name: text })
           yield* dashboard("PATCH", keyPath, { name: text })
           yield* dashboard("POST", "/dashboard/webhooks", { url: text, events: ["balance.low"], description: "d" })
-          yield* dashboard("POST", "/dashboard/webhooks", { url: `http://${WEBHOOK_HOST}/${text}`, events: ["balance.low"], description: text })
+          yield* dashboard("POST", "/dashboard/webhooks", {
+            url: `http://${WEBHOOK_HOST}/${text}`,
+            events: ["balance.low"],
+            description: text
+          })
           yield* dashboard("PATCH", hookPath, { description: text })
           yield* dashboard("PATCH", hookPath, { url: `http://${WEBHOOK_HOST}/${text}` })
           yield* dashboard("PUT", "/dashboard/billing/settings", { low_balance_threshold_myr: text })
@@ -238,7 +306,9 @@ describe("fuzz: hostile values in every stored field", () => {
             expect(billed.has(a.requestId), `${a.label}: no usage entry`).toBe(false)
             continue
           }
-          expect(logs.get(a.requestId), `${a.label}: its log row`).toBe(a.environment === "live" ? "billed" : "succeeded")
+          expect(logs.get(a.requestId), `${a.label}: its log row`).toBe(
+            a.environment === "live" ? "billed" : "succeeded"
+          )
           expect(billed.get(a.requestId), `${a.label}: its usage entry`).toBe(a.environment === "live" ? 1 : undefined)
         }
         for (const a of refused) {
@@ -248,7 +318,8 @@ describe("fuzz: hostile values in every stored field", () => {
         }
         expect(yield* query("SELECT request_id FROM settlement_parked")).toEqual([])
         expect((yield* walletOf(live.accountId)).reserved).toBe(0)
-        expect(yield* query("SELECT id FROM reservations WHERE account_id = $1 AND status = 'open'", [live.accountId])).toEqual([])
+        expect(yield* query("SELECT id FROM reservations WHERE account_id = $1 AND status = 'open'", [live.accountId]))
+          .toEqual([])
         expect(yield* violations(live.accountId)).toEqual([])
       }))
   })

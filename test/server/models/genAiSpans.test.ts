@@ -14,19 +14,24 @@ import { Upstream } from "../../support/Upstream.js"
  * the prompt or the answer.
  */
 
-const server = Layer.unwrapEffect(Effect.map(OtlpReceiver, (receiver) =>
-  TestServerWithUpstream({ otlpEndpoint: Option.some(receiver.endpoint) }))).pipe(Layer.provideMerge(OtlpReceiver.layer))
+const server = Layer.unwrapEffect(
+  Effect.map(OtlpReceiver, (receiver) => TestServerWithUpstream({ otlpEndpoint: Option.some(receiver.endpoint) }))
+).pipe(Layer.provideMerge(OtlpReceiver.layer))
 
 /** The call span of `requestId`, once the tracer's batch (every second) has reached the collector. */
 const callSpanOf = (requestId: string) =>
   Effect.gen(function*() {
     const receiver = yield* OtlpReceiver
     for (let tries = 0; tries < 100; tries++) {
-      const span = receiver.spans.find((s) => s.name === "chat svc/nenas-flash" && s.attributes["nenas.request_id"] === requestId)
+      const span = receiver.spans.find((s) =>
+        s.name === "chat svc/nenas-flash" && s.attributes["nenas.request_id"] === requestId
+      )
       if (span !== undefined) return span
       yield* Effect.sleep("100 millis")
     }
-    return yield* Effect.dieMessage(`no call span for ${requestId} among ${receiver.spans.map((s) => s.name).join(", ")}`)
+    return yield* Effect.dieMessage(
+      `no call span for ${requestId} among ${receiver.spans.map((s) => s.name).join(", ")}`
+    )
   })
 
 /** The upstream attempts under a call's span (the provider's own span, `provider.complete`, sits between). */
@@ -51,7 +56,9 @@ const logOf = (requestId: string) =>
 /** Nothing the caller wrote or the model answered is in any export. */
 const exportsNothingOf = (...texts: ReadonlyArray<string>) =>
   Effect.map(OtlpReceiver, (receiver) => {
-    for (const text of texts) expect(receiver.bodies.some((body) => body.includes(text)), `"${text}" was exported`).toBe(false)
+    for (const text of texts) {
+      expect(receiver.bodies.some((body) => body.includes(text)), `"${text}" was exported`).toBe(false)
+    }
   })
 
 layer(server, { excludeTestServices: true, timeout: 60_000 })("GenAI spans of model calls", (it) => {
@@ -59,7 +66,11 @@ layer(server, { excludeTestServices: true, timeout: 60_000 })("GenAI spans of mo
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", text: "Answer-kept-private-7731", usage: { prompt_tokens: 21, completion_tokens: 9 } })
+      upstream.setBehaviour({
+        kind: "ok",
+        text: "Answer-kept-private-7731",
+        usage: { prompt_tokens: 21, completion_tokens: 9 }
+      })
       const { apiKey } = yield* caller("spans-chat@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/chat/completions", {
         model: "svc/nenas-flash",
@@ -97,9 +108,17 @@ layer(server, { excludeTestServices: true, timeout: 60_000 })("GenAI spans of mo
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", text: "Streamed-private-answer", usage: { prompt_tokens: 12, completion_tokens: 5 } })
+      upstream.setBehaviour({
+        kind: "ok",
+        text: "Streamed-private-answer",
+        usage: { prompt_tokens: 12, completion_tokens: 5 }
+      })
       const { apiKey } = yield* caller("spans-stream@example.com", { sen: 1000 })
-      const reply = yield* modelCall(apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "Streamed-private-prompt", stream: true })
+      const reply = yield* modelCall(apiKey, "/v1/responses", {
+        model: "svc/nenas-flash",
+        input: "Streamed-private-prompt",
+        stream: true
+      })
       expect(reply.status, reply.text).toBe(200)
       const completed = parseSse(reply.text).find((event) => event.event === "response.completed")
       const response = JSON.parse(completed?.data ?? "{}").response
@@ -120,7 +139,11 @@ layer(server, { excludeTestServices: true, timeout: 60_000 })("GenAI spans of mo
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", text: "Messages-private-answer", usage: { prompt_tokens: 15, completion_tokens: 4 } })
+      upstream.setBehaviour({
+        kind: "ok",
+        text: "Messages-private-answer",
+        usage: { prompt_tokens: 15, completion_tokens: 4 }
+      })
       const { apiKey } = yield* caller("spans-messages@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/messages", {
         model: "svc/nenas-flash",
@@ -160,14 +183,17 @@ layer(server, { excludeTestServices: true, timeout: 60_000 })("GenAI spans of mo
       // A failed call has no result: its span is found by its failed attempt's parent.
       let span: ReceivedSpan | undefined
       for (let tries = 0; tries < 100 && span === undefined; tries++) {
-        span = receiver.spans.find((s) => s.name === "chat svc/nenas-flash" && s.attributes["error.type"] === reply.body.error.code)
+        span = receiver.spans.find((s) =>
+          s.name === "chat svc/nenas-flash" && s.attributes["error.type"] === reply.body.error.code
+        )
         if (span === undefined) yield* Effect.sleep("100 millis")
       }
       expect(span, `a span for ${requestId}`).toBeDefined()
       const attempts = yield* attemptsOf(span!)
       // The same outcome the call's log row records for the attempt.
       const [row] = yield* query<{ attempts: ReadonlyArray<{ outcome: string }> }>(
-        "SELECT attempts FROM request_logs WHERE request_id = $1", [requestId]
+        "SELECT attempts FROM request_logs WHERE request_id = $1",
+        [requestId]
       )
       expect(row?.attempts.map((a) => a.outcome)).toEqual(["server_error"])
       expect(attempts.map((a) => a.attributes["nenas.attempt.outcome"])).toEqual(["server_error"])

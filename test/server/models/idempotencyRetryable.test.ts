@@ -44,13 +44,40 @@ interface Fault {
 }
 
 const faults: ReadonlyArray<Fault> = [
-  { name: "a 504 provider_timeout (no first byte in time)", endpoint: RESPONSES, behaviour: { kind: "hang" }, status: 504, code: "provider_timeout" },
-  { name: "a 503 provider_unavailable (upstream 500)", endpoint: CHAT, behaviour: { kind: "status", status: 500 }, status: 503, code: "provider_unavailable" },
-  { name: "a 503 from an upstream 429", endpoint: RESPONSES, behaviour: { kind: "status", status: 429, retryAfter: "1" }, status: 503, code: "provider_unavailable" },
-  { name: "a 504 on /v1/messages", endpoint: MESSAGES, behaviour: { kind: "hang" }, status: 504, code: "provider_timeout" }
+  {
+    name: "a 504 provider_timeout (no first byte in time)",
+    endpoint: RESPONSES,
+    behaviour: { kind: "hang" },
+    status: 504,
+    code: "provider_timeout"
+  },
+  {
+    name: "a 503 provider_unavailable (upstream 500)",
+    endpoint: CHAT,
+    behaviour: { kind: "status", status: 500 },
+    status: 503,
+    code: "provider_unavailable"
+  },
+  {
+    name: "a 503 from an upstream 429",
+    endpoint: RESPONSES,
+    behaviour: { kind: "status", status: 429, retryAfter: "1" },
+    status: 503,
+    code: "provider_unavailable"
+  },
+  {
+    name: "a 504 on /v1/messages",
+    endpoint: MESSAGES,
+    behaviour: { kind: "hang" },
+    status: 504,
+    code: "provider_timeout"
+  }
 ]
 
-layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS }), { excludeTestServices: true, timeout: 60_000 })(
+layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS }), {
+  excludeTestServices: true,
+  timeout: 60_000
+})(
   "retryable answers release their Idempotency-Key",
   (it) => {
     for (const [index, fault] of faults.entries()) {
@@ -137,7 +164,9 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS }), { e
         expect(first.status, first.text).toBe(402)
         expect(errorOf(first)).toMatchObject({ code: "insufficient_balance", retryable: false })
         expect(yield* recordsOf(keyId)).toEqual([{ status: "completed", response_status: 402 }])
-        yield* query(`UPDATE wallets SET available_micro_myr = available_micro_myr + 10000000 WHERE account_id = $1`, [accountId])
+        yield* query(`UPDATE wallets SET available_micro_myr = available_micro_myr + 10000000 WHERE account_id = $1`, [
+          accountId
+        ])
         const again = yield* modelCall(apiKey, CHAT, body, headers)
         expect(again.status).toBe(402)
         expect(again.headers.get("idempotent-replayed")).toBe("true")
@@ -151,7 +180,12 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS }), { e
         upstream.reset()
         upstream.setBehaviour({ kind: "status", status: 500 })
         const { apiKey, keyId } = yield* caller("idem-keep-search@example.com", { sen: 1000 })
-        const body = { model: PUBLIC_MODEL, input: "Latest news on the Klang River?", max_output_tokens: 100, web_search: { mode: "on" } }
+        const body = {
+          model: PUBLIC_MODEL,
+          input: "Latest news on the Klang River?",
+          max_output_tokens: 100,
+          web_search: { mode: "on" }
+        }
         const headers = { "Idempotency-Key": "keep-search" }
         const first = yield* modelCall(apiKey, RESPONSES, body, headers)
         expect(first.status, first.text).toBeGreaterThanOrEqual(500)

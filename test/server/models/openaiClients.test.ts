@@ -27,7 +27,11 @@ layer(Layer.merge(TestServerLive(), FetchHttpClient.layer), { excludeTestService
 
       const api = yield* clientWith(created.full_key)
       const models = yield* api.models.list()
-      expect(models.data[0]).toMatchObject({ id: "svc/nenas-flash", context_window: 1_000_000, max_output_tokens: 32_000 })
+      expect(models.data[0]).toMatchObject({
+        id: "svc/nenas-flash",
+        context_window: 1_000_000,
+        max_output_tokens: 32_000
+      })
 
       expect(yield* dashboard.apiKeys.delete({ path: { id: created.key.id } })).toEqual({ ok: true })
       // The spec's error body decodes back into the tagged error the server failed with.
@@ -40,7 +44,11 @@ layer(Layer.merge(TestServerLive(), FetchHttpClient.layer), { excludeTestService
       const { clock } = yield* TestServer
       const dashboard = yield* clientWith(yield* devToken("typed-expiry@example.com"))
       const created = yield* dashboard.apiKeys.create({
-        payload: { name: "soon", environment: "live", expires_at: DateTime.unsafeMake(clock.unsafeCurrentTimeMillis() + 60_000) }
+        payload: {
+          name: "soon",
+          environment: "live",
+          expires_at: DateTime.unsafeMake(clock.unsafeCurrentTimeMillis() + 60_000)
+        }
       })
       clock.advance("2 minutes")
       const api = yield* clientWith(created.full_key)

@@ -26,7 +26,10 @@ const PER_SEARCH = 21_000
 const PER_PAGE = 4_200
 
 const tokenCost = (price: typeof GENERAL, u: { prompt: number; cached?: number; completion: number }) =>
-  Math.ceil(((u.prompt - (u.cached ?? 0)) * price.input + (u.cached ?? 0) * price.cached + u.completion * price.output) / 1_000_000)
+  Math.ceil(
+    ((u.prompt - (u.cached ?? 0)) * price.input + (u.cached ?? 0) * price.cached + u.completion * price.output) /
+      1_000_000
+  )
 
 /** What the service adds to OpenAI's types: read through a typed cast, never `any`. */
 interface ServiceUsage {
@@ -49,9 +52,13 @@ interface ServiceResponse {
   readonly citations: ReadonlyArray<ServiceCitation>
 }
 const service = (response: OpenAI.Responses.Response) => response as OpenAI.Responses.Response & ServiceResponse
-const chatCost = (completion: OpenAI.Chat.ChatCompletion) => (completion as OpenAI.Chat.ChatCompletion & { readonly cost_myr: string }).cost_myr
+const chatCost = (completion: OpenAI.Chat.ChatCompletion) =>
+  (completion as OpenAI.Chat.ChatCompletion & { readonly cost_myr: string }).cost_myr
 const chunkExtras = (chunk: OpenAI.Chat.ChatCompletionChunk) =>
-  chunk as OpenAI.Chat.ChatCompletionChunk & { readonly cost_myr?: string; readonly usage?: { readonly cached_tokens: number } }
+  chunk as OpenAI.Chat.ChatCompletionChunk & {
+    readonly cost_myr?: string
+    readonly usage?: { readonly cached_tokens: number }
+  }
 
 /** The request the upstream double received, as the provider sends it. */
 interface UpstreamChat {
@@ -93,10 +100,13 @@ interface LogRow {
   readonly error_code: string | null
 }
 const logRow = (requestId: string | null) =>
-  Effect.map(query<Record<string, unknown>>("SELECT * FROM request_logs WHERE request_id = $1", [requestId]), (rows) => {
-    expect(rows.length, `one log row for ${requestId}`).toBe(1)
-    return rows[0] as unknown as LogRow
-  })
+  Effect.map(
+    query<Record<string, unknown>>("SELECT * FROM request_logs WHERE request_id = $1", [requestId]),
+    (rows) => {
+      expect(rows.length, `one log row for ${requestId}`).toBe(1)
+      return rows[0] as unknown as LogRow
+    }
+  )
 const logRows = (accountId: string) =>
   Effect.map(
     query<Record<string, unknown>>("SELECT * FROM request_logs WHERE account_id = $1 ORDER BY created_at", [accountId]),
@@ -244,7 +254,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       expect(sent[0]?.messages).toEqual([{ role: "user", content: "Say hello to me" }])
 
       const row = yield* expectBilled(who, request_id, cost)
-      expect(row).toMatchObject({ upstream_model: "o4-mini", routing_category: "reasoning", reasoning_tokens: 300, usage_source: "provider" })
+      expect(row).toMatchObject({
+        upstream_model: "o4-mini",
+        routing_category: "reasoning",
+        reasoning_tokens: 300,
+        usage_source: "provider"
+      })
     }))
 
   it.effect("chat.completions.create with stream: deltas join to the upstream's text; the last chunk carries usage and cost_myr, with or without stream_options", () =>
@@ -314,7 +329,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", text: "Kuala Lumpur is the capital.", usage: { prompt_tokens: 300, completion_tokens: 90, cached_tokens: 100 } })
+      upstream.setBehaviour({
+        kind: "ok",
+        text: "Kuala Lumpur is the capital.",
+        usage: { prompt_tokens: 300, completion_tokens: 90, cached_tokens: 100 }
+      })
       const who = yield* caller("sdk-responses@example.com", { sen: 1000 })
       const client = yield* sdk(who.apiKey)
       const { data, request_id, response } = yield* Effect.promise(() =>
@@ -341,9 +360,18 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       expect(out.id).toBe(`resp_${out.request_id.slice(4)}`)
       expect(out.citations).toEqual([])
 
-      expect(upstreamBodies(upstream)[0]?.messages).toEqual([{ role: "user", content: "What is the capital of Malaysia?" }])
+      expect(upstreamBodies(upstream)[0]?.messages).toEqual([{
+        role: "user",
+        content: "What is the capital of Malaysia?"
+      }])
       const row = yield* expectBilled(who, request_id, cost)
-      expect(row).toMatchObject({ endpoint: "/v1/responses", input_tokens: 300, output_tokens: 90, cached_tokens: 100, stream: false })
+      expect(row).toMatchObject({
+        endpoint: "/v1/responses",
+        input_tokens: 300,
+        output_tokens: 90,
+        cached_tokens: 100,
+        stream: false
+      })
     }))
 
   it.effect("responses.create with stream: OpenAI's event order, sequence numbers from 0, the completed response with usage and cost_myr", () =>
@@ -358,7 +386,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
         client.responses.create({ model: MODEL, input: "Say something short", stream: true }).withResponse()
       )
       const events = yield* collect(stream)
-      const deltas = events.filter((e): e is OpenAI.Responses.ResponseTextDeltaEvent => e.type === "response.output_text.delta")
+      const deltas = events.filter((e): e is OpenAI.Responses.ResponseTextDeltaEvent =>
+        e.type === "response.output_text.delta"
+      )
       // The upstream double sends the text in chunks of 8 characters; each becomes one delta.
       expect(deltas.length).toBe(Math.ceil(text.length / 8))
       expect(events.map((e) => e.type)).toEqual([
@@ -380,8 +410,16 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       const added = events[2]
       const itemId = added?.type === "response.output_item.added" ? added.item.id : undefined
       expect(itemId).toMatch(/^msg_/)
-      for (const d of deltas) expect({ item_id: d.item_id, output_index: d.output_index, content_index: d.content_index }).toEqual({ item_id: itemId, output_index: 0, content_index: 0 })
-      const done = events.find((e): e is OpenAI.Responses.ResponseTextDoneEvent => e.type === "response.output_text.done")
+      for (const d of deltas) {
+        expect({ item_id: d.item_id, output_index: d.output_index, content_index: d.content_index }).toEqual({
+          item_id: itemId,
+          output_index: 0,
+          content_index: 0
+        })
+      }
+      const done = events.find((e): e is OpenAI.Responses.ResponseTextDoneEvent =>
+        e.type === "response.output_text.done"
+      )
       expect(done?.text).toBe(text)
 
       const completed = events[events.length - 1]
@@ -463,7 +501,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       const before = upstream.requests.length
       const messages = [{ role: "user" as const, content: "Say hello to me" }]
 
-      const chat = yield* Effect.promise(() => client.chat.completions.create({ model: MODEL, messages }).withResponse())
+      const chat = yield* Effect.promise(() =>
+        client.chat.completions.create({ model: MODEL, messages }).withResponse()
+      )
       const content = chat.data.choices[0]?.message.content ?? ""
       expect(content).toMatch(/^Simulated answer \(/)
       expect(chat.data.usage?.prompt_tokens).toBe(countMessages(messages))
@@ -478,11 +518,15 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       const lastChunk = chunks[chunks.length - 1]
       expect(lastChunk === undefined ? undefined : chunkExtras(lastChunk).cost_myr).toBe("0.000000")
 
-      const responses = yield* Effect.promise(() => client.responses.create({ model: MODEL, input: "Say hello to me" }).withResponse())
+      const responses = yield* Effect.promise(() =>
+        client.responses.create({ model: MODEL, input: "Say hello to me" }).withResponse()
+      )
       expect(responses.data.output_text).toBe(content)
       expect(service(responses.data).usage.cost_myr).toBe("0.000000")
 
-      const helper = yield* Effect.promise(() => client.responses.stream({ model: MODEL, input: "Say hello to me" }).finalResponse())
+      const helper = yield* Effect.promise(() =>
+        client.responses.stream({ model: MODEL, input: "Say hello to me" }).finalResponse()
+      )
       expect(helper.output_text).toBe(content)
       const helperOut = service(helper)
       expect(helperOut.usage.cost_myr).toBe("0.000000")
@@ -503,7 +547,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
         [chat.request_id, chatStream.request_id, responses.request_id, helperOut.request_id].sort()
       )
       for (const row of rows) {
-        expect(row, row.request_id).toMatchObject({ status: "succeeded", cost_micro_myr: "0", usage_source: "provider", error_code: null })
+        expect(row, row.request_id).toMatchObject({
+          status: "succeeded",
+          cost_micro_myr: "0",
+          usage_source: "provider",
+          error_code: null
+        })
         expect(row.output_tokens, row.request_id).toBe(countText(content))
       }
       expect(yield* violations(who.accountId)).toEqual([])
@@ -526,7 +575,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
         max_output_tokens: 32_000,
         capabilities: ["text", "vision", "reasoning", "web_search", "streaming", "tools", "structured_output"],
         endpoints: ["/v1/responses", "/v1/chat/completions", "/v1/messages"],
-        response_storage: { default_store: true, retention_days: 30, opt_out: "Send store: false with a /v1/responses call." }
+        response_storage: {
+          default_store: true,
+          retention_days: 30,
+          opt_out: "Send store: false with a /v1/responses call."
+        }
       })
       const all = yield* collect(client.models.list())
       expect(all.map((m) => m.id)).toEqual([MODEL])
@@ -561,8 +614,17 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       const urls = [1, 2, 3].map((i) => `https://search.example/${slug}/${i}`)
       expect(out.citations.map((c) => c.index)).toEqual([1])
       expect(out.citations.map((c) => c.url)).toEqual(urls.slice(0, 1))
-      expect(data.output[0]?.type === "message" && data.output[0].content[0]?.type === "output_text" && data.output[0].content[0].annotations)
-        .toEqual([{ type: "url_citation", start_index: 27, end_index: 30, url: urls[0], title: "tallest building kuala lumpur (source 1)" }])
+      expect(
+        data.output[0]?.type === "message" && data.output[0].content[0]?.type === "output_text" &&
+          data.output[0].content[0].annotations
+      )
+        .toEqual([{
+          type: "url_citation",
+          start_index: 27,
+          end_index: 30,
+          url: urls[0],
+          title: "tallest building kuala lumpur (source 1)"
+        }])
       for (const citation of out.citations) {
         expect(citation.title).toBe(`tallest building kuala lumpur (source ${citation.index})`)
         expect(citation.published_at).toBe(new Date(Date.UTC(2026, 0, citation.index)).toISOString())
@@ -577,7 +639,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       expect(rest).toEqual([])
       expect(user).toEqual({ role: "user", content: question })
       expect(sources?.role).toBe("system")
-      for (const [i, url] of urls.entries()) expect(sources?.content).toContain(`[${i + 1}] tallest building kuala lumpur (source ${i + 1}) (${url})`)
+      for (const [i, url] of urls.entries()) {
+        expect(sources?.content).toContain(`[${i + 1}] tallest building kuala lumpur (source ${i + 1}) (${url})`)
+      }
       // Two pages read: the first two results' text is in the prompt, the third's is not.
       expect(sources?.content).toContain(`Simulated page text of ${urls[0]}`)
       expect(sources?.content).toContain(`Simulated page text of ${urls[1]}`)

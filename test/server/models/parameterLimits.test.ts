@@ -1,9 +1,9 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { DEFAULT_PRICES, costOf, withSafetyMargin } from "../../../src/Domain/Prices.js"
+import { toMyrString } from "../../../src/Domain/Money.js"
+import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../../../src/Domain/Prices.js"
 import type { Message } from "../../../src/Domain/Tokens.js"
 import { countMessages } from "../../../src/Domain/Tokens.js"
-import { toMyrString } from "../../../src/Domain/Money.js"
 import { SIMULATED_MODEL } from "../../../src/Providers/Simulated.js"
 import { call, createKey, type Reply } from "../../support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
@@ -85,8 +85,10 @@ const micro = (costMyr: string) => {
 const countOf = (sql: string, values: Array<unknown>) =>
   Effect.map(query<{ n: string }>(sql, values), (rows) => Number(rows[0]?.n))
 
-const reservationsOf = (accountId: string) => countOf("SELECT count(*) AS n FROM reservations WHERE account_id = $1", [accountId])
-const logCountOf = (accountId: string) => countOf("SELECT count(*) AS n FROM request_logs WHERE account_id = $1", [accountId])
+const reservationsOf = (accountId: string) =>
+  countOf("SELECT count(*) AS n FROM reservations WHERE account_id = $1", [accountId])
+const logCountOf = (accountId: string) =>
+  countOf("SELECT count(*) AS n FROM request_logs WHERE account_id = $1", [accountId])
 const usageEntriesOf = (accountId: string) =>
   Effect.map(
     query<{ amount: string }>(
@@ -116,10 +118,13 @@ interface LogRow {
 }
 
 const logOf = (requestId: string) =>
-  Effect.map(query<LogRow & Record<string, unknown>>("SELECT * FROM request_logs WHERE request_id = $1", [requestId]), (rows) => {
-    expect(rows.length, `one request_logs row for ${requestId}`).toBe(1)
-    return rows[0] as LogRow
-  })
+  Effect.map(
+    query<LogRow & Record<string, unknown>>("SELECT * FROM request_logs WHERE request_id = $1", [requestId]),
+    (rows) => {
+      expect(rows.length, `one request_logs row for ${requestId}`).toBe(1)
+      return rows[0] as LogRow
+    }
+  )
 
 /** Nothing happened to the account's money, no log and the upstream never heard of it. */
 const expectUntouched = (accountId: string, available: number) =>
@@ -142,10 +147,26 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           ["max_output_tokens 0", responsesBody({ max_output_tokens: 0 }), "max_output_tokens"],
           ["max_output_tokens 32001", responsesBody({ max_output_tokens: 32001 }), "max_output_tokens"],
           ["max_output_tokens 1.5", responsesBody({ max_output_tokens: 1.5 }), "max_output_tokens"],
-          ["web_search.max_results 0", responsesBody({ web_search: { mode: "on", max_results: 0 } }), "web_search.max_results"],
-          ["web_search.max_results 26", responsesBody({ web_search: { mode: "on", max_results: 26 } }), "web_search.max_results"],
-          ["web_search.max_searches 0", responsesBody({ web_search: { mode: "on", max_searches: 0 } }), "web_search.max_searches"],
-          ["web_search.max_searches 6", responsesBody({ web_search: { mode: "on", max_searches: 6 } }), "web_search.max_searches"],
+          [
+            "web_search.max_results 0",
+            responsesBody({ web_search: { mode: "on", max_results: 0 } }),
+            "web_search.max_results"
+          ],
+          [
+            "web_search.max_results 26",
+            responsesBody({ web_search: { mode: "on", max_results: 26 } }),
+            "web_search.max_results"
+          ],
+          [
+            "web_search.max_searches 0",
+            responsesBody({ web_search: { mode: "on", max_searches: 0 } }),
+            "web_search.max_searches"
+          ],
+          [
+            "web_search.max_searches 6",
+            responsesBody({ web_search: { mode: "on", max_searches: 6 } }),
+            "web_search.max_searches"
+          ],
           [
             "web_search.content.max_pages 0",
             responsesBody({ web_search: { mode: "on", content: { enabled: true, max_pages: 0 } } }),
@@ -209,12 +230,20 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           ["chat temperature 2", CHAT, chatBody({ temperature: 2 })],
           ["responses temperature 0", RESPONSES, responsesBody({ temperature: 0 })],
           ["responses temperature 2", RESPONSES, responsesBody({ temperature: 2 })],
-          ["web_search at its maxima", RESPONSES, responsesBody({
-            web_search: { mode: "on", max_results: 25, max_searches: 5, content: { enabled: true, max_pages: 10 } }
-          })],
-          ["web_search at its minima", RESPONSES, responsesBody({
-            web_search: { mode: "on", max_results: 1, max_searches: 1, content: { enabled: true, max_pages: 1 } }
-          })]
+          [
+            "web_search at its maxima",
+            RESPONSES,
+            responsesBody({
+              web_search: { mode: "on", max_results: 25, max_searches: 5, content: { enabled: true, max_pages: 10 } }
+            })
+          ],
+          [
+            "web_search at its minima",
+            RESPONSES,
+            responsesBody({
+              web_search: { mode: "on", max_results: 1, max_searches: 1, content: { enabled: true, max_pages: 1 } }
+            })
+          ]
         ]
         for (const [name, path, body] of passing) expectOk(yield* modelCall(apiKey, path, body), name)
         // One output token: the answer stops at the cap (the simulated model cuts at a word, so at most 1).
@@ -235,18 +264,39 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const unsupported: ReadonlyArray<readonly [string, string, Record<string, unknown>, string]> = [
           ["a reasoning item", RESPONSES, { input: [{ type: "reasoning", id: "rs_1", summary: [] }] }, "input[0]"],
           ["an input_file content part after text", RESPONSES, {
-            input: [{ role: "user", content: [{ type: "input_text", text: "Read this" }, { type: "input_file", file_id: "f1" }] }]
+            input: [{
+              role: "user",
+              content: [{ type: "input_text", text: "Read this" }, { type: "input_file", file_id: "f1" }]
+            }]
           }, "input[0].content[1]"],
           ["an image by file_id", RESPONSES, {
             input: [{ role: "user", content: [{ type: "input_image", file_id: "file_1", detail: "auto" }] }]
           }, "input[0].content[0]"],
-          ["a file_search tool", RESPONSES, responsesBody({ tools: [{ type: "file_search", vector_store_ids: ["vs_1"] }] }), "tools[0]"],
-          ["a chat input_audio part", CHAT, chatBody({
-            messages: [{ role: "user", content: [{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }] }]
-          }), "messages[0].content[0]"],
-          ["a chat function message", CHAT, chatBody({
-            messages: [{ role: "user", content: PROMPT }, { role: "function", name: "f", content: "42" }]
-          }), "messages[1]"]
+          [
+            "a file_search tool",
+            RESPONSES,
+            responsesBody({ tools: [{ type: "file_search", vector_store_ids: ["vs_1"] }] }),
+            "tools[0]"
+          ],
+          [
+            "a chat input_audio part",
+            CHAT,
+            chatBody({
+              messages: [{
+                role: "user",
+                content: [{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }]
+              }]
+            }),
+            "messages[0].content[0]"
+          ],
+          [
+            "a chat function message",
+            CHAT,
+            chatBody({
+              messages: [{ role: "user", content: PROMPT }, { role: "function", name: "f", content: "42" }]
+            }),
+            "messages[1]"
+          ]
         ]
         for (const [name, path, body, param] of unsupported) {
           const error = expectError(yield* modelCall(apiKey, path, body), name, {
@@ -282,7 +332,11 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           "input_text parts"
         )
         expectOk(
-          yield* modelCall(apiKey, CHAT, chatBody({ messages: [{ role: "user", content: [{ type: "text", text: PROMPT }] }] })),
+          yield* modelCall(
+            apiKey,
+            CHAT,
+            chatBody({ messages: [{ role: "user", content: [{ type: "text", text: PROMPT }] }] })
+          ),
           "chat text parts"
         )
         expect(upstream.requests.length, "only the two text calls reached the upstream").toBe(2)
@@ -307,7 +361,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           expect(error.message).toContain(toMyrString(estimate))
           // Without max_output_tokens the estimate counts the model's 32000 output tokens.
           const defaultEstimate = estimateOf(USER_PROMPT, 32000)
-          const uncapped = yield* modelCall(apiKey, path, { ...body, max_total_cost_myr: (defaultEstimate - 1) / 1_000_000 })
+          const uncapped = yield* modelCall(apiKey, path, {
+            ...body,
+            max_total_cost_myr: (defaultEstimate - 1) / 1_000_000
+          })
           const defaultError = expectInvalid(uncapped, `${path} cap below the default estimate`, "max_total_cost_myr")
           expect(defaultError.guidance).toContain(toMyrString(defaultEstimate))
         }
@@ -322,10 +379,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const { accountId, apiKey } = yield* caller("cap-above@example.com", { sen: 1000 })
         const estimate = estimateOf(USER_PROMPT, 100)
         let spent = 0
-        for (const [path, body] of [
-          [RESPONSES, responsesBody({ max_output_tokens: 100 })],
-          [CHAT, chatBody({ max_tokens: 100 })]
-        ] as const) {
+        for (
+          const [path, body] of [
+            [RESPONSES, responsesBody({ max_output_tokens: 100 })],
+            [CHAT, chatBody({ max_tokens: 100 })]
+          ] as const
+        ) {
           for (const cap of [estimate, estimate * 3]) {
             const reply = yield* modelCall(apiKey, path, { ...body, max_total_cost_myr: cap / 1_000_000 })
             const out = expectOk(reply, `${path} cap ${cap}`)
@@ -362,16 +421,24 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         // The upstream reports far more than max_output_tokens allows: 5000 + 5000 tokens cost RM 0.042.
         upstream.setBehaviour({ kind: "ok", usage: { prompt_tokens: 5000, completion_tokens: 5000 } })
         const { accountId, apiKey } = yield* caller("cap-exceeded@example.com", { sen: 1000 })
-        const reported = costOf(DEFAULT_PRICES, GENERAL, { inputTokens: 5000, cachedTokens: 0, outputTokens: 5000, searches: 0, pages: 0 })
+        const reported = costOf(DEFAULT_PRICES, GENERAL, {
+          inputTokens: 5000,
+          cachedTokens: 0,
+          outputTokens: 5000,
+          searches: 0,
+          pages: 0
+        })
         const estimate = estimateOf(USER_PROMPT, 100)
         const cap = 2 * estimate
         expect(reported, "the reported cost is above the cap").toBeGreaterThan(cap)
         const expected = Math.min(estimate, cap)
         let spent = 0
-        for (const [path, body] of [
-          [RESPONSES, responsesBody({ max_output_tokens: 100, max_total_cost_myr: cap / 1_000_000 })],
-          [CHAT, chatBody({ max_tokens: 100, max_total_cost_myr: cap / 1_000_000 })]
-        ] as const) {
+        for (
+          const [path, body] of [
+            [RESPONSES, responsesBody({ max_output_tokens: 100, max_total_cost_myr: cap / 1_000_000 })],
+            [CHAT, chatBody({ max_tokens: 100, max_total_cost_myr: cap / 1_000_000 })]
+          ] as const
+        ) {
           const reply = yield* modelCall(apiKey, path, body)
           const out = expectOk(reply, path)
           expect(micro(path === RESPONSES ? out.usage.cost_myr : out.cost_myr), `${path}: billed`).toBe(expected)
@@ -379,7 +446,8 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           expect(Number(log.cost_micro_myr), `${path}: logged cost`).toBe(expected)
           // Reported usage is kept within the call's bounds (docs/architecture.md, "Streams"): output at most the cap asked for.
           expect(log.output_tokens, `${path}: the reported output, clamped to the call's output cap`).toBe(100)
-          expect(log.input_tokens, `${path}: the reported input is within the context window, so logged as reported`).toBe(5000)
+          expect(log.input_tokens, `${path}: the reported input is within the context window, so logged as reported`)
+            .toBe(5000)
           expect(log.status).toBe("billed")
           spent += expected
         }
@@ -479,10 +547,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const { accountId, apiKey } = yield* caller("context-over@example.com", { sen: 1000 })
         const huge = "hello ".repeat(1_100_000)
         expect(countMessages([{ role: "user", content: huge }])).toBeGreaterThan(1_000_000)
-        for (const [path, body, param] of [
-          [RESPONSES, { input: huge }, "input"],
-          [CHAT, { model: MODEL, messages: [{ role: "user", content: huge }] }, "messages"]
-        ] as const) {
+        for (
+          const [path, body, param] of [
+            [RESPONSES, { input: huge }, "input"],
+            [CHAT, { model: MODEL, messages: [{ role: "user", content: huge }] }, "messages"]
+          ] as const
+        ) {
           const error = expectError(yield* modelCall(apiKey, path, body), `${path} over the window`, {
             status: 413,
             code: "context_length_exceeded",
@@ -505,11 +575,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         expect(inputTokens).toBeLessThan(1_000_000)
         const room = 1_000_000 - inputTokens
         expect(room).toBeLessThan(32_000)
-        for (const [path, body, param] of [
-          [RESPONSES, { input: big, max_output_tokens: room + 1 }, "input"],
-          [RESPONSES, { input: big, max_output_tokens: 32_000 }, "input"],
-          [CHAT, { model: MODEL, messages: [{ role: "user", content: big }], max_tokens: room + 1 }, "messages"]
-        ] as const) {
+        for (
+          const [path, body, param] of [
+            [RESPONSES, { input: big, max_output_tokens: room + 1 }, "input"],
+            [RESPONSES, { input: big, max_output_tokens: 32_000 }, "input"],
+            [CHAT, { model: MODEL, messages: [{ role: "user", content: big }], max_tokens: room + 1 }, "messages"]
+          ] as const
+        ) {
           expectError(yield* modelCall(apiKey, path, body), `${path} with output over the window`, {
             status: 413,
             code: "context_length_exceeded",
@@ -521,7 +593,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         yield* expectUntouched(accountId, TEN_RINGGIT)
         // A test key (no upstream, no wallet) shows the boundary: input + output = the window passes.
         const test = yield* caller("context-output-test@example.com", { environment: "test" })
-        expectOk(yield* modelCall(test.apiKey, RESPONSES, { input: big, max_output_tokens: room }), "exactly the window")
+        expectOk(
+          yield* modelCall(test.apiKey, RESPONSES, { input: big, max_output_tokens: room }),
+          "exactly the window"
+        )
         expect(upstream.requests.length).toBe(0)
       }))
   })
@@ -535,11 +610,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const live = yield* caller("suspended@example.com", { sen: 1000 })
         const testKey = (yield* createKey(live.token, { name: "test key", environment: "test" })).full_key
         yield* query("UPDATE accounts SET suspended_at = now() WHERE id = $1", [live.accountId])
-        for (const [name, key, path, body] of [
-          ["live responses", live.apiKey, RESPONSES, responsesBody()],
-          ["live chat", live.apiKey, CHAT, chatBody()],
-          ["test responses", testKey, RESPONSES, responsesBody()]
-        ] as const) {
+        for (
+          const [name, key, path, body] of [
+            ["live responses", live.apiKey, RESPONSES, responsesBody()],
+            ["live chat", live.apiKey, CHAT, chatBody()],
+            ["test responses", testKey, RESPONSES, responsesBody()]
+          ] as const
+        ) {
           const error = expectError(yield* modelCall(key, path, body), `${name} while suspended`, {
             status: 403,
             code: "permission_denied",
@@ -567,10 +644,14 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const { accountId, apiKey, keyId } = yield* caller("test-key@example.com", { environment: "test" })
         const calls: ReadonlyArray<readonly [string, string, Record<string, unknown>]> = [
           ["plain responses", RESPONSES, responsesBody()],
-          ["responses with web search", RESPONSES, responsesBody({
-            input: "What is the latest news about Kuala Lumpur?",
-            web_search: { mode: "on", content: { enabled: true, max_pages: 2 } }
-          })],
+          [
+            "responses with web search",
+            RESPONSES,
+            responsesBody({
+              input: "What is the latest news about Kuala Lumpur?",
+              web_search: { mode: "on", content: { enabled: true, max_pages: 2 } }
+            })
+          ],
           ["reasoning responses", RESPONSES, responsesBody({ reasoning: { effort: "high" } })],
           ["chat", CHAT, chatBody()]
         ]
@@ -579,7 +660,12 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           const out = expectOk(reply, name)
           expect(path === RESPONSES ? out.usage.cost_myr : out.cost_myr, `${name}: cost_myr`).toBe("0.000000")
           const log = yield* logOf(reply.headers.get("x-request-id") ?? "")
-          expect(log, name).toMatchObject({ status: "succeeded", api_key_id: keyId, endpoint: path, reservation_id: null })
+          expect(log, name).toMatchObject({
+            status: "succeeded",
+            api_key_id: keyId,
+            endpoint: path,
+            reservation_id: null
+          })
           expect(Number(log.cost_micro_myr)).toBe(0)
           expect(log.input_tokens, `${name}: input tokens`).toBeGreaterThan(0)
           expect(log.output_tokens, `${name}: output tokens`).toBeGreaterThan(0)
@@ -590,7 +676,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           }
           // Test keys are answered by the simulated model, and say so (not the configured upstream that never ran).
           expect(log.upstream_model, `${name}: upstream model`).toBe(SIMULATED_MODEL)
-          if (path === RESPONSES) expect(out.routing.upstream_model, `${name}: routing.upstream_model`).toBe(SIMULATED_MODEL)
+          if (path === RESPONSES) {
+            expect(out.routing.upstream_model, `${name}: routing.upstream_model`).toBe(SIMULATED_MODEL)
+          }
           if (name === "reasoning responses") {
             expect(out.routing.category).toBe("reasoning")
             expect(out.usage.reasoning_tokens).toBeGreaterThan(0)
@@ -612,9 +700,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
         const { accountId, apiKey, keyId, token } = yield* caller("request-log@example.com", { sen: 1000 })
         const general = yield* modelCall(apiKey, RESPONSES, responsesBody())
         const generalOut = expectOk(general, "general call")
-        const reasoning = yield* modelCall(apiKey, CHAT, chatBody({
-          messages: [{ role: "user", content: "Explain step by step how a bill becomes law" }]
-        }))
+        const reasoning = yield* modelCall(
+          apiKey,
+          CHAT,
+          chatBody({
+            messages: [{ role: "user", content: "Explain step by step how a bill becomes law" }]
+          })
+        )
         const reasoningOut = expectOk(reasoning, "reasoning call")
         expect(upstream.requests.map((r) => (r.body as { model: string }).model)).toEqual([GENERAL, REASONING])
         const checks = [
@@ -661,7 +753,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("model call limit
           expect(log.latency_ms).toBeGreaterThanOrEqual(0)
           expect(log.reservation_id).not.toBeNull()
           expect(Number(log.cost_micro_myr)).toBe(check.cost)
-          const entry = (listed.body.logs as ReadonlyArray<{ requestId: string }>).find((l) => l.requestId === requestId)
+          const entry = (listed.body.logs as ReadonlyArray<{ requestId: string }>).find((l) =>
+            l.requestId === requestId
+          )
           expect(entry, `${requestId} listed`).toMatchObject({
             requestId,
             publicModel: MODEL,

@@ -47,13 +47,23 @@ const reservationFor = (messages: ReadonlyArray<Message>, maxTokens: number): nu
 const billedOf = (path: Path, reply: Reply) => {
   const usage = reply.body.usage
   return path === CHAT
-    ? { cost: microOf(reply.body.cost_myr), input: usage.prompt_tokens as number, output: usage.completion_tokens as number }
+    ? {
+      cost: microOf(reply.body.cost_myr),
+      input: usage.prompt_tokens as number,
+      output: usage.completion_tokens as number
+    }
     : { cost: microOf(usage.cost_myr), input: usage.input_tokens as number, output: usage.output_tokens as number }
 }
 
 /** The general model's price of the usage a reply reports. */
 const pricedOf = (billed: { readonly input: number; readonly output: number }): number =>
-  costOf(DEFAULT_PRICES, GENERAL, { inputTokens: billed.input, cachedTokens: 0, outputTokens: billed.output, searches: 0, pages: 0 })
+  costOf(DEFAULT_PRICES, GENERAL, {
+    inputTokens: billed.input,
+    cachedTokens: 0,
+    outputTokens: billed.output,
+    searches: 0,
+    pages: 0
+  })
 
 const requestIdOf = (reply: Reply): string => {
   const id = reply.headers.get("x-request-id")
@@ -63,7 +73,8 @@ const requestIdOf = (reply: Reply): string => {
 
 const replayed = (reply: Reply) => reply.headers.get("idempotent-replayed")
 
-const together = <A, E, R>(effects: ReadonlyArray<Effect.Effect<A, E, R>>) => Effect.all(effects, { concurrency: "unbounded" })
+const together = <A, E, R>(effects: ReadonlyArray<Effect.Effect<A, E, R>>) =>
+  Effect.all(effects, { concurrency: "unbounded" })
 
 interface WalletRow {
   readonly available: number
@@ -95,14 +106,26 @@ const usageEntries = (accountId: string) =>
   )
 
 const logsOf = (accountId: string) =>
-  query<{ request_id: string; api_key_id: string; endpoint: string; status: string; error_code: string | null; cost: number; stream: boolean }>(
+  query<
+    {
+      request_id: string
+      api_key_id: string
+      endpoint: string
+      status: string
+      error_code: string | null
+      cost: number
+      stream: boolean
+    }
+  >(
     `SELECT request_id, api_key_id, endpoint, status, error_code, cost_micro_myr::float8 AS cost, stream
      FROM request_logs WHERE account_id = $1 ORDER BY created_at, request_id`,
     [accountId]
   )
 
 const idempotencyRecords = (apiKeyId: string) =>
-  query<{ idempotency_key: string; endpoint: string; status: string; response_status: number | null; request_id: string }>(
+  query<
+    { idempotency_key: string; endpoint: string; status: string; response_status: number | null; request_id: string }
+  >(
     `SELECT idempotency_key, endpoint, status, response_status, request_id
      FROM idempotency_records WHERE api_key_id = $1 ORDER BY created_at`,
     [apiKeyId]
@@ -172,7 +195,10 @@ const streamedCost = (path: Path, text: string): number => {
 }
 
 /** Ledger, request logs and wallet agree with the costs the successful replies reported. */
-const expectBooks = (accountId: string, successes: ReadonlyArray<{ readonly requestId: string; readonly cost: number }>) =>
+const expectBooks = (
+  accountId: string,
+  successes: ReadonlyArray<{ readonly requestId: string; readonly cost: number }>
+) =>
   Effect.gen(function*() {
     const entries = yield* usageEntries(accountId)
     expect(entries.length, "one usage ledger entry per success").toBe(successes.length)
@@ -180,7 +206,9 @@ const expectBooks = (accountId: string, successes: ReadonlyArray<{ readonly requ
       new Set(successes.map((s) => s.requestId))
     )
     const costById = new Map(successes.map((s) => [s.requestId, s.cost]))
-    for (const entry of entries) expect(entry.cost, `ledger amount of ${entry.request_id}`).toBe(costById.get(entry.request_id))
+    for (const entry of entries) {
+      expect(entry.cost, `ledger amount of ${entry.request_id}`).toBe(costById.get(entry.request_id))
+    }
     const total = sum(successes.map((s) => s.cost))
     const wallet = yield* walletOf(accountId)
     expect(wallet.reserved, "nothing stays reserved").toBe(0)
@@ -188,7 +216,9 @@ const expectBooks = (accountId: string, successes: ReadonlyArray<{ readonly requ
     expect(wallet.available, "available = top-ups - spend").toBe(wallet.topup - total)
     expect(wallet.available, "available never negative").toBeGreaterThanOrEqual(0)
     const billed = (yield* logsOf(accountId)).filter((log) => log.status === "billed")
-    expect(new Set(billed.map((log) => log.request_id)), "billed request logs are the successes").toEqual(new Set(costById.keys()))
+    expect(new Set(billed.map((log) => log.request_id)), "billed request logs are the successes").toEqual(
+      new Set(costById.keys())
+    )
     for (const log of billed) expect(log.cost, `logged cost of ${log.request_id}`).toBe(costById.get(log.request_id))
     expect(yield* violations(accountId)).toEqual([])
   })
@@ -219,7 +249,9 @@ const walletRace = (accountId: string, apiKey: string) =>
       expect(row.available, "available never negative").toBeGreaterThanOrEqual(0)
       expect(row.available + row.reserved + row.spent, "available + reserved + spent = top-ups").toBe(TEN_RM)
     }
-    const ok = replies.filter((r) => r.status === 200)
+    const ok = replies.filter((r) =>
+      r.status === 200
+    )
     const refused = replies.filter((r) => r.status !== 200)
     for (const reply of refused) {
       const error = expectError(reply, "refused call", 402, "insufficient_balance")
@@ -256,7 +288,9 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
         `SELECT count(*)::int AS n FROM request_logs WHERE account_id = $1 AND status = 'billed' AND reservation_id IS NULL`,
         [accountId]
       )
-      expect(reservations.length + (fromGrants[0]?.n ?? 0), "one hold per success; refusals hold nothing").toBe(ok.length)
+      expect(reservations.length + (fromGrants[0]?.n ?? 0), "one hold per success; refusals hold nothing").toBe(
+        ok.length
+      )
       for (const r of reservations) {
         expect(r.amount).toBe(reservation)
         expect(r.status).toBe("captured")
@@ -288,7 +322,11 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
     Effect.gen(function*() {
       const upstream = yield* Upstream
       upstream.reset()
-      upstream.setBehaviour({ kind: "ok", delayMs: 200, usage: { prompt_tokens: 200_000, completion_tokens: MAX_TOKENS } })
+      upstream.setBehaviour({
+        kind: "ok",
+        delayMs: 200,
+        usage: { prompt_tokens: 200_000, completion_tokens: MAX_TOKENS }
+      })
       const { accountId, apiKey } = yield* caller("race-capped@example.com", { sen: 1000 })
       const { k, ok, refused, reservation } = yield* walletRace(accountId, apiKey)
 
@@ -318,7 +356,9 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       const { accountId, apiKey, keyId } = yield* caller("race-idem@example.com", { sen: 1000 })
       const body = { model: MODEL, input: "Name one colour of the Malaysian flag." }
       const key = "order-7f3a-concurrent"
-      const replies = yield* together(Array.from({ length: 20 }, () => modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: key })))
+      const replies = yield* together(
+        Array.from({ length: 20 }, () => modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: key }))
+      )
 
       const ran = replies.filter((r) => r.status === 200 && replayed(r) === null)
       expect(ran.length, `exactly one ran: ${replies.map((r) => `${r.status}/${replayed(r)}`).join(" ")}`).toBe(1)
@@ -334,13 +374,22 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       const cost = billedOf(RESPONSES, first).cost
       expect(cost).toBe(pricedOf(billedOf(RESPONSES, first)))
       expect((yield* logsOf(accountId)).length, "conflicts log no call").toBe(1)
-      expect(yield* idempotencyRecords(keyId)).toMatchObject([{ idempotency_key: key, endpoint: RESPONSES, status: "completed", response_status: 200, request_id: first.body.request_id }])
+      expect(yield* idempotencyRecords(keyId)).toMatchObject([{
+        idempotency_key: key,
+        endpoint: RESPONSES,
+        status: "completed",
+        response_status: 200,
+        request_id: first.body.request_id
+      }])
 
       const again = yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: key })
       expectReplayOf(again, first, "replay after completion")
-      expect(requestIdOf(again), "the replay answers as the first request did: X-Request-Id is its body's request_id").toBe(first.body.request_id)
+      expect(requestIdOf(again), "the replay answers as the first request did: X-Request-Id is its body's request_id")
+        .toBe(first.body.request_id)
       // The same request in another spelling: keys reordered, defaults spelled out.
-      const respelled = yield* modelCall(apiKey, RESPONSES, { stream: false, input: body.input, model: MODEL }, { [IDEMPOTENCY_KEY]: key })
+      const respelled = yield* modelCall(apiKey, RESPONSES, { stream: false, input: body.input, model: MODEL }, {
+        [IDEMPOTENCY_KEY]: key
+      })
       expectReplayOf(respelled, first, "replay of the same request spelled differently")
       expect(upstream.requests.length, "replays never reach the upstream").toBe(1)
       yield* expectBooks(accountId, [{ requestId: first.body.request_id, cost }])
@@ -395,7 +444,11 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       const longest = "k".repeat(255)
       const accepted = yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: longest })
       expectRan(accepted, "255-character key")
-      expectReplayOf(yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: longest }), accepted, "255-character key again")
+      expectReplayOf(
+        yield* modelCall(apiKey, RESPONSES, body, { [IDEMPOTENCY_KEY]: longest }),
+        accepted,
+        "255-character key again"
+      )
       expect(yield* idempotencyRecords(keyId)).toMatchObject([{ idempotency_key: longest, status: "completed" }])
       yield* expectBooks(accountId, [{ requestId: requestIdOf(accepted), cost: billedOf(RESPONSES, accepted).cost }])
     }))
@@ -451,7 +504,9 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       expectRan(retried, "the same key after the upstream recovered")
       const replay = yield* modelCall(apiKey, RESPONSES, body, headers)
       expectReplayOf(replay, retried, "replay of the retry")
-      expect(replay.headers.get("x-request-id"), "a 200 replay's X-Request-Id is the first request's").toBe(requestIdOf(retried))
+      expect(replay.headers.get("x-request-id"), "a 200 replay's X-Request-Id is the first request's").toBe(
+        requestIdOf(retried)
+      )
       expect(replay.body.request_id).toBe(requestIdOf(retried))
       expect(upstream.requests.length, "the failure and the retry's call").toBe(2)
 
@@ -490,7 +545,9 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       const settled = yield* Effect.gen(function*() {
         for (let i = 0; i < 100; i++) {
           const rows = yield* logsOf(accountId)
-          if (rows.length > 0 && rows.every((row) => row.status !== "pending" && row.status !== "succeeded")) return rows
+          if (rows.length > 0 && rows.every((row) => row.status !== "pending" && row.status !== "succeeded")) {
+            return rows
+          }
           yield* Effect.sleep("50 millis")
         }
         return yield* logsOf(accountId)
@@ -563,8 +620,13 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       }))
       const replies = yield* together(plan.map(({ key, path, prompt }) =>
         path === CHAT
-          ? modelCall(key.apiKey, CHAT, { model: MODEL, messages: [{ role: "user", content: prompt }], max_tokens: 200 })
-          : modelCall(key.apiKey, RESPONSES, { model: MODEL, input: prompt, max_output_tokens: 200 })))
+          ? modelCall(key.apiKey, CHAT, {
+            model: MODEL,
+            messages: [{ role: "user", content: prompt }],
+            max_tokens: 200
+          })
+          : modelCall(key.apiKey, RESPONSES, { model: MODEL, input: prompt, max_output_tokens: 200 })
+      ))
 
       const successes = replies.map((reply, i) => {
         const step = plan[i]
@@ -612,7 +674,10 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       expectReplayOf(yield* modelCall(apiKey, RESPONSES, different, headers), fresh, "the new request replays")
       expectConflict(yield* modelCall(apiKey, RESPONSES, body, headers), "the expired body now conflicts", false)
       expect(upstream.requests.length).toBe(2)
-      expect(yield* idempotencyRecords(keyId)).toMatchObject([{ status: "completed", request_id: fresh.body.request_id }])
+      expect(yield* idempotencyRecords(keyId)).toMatchObject([{
+        status: "completed",
+        request_id: fresh.body.request_id
+      }])
       yield* expectBooks(accountId, [
         { requestId: requestIdOf(first), cost: billedOf(RESPONSES, first).cost },
         { requestId: requestIdOf(fresh), cost: billedOf(RESPONSES, fresh).cost }

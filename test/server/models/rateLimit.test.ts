@@ -97,7 +97,9 @@ for (const store of STORES) {
         const { apiKey, keyId, token } = yield* caller(`rpm-${store.name}@example.com`, { environment: "test" })
         const passed: Array<Reply> = []
         // Both endpoints draw on one budget per key.
-        for (const [path, body] of [[RESPONSES, responsesBody()], [CHAT, chatBody], [RESPONSES, responsesBody()]] as const) {
+        for (
+          const [path, body] of [[RESPONSES, responsesBody()], [CHAT, chatBody], [RESPONSES, responsesBody()]] as const
+        ) {
           passed.push(expectOk(yield* modelCall(apiKey, path, body), `call ${passed.length + 1}`))
         }
         expect(passed.map((r) => r.headers.get("x-ratelimit-limit-requests"))).toEqual(["3", "3", "3"])
@@ -106,14 +108,18 @@ for (const store of STORES) {
         for (const [i, reset] of resets.entries()) {
           expect(reset, `reset ${i + 1}`).toBeGreaterThanOrEqual(1)
           expect(reset, `reset ${i + 1}`).toBeLessThanOrEqual(60)
-          if (i > 0) expect(reset, `reset ${i + 1} grows as the budget is used`).toBeGreaterThanOrEqual(resets[i - 1] ?? 0)
+          if (i > 0) {
+            expect(reset, `reset ${i + 1} grows as the budget is used`).toBeGreaterThanOrEqual(resets[i - 1] ?? 0)
+          }
         }
 
-        for (const [name, path, body] of [
-          ["responses", RESPONSES, responsesBody()],
-          ["chat", CHAT, chatBody],
-          ["a streamed call", RESPONSES, responsesBody({ stream: true })]
-        ] as const) {
+        for (
+          const [name, path, body] of [
+            ["responses", RESPONSES, responsesBody()],
+            ["chat", CHAT, chatBody],
+            ["a streamed call", RESPONSES, responsesBody({ stream: true })]
+          ] as const
+        ) {
           const refused = yield* modelCall(apiKey, path, body)
           const error = expectRateLimited(refused, `4th call: ${name}`)
           expect(error.retry_after_seconds, "within the minute").toBeLessThanOrEqual(60)
@@ -126,12 +132,17 @@ for (const store of STORES) {
         // Like every /v1 call: it declares 429, and answers it past the key's budget.
         const models = yield* call("GET", "/v1/models", { token: apiKey })
         expect(expectRateLimited(models, "GET /v1/models past the budget").retry_after_seconds).toBeLessThanOrEqual(60)
-        const otherModels = yield* call("GET", "/v1/models", { token: (yield* createKey(token, { name: "lister", environment: "test" })).full_key })
+        const otherModels = yield* call("GET", "/v1/models", {
+          token: (yield* createKey(token, { name: "lister", environment: "test" })).full_key
+        })
         expect(otherModels.status, "another key lists the models").toBe(200)
         expect(otherModels.body.data[0].id).toBe(MODEL)
 
         const other = yield* createKey(token, { name: "second key", environment: "test" })
-        const fresh = expectOk(yield* modelCall(other.full_key, RESPONSES, responsesBody()), "another key of the account")
+        const fresh = expectOk(
+          yield* modelCall(other.full_key, RESPONSES, responsesBody()),
+          "another key of the account"
+        )
         expect(fresh.headers.get("x-ratelimit-limit-requests")).toBe("3")
         expect(fresh.headers.get("x-ratelimit-remaining-requests")).toBe("2")
         expect(upstream.requests.length, "test keys never reach the upstream").toBe(0)
@@ -158,7 +169,10 @@ for (const store of STORES) {
         for (let i = 0; i < 3; i++) expectOk(yield* modelCall(apiKey, RESPONSES, responsesBody()), `call ${i + 1}`)
         const error = expectRateLimited(yield* modelCall(apiKey, RESPONSES, responsesBody()), "4th call")
         clock.advance(Duration.seconds(error.retry_after_seconds))
-        const again = expectOk(yield* modelCall(apiKey, RESPONSES, responsesBody()), `after ${error.retry_after_seconds} s`)
+        const again = expectOk(
+          yield* modelCall(apiKey, RESPONSES, responsesBody()),
+          `after ${error.retry_after_seconds} s`
+        )
         expect(again.headers.get("x-ratelimit-remaining-requests")).toBe("0")
         expectRateLimited(yield* modelCall(apiKey, RESPONSES, responsesBody()), "then limited again")
       }))
@@ -204,12 +218,20 @@ for (const store of STORES) {
           expect(after.headers.get("x-ratelimit-remaining-concurrent"), "both slots were given back").toBe("1")
           expect(upstream.requests.length).toBe(3)
 
-          const logs = yield* query<{ status: string }>("SELECT status FROM request_logs WHERE api_key_id = $1", [keyId])
-          expect(logs.map((row) => row.status), "refused calls leave no log rows").toEqual(["billed", "billed", "billed"])
+          const logs = yield* query<{ status: string }>("SELECT status FROM request_logs WHERE api_key_id = $1", [
+            keyId
+          ])
+          expect(logs.map((row) => row.status), "refused calls leave no log rows").toEqual([
+            "billed",
+            "billed",
+            "billed"
+          ])
           expect(yield* violations(accountId)).toEqual([])
           if (redis) {
             const entries = yield* redisEntries(keyId)
-            expect(Object.keys(entries), "every slot given back in Redis").not.toContain(`${REDIS_PREFIX}inflight:${keyId}`)
+            expect(Object.keys(entries), "every slot given back in Redis").not.toContain(
+              `${REDIS_PREFIX}inflight:${keyId}`
+            )
           }
         }))
 
@@ -241,7 +263,9 @@ for (const store of STORES) {
           for (const reply of yield* Fiber.join(next)) expectOk(reply, "two calls in flight")
           expect(
             extra.status,
-            `a 3rd call in flight after the refill (the call made after the refill answered ${third.status}): ${extra.text.slice(0, 200)}`
+            `a 3rd call in flight after the refill (the call made after the refill answered ${third.status}): ${
+              extra.text.slice(0, 200)
+            }`
           ).toBe(429)
           expect(yield* violations(accountId)).toEqual([])
         }))

@@ -24,12 +24,18 @@ import { Upstream } from "../../support/Upstream.js"
 
 describe("the reasoning estimate (no database)", () => {
   const ok = (latencyMs: number) => ({ target: "up/think", model: "think", outcome: "ok" as const, latencyMs })
-  const failed = (latencyMs: number) => ({ target: "up/other", model: "other", outcome: "first_byte_timeout" as const, latencyMs })
+  const failed = (latencyMs: number) => ({
+    target: "up/other",
+    model: "other",
+    outcome: "first_byte_timeout" as const,
+    latencyMs
+  })
 
   it("thinking runs from the answering attempt's start to the first visible output, or to the end when none came", () => {
     expect(thinkingMsOf({ upstreamSentAt: 1_000, firstVisibleAt: 3_000, attempts: [ok(100)] }, 9_000)).toBe(2_000)
     // The attempts that failed before it took their time first.
-    expect(thinkingMsOf({ upstreamSentAt: 1_000, firstVisibleAt: 3_000, attempts: [failed(500), ok(100)] }, 9_000)).toBe(1_500)
+    expect(thinkingMsOf({ upstreamSentAt: 1_000, firstVisibleAt: 3_000, attempts: [failed(500), ok(100)] }, 9_000))
+      .toBe(1_500)
     expect(thinkingMsOf({ upstreamSentAt: 1_000, firstVisibleAt: undefined, attempts: [ok(100)] }, 4_000)).toBe(3_000)
     expect(thinkingMsOf({ upstreamSentAt: undefined, firstVisibleAt: undefined, attempts: [] }, 4_000)).toBeUndefined()
   })
@@ -76,11 +82,17 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalT
         upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 3, thinkMs: THINK_MS })
         const reply = yield* reasoningStream(apiKey, PROMPT)
         expect(reply.status).toBe(200)
-        expect(reply.chunks.some((c) => c !== "[DONE]" && c.error !== undefined), "an error chunk, not a clean end").toBe(true)
+        expect(reply.chunks.some((c) => c !== "[DONE]" && c.error !== undefined), "an error chunk, not a clean end")
+          .toBe(true)
         expect(reply.text.length).toBeGreaterThan(0)
         const { hold, ledger, log } = yield* booksOf(reply.requestId)
         const visible = countText(reply.text)
-        expect(log).toMatchObject({ status: "billed", upstream_model: REASONING, usage_source: "estimated", error_code: "provider_unavailable" })
+        expect(log).toMatchObject({
+          status: "billed",
+          upstream_model: REASONING,
+          usage_source: "estimated",
+          error_code: "provider_unavailable"
+        })
         expect(log.reasoning_tokens, "reasoning estimated").toBeGreaterThan(0)
         expect(log.output_tokens).toBe(visible + log.reasoning_tokens)
         expect(log.output_tokens).toBeLessThanOrEqual(MAX_TOKENS)
@@ -107,11 +119,18 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 5_000, upstreamTotalT
 
       // Whole streams with the same wait report 3000 reasoning tokens: about 5000 a second, held to the most a rate may be.
       const reported = 3_000
-      upstream.setBehaviour({ kind: "ok", thinkMs: THINK_MS, usage: { completion_tokens: reported + 20, reasoning_tokens: reported } })
+      upstream.setBehaviour({
+        kind: "ok",
+        thinkMs: THINK_MS,
+        usage: { completion_tokens: reported + 20, reasoning_tokens: reported }
+      })
       for (let i = 0; i < OBSERVATIONS_TO_LEARN; i++) {
         const whole = yield* reasoningStream(apiKey, PROMPT)
         expect(whole.status).toBe(200)
-        expect((yield* booksOf(whole.requestId)).log).toMatchObject({ usage_source: "provider", reasoning_tokens: reported })
+        expect((yield* booksOf(whole.requestId)).log).toMatchObject({
+          usage_source: "provider",
+          reasoning_tokens: reported
+        })
       }
 
       // After enough of them the same cut estimates at the learned rate.

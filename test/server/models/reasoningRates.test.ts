@@ -15,8 +15,8 @@ import {
 import type { ProviderShape } from "../../../src/Providers/Provider.js"
 import { TestKeyProvider } from "../../../src/Providers/Provider.js"
 import { simulatedProvider } from "../../../src/Providers/Simulated.js"
-import { alwaysClosed } from "../../support/Breakers.js"
 import { booksOf } from "../../support/Books.js"
+import { alwaysClosed } from "../../support/Breakers.js"
 import { caller, reasoningStream, violations, walletOf } from "../../support/Models.js"
 import { webhookOverrides } from "../../support/Stripe.js"
 import { TestServerLive } from "../../support/TestServer.js"
@@ -63,7 +63,12 @@ describe("the learned reasoning rate (no database)", () => {
   })
 
   it("the model that showed its thinking is the attempt that answered, not the routed one", () => {
-    const attempt = (model: string, outcome: "ok" | "cut_short" | "server_error") => ({ target: `up/${model}`, model, outcome, latencyMs: 10 })
+    const attempt = (model: string, outcome: "ok" | "cut_short" | "server_error") => ({
+      target: `up/${model}`,
+      model,
+      outcome,
+      latencyMs: 10
+    })
     expect(answeringModel([attempt("a", "server_error"), attempt("b", "ok")], "routed")).toBe("b")
     expect(answeringModel([attempt("b", "cut_short")], "routed")).toBe("b")
     expect(answeringModel([attempt("a", "server_error")], "routed")).toBe("routed")
@@ -86,7 +91,13 @@ const slowThinker: ProviderShape = {
         Stream.drain(Stream.fromEffect(Effect.sleep(THINK_MS))),
         Stream.map(parts, (part) =>
           part._tag === "Usage"
-            ? { _tag: "Usage" as const, usage: Object.assign({}, part.usage, { reasoningTokens: TEST_KEY_REASONING, outputTokens: part.usage.outputTokens + TEST_KEY_REASONING }) }
+            ? {
+              _tag: "Usage" as const,
+              usage: Object.assign({}, part.usage, {
+                reasoningTokens: TEST_KEY_REASONING,
+                outputTokens: part.usage.outputTokens + TEST_KEY_REASONING
+              })
+            }
             : part)
       ))
 }
@@ -97,37 +108,60 @@ const TestServerWithSlowTestKeys = Layer.unwrapEffect(Effect.map(Upstream, (upst
     upstreamBaseUrl: Option.some(upstream.baseUrl),
     upstreamFirstByteTimeoutMs: 5_000,
     upstreamTotalTimeoutMs: 10_000
-  }, { breakers: alwaysClosed, testKeyProvider: Layer.succeed(TestKeyProvider, slowThinker) }))).pipe(Layer.provideMerge(Upstream.layer))
+  }, { breakers: alwaysClosed, testKeyProvider: Layer.succeed(TestKeyProvider, slowThinker) }))).pipe(
+    Layer.provideMerge(Upstream.layer)
+  )
 
-layer(TestServerWithSlowTestKeys, { excludeTestServices: true, timeout: 90_000 })("test-key streams and a live cut", (it) => {
-  it.effect("eight test-key streams reporting fast thinking leave the rate alone: another account's live cut is billed at the default", () =>
-    Effect.gen(function*() {
-      const upstream = yield* Upstream
-      upstream.reset()
-      const tester = yield* caller("reasoning-test-key@example.com", { environment: "test" })
-      for (let i = 0; i < 8; i++) {
-        const reply = yield* reasoningStream(tester.apiKey, PROMPT)
+layer(TestServerWithSlowTestKeys, { excludeTestServices: true, timeout: 90_000 })(
+  "test-key streams and a live cut",
+  (it) => {
+    it.effect("eight test-key streams reporting fast thinking leave the rate alone: another account's live cut is billed at the default", () =>
+      Effect.gen(function*() {
+        const upstream = yield* Upstream
+        upstream.reset()
+        const tester = yield* caller("reasoning-test-key@example.com", { environment: "test" })
+        for (let i = 0; i < 8; i++) {
+          const reply = yield* reasoningStream(tester.apiKey, PROMPT)
+          expect(reply.status).toBe(200)
+          expect((yield* booksOf(reply.requestId)).log).toMatchObject({
+            usage_source: "provider",
+            reasoning_tokens: TEST_KEY_REASONING
+          })
+        }
+        expect(upstream.requests, "test keys never reach the upstream").toHaveLength(0)
+
+        const { accountId, apiKey } = yield* caller("reasoning-live-cut@example.com", { sen: 1000 })
+        upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 3, thinkMs: THINK_MS })
+        const reply = yield* reasoningStream(apiKey, PROMPT)
         expect(reply.status).toBe(200)
-        expect((yield* booksOf(reply.requestId)).log).toMatchObject({ usage_source: "provider", reasoning_tokens: TEST_KEY_REASONING })
-      }
-      expect(upstream.requests, "test keys never reach the upstream").toHaveLength(0)
-
-      const { accountId, apiKey } = yield* caller("reasoning-live-cut@example.com", { sen: 1000 })
-      upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 3, thinkMs: THINK_MS })
-      const reply = yield* reasoningStream(apiKey, PROMPT)
-      expect(reply.status).toBe(200)
-      expect(reply.text.length).toBeGreaterThan(0)
-      const { hold, ledger, log } = yield* booksOf(reply.requestId)
-      expect(log).toMatchObject({ status: "billed", upstream_model: REASONING, usage_source: "estimated", error_code: "provider_unavailable" })
-      // The default rate over a wait of THINK_MS and a little more; a rate learned from the test keys would be ~80x.
-      expect(log.reasoning_tokens).toBeGreaterThanOrEqual(Math.floor(THINK_MS / 1000 * DEFAULT_REASONING_TOKENS_PER_SECOND))
-      expect(log.reasoning_tokens).toBeLessThanOrEqual(Math.ceil((THINK_MS + 1_000) / 1000 * DEFAULT_REASONING_TOKENS_PER_SECOND))
-      expect(log.output_tokens).toBe(countText(reply.text) + log.reasoning_tokens)
-      const cost = costOf(DEFAULT_PRICES, REASONING, { inputTokens: log.input_tokens, cachedTokens: 0, outputTokens: log.output_tokens, searches: 0, pages: 0 })
-      expect(log.cost_micro_myr).toBe(String(cost))
-      expect(ledger).toEqual([-cost])
-      expect(hold.map((h) => [h.status, h.captured])).toEqual([["captured", cost]])
-      expect((yield* walletOf(accountId)).reserved).toBe(0)
-      expect(yield* violations(accountId)).toEqual([])
-    }))
-})
+        expect(reply.text.length).toBeGreaterThan(0)
+        const { hold, ledger, log } = yield* booksOf(reply.requestId)
+        expect(log).toMatchObject({
+          status: "billed",
+          upstream_model: REASONING,
+          usage_source: "estimated",
+          error_code: "provider_unavailable"
+        })
+        // The default rate over a wait of THINK_MS and a little more; a rate learned from the test keys would be ~80x.
+        expect(log.reasoning_tokens).toBeGreaterThanOrEqual(
+          Math.floor(THINK_MS / 1000 * DEFAULT_REASONING_TOKENS_PER_SECOND)
+        )
+        expect(log.reasoning_tokens).toBeLessThanOrEqual(
+          Math.ceil((THINK_MS + 1_000) / 1000 * DEFAULT_REASONING_TOKENS_PER_SECOND)
+        )
+        expect(log.output_tokens).toBe(countText(reply.text) + log.reasoning_tokens)
+        const cost = costOf(DEFAULT_PRICES, REASONING, {
+          inputTokens: log.input_tokens,
+          cachedTokens: 0,
+          outputTokens: log.output_tokens,
+          searches: 0,
+          pages: 0
+        })
+        expect(log.cost_micro_myr).toBe(String(cost))
+        expect(ledger).toEqual([-cost])
+        expect(hold.map((h) => [h.status, h.captured])).toEqual([["captured", cost]])
+        expect((yield* walletOf(accountId)).reserved).toBe(0)
+        expect(yield* violations(accountId)).toEqual([])
+      }))
+  }
+)

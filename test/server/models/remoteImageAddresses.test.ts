@@ -27,7 +27,10 @@ const CASES = [
     path: "/v1/chat/completions",
     body: (url: string) => ({
       model: PUBLIC_MODEL,
-      messages: [{ role: "user", content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url } }] }]
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "Describe." }, { type: "image_url", image_url: { url } }]
+      }]
     }),
     param: "messages[0].content[1].image_url.url"
   },
@@ -36,7 +39,10 @@ const CASES = [
     body: (url: string) => ({
       model: PUBLIC_MODEL,
       stream: true,
-      input: [{ role: "user", content: [{ type: "input_text", text: "Describe." }, { type: "input_image", image_url: url }] }]
+      input: [{
+        role: "user",
+        content: [{ type: "input_text", text: "Describe." }, { type: "input_image", image_url: url }]
+      }]
     }),
     param: "input[0].content[1].image_url"
   },
@@ -45,7 +51,10 @@ const CASES = [
     body: (url: string) => ({
       model: PUBLIC_MODEL,
       max_tokens: 64,
-      messages: [{ role: "user", content: [{ type: "text", text: "Describe." }, { type: "image", source: { type: "url", url } }] }]
+      messages: [{
+        role: "user",
+        content: [{ type: "text", text: "Describe." }, { type: "image", source: { type: "url", url } }]
+      }]
     }),
     param: "messages[0].content[1].source.url"
   }
@@ -64,11 +73,15 @@ const refusesInside = (email: string) =>
         expect(reply.status, `${path} ${url}: ${reply.text}`).toBe(400)
         expect(reply.body.error.code, `${path} ${url}`).toBe("invalid_request")
         expect(reply.body.error.param, `${path} ${url}`).toBe(param)
-        expect(reply.text, `${path} ${url}: what the guard found stays in the log`).not.toMatch(/resolves to|loopback|linkLocal|private/)
+        expect(reply.text, `${path} ${url}: what the guard found stays in the log`).not.toMatch(
+          /resolves to|loopback|linkLocal|private/
+        )
       }
     }
     expect(upstream.requests, "nothing reached the upstream").toEqual([])
-    const holds = yield* query<{ n: string }>("SELECT count(*) AS n FROM reservations WHERE account_id = $1", [accountId])
+    const holds = yield* query<{ n: string }>("SELECT count(*) AS n FROM reservations WHERE account_id = $1", [
+      accountId
+    ])
     expect(Number(holds[0]?.n), "nothing was held").toBe(0)
     const logged = yield* query<{ n: string }>(
       "SELECT count(*) AS n FROM ledger_entries WHERE account_id = $1 AND type = 'usage'",
@@ -79,31 +92,38 @@ const refusesInside = (email: string) =>
   })
 
 describe("remote image addresses", () => {
-  layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })("images passed to the upstream (the default)", (it) => {
-    it.effect("an image URL at a metadata, loopback, private or embedded-IPv4 address is refused 400 naming it, before any hold", () =>
-      refusesInside("image-addresses-pass@example.com"))
+  layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })(
+    "images passed to the upstream (the default)",
+    (it) => {
+      it.effect("an image URL at a metadata, loopback, private or embedded-IPv4 address is refused 400 naming it, before any hold", () =>
+        refusesInside("image-addresses-pass@example.com"))
 
-    it.effect("a public image URL, and one whose name does not resolve here, still reach the upstream as they came", () =>
-      Effect.gen(function*() {
-        const upstream = yield* Upstream
-        const { apiKey } = yield* caller("image-addresses-public@example.com", { sen: 1000 })
-        upstream.reset()
-        for (const url of ["https://93.184.215.14/cat.png", "https://images.example/cat.png"]) {
-          const reply = yield* modelCall(apiKey, "/v1/chat/completions", CASES[0].body(url))
-          expect(reply.status, reply.text).toBe(200)
-        }
-        expect(upstream.requests.length).toBe(2)
-      }))
-  })
+      it.effect("a public image URL, and one whose name does not resolve here, still reach the upstream as they came", () =>
+        Effect.gen(function*() {
+          const upstream = yield* Upstream
+          const { apiKey } = yield* caller("image-addresses-public@example.com", { sen: 1000 })
+          upstream.reset()
+          for (const url of ["https://93.184.215.14/cat.png", "https://images.example/cat.png"]) {
+            const reply = yield* modelCall(apiKey, "/v1/chat/completions", CASES[0].body(url))
+            expect(reply.status, reply.text).toBe(200)
+          }
+          expect(upstream.requests.length).toBe(2)
+        }))
+    }
+  )
 
   layer(TestServerWithUpstream({ upstreamImageUrls: "inline" }), { excludeTestServices: true, timeout: 90_000 })(
     "images fetched here and inlined",
     (it) => {
-      it.effect("the same addresses are refused before any hold", () => refusesInside("image-addresses-inline@example.com"))
+      it.effect("the same addresses are refused before any hold", () =>
+        refusesInside("image-addresses-inline@example.com"))
     }
   )
 
-  layer(TestServerWithUpstream({ fetchAllowedHosts: new Set(["127.0.0.1"]) }), { excludeTestServices: true, timeout: 60_000 })(
+  layer(TestServerWithUpstream({ fetchAllowedHosts: new Set(["127.0.0.1"]) }), {
+    excludeTestServices: true,
+    timeout: 60_000
+  })(
     "FETCH_ALLOWED_HOSTS",
     (it) => {
       it.effect("an allowed host passes though it is loopback", () =>

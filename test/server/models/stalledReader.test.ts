@@ -1,7 +1,7 @@
-import { createServer, type ServerResponse } from "node:http"
-import { type AddressInfo, connect, type Socket } from "node:net"
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Fiber, Layer, Option } from "effect"
+import { createServer, type ServerResponse } from "node:http"
+import { type AddressInfo, connect, type Socket } from "node:net"
 import { costOf, DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
 import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
 import { booksOf } from "../../support/Books.js"
@@ -45,11 +45,23 @@ interface BigUpstreamServer {
 
 const sse = (data: unknown) => `data: ${JSON.stringify(data)}\n\n`
 const chunk = (delta: unknown, finish: string | null) =>
-  sse({ id: "chatcmpl-big", object: "chat.completion.chunk", created: 0, model: "m", choices: [{ index: 0, delta, finish_reason: finish }] })
+  sse({
+    id: "chatcmpl-big",
+    object: "chat.completion.chunk",
+    created: 0,
+    model: "m",
+    choices: [{ index: 0, delta, finish_reason: finish }]
+  })
 
 /** An OpenAI-compatible upstream that streams a large answer in big chunks, as fast as asked, ignoring backpressure. */
 const startBigUpstream = (): Promise<BigUpstreamServer> => {
-  let answer: BigAnswer = { piece: "hello", burst: 10, chunks: 0, gapMs: 0, usage: { prompt_tokens: 10, completion_tokens: 10 } }
+  let answer: BigAnswer = {
+    piece: "hello",
+    burst: 10,
+    chunks: 0,
+    gapMs: 0,
+    usage: { prompt_tokens: 10, completion_tokens: 10 }
+  }
   let last = { whole: false, cutEarly: false, closedAt: undefined as number | undefined }
   const stream = async (res: ServerResponse, sent: BigAnswer) => {
     const record = { whole: false, cutEarly: false, closedAt: undefined as number | undefined }
@@ -120,55 +132,60 @@ const StalledServer = Layer.unwrapEffect(Effect.map(BigUpstream, (upstream) =>
  * `readRest` to read on again to the end of the connection (what the client then gets).
  */
 const stalledCall = (apiKey: string) =>
-  Effect.flatMap(TestServer, ({ baseUrl }) =>
-    Effect.promise(() =>
-      new Promise<{ readonly requestId: string; readonly socket: Socket; readonly readRest: () => Promise<string> }>((resolve, reject) => {
-        const json = JSON.stringify({
-          model: PUBLIC_MODEL,
-          messages: [{ role: "user", content: "Write the longest story you can." }],
-          max_tokens: 32_000,
-          stream: true
-        })
-        const { hostname, port } = new URL(baseUrl)
-        const socket = connect(Number(port), hostname)
-        socket.setEncoding("utf8")
-        let text = ""
-        let ended = false
-        const onEnd = () => {
-          ended = true
-        }
-        socket.once("end", onEnd)
-        socket.once("close", onEnd)
-        socket.once("error", onEnd)
-        socket.on("data", (data: string) => {
-          const first = text === ""
-          text += data
-          if (!first) return
-          // The head is in: the client reads no more.
-          socket.pause()
-          const requestId = /x-request-id: *(\S+)/i.exec(text)?.[1]
-          if (requestId === undefined) return reject(new Error(`no request id in ${text.slice(0, 300)}`))
-          resolve({
-            requestId,
-            socket,
-            readRest: () =>
-              new Promise((done) => {
-                const finish = () => done(text)
-                if (ended) return finish()
-                socket.once("end", finish)
-                socket.once("close", finish)
-                socket.resume()
+  Effect.flatMap(
+    TestServer,
+    ({ baseUrl }) =>
+      Effect.promise(() =>
+        new Promise<{ readonly requestId: string; readonly socket: Socket; readonly readRest: () => Promise<string> }>(
+          (resolve, reject) => {
+            const json = JSON.stringify({
+              model: PUBLIC_MODEL,
+              messages: [{ role: "user", content: "Write the longest story you can." }],
+              max_tokens: 32_000,
+              stream: true
+            })
+            const { hostname, port } = new URL(baseUrl)
+            const socket = connect(Number(port), hostname)
+            socket.setEncoding("utf8")
+            let text = ""
+            let ended = false
+            const onEnd = () => {
+              ended = true
+            }
+            socket.once("end", onEnd)
+            socket.once("close", onEnd)
+            socket.once("error", onEnd)
+            socket.on("data", (data: string) => {
+              const first = text === ""
+              text += data
+              if (!first) return
+              // The head is in: the client reads no more.
+              socket.pause()
+              const requestId = /x-request-id: *(\S+)/i.exec(text)?.[1]
+              if (requestId === undefined) return reject(new Error(`no request id in ${text.slice(0, 300)}`))
+              resolve({
+                requestId,
+                socket,
+                readRest: () =>
+                  new Promise((done) => {
+                    const finish = () => done(text)
+                    if (ended) return finish()
+                    socket.once("end", finish)
+                    socket.once("close", finish)
+                    socket.resume()
+                  })
               })
-          })
-        })
-        socket.once("connect", () => {
-          socket.write(
-            `POST /v1/chat/completions HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${apiKey}\r\n` +
-              `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`
-          )
-        })
-      })
-    ))
+            })
+            socket.once("connect", () => {
+              socket.write(
+                `POST /v1/chat/completions HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${apiKey}\r\n` +
+                  `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`
+              )
+            })
+          }
+        )
+      )
+  )
 
 /** The general model's price of a usage. */
 const costOfTokens = (model: string, inputTokens: number, outputTokens: number) =>
@@ -179,7 +196,13 @@ layer(StalledServer, { excludeTestServices: true, timeout: 90_000 })("a streamin
     Effect.gen(function*() {
       const upstream = yield* BigUpstream
       // About 5 MB of events: far more than the sockets between the service and the client hold.
-      upstream.set({ piece: "lorem ipsum ".repeat(170), burst: 2_500, chunks: 0, gapMs: 0, usage: { prompt_tokens: 1_200, completion_tokens: 20_000 } })
+      upstream.set({
+        piece: "lorem ipsum ".repeat(170),
+        burst: 2_500,
+        chunks: 0,
+        gapMs: 0,
+        usage: { prompt_tokens: 1_200, completion_tokens: 20_000 }
+      })
       const { accountId, apiKey } = yield* caller("stalled-whole@example.com", { sen: 1000 })
       const startedAt = Date.now()
       const client = yield* stalledCall(apiKey)
@@ -211,7 +234,13 @@ layer(StalledServer, { excludeTestServices: true, timeout: 90_000 })("a streamin
       const upstream = yield* BigUpstream
       // Some 8 MB of events at once (line breaks: many bytes, few tokens), then one every 20 ms for half an hour:
       // the call outlives the deadline by far unless it is cut.
-      upstream.set({ piece: "\n", burst: 40_000, chunks: 90_000, gapMs: 20, usage: { prompt_tokens: 1_200, completion_tokens: 20_000 } })
+      upstream.set({
+        piece: "\n",
+        burst: 40_000,
+        chunks: 90_000,
+        gapMs: 20,
+        usage: { prompt_tokens: 1_200, completion_tokens: 20_000 }
+      })
       const { accountId, apiKey } = yield* caller("stalled-cut@example.com", { sen: 1000 })
       const startedAt = Date.now()
       const client = yield* stalledCall(apiKey)
@@ -236,7 +265,10 @@ layer(StalledServer, { excludeTestServices: true, timeout: 90_000 })("a streamin
 /** The reservation's lease deadline, epoch ms. */
 const leaseOf = (requestId: string) =>
   Effect.map(
-    query<{ expires: string }>("SELECT (extract(epoch FROM expires_at) * 1000)::bigint AS expires FROM reservations WHERE request_id = $1", [requestId]),
+    query<{ expires: string }>(
+      "SELECT (extract(epoch FROM expires_at) * 1000)::bigint AS expires FROM reservations WHERE request_id = $1",
+      [requestId]
+    ),
     (rows) => rows[0] === undefined ? undefined : Number(rows[0].expires)
   )
 
@@ -247,14 +279,24 @@ describe("a call that runs longer than the longest hold used to be renewed", () 
         const upstream = yield* Upstream
         const { clock } = yield* TestServer
         // 28 chunks 600 ms apart: a stream of about 17 s.
-        upstream.setBehaviour({ kind: "ok", text: "a".repeat(8 * 28), chunkDelayMs: 600, usage: { prompt_tokens: 40, completion_tokens: 60 } })
+        upstream.setBehaviour({
+          kind: "ok",
+          text: "a".repeat(8 * 28),
+          chunkDelayMs: 600,
+          usage: { prompt_tokens: 40, completion_tokens: 60 }
+        })
         const { accountId, apiKey } = yield* caller("long-hold@example.com", { sen: 1000 })
         const { baseUrl } = yield* TestServer
         const reply = yield* Effect.fork(Effect.promise(async () => {
           const response = await fetch(`${baseUrl}/v1/chat/completions`, {
             method: "POST",
             headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-            body: JSON.stringify({ model: PUBLIC_MODEL, messages: [{ role: "user", content: "Hello" }], max_tokens: 200, stream: true })
+            body: JSON.stringify({
+              model: PUBLIC_MODEL,
+              messages: [{ role: "user", content: "Hello" }],
+              max_tokens: 200,
+              stream: true
+            })
           })
           const requestId = response.headers.get("x-request-id") ?? ""
           await readSse(response)

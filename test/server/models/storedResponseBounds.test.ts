@@ -1,8 +1,8 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { deflateRawSync } from "node:zlib"
-import { expect, layer } from "@effect/vitest"
-import { Effect, Layer } from "effect"
 import { StoredResponses } from "../../../src/Responses/Store.js"
 import { call } from "../../support/Http.js"
 import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.js"
@@ -20,7 +20,8 @@ import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 const MODEL = "svc/nenas-flash"
 
 /** Text that compresses little and counts under half a token a character: random lower-case words. */
-const noise = (chars: number) => Buffer.from(randomBytes(chars).map((b) => b % 9 === 0 ? 32 : 97 + (b % 26))).toString("latin1")
+const noise = (chars: number) =>
+  Buffer.from(randomBytes(chars).map((b) => b % 9 === 0 ? 32 : 97 + (b % 26))).toString("latin1")
 
 /** The event loop's longest delay (ms) while `effect` runs. */
 const longestBlock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
@@ -55,11 +56,23 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 240_000 })
         [accountId, keyId, first.body.id, body]
       )
       // 999 seeded and the real first: 1,000 responses, the most a chain may be read.
-      const atLimit = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: idOf(999), input: "Go on." })
+      const atLimit = yield* modelCall(apiKey, "/v1/responses", {
+        model: MODEL,
+        previous_response_id: idOf(999),
+        input: "Go on."
+      })
       expect(atLimit.status, atLimit.text).toBe(200)
-      badPrevious(yield* modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: idOf(1000), input: "Go on." }))
+      badPrevious(
+        yield* modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: idOf(1000), input: "Go on." })
+      )
       // The continuation that was answered made a chain of 1,001: it cannot be continued either.
-      badPrevious(yield* modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: atLimit.body.id, input: "More." }))
+      badPrevious(
+        yield* modelCall(apiKey, "/v1/responses", {
+          model: MODEL,
+          previous_response_id: atLimit.body.id,
+          input: "More."
+        })
+      )
     }))
 
   it.effect("a chain of huge instructions: continued without blocking the event loop until 16 MiB, then 400", () =>
@@ -89,12 +102,16 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 240_000 })
       yield* (yield* TestServer).settled
       yield* Effect.sleep("2 seconds")
       // A short continuation of ten such turns (16 MB read back) does not hold the event loop.
-      const within = yield* longestBlock(modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: ids[9], input: "Short." }))
+      const within = yield* longestBlock(
+        modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: ids[9], input: "Short." })
+      )
       expect(within.result.status, within.result.text).toBe(200)
       expect(within.maxMs).toBeLessThan(200)
       // Ten stored turns of 1.6 MB fit 16 MiB, eleven do not: refused, unread.
       expect(statuses).toEqual([...Array(11).fill(200), 400])
-      const beyond = yield* longestBlock(modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: ids[10], input: "Short." }))
+      const beyond = yield* longestBlock(
+        modelCall(apiKey, "/v1/responses", { model: MODEL, previous_response_id: ids[10], input: "Short." })
+      )
       badPrevious(beyond.result)
       expect(beyond.maxMs).toBeLessThan(200)
     }))
@@ -104,7 +121,9 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 240_000 })
       const { apiKey } = yield* caller("bounds-refs@example.com", { environment: "test" })
       const created = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: "Remember this." })
       const messageId = (created.body.output as Array<{ id: string }>)[0]?.id
-      const refs = (n: number) => [...Array(n).fill({ type: "item_reference", id: messageId }), { role: "user", content: "Go." }]
+      const refs = (
+        n: number
+      ) => [...Array(n).fill({ type: "item_reference", id: messageId }), { role: "user", content: "Go." }]
       const hundred = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: refs(100) })
       expect(hundred.status, hundred.text).toBe(200)
       const over = yield* modelCall(apiKey, "/v1/responses", { model: MODEL, input: refs(101) })
@@ -133,7 +152,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 240_000 })
       expect((yield* call("GET", `/v1/responses/${fromTest.body.id}`, { token: test.apiKey })).status).toBe(200)
       clock.advance("1 hour")
       expect((yield* call("GET", `/v1/responses/${fromTest.body.id}`, { token: test.apiKey })).status).toBe(404)
-      badPrevious(yield* modelCall(test.apiKey, "/v1/responses", { model: MODEL, previous_response_id: fromTest.body.id, input: "?" }))
+      badPrevious(
+        yield* modelCall(test.apiKey, "/v1/responses", {
+          model: MODEL,
+          previous_response_id: fromTest.body.id,
+          input: "?"
+        })
+      )
       expect((yield* call("GET", `/v1/responses/${fromLive.body.id}`, { token: live.apiKey })).status).toBe(200)
     }))
 })
@@ -147,24 +172,37 @@ const CountedStore = Layer.effect(
       lookups.count++
       return f(...args)
     }
-    return StoredResponses.of({ ...store, find: counted(store.find), chain: counted(store.chain), present: counted(store.present) })
+    return StoredResponses.of({
+      ...store,
+      find: counted(store.find),
+      chain: counted(store.chain),
+      present: counted(store.present)
+    })
   })
 ).pipe(Layer.provideMerge(StoredResponses.layer))
 
-layer(TestServerLive({ storedResponsesMaxBytes: 20_000 }, { storedResponses: CountedStore }), { excludeTestServices: true, timeout: 120_000 })(
+layer(TestServerLive({ storedResponsesMaxBytes: 20_000 }, { storedResponses: CountedStore }), {
+  excludeTestServices: true,
+  timeout: 120_000
+})(
   "admission and quota",
   (it) => {
     it.effect("an unknown previous_response_id: the rate limit first, then 400 after a few lookups", () =>
       Effect.gen(function*() {
-        const { apiKey } = yield* caller("bounds-admit@example.com", { environment: "test", key: { rate_limit_rpm: 5 } })
+        const { apiKey } = yield* caller("bounds-admit@example.com", {
+          environment: "test",
+          key: { rate_limit_rpm: 5 }
+        })
         lookups.count = 0
         const replies = []
         for (let i = 0; i < 12; i++) {
-          replies.push(yield* modelCall(apiKey, "/v1/responses", {
-            model: MODEL,
-            previous_response_id: `resp_${"x".repeat(20)}${String(i).padStart(4, "0")}`,
-            input: "Hello?"
-          }))
+          replies.push(
+            yield* modelCall(apiKey, "/v1/responses", {
+              model: MODEL,
+              previous_response_id: `resp_${"x".repeat(20)}${String(i).padStart(4, "0")}`,
+              input: "Hello?"
+            })
+          )
         }
         expect(replies.map((reply) => reply.status)).toEqual([...Array(5).fill(400), ...Array(7).fill(429)])
         for (const reply of replies.slice(0, 5)) badPrevious(reply)
@@ -187,7 +225,8 @@ layer(TestServerLive({ storedResponsesMaxBytes: 20_000 }, { storedResponses: Cou
         const theirs = yield* modelCall(other.apiKey, "/v1/responses", { model: MODEL, input: noise(6_000) })
         yield* (yield* TestServer).settled
         const rows = yield* query<{ id: string; bytes: string }>(
-          "SELECT id, bytes FROM stored_responses WHERE account_id = $1 ORDER BY created_at", [accountId]
+          "SELECT id, bytes FROM stored_responses WHERE account_id = $1 ORDER BY created_at",
+          [accountId]
         )
         // The newest that fit 20,000 bytes are kept (turns of over 6,000 bytes: at most three); the oldest went.
         const kept = rows.reduce((sum, row) => sum + Number(row.bytes), 0)

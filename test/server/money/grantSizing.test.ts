@@ -18,20 +18,77 @@ const body = { model: "svc/nenas-flash", messages: [{ role: "user", content: "He
 
 /** The server's database through a client of the test's own: no flush first (unlike `query`). */
 const raw = <A>(text: string, values: Array<unknown> = []) =>
-  Effect.flatMap(TestServer, ({ databaseUrl }) =>
-    Effect.promise(() => withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)))
+  Effect.flatMap(
+    TestServer,
+    ({ databaseUrl }) =>
+      Effect.promise(() =>
+        withClient(databaseUrl, async (client) => (await client.query(text, values)).rows as Array<A>)
+      )
+  )
 
 const micro = (myr: string) => Math.round(Number(myr) * 1_000_000)
 
 describe("grant sizing", () => {
   const cases = [
-    { name: "about two seconds of recent spend", input: { spendPerSecond: 100_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 10_000_000 }, growth: 200_000 },
-    { name: "at least 16 calls like the last", input: { spendPerSecond: 1_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 10_000_000 }, growth: 16_000 },
-    { name: "only what is missing from the target", input: { spendPerSecond: 100_000, estimate: 1_000, remaining: 150_000, heldMicroMyr: 150_000, availableMicroMyr: 10_000_000 }, growth: 50_000 },
-    { name: "never above a third of the wallet", input: { spendPerSecond: 10_000_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 3_000_000 }, growth: 1_000_000 },
-    { name: "what it already holds counts toward the third", input: { spendPerSecond: 10_000_000, estimate: 1_000, remaining: 0, heldMicroMyr: 900_000, availableMicroMyr: 2_100_000 }, growth: 100_000 },
-    { name: "none when it would cover fewer than 4 calls (a low wallet)", input: { spendPerSecond: 100_000, estimate: 100_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 1_000_000 }, growth: 0 },
-    { name: "none for an empty wallet", input: { spendPerSecond: 100_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 0 }, growth: 0 }
+    {
+      name: "about two seconds of recent spend",
+      input: { spendPerSecond: 100_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 10_000_000 },
+      growth: 200_000
+    },
+    {
+      name: "at least 16 calls like the last",
+      input: { spendPerSecond: 1_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 10_000_000 },
+      growth: 16_000
+    },
+    {
+      name: "only what is missing from the target",
+      input: {
+        spendPerSecond: 100_000,
+        estimate: 1_000,
+        remaining: 150_000,
+        heldMicroMyr: 150_000,
+        availableMicroMyr: 10_000_000
+      },
+      growth: 50_000
+    },
+    {
+      name: "never above a third of the wallet",
+      input: {
+        spendPerSecond: 10_000_000,
+        estimate: 1_000,
+        remaining: 0,
+        heldMicroMyr: 0,
+        availableMicroMyr: 3_000_000
+      },
+      growth: 1_000_000
+    },
+    {
+      name: "what it already holds counts toward the third",
+      input: {
+        spendPerSecond: 10_000_000,
+        estimate: 1_000,
+        remaining: 0,
+        heldMicroMyr: 900_000,
+        availableMicroMyr: 2_100_000
+      },
+      growth: 100_000
+    },
+    {
+      name: "none when it would cover fewer than 4 calls (a low wallet)",
+      input: {
+        spendPerSecond: 100_000,
+        estimate: 100_000,
+        remaining: 0,
+        heldMicroMyr: 0,
+        availableMicroMyr: 1_000_000
+      },
+      growth: 0
+    },
+    {
+      name: "none for an empty wallet",
+      input: { spendPerSecond: 100_000, estimate: 1_000, remaining: 0, heldMicroMyr: 0, availableMicroMyr: 0 },
+      growth: 0
+    }
   ]
   for (const c of cases) {
     it(c.name, () => expect(grantGrowth(c.input)).toBe(c.growth))
@@ -47,7 +104,9 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("spendin
       const costs: Array<number> = []
       // 60 calls, 6 at a time: the account's pace asks for a grant after its first few.
       for (let round = 0; round < 10; round++) {
-        const replies = yield* Effect.all(Array.from({ length: 6 }, () => modelCall(dev.apiKey, CHAT, body)), { concurrency: "unbounded" })
+        const replies = yield* Effect.all(Array.from({ length: 6 }, () => modelCall(dev.apiKey, CHAT, body)), {
+          concurrency: "unbounded"
+        })
         for (const reply of replies) {
           expect(reply.status).toBe(200)
           costs.push(micro(reply.body.cost_myr))
@@ -67,7 +126,10 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("spendin
       const logs = yield* call("GET", "/dashboard/logs?limit=100", { token: dev.token })
       expect(logs.body.logs.filter((log: { status: string }) => log.status === "billed")).toHaveLength(60)
       // The machinery is there all the same: a grant held by this instance, and calls that used it.
-      const grants = yield* raw<{ amount: string }>("SELECT amount_micro_myr AS amount FROM credit_grants WHERE account_id = $1", [dev.accountId])
+      const grants = yield* raw<{ amount: string }>(
+        "SELECT amount_micro_myr AS amount FROM credit_grants WHERE account_id = $1",
+        [dev.accountId]
+      )
       expect(grants.length).toBe(1)
       expect(Number(grants[0]?.amount)).toBeGreaterThan(0)
       const fromGrant = yield* raw<{ n: number }>(
@@ -92,7 +154,9 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("spendin
         CREATE TRIGGER refuse_usage BEFORE INSERT ON ledger_entries
         FOR EACH ROW WHEN (NEW.type = 'usage' AND NEW.account_id = '${dev.accountId}') EXECUTE FUNCTION refuse_usage()
       `)
-      const replies = yield* Effect.all(Array.from({ length: 3 }, () => modelCall(dev.apiKey, CHAT, body)), { concurrency: "unbounded" })
+      const replies = yield* Effect.all(Array.from({ length: 3 }, () => modelCall(dev.apiKey, CHAT, body)), {
+        concurrency: "unbounded"
+      })
       for (const reply of replies) expect(reply.status, "the answer does not wait for the settlement").toBe(200)
       const costs = replies.map((reply) => micro(reply.body.cost_myr))
       // Several flushes fail meanwhile; nothing of these calls is written, their holds stay held.

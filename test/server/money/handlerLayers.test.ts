@@ -30,7 +30,13 @@ const server = TestServerLive(webhookOverrides, {
 })
 
 /** What 20 tokens in and 40 out cost on the routed model: what each successful call is billed. */
-const billed = costOf(DEFAULT_PRICES, "o4-mini", { inputTokens: 20, cachedTokens: 0, outputTokens: 40, searches: 0, pages: 0 })
+const billed = costOf(DEFAULT_PRICES, "o4-mini", {
+  inputTokens: 20,
+  cachedTokens: 0,
+  outputTokens: 40,
+  searches: 0,
+  pages: 0
+})
 const chat = (stream: boolean) => ({
   model: "svc/nenas-flash",
   messages: [{ role: "user", content: "Say good morning in Malay." }],
@@ -62,7 +68,9 @@ layer(server, { excludeTestServices: true })("a handler on test Layers", (it) =>
       const reply = yield* modelCall(apiKey, "/v1/chat/completions", chat(true))
       expect(reply.status, reply.text).toBe(200)
       expect(Date.now() - started).toBeGreaterThanOrEqual(60)
-      const chunks = reply.text.split("\n").filter((line) => line.startsWith("data: {")).map((line) => JSON.parse(line.slice(6)))
+      const chunks = reply.text.split("\n").filter((line) => line.startsWith("data: {")).map((line) =>
+        JSON.parse(line.slice(6))
+      )
       const text = chunks.map((chunk) => chunk.choices[0]?.delta?.content ?? "").join("")
       expect(text).toBe("Selamat pagi!")
       expect(chunks.at(-1)).toMatchObject({ usage: { prompt_tokens: 20, completion_tokens: 40 }, cost_myr: "0.000832" })
@@ -80,4 +88,3 @@ layer(server, { excludeTestServices: true })("a handler on test Layers", (it) =>
       expect(yield* walletOf(accountId)).toEqual({ available: 10_000_000, reserved: 0, spent: 0 })
     }))
 })
-

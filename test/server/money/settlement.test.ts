@@ -2,20 +2,20 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Either, Exit, Layer, Option, Redacted, Scope } from "effect"
 import { AppConfig } from "../../../src/AppConfig.js"
 import { CurrentApiKey } from "../../../src/Auth/Api.js"
-import { CurrentRequestId } from "../../../src/Request/Context.js"
-import { ServicesLive } from "../../../src/Http/Server.js"
-import { ModelCalls } from "../../../src/Models/Call/ModelCalls.js"
 import { DatabaseLive } from "../../../src/Database/Database.js"
 import { newId } from "../../../src/Domain/Ids.js"
-import { Idempotency } from "../../../src/Models/Admission/Idempotency.js"
 import { DEFAULT_PRICES } from "../../../src/Domain/Prices.js"
+import { ServicesLive } from "../../../src/Http/Server.js"
+import { Idempotency } from "../../../src/Models/Admission/Idempotency.js"
+import { ModelCalls } from "../../../src/Models/Call/ModelCalls.js"
+import { chatEvents } from "../../../src/Models/OpenAi/Wire.js"
+import { CurrentRequestId } from "../../../src/Request/Context.js"
 import { ReservationLeases } from "../../../src/Wallet/Instances/Leases.js"
 import { caller, modelCall, TestServerWithUpstream, violations, walletOf } from "../../support/Models.js"
 import { isDone, parseSse } from "../../support/Sse.js"
 import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 import { walletInstance } from "../../support/Wallet.js"
-import { chatEvents } from "../../../src/Models/OpenAi/Wire.js"
 
 const FREE = { inputPerMillion: 0, cachedInputPerMillion: 0, outputPerMillion: 0 }
 const chat = (json: Record<string, unknown> = {}) => ({
@@ -28,7 +28,10 @@ const chat = (json: Record<string, unknown> = {}) => ({
 const idempotencyInstance = (scope: Scope.Scope) =>
   Effect.gen(function*() {
     const { databaseUrl } = yield* TestServer
-    const config = AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(databaseUrl)), instanceId: newId("test") })
+    const config = AppConfig.layerWith({
+      databaseUrl: Option.some(Redacted.make(databaseUrl)),
+      instanceId: newId("test")
+    })
     const layer = Idempotency.layer.pipe(
       Layer.provideMerge(ReservationLeases.layer()),
       Layer.provideMerge(DatabaseLive),
@@ -41,12 +44,15 @@ const idempotencyInstance = (scope: Scope.Scope) =>
 // The general model priced at nothing, as a local upstream would be.
 // The server's own sweeper waits an hour: the orphan test counts what its sweep closes, and a background sweep between
 // its inserts and that sweep would close them first.
-layer(TestServerWithUpstream({
-  prices: { ...DEFAULT_PRICES, models: { ...DEFAULT_PRICES.models, "gpt-4.1-mini": FREE } },
-  reservationSweepIntervalMs: 3_600_000
-}), {
-  excludeTestServices: true
-})("settlement edges", (it) => {
+layer(
+  TestServerWithUpstream({
+    prices: { ...DEFAULT_PRICES, models: { ...DEFAULT_PRICES.models, "gpt-4.1-mini": FREE } },
+    reservationSweepIntervalMs: 3_600_000
+  }),
+  {
+    excludeTestServices: true
+  }
+)("settlement edges", (it) => {
   it.scoped("max_total_cost_myr too large for micro-MYR answers 400 naming it, not 500", () =>
     Effect.gen(function*() {
       const live = yield* caller("settle-cap@example.com", { sen: 1000 })
@@ -56,7 +62,11 @@ layer(TestServerWithUpstream({
         expect(reply.body.error.code).toBe("invalid_request")
         expect(reply.body.error.param).toBe("max_total_cost_myr")
       }
-      const ok = yield* modelCall(live.apiKey, "/v1/responses", { model: "svc/nenas-flash", input: "hi", max_total_cost_myr: 1_000_000 })
+      const ok = yield* modelCall(live.apiKey, "/v1/responses", {
+        model: "svc/nenas-flash",
+        input: "hi",
+        max_total_cost_myr: 1_000_000
+      })
       expect(ok.status, ok.text).toBe(200)
     }))
 
@@ -103,7 +113,9 @@ layer(TestServerWithUpstream({
         const apiKeyId = newId("key")
         expect(Either.isRight(yield* claim(store, apiKeyId, "k", "req_first"))).toBe(true)
         // Older than the longest call (total timeout + 60 s), the old rule for "dead".
-        yield* query(`UPDATE idempotency_records SET created_at = now() - interval '1 hour' WHERE api_key_id = $1`, [apiKeyId])
+        yield* query(`UPDATE idempotency_records SET created_at = now() - interval '1 hour' WHERE api_key_id = $1`, [
+          apiKeyId
+        ])
         const second = yield* claim(store, apiKeyId, "k", "req_second")
         expect(Either.isLeft(second) && second.left._tag).toBe("IdempotencyConflict")
       }))
@@ -126,7 +138,12 @@ layer(TestServerWithUpstream({
         )
         expect(rows).toEqual([{ requestId: "req_second", responseBody: "second" }])
         const replay = yield* claim(store, apiKeyId, "k", "req_third")
-        expect(Either.isRight(replay) && replay.right).toEqual({ _tag: "Replay", status: 200, body: "second", requestId: "req_second" })
+        expect(Either.isRight(replay) && replay.right).toEqual({
+          _tag: "Replay",
+          status: 200,
+          body: "second",
+          requestId: "req_second"
+        })
       }))
 
     it.scoped("a record whose lease lapsed (nobody renews it) is taken over", () =>
@@ -149,7 +166,10 @@ layer(TestServerWithUpstream({
         const live = yield* caller("settle-orphans@example.com", { sen: 1000 })
         const inst = yield* walletInstance(yield* Effect.scope)
         const crashed = newId("ins")
-        yield* query(`INSERT INTO instances (id, identity, heartbeat_at) VALUES ($1, $1, now() - interval '1 minute')`, [crashed])
+        yield* query(
+          `INSERT INTO instances (id, identity, heartbeat_at) VALUES ($1, $1, now() - interval '1 minute')`,
+          [crashed]
+        )
         const log = (requestId: string, reservationId: string | null, holder: string | null) =>
           query(
             `INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, endpoint, status, holder)
@@ -212,24 +232,34 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("streamed call ha
       // What the body's end releases (a rate-limit slot): released once, though the body was never read.
       let closed = 0
       // The request is interrupted right after the stream is handed over: the stream never runs.
-      yield* calls.stream({
-        endpoint: "/v1/chat/completions",
-        messages: [{ role: "user", content: "hello" }],
-        upstream: [{ role: "user", content: "hello" }],
-        capabilities: {},
-        effort: "medium",
-        maxOutputTokens: 100,
-        maxTotalCostMyr: undefined,
-        webSearch: undefined,
-        stream: true,
-        inputParam: "messages"
-      }, chatEvents({ requestId, createdAt: 0, dashboardUrl: "http://localhost/app" }), Effect.sync(() => closed++)).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
-      const held = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [requestId])
+      yield* calls.stream(
+        {
+          endpoint: "/v1/chat/completions",
+          messages: [{ role: "user", content: "hello" }],
+          upstream: [{ role: "user", content: "hello" }],
+          capabilities: {},
+          effort: "medium",
+          maxOutputTokens: 100,
+          maxTotalCostMyr: undefined,
+          webSearch: undefined,
+          stream: true,
+          inputParam: "messages"
+        },
+        chatEvents({ requestId, createdAt: 0, dashboardUrl: "http://localhost/app" }),
+        Effect.sync(() => closed++)
+      ).pipe(Effect.provideService(CurrentApiKey, principal), Effect.locally(CurrentRequestId, requestId), Effect.orDie)
+      const held = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [
+        requestId
+      ])
       expect(held).toEqual([{ status: "open" }])
       yield* Effect.sleep("1 second")
-      const after = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [requestId])
+      const after = yield* query<{ status: string }>(`SELECT status FROM reservations WHERE request_id = $1`, [
+        requestId
+      ])
       expect(after[0]?.status).not.toBe("open")
-      const logs = yield* query<{ status: string }>(`SELECT status FROM request_logs WHERE request_id = $1`, [requestId])
+      const logs = yield* query<{ status: string }>(`SELECT status FROM request_logs WHERE request_id = $1`, [
+        requestId
+      ])
       expect(logs[0]?.status).not.toBe("pending")
       expect((yield* walletOf(live.accountId)).reserved).toBe(0)
       expect(yield* violations(live.accountId)).toEqual([])

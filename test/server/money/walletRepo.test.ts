@@ -20,8 +20,13 @@ import { WalletRepoLive } from "../../support/Wallet.js"
  * effect keys named after it), so cases share the database and nothing else.
  */
 
-const Database = Layer.unwrapScoped(Effect.map(freshDatabase, ({ url }) =>
-  DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))))
+const Database = Layer.unwrapScoped(
+  Effect.map(
+    freshDatabase,
+    ({ url }) =>
+      DatabaseLive.pipe(Layer.provideMerge(AppConfig.layerWith({ databaseUrl: Option.some(Redacted.make(url)) })))
+  )
+)
 
 /** The repository, and a LISTEN on the grant channel to hear a debit ask for grants back; warnings and errors logged, not a line per movement. */
 const Live = Layer.merge(WalletRepoLive, Listener.layer({ channels: [GRANT_CHANNEL] })).pipe(
@@ -76,9 +81,10 @@ const funded = (amountMicroMyr: number) =>
 
 /** A second instance's repository on the same database (its own instance row and heartbeat); closing `scope` stops it. */
 const otherInstance = (scope: Scope.Scope) =>
-  Layer.buildWithScope(WalletRepoLive.pipe(Layer.provide(AppConfig.layerWith({ instanceId: newId("test") }))), scope).pipe(
-    Effect.map((context) => Context.get(context, WalletRepo))
-  )
+  Layer.buildWithScope(WalletRepoLive.pipe(Layer.provide(AppConfig.layerWith({ instanceId: newId("test") }))), scope)
+    .pipe(
+      Effect.map((context) => Context.get(context, WalletRepo))
+    )
 
 /** Waits (up to 5 s) until `done` holds. */
 const eventually = (done: () => boolean, what: string) =>
@@ -101,7 +107,11 @@ layer(Live, { excludeTestServices: true })("WalletRepo on PostgreSQL", (it) => {
       const again = yield* repo.capture(reservation.id, microMyr(1_000), "call")
       expect(again).toEqual(first)
       expect(yield* repo.release(reservation.id)).toBe(false)
-      expect(yield* repo.wallet(accountId)).toMatchObject({ availableMicroMyr: 7_000, reservedMicroMyr: 0, lifetimeSpendMicroMyr: 3_000 })
+      expect(yield* repo.wallet(accountId)).toMatchObject({
+        availableMicroMyr: 7_000,
+        reservedMicroMyr: 0,
+        lifetimeSpendMicroMyr: 3_000
+      })
       expect(yield* violations).toEqual([])
     }))
 
@@ -172,7 +182,9 @@ layer(Live, { excludeTestServices: true })("WalletRepo on PostgreSQL", (it) => {
         ["chargeback", -8_000, -3_000],
         ["topup", 5_000, 5_000]
       ])
-      expect((yield* repo.ledger(accountId, { page: 2, limit: 1, type: undefined })).map((e) => e.type)).toEqual(["topup"])
+      expect((yield* repo.ledger(accountId, { page: 2, limit: 1, type: undefined })).map((e) => e.type)).toEqual([
+        "topup"
+      ])
       expect((yield* repo.ledger(accountId, { page: 1, limit: 10, type: "topup" })).length).toBe(1)
       const negative = yield* Effect.flip(repo.reserve(hold(1, "req_1")))
       expect(negative._tag).toBe("InsufficientBalance")
@@ -188,8 +200,12 @@ layer(Live, { excludeTestServices: true })("WalletRepo on PostgreSQL", (it) => {
       const repo = yield* otherInstance(instanceScope)
       const grant = newId("gr")
       expect(yield* repo.growGrant({ id: grant, accountId, create: false }, () => 100)).toBe("missing")
-      expect(yield* repo.growGrant({ id: grant, accountId, create: true }, ({ availableMicroMyr }) => availableMicroMyr / 3)).toBe(3_000)
-      expect(yield* repo.growGrant({ id: grant, accountId, create: false }, ({ heldMicroMyr }) => heldMicroMyr)).toBe(3_000)
+      expect(
+        yield* repo.growGrant({ id: grant, accountId, create: true }, ({ availableMicroMyr }) => availableMicroMyr / 3)
+      ).toBe(3_000)
+      expect(yield* repo.growGrant({ id: grant, accountId, create: false }, ({ heldMicroMyr }) => heldMicroMyr)).toBe(
+        3_000
+      )
       expect(yield* repo.growGrant({ id: grant, accountId, create: false }, () => 3_001)).toBe(0)
       expect(yield* repo.wallet(accountId)).toMatchObject({ availableMicroMyr: 3_000, grantedMicroMyr: 6_000 })
       expect(yield* violations).toEqual([])
@@ -229,46 +245,55 @@ layer(Live, { excludeTestServices: true })("WalletRepo on PostgreSQL", (it) => {
       expect(yield* repo.openHolds).toBe(openBefore)
     }))
 
-  it.effect("a race of 400 fibers reserving against one wallet: never negative, at least the affordable ones held, exact totals", () =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const { accountId, hold, repo, violations } = yield* funded(100_000)
-      const openBefore = yield* repo.openHolds
-      const lowest: Array<number> = []
-      // A refusal is `undefined`; any other failure (a database error) fails the test.
-      const exact = (input: ReserveInput) =>
-        repo.reserve(input).pipe(Effect.catchTag("InsufficientBalance", () => Effect.succeed(undefined)))
-      // Each fiber yields between steps, so holds, captures and releases interleave.
-      const call = (i: number) =>
-        Effect.gen(function*() {
-          yield* Effect.yieldNow()
-          const input = hold(700, `req_${i}`)
-          const reserved: Reservation | undefined = yield* (i % 2 === 0 ? exact(input) : repo.reserveQuickly(input))
-          lowest.push((yield* repo.wallet(accountId)).availableMicroMyr)
-          if (reserved === undefined) return { held: false, charged: 0 }
-          yield* Effect.yieldNow()
-          if (i % 5 === 0) {
-            expect(yield* repo.release(reserved.id)).toBe(true)
-            return { held: true, charged: 0 }
-          }
-          return { held: true, charged: (yield* repo.capture(reserved.id, microMyr(500), `call ${i}`)).chargedMicroMyr }
+  it.effect(
+    "a race of 400 fibers reserving against one wallet: never negative, at least the affordable ones held, exact totals",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const { accountId, hold, repo, violations } = yield* funded(100_000)
+        const openBefore = yield* repo.openHolds
+        const lowest: Array<number> = []
+        // A refusal is `undefined`; any other failure (a database error) fails the test.
+        const exact = (input: ReserveInput) =>
+          repo.reserve(input).pipe(Effect.catchTag("InsufficientBalance", () => Effect.succeed(undefined)))
+        // Each fiber yields between steps, so holds, captures and releases interleave.
+        const call = (i: number) =>
+          Effect.gen(function*() {
+            yield* Effect.yieldNow()
+            const input = hold(700, `req_${i}`)
+            const reserved: Reservation | undefined = yield* (i % 2 === 0 ? exact(input) : repo.reserveQuickly(input))
+            lowest.push((yield* repo.wallet(accountId)).availableMicroMyr)
+            if (reserved === undefined) return { held: false, charged: 0 }
+            yield* Effect.yieldNow()
+            if (i % 5 === 0) {
+              expect(yield* repo.release(reserved.id)).toBe(true)
+              return { held: true, charged: 0 }
+            }
+            return {
+              held: true,
+              charged: (yield* repo.capture(reserved.id, microMyr(500), `call ${i}`)).chargedMicroMyr
+            }
+          })
+        const calls = yield* Effect.forEach(Array.from({ length: 400 }, (_, i) => i), call, {
+          concurrency: "unbounded"
         })
-      const calls = yield* Effect.forEach(Array.from({ length: 400 }, (_, i) => i), call, { concurrency: "unbounded" })
-      const total = calls.reduce((sum, c) => sum + c.charged, 0)
-      expect(Math.min(...lowest)).toBeGreaterThanOrEqual(0)
-      // 100,000 affords 142 holds of 700 at once: at least those were held, and the rest of the 400 contended.
-      expect(calls.filter((c) => c.held).length).toBeGreaterThanOrEqual(142)
-      expect(calls.filter((c) => !c.held).length).toBeGreaterThan(0)
-      const wallet = yield* repo.wallet(accountId)
-      expect(wallet.reservedMicroMyr).toBe(0)
-      expect(wallet.lifetimeSpendMicroMyr).toBe(total)
-      expect(wallet.availableMicroMyr).toBe(100_000 - total)
-      const [usage] = yield* sql<{ entries: number; charged: number }>`
+        const total = calls.reduce((sum, c) => sum + c.charged, 0)
+        expect(Math.min(...lowest)).toBeGreaterThanOrEqual(0)
+        // 100,000 affords 142 holds of 700 at once: at least those were held, and the rest of the 400 contended.
+        expect(calls.filter((c) => c.held).length).toBeGreaterThanOrEqual(142)
+        expect(calls.filter((c) => !c.held).length).toBeGreaterThan(0)
+        const wallet = yield* repo.wallet(accountId)
+        expect(wallet.reservedMicroMyr).toBe(0)
+        expect(wallet.lifetimeSpendMicroMyr).toBe(total)
+        expect(wallet.availableMicroMyr).toBe(100_000 - total)
+        const [usage] = yield* sql<{ entries: number; charged: number }>`
         SELECT count(*)::int AS entries, COALESCE(-SUM(amount_micro_myr), 0)::int AS charged
         FROM ledger_entries WHERE account_id = ${accountId} AND type = 'usage'
       `
-      expect(usage).toEqual({ entries: calls.filter((c) => c.charged > 0).length, charged: total })
-      expect(yield* repo.openHolds).toBe(openBefore)
-      expect(yield* violations).toEqual([])
-    }), { timeout: 120_000 })
+        expect(usage).toEqual({ entries: calls.filter((c) => c.charged > 0).length, charged: total })
+        expect(yield* repo.openHolds).toBe(openBefore)
+        expect(yield* violations).toEqual([])
+      }),
+    { timeout: 120_000 }
+  )
 })

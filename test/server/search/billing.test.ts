@@ -31,7 +31,13 @@ const TestServerWithSearch = Layer.unwrapEffect(Effect.map(Searx, (searx) =>
   }))).pipe(Layer.provideMerge(Searx.layer))
 
 const PLANNING_USAGE = { prompt_tokens: 150, completion_tokens: 12 }
-const BALANCED = { mode: "on", search_depth: "balanced", max_searches: 2, max_results: 1, content: { enabled: true, max_pages: 1 } }
+const BALANCED = {
+  mode: "on",
+  search_depth: "balanced",
+  max_searches: 2,
+  max_results: 1,
+  content: { enabled: true, max_pages: 1 }
+}
 
 /** The books add up: one usage entry equal to the log's cost, the hold captured at it, the wallet holding nothing more. */
 const expectBilled = (accountId: string, requestId: string, cost: number) =>
@@ -65,7 +71,12 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
               : { kind: "hang" }
         })
         const { accountId, apiKey } = yield* caller(`search-deadline-${stream}@example.com`, { sen: 1000 })
-        const reply = yield* modelCall(apiKey, "/v1/responses", { input: "What happened to the river?", max_output_tokens: 50, stream, web_search: BALANCED })
+        const reply = yield* modelCall(apiKey, "/v1/responses", {
+          input: "What happened to the river?",
+          max_output_tokens: 50,
+          stream,
+          web_search: BALANCED
+        })
         expect(reply.status, reply.text).toBe(504)
         expect(reply.body.error.code).toBe("provider_timeout")
         expect(searx.queries).toHaveLength(2)
@@ -73,7 +84,13 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
 
         const requestId = reply.headers.get("x-request-id") ?? ""
         const { log } = yield* booksOf(requestId)
-        const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: 150, cachedTokens: 0, outputTokens: 12, searches: 2, pages: 1 })
+        const cost = costOf(DEFAULT_PRICES, log.upstream_model, {
+          inputTokens: 150,
+          cachedTokens: 0,
+          outputTokens: 12,
+          searches: 2,
+          pages: 1
+        })
         expect(cost).toBeGreaterThan(0)
         expect(log).toMatchObject({
           status: "billed",
@@ -115,8 +132,20 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
       // A stream the upstream breaks is billed what was used so far, as a client's cut is (docs/architecture.md, "Streams"): the
       // planning call (150 in, 12 out), the search, and the input the answering call was sent, on the same model.
       expect(log.input_tokens, "the answering call's input is counted beside the planning call's").toBeGreaterThan(150)
-      const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: log.input_tokens, cachedTokens: 0, outputTokens: 12, searches: 1, pages: 0 })
-      expect(log).toMatchObject({ status: "billed", error_code: "provider_unavailable", usage_source: "estimated", search_count: 1, output_tokens: 12 })
+      const cost = costOf(DEFAULT_PRICES, log.upstream_model, {
+        inputTokens: log.input_tokens,
+        cachedTokens: 0,
+        outputTokens: 12,
+        searches: 1,
+        pages: 0
+      })
+      expect(log).toMatchObject({
+        status: "billed",
+        error_code: "provider_unavailable",
+        usage_source: "estimated",
+        search_count: 1,
+        output_tokens: 12
+      })
       yield* expectBilled(accountId, requestId, cost)
     }))
 
@@ -141,7 +170,13 @@ layer(TestServerWithSearch, { excludeTestServices: true, timeout: 60_000 })("web
 
       const requestId = reply.headers.get("x-request-id") ?? ""
       const { log } = yield* booksOf(requestId)
-      const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: 150, cachedTokens: 0, outputTokens: 12, searches: 0, pages: 0 })
+      const cost = costOf(DEFAULT_PRICES, log.upstream_model, {
+        inputTokens: 150,
+        cachedTokens: 0,
+        outputTokens: 12,
+        searches: 0,
+        pages: 0
+      })
       expect(cost).toBeGreaterThan(0)
       expect(log).toMatchObject({
         status: "billed",
@@ -173,40 +208,68 @@ const TwoUpstreamsWithSearch = Layer.unwrapEffect(Effect.gen(function*() {
   return TestServerLive(config, { breakers: alwaysClosed })
 })).pipe(Layer.provideMerge(Layer.merge(AlphaAndBeta, Searx.layer)))
 
-layer(TwoUpstreamsWithSearch, { excludeTestServices: true, timeout: 60_000 })("a planning call a fallback answered", (it) => {
-  it.effect("alpha fails the planning call, beta plans, alpha answers: the planning call at beta's prices, the answer at alpha's", () =>
-    Effect.gen(function*() {
-      const alpha = yield* Alpha
-      const beta = yield* Beta
-      const searx = yield* Searx
-      alpha.reset()
-      beta.reset()
-      searx.reset()
-      alpha.setBehaviour({
-        kind: "perRequest",
-        choose: (body) => isPlanning(body) ? { kind: "status", status: 503 } : { kind: "ok", text: "The river rose [1].", usage: { prompt_tokens: 1000, completion_tokens: 500 } }
-      })
-      beta.setBehaviour({ kind: "ok", text: answering(["river levels"], "beta never answers"), usage: { prompt_tokens: 400, completion_tokens: 100 } })
-      const { accountId, apiKey } = yield* caller("search-planning-fallback@example.com", { sen: 1000 })
-      const reply = yield* modelCall(apiKey, "/v1/responses", {
-        input: "What happened to the river?",
-        max_output_tokens: 1000,
-        web_search: { mode: "on", search_depth: "fast", max_searches: 1, max_results: 1 }
-      })
-      expect(reply.status, reply.text).toBe(200)
-      expect(reply.body.routing.upstream_model).toBe("alpha-mini")
-      expect(beta.requests.map((r) => isPlanning(r.body))).toEqual([true])
-      expect(alpha.requests.map((r) => isPlanning(r.body))).toEqual([true, false])
+layer(TwoUpstreamsWithSearch, { excludeTestServices: true, timeout: 60_000 })(
+  "a planning call a fallback answered",
+  (it) => {
+    it.effect("alpha fails the planning call, beta plans, alpha answers: the planning call at beta's prices, the answer at alpha's", () =>
+      Effect.gen(function*() {
+        const alpha = yield* Alpha
+        const beta = yield* Beta
+        const searx = yield* Searx
+        alpha.reset()
+        beta.reset()
+        searx.reset()
+        alpha.setBehaviour({
+          kind: "perRequest",
+          choose: (body) =>
+            isPlanning(body)
+              ? { kind: "status", status: 503 }
+              : { kind: "ok", text: "The river rose [1].", usage: { prompt_tokens: 1000, completion_tokens: 500 } }
+        })
+        beta.setBehaviour({
+          kind: "ok",
+          text: answering(["river levels"], "beta never answers"),
+          usage: { prompt_tokens: 400, completion_tokens: 100 }
+        })
+        const { accountId, apiKey } = yield* caller("search-planning-fallback@example.com", { sen: 1000 })
+        const reply = yield* modelCall(apiKey, "/v1/responses", {
+          input: "What happened to the river?",
+          max_output_tokens: 1000,
+          web_search: { mode: "on", search_depth: "fast", max_searches: 1, max_results: 1 }
+        })
+        expect(reply.status, reply.text).toBe(200)
+        expect(reply.body.routing.upstream_model).toBe("alpha-mini")
+        expect(beta.requests.map((r) => isPlanning(r.body))).toEqual([true])
+        expect(alpha.requests.map((r) => isPlanning(r.body))).toEqual([true, false])
 
-      const cost = costOfParts(PRICES, [
-        { model: "alpha-mini", inputTokens: 1000, cachedTokens: 0, outputTokens: 500 },
-        { model: "beta-large", inputTokens: 400, cachedTokens: 0, outputTokens: 100 }
-      ], 1, 0)
-      // What it was billed before: everything at alpha's prices.
-      const allAtAlpha = costOf(PRICES, "alpha-mini", { inputTokens: 1400, cachedTokens: 0, outputTokens: 600, searches: 1, pages: 0 })
-      expect(cost).toBeGreaterThan(allAtAlpha)
-      expect(reply.body.usage.cost_myr).toBe(toMyrString(cost))
-      const { log } = yield* expectBilled(accountId, reply.body.request_id, cost)
-      expect(log).toMatchObject({ status: "billed", upstream_model: "alpha-mini", usage_source: "provider", input_tokens: 1400, output_tokens: 600, search_count: 1 })
-    }))
-})
+        const cost = costOfParts(
+          PRICES,
+          [
+            { model: "alpha-mini", inputTokens: 1000, cachedTokens: 0, outputTokens: 500 },
+            { model: "beta-large", inputTokens: 400, cachedTokens: 0, outputTokens: 100 }
+          ],
+          1,
+          0
+        )
+        // What it was billed before: everything at alpha's prices.
+        const allAtAlpha = costOf(PRICES, "alpha-mini", {
+          inputTokens: 1400,
+          cachedTokens: 0,
+          outputTokens: 600,
+          searches: 1,
+          pages: 0
+        })
+        expect(cost).toBeGreaterThan(allAtAlpha)
+        expect(reply.body.usage.cost_myr).toBe(toMyrString(cost))
+        const { log } = yield* expectBilled(accountId, reply.body.request_id, cost)
+        expect(log).toMatchObject({
+          status: "billed",
+          upstream_model: "alpha-mini",
+          usage_source: "provider",
+          input_tokens: 1400,
+          output_tokens: 600,
+          search_count: 1
+        })
+      }))
+  }
+)

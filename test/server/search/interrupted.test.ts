@@ -70,7 +70,13 @@ const cutCall = (apiKey: string, json: unknown, cutWhen: () => boolean) =>
     expect(yield* Effect.promise(() => sent)).toBe("cut")
   })
 
-const DEEP = { mode: "on", search_depth: "deep", max_searches: 2, max_results: 1, content: { enabled: true, max_pages: 2 } }
+const DEEP = {
+  mode: "on",
+  search_depth: "deep",
+  max_searches: 2,
+  max_results: 1,
+  content: { enabled: true, max_pages: 2 }
+}
 
 layer(TestServerWithSearch, { excludeTestServices: true })("a client that goes away during web search", (it) => {
   for (const stream of [false, true]) {
@@ -81,7 +87,9 @@ layer(TestServerWithSearch, { excludeTestServices: true })("a client that goes a
         searx.reset()
         upstream.reset()
         // Round one finds a page that loads; round two finds one that never does.
-        searx.results = (q) => [{ title: q, url: `${searx.baseUrl}/page/${q === "first query" ? "good" : "slow"}`, content: q }]
+        searx.results = (
+          q
+        ) => [{ title: q, url: `${searx.baseUrl}/page/${q === "first query" ? "good" : "slow"}`, content: q }]
         upstream.setBehaviour({
           kind: "ok",
           text: answering((round) => round === 1 ? ["first query"] : ["second query"], "never sent"),
@@ -89,12 +97,22 @@ layer(TestServerWithSearch, { excludeTestServices: true })("a client that goes a
         })
         const { accountId, apiKey } = yield* caller(`search-cut-${stream}@example.com`, { sen: 1000 })
         // The slow page is requested only after round one's page was read and round two planned and searched.
-        yield* cutCall(apiKey, { input: "What happened to the river?", max_output_tokens: 50, stream, web_search: DEEP }, () =>
-          searx.pages.includes("/page/slow"))
+        yield* cutCall(apiKey, {
+          input: "What happened to the river?",
+          max_output_tokens: 50,
+          stream,
+          web_search: DEEP
+        }, () => searx.pages.includes("/page/slow"))
 
         const log = yield* settledLog(accountId)
         expect(upstream.requests).toHaveLength(2) // the two planning calls; the answer was never asked for
-        const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: 300, cachedTokens: 0, outputTokens: 24, searches: 2, pages: 1 })
+        const cost = costOf(DEFAULT_PRICES, log.upstream_model, {
+          inputTokens: 300,
+          cachedTokens: 0,
+          outputTokens: 24,
+          searches: 2,
+          pages: 1
+        })
         expect(cost).toBeGreaterThan(0)
         expect(log).toMatchObject({
           status: "billed",
@@ -121,14 +139,29 @@ layer(TestServerWithSearch, { excludeTestServices: true })("a client that goes a
       upstream.reset()
       upstream.setBehaviour({ kind: "hang" })
       const { accountId, apiKey } = yield* caller("search-cut-planning@example.com", { sen: 1000 })
-      yield* cutCall(apiKey, { input: "What happened to the river?", max_output_tokens: 50, web_search: DEEP }, () =>
-        upstream.requests.length > 0)
+      yield* cutCall(
+        apiKey,
+        { input: "What happened to the river?", max_output_tokens: 50, web_search: DEEP },
+        () => upstream.requests.length > 0
+      )
 
       const log = yield* settledLog(accountId)
       expect(searx.queries).toEqual([])
-      expect(log).toMatchObject({ status: "billed", usage_source: "estimated", search_count: 0, content_pages: 0, output_tokens: 0 })
+      expect(log).toMatchObject({
+        status: "billed",
+        usage_source: "estimated",
+        search_count: 0,
+        content_pages: 0,
+        output_tokens: 0
+      })
       expect(log.input_tokens).toBeGreaterThan(0)
-      const cost = costOf(DEFAULT_PRICES, log.upstream_model, { inputTokens: log.input_tokens, cachedTokens: 0, outputTokens: 0, searches: 0, pages: 0 })
+      const cost = costOf(DEFAULT_PRICES, log.upstream_model, {
+        inputTokens: log.input_tokens,
+        cachedTokens: 0,
+        outputTokens: 0,
+        searches: 0,
+        pages: 0
+      })
       expect(cost).toBeGreaterThan(0)
       expect(log.cost_micro_myr).toBe(String(cost))
       expect((yield* walletOf(accountId)).spent).toBe(cost)

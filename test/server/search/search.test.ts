@@ -26,7 +26,8 @@ interface SentMessage {
   readonly role: string
   readonly content: string
 }
-const messagesSent = (body: unknown): ReadonlyArray<SentMessage> => (body as { messages: ReadonlyArray<SentMessage> }).messages
+const messagesSent = (body: unknown): ReadonlyArray<SentMessage> =>
+  (body as { messages: ReadonlyArray<SentMessage> }).messages
 
 interface Annotation {
   readonly type: string
@@ -42,7 +43,11 @@ interface Citation {
 }
 
 /** Each annotation covers an `[n]` of the text and names source n. */
-const expectAnnotationsAtMarkers = (text: string, annotations: ReadonlyArray<Annotation>, citations: ReadonlyArray<Citation>) => {
+const expectAnnotationsAtMarkers = (
+  text: string,
+  annotations: ReadonlyArray<Annotation>,
+  citations: ReadonlyArray<Citation>
+) => {
   for (const annotation of annotations) {
     expect(annotation.type).toBe("url_citation")
     const marker = text.slice(annotation.start_index, annotation.end_index)
@@ -56,7 +61,16 @@ const expectAnnotationsAtMarkers = (text: string, annotations: ReadonlyArray<Ann
 
 const logOf = (requestId: string) =>
   Effect.map(
-    query<{ status: string; search_count: number; content_pages: number; input_tokens: number; output_tokens: number; cost_micro_myr: string }>(
+    query<
+      {
+        status: string
+        search_count: number
+        content_pages: number
+        input_tokens: number
+        output_tokens: number
+        cost_micro_myr: string
+      }
+    >(
       `SELECT status, search_count, content_pages, input_tokens, output_tokens, cost_micro_myr FROM request_logs WHERE request_id = $1`,
       [requestId]
     ),
@@ -77,14 +91,23 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const { searx, upstream } = yield* reset
       upstream.setBehaviour({
         kind: "ok",
-        text: answering(["kuala lumpur floods november", "klang river level"], "Roads closed [2]. The river rose [1]; again [2]. See [9]."),
+        text: answering(
+          ["kuala lumpur floods november", "klang river level"],
+          "Roads closed [2]. The river rose [1]; again [2]. See [9]."
+        ),
         usage: { prompt_tokens: 100, completion_tokens: 20 }
       })
       const { accountId, apiKey } = yield* caller("search@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/responses", {
         input: "What happened in Kuala Lumpur this week?",
         max_output_tokens: 100,
-        web_search: { mode: "on", search_depth: "balanced", max_searches: 3, max_results: 3, content: { enabled: true, max_pages: 2 } }
+        web_search: {
+          mode: "on",
+          search_depth: "balanced",
+          max_searches: 3,
+          max_results: 3,
+          content: { enabled: true, max_pages: 2 }
+        }
       })
       expect(reply.status, reply.text).toBe(200)
       expect(reply.body.routing.category).toBe("search")
@@ -99,7 +122,9 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const sources = messagesSent(upstream.requests[1]?.body)[0]
       expect(sources?.role).toBe("system")
       expect(sources?.content).toContain(`[1] Shared report (${searx.baseUrl}/page/shared)`)
-      expect(sources?.content).toContain(`[5] Report 3 on klang river level (${searx.baseUrl}/page/klang-river-level-3)`)
+      expect(sources?.content).toContain(
+        `[5] Report 3 on klang river level (${searx.baseUrl}/page/klang-river-level-3)`
+      )
       expect(sources?.content).not.toContain("[6]")
       expect(sources?.content).toContain("Readable & plain text.")
       expect(sources?.content).not.toMatch(/SCRIPT-TEXT|NAV-MENU|FOOTER-TEXT/)
@@ -118,10 +143,21 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       // Both upstream calls' tokens are the call's: reported, logged and billed with 2 searches and 2 pages.
       expect(reply.body.usage.input_tokens).toBe(200)
       expect(reply.body.usage.output_tokens).toBe(40)
-      const cost = costOf(DEFAULT_PRICES, reply.body.routing.upstream_model, { inputTokens: 200, cachedTokens: 0, outputTokens: 40, searches: 2, pages: 2 })
+      const cost = costOf(DEFAULT_PRICES, reply.body.routing.upstream_model, {
+        inputTokens: 200,
+        cachedTokens: 0,
+        outputTokens: 40,
+        searches: 2,
+        pages: 2
+      })
       expect(reply.body.usage.cost_myr).toBe(toMyrString(cost))
       expect(yield* logOf(reply.body.request_id)).toEqual({
-        status: "billed", search_count: 2, content_pages: 2, input_tokens: 200, output_tokens: 40, cost_micro_myr: String(cost)
+        status: "billed",
+        search_count: 2,
+        content_pages: 2,
+        input_tokens: 200,
+        output_tokens: 40,
+        cost_micro_myr: String(cost)
       })
       expect((yield* walletOf(accountId)).spent).toBe(cost)
       expect(yield* violations(accountId)).toEqual([])
@@ -137,7 +173,10 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       ] as const
       for (const c of cases) {
         const { searx, upstream } = yield* reset
-        upstream.setBehaviour({ kind: "ok", text: answering(["q one", "q two", "q three", "q four", "q five"], "Answer [1].") })
+        upstream.setBehaviour({
+          kind: "ok",
+          text: answering(["q one", "q two", "q three", "q four", "q five"], "Answer [1].")
+        })
         const reply = yield* modelCall(apiKey, "/v1/responses", {
           input: "Tell me the news",
           max_output_tokens: 50,
@@ -152,11 +191,16 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
         expect(reply.status, `${c.depth}: ${reply.text}`).toBe(200)
         expect(searx.queries, c.depth).toEqual(["q one", "q two", "q three", "q four", "q five"].slice(0, c.searches))
         expect(searx.pages.length, c.depth).toBe(c.pages)
-        expect(messagesSent(upstream.requests[0]?.body)[0]?.content, c.depth).toContain(`write up to ${c.searches} web search`)
+        expect(messagesSent(upstream.requests[0]?.body)[0]?.content, c.depth).toContain(
+          `write up to ${c.searches} web search`
+        )
         const sources = messagesSent(upstream.requests[1]?.body)[0]?.content ?? ""
         expect(sources, c.depth).toContain(`[${c.sources}] `)
         expect(sources, c.depth).not.toContain(`[${c.sources + 1}] `)
-        expect(yield* logOf(reply.body.request_id), c.depth).toMatchObject({ search_count: c.searches, content_pages: c.pages })
+        expect(yield* logOf(reply.body.request_id), c.depth).toMatchObject({
+          search_count: c.searches,
+          content_pages: c.pages
+        })
       }
     }))
 
@@ -165,7 +209,10 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const { searx, upstream } = yield* reset
       upstream.setBehaviour({
         kind: "ok",
-        text: answering((round) => round === 1 ? ["first a", "first b", "first c"] : ["first a", "second a", "second b"], "Deep answer [4].")
+        text: answering(
+          (round) => round === 1 ? ["first a", "first b", "first c"] : ["first a", "second a", "second b"],
+          "Deep answer [4]."
+        )
       })
       const { accountId, apiKey } = yield* caller("search-deep@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/responses", {
@@ -193,7 +240,11 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const { searx, upstream } = yield* reset
       upstream.setBehaviour({ kind: "ok", text: answering(["river levels"], "Fine [5].") })
       searx.results = () =>
-        ["error", "slow", "huge", "doc.pdf", "good"].map((name) => ({ title: name, url: `${searx.baseUrl}/page/${name}`, content: name }))
+        ["error", "slow", "huge", "doc.pdf", "good"].map((name) => ({
+          title: name,
+          url: `${searx.baseUrl}/page/${name}`,
+          content: name
+        }))
       const { accountId, apiKey } = yield* caller("search-pages@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/responses", {
         input: "River levels?",
@@ -201,7 +252,13 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
         web_search: { mode: "on", max_searches: 1, content: { enabled: true, max_pages: 5 } }
       })
       expect(reply.status, reply.text).toBe(200)
-      expect([...searx.pages].sort()).toEqual(["/page/doc.pdf", "/page/error", "/page/good", "/page/huge", "/page/slow"])
+      expect([...searx.pages].sort()).toEqual([
+        "/page/doc.pdf",
+        "/page/error",
+        "/page/good",
+        "/page/huge",
+        "/page/slow"
+      ])
       const sources = messagesSent(upstream.requests[1]?.body)[0]?.content ?? ""
       expect(sources).toContain("This page reports on /page/good")
       expect(sources).not.toContain("%PDF")
@@ -245,7 +302,11 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
     Effect.gen(function*() {
       const { searx, upstream } = yield* reset
       searx.failWith = 500
-      upstream.setBehaviour({ kind: "ok", text: answering(["kuala lumpur"], "never asked"), usage: { prompt_tokens: 100, completion_tokens: 20 } })
+      upstream.setBehaviour({
+        kind: "ok",
+        text: answering(["kuala lumpur"], "never asked"),
+        usage: { prompt_tokens: 100, completion_tokens: 20 }
+      })
       const { accountId, apiKey } = yield* caller("search-down@example.com", { sen: 1000 })
       const reply = yield* modelCall(apiKey, "/v1/responses", {
         input: "What happened in Kuala Lumpur?",
@@ -258,12 +319,25 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       expect(reply.body.error.retryable).toBe(true)
       // Only the planning call reached the upstream; it was paid for there, so it is billed (DESIGN.md, Money), the failed search is not.
       expect(upstream.requests.filter((r) => !isPlanning(r.body))).toHaveLength(0)
-      const [log] = yield* query<{ status: string; error_code: string; cost_micro_myr: string; upstream_model: string; search_count: number }>(
+      const [log] = yield* query<
+        { status: string; error_code: string; cost_micro_myr: string; upstream_model: string; search_count: number }
+      >(
         "SELECT status, error_code, cost_micro_myr, upstream_model, search_count FROM request_logs WHERE request_id = $1",
         [reply.body.error.request_id]
       )
-      const cost = costOf(DEFAULT_PRICES, log?.upstream_model ?? "", { inputTokens: 100, cachedTokens: 0, outputTokens: 20, searches: 0, pages: 0 })
-      expect(log).toMatchObject({ status: "billed", error_code: "search_error", cost_micro_myr: String(cost), search_count: 0 })
+      const cost = costOf(DEFAULT_PRICES, log?.upstream_model ?? "", {
+        inputTokens: 100,
+        cachedTokens: 0,
+        outputTokens: 20,
+        searches: 0,
+        pages: 0
+      })
+      expect(log).toMatchObject({
+        status: "billed",
+        error_code: "search_error",
+        cost_micro_myr: String(cost),
+        search_count: 0
+      })
       expect(yield* walletOf(accountId)).toEqual({ available: 10_000_000 - cost, reserved: 0, spent: cost })
       expect(yield* violations(accountId)).toEqual([])
     }))
@@ -273,17 +347,41 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const { upstream } = yield* reset
       upstream.setBehaviour({ kind: "ok", text: answering(["one"], "Short [1].") })
       const { accountId, apiKey } = yield* caller("search-estimate@example.com", { sen: 1000 })
-      const webSearch = { mode: "on", search_depth: "deep", max_searches: 4, max_results: 5, content: { enabled: true, max_pages: 3 } }
-      const refused = yield* modelCall(apiKey, "/v1/responses", { input: "Hi", max_output_tokens: 10, max_total_cost_myr: 0.05, web_search: webSearch })
+      const webSearch = {
+        mode: "on",
+        search_depth: "deep",
+        max_searches: 4,
+        max_results: 5,
+        content: { enabled: true, max_pages: 3 }
+      }
+      const refused = yield* modelCall(apiKey, "/v1/responses", {
+        input: "Hi",
+        max_output_tokens: 10,
+        max_total_cost_myr: 0.05,
+        web_search: webSearch
+      })
       expect(refused.status, refused.text).toBe(400)
       expect(refused.body.error.param).toBe("max_total_cost_myr")
       expect(refused.body.error.guidance).toContain("4 searches, 3 pages")
-      const reply = yield* modelCall(apiKey, "/v1/responses", { input: "Hi", max_output_tokens: 10, web_search: webSearch })
+      const reply = yield* modelCall(apiKey, "/v1/responses", {
+        input: "Hi",
+        max_output_tokens: 10,
+        web_search: webSearch
+      })
       expect(reply.status, reply.text).toBe(200)
-      const [held] = yield* query<{ amount: string }>("SELECT amount_micro_myr AS amount FROM reservations WHERE request_id = $1", [reply.body.request_id])
+      const [held] = yield* query<{ amount: string }>(
+        "SELECT amount_micro_myr AS amount FROM reservations WHERE request_id = $1",
+        [reply.body.request_id]
+      )
       const model = reply.body.routing.upstream_model
       // At least: two planning calls' output caps and the answer's, 4 searches, 3 pages, and 3 pages' worth of context.
-      const floor = costOf(DEFAULT_PRICES, model, { inputTokens: 3 * 6_000, cachedTokens: 0, outputTokens: 10 + 2 * 300, searches: 4, pages: 3 })
+      const floor = costOf(DEFAULT_PRICES, model, {
+        inputTokens: 3 * 6_000,
+        cachedTokens: 0,
+        outputTokens: 10 + 2 * 300,
+        searches: 4,
+        pages: 3
+      })
       expect(Number(held?.amount)).toBeGreaterThanOrEqual(floor)
       expect(yield* violations(accountId)).toEqual([])
     }))
@@ -296,30 +394,47 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       const { accountId, apiKey } = yield* caller("search-stream@example.com", { sen: 1000 })
       const webSearch = { mode: "on", max_searches: 1, max_results: 4 }
 
-      const responses = sseJson(parseSse((yield* modelCall(apiKey, "/v1/responses", { input: "Floods?", stream: true, web_search: webSearch })).text))
+      const responses = sseJson(
+        parseSse(
+          (yield* modelCall(apiKey, "/v1/responses", { input: "Floods?", stream: true, web_search: webSearch })).text
+        )
+      )
       const completed = responses.find((e) => e.type === "response.completed")
       expect(completed?.response.output_text).toBe(text)
       expect(completed?.response.citations.map((c: Citation) => c.index)).toEqual([1, 3])
       const done = responses.find((e) => e.type === "response.content_part.done")
       expect(done?.part.annotations).toHaveLength(2)
       expectAnnotationsAtMarkers(text, done?.part.annotations, completed?.response.citations)
-      expect(responses.find((e) => e.type === "response.output_item.done")?.item.content[0].annotations).toEqual(done?.part.annotations)
+      expect(responses.find((e) => e.type === "response.output_item.done")?.item.content[0].annotations).toEqual(
+        done?.part.annotations
+      )
       expect(completed?.response.output[0].content[0].annotations).toEqual(done?.part.annotations)
 
-      const chat = sseJson(parseSse((yield* modelCall(apiKey, "/v1/chat/completions", {
-        model: "svc/nenas-flash",
-        messages: [{ role: "user", content: "Floods?" }],
-        stream: true,
-        web_search: webSearch
-      })).text))
-      const content = chat.filter((c) => c !== "[DONE]" && c.choices?.[0]?.delta?.content !== undefined).map((c) => c.choices[0].delta.content).join("")
+      const chat = sseJson(parseSse(
+        (yield* modelCall(apiKey, "/v1/chat/completions", {
+          model: "svc/nenas-flash",
+          messages: [{ role: "user", content: "Floods?" }],
+          stream: true,
+          web_search: webSearch
+        })).text
+      ))
+      const content = chat.filter((c) => c !== "[DONE]" && c.choices?.[0]?.delta?.content !== undefined).map((c) =>
+        c.choices[0].delta.content
+      ).join("")
       expect(content).toBe(text)
       const withAnnotations = chat.filter((c) => c !== "[DONE]" && c.choices?.[0]?.delta?.annotations !== undefined)
       expect(withAnnotations).toHaveLength(1)
       expect(withAnnotations[0].choices[0].finish_reason).toBe("stop")
       const chatAnnotations = withAnnotations[0].choices[0].delta.annotations
-      expect(chatAnnotations.map((a: { type: string; url_citation: Annotation }) => a.type)).toEqual(["url_citation", "url_citation"])
-      expectAnnotationsAtMarkers(text, chatAnnotations.map((a: { url_citation: Annotation }) => ({ ...a.url_citation, type: "url_citation" })), completed?.response.citations)
+      expect(chatAnnotations.map((a: { type: string; url_citation: Annotation }) => a.type)).toEqual([
+        "url_citation",
+        "url_citation"
+      ])
+      expectAnnotationsAtMarkers(
+        text,
+        chatAnnotations.map((a: { url_citation: Annotation }) => ({ ...a.url_citation, type: "url_citation" })),
+        completed?.response.citations
+      )
 
       const plain = yield* modelCall(apiKey, "/v1/chat/completions", {
         model: "svc/nenas-flash",
@@ -327,9 +442,10 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
         web_search: webSearch
       })
       expect(plain.status, plain.text).toBe(200)
-      expect(plain.body.choices[0].message.annotations.map((a: { url_citation: Annotation }) => a.url_citation)).toEqual(
-        chatAnnotations.map((a: { url_citation: Annotation }) => a.url_citation)
-      )
+      expect(plain.body.choices[0].message.annotations.map((a: { url_citation: Annotation }) => a.url_citation))
+        .toEqual(
+          chatAnnotations.map((a: { url_citation: Annotation }) => a.url_citation)
+        )
       expect(yield* violations(accountId)).toEqual([])
     }))
 
@@ -337,7 +453,10 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
     Effect.gen(function*() {
       const { searx, upstream } = yield* reset
       const { accountId, apiKey } = yield* caller("search-test@example.com", { environment: "test" })
-      const body = { input: "What is new in Kuala Lumpur transport?", web_search: { mode: "on", max_searches: 2, max_results: 2 } }
+      const body = {
+        input: "What is new in Kuala Lumpur transport?",
+        web_search: { mode: "on", max_searches: 2, max_results: 2 }
+      }
       const first = yield* modelCall(apiKey, "/v1/responses", body)
       const again = yield* modelCall(apiKey, "/v1/responses", body)
       expect(first.status, first.text).toBe(200)
@@ -347,12 +466,20 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       expect(first.body.citations).toHaveLength(1)
       expect(first.body.citations[0]).toMatchObject({ index: 1 })
       expect(first.body.citations[0].url).toMatch(/^https:\/\/search\.example\/new-kuala-lumpur-transport/)
-      expectAnnotationsAtMarkers(first.body.output_text, first.body.output[0].content[0].annotations, first.body.citations)
+      expectAnnotationsAtMarkers(
+        first.body.output_text,
+        first.body.output[0].content[0].annotations,
+        first.body.citations
+      )
       expect(first.body.output[0].content[0].annotations).toHaveLength(1)
       expect(again.body.citations.map((c: Citation) => c.url)).toEqual(first.body.citations.map((c: Citation) => c.url))
       expect(again.body.output_text).toBe(first.body.output_text)
       expect(first.body.usage.cost_myr).toBe("0.000000")
-      expect(yield* logOf(first.body.request_id)).toMatchObject({ status: "succeeded", search_count: 2, cost_micro_myr: "0" })
+      expect(yield* logOf(first.body.request_id)).toMatchObject({
+        status: "succeeded",
+        search_count: 2,
+        cost_micro_myr: "0"
+      })
       expect(yield* walletOf(accountId)).toEqual({ available: 0, reserved: 0, spent: 0 })
     }))
 })

@@ -33,7 +33,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })(
     Effect.gen(function*() {
       const { accountId, token } = yield* caller("audit-tags@example.com")
       const member = yield* memberOf(token)
-      const tags = yield* call("PUT", "/dashboard/usage/grouping-tags", { token, json: { tag_keys: ["team", "feature"] } })
+      const tags = yield* call("PUT", "/dashboard/usage/grouping-tags", {
+        token,
+        json: { tag_keys: ["team", "feature"] }
+      })
       expect(tags.status, tags.text).toBe(200)
       expect(yield* entries(accountId, "usage.grouping_tags_updated")).toEqual([{
         action: "usage.grouping_tags_updated",
@@ -57,7 +60,10 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })(
     Effect.gen(function*() {
       const { accountId, token } = yield* caller("audit-webhooks@example.com")
       const member = yield* memberOf(token)
-      const created = yield* call("POST", "/dashboard/webhooks", { token, json: { url: "https://hooks.example.com/x", events: ["topup.succeeded"] } })
+      const created = yield* call("POST", "/dashboard/webhooks", {
+        token,
+        json: { url: "https://hooks.example.com/x", events: ["topup.succeeded"] }
+      })
       expect(created.status, created.text).toBe(201)
       const id = created.body.endpoint.id as string
       const sent = yield* call("POST", `/dashboard/webhooks/${id}/test`, { token })

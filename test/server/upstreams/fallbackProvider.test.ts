@@ -66,7 +66,10 @@ describe("the fallback provider", () => {
       const completion = yield* provider.complete(request(attempts))
       const took = Date.now() - started
       expect(completion.text).toBe("third")
-      expect(outcomes(attempts)).toEqual([["u1/m1", "first_byte_timeout"], ["u2/m2", "first_byte_timeout"], ["u3/m3", "ok"]])
+      expect(outcomes(attempts)).toEqual([["u1/m1", "first_byte_timeout"], ["u2/m2", "first_byte_timeout"], [
+        "u3/m3",
+        "ok"
+      ]])
       // 900 / 3 = 300 ms for the first; (900 - 300) / 2 = 300 ms for the second.
       expect(attempts[0]?.latencyMs).toBeGreaterThanOrEqual(290)
       expect(attempts[0]?.latencyMs).toBeLessThan(450)
@@ -99,7 +102,11 @@ describe("the fallback provider", () => {
       const attempts: Array<UpstreamAttempt> = []
       const error = yield* Effect.flip(provider.complete(request(attempts)))
       expect(error._tag).toBe("ProviderTimeout")
-      expect(outcomes(attempts).map(([, outcome]) => outcome)).toEqual(["first_byte_timeout", "first_byte_timeout", "first_byte_timeout"])
+      expect(outcomes(attempts).map(([, outcome]) => outcome)).toEqual([
+        "first_byte_timeout",
+        "first_byte_timeout",
+        "first_byte_timeout"
+      ])
       expect(servers.map((s) => s.requests.length)).toEqual([1, 1, 1])
     }))
 

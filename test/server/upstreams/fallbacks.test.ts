@@ -9,12 +9,12 @@ import { countMessages, countText } from "../../../src/Domain/Tokens.js"
 import { withUpstreamPrices } from "../../../src/Domain/Upstreams.js"
 import { PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
 import { makeTestBreakers } from "../../support/Breakers.js"
+import { call } from "../../support/Http.js"
 import { caller, modelCall, violations } from "../../support/Models.js"
-import { readSse, sseJson, type SseEvent } from "../../support/Sse.js"
+import { readSse, type SseEvent, sseJson } from "../../support/Sse.js"
 import { webhookOverrides } from "../../support/Stripe.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "../../support/TwoUpstreams.js"
-import { call } from "../../support/Http.js"
 import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
@@ -56,7 +56,13 @@ const usageCost = (model: string) =>
   costOf(PRICES, model, { inputTokens: 1000, cachedTokens: 0, outputTokens: 500, searches: 0, pages: 0 })
 /** What a call with `max_output_tokens` set holds at `model`'s prices. */
 const holdAt = (model: string, maxOutput: number) =>
-  costOf(PRICES, model, { inputTokens: withSafetyMargin(countMessages(MESSAGES)), cachedTokens: 0, outputTokens: maxOutput, searches: 0, pages: 0 })
+  costOf(PRICES, model, {
+    inputTokens: withSafetyMargin(countMessages(MESSAGES)),
+    cachedTokens: 0,
+    outputTokens: maxOutput,
+    searches: 0,
+    pages: 0
+  })
 
 interface LogRow {
   readonly status: string
@@ -64,7 +70,9 @@ interface LogRow {
   readonly cost_micro_myr: string
   readonly error_code: string | null
   readonly usage_source: string
-  readonly attempts: ReadonlyArray<{ readonly target: string; readonly outcome: string; readonly latency_ms: number }> | null
+  readonly attempts:
+    | ReadonlyArray<{ readonly target: string; readonly outcome: string; readonly latency_ms: number }>
+    | null
 }
 
 const logOf = (requestId: string) =>
@@ -78,7 +86,10 @@ const logOf = (requestId: string) =>
 
 const ledgerOf = (requestId: string) =>
   Effect.map(
-    query<{ amount_micro_myr: string }>("SELECT amount_micro_myr FROM ledger_entries WHERE type = 'usage' AND request_id = $1", [requestId]),
+    query<{ amount_micro_myr: string }>(
+      "SELECT amount_micro_myr FROM ledger_entries WHERE type = 'usage' AND request_id = $1",
+      [requestId]
+    ),
     (rows) => rows.map((r) => Number(r.amount_micro_myr))
   )
 
@@ -88,7 +99,11 @@ const holdOf = (requestId: string) =>
       "SELECT amount_micro_myr, captured_micro_myr FROM reservations WHERE request_id = $1",
       [requestId]
     ),
-    (rows) => rows.map((r) => ({ amount: Number(r.amount_micro_myr), captured: r.captured_micro_myr === null ? null : Number(r.captured_micro_myr) }))
+    (rows) =>
+      rows.map((r) => ({
+        amount: Number(r.amount_micro_myr),
+        captured: r.captured_micro_myr === null ? null : Number(r.captured_micro_myr)
+      }))
   )
 
 const outcomes = (row: LogRow | undefined) => (row?.attempts ?? []).map((a) => [a.target, a.outcome])
@@ -97,7 +112,12 @@ interface ResponseBody {
   readonly output_text: string
   readonly request_id: string
   readonly usage: { readonly cost_myr: string }
-  readonly routing: { readonly category: string; readonly upstream_model: string; readonly reasoning: string; readonly fallback?: boolean }
+  readonly routing: {
+    readonly category: string
+    readonly upstream_model: string
+    readonly reasoning: string
+    readonly fallback?: boolean
+  }
   readonly error?: { readonly code: string; readonly param: string | null; readonly retry_after_seconds?: number }
 }
 
@@ -113,9 +133,11 @@ const streamed = (apiKey: string, path: "/v1/chat/completions" | "/v1/responses"
       const response = await fetch(`${baseUrl}${path}`, {
         method: "POST",
         headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-        body: JSON.stringify(path === "/v1/responses"
-          ? { model: PUBLIC_MODEL, input: PROMPT, stream: true }
-          : { model: PUBLIC_MODEL, messages: MESSAGES, stream: true }),
+        body: JSON.stringify(
+          path === "/v1/responses"
+            ? { model: PUBLIC_MODEL, input: PROMPT, stream: true }
+            : { model: PUBLIC_MODEL, messages: MESSAGES, stream: true }
+        ),
         signal: AbortSignal.timeout(20_000)
       })
       const events: ReadonlyArray<SseEvent> = await readSse(response)
@@ -153,7 +175,9 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
           expect(reply.json.output_text).toBe("Hello from beta, team!")
           expect(reply.json.routing.upstream_model).toBe("beta-large")
           expect(reply.json.routing.fallback).toBe(true)
-          expect(reply.json.routing.reasoning).toContain(`beta/beta-large answered as a fallback after alpha/alpha-mini (${outcome.replaceAll("_", " ")})`)
+          expect(reply.json.routing.reasoning).toContain(
+            `beta/beta-large answered as a fallback after alpha/alpha-mini (${outcome.replaceAll("_", " ")})`
+          )
           // Beta's price, not alpha's: 1000 input and 500 output tokens at RM 5 and RM 20 per million.
           expect(usageCost("beta-large")).toBe(15_000)
           expect(usageCost("alpha-mini")).toBe(2_000)
@@ -173,7 +197,10 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
           expect(outcomes(log)).toEqual([["alpha/alpha-mini", outcome], ["beta/beta-large", "ok"]])
           expect(yield* ledgerOf(reply.json.request_id), "one usage entry, at beta's price").toEqual([-15_000])
           // The hold covered the dearest target the call could reach.
-          expect(yield* holdOf(reply.json.request_id)).toEqual([{ amount: holdAt("beta-large", 1000), captured: 15_000 }])
+          expect(yield* holdOf(reply.json.request_id)).toEqual([{
+            amount: holdAt("beta-large", 1000),
+            captured: 15_000
+          }])
           expect(breakers.recorded.map((r) => [r.target, r.outcome._tag])).toEqual([
             ["alpha/alpha-mini", "Failure"],
             ["beta/beta-large", "Success"]
@@ -190,7 +217,10 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
         const first = yield* responses(apiKey)
         expect(first.status, first.text).toBe(200)
         expect(first.json.routing.upstream_model).toBe("beta-large")
-        expect(breakers.recorded[0]).toEqual({ target: "alpha/alpha-mini", outcome: { _tag: "Failure", retryAfterMs: 2000 } })
+        expect(breakers.recorded[0]).toEqual({
+          target: "alpha/alpha-mini",
+          outcome: { _tag: "Failure", retryAfterMs: 2000 }
+        })
         alpha.setBehaviour({ kind: "ok" })
         const second = yield* responses(apiKey)
         expect(second.status, second.text).toBe(200)
@@ -198,7 +228,10 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
         expect(second.json.routing.reasoning).toContain("alpha/alpha-mini (breaker open)")
         expect(alpha.requests.length, "no request reached alpha on the second call").toBe(1)
         expect(beta.requests.length).toBe(2)
-        expect(outcomes(yield* logOf(second.json.request_id))).toEqual([["alpha/alpha-mini", "breaker_open"], ["beta/beta-large", "ok"]])
+        expect(outcomes(yield* logOf(second.json.request_id))).toEqual([["alpha/alpha-mini", "breaker_open"], [
+          "beta/beta-large",
+          "ok"
+        ]])
       }))
 
     it.effect("a streamed chat call falls back too: beta's chunks, [DONE], billed at beta's price", () =>
@@ -224,7 +257,11 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
     it.effect("a 400 refusal is the caller's: 400 invalid_request, beta gets no request, nothing billed", () =>
       Effect.gen(function*() {
         const { alpha, beta } = yield* fresh
-        alpha.setBehaviour({ kind: "status", status: 400, body: { error: { message: "temperature is out of range", type: "invalid_request_error" } } })
+        alpha.setBehaviour({
+          kind: "status",
+          status: 400,
+          body: { error: { message: "temperature is out of range", type: "invalid_request_error" } }
+        })
         const { apiKey } = yield* caller("fallback-400@example.com", { sen: 1000 })
         const reply = yield* responses(apiKey)
         expect(reply.status, reply.text).toBe(400)
@@ -248,9 +285,11 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
           const reply = yield* streamed(apiKey, path)
           expect(reply.status).toBe(200)
           expect(beta.requests.length, "no switch after the first byte").toBe(0)
-          let produced = ""
+          let produced: string
           if (path === "/v1/chat/completions") {
-            const chunks = sseJson<{ choices?: ReadonlyArray<{ delta?: { content?: string } }>; error?: { code: string } }>(reply.events)
+            const chunks = sseJson<
+              { choices?: ReadonlyArray<{ delta?: { content?: string } }>; error?: { code: string } }
+            >(reply.events)
             expect(chunks.includes("[DONE]"), "no [DONE]").toBe(false)
             const last = chunks[chunks.length - 1]
             expect(last !== "[DONE]" && last?.error?.code).toBe("provider_unavailable")
@@ -263,10 +302,19 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
           }
           expect(produced.length, "three chunks came through").toBeGreaterThan(0)
           const cost = costOf(PRICES, "alpha-mini", {
-            inputTokens: countMessages(MESSAGES), cachedTokens: 0, outputTokens: countText(produced), searches: 0, pages: 0
+            inputTokens: countMessages(MESSAGES),
+            cachedTokens: 0,
+            outputTokens: countText(produced),
+            searches: 0,
+            pages: 0
           })
           const log = yield* logOf(reply.requestId)
-          expect(log).toMatchObject({ status: "billed", error_code: "provider_unavailable", usage_source: "estimated", upstream_model: "alpha-mini" })
+          expect(log).toMatchObject({
+            status: "billed",
+            error_code: "provider_unavailable",
+            usage_source: "estimated",
+            upstream_model: "alpha-mini"
+          })
           expect(Number(log?.cost_micro_myr)).toBe(cost)
           expect(outcomes(log)).toEqual([["alpha/alpha-mini", "cut_short"]])
           expect(yield* ledgerOf(reply.requestId)).toEqual([-cost])
@@ -295,8 +343,17 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
         aborter.abort()
         return response.headers.get("x-request-id") ?? ""
       })
-      const log = yield* eventually("the call's log settled", logOf(requestId), (row) => row !== undefined && row.status !== "pending")
-      expect(log).toMatchObject({ status: "billed", usage_source: "estimated", upstream_model: "alpha-mini", error_code: null })
+      const log = yield* eventually(
+        "the call's log settled",
+        logOf(requestId),
+        (row) => row !== undefined && row.status !== "pending"
+      )
+      expect(log).toMatchObject({
+        status: "billed",
+        usage_source: "estimated",
+        upstream_model: "alpha-mini",
+        error_code: null
+      })
       expect(outcomes(log)).toEqual([["alpha/alpha-mini", "ok"]])
       expect(breakers.recorded).toEqual([{ target: "alpha/alpha-mini", outcome: { _tag: "Success" } }])
       expect(beta.requests.length).toBe(0)
@@ -323,7 +380,11 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
       Effect.gen(function*() {
         const { alpha, beta } = yield* fresh
         alpha.setBehaviour({ kind: "status", status: 500 })
-        beta.setBehaviour({ kind: "ok", text: "A long answer.", usage: { prompt_tokens: 1000, completion_tokens: 100_000 } })
+        beta.setBehaviour({
+          kind: "ok",
+          text: "A long answer.",
+          usage: { prompt_tokens: 1000, completion_tokens: 100_000 }
+        })
         const { accountId, apiKey } = yield* caller("fallback-ceiling@example.com", { sen: 1000 })
         const hold = holdAt("beta-large", 100)
         const cap = Number(toMyrString(hold)) + 0.01
@@ -366,10 +427,19 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
         const reply = yield* responses(apiKey)
         expect(reply.status).toBe(200)
         const page = yield* call("GET", "/dashboard/logs", { token })
-        const entries = (page.body as { logs: ReadonlyArray<{ requestId: string; attempts: ReadonlyArray<{ target: string; outcome: string; latencyMs: number }> }> }).logs
+        const entries = (page.body as {
+          logs: ReadonlyArray<
+            { requestId: string; attempts: ReadonlyArray<{ target: string; outcome: string; latencyMs: number }> }
+          >
+        }).logs
         const entry = entries.find((e) => e.requestId === reply.json.request_id)
-        expect(entry?.attempts.map((a) => [a.target, a.outcome])).toEqual([["alpha/alpha-mini", "server_error"], ["beta/beta-large", "ok"]])
-        for (const attempt of entry?.attempts ?? []) expect(Number.isInteger(attempt.latencyMs) && attempt.latencyMs >= 0).toBe(true)
+        expect(entry?.attempts.map((a) => [a.target, a.outcome])).toEqual([["alpha/alpha-mini", "server_error"], [
+          "beta/beta-large",
+          "ok"
+        ]])
+        for (const attempt of entry?.attempts ?? []) {
+          expect(Number.isInteger(attempt.latencyMs) && attempt.latencyMs >= 0).toBe(true)
+        }
       }))
   })
 
@@ -417,7 +487,9 @@ layer(serverOver(), { excludeTestServices: true, timeout: 120_000 })("fallbacks 
         expect(response.output_text).toBe("Hello from beta, team!")
         const routing = (response as unknown as ResponseBody).routing
         expect(routing).toMatchObject({ upstream_model: "beta-large", fallback: true, category: "general" })
-        const chat = yield* Effect.promise(() => client.chat.completions.create({ model: PUBLIC_MODEL, messages: MESSAGES }))
+        const chat = yield* Effect.promise(() =>
+          client.chat.completions.create({ model: PUBLIC_MODEL, messages: MESSAGES })
+        )
         expect(chat.choices[0]?.message.content).toBe("Hello from beta, team!")
       }))
   })
@@ -442,6 +514,9 @@ layer(
       expect(reply.json.routing.upstream_model).toBe("beta-large")
       expect(reply.json.usage.cost_myr).toBe(toMyrString(usageCost("beta-large")))
       expect(beta.requests.length).toBe(1)
-      expect(outcomes(yield* logOf(reply.json.request_id))).toEqual([["alpha/alpha-mini", "connection_error"], ["beta/beta-large", "ok"]])
+      expect(outcomes(yield* logOf(reply.json.request_id))).toEqual([["alpha/alpha-mini", "connection_error"], [
+        "beta/beta-large",
+        "ok"
+      ]])
     }))
 })

@@ -2,10 +2,10 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { toMyrString } from "../../../src/Domain/Money.js"
 import type { MicroMyr } from "../../../src/Domain/Money.js"
-import { MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
 import { costOf, DEFAULT_PRICES, withSafetyMargin } from "../../../src/Domain/Prices.js"
 import type { Message } from "../../../src/Domain/Tokens.js"
 import { countMessages, countText } from "../../../src/Domain/Tokens.js"
+import { MAX_OUTPUT_TOKENS, PUBLIC_MODEL } from "../../../src/Models/OpenAi/Api.js"
 import type { Reply } from "../../support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, violations } from "../../support/Models.js"
 import { readSse, type SseEvent, sseJson } from "../../support/Sse.js"
@@ -76,7 +76,10 @@ const walletOf = (accountId: string) =>
       "SELECT available_micro_myr + granted_micro_myr AS available_micro_myr, reserved_micro_myr FROM wallets WHERE account_id = $1",
       [accountId]
     ),
-    (rows): WalletState => ({ available: Number(rows[0]?.available_micro_myr), reserved: Number(rows[0]?.reserved_micro_myr) })
+    (rows): WalletState => ({
+      available: Number(rows[0]?.available_micro_myr),
+      reserved: Number(rows[0]?.reserved_micro_myr)
+    })
   )
 
 interface LogRow {
@@ -146,7 +149,9 @@ const reservationOf = (requestId: string) =>
 
 const openReservations = (accountId: string) =>
   Effect.map(
-    query<{ n: string }>("SELECT count(*) AS n FROM reservations WHERE account_id = $1 AND status = 'open'", [accountId]),
+    query<{ n: string }>("SELECT count(*) AS n FROM reservations WHERE account_id = $1 AND status = 'open'", [
+      accountId
+    ]),
     (rows) => Number(rows[0]?.n)
   )
 
@@ -187,7 +192,9 @@ const expectNothingBilled = (
     expect(log?.errorCode, `${name}: log error_code`).toBe(code)
     const reservations = yield* reservationOf(requestId)
     // Held by a reservation of its own (released now), or in memory from the instance's credit grant (no row).
-    expect(reservations.map((r) => r.status), `${name}: the reservation`).toEqual(log?.reservationId === null ? [] : ["released"])
+    expect(reservations.map((r) => r.status), `${name}: the reservation`).toEqual(
+      log?.reservationId === null ? [] : ["released"]
+    )
     if (reservations.length > 0) expect(reservations[0]?.amount, `${name}: reserved amount`).toBe(RESERVATION)
     expect(yield* openReservations(accountId), `${name}: open reservations`).toBe(0)
     expect(yield* usageEntries(requestId), `${name}: usage ledger entries`).toEqual([])
@@ -242,12 +249,19 @@ interface WireError {
 const expectWireError = (
   name: string,
   error: WireError | undefined,
-  expected: { readonly code: string; readonly retryable: boolean; readonly requestId: string; readonly retryAfter?: number }
+  expected: {
+    readonly code: string
+    readonly retryable: boolean
+    readonly requestId: string
+    readonly retryAfter?: number
+  }
 ) => {
   expect(error, `${name}: an error object`).toBeDefined()
   expect(error?.code, `${name}: code`).toBe(expected.code)
   expect(error?.type, `${name}: type`).toBe(
-    expected.code === "invalid_request" || expected.code === "context_length_exceeded" ? "invalid_request_error" : "provider_error"
+    expected.code === "invalid_request" || expected.code === "context_length_exceeded"
+      ? "invalid_request_error"
+      : "provider_error"
   )
   expect(error?.retryable, `${name}: retryable`).toBe(expected.retryable)
   expect(error?.request_id, `${name}: request_id`).toBe(expected.requestId)
@@ -258,7 +272,10 @@ const expectWireError = (
 }
 
 const STATUS_OF: Record<string, number> = {
-  provider_unavailable: 503, provider_timeout: 504, invalid_request: 400, context_length_exceeded: 413
+  provider_unavailable: 503,
+  provider_timeout: 504,
+  invalid_request: 400,
+  context_length_exceeded: 413
 }
 
 /** A non-streaming call answered with the spec's error body; returns the request id. */
@@ -293,7 +310,12 @@ interface StreamReply {
  * A streamed call read with fetch. With `abortAfter`, the client reads until
  * that many events have arrived, then aborts: it has gone away.
  */
-const streamCall = (apiKey: string, path: Path, json: unknown, abortAfter?: (events: ReadonlyArray<SseEvent>) => boolean) =>
+const streamCall = (
+  apiKey: string,
+  path: Path,
+  json: unknown,
+  abortAfter?: (events: ReadonlyArray<SseEvent>) => boolean
+) =>
   Effect.gen(function*() {
     const { baseUrl } = yield* TestServer
     return yield* Effect.promise(async (): Promise<StreamReply> => {
@@ -327,7 +349,9 @@ interface Usage {
 
 interface ChatChunk {
   readonly object?: string
-  readonly choices?: ReadonlyArray<{ readonly delta?: { readonly content?: string }; readonly finish_reason?: string | null }>
+  readonly choices?: ReadonlyArray<
+    { readonly delta?: { readonly content?: string }; readonly finish_reason?: string | null }
+  >
   readonly usage?: Usage
   readonly cost_myr?: string
   readonly error?: WireError
@@ -352,7 +376,9 @@ const responsesEvents = (events: ReadonlyArray<SseEvent>): Array<ResponsesEvent>
 
 const deltaCount = (path: Path, events: ReadonlyArray<SseEvent>): number =>
   path === CHAT
-    ? chatChunks(events).filter((c) => c !== "[DONE]" && typeof c.choices?.[0]?.delta?.content === "string" && c.choices[0].delta.content.length > 0).length
+    ? chatChunks(events).filter((c) =>
+      c !== "[DONE]" && typeof c.choices?.[0]?.delta?.content === "string" && c.choices[0].delta.content.length > 0
+    ).length
     : responsesEvents(events).filter((e) => e.type === "response.output_text.delta").length
 
 const streamedText = (path: Path, events: ReadonlyArray<SseEvent>): string =>
@@ -441,7 +467,10 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
 
   describe("upstream refusals", () => {
     it.effect("an upstream 500 answers 503 provider_unavailable, retryable; nothing is billed", () =>
-      refusalCase("faults-500@example.com", { kind: "status", status: 500 }, { code: "provider_unavailable", retryable: true }))
+      refusalCase("faults-500@example.com", { kind: "status", status: 500 }, {
+        code: "provider_unavailable",
+        retryable: true
+      }))
 
     it.effect("an upstream 429 with retry-after: 7 answers 503 provider_unavailable with retry_after_seconds 7 and Retry-After: 7", () =>
       refusalCase(
@@ -455,7 +484,11 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         const upstream = yield* Upstream
         upstream.reset()
         const said = "Invalid schema for function 'get_weather': 'object' is not valid under any of the given schemas."
-        upstream.setBehaviour({ kind: "status", status: 400, body: { error: { message: said, type: "invalid_request_error" } } })
+        upstream.setBehaviour({
+          kind: "status",
+          status: 400,
+          body: { error: { message: said, type: "invalid_request_error" } }
+        })
         const { accountId, apiKey } = yield* caller("faults-400@example.com", { sen: 1000 })
         yield* expectRefusals(accountId, apiKey, [false, true], { code: "invalid_request", retryable: false }, upstream)
         const reply = yield* modelCall(apiKey, CHAT, bodyFor(CHAT, false))
@@ -469,10 +502,22 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         upstream.setBehaviour({
           kind: "status",
           status: 400,
-          body: { error: { message: "This model's maximum context length is 128000 tokens.", type: "invalid_request_error", code: "context_length_exceeded" } }
+          body: {
+            error: {
+              message: "This model's maximum context length is 128000 tokens.",
+              type: "invalid_request_error",
+              code: "context_length_exceeded"
+            }
+          }
         })
         const { accountId, apiKey } = yield* caller("faults-400-context@example.com", { sen: 1000 })
-        yield* expectRefusals(accountId, apiKey, [false, true], { code: "context_length_exceeded", retryable: false }, upstream)
+        yield* expectRefusals(
+          accountId,
+          apiKey,
+          [false, true],
+          { code: "context_length_exceeded", retryable: false },
+          upstream
+        )
       }))
 
     it.effect("an upstream 401 or 403 (our credentials) answers 503 provider_unavailable, retryable; nothing is billed", () =>
@@ -481,10 +526,22 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         const { accountId, apiKey } = yield* caller("faults-401@example.com", { sen: 1000 })
         for (const status of [401, 403]) {
           upstream.reset()
-          upstream.setBehaviour({ kind: "status", status, body: { error: { message: "Incorrect API key provided", type: "invalid_request_error" } } })
-          yield* expectRefusals(accountId, apiKey, [false, true], { code: "provider_unavailable", retryable: true }, upstream)
+          upstream.setBehaviour({
+            kind: "status",
+            status,
+            body: { error: { message: "Incorrect API key provided", type: "invalid_request_error" } }
+          })
+          yield* expectRefusals(
+            accountId,
+            apiKey,
+            [false, true],
+            { code: "provider_unavailable", retryable: true },
+            upstream
+          )
           const reply = yield* modelCall(apiKey, CHAT, bodyFor(CHAT, false))
-          expect(reply.body.error.message, "the upstream's key problem is not the caller's to read").not.toContain("API key")
+          expect(reply.body.error.message, "the upstream's key problem is not the caller's to read").not.toContain(
+            "API key"
+          )
         }
       }))
 
@@ -535,7 +592,15 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           // What the upstream produced before it went silent was paid for upstream: billed as produced, not 0.
           const produced = streamedText(path, reply.events)
           expect(produced, `${name}: the first chunk`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 8))
-          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before, "provider_timeout")
+          yield* expectBilledOnce(
+            name,
+            accountId,
+            reply.requestId,
+            "estimated",
+            estimatedCost(produced),
+            before,
+            "provider_timeout"
+          )
         }
         // Not streamed: headers, then silence until the total timeout.
         yield* expectRefusals(accountId, apiKey, [false], { code: "provider_timeout", retryable: true })
@@ -578,7 +643,9 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
             }
             cost = Math.round(cost)
             expect(upstream.requests, `${name}: the first attempt and its retry`).toHaveLength(2)
-            expect(upstream.requests[1]?.body, `${name}: the retry is the same request`).toEqual(upstream.requests[0]?.body)
+            expect(upstream.requests[1]?.body, `${name}: the retry is the same request`).toEqual(
+              upstream.requests[0]?.body
+            )
             yield* expectBilledOnce(name, accountId, requestId, "provider", cost, before)
           }
         }
@@ -594,9 +661,8 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
             upstream.reset()
             upstream.setBehaviour({ kind: "resetBeforeResponse", times: 2 })
             const before = yield* walletOf(accountId)
-            let requestId: string
             const reply = yield* modelCall(apiKey, path, bodyFor(path, stream))
-            requestId = expectErrorReply(name, reply, { code: "provider_unavailable", retryable: true })
+            const requestId = expectErrorReply(name, reply, { code: "provider_unavailable", retryable: true })
             expect(upstream.requests, `${name}: one attempt and one retry`).toHaveLength(2)
             yield* expectNothingBilled(name, accountId, requestId, "provider_unavailable", before)
           }
@@ -620,7 +686,15 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
           expect(deltaCount(path, reply.events), `${name}: the three chunks got through`).toBe(3)
           const produced = streamedText(path, reply.events)
           expect(produced, `${name}: their text`).toBe(`Upstream answer to: ${PROMPT}`.slice(0, 24))
-          yield* expectBilledOnce(name, accountId, reply.requestId, "estimated", estimatedCost(produced), before, "provider_unavailable")
+          yield* expectBilledOnce(
+            name,
+            accountId,
+            reply.requestId,
+            "estimated",
+            estimatedCost(produced),
+            before,
+            "provider_unavailable"
+          )
         }
       }))
   })
@@ -633,7 +707,13 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
         const usage = { prompt_tokens: 5000, completion_tokens: 3000, reasoning_tokens: 2500, cached_tokens: 0 }
         upstream.setBehaviour({ kind: "ok", text: "Hello team, have a good day.", usage, chunkDelayMs: 30 })
         const { accountId, apiKey } = yield* caller("faults-stream-usage@example.com", { sen: 1000 })
-        const expected = costOf(DEFAULT_PRICES, GENERAL, { inputTokens: 5000, cachedTokens: 0, outputTokens: 3000, searches: 0, pages: 0 })
+        const expected = costOf(DEFAULT_PRICES, GENERAL, {
+          inputTokens: 5000,
+          cachedTokens: 0,
+          outputTokens: 3000,
+          searches: 0,
+          pages: 0
+        })
         for (const path of PATHS) {
           const name = `${short(path)}, streamed`
           const before = yield* walletOf(accountId)
@@ -643,12 +723,16 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
             const chunks = chatChunks(reply.events)
             const last = chunks.filter((c) => c !== "[DONE]" && c.usage !== undefined)[0]
             expect(last === "[DONE]" ? undefined : last?.usage, `${name}: usage`).toMatchObject({
-              prompt_tokens: 5000, completion_tokens: 3000, reasoning_tokens: 2500
+              prompt_tokens: 5000,
+              completion_tokens: 3000,
+              reasoning_tokens: 2500
             })
           } else {
             const events = responsesEvents(reply.events)
             expect(events[events.length - 1]?.response?.usage, `${name}: usage`).toMatchObject({
-              input_tokens: 5000, output_tokens: 3000, reasoning_tokens: 2500
+              input_tokens: 5000,
+              output_tokens: 3000,
+              reasoning_tokens: 2500
             })
           }
           yield* expectBilledOnce(name, accountId, reply.requestId, "provider", expected, before)
@@ -656,7 +740,11 @@ layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: FIRST_BYTE_MS, upstre
             "SELECT input_tokens, output_tokens, reasoning_tokens FROM request_logs WHERE request_id = $1",
             [reply.requestId]
           )
-          expect(rows[0], `${name}: logged usage`).toEqual({ input_tokens: 5000, output_tokens: 3000, reasoning_tokens: 2500 })
+          expect(rows[0], `${name}: logged usage`).toEqual({
+            input_tokens: 5000,
+            output_tokens: 3000,
+            reasoning_tokens: 2500
+          })
         }
       }))
   })

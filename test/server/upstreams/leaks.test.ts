@@ -31,9 +31,15 @@ const naming = (text: string) => SECRETS.filter((secret) => text.includes(secret
 
 const PROMPT = "Say hello"
 const bodies: ReadonlyArray<readonly [string, (stream: boolean) => Record<string, unknown>]> = [
-  ["/v1/chat/completions", (stream) => ({ model: PUBLIC_MODEL, messages: [{ role: "user", content: PROMPT }], stream })],
+  [
+    "/v1/chat/completions",
+    (stream) => ({ model: PUBLIC_MODEL, messages: [{ role: "user", content: PROMPT }], stream })
+  ],
   ["/v1/responses", (stream) => ({ model: PUBLIC_MODEL, input: PROMPT, stream })],
-  ["/v1/messages", (stream) => ({ model: PUBLIC_MODEL, max_tokens: 64, messages: [{ role: "user", content: PROMPT }], stream })]
+  [
+    "/v1/messages",
+    (stream) => ({ model: PUBLIC_MODEL, max_tokens: 64, messages: [{ role: "user", content: PROMPT }], stream })
+  ]
 ]
 
 describe("the cleaning", () => {
@@ -44,7 +50,11 @@ describe("the cleaning", () => {
         const { apiKey } = yield* caller("leaks-refusal@example.com", { sen: 1000 })
         for (const status of [400, 500]) {
           upstream.reset()
-          upstream.setBehaviour({ kind: "status", status, body: { error: { message: SAID, type: "invalid_request_error" } } })
+          upstream.setBehaviour({
+            kind: "status",
+            status,
+            body: { error: { message: SAID, type: "invalid_request_error" } }
+          })
           for (const [path, body] of bodies) {
             for (const stream of [false, true]) {
               const reply = yield* modelCall(apiKey, path, body(stream))
@@ -71,8 +81,15 @@ describe("the cleaning", () => {
         upstream.reset()
         upstream.setBehaviour({ kind: "status", status: 400, body: { error: { message: SAID } } })
         const lines: Array<string> = []
-        const logger = Logger.make(({ message }) => void lines.push(String(Array.isArray(message) ? message.join(" ") : message)))
-        const client = yield* makeOpenAiCompatible({ baseUrl: upstream.baseUrl, apiKey: Option.none(), firstByteTimeoutMs: 5_000, totalTimeoutMs: 10_000 })
+        const logger = Logger.make(({ message }) =>
+          void lines.push(String(Array.isArray(message) ? message.join(" ") : message))
+        )
+        const client = yield* makeOpenAiCompatible({
+          baseUrl: upstream.baseUrl,
+          apiKey: Option.none(),
+          firstByteTimeoutMs: 5_000,
+          totalTimeoutMs: 10_000
+        })
         const failed = yield* Effect.flip(client.complete({
           model: "gpt-test",
           messages: [{ role: "user", content: "hello" }],
@@ -87,7 +104,8 @@ describe("the cleaning", () => {
   })
 
   it("keeps the words a caller needs to fix a request: parameter names, model names, versions and times", () => {
-    const said = "Invalid value for 'messages[0].content': tools.function.parameters must be an object; gpt-4.1-mini at 12:30:45, v1.2"
+    const said =
+      "Invalid value for 'messages[0].content': tools.function.parameters must be an object; gpt-4.1-mini at 12:30:45, v1.2"
     expect(cleanUpstreamText(said)).toBe(said)
     expect(naming(cleanUpstreamText(SAID))).toEqual([])
     expect(cleanUpstreamText("x".repeat(1000)).length).toBeLessThanOrEqual(300)

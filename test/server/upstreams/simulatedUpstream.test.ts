@@ -1,11 +1,16 @@
-import { describe, expect, it, layer } from "@effect/vitest"
-import { createServer } from "node:http"
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
+import { describe, expect, it, layer } from "@effect/vitest"
 import { ConfigProvider, Effect, Either, Layer, Option } from "effect"
+import { createServer } from "node:http"
 import OpenAI from "openai"
 import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
-import { makeSimulatedUpstreamRouter, type SimulatedFaults, simulatedFaults, SimulatedUpstreamRouter } from "../../../src/Providers/SimulatedUpstream.js"
+import {
+  makeSimulatedUpstreamRouter,
+  type SimulatedFaults,
+  simulatedFaults,
+  SimulatedUpstreamRouter
+} from "../../../src/Providers/SimulatedUpstream.js"
 import { caller, modelCall } from "../../support/Models.js"
 import { webhookOverrides } from "../../support/Stripe.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
@@ -14,13 +19,17 @@ import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 const SimulatedUpstreamAndService = Layer.unwrapScoped(Effect.gen(function*() {
   const port = yield* Effect.promise(freePort)
   yield* Layer.buildWithScope(
-    HttpServer.serve(SimulatedUpstreamRouter).pipe(Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" }))),
+    HttpServer.serve(SimulatedUpstreamRouter).pipe(
+      Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" }))
+    ),
     yield* Effect.scope
   )
   return TestServerLive({ ...webhookOverrides, upstreamBaseUrl: Option.some(`http://127.0.0.1:${port}/v1`) })
 }))
 
-layer(SimulatedUpstreamAndService, { excludeTestServices: true })("the simulated upstream (compose.yaml's model)", (it) => {
+layer(SimulatedUpstreamAndService, { excludeTestServices: true })(
+  "the simulated upstream (compose.yaml's model)",
+  (it) => {
     it.effect("answers the real upstream client plain and streamed, with usage the service bills", () =>
       Effect.gen(function*() {
         const live = yield* caller("sim-upstream@example.com", { sen: 1000 })
@@ -38,16 +47,24 @@ layer(SimulatedUpstreamAndService, { excludeTestServices: true })("the simulated
             model: "svc/nenas-flash",
             messages: [{ role: "user", content: "And a mountain?" }],
             stream: true,
-            tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] } } }],
+            tools: [{
+              type: "function",
+              function: {
+                name: "lookup",
+                parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] }
+              }
+            }],
             tool_choice: "required"
           })
         )
         let args = ""
-        for (const chunk of yield* Effect.promise(async () => {
-          const all = []
-          for await (const chunk of stream) all.push(chunk)
-          return all
-        })) {
+        for (
+          const chunk of yield* Effect.promise(async () => {
+            const all = []
+            for await (const chunk of stream) all.push(chunk)
+            return all
+          })
+        ) {
           args += chunk.choices[0]?.delta.tool_calls?.[0]?.function?.arguments ?? ""
         }
         expect(JSON.parse(args)).toHaveProperty("q")
@@ -58,14 +75,17 @@ layer(SimulatedUpstreamAndService, { excludeTestServices: true })("the simulated
         expect(logs).toHaveLength(2)
         for (const log of logs) expect(log).toEqual({ status: "billed", usage_source: "provider" })
       }))
-})
+  }
+)
 
 /** A simulated upstream with `faults` on a free port, for the life of the scope: its base URL. */
 const flakyUpstream = (faults: SimulatedFaults) =>
   Effect.gen(function*() {
     const port = yield* Effect.promise(freePort)
     yield* Layer.buildWithScope(
-      HttpServer.serve(makeSimulatedUpstreamRouter(faults)).pipe(Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" }))),
+      HttpServer.serve(makeSimulatedUpstreamRouter(faults)).pipe(
+        Layer.provide(NodeHttpServer.layer(createServer, { port, host: "127.0.0.1" }))
+      ),
       yield* Effect.scope
     )
     return `http://127.0.0.1:${port}/v1`
@@ -78,7 +98,11 @@ const ask = (baseUrl: string) =>
       headers: { "content-type": "application/json", authorization: "Bearer sim" },
       body: JSON.stringify({ model: "gpt-4.1-mini", messages: [{ role: "user", content: "Hello?" }] })
     })
-    return { status: response.status, retryAfter: response.headers.get("retry-after"), body: await response.json() as any }
+    return {
+      status: response.status,
+      retryAfter: response.headers.get("retry-after"),
+      body: await response.json() as any
+    }
   })
 
 const faultsFrom = (env: Record<string, string>) =>
@@ -115,7 +139,9 @@ describe("the flaky simulated upstream (compose.yaml's upstream-flaky)", () => {
       expect(count(429)).toBeGreaterThan(25)
       expect(count(429)).toBeLessThan(95)
       expect(count(200) + count(503) + count(429)).toBe(300)
-      for (const reply of replies.filter((one) => one.status === 200)) expect(reply.body.choices[0].message.content).toContain("Simulated answer")
+      for (const reply of replies.filter((one) => one.status === 200)) {
+        expect(reply.body.choices[0].message.content).toContain("Simulated answer")
+      }
     }))
 
   it.effect("reads SIMULATED_UPSTREAM_* and refuses bad values in one line naming them", () =>
@@ -123,11 +149,13 @@ describe("the flaky simulated upstream (compose.yaml's upstream-flaky)", () => {
       expect(yield* faultsFrom({})).toEqual(Either.right({ failureRate: 0, rateLimitRate: 0, retryAfterSeconds: 2 }))
       expect(yield* faultsFrom({ SIMULATED_UPSTREAM_FAILURE_RATE: "0.3", SIMULATED_UPSTREAM_RETRY_AFTER_SECONDS: "5" }))
         .toEqual(Either.right({ failureRate: 0.3, rateLimitRate: 0, retryAfterSeconds: 5 }))
-      for (const [env, name] of [
-        [{ SIMULATED_UPSTREAM_FAILURE_RATE: "1.5" }, "SIMULATED_UPSTREAM_FAILURE_RATE"],
-        [{ SIMULATED_UPSTREAM_RATE_LIMIT_RATE: "-0.1" }, "SIMULATED_UPSTREAM_RATE_LIMIT_RATE"],
-        [{ SIMULATED_UPSTREAM_FAILURE_RATE: "0.7", SIMULATED_UPSTREAM_RATE_LIMIT_RATE: "0.5" }, "together"]
-      ] as const) {
+      for (
+        const [env, name] of [
+          [{ SIMULATED_UPSTREAM_FAILURE_RATE: "1.5" }, "SIMULATED_UPSTREAM_FAILURE_RATE"],
+          [{ SIMULATED_UPSTREAM_RATE_LIMIT_RATE: "-0.1" }, "SIMULATED_UPSTREAM_RATE_LIMIT_RATE"],
+          [{ SIMULATED_UPSTREAM_FAILURE_RATE: "0.7", SIMULATED_UPSTREAM_RATE_LIMIT_RATE: "0.5" }, "together"]
+        ] as const
+      ) {
         const result = yield* faultsFrom(env)
         expect(Either.isLeft(result)).toBe(true)
         const message = Either.isLeft(result) ? String(result.left) : ""

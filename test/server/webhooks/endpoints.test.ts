@@ -3,9 +3,9 @@ import { Effect, Layer } from "effect"
 import { Webhook, WebhookVerificationError } from "standardwebhooks"
 import { KeyExpiry } from "../../../src/Keys/Expiring.js"
 import { call, createKey, devToken } from "../../support/Http.js"
+import { simulatedTopUp } from "../../support/Stripe.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 import { eventually, type Received, WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
-import { simulatedTopUp } from "../../support/Stripe.js"
 
 /**
  * Signed webhooks to the developer (issue 25; DESIGN.md, "Alerts, auto top-up
@@ -31,7 +31,6 @@ const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
   })))
   .pipe(Layer.provideMerge(WebhookReceiverLive))
 
-
 const arrivals = (path: string) => Effect.map(WebhookReceiver, (r) => r.received().filter((x) => x.path === path))
 
 const createEndpoint = (token: string, json: Record<string, unknown>) =>
@@ -51,13 +50,27 @@ const deliveries = (token: string, endpointId: string) =>
       event_type: string
       status: string
       attempts: number
-      attempt_log: Array<{ attempt: number; status_code: number | null; ok: boolean; error: string | null; response_excerpt: string; latency_ms: number }>
+      attempt_log: Array<
+        {
+          attempt: number
+          status_code: number | null
+          ok: boolean
+          error: string | null
+          response_excerpt: string
+          latency_ms: number
+        }
+      >
     }>
   })
 
 /** Verifies with `standardwebhooks`' own verifier, as a receiver would. */
 const verify = (secret: string, received: Received) =>
-  new Webhook(secret).verify(received.body, received.headers as Record<string, string>) as { type: string; timestamp: string; account: { id: string; name: string | null }; data: Record<string, unknown> }
+  new Webhook(secret).verify(received.body, received.headers as Record<string, string>) as {
+    type: string
+    timestamp: string
+    account: { id: string; name: string | null }
+    data: Record<string, unknown>
+  }
 
 layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the developer", (it) => {
   describe("endpoints", () => {
@@ -65,14 +78,21 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
       Effect.gen(function*() {
         const receiver = yield* WebhookReceiver
         const token = yield* devToken("hooks-crud@example.com")
-        const created = yield* createEndpoint(token, { url: receiver.url("/crud"), events: ["balance.low", "topup.succeeded"], description: "mine" })
+        const created = yield* createEndpoint(token, {
+          url: receiver.url("/crud"),
+          events: ["balance.low", "topup.succeeded"],
+          description: "mine"
+        })
         expect(created.secret).toMatch(/^whsec_[A-Za-z0-9+/]{32}$/)
         expect(created.endpoint).toMatchObject({ status: "enabled", events: ["balance.low", "topup.succeeded"] })
         const list = yield* call("GET", "/dashboard/webhooks", { token })
         expect(list.status).toBe(200)
         expect(list.body.endpoints.map((e: { id: string }) => e.id)).toEqual([created.endpoint.id])
         expect(list.text).not.toContain(created.secret)
-        const updated = yield* call("PATCH", `/dashboard/webhooks/${created.endpoint.id}`, { token, json: { events: ["key.expiring"], disabled: true } })
+        const updated = yield* call("PATCH", `/dashboard/webhooks/${created.endpoint.id}`, {
+          token,
+          json: { events: ["key.expiring"], disabled: true }
+        })
         expect(updated.status, updated.text).toBe(200)
         expect(updated.body).toMatchObject({ events: ["key.expiring"], status: "disabled", description: "mine" })
         const rotated = yield* call("POST", `/dashboard/webhooks/${created.endpoint.id}/rotate-secret`, { token })
@@ -83,7 +103,9 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         expect((yield* call("GET", `/dashboard/webhooks/${created.endpoint.id}`, { token: other })).status).toBe(404)
         expect((yield* call("DELETE", `/dashboard/webhooks/${created.endpoint.id}`, { token: other })).status).toBe(404)
         expect((yield* call("DELETE", `/dashboard/webhooks/${created.endpoint.id}`, { token })).status).toBe(200)
-        expect((yield* call("GET", `/dashboard/webhooks/${created.endpoint.id}`, { token })).body.error.code).toBe("not_found")
+        expect((yield* call("GET", `/dashboard/webhooks/${created.endpoint.id}`, { token })).body.error.code).toBe(
+          "not_found"
+        )
       }))
 
     it.effect("refuses loopback, private and metadata URLs and plain http unless the host is allowed", () =>
@@ -110,18 +132,30 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
           expect(reply.text, url).not.toMatch(AN_ADDRESS)
         }
         // FETCH_ALLOWED_HOSTS is for page fetching only: a webhook to a host listed there alone is refused.
-        const fetchOnly = yield* call("POST", "/dashboard/webhooks", { token, json: { url: `http://localhost:${receiver.port}/fetch-only`, events: ["balance.low"] } })
+        const fetchOnly = yield* call("POST", "/dashboard/webhooks", {
+          token,
+          json: { url: `http://localhost:${receiver.port}/fetch-only`, events: ["balance.low"] }
+        })
         expect(fetchOnly.status, fetchOnly.text).toBe(400)
         expect(fetchOnly.body.error).toMatchObject({ code: "invalid_request", param: "url" })
-        const badEvents = yield* call("POST", "/dashboard/webhooks", { token, json: { url: receiver.url("/x"), events: ["balance.high"] } })
+        const badEvents = yield* call("POST", "/dashboard/webhooks", {
+          token,
+          json: { url: receiver.url("/x"), events: ["balance.high"] }
+        })
         expect(badEvents.status).toBe(400)
-        const noEvents = yield* call("POST", "/dashboard/webhooks", { token, json: { url: receiver.url("/x"), events: [] } })
+        const noEvents = yield* call("POST", "/dashboard/webhooks", {
+          token,
+          json: { url: receiver.url("/x"), events: [] }
+        })
         expect(noEvents.status).toBe(400)
         // The allowed host:port is reachable over plain http, as a local receiver is.
         yield* createEndpoint(token, { url: receiver.url("/allowed"), events: ["balance.low"] })
         // Changing the URL goes through the same guard.
         const created = yield* createEndpoint(token, { url: receiver.url("/allowed2"), events: ["balance.low"] })
-        const moved = yield* call("PATCH", `/dashboard/webhooks/${created.endpoint.id}`, { token, json: { url: "https://192.168.1.1/" } })
+        const moved = yield* call("PATCH", `/dashboard/webhooks/${created.endpoint.id}`, {
+          token,
+          json: { url: "https://192.168.1.1/" }
+        })
         expect(moved.status).toBe(400)
         expect(moved.body.error.param).toBe("url")
       }))
@@ -133,9 +167,16 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
       const token = yield* devToken("hooks-oracle@example.com")
       const { endpoint } = yield* createEndpoint(token, { url: receiver.url("/oracle"), events: ["balance.low"] })
       // A name that resolved publicly at registration and points inside now (DNS changed since).
-      yield* query("UPDATE webhook_endpoints SET url = $1 WHERE id = $2", [`https://localhost:${receiver.port}/oracle`, endpoint.id])
+      yield* query("UPDATE webhook_endpoints SET url = $1 WHERE id = $2", [
+        `https://localhost:${receiver.port}/oracle`,
+        endpoint.id
+      ])
       expect((yield* call("POST", `/dashboard/webhooks/${endpoint.id}/test`, { token })).status).toBe(202)
-      const [delivery] = yield* eventually("refused attempt", deliveries(token, endpoint.id), (d) => d[0]?.attempt_log.length === 1)
+      const [delivery] = yield* eventually(
+        "refused attempt",
+        deliveries(token, endpoint.id),
+        (d) => d[0]?.attempt_log.length === 1
+      )
       const attempt = delivery!.attempt_log[0]!
       expect(attempt).toMatchObject({ ok: false, status_code: null })
       expect(attempt.error).toMatch(/not allowed/)
@@ -145,15 +186,28 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
 
   it.effect("OpenAPI lists every new endpoint and the webhook event payloads", () =>
     Effect.gen(function*() {
-      const spec = (yield* call("GET", "/openapi.json")).body as { paths: Record<string, Record<string, unknown>>; components: { schemas: Record<string, unknown> } }
+      const spec = (yield* call("GET", "/openapi.json")).body as {
+        paths: Record<string, Record<string, unknown>>
+        components: { schemas: Record<string, unknown> }
+      }
       const expected: ReadonlyArray<readonly [string, string]> = [
-        ["/dashboard/webhooks", "post"], ["/dashboard/webhooks", "get"], ["/dashboard/webhooks/event-types", "get"],
-        ["/dashboard/webhooks/{id}", "get"], ["/dashboard/webhooks/{id}", "patch"], ["/dashboard/webhooks/{id}", "delete"],
-        ["/dashboard/webhooks/{id}/rotate-secret", "post"], ["/dashboard/webhooks/{id}/test", "post"],
-        ["/dashboard/webhooks/{id}/deliveries", "get"], ["/dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", "post"],
-        ["/dashboard/billing/settings", "get"], ["/dashboard/billing/settings", "put"],
-        ["/dashboard/billing/card", "post"], ["/dashboard/billing/card", "delete"], ["/dashboard/alerts", "get"],
-        ["/dev/mailbox", "get"], ["/dev/checkout/setup/{session_id}", "get"]
+        ["/dashboard/webhooks", "post"],
+        ["/dashboard/webhooks", "get"],
+        ["/dashboard/webhooks/event-types", "get"],
+        ["/dashboard/webhooks/{id}", "get"],
+        ["/dashboard/webhooks/{id}", "patch"],
+        ["/dashboard/webhooks/{id}", "delete"],
+        ["/dashboard/webhooks/{id}/rotate-secret", "post"],
+        ["/dashboard/webhooks/{id}/test", "post"],
+        ["/dashboard/webhooks/{id}/deliveries", "get"],
+        ["/dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", "post"],
+        ["/dashboard/billing/settings", "get"],
+        ["/dashboard/billing/settings", "put"],
+        ["/dashboard/billing/card", "post"],
+        ["/dashboard/billing/card", "delete"],
+        ["/dashboard/alerts", "get"],
+        ["/dev/mailbox", "get"],
+        ["/dev/checkout/setup/{session_id}", "get"]
       ]
       for (const [path, method] of expected) expect(spec.paths[path]?.[method], `${method} ${path}`).toBeDefined()
       for (const schema of ["WebhookEventPayload", "WebhookEndpoint", "WebhookDelivery", "BillingSettings", "Banner"]) {
@@ -169,7 +223,10 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         const expiry = yield* KeyExpiry
         const token = yield* devToken("hooks-expiring@example.com")
         const { secret } = yield* createEndpoint(token, { url: receiver.url("/expiring"), events: ["key.expiring"] })
-        const soon = yield* createKey(token, { name: "soon", expires_at: new Date(Date.now() + 6 * 86_400_000).toISOString() })
+        const soon = yield* createKey(token, {
+          name: "soon",
+          expires_at: new Date(Date.now() + 6 * 86_400_000).toISOString()
+        })
         yield* createKey(token, { name: "later", expires_at: new Date(Date.now() + 30 * 86_400_000).toISOString() })
         // The service runs it every 30 s as well: between them, the key is announced once.
         const first = yield* expiry.runOnce
@@ -190,7 +247,10 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
       Effect.gen(function*() {
         const receiver = yield* WebhookReceiver
         const token = yield* devToken("hooks-sign@example.com")
-        const { endpoint, secret } = yield* createEndpoint(token, { url: receiver.url("/sign"), events: ["topup.succeeded"] })
+        const { endpoint, secret } = yield* createEndpoint(token, {
+          url: receiver.url("/sign"),
+          events: ["topup.succeeded"]
+        })
         const sent = yield* call("POST", `/dashboard/webhooks/${endpoint.id}/test`, { token })
         expect(sent.status, sent.text).toBe(202)
         const [first] = yield* eventually("test event", arrivals("/sign"), (r) => r.length === 1)
@@ -199,8 +259,11 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         expect(payload.type).toBe("webhook.test")
         expect(payload.data.endpoint_id).toBe(endpoint.id)
         // A body changed on the way, or another secret, does not verify.
-        expect(() => verify(secret, { ...first!, body: first!.body.replace("test", "tost") })).toThrow(WebhookVerificationError)
-        const rotated = (yield* call("POST", `/dashboard/webhooks/${endpoint.id}/rotate-secret`, { token })).body.secret as string
+        expect(() => verify(secret, { ...first!, body: first!.body.replace("test", "tost") })).toThrow(
+          WebhookVerificationError
+        )
+        const rotated = (yield* call("POST", `/dashboard/webhooks/${endpoint.id}/rotate-secret`, { token })).body
+          .secret as string
         yield* call("POST", `/dashboard/webhooks/${endpoint.id}/test`, { token })
         const [, second] = yield* eventually("second test event", arrivals("/sign"), (r) => r.length === 2)
         expect(verify(rotated, second!).type).toBe("webhook.test")
@@ -212,7 +275,10 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         const receiver = yield* WebhookReceiver
         const { clock } = yield* TestServer
         const token = yield* devToken("hooks-retry@example.com")
-        const { endpoint, secret } = yield* createEndpoint(token, { url: receiver.url("/retry"), events: ["topup.succeeded"] })
+        const { endpoint, secret } = yield* createEndpoint(token, {
+          url: receiver.url("/retry"),
+          events: ["topup.succeeded"]
+        })
         receiver.script("/retry", ["500", "500", "200"])
         const { transactionId } = yield* simulatedTopUp(token)
         yield* eventually("first attempt", deliveries(token, endpoint.id), (d) => d[0]?.attempt_log.length === 1)
@@ -220,16 +286,27 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         clock.advance("6 seconds")
         yield* eventually("second attempt", deliveries(token, endpoint.id), (d) => d[0]?.attempt_log.length === 2)
         clock.advance("12 seconds")
-        const [delivery] = yield* eventually("delivered", deliveries(token, endpoint.id), (d) => d[0]?.status === "delivered")
+        const [delivery] = yield* eventually(
+          "delivered",
+          deliveries(token, endpoint.id),
+          (d) => d[0]?.status === "delivered"
+        )
         expect(delivery!.event_type).toBe("topup.succeeded")
         expect(delivery!.attempt_log.map((a) => a.status_code)).toEqual([500, 500, 200])
         expect(delivery!.attempt_log.map((a) => a.ok)).toEqual([false, false, true])
         expect(delivery!.attempt_log[0]!.response_excerpt).toBe("receiver is down")
         expect(delivery!.attempt_log[2]!.response_excerpt).toBe("thanks")
         const got = yield* arrivals("/retry")
-        expect(got.map((r) => r.headers["webhook-id"])).toEqual([delivery!.event_id, delivery!.event_id, delivery!.event_id])
+        expect(got.map((r) => r.headers["webhook-id"])).toEqual([
+          delivery!.event_id,
+          delivery!.event_id,
+          delivery!.event_id
+        ])
         const payload = verify(secret, got[2]!)
-        expect(payload).toMatchObject({ type: "topup.succeeded", data: { transaction_id: transactionId, amount_myr: 10, automatic: false } })
+        expect(payload).toMatchObject({
+          type: "topup.succeeded",
+          data: { transaction_id: transactionId, amount_myr: 10, automatic: false }
+        })
         // Every payload names its account (issue 38: a person may belong to several).
         expect(Object.keys(payload.account)).toEqual(["id", "name"])
         expect(payload.account.id).toMatch(/^acct_/)
@@ -244,7 +321,9 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         )
         expect(rows[0]?.n).toBe("1")
         // Resend delivers the same event (same webhook-id) again.
-        const resent = yield* call("POST", `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/resend`, { token })
+        const resent = yield* call("POST", `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/resend`, {
+          token
+        })
         expect(resent.status, resent.text).toBe(202)
         const again = yield* eventually("resent", arrivals("/retry"), (r) => r.length === 4)
         expect(again[3]!.headers["webhook-id"]).toBe(delivery!.event_id)
@@ -262,15 +341,22 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
           ids[path] = endpoint.id
         }
         yield* simulatedTopUp(token)
-        const hang = (yield* eventually("hang cut", deliveries(token, ids["/hang"]!), (d) => d[0]?.attempt_log.length === 1))[0]!
+        const hang = (yield* eventually("hang cut", deliveries(token, ids["/hang"]!), (d) =>
+          d[0]?.attempt_log.length === 1))[0]!
         expect(hang.attempt_log[0]).toMatchObject({ ok: false, status_code: null })
         expect(hang.attempt_log[0]!.error).toContain("no answer within")
         expect(hang.attempt_log[0]!.latency_ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 50)
         expect(hang.status).toBe("pending")
-        const redirect = (yield* eventually("redirect", deliveries(token, ids["/redirect"]!), (d) => d[0]?.attempt_log.length === 1))[0]!
-        expect(redirect.attempt_log[0]).toMatchObject({ ok: false, status_code: 302, error: "redirects are not followed" })
+        const redirect = (yield* eventually("redirect", deliveries(token, ids["/redirect"]!), (d) =>
+          d[0]?.attempt_log.length === 1))[0]!
+        expect(redirect.attempt_log[0]).toMatchObject({
+          ok: false,
+          status_code: 302,
+          error: "redirects are not followed"
+        })
         expect((yield* arrivals("/elsewhere")).length).toBe(0)
-        const huge = (yield* eventually("huge", deliveries(token, ids["/huge"]!), (d) => d[0]?.status === "delivered"))[0]!
+        const huge = (yield* eventually("huge", deliveries(token, ids["/huge"]!), (d) =>
+          d[0]?.status === "delivered"))[0]!
         expect(huge.attempt_log[0]!.response_excerpt.length).toBe(500)
       }))
 
@@ -289,7 +375,11 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
         clock.advance("73 hours")
         // Session tokens have expired meanwhile: sign in again.
         token = yield* devToken("hooks-dead@example.com")
-        const [delivery] = yield* eventually("given up", deliveries(token, endpoint.id), (d) => d[0]?.status === "failed")
+        const [delivery] = yield* eventually(
+          "given up",
+          deliveries(token, endpoint.id),
+          (d) => d[0]?.status === "failed"
+        )
         expect(delivery!.attempt_log.length).toBe(2)
         const disabled = yield* call("GET", `/dashboard/webhooks/${endpoint.id}`, { token })
         expect(disabled.body).toMatchObject({ status: "disabled", disabled_reason: "failing for 3 days" })

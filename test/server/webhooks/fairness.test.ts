@@ -2,7 +2,12 @@ import { expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { call, devToken } from "../../support/Http.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
-import { eventually, TwoInstancesWithReceiver, WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
+import {
+  eventually,
+  TwoInstancesWithReceiver,
+  WebhookReceiver,
+  WebhookReceiverLive
+} from "../../support/WebhookReceiver.js"
 
 /**
  * Fairness of webhook delivery (issue 33, item 8; DESIGN.md, "Alerts, auto
@@ -15,8 +20,14 @@ import { eventually, TwoInstancesWithReceiver, WebhookReceiver, WebhookReceiverL
 
 const TIMEOUT_MS = 3_000
 
-const Server = Layer.unwrapEffect(Effect.map(WebhookReceiver, (receiver) =>
-  TestServerLive({ webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]), webhookTimeoutMs: TIMEOUT_MS, outboxPollMs: 50 })))
+const Server = Layer.unwrapEffect(
+  Effect.map(WebhookReceiver, (receiver) =>
+    TestServerLive({
+      webhookAllowedHosts: new Set([`127.0.0.1:${receiver.port}`]),
+      webhookTimeoutMs: TIMEOUT_MS,
+      outboxPollMs: 50
+    }))
+)
   .pipe(Layer.provideMerge(WebhookReceiverLive))
 
 const createEndpoint = (token: string, url: string) =>
@@ -95,9 +106,17 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhook fairness
       )
       expect(queued[0]!.n).toBe(10)
       // Resends draw on the same allowance.
-      const [delivery] = yield* eventually("delivered", Effect.map(call("GET", `/dashboard/webhooks/${endpoint.id}/deliveries`, { token }), (r) =>
-        r.body.deliveries as Array<{ id: string; status: string }>), (d) => d.length === 10 && d.every((x) => x.status === "delivered"))
-      const resent = yield* call("POST", `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/resend`, { token })
+      const [delivery] = yield* eventually(
+        "delivered",
+        Effect.map(
+          call("GET", `/dashboard/webhooks/${endpoint.id}/deliveries`, { token }),
+          (r) => r.body.deliveries as Array<{ id: string; status: string }>
+        ),
+        (d) => d.length === 10 && d.every((x) => x.status === "delivered")
+      )
+      const resent = yield* call("POST", `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/resend`, {
+        token
+      })
       expect(resent.status, resent.text).toBe(429)
       expect(resent.headers.get("retry-after")).not.toBeNull()
       // Another account has its own allowance.
@@ -107,7 +126,10 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhook fairness
       // A minute later the account may send again.
       clock.advance("61 seconds")
       const fresh = yield* devToken("fair-limit@example.com")
-      expect((yield* call("POST", `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/resend`, { token: fresh })).status).toBe(202)
+      expect(
+        (yield* call("POST", `/dashboard/webhooks/${endpoint.id}/deliveries/${delivery!.id}/resend`, { token: fresh }))
+          .status
+      ).toBe(202)
     }))
 
   it.effect("an endpoint that failed every attempt for 3 days is disabled; the developer gets a banner and an email", () =>
@@ -121,12 +143,19 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhook fairness
       const since = new Date(clock.unsafeCurrentTimeMillis() - (72 * 60 + 1) * 60_000)
       yield* query("UPDATE webhook_endpoints SET failing_since = $1 WHERE id = $2", [since, endpoint.id])
       yield* queueEvents(endpoint.id, 1, "dead")
-      yield* eventually("disabled", Effect.map(call("GET", `/dashboard/webhooks/${endpoint.id}`, { token }), (r) => r.body),
-        (body) => body.status === "disabled")
+      yield* eventually(
+        "disabled",
+        Effect.map(call("GET", `/dashboard/webhooks/${endpoint.id}`, { token }), (r) => r.body),
+        (body) => body.status === "disabled"
+      )
       const endpointNow = (yield* call("GET", `/dashboard/webhooks/${endpoint.id}`, { token })).body
       expect(endpointNow).toMatchObject({ status: "disabled", disabled_reason: "failing for 3 days" })
-      const banners = (yield* call("GET", "/dashboard/alerts", { token })).body.banners as Array<{ kind: string; message: string }>
-      expect(banners).toEqual([expect.objectContaining({ kind: "webhook_endpoint_disabled", message: expect.stringContaining("/dead") })])
+      const banners = (yield* call("GET", "/dashboard/alerts", { token })).body.banners as Array<
+        { kind: string; message: string }
+      >
+      expect(banners).toEqual([
+        expect.objectContaining({ kind: "webhook_endpoint_disabled", message: expect.stringContaining("/dead") })
+      ])
       const mail = yield* query<{ subject: string; body: string }>(
         "SELECT m.subject, m.body FROM outbox_emails m JOIN accounts a ON a.id = m.account_id WHERE a.email = $1",
         ["fair-dead@example.com"]
@@ -136,20 +165,23 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhook fairness
     }))
 })
 
-layer(TwoInstancesWithReceiver("fairness"), { excludeTestServices: true, timeout: 120_000 })("webhook fairness across instances", (it) => {
-  it.effect("two instances together keep 2 deliveries in flight to a silent endpoint, each claimed once", () =>
-    Effect.gen(function*() {
-      const receiver = yield* WebhookReceiver
-      const token = yield* devToken("fair-two@example.com")
-      receiver.script("/silent-two", Array.from({ length: 200 }, () => "hang" as const))
-      const endpoint = yield* createEndpoint(token, receiver.url("/silent-two"))
-      yield* queueEvents(endpoint.id, 12, "two")
-      // The default deadline (10 s): both instances look every 50 ms meanwhile.
-      yield* eventually("2 on the wire", arrivals("/silent-two"), (r) => r.length >= 2)
-      yield* Effect.sleep("1500 millis")
-      expect(receiver.mostAtOnce("/silent-two")).toBe(2)
-      const got = yield* arrivals("/silent-two")
-      expect(got.length).toBe(2)
-      expect(new Set(got.map((r) => r.headers["webhook-id"])).size).toBe(2)
-    }))
-})
+layer(TwoInstancesWithReceiver("fairness"), { excludeTestServices: true, timeout: 120_000 })(
+  "webhook fairness across instances",
+  (it) => {
+    it.effect("two instances together keep 2 deliveries in flight to a silent endpoint, each claimed once", () =>
+      Effect.gen(function*() {
+        const receiver = yield* WebhookReceiver
+        const token = yield* devToken("fair-two@example.com")
+        receiver.script("/silent-two", Array.from({ length: 200 }, () => "hang" as const))
+        const endpoint = yield* createEndpoint(token, receiver.url("/silent-two"))
+        yield* queueEvents(endpoint.id, 12, "two")
+        // The default deadline (10 s): both instances look every 50 ms meanwhile.
+        yield* eventually("2 on the wire", arrivals("/silent-two"), (r) => r.length >= 2)
+        yield* Effect.sleep("1500 millis")
+        expect(receiver.mostAtOnce("/silent-two")).toBe(2)
+        const got = yield* arrivals("/silent-two")
+        expect(got.length).toBe(2)
+        expect(new Set(got.map((r) => r.headers["webhook-id"])).size).toBe(2)
+      }))
+  }
+)

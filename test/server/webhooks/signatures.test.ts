@@ -48,9 +48,10 @@ const money = (token: string) =>
     expect(balance.status).toBe(200)
     const transactions = yield* call("GET", "/dashboard/billing/transactions?limit=200", { token })
     expect(transactions.status).toBe(200)
-    const ledger = (transactions.body.ledger as Array<{ type: string; amountMicroMyr: number; balanceAfterMicroMyr: number }>)
-      .map((e): Entry => [e.type, e.amountMicroMyr, e.balanceAfterMicroMyr])
-      .reverse()
+    const ledger =
+      (transactions.body.ledger as Array<{ type: string; amountMicroMyr: number; balanceAfterMicroMyr: number }>)
+        .map((e): Entry => [e.type, e.amountMicroMyr, e.balanceAfterMicroMyr])
+        .reverse()
     return { wallet: balance.body.wallet, ledger }
   })
 
@@ -95,13 +96,22 @@ const expectErrorBody = (reply: Reply, status: number, code: string, type: strin
 }
 
 const refund = (p: Payment, amountRefundedSen: number) =>
-  events.chargeRefunded({ chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen: p.amountSen, amountRefundedSen })
+  events.chargeRefunded({
+    chargeId: p.chargeId,
+    paymentIntentId: p.paymentIntentId,
+    amountSen: p.amountSen,
+    amountRefundedSen
+  })
 
 const disputeCreated = (p: Payment, disputeId: string, amountSen = p.amountSen) =>
   events.disputeCreated({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen })
 
-const disputeClosed = (p: Payment, disputeId: string, status: "won" | "lost" | "warning_closed", amountSen = p.amountSen) =>
-  events.disputeClosed({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen, status })
+const disputeClosed = (
+  p: Payment,
+  disputeId: string,
+  status: "won" | "lost" | "warning_closed",
+  amountSen = p.amountSen
+) => events.disputeClosed({ disputeId, chargeId: p.chargeId, paymentIntentId: p.paymentIntentId, amountSen, status })
 
 /**
  * A live model call with a key of the account that moves no money: 403 while
@@ -146,15 +156,22 @@ type Step = (play: Play) => Effect.Effect<unknown, never, TestServer>
 
 const disputeFacts = (play: Play, p: number, d: number) => {
   const payment = play.payment(p)
-  return { disputeId: play.disputeId(d), chargeId: payment.chargeId, paymentIntentId: payment.paymentIntentId, amountSen: payment.amountSen }
+  return {
+    disputeId: play.disputeId(d),
+    chargeId: payment.chargeId,
+    paymentIntentId: payment.paymentIntentId,
+    amountSen: payment.amountSen
+  }
 }
 
 const fact = {
   completed: (p: number): Fact => (play) => events.checkoutCompleted(play.payment(p)),
   refunded: (p: number, amountRefundedSen: number): Fact => (play) => refund(play.payment(p), amountRefundedSen),
-  created: (p: number, d: number, amountSen?: number): Fact => (play) => disputeCreated(play.payment(p), play.disputeId(d), amountSen),
+  created: (p: number, d: number, amountSen?: number): Fact => (play) =>
+    disputeCreated(play.payment(p), play.disputeId(d), amountSen),
   /** A dispute opened as an inquiry (`warning_needs_response`). */
-  inquiry: (p: number, d: number): Fact => (play) => events.disputeCreated({ ...disputeFacts(play, p, d), status: "warning_needs_response" }),
+  inquiry: (p: number, d: number): Fact => (play) =>
+    events.disputeCreated({ ...disputeFacts(play, p, d), status: "warning_needs_response" }),
   withdrawn: (p: number, d: number): Fact => (play) => events.fundsWithdrawn(disputeFacts(play, p, d)),
   reinstated: (p: number, d: number): Fact => (play) => events.fundsReinstated(disputeFacts(play, p, d)),
   closed: (p: number, d: number, status: "won" | "lost" | "warning_closed", amountSen?: number): Fact => (play) =>
@@ -211,7 +228,11 @@ const twoDisputesLedger: ReadonlyArray<Entry> = [
   ["chargeback", -25_000_000, 0],
   reversal1000
 ]
-const refundThenChargeback: ReadonlyArray<Entry> = [topup1000, ["refund", -4_000_000, 6_000_000], ["chargeback", -10_000_000, -4_000_000]]
+const refundThenChargeback: ReadonlyArray<Entry> = [topup1000, ["refund", -4_000_000, 6_000_000], [
+  "chargeback",
+  -10_000_000,
+  -4_000_000
+]]
 const belowZeroLedger: ReadonlyArray<Entry> = [
   topup1000,
   ["topup", 10_000_000, 20_000_000],
@@ -335,7 +356,8 @@ const disputeScenarios: ReadonlyArray<DisputeScenario> = [
     ]
   },
   {
-    name: "an inquiry that becomes a dispute debits once on funds_withdrawn; funds_reinstated credits once; the close lifts the suspension",
+    name:
+      "an inquiry that becomes a dispute debits once on funds_withdrawn; funds_reinstated credits once; the close lifts the suspension",
     email: "webhook-inquiry-escalated@example.com",
     payments: [paid(1000)],
     steps: [
@@ -431,12 +453,20 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
           expect(tampered).not.toBe(signed)
           return yield* postRaw(tampered, { "stripe-signature": signature })
         })],
-      ["a signature made with another secret", (event) => deliverEvent(event, { secret: "whsec_someone_else_0123456789" })],
-      ["a signature older than the 300 s tolerance", (event) =>
-        Effect.flatMap(nowSeconds, (now) => deliverEvent(event, { timestamp: now - 600 }))],
+      [
+        "a signature made with another secret",
+        (event) => deliverEvent(event, { secret: "whsec_someone_else_0123456789" })
+      ],
+      [
+        "a signature older than the 300 s tolerance",
+        (event) => Effect.flatMap(nowSeconds, (now) => deliverEvent(event, { timestamp: now - 600 }))
+      ],
       ["a garbage Stripe-Signature header", (event) => deliverEvent(event, { signature: "garbage" })],
-      ["a header with a timestamp but a forged v1", (event) =>
-        Effect.flatMap(nowSeconds, (now) => deliverEvent(event, { signature: `t=${now},v1=${"0".repeat(64)}` }))]
+      [
+        "a header with a timestamp but a forged v1",
+        (event) =>
+          Effect.flatMap(nowSeconds, (now) => deliverEvent(event, { signature: `t=${now},v1=${"0".repeat(64)}` }))
+      ]
     ]
 
     refusals.forEach(([what, send], i) => {
@@ -488,7 +518,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       const event = events.checkoutCompleted(payment)
       const withNames = {
         ...event,
-        data: { object: { ...event.data.object, customer_details: { name: "Zoë Nuraín 陈美玲 🍍", email: "z@example.com" } } }
+        data: {
+          object: { ...event.data.object, customer_details: { name: "Zoë Nuraín 陈美玲 🍍", email: "z@example.com" } }
+        }
       }
       const body = JSON.stringify(withNames)
       expect(Buffer.byteLength(body)).toBeGreaterThan(body.length)
@@ -511,7 +543,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       const event = events.checkoutCompleted(payment)
       const withNul = {
         ...event,
-        data: { object: { ...event.data.object, customer_details: { name: "Aminah\u0000 binti Ali", email: "a@example.com" } } }
+        data: {
+          object: { ...event.data.object, customer_details: { name: "Aminah\u0000 binti Ali", email: "a@example.com" } }
+        }
       }
       const reply = yield* deliverEvent(withNul)
       expect(reply.status, reply.text).toBe(200)
@@ -575,7 +609,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         const dev = yield* setup("webhook-concurrent@example.com")
         const payment = yield* pendingPayment(dev.token, 1000)
         const event = events.checkoutCompleted(payment)
-        const replies = yield* Effect.all(Array.from({ length: 20 }, () => deliverEvent(event)), { concurrency: "unbounded" })
+        const replies = yield* Effect.all(Array.from({ length: 20 }, () => deliverEvent(event)), {
+          concurrency: "unbounded"
+        })
         expect(replies.map((r) => r.status)).toEqual(Array(20).fill(200))
         expect(replies.filter((r) => r.body.processed === true)).toHaveLength(1)
         expect(replies.filter((r) => r.body.processed === false)).toHaveLength(19)
@@ -670,7 +706,9 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
     it.scoped("a completion for an unknown transaction credits nobody", () =>
       Effect.gen(function*() {
         const dev = yield* setup("webhook-unknown-txn@example.com")
-        const reply = yield* deliverEvent(events.checkoutCompleted({ transactionId: "txn_does_not_exist", amountSen: 1000 }))
+        const reply = yield* deliverEvent(
+          events.checkoutCompleted({ transactionId: "txn_does_not_exist", amountSen: 1000 })
+        )
         expect(reply.status).toBe(200)
         expect(reply.body).toEqual({ received: true, processed: false })
         yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
@@ -885,10 +923,19 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         const payment = yield* pendingPayment(dev.token, 1000)
         const stranger = events.checkoutCompleted({ ...payment, sessionId: `cs_test_${randomBase62(24)}` })
         expectErrorBody(yield* deliverEvent(stranger), 500, "internal_error", "api_error")
-        expectErrorBody(yield* deliverEvent(events.checkoutExpired({ ...payment, sessionId: `cs_test_${randomBase62(24)}` })), 500, "internal_error", "api_error")
+        expectErrorBody(
+          yield* deliverEvent(events.checkoutExpired({ ...payment, sessionId: `cs_test_${randomBase62(24)}` })),
+          500,
+          "internal_error",
+          "api_error"
+        )
         yield* dev.expectMoney({ available: 0, lifetimeTopup: 0, ledger: [] })
         yield* expectAck(events.checkoutCompleted(payment), true)
-        yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000]]
+        })
       }))
 
     it.scoped("a session's stored id wins over metadata naming another transaction: an anomaly, not a credit to either", () =>
@@ -904,7 +951,11 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
         const bare = events.checkoutCompleted(a)
         const object = { ...bare.data.object, client_reference_id: null, metadata: {} }
         yield* expectAck({ ...bare, data: { object } }, true)
-        yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+        yield* dev.expectMoney({
+          available: 1000 * SEN,
+          lifetimeTopup: 1000 * SEN,
+          ledger: [["topup", 10_000_000, 10_000_000]]
+        })
       }))
   })
   it.scoped("a signed event of an unexpected shape → 400 without internal detail, kept for an operator, nothing applied", () =>
@@ -931,11 +982,19 @@ layer(TestServerLive(webhookOverrides), { excludeTestServices: true })("Stripe w
       )
       expect(kept).toEqual([{ processed_at: null, type: "checkout.session.completed" }])
       // Nested 3,000 deep: refused before anything walks it; not stored, as no store takes it.
-      const deep = yield* deliverEvent({ ...event, id: `evt_${randomBase62(24)}`, data: { object: JSON.parse(`${"[".repeat(3_000)}${"]".repeat(3_000)}`) } })
+      const deep = yield* deliverEvent({
+        ...event,
+        id: `evt_${randomBase62(24)}`,
+        data: { object: JSON.parse(`${"[".repeat(3_000)}${"]".repeat(3_000)}`) }
+      })
       expectErrorBody(deep, 400, "invalid_request", "invalid_request_error")
       // Stripe's retry of the same event with a readable body is applied, once.
       yield* expectAck(event, true)
       yield* expectAck(event, false)
-      yield* dev.expectMoney({ available: 1000 * SEN, lifetimeTopup: 1000 * SEN, ledger: [["topup", 10_000_000, 10_000_000]] })
+      yield* dev.expectMoney({
+        available: 1000 * SEN,
+        lifetimeTopup: 1000 * SEN,
+        ledger: [["topup", 10_000_000, 10_000_000]]
+      })
     }))
 })

@@ -6,10 +6,11 @@ import { TestServer, TestServerLive } from "../support/TestServer.js"
 import { WebhookReceiver, WebhookReceiverLive } from "../support/WebhookReceiver.js"
 
 /**
- * Issue 25 in the dashboard, in a real browser (Debian's Chromium): set a
- * low-balance threshold, save a card through the simulated checkout, turn on
- * auto top-up, register a webhook endpoint and see a delivery. Screenshots at
- * desktop and phone width go to test-results/dashboard/.
+ * Alerts, auto top-up and webhooks in the dashboard, in a real browser
+ * (Debian's Chromium): set a low-balance threshold, save a card through the
+ * simulated checkout, turn on auto top-up, register a webhook endpoint and see
+ * a delivery. Screenshots at desktop and phone width go to
+ * test-results/dashboard/.
  */
 
 beforeAll(ensureDashboardBuilt, 180_000)

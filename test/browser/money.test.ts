@@ -75,7 +75,7 @@ layer(TestServerLive(), { excludeTestServices: true, timeout: 120_000 })(
           expect(cost).toBeGreaterThan(0)
           expect(cost).toBeLessThan(10_000)
 
-          // The exports carry MYR with 6 decimals and micro-MYR (DESIGN, Logs and usage).
+          // The exports carry MYR with 6 decimals and micro-MYR (docs/api/dashboard.md, "Logs and usage").
           const logsCsv = (yield* call("GET", "/dashboard/logs/export?format=csv", { token })).text.trimEnd().split(
             "\r\n"
           )

@@ -7,7 +7,7 @@ import { caller, modelCall } from "../support/Models.js"
 import { TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
- * A stored response in the dashboard (issue 27): the request log links to it,
+ * A stored response in the dashboard: the request log links to it,
  * and the log's details show the conversation up to it; a call made with
  * `store: false` links to nothing. Through the API, then in Chromium.
  */

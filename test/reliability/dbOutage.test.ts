@@ -23,7 +23,7 @@ import { withDatabase } from "../support/TestServer.js"
 const WORKERS = SMOKE ? 4 : 12
 const TERMINATIONS = SMOKE ? 3 : 10
 const ACCOUNTS = 3
-/** DESIGN.md's retryable codes a call may answer while its database is away. */
+/** The retryable codes (docs/api/errors.md, "Errors") a call may answer while its database is away. */
 const RETRYABLE = new Set(["internal_error", "provider_unavailable", "provider_timeout", "billing_error"])
 
 const bed = processBed({

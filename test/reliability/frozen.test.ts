@@ -9,7 +9,7 @@ import { SMOKE } from "../support/Smoke.js"
 import { isDone, parseSse } from "../support/Sse.js"
 
 /**
- * A frozen instance (DESIGN.md, Faults). Two instances, A and B, on one
+ * A frozen instance (docs/money.md, "Faults"). Two instances, A and B, on one
  * database. A lends from a credit grant and has calls in flight, half of them
  * streamed, when it is frozen (SIGSTOP) past the dead mark: B judges it dead,
  * takes its grant back, and spends the wallet down. Then A resumes (SIGCONT)

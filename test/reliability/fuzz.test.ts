@@ -7,7 +7,7 @@ import { SMOKE } from "../support/Smoke.js"
 import { query, TestServer, TestServerLive } from "../support/TestServer.js"
 
 /**
- * Fuzzing (issue 13): generated bad requests across every endpoint — wrong
+ * Fuzzing: generated bad requests across every endpoint — wrong
  * types, huge and negative numbers, unicode and U+0000, deep nesting, missing
  * and extra fields, bad headers, wrong content types, invalid UTF-8,
  * oversized and chunked bodies, bad query parameters and dates. None may

@@ -8,7 +8,7 @@ import { TestServerLive } from "../support/TestServer.js"
 import { developer } from "../support/Wallet.js"
 
 /**
- * Isolation (issue 13): two developers, each with keys, money and logs.
+ * Isolation: two developers, each with keys, money and logs.
  * Every dashboard endpoint and key operation tried with one's session on the
  * other's resources: nothing of one is visible to, or changeable by, the other.
  */

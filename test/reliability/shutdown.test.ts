@@ -10,7 +10,7 @@ import { parseSse } from "../support/Sse.js"
 import { startUpstream, type UpstreamServer } from "../support/Upstream.js"
 
 /**
- * Graceful shutdown (issue 13): SIGTERM to the process, SIGTERM to the whole
+ * Graceful shutdown: SIGTERM to the process, SIGTERM to the whole
  * process group (node receives it twice: directly and forwarded by npm), and
  * Ctrl-C (SIGINT to the group, which would also reach the embedded
  * PostgreSQL). In-flight plain and streamed calls finish, are billed, and

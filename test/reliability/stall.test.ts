@@ -7,7 +7,7 @@ import { type ServiceProcess, startService, stopService } from "../support/Servi
 import { SMOKE } from "../support/Smoke.js"
 
 /**
- * Stall (issue 13): while pathological requests are answered — a 1 MB
+ * Stall: while pathological requests are answered — a 1 MB
  * one-word prompt (quadratic to tokenize before the fix: a 100,000-letter
  * word blocked the event loop 10 s) and a JSON body nested 10,000 deep —
  * other requests keep answering. Measured against the real process, with a

@@ -132,7 +132,7 @@ const story = (kind: typeof SCENARIOS[number], p: Payment): Story => {
         topup: amount
       }
     case "refundThenLost": {
-      // A refund and a lost dispute on one payment: the balance may go below 0, as DESIGN.md allows.
+      // A refund and a lost dispute on one payment: the balance may go below 0 (docs/money.md, "The money rules").
       const part = Math.floor(p.amountSen / 5)
       return {
         events: [

@@ -7,7 +7,7 @@ import type { AttemptOutcome, BreakersShape, BreakerState } from "../../src/Prov
  * until a time, read what was recorded. Like the real ones, an open target
  * is refused (`Open` with its half-open time) until then, and a failure with
  * an upstream's `Retry-After` opens its target for that long; failure counts
- * and probes are the real breakers' (issue 26 part A), not this stand-in's.
+ * and probes are the real breakers', not this stand-in's.
  */
 export interface TestBreakers {
   readonly layer: Layer.Layer<Breakers>

@@ -2,7 +2,7 @@ import { Schema } from "effect"
 import { expect } from "vitest"
 import type { Reply } from "./Http.js"
 
-/** DESIGN.md "Errors": the one error body every failure answers with. */
+/** docs/api/errors.md, "Errors": the one error body every failure answers with. */
 export const ErrorBody = Schema.Struct({
   type: Schema.Literal("error"),
   error: Schema.Struct({

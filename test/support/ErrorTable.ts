@@ -1,5 +1,8 @@
-/** DESIGN.md's error table, written out here so that the implementation is checked against it. */
-export const DESIGN_TABLE = [
+/**
+ * The error table of docs/api/errors.md, "Errors", written out here so that the implementation is checked
+ * against it.
+ */
+export const ERROR_TABLE = [
   ["InvalidRequest", "invalid_request", 400, "invalid_request_error", false],
   ["UnsupportedInput", "unsupported_input", 400, "invalid_request_error", false],
   ["NotImplemented", "not_implemented", 400, "invalid_request_error", false],

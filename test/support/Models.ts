@@ -50,7 +50,10 @@ export const caller = (
 export const modelCall = (apiKey: string, path: string, json: unknown, headers: Record<string, string> = {}) =>
   call("POST", path, { token: apiKey, json, headers })
 
-/** DESIGN.md's money invariant for an account, checked by a second instance on the same database: `[]` when it holds. */
+/**
+ * The ledger invariant (docs/money.md, "The ledger invariant") for an account, checked by a second instance
+ * on the same database: `[]` when it holds.
+ */
 export const violations = (accountId: string) =>
   Effect.scoped(Effect.gen(function*() {
     const instance = yield* walletInstance(yield* Effect.scope)

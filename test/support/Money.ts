@@ -9,7 +9,10 @@ import { withClient } from "./TestServer.js"
  * straight from its database.
  */
 
-/** DESIGN.md's invariant for each account: the violations found, empty when it holds everywhere. */
+/**
+ * The ledger invariant (docs/money.md, "The ledger invariant") for each account: the violations found, empty
+ * when it holds everywhere.
+ */
 export const invariantViolations = (databaseUrl: string, accountIds: ReadonlyArray<string>) =>
   Effect.runPromise(
     Effect.forEach(accountIds, (id) => Effect.map(checkInvariant(id), (r) => r.violations.map((v) => `${id}: ${v}`)))

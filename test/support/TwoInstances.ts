@@ -96,7 +96,10 @@ export const outcome = (reply: Reply): string =>
 /** A cheap model call for probing an instance. */
 export const ASK = { model: "svc/nenas-flash", input: "Say hello in Malay.", max_output_tokens: 16 }
 
-/** Issue 24's and the key cache's bound: a change made through one instance is applied by every instance within a second. */
+/**
+ * The bound of spend limits and the key cache: a change made through one instance is applied by every
+ * instance within a second.
+ */
 export const DEADLINE_MS = 1_000
 
 /** Probes every 50 ms until `done` holds; the milliseconds from `since` to the probe that saw it, or a failure past the deadline. */

@@ -49,7 +49,7 @@ export const walletInstance = (scope: Scope.Scope) =>
       /** Runs an effect that needs the instance's services, on the server's clock. */
       run: <A, E>(effect: Effect.Effect<A, E, WalletRepo | SqlClient.SqlClient | PaymentsRepo | ReservationSweeper>) =>
         effect.pipe(Effect.provide(context), Effect.withClock(clock)),
-      /** DESIGN.md's invariant for the account; `violations` is empty when it holds. */
+      /** The ledger invariant (docs/money.md, "The ledger invariant"): `violations` empty when it holds. */
       invariant: (accountId: string) => checkInvariant(accountId).pipe(Effect.provide(context), Effect.orDie)
     }
   })

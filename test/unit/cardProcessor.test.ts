@@ -6,7 +6,7 @@ import { AppConfig } from "../../src/AppConfig.js"
 import { CardProcessor } from "../../src/Billing/CardProcessor.js"
 
 /**
- * The auto top-up's Stripe calls (issue 25) through the real `stripe` SDK,
+ * The auto top-up's Stripe calls through the real `stripe` SDK,
  * against a local stand-in for Stripe's API: a customer per account, a
  * Checkout Session in setup mode, the saved card read from its SetupIntent,
  * and off-session PaymentIntents that succeed, are declined, or need the

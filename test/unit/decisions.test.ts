@@ -10,7 +10,7 @@ import { hashOf, judgeExisting, type RecordRow } from "../../src/Models/Admissio
 import type { RouteInput } from "../../src/Routing/Router.js"
 import { decideRoute, Router } from "../../src/Routing/Router.js"
 import { GRANT_FLOOR_CALLS, grantGrowth, newGrant, newPace, wantsGrant } from "../../src/Wallet/Grants/Grants.js"
-import { DESIGN_TABLE } from "../support/ErrorTable.js"
+import { ERROR_TABLE } from "../support/ErrorTable.js"
 
 /** Decisions that need no database, no server and no upstream: pure functions and test Layers. */
 
@@ -124,11 +124,11 @@ describe("grant sizing", () => {
 })
 
 describe("error mapping", () => {
-  it("has exactly one class per code of DESIGN.md", () => {
-    expect(errorClasses.map((c) => c._tag)).toEqual(DESIGN_TABLE.map(([tag]) => tag))
+  it("has exactly one class per code of the error table", () => {
+    expect(errorClasses.map((c) => c._tag)).toEqual(ERROR_TABLE.map(([tag]) => tag))
   })
 
-  it.effect.each(DESIGN_TABLE)(
+  it.effect.each(ERROR_TABLE)(
     "%s: the spec's body and status, failed or died with",
     ([tag, code, status, type, retryable]) =>
       Effect.sync(() => {

@@ -15,7 +15,7 @@ import {
 } from "../../src/Models/Call/Estimate.js"
 
 /**
- * The call's money decisions as plain functions (DESIGN.md, Money), with
+ * The call's money decisions as plain functions (docs/money.md, "The money rules"), with
  * expectations computed by hand from the default prices: gpt-4.1-mini costs
  * 1.68 micro-MYR an input token, 0.42 a cached one and 6.72 an output token;
  * the fallback (an unknown model) 4.62, 1.155 and 18.48; a search 21,000 and a

@@ -3,10 +3,10 @@ import { Effect, Exit, Scope } from "effect"
 import { makeHandoffs } from "../../src/Models/Call/StreamRelay.js"
 
 /**
- * The watchdog that settles a stream dropped before its relay attached
- * (issue 21, item 6): a service that stops settles such a stream then, before
- * the wallet's last flush, not at its deadline, when nothing writes
- * settlements any more. Real time: the watchdog is a timer.
+ * The watchdog that settles a stream dropped before its relay attached: a
+ * service that stops settles such a stream then, before the wallet's last
+ * flush, not at its deadline, when nothing writes settlements any more. Real
+ * time: the watchdog is a timer.
  */
 const watched = (timeoutMs: number) =>
   Effect.gen(function*() {

@@ -4,7 +4,7 @@ import { STRIPE_EVENT_TYPES } from "../../src/Billing/StripeEvents.js"
 
 /**
  * docs/operations.md tells an operator which events to send to the Stripe webhook
- * endpoint (issue 33): every type the receiver acts on must be there, or its
+ * endpoint: every type the receiver acts on must be there, or its
  * money is never moved (`payment_intent.succeeded` was missing).
  */
 describe("the Stripe webhook events of docs/operations.md", () => {

@@ -7,7 +7,7 @@ import { wordsOf } from "../support/Words.js"
 const exact = (text: string) => countTokens(text, { disallowedSpecial: new Set<string>() })
 
 /**
- * Token counting (issue 13): exact for ordinary text, in time linear in the
+ * Token counting: exact for ordinary text, in time linear in the
  * length for a word without whitespace (byte-pair encoding one huge piece is
  * quadratic), and bounded for texts longer than it counts exactly.
  */

@@ -10,7 +10,7 @@ import { developer } from "../../support/Wallet.js"
 import { eventually, TwoInstancesWithReceiver, WebhookReceiver } from "../../support/WebhookReceiver.js"
 
 /**
- * Low-balance alerts (issue 25): a developer's threshold, crossed by usage
+ * Low-balance alerts: a developer's threshold, crossed by usage
  * settled on two instances at once, is announced exactly once — one
  * `balance.low` event, one email (kept in the development mailbox, as no
  * SMTP_URL is set), one webhook delivery — and the dashboard shows a banner.
@@ -97,7 +97,7 @@ layer(Two, { excludeTestServices: true, timeout: 180_000 })("low-balance alerts 
       expect(mailbox.length).toBe(1)
       expect(mailbox[0]!.subject).toMatch(/^Your nenas balance is below RM \d+\.\d\d$/)
       expect(mailbox[0]!.body).toContain(`${a}/app/billing`)
-      // It names the account it is about: a person may belong to several (issue 38).
+      // It names the account it is about: a person may belong to several.
       expect(mailbox[0]!.body).toMatch(/^Account: lowbal@example\.com \(acct_/)
       const page = yield* on(a)(call("GET", "/dev/mailbox"))
       expect(page.text).toContain(mailbox[0]!.subject)

@@ -9,7 +9,7 @@ import { developer } from "../../support/Wallet.js"
 import { eventually, TwoInstancesWithReceiver } from "../../support/WebhookReceiver.js"
 
 /**
- * Auto top-up (issue 25) on two instances with the simulated checkout: a card
+ * Auto top-up on two instances with the simulated checkout: a card
  * saved through the setup page, charged off-session once per crossing under a
  * burst on both instances and credited once (on `payment_intent.succeeded`,
  * through the receiver); Stripe's declined and authentication-required test

@@ -7,8 +7,10 @@ import { TestServerLive } from "../../support/TestServer.js"
 import { ASK } from "../../support/TwoInstances.js"
 
 /**
- * Issue 35: the logs filter by DESIGN's `tag=key:value`, and no dashboard list
- * drops a query parameter it does not take: it answers 400 naming it.
+ * The logs filter by `tag=key:value`
+ * (docs/api/dashboard.md, "Dashboard analytics: rollups, paging, tags and export"),
+ * and no dashboard list drops a query parameter it does not take: it answers
+ * 400 naming it.
  */
 
 const HOOK_HOST = "127.0.0.1:9"

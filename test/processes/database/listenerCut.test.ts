@@ -10,11 +10,11 @@ import { Upstream } from "../../support/Upstream.js"
 import { developer } from "../../support/Wallet.js"
 
 /**
- * Issue 21, item 1: every database connection of two instances cut at once
- * (a failover, a PostgreSQL restart, a network drop), then what listening
- * must bring back: grants handed back when asked, a debit heard by an
- * instance lending from a grant, key changes seen within a second, and the
- * key cache answering from memory again.
+ * Every database connection of two instances cut at once (a failover, a
+ * PostgreSQL restart, a network drop), then what listening
+ * (docs/architecture.md, "Listening") must bring back: grants handed back when
+ * asked, a debit heard by an instance lending from a grant, key changes seen
+ * within a second, and the key cache answering from memory again.
  */
 
 /** The bound for a change made anywhere: every instance sees it within a second. */

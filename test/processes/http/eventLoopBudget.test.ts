@@ -30,7 +30,7 @@ const MESSAGES = 10_000
 const BLOCKS = 20_000
 const TOOLS = 512
 
-/** Spaced words (`Words.ts`), so that 8 MB stay under the context window of 1,000,000 tokens and a call is accepted. */
+/** Spaced words (`support/Words.ts`), so that 8 MB stay under the context window of 1,000,000 tokens and a call is accepted. */
 const spacedWords = (length: number, seed: number) => wordsOf(length, seed, true)
 
 type Shape = "long messages" | "many messages" | "many blocks" | "many tools"

@@ -7,11 +7,11 @@ import { ASK } from "../../support/TwoInstances.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Issue 33, item 1 (DESIGN.md, Security, "Hostile text"): text PostgreSQL
- * cannot store (U+0000, an unpaired surrogate) in a kept field of a model
- * call answers 400 naming the param, before anything is held or run. Before,
- * such a call answered 200 and its settlement looped, unwritten: no usage
- * entry, no log row, the hold swept later (the call was free).
+ * Hostile text (docs/security.md, "Security"): text PostgreSQL cannot store
+ * (U+0000, an unpaired surrogate) in a kept field of a model call answers 400
+ * naming the param, before anything is held or run. Before, such a call
+ * answered 200 and its settlement looped, unwritten: no usage entry, no log
+ * row, the hold swept later (the call was free).
  */
 
 const CHAT = { model: "svc/nenas-flash", messages: [{ role: "user", content: "Say hello in Malay." }], max_tokens: 16 }

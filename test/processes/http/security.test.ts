@@ -18,8 +18,9 @@ import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 import { developer } from "../../support/Wallet.js"
 
 /**
- * Issue 28's headers and CORS on a running service, and its refusal to start
- * with a JWKS but no issuer or audience to check tokens against.
+ * The security headers and CORS (docs/security.md, "Security") on a running
+ * service, and its refusal to start with a JWKS but no issuer or audience to
+ * check tokens against.
  */
 
 const FOREIGN = "https://evil.example"
@@ -107,7 +108,7 @@ layer(TestServerLive(), { excludeTestServices: true })("security headers and COR
       expect(api.headers.get("access-control-allow-origin")).toBe("*")
     }))
 
-  it.effect("a browser may delete a stored response: /v1's preflight allows DELETE (issue 35)", () =>
+  it.effect("a browser may delete a stored response: /v1's preflight allows DELETE", () =>
     Effect.gen(function*() {
       const api = yield* preflight("/v1/responses/resp_x", FOREIGN, "DELETE")
       expect(api.status).toBe(204)

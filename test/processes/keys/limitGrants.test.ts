@@ -6,7 +6,7 @@ import { processBed, sleep } from "../../support/ProcessBed.js"
 
 /**
  * A monthly limit set on a key whose calls run on credit grants, held in
- * memory by two service processes (DESIGN.md, Money; issue 24): the new limit
+ * memory by two service processes (docs/money.md, "Spend limits and budgets"): the new limit
  * counts what those calls hold of the grants on both instances, so the next
  * call is refused, and none admitted after it runs past the limit.
  */

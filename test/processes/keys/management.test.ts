@@ -210,7 +210,8 @@ describe("keys managed in place, across two instances", () => {
         const sealed = row?.sealed
         expect(sealed?.length ?? 0).toBeGreaterThan(28)
         if (sealed === undefined) return
-        // The seal as it was made before issue 33: a key derived from the key id and the Idempotency-Key only.
+        // The seal as it was made before `ROTATION_SEAL_SECRET`: a key derived from the key id and the
+        // Idempotency-Key only.
         const fromDumpAlone = (() => {
           try {
             const key = createHash("sha256").update(`nenas:rotation:seal:${created.key.id}:${guessable}`, "utf8")

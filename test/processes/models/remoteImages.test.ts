@@ -19,7 +19,7 @@ import { freshDatabase, makeShiftableClock, TestServer } from "../../support/Tes
 import { startUpstream, Upstream, type UpstreamServer } from "../../support/Upstream.js"
 
 /**
- * Issue 28: `UPSTREAM_IMAGE_URLS=inline` fetches remote images through the
+ * `UPSTREAM_IMAGE_URLS=inline` fetches remote images through the
  * fetch guard and sends them upstream as `data:` URLs; unset, they pass as
  * they came.
  */

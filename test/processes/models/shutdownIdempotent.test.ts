@@ -6,7 +6,7 @@ import { processBed } from "../../support/ProcessBed.js"
 import { stopService } from "../../support/ServiceProcess.js"
 
 /**
- * SIGTERM while idempotent calls are in flight (issue 21, item 6): they run
+ * SIGTERM while idempotent calls are in flight: they run
  * on fibers of their own, so that a client that gives up can retry and get
  * the answer. Shutdown waits for them (up to its deadline) before the
  * wallet's last flush: each is billed, and its answer kept for the retry —

@@ -12,7 +12,7 @@ import { bothListening, Instances, on, TwoInstancesLive } from "../../support/Tw
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Stored responses (issue 27): `store` (the default), `previous_response_id`,
+ * Stored responses: `store` (the default), `previous_response_id`,
  * `item_reference` items and the stored-response endpoints, through OpenAI's
  * SDK and the Vercel AI SDK's `.responses()` with its defaults. Live keys
  * reach the upstream double, which records what each turn sent it.

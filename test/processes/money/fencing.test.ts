@@ -8,7 +8,7 @@ import { linesOf, stopService } from "../../support/ServiceProcess.js"
 import { withClient } from "../../support/TestServer.js"
 
 /**
- * Fencing (DESIGN.md, Faults), on the service in child processes: an
+ * Fencing (docs/money.md, "Faults"), on the service in child processes: an
  * instance whose own heartbeat is blocked (its `instances` row locked by the
  * test, so its beat waits) lends nothing from its grants and declares no peer
  * dead, and does both again once it beats; a second process started with the

@@ -7,7 +7,7 @@ import { stopService } from "../../support/ServiceProcess.js"
 
 /**
  * Credit grants and batched settlement across two service processes on one
- * PostgreSQL database and one Redis (DESIGN.md, Money): no wallet is ever
+ * PostgreSQL database and one Redis (docs/money.md, "Credit grants"): no wallet is ever
  * overdrawn, a call refused on one instance while the other holds an unused
  * grant is decided again after the grant comes back, and a stopped instance
  * writes everything and hands its grants back.

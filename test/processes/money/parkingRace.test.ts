@@ -9,7 +9,7 @@ import { processBed, sleep } from "../../support/ProcessBed.js"
 
 /**
  * A settlement parked on one instance (the database keeps refusing it) while
- * the other settles the same account's calls (DESIGN.md, Money): the parked
+ * the other settles the same account's calls (docs/money.md, "Parking and replay"): the parked
  * call's hold goes back to the wallet under the same lock the other instance's
  * flushes take, so the books balance throughout; replayed, it is billed once.
  */

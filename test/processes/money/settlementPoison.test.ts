@@ -22,7 +22,7 @@ import { caller, TestServerWithUpstream, violations } from "../../support/Models
 import { TestServer, withClient } from "../../support/TestServer.js"
 
 /**
- * Settlement that cannot be poisoned (DESIGN.md, Money), driven on a
+ * Settlement that cannot be poisoned (docs/money.md, "Parking and replay"), driven on a
  * settlement queue of its own on the test database: a charge retried after a
  * commit whose answer was lost is written once, usage PostgreSQL cannot store
  * is clamped, and a settlement the database keeps refusing is parked — its
@@ -386,7 +386,7 @@ const HOSTILE = { endUser: "u\u0000\ud800", metadata: { "t\u0000": "v\udc00", te
 const STORED = { endUser: "u\uFFFD\uFFFD", metadata: { "t\uFFFD": "v\uFFFD", team: "\uFFFD" } }
 
 layer(TestServerWithUpstream(), { excludeTestServices: true })(
-  "settlement of hostile text (issue 33, item 1)",
+  "settlement of hostile text",
   (it) => {
     it.scoped("a log row whose user and tags PostgreSQL cannot store is written storable, with its charge; nothing refused or parked", () =>
       Effect.gen(function*() {

@@ -28,11 +28,11 @@ import { Upstream } from "../../support/Upstream.js"
 import { developer, walletInstance } from "../../support/Wallet.js"
 
 /**
- * Member budgets (DESIGN.md, Teams): a member's `monthly_spend_limit_micro_myr`
- * caps what all its keys spend this month together, checked as a key's own
- * limit is (holds in flight and grants counted, on every instance within a
- * second), deleted keys' spend included. Members are made here in SQL: the
- * members endpoints are tested with them.
+ * Member budgets (docs/api/teams.md, "Teams"): a member's
+ * `monthly_spend_limit_micro_myr` caps what all its keys spend this month
+ * together, checked as a key's own limit is (holds in flight and grants
+ * counted, on every instance within a second), deleted keys' spend included.
+ * Members are made here in SQL: the members endpoints are tested with them.
  */
 
 describe("member budget decisions", () => {

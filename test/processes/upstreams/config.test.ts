@@ -9,10 +9,10 @@ import { parseUpstreams, targetsFor, targetsOf } from "../../../src/Domain/Upstr
 import { linesOf, startService } from "../../support/ServiceProcess.js"
 
 /**
- * `UPSTREAMS` (DESIGN.md, configuration; issue 26): parsed with Effect
- * Schema, a bad list refused in one line naming the entry and the field, the
- * targets of a category ordered upstream by upstream, and the one-upstream
- * shorthand equivalent to a list of one.
+ * `UPSTREAMS` (docs/operations.md, "Several upstreams and fallbacks"): parsed
+ * with Effect Schema, a bad list refused in one line naming the entry and the
+ * field, the targets of a category ordered upstream by upstream, and the
+ * one-upstream shorthand equivalent to a list of one.
  */
 
 const OPENAI = {

@@ -10,7 +10,7 @@ import { freshDatabase, withClient } from "../../support/TestServer.js"
 import { WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
 
 /**
- * The outbox survives its process (issue 25): the money movement commits its
+ * The outbox survives its process: the money movement commits its
  * event with it; the process is SIGKILLed while the delivery is on the wire;
  * another instance on the same database delivers it once its claim lapses.
  */

@@ -17,7 +17,7 @@ import { query } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Claude Code 2.1.197 itself (DESIGN.md, "Anthropic Messages API") as the client of the real service:
+ * Claude Code 2.1.197 itself (docs/api/anthropic.md, "Anthropic Messages API") as the client of the real service:
  * `claude -p … --output-format json` with `ANTHROPIC_BASE_URL` at the server, on a test key (the
  * simulated model), on a live key whose upstream answers a tool call Claude Code runs in a scratch
  * directory (Read; WebSearch, whose own Messages call carries the web_search server tool), and on a live
@@ -64,7 +64,10 @@ const messagesCalls = (run: ClaudeRun) => {
   return calls
 }
 
-/** What Claude Code sends that DESIGN names: all of it accepted (the calls above answered 200). */
+/**
+ * What Claude Code sends (docs/api/anthropic.md, "Anthropic Messages API"): all of it accepted (the calls
+ * above answered 200).
+ */
 const expectClaudeCodeShape = (exchange: ClaudeRun["exchanges"][number]) => {
   expect(exchange.url).toBe("/v1/messages?beta=true")
   expect(exchange.headers["anthropic-version"]).toBe("2023-06-01")

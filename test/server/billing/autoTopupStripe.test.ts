@@ -9,7 +9,7 @@ import { developer } from "../../support/Wallet.js"
 import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
- * Auto top-up against Stripe (issue 33, item 2), through the real SDK and the
+ * Auto top-up against Stripe, through the real SDK and the
  * Stripe stand-in: never a charge for a suspended account or one whose auto
  * top-up was turned off after the attempt was queued; an attempt claimed again
  * after its claimer made the PaymentIntent and died finds that intent, even

@@ -7,10 +7,11 @@ import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 import { developer, walletInstance } from "../../support/Wallet.js"
 
 /**
- * The dashboard's billing endpoints (DESIGN.md "Money", "Payments", "Dashboard
- * API details"): Stripe Checkout through a local double of Stripe's API, the
- * balance and the ledger, and the simulated checkout used when Stripe is not
- * configured.
+ * The dashboard's billing endpoints (docs/money.md, "The money rules";
+ * docs/money.md, "Payments (Stripe)";
+ * docs/api/dashboard.md, "Dashboard API details"): Stripe Checkout through a
+ * local double of Stripe's API, the balance and the ledger, and the simulated
+ * checkout used when Stripe is not configured.
  */
 
 const TOPUP_OPTIONS = [1000, 2500, 5000, 10000, 25000, 50000] as const

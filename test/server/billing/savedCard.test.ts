@@ -6,12 +6,12 @@ import { TestServerLive } from "../../support/TestServer.js"
 import { developer } from "../../support/Wallet.js"
 
 /**
- * A top-up that saves its card (issue 35, deviation 3; DESIGN, "Alerts, auto
- * top-up and webhooks"): `POST /dashboard/billing/checkout` with `save_card:
- * true` makes a Checkout Session with the account's customer and
- * `setup_future_usage: off_session`; its paid `checkout.session.completed`
- * keeps the card that paid, and the settings show it. Without `save_card`
- * nothing is saved.
+ * A top-up that saves its card
+ * (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"):
+ * `POST /dashboard/billing/checkout` with `save_card: true` makes a Checkout
+ * Session with the account's customer and `setup_future_usage: off_session`;
+ * its paid `checkout.session.completed` keeps the card that paid, and the
+ * settings show it. Without `save_card` nothing is saved.
  */
 
 const settingsCard = (token: string) =>
@@ -54,7 +54,7 @@ layer(TestServerWithStripe, { excludeTestServices: true, timeout: 60_000 })(
         }))
         expect(delivered.body, delivered.text).toEqual({ received: true, processed: true })
         expect(yield* settingsCard(token)).toEqual({ brand: "mastercard", last4: "4444", exp_month: 3, exp_year: 2031 })
-        // Stripe's event saved it: the audit log says so, once, as the service's doing (issue 38).
+        // Stripe's event saved it: the audit log says so, once, as the service's doing.
         const trail = yield* call("GET", "/dashboard/audit-log?action=billing.card_saved", { token })
         expect(trail.body.entries.map((e: { member_id: string | null; details: unknown }) => [e.member_id, e.details]))
           .toEqual([

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest"
 import { isWithin, leftByRun } from "../../support/RunClusters.js"
 
 /**
- * Issue 35: `npm test` beside a running service. The teardown's leftover check
+ * `npm test` beside a running service. The teardown's leftover check
  * counts only the clusters of this run's own DATA_DIRs (inside its temporary
  * directory), never an `npm start`'s in another terminal.
  */

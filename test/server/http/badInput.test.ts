@@ -5,7 +5,7 @@ import { call, createKey, devToken } from "../../support/Http.js"
 import { query, TestServerLive } from "../../support/TestServer.js"
 
 /**
- * Inputs an outside probe turned into 500s or hangs (issue 13), each now a 4xx
+ * Inputs an outside probe turned into 500s or hangs, each now a 4xx
  * in the error shape: JSON nested 10,000 deep, U+0000 in what reaches SQL,
  * multipart and other content types on JSON endpoints, lenient date-times.
  */

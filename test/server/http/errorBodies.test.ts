@@ -8,7 +8,7 @@ import { AppConfig } from "../../../src/AppConfig.js"
 import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
 import { errorClasses, wire } from "../../../src/Domain/Errors.js"
 import { PipelineLive } from "../../../src/Http/Pipeline.js"
-import { DESIGN_TABLE } from "../../support/ErrorTable.js"
+import { ERROR_TABLE } from "../../support/ErrorTable.js"
 import { call, createKey, devToken } from "../../support/Http.js"
 import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
@@ -59,7 +59,7 @@ const expectErrorShape = (reply: { headers: Headers; body: any }) => { // arbitr
 }
 
 layer(WalkServer, { excludeTestServices: true })("every error code through the error middleware", (it) => {
-  it.effect.each(DESIGN_TABLE)("%s", ([tag, code, status, type, retryable]) =>
+  it.effect.each(ERROR_TABLE)("%s", ([tag, code, status, type, retryable]) =>
     Effect.gen(function*() {
       const reply = yield* call("GET", `/fail/${tag}`)
       expect(reply.status).toBe(status)

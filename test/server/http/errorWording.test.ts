@@ -67,7 +67,8 @@ describe("failures of what the service calls are answered in generic words", () 
           const text = bodyText(error)
           expect(naming(text, [INTERNAL, "10.9.8.7", server.host, "private-path"]), `${status}: ${text}`).toEqual([])
         }
-        // A refusal of the caller's request keeps the upstream's words (DESIGN.md), less the URLs in them.
+        // A refusal of the caller's request keeps the upstream's words, less the URLs in them
+        // (docs/security.md, "Security").
         if (status === 400) expect(refused.message).toContain("backend [url] failed")
       }
     }).pipe(Effect.provide(FetchHttpClient.layer)))
@@ -116,7 +117,7 @@ describe("failures of what the service calls are answered in generic words", () 
   )
 })
 
-/** Issue 35, deviation 5: guidance that says what is so, through the real server. */
+/** Guidance that says what is so, through the real server. */
 layer(TestServerWithUpstream({ upstreamFirstByteTimeoutMs: 300, upstreamTotalTimeoutMs: 1_500 }), { timeout: 60_000 })(
   "guidance that says what is so",
   (it) => {

@@ -18,7 +18,7 @@ import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.
 import { query } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
-/** Issue 24, "Every answer true": each answer says what is so. */
+/** Every answer true: each answer says what is so. */
 
 const CHAT = "/v1/chat/completions"
 const RESPONSES = "/v1/responses"
@@ -201,7 +201,7 @@ layer(TestServerWithUpstream({ dashboardUrl: DASH, rateLimitRpm: RPM, rateLimitC
         expect(rows.map((r) => r.upstream_model)).toEqual([SIMULATED_MODEL])
       }))
 
-    it.effect("a test key's simulated text names the model its routing names, not the upstream's (issue 35)", () =>
+    it.effect("a test key's simulated text names the model its routing names, not the upstream's", () =>
       Effect.gen(function*() {
         const { apiKey } = yield* caller("true-simulated-text@example.com", { environment: "test" })
         const responses = yield* modelCall(apiKey, RESPONSES, { model: MODEL, input: "Say hi." })

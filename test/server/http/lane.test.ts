@@ -7,9 +7,10 @@ import { call, type Reply } from "../../support/Http.js"
 import { caller, TestServerWithUpstream } from "../../support/Models.js"
 
 /**
- * Issue 36's lane: the model calls served in front of the router must answer
- * exactly as the router's endpoints do. A request with a query string is the
- * router's, so each case is sent twice, once to each, and the answers compared.
+ * The lane (docs/architecture.md, "One request's path"): the model calls
+ * served in front of the router must answer exactly as the router's endpoints
+ * do. A request with a query string is the router's, so each case is sent
+ * twice, once to each, and the answers compared.
  */
 
 const MODEL = "svc/nenas-flash"

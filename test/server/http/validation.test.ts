@@ -5,8 +5,9 @@ import { TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /**
  * Input validation across the contract: every schema failure, malformed body,
- * oversize body and unknown route answers the spec's error body (DESIGN.md
- * "Errors"), with `param` naming the offending field, and never a 500.
+ * oversize body and unknown route answers the error body
+ * (docs/api/errors.md, "Errors"), with `param` naming the offending field, and
+ * never a 500.
  */
 
 const ERROR_KEYS = ["message", "type", "code", "param", "request_id", "guidance", "action_url", "retryable"] as const

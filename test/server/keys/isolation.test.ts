@@ -127,7 +127,7 @@ layer(TestServerLive(), { excludeTestServices: true })("API keys", (it) => {
       expect(list.body.keys).toHaveLength(50)
     }))
 
-  it.effect("with the ceilings unset, a key may be given up to 10× the default limits (DESIGN; issue 35)", () =>
+  it.effect("with the ceilings unset, a key may be given up to 10× the default limits", () =>
     Effect.gen(function*() {
       const token = yield* devToken("keys-ceiling@example.com")
       const { key } = yield* createKey(token, { name: "fast" })

@@ -5,7 +5,7 @@ import { call, devToken, type Reply } from "../../support/Http.js"
 import { TestServerLive } from "../../support/TestServer.js"
 
 /**
- * Issue 28: per-address limits on failed dashboard authentication (counted
+ * Per-address limits on failed dashboard authentication (counted
  * with failed API keys) and on development sign-ins. Every request here
  * comes from 127.0.0.1, so each limit is reached by one test.
  */

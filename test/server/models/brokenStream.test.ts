@@ -8,10 +8,10 @@ import { caller, reasoningStream, TestServerWithUpstream, violations, walletOf }
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * A reasoning stream the upstream breaks before any visible output (docs/architecture.md,
- * "Streams"): the upstream billed its input and its thinking so far, so the
- * call is billed them, as the same call is when its client cuts it, and its
- * log keeps the error's code.
+ * A reasoning stream the upstream breaks before any visible output
+ * (docs/architecture.md, "Streams"): the upstream billed its input and its
+ * thinking so far, so the call is billed them, as the same call is when its
+ * client cuts it, and its log keeps the error's code.
  */
 
 const PROMPT = "Think hard about a greeting for the team"

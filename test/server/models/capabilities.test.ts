@@ -19,11 +19,13 @@ import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Capabilities beyond text (DESIGN.md, Model API details): tools, structured
- * output, images and sampling fields, on both endpoints, plain and streamed,
- * through OpenAI's Node SDK and the Vercel AI SDK. Test keys answer from the
- * built-in model (free, deterministic); live keys reach the local upstream
- * double, which records what was forwarded, and are billed its usage.
+ * Capabilities beyond text
+ * (docs/api/models.md, "Tools, structured output and images";
+ * docs/api/models.md, "Model API details"): tools, structured output, images
+ * and sampling fields, on both endpoints, plain and streamed, through OpenAI's
+ * Node SDK and the Vercel AI SDK. Test keys answer from the built-in model
+ * (free, deterministic); live keys reach the local upstream double, which
+ * records what was forwarded, and are billed its usage.
  */
 
 const MODEL = "svc/nenas-flash"

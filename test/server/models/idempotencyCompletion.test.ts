@@ -8,11 +8,11 @@ import { query } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * A billed idempotent call whose record cannot be written at once (issue 21,
- * item 4; DESIGN.md, Idempotency): the client gets its answer, never a 500;
- * the write is retried, the record's lease renewed meanwhile; a retry with the
- * same key answers 409 (retryable) until the record is written, then replays
- * it; the call runs, and is billed, once.
+ * A billed idempotent call whose record cannot be written at once
+ * (docs/money.md, "Idempotency"): the client gets its answer, never a 500; the
+ * write is retried, the record's lease renewed meanwhile; a retry with the same
+ * key answers 409 (retryable) until the record is written, then replays it; the
+ * call runs, and is billed, once.
  */
 
 const RESPONSES = "/v1/responses"

@@ -10,7 +10,7 @@ import { type Behaviour, Upstream } from "../../support/Upstream.js"
 /**
  * An answer marked `retryable: true` that cost nothing (a provider failure, a 429) is not kept under its
  * Idempotency-Key: the key is released, so a retry with the same key, as the flag invites, runs anew and is
- * billed once. A non-retryable answer is still replayed (docs/walkthrough.md, "Idempotency").
+ * billed once. A non-retryable answer is still replayed (docs/money.md, "Idempotency").
  */
 
 const FIRST_BYTE_MS = 400

@@ -19,7 +19,7 @@ import { Upstream, type UpstreamServer } from "../../support/Upstream.js"
 const MODEL = "svc/nenas-flash"
 const TOPUP_MICRO = 10_000_000 // 1000 sen
 
-/** DESIGN.md's default prices, micro-MYR per million tokens (RM 4.20 to the dollar). */
+/** The default prices (src/Domain/Prices.ts), micro-MYR per million tokens (RM 4.20 to the dollar). */
 const GENERAL = { input: 1_680_000, cached: 420_000, output: 6_720_000 }
 const REASONING = { input: 4_620_000, cached: 1_155_000, output: 18_480_000 }
 const PER_SEARCH = 21_000

@@ -11,11 +11,13 @@ import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * The limits of the model calls (SPEC.md "Limits", DESIGN.md "Errors", "Money",
- * "Request lifecycle and logs"): every refused parameter with its `param`,
- * input the service does not take yet, the per-request cost cap, spend limits
- * and balance, the context window, suspended accounts, test keys, and the log
- * row a successful call leaves.
+ * The limits of the model calls (docs/api/models.md, "Model API details";
+ * docs/security.md, "Bounded work per request"; docs/api/errors.md, "Errors";
+ * docs/money.md, "The money rules";
+ * docs/money.md, "Request lifecycle and logs"): every refused parameter with
+ * its `param`, input the service does not take yet, the per-request cost cap,
+ * spend limits and balance, the context window, suspended accounts, test keys,
+ * and the log row a successful call leaves.
  */
 
 const RESPONSES = "/v1/responses"
@@ -64,7 +66,7 @@ const expectOk = (reply: Reply, name: string) => {
   return reply.body
 }
 
-/** The estimated maximum of a call to the general model, as DESIGN.md "Money" defines it. */
+/** The estimated maximum of a call to the general model, as docs/money.md, "The money rules" defines it. */
 const estimateOf = (messages: ReadonlyArray<Message>, outputTokens: number, model = GENERAL) =>
   costOf(DEFAULT_PRICES, model, {
     inputTokens: withSafetyMargin(countMessages(messages)),

@@ -10,10 +10,11 @@ import { Upstream } from "../../support/Upstream.js"
 
 /**
  * Model calls under concurrency, through real HTTP, a real database and the
- * local upstream double (DESIGN.md "Money", "Idempotency"): a wallet raced by
- * more calls than it affords, the same Idempotency-Key raced and replayed,
- * its scope, its freeing after a failure, its retention, and streaming, which
- * ignores it. Amounts are micro-MYR; RM 10 = 10_000_000.
+ * local upstream double (docs/money.md, "The money rules";
+ * docs/money.md, "Idempotency"): a wallet raced by more calls than it affords,
+ * the same Idempotency-Key raced and replayed, its scope, its freeing after a
+ * failure, its retention, and streaming, which ignores it. Amounts are
+ * micro-MYR; RM 10 = 10_000_000.
  */
 
 const CHAT = "/v1/chat/completions"
@@ -564,7 +565,7 @@ layer(TestServerWithUpstream(UNLIMITED), { excludeTestServices: true })("model c
       const entries = yield* usageEntries(accountId)
       expect(
         entries.map((e) => e.cost),
-        "one idempotent request, one charge (DESIGN.md Idempotency: nothing is billed twice)"
+        "one idempotent request, one charge (nothing is billed twice)"
       ).toEqual([billedOf(RESPONSES, retry).cost])
       expect(upstream.requests.length, "the retry did not call the upstream again").toBe(1)
       expect(yield* violations(accountId)).toEqual([])

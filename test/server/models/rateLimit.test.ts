@@ -8,11 +8,11 @@ import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Per-key rate limits of model calls (DESIGN.md "Configuration", "Errors"):
- * requests per minute and requests in flight, in the memory store and in the
- * Redis store, with the 429 body and the `X-RateLimit-*` and `Retry-After`
- * headers. Redis runs on this machine; keys are per API key id, so tests and
- * runs do not collide.
+ * Per-key rate limits of model calls (docs/operations.md, "Configuration";
+ * docs/api/errors.md, "Errors"): requests per minute and requests in flight, in
+ * the memory store and in the Redis store, with the 429 body and the
+ * `X-RateLimit-*` and `Retry-After` headers. Redis runs on this machine; keys
+ * are per API key id, so tests and runs do not collide.
  */
 
 const RESPONSES = "/v1/responses"
@@ -24,7 +24,10 @@ const REDIS_PREFIX = "nenas:ratelimit:"
 const responsesBody = (extra: Record<string, unknown> = {}) => ({ input: "Say hello", ...extra })
 const chatBody = { model: MODEL, messages: [{ role: "user", content: "Say hello" }] }
 
-/** The 429 of DESIGN.md: rate_limit_exceeded, retryable, `retry_after_seconds` equal to `Retry-After`. */
+/**
+ * The 429 (docs/api/errors.md, "Errors"): rate_limit_exceeded, retryable, `retry_after_seconds` equal to
+ * `Retry-After`.
+ */
 const expectRateLimited = (reply: Reply, name: string) => {
   expect(reply.status, `${name}: status (${reply.text.slice(0, 300)})`).toBe(429)
   expect(reply.body?.type, `${name}: body.type`).toBe("error")

@@ -19,7 +19,7 @@ import { Upstream } from "../../support/Upstream.js"
  * thinks before its first visible token, and the upstream bills that thinking
  * as output. Without usage it is estimated from the wait before the first
  * visible token, at the rate the model was seen to think over several live
- * streams (ReasoningEstimate.ts), never beyond the output cap or the hold.
+ * streams (`src/Models/Call/ReasoningEstimate.ts`), never beyond the output cap or the hold.
  */
 
 describe("the reasoning estimate (no database)", () => {

@@ -9,12 +9,12 @@ import { caller, modelCall, TestServerWithUpstream } from "../../support/Models.
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /**
- * Stored responses' bounds (issue 33, items 5–7; DESIGN.md, Stored responses and
- * Security "Admission first"): a chain is read at most 1,000 responses and 16 MiB
- * deep, without blocking the instance; at most 100 item references a call; the
- * key's rate limit comes before any lookup, and an unknown id is a 400 after a
- * bounded wait; each account's stored bytes are capped, oldest deleted first;
- * test keys' responses are kept 24 hours.
+ * Stored responses' bounds (docs/api/models.md, "Stored responses"; admission
+ * first: docs/security.md, "Security"): a chain is read at most 1,000 responses and
+ * 16 MiB deep, without blocking the instance; at most 100 item references a call;
+ * the key's rate limit comes before any lookup, and an unknown id is a 400 after a
+ * bounded wait; each account's stored bytes are capped, oldest deleted first; test
+ * keys' responses are kept 24 hours.
  */
 
 const MODEL = "svc/nenas-flash"

@@ -7,10 +7,11 @@ import { TestServer, withClient } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * The wallet's side of a call through the whole service (DESIGN.md, Money):
- * credit grants stay invisible to developers, every read after a call
- * includes it without waiting, and a settlement the database refused is
- * written by a later flush — billed once, its hold never left for the sweeper.
+ * The wallet's side of a call through the whole service
+ * (docs/money.md, "Credit grants"): credit grants stay invisible to developers,
+ * every read after a call includes it without waiting, and a settlement the
+ * database refused is written by a later flush — billed once, its hold never
+ * left for the sweeper.
  */
 const UNLIMITED = { rateLimitRpm: 100_000, rateLimitConcurrent: 1_000 }
 const CHAT = "/v1/chat/completions"

@@ -9,8 +9,9 @@ import { developer, walletInstance } from "../../support/Wallet.js"
 
 /**
  * The prepaid wallet under concurrency: reservations, captures, releases,
- * refunds, spend limits and the sweeper, each ending in DESIGN.md's ledger
- * invariant and exact balances. Amounts are micro-MYR; 1 sen = 10_000.
+ * refunds, spend limits and the sweeper, each ending in the ledger invariant
+ * (docs/money.md, "The ledger invariant") and exact balances. Amounts are
+ * micro-MYR; 1 sen = 10_000.
  */
 
 type Instance = Effect.Effect.Success<ReturnType<typeof walletInstance>>

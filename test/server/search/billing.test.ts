@@ -13,11 +13,11 @@ import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "../
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Web search stopped by a failure is billed for what it spent (issue 33,
- * item 4; DESIGN.md, Money: an interrupted search is billed, deadline
- * included, never 0): the main answer timing out, or the search engine
- * failing after planning ran. And a planning call a fallback answered is
- * billed at the fallback's prices. Each checks the ledger, the log and the hold.
+ * Web search stopped by a failure is billed for what it spent, the deadline
+ * included, never 0 (docs/money.md, "The money rules"): the main answer timing
+ * out, or the search engine failing after planning ran. And a planning call a
+ * fallback answered is billed at the fallback's prices. Each checks the ledger,
+ * the log and the hold.
  */
 
 const FIRST_BYTE_MS = 700

@@ -7,10 +7,11 @@ import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * A call cut by its client after web search began (issue 21, item 3;
- * DESIGN.md, Money): the planning calls, searches and pages that ran were
- * paid upstream, so the call is billed for them (`usageSource: estimated`),
- * never 0, and the wallet is charged exactly what the log says.
+ * A call cut by its client after web search began
+ * (docs/money.md, "The money rules"): the planning calls, searches and pages
+ * that ran were paid upstream, so the call is billed for them
+ * (`usageSource: estimated`), never 0, and the wallet is charged exactly what
+ * the log says.
  */
 const TestServerWithSearch = Layer.unwrapEffect(Effect.map(Searx, (searx) =>
   TestServerWithUpstream({

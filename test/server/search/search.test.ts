@@ -9,7 +9,7 @@ import { query } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Web search end to end (DESIGN.md, Model API details): the service against a
+ * Web search end to end (docs/api/models.md, "Web search"): the service against a
  * SearXNG double that also serves the pages it finds, an "internal" server it
  * must never reach, and the upstream double, which writes the queries when
  * asked to plan and answers citing `[n]` otherwise.
@@ -317,7 +317,8 @@ layer(TestServerWithSearch, { excludeTestServices: true })("web search through a
       expect(reply.status, reply.text).toBe(502)
       expect(reply.body.error.code).toBe("search_error")
       expect(reply.body.error.retryable).toBe(true)
-      // Only the planning call reached the upstream; it was paid for there, so it is billed (DESIGN.md, Money), the failed search is not.
+      // Only the planning call reached the upstream; it was paid for there, so it is billed
+      // (docs/money.md, "The money rules"), the failed search is not.
       expect(upstream.requests.filter((r) => !isPlanning(r.body))).toHaveLength(0)
       const [log] = yield* query<
         { status: string; error_code: string; cost_micro_myr: string; upstream_model: string; search_count: number }

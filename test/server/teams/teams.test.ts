@@ -13,8 +13,9 @@ import { call, createKey, devToken, type Reply } from "../../support/Http.js"
 import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 
 /**
- * Issue 38 on PostgreSQL through the real server: invitations (and their races), the last owner, roles
- * refused before anything changes, and the audit log written exactly once, in the change's transaction.
+ * Teams (docs/api/teams.md, "Teams") on PostgreSQL through the real server: invitations (and their
+ * races), the last owner, roles refused before anything changes, and the audit log written exactly
+ * once, in the change's transaction.
  */
 
 const as = (token: string, account?: string) => ({

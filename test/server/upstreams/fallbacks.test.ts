@@ -18,11 +18,13 @@ import { Alpha, AlphaAndBeta, Beta, TWO_UPSTREAM_PRICES, upstreamsOf } from "../
 import { eventually } from "../../support/WebhookReceiver.js"
 
 /**
- * Fallbacks across upstreams (DESIGN.md, Model API details, Fallbacks; issue
- * 26): the real service over HTTP with two upstream stand-ins, `alpha` (the
- * category's first target, cheap) and `beta` (its fallback, dear), real
- * timing and chunked streams, and breakers a test opens by hand. Every call is
- * billed once, at the prices of the model that answered, within its hold.
+ * Fallbacks across upstreams
+ * (docs/operations.md, "Several upstreams and fallbacks";
+ * docs/api/models.md, "Model API details"): the real service over HTTP with two
+ * upstream stand-ins, `alpha` (the category's first target, cheap) and `beta`
+ * (its fallback, dear), real timing and chunked streams, and breakers a test
+ * opens by hand. Every call is billed once, at the prices of the model that
+ * answered, within its hold.
  */
 
 const FIRST_BYTE_MS = 600

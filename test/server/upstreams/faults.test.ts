@@ -13,8 +13,10 @@ import { query, TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
 /**
- * Upstream faults, timeouts and client disconnects (DESIGN.md, Errors, Money,
- * Request lifecycle, Model API details): through real HTTP to the service
+ * Upstream faults, timeouts and client disconnects
+ * (docs/api/errors.md, "Errors"; docs/money.md, "The money rules";
+ * docs/money.md, "Request lifecycle and logs";
+ * docs/api/models.md, "Model API details"): through real HTTP to the service
  * pointed at the local upstream double, with live keys. Every call ends with
  * its reservation resolved, its log row final, the ledger exact and the money
  * invariant holding.
@@ -39,7 +41,7 @@ const bodyFor = (path: Path, stream: boolean): Record<string, unknown> =>
     ? { model: PUBLIC_MODEL, messages: MESSAGES, stream }
     : { model: PUBLIC_MODEL, input: PROMPT, stream }
 
-/** What a plain call with no max tokens reserves (DESIGN.md, Money). */
+/** What a plain call with no max tokens reserves (docs/money.md, "The money rules"). */
 const RESERVATION = (() => {
   const input = countMessages(MESSAGES)
   return costOf(DEFAULT_PRICES, GENERAL, {
@@ -204,7 +206,8 @@ const expectNothingBilled = (
 
 /**
  * The call was billed `cost` once: log `billed` with `source`, reservation captured, one usage entry, the wallet down by `cost`.
- * `errorCode`: a stream cut short after its output is billed with its error's code (DESIGN.md, Fallbacks), a whole answer without.
+ * `errorCode`: a stream cut short after its output is billed with its error's code
+ * (docs/money.md, "Request lifecycle and logs"), a whole answer without.
  */
 const expectBilledOnce = (
   name: string,

@@ -8,13 +8,14 @@ import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 import { eventually, type Received, WebhookReceiver, WebhookReceiverLive } from "../../support/WebhookReceiver.js"
 
 /**
- * Signed webhooks to the developer (issue 25; DESIGN.md, "Alerts, auto top-up
- * and webhooks"): endpoints through `/dashboard/webhooks`, the outbox written
- * with the money movement, delivery with back-off, the attempt log, the
- * address guard, Standard Webhooks signatures checked with the package's own
- * verifier. The receiver is a real HTTP server on 127.0.0.1, which the
- * operator allows (`WEBHOOK_ALLOWED_HOSTS`) on its port only; `localhost` on
- * that port is allowed for page fetching only (`FETCH_ALLOWED_HOSTS`).
+ * Signed webhooks to the developer
+ * (docs/api/alerts.md, "Never run dry: alerts, auto top-up and webhooks"):
+ * endpoints through `/dashboard/webhooks`, the outbox written with the money
+ * movement, delivery with back-off, the attempt log, the address guard,
+ * Standard Webhooks signatures checked with the package's own verifier. The
+ * receiver is a real HTTP server on 127.0.0.1, which the operator allows
+ * (`WEBHOOK_ALLOWED_HOSTS`) on its port only; `localhost` on that port is
+ * allowed for page fetching only (`FETCH_ALLOWED_HOSTS`).
  */
 
 const TIMEOUT_MS = 700
@@ -307,7 +308,7 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("webhooks to the 
           type: "topup.succeeded",
           data: { transaction_id: transactionId, amount_myr: 10, automatic: false }
         })
-        // Every payload names its account (issue 38: a person may belong to several).
+        // Every payload names its account (a person may belong to several accounts).
         expect(Object.keys(payload.account)).toEqual(["id", "name"])
         expect(payload.account.id).toMatch(/^acct_/)
         // Delivered once: nothing more arrives however far time moves.

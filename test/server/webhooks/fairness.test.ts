@@ -10,12 +10,12 @@ import {
 } from "../../support/WebhookReceiver.js"
 
 /**
- * Fairness of webhook delivery (issue 33, item 8; DESIGN.md, "Alerts, auto
- * top-up and webhooks", Fairness): a silent endpoint (a receiver that never
- * answers, cut at `WEBHOOK_TIMEOUT_MS`) never holds up another account's
- * deliveries; at most 2 deliveries are in flight per endpoint; test events and
- * resends are limited per account; an endpoint failing every attempt for 3
- * days is disabled and its developer told.
+ * Fairness of webhook delivery
+ * (docs/api/alerts.md, "Fairness of webhook deliveries"): a silent endpoint (a
+ * receiver that never answers, cut at `WEBHOOK_TIMEOUT_MS`) never holds up
+ * another account's deliveries; at most 2 deliveries are in flight per
+ * endpoint; test events and resends are limited per account; an endpoint
+ * failing every attempt for 3 days is disabled and its developer told.
  */
 
 const TIMEOUT_MS = 3_000

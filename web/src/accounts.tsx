@@ -1,4 +1,4 @@
-import { createContext, type ReactNode, useCallback, useContext, useEffect, useId, useMemo } from "react"
+import { createContext, useCallback, useContext, useEffect, useId, useMemo, type ReactNode } from "react"
 import { Link } from "react-router"
 import type { AccountSummary, Caller } from "./api"
 import { ErrorPanel, Loading } from "./components"
@@ -51,25 +51,18 @@ export const AccountsProvider = ({ children }: { children: ReactNode }) => {
     chooseAccount(next === undefined || next.personal ? null : next.id)
   }, [accounts, chooseAccount])
   const current = chosen ?? personal
-  const value = useMemo((): Accounts | null =>
-    current === undefined || accounts === undefined ? null : {
-      accounts,
-      current,
-      role: current.role,
-      can: (route) => allows(current.role, route),
-      choose,
-      reload,
-      openInvitations: invitations.data?.invitations.length ?? 0,
-      reloadInvitations
-    }, [accounts, current, choose, reload, invitations.data, reloadInvitations])
+  const value = useMemo((): Accounts | null => current === undefined || accounts === undefined ? null : {
+    accounts,
+    current,
+    role: current.role,
+    can: (route) => allows(current.role, route),
+    choose,
+    reload,
+    openInvitations: invitations.data?.invitations.length ?? 0,
+    reloadInvitations
+  }, [accounts, current, choose, reload, invitations.data, reloadInvitations])
   if (value === null || stale) {
-    return list.state === "failed"
-      ? (
-        <main id="main">
-          <ErrorPanel error={list.error} onRetry={reload} />
-        </main>
-      )
-      : <Loading what="your accounts" />
+    return list.state === "failed" ? <main id="main"><ErrorPanel error={list.error} onRetry={reload} /></main> : <Loading what="your accounts" />
   }
   return <AccountsContext.Provider value={value}>{children}</AccountsContext.Provider>
 }
@@ -96,10 +89,7 @@ export const AccountSwitcher = () => {
           </>
         )
         : <span className="account-name" title={current.id}>{accountLabel(current)}</span>}
-      <span className={`badge role role-${role}`} title="Your role in this account">
-        <span className="visually-hidden">Your role:</span>
-        {role}
-      </span>
+      <span className={`badge role role-${role}`} title="Your role in this account"><span className="visually-hidden">Your role: </span>{role}</span>
       {openInvitations === 0 ? null : (
         <Link to="/invitations" className="invitations-link">
           {openInvitations === 1 ? "1 invitation" : `${openInvitations} invitations`}

@@ -33,8 +33,4 @@ const ACTION_ROUTES: Record<Banner["kind"], MemberRoute> = {
 }
 
 const labelOf = (banner: Banner) =>
-  banner.kind === "balance_low"
-    ? "Top up"
-    : banner.kind === "auto_topup_failed"
-    ? "Save the card again"
-    : "Open webhooks"
+  banner.kind === "balance_low" ? "Top up" : banner.kind === "auto_topup_failed" ? "Save the card again" : "Open webhooks"

@@ -1,8 +1,8 @@
-import { type ReactNode, useEffect, useId, useRef, useState } from "react"
+import { useEffect, useId, useRef, useState, type ReactNode } from "react"
 import { Link } from "react-router"
 import { ApiError } from "./api"
 import { formatCostMyr, formatDateTime, formatMicroMyrExact } from "./format"
-import { type Loadable, useSession } from "./session"
+import { useSession, type Loadable } from "./session"
 
 /** An amount with the digits that matter (`RM 0.000139`, `RM 10.00`); the exact micro-MYR in the tooltip. */
 export const Money = ({ micro }: { micro: number }) => (
@@ -13,9 +13,7 @@ export const Money = ({ micro }: { micro: number }) => (
 export const MoneyStat = ({ label, micro, note }: { label: string; micro: number; note?: ReactNode }) => (
   <div className="stat">
     <div className="stat-label">{label}</div>
-    <div className="stat-value">
-      <Money micro={micro} />
-    </div>
+    <div className="stat-value"><Money micro={micro} /></div>
     <div className="stat-note">{formatMicroMyrExact(micro)}</div>
     {note === undefined ? null : <div className="stat-note">{note}</div>}
   </div>
@@ -31,25 +29,12 @@ export const Stat = ({ label, value, note }: { label: string; value: ReactNode; 
 
 /** What was spent this month against a monthly limit (null: none), with a meter when there is one. */
 export const SpendOfLimit = ({ spent, limit, what }: { spent: number; limit: number | null; what: string }) => {
-  if (limit === null) {
-    return (
-      <>
-        <Money micro={spent} /> <span className="muted">(no limit)</span>
-      </>
-    )
-  }
+  if (limit === null) return <><Money micro={spent} /> <span className="muted">(no limit)</span></>
   const share = limit === 0 ? 1 : Math.min(spent / limit, 1)
   return (
     <span className="month-to-date">
       <Money micro={spent} /> of <Money micro={limit} />
-      <meter
-        min={0}
-        max={1}
-        value={share}
-        high={0.8}
-        optimum={0}
-        aria-label={`${Math.round(share * 100)}% of the ${what}`}
-      />
+      <meter min={0} max={1} value={share} high={0.8} optimum={0} aria-label={`${Math.round(share * 100)}% of the ${what}`} />
     </span>
   )
 }
@@ -74,25 +59,17 @@ export const ErrorPanel = ({ error, onRetry }: { error: ApiError; onRetry?: () =
   const body = error.body
   return (
     <div className="error" role="alert">
-      <p className="error-message">
-        <strong>{body.message}</strong>
-      </p>
+      <p className="error-message"><strong>{body.message}</strong></p>
       {body.guidance === null ? null : <p className="error-guidance">{body.guidance}</p>}
       <div className="actions">
         {body.action_url === null ? null : <ActionLink url={body.action_url} />}
         {body.code === "authentication_error"
           ? <button type="button" onClick={signOut}>Sign in again</button>
-          : onRetry === undefined || !body.retryable
-          ? null
-          : <button type="button" onClick={onRetry}>Try again</button>}
+          : onRetry === undefined || !body.retryable ? null : <button type="button" onClick={onRetry}>Try again</button>}
       </div>
       <p className="error-meta">
         <code>{body.code}</code>
-        {body.request_id === "" ? null : (
-          <>
-            · request <code>{body.request_id}</code>
-          </>
-        )}
+        {body.request_id === "" ? null : <> · request <code>{body.request_id}</code></>}
       </p>
     </div>
   )
@@ -103,16 +80,14 @@ export const Loading = ({ what }: { what: string }) => <p className="loading" ro
 export const Empty = ({ children }: { children: ReactNode }) => <div className="empty">{children}</div>
 
 /** Renders a Loadable: the error, the loading note, or the data (kept on screen while it reloads). */
-export const Load = <A extends unknown>({ value, what, retry, children }: {
+export const Load = <A,>({ value, what, retry, children }: {
   value: Loadable<A>
   what: string
   retry?: () => void
   children: (data: A) => ReactNode
 }) => (
   <>
-    {value.state === "failed"
-      ? <ErrorPanel error={value.error} {...(retry === undefined ? {} : { onRetry: retry })} />
-      : null}
+    {value.state === "failed" ? <ErrorPanel error={value.error} {...(retry === undefined ? {} : { onRetry: retry })} /> : null}
     {value.data !== undefined ? children(value.data) : value.state === "loading" ? <Loading what={what} /> : null}
   </>
 )

@@ -2,7 +2,6 @@ import { StrictMode } from "react"
 import { createRoot } from "react-dom/client"
 import { BrowserRouter, NavLink, Route, Routes } from "react-router"
 import { AccountsProvider, AccountSwitcher } from "./accounts"
-import { Banners } from "./banners"
 import { PageHeading } from "./components"
 import { ApiKeysPage } from "./pages/ApiKeys"
 import { AuditLogPage } from "./pages/AuditLog"
@@ -14,6 +13,7 @@ import { OverviewPage } from "./pages/Overview"
 import { SignInPage } from "./pages/SignIn"
 import { UsagePage } from "./pages/Usage"
 import { WebhooksPage } from "./pages/Webhooks"
+import { Banners } from "./banners"
 import { SessionProvider, useSession } from "./session"
 import "./styles.css"
 
@@ -48,9 +48,7 @@ const Shell = () => {
         <nav aria-label="Dashboard">
           <ul>
             {PAGES.map((page) => (
-              <li key={page.to}>
-                <NavLink to={page.to} end>{page.label}</NavLink>
-              </li>
+              <li key={page.to}><NavLink to={page.to} end>{page.label}</NavLink></li>
             ))}
           </ul>
         </nav>

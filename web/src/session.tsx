@@ -1,15 +1,5 @@
-import { createContext, type ReactNode, useCallback, useContext, useEffect, useMemo, useRef, useState } from "react"
-import {
-  api,
-  ApiError,
-  type Caller,
-  type ClientConfig,
-  loadClientConfig,
-  type ReadRoute,
-  type RequestOptions,
-  type Success,
-  type Target
-} from "./api"
+import { createContext, useCallback, useContext, useEffect, useMemo, useRef, useState, type ReactNode } from "react"
+import { ApiError, api, loadClientConfig, type Caller, type ClientConfig, type ReadRoute, type RequestOptions, type Success, type Target } from "./api"
 
 /**
  * The session token lives in memory and in this tab's sessionStorage (it
@@ -54,17 +44,15 @@ export const startProviderSignIn = (authorize: NonNullable<ClientConfig["authori
   const nonce = base64url(crypto.getRandomValues(new Uint8Array(32)))
   window.sessionStorage.setItem(NONCE_KEY, nonce)
   const url = new URL(authorize.url)
-  for (
-    const [name, value] of Object.entries({
-      response_type: "id_token",
-      response_mode: "fragment",
-      client_id: authorize.client_id,
-      redirect_uri: authorize.redirect_uri,
-      scope: "openid email profile",
-      state: nonce,
-      nonce
-    })
-  ) url.searchParams.set(name, value)
+  for (const [name, value] of Object.entries({
+    response_type: "id_token",
+    response_mode: "fragment",
+    client_id: authorize.client_id,
+    redirect_uri: authorize.redirect_uri,
+    scope: "openid email profile",
+    state: nonce,
+    nonce
+  })) url.searchParams.set(name, value)
   window.location.assign(url.toString())
 }
 
@@ -86,18 +74,12 @@ export const takeTokenFromFragment = (): FragmentToken => {
   window.history.replaceState(window.history.state, "", window.location.pathname + window.location.search)
   const expected = window.sessionStorage.getItem(NONCE_KEY)
   if (expected === null || params.get("state") !== expected) {
-    return {
-      kind: "ignored",
-      reason: "A sign-in link was ignored: it was not started from this browser. Sign in again."
-    }
+    return { kind: "ignored", reason: "A sign-in link was ignored: it was not started from this browser. Sign in again." }
   }
   // The state is spent either way: a nonce signs in once.
   window.sessionStorage.removeItem(NONCE_KEY)
   if (tokenClaims(token)?.["nonce"] !== expected) {
-    return {
-      kind: "ignored",
-      reason: "A sign-in link was ignored: its token was not issued for this sign-in. Sign in again."
-    }
+    return { kind: "ignored", reason: "A sign-in link was ignored: its token was not issued for this sign-in. Sign in again." }
   }
   return { kind: "accepted", token }
 }
@@ -160,15 +142,8 @@ export const SessionProvider = ({ children }: { children: ReactNode }) => {
   const [account, setAccount] = useState<string | null>(() => readChosenAccount(token))
   const [config, setConfig] = useState<ClientConfig | null>(null)
   useEffect(() => {
-    loadClientConfig().then(
-      setConfig,
-      () =>
-        setConfig({
-          identity: "development",
-          authorize: null,
-          checkout: "simulated",
-          business_timezone: "Asia/Kuala_Lumpur"
-        })
+    loadClientConfig().then(setConfig, () =>
+      setConfig({ identity: "development", authorize: null, checkout: "simulated", business_timezone: "Asia/Kuala_Lumpur" })
     )
   }, [])
   const signIn = useCallback((next: string) => {
@@ -229,31 +204,24 @@ export const useApi = <K extends ReadRoute>(
     setResult(last.current === undefined ? { state: "loading" } : { state: "loading", data: last.current })
     const target = JSON.parse(key) as Target<K>
     // A read route's options are its target and the caller: no payload, no headers of its own.
-    api(route, { ...target, caller: { token, account }, signal: controller.signal } as unknown as RequestOptions<K>)
-      .then(
-        (data) => {
-          // A superseded request's answer is not this query's answer.
-          if (controller.signal.aborted) return
-          last.current = data
-          setResult({ state: "ready", data })
-        },
-        (error: unknown) => {
-          if (controller.signal.aborted) return
-          const failure = error instanceof ApiError ? error : new ApiError(0, {
-            message: String(error),
-            type: "api_error",
-            code: "client_error",
-            param: null,
-            request_id: "",
-            guidance: "Reload the page.",
-            action_url: null,
-            retryable: true
-          })
-          // Data of an earlier query is not shown beside the error: it would look like the answer to this one.
-          last.current = undefined
-          setResult({ state: "failed", error: failure })
-        }
-      )
+    api(route, { ...target, caller: { token, account }, signal: controller.signal } as unknown as RequestOptions<K>).then(
+      (data) => {
+        // A superseded request's answer is not this query's answer.
+        if (controller.signal.aborted) return
+        last.current = data
+        setResult({ state: "ready", data })
+      },
+      (error: unknown) => {
+        if (controller.signal.aborted) return
+        const failure = error instanceof ApiError ? error : new ApiError(0, {
+          message: String(error), type: "api_error", code: "client_error", param: null, request_id: "",
+          guidance: "Reload the page.", action_url: null, retryable: true
+        })
+        // Data of an earlier query is not shown beside the error: it would look like the answer to this one.
+        last.current = undefined
+        setResult({ state: "failed", error: failure })
+      }
+    )
     return () => controller.abort()
   }, [route, key, refresh, token, account, generation])
   return [result, useCallback(() => setGeneration((n) => n + 1), [])]

@@ -103,7 +103,7 @@ describe("parking beside another instance's settlements", { timeout: 180_000 }, 
     // The cause fixed, the replay bills the parked call once; a second replay finds nothing.
     await db("ALTER TABLE request_logs DROP CONSTRAINT refuse_marked")
     const replay = () =>
-      promisify(execFile)("node", ["--import", "tsx", "src/Wallet/ReplayParked.ts"], {
+      promisify(execFile)("node", ["--import", "tsx", "src/Wallet/Settlement/ReplayParked.ts"], {
         cwd: resolve(import.meta.dirname, "../../.."),
         env: { ...process.env, DATABASE_URL: bed.databaseUrl, LOG_FORMAT: "json" }
       })

@@ -1,8 +1,8 @@
-import { type FormEvent, useEffect, useRef, useState } from "react"
+import { useEffect, useRef, useState, type FormEvent } from "react"
 import { useSearchParams } from "react-router"
-import { useAccounts } from "../accounts"
 import { api, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading, SpendOfLimit, useSubmission } from "../components"
+import { useAccounts } from "../accounts"
 import { fromLocalInput } from "../format"
 import { mayChangeKey, neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
@@ -42,50 +42,21 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
       {error === null ? null : <ErrorPanel error={error} />}
       <div className="form-grid">
         <Field label="Name">
-          {(props) => (
-            <input
-              {...props}
-              required
-              maxLength={100}
-              value={name}
-              onChange={(e) => setName(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} required maxLength={100} value={name} onChange={(e) => setName(e.target.value)} />}
         </Field>
         <Field label="Environment" hint="Test keys use the simulated model and cost nothing.">
           {(props) => (
-            <select
-              {...props}
-              value={environment}
-              onChange={(e) => setEnvironment(e.target.value === "test" ? "test" : "live")}
-            >
+            <select {...props} value={environment} onChange={(e) => setEnvironment(e.target.value === "test" ? "test" : "live")}>
               <option value="live">Live</option>
               <option value="test">Test</option>
             </select>
           )}
         </Field>
         <Field label="Monthly spend limit (RM)" hint="Optional; empty means no limit.">
-          {(props) => (
-            <input
-              {...props}
-              type="number"
-              min={0}
-              step="0.01"
-              inputMode="decimal"
-              value={limit}
-              onChange={(e) => setLimit(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} type="number" min={0} step="0.01" inputMode="decimal" value={limit} onChange={(e) => setLimit(e.target.value)} />}
         </Field>
         <Field label="Expires" hint="Optional; in your time zone.">
-          {(props) => (
-            <input
-              {...props}
-              type="datetime-local"
-              value={expires}
-              onChange={(e) => setExpires(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} type="datetime-local" value={expires} onChange={(e) => setExpires(e.target.value)} />}
         </Field>
       </div>
       <button type="submit" disabled={busy}>{busy ? "Creating…" : "Create key"}</button>
@@ -111,46 +82,23 @@ const NewKey = ({ created, onDone }: { created: CreatedKey | RotatedKey; onDone:
   return (
     <section className="card new-key" aria-labelledby="new-key-heading">
       <h2 id="new-key-heading">{rotated ? "The new secret of" : "Your new key"} “{created.key.name}”</h2>
-      <p className="warning" role="note">
-        <strong>{created.warning}</strong>
-      </p>
+      <p className="warning" role="note"><strong>{created.warning}</strong></p>
       {"previous_key_valid_until" in created
         ? (
           <p className="note">
             {created.previous_key_valid_until === null
-              ? (
-                <>
-                  The old secret no longer works: calls with it answer <code>revoked_api_key</code>.
-                </>
-              )
-              : (
-                <>
-                  The old secret keeps working until <DateTime iso={created.previous_key_valid_until} />, then answers
-                  {" "}
-                  <code>revoked_api_key</code>.
-                </>
-              )}
+              ? <>The old secret no longer works: calls with it answer <code>revoked_api_key</code>.</>
+              : <>The old secret keeps working until <DateTime iso={created.previous_key_valid_until} />, then answers <code>revoked_api_key</code>.</>}
           </p>
         )
         : null}
       <div className="copy-row">
         <label htmlFor="full-key" className="visually-hidden">Full API key</label>
-        <input
-          id="full-key"
-          ref={ref}
-          className="mono"
-          readOnly
-          value={created.full_key}
-          onFocus={(e) => e.target.select()}
-        />
+        <input id="full-key" ref={ref} className="mono" readOnly value={created.full_key} onFocus={(e) => e.target.select()} />
         <button type="button" onClick={copy}>Copy</button>
       </div>
       <p aria-live="polite" className="note">
-        {copied === "yes"
-          ? "Copied to the clipboard."
-          : copied === "failed"
-          ? "Copying was refused: the key is selected, copy it with Ctrl+C."
-          : ""}
+        {copied === "yes" ? "Copied to the clipboard." : copied === "failed" ? "Copying was refused: the key is selected, copy it with Ctrl+C." : ""}
       </p>
       <button type="button" className="quiet" onClick={onDone}>I have saved it</button>
     </section>
@@ -158,9 +106,7 @@ const NewKey = ({ created, onDone }: { created: CreatedKey | RotatedKey; onDone:
 }
 
 /** Confirms a deletion in a modal dialog: it traps focus, and Escape cancels. */
-const ConfirmDelete = (
-  { apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCancel: () => void; onDeleted: (key: ApiKey) => void }
-) => {
+const ConfirmDelete = ({ apiKey, onCancel, onDeleted }: { apiKey: ApiKey; onCancel: () => void; onDeleted: (key: ApiKey) => void }) => {
   const { caller } = useSession()
   const dialog = useRef<HTMLDialogElement>(null)
   const { busy, error, submit } = useSubmission()
@@ -173,25 +119,16 @@ const ConfirmDelete = (
       onDeleted(apiKey)
     })
   return (
-    <dialog
-      ref={dialog}
-      className="dialog"
-      aria-labelledby="delete-heading"
-      aria-describedby="delete-text"
-      onCancel={onCancel}
-    >
+    <dialog ref={dialog} className="dialog" aria-labelledby="delete-heading" aria-describedby="delete-text" onCancel={onCancel}>
       <h2 id="delete-heading">Delete the key “{apiKey.name}”?</h2>
       <p id="delete-text">
-        Every call made with <code>{apiKey.prefix}…</code>{" "}
-        will be refused (<code>revoked_api_key</code>) from now on. This cannot be undone: the key cannot be restored or
-        shown again; you would create a new one.
+        Every call made with <code>{apiKey.prefix}…</code> will be refused (<code>revoked_api_key</code>) from now on.
+        This cannot be undone: the key cannot be restored or shown again; you would create a new one.
       </p>
       {error === null ? null : <ErrorPanel error={error} />}
       <div className="actions">
         <button type="button" className="quiet" onClick={onCancel} autoFocus>Cancel</button>
-        <button type="button" className="danger" onClick={remove} disabled={busy}>
-          {busy ? "Deleting…" : "Delete key"}
-        </button>
+        <button type="button" className="danger" onClick={remove} disabled={busy}>{busy ? "Deleting…" : "Delete key"}</button>
       </div>
     </dialog>
   )
@@ -224,203 +161,97 @@ export const ApiKeysPage = () => {
       {created === null ? null : <NewKey created={created} onDone={() => setCreated(null)} />}
       {rotated === null ? null : <NewKey created={rotated} onDone={() => setRotated(null)} />}
       {found !== undefined && editing === undefined
-        ? (
-          <div className="error" role="alert">
-            <p className="error-message">
-              <strong>
-                You cannot change the key “{found.name}”: {current.role === "developer"
-                  ? "a developer changes only the keys it created"
-                  : `changing keys needs the role ${neededRoles("PATCH /dashboard/api-keys/{id}")}`}.
-              </strong>
-            </p>
-          </div>
-        )
+        ? <div className="error" role="alert"><p className="error-message"><strong>You cannot change the key “{found.name}”: {current.role === "developer" ? "a developer changes only the keys it created" : `changing keys needs the role ${neededRoles("PATCH /dashboard/api-keys/{id}")}`}.</strong></p></div>
         : null}
       {editId !== null && keys.data !== undefined && found === undefined
-        ? (
-          <div className="error" role="alert">
-            <p className="error-message">
-              <strong>
-                No key of yours has the id <code>{editId}</code>; it may have been deleted.
-              </strong>
-            </p>
-          </div>
-        )
+        ? <div className="error" role="alert"><p className="error-message"><strong>No key of yours has the id <code>{editId}</code>; it may have been deleted.</strong></p></div>
         : null}
       {can("POST /dashboard/api-keys")
-        ? (
-          <CreateKeyForm
-            onCreated={(next) => {
-              setCreated(next)
-              reload()
-            }}
-          />
-        )
+        ? <CreateKeyForm onCreated={(next) => {
+          setCreated(next)
+          reload()
+        }} />
         : null}
       <section aria-labelledby="keys-heading">
         <h2 id="keys-heading">{current.personal ? "Your keys" : "The account's keys"}</h2>
         <Load value={keys} what="your keys" retry={reload}>
-          {(data) =>
-            data.keys.length === 0 && deleted.length === 0
-              ? (
-                <Empty>
-                  {can("POST /dashboard/api-keys")
-                    ? "No API keys yet. Create one above to call the model API."
-                    : "No API keys yet."}
-                </Empty>
-              )
-              : (
-                <div className="table-wrap">
-                  <table className="keys stack">
-                    <thead>
-                      <tr>
-                        <th scope="col">Name</th>
-                        <th scope="col">Key</th>
-                        <th scope="col">Environment</th>
-                        <th scope="col">Status</th>
-                        <th scope="col">Spent this month</th>
-                        <th scope="col">Created</th>
-                        <th scope="col">Last used</th>
-                        <th scope="col">Expires</th>
-                        <th scope="col">
-                          <span className="visually-hidden">Actions</span>
-                        </th>
+          {(data) => data.keys.length === 0 && deleted.length === 0
+            ? <Empty>{can("POST /dashboard/api-keys") ? "No API keys yet. Create one above to call the model API." : "No API keys yet."}</Empty>
+            : (
+              <div className="table-wrap">
+                <table className="keys stack">
+                  <thead>
+                    <tr>
+                      <th scope="col">Name</th><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th>
+                      <th scope="col">Spent this month</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th>
+                      <th scope="col"><span className="visually-hidden">Actions</span></th>
+                    </tr>
+                  </thead>
+                  <tbody>
+                    {data.keys.map((key) => (
+                      <tr key={key.id}>
+                        <th scope="row">{key.name}</th>
+                        <td data-label="Key"><code>{key.prefix}…</code></td>
+                        <td data-label="Environment">{key.environment}</td>
+                        <td data-label="Status"><StatusBadge status={key.status} /></td>
+                        <td data-label="Spent this month"><MonthToDate apiKey={key} /></td>
+                        <td data-label="Created"><DateTime iso={key.created_at} /></td>
+                        <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
+                        <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
+                        <td className="row-actions">
+                          {mayChangeKey(me, key, "PATCH /dashboard/api-keys/{id}")
+                            ? <button type="button" className="small" onClick={() => setEditing(key)} aria-label={`Edit ${key.name}`}>Edit</button>
+                            : null}
+                          {mayChangeKey(me, key, "POST /dashboard/api-keys/{id}/rotate")
+                            ? <button type="button" className="small" onClick={() => setRotating(key)} aria-label={`Rotate ${key.name}`}>Rotate</button>
+                            : null}
+                          {mayChangeKey(me, key, "DELETE /dashboard/api-keys/{id}")
+                            ? <button type="button" className="danger small" onClick={() => setDeleting(key)} aria-label={`Delete ${key.name}`}>Delete</button>
+                            : null}
+                        </td>
                       </tr>
-                    </thead>
-                    <tbody>
-                      {data.keys.map((key) => (
-                        <tr key={key.id}>
-                          <th scope="row">{key.name}</th>
-                          <td data-label="Key">
-                            <code>{key.prefix}…</code>
-                          </td>
-                          <td data-label="Environment">{key.environment}</td>
-                          <td data-label="Status">
-                            <StatusBadge status={key.status} />
-                          </td>
-                          <td data-label="Spent this month">
-                            <MonthToDate apiKey={key} />
-                          </td>
-                          <td data-label="Created">
-                            <DateTime iso={key.created_at} />
-                          </td>
-                          <td data-label="Last used">
-                            {key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}
-                          </td>
-                          <td data-label="Expires">
-                            {key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}
-                          </td>
-                          <td className="row-actions">
-                            {mayChangeKey(me, key, "PATCH /dashboard/api-keys/{id}")
-                              ? (
-                                <button
-                                  type="button"
-                                  className="small"
-                                  onClick={() => setEditing(key)}
-                                  aria-label={`Edit ${key.name}`}
-                                >
-                                  Edit
-                                </button>
-                              )
-                              : null}
-                            {mayChangeKey(me, key, "POST /dashboard/api-keys/{id}/rotate")
-                              ? (
-                                <button
-                                  type="button"
-                                  className="small"
-                                  onClick={() => setRotating(key)}
-                                  aria-label={`Rotate ${key.name}`}
-                                >
-                                  Rotate
-                                </button>
-                              )
-                              : null}
-                            {mayChangeKey(me, key, "DELETE /dashboard/api-keys/{id}")
-                              ? (
-                                <button
-                                  type="button"
-                                  className="danger small"
-                                  onClick={() => setDeleting(key)}
-                                  aria-label={`Delete ${key.name}`}
-                                >
-                                  Delete
-                                </button>
-                              )
-                              : null}
-                          </td>
-                        </tr>
-                      ))}
-                      {deleted.map((key) => (
-                        <tr key={key.id} className="revoked">
-                          <th scope="row">{key.name}</th>
-                          <td data-label="Key">
-                            <code>{key.prefix}…</code>
-                          </td>
-                          <td data-label="Environment">{key.environment}</td>
-                          <td data-label="Status">
-                            <StatusBadge status="revoked" />
-                          </td>
-                          <td colSpan={5} className="full">
-                            Deleted just now; calls with it answer{" "}
-                            <code>revoked_api_key</code>. It leaves this list when you reload.
-                          </td>
-                        </tr>
-                      ))}
-                    </tbody>
-                  </table>
-                </div>
-              )}
+                    ))}
+                    {deleted.map((key) => (
+                      <tr key={key.id} className="revoked">
+                        <th scope="row">{key.name}</th>
+                        <td data-label="Key"><code>{key.prefix}…</code></td>
+                        <td data-label="Environment">{key.environment}</td>
+                        <td data-label="Status"><StatusBadge status="revoked" /></td>
+                        <td colSpan={5} className="full">Deleted just now; calls with it answer <code>revoked_api_key</code>. It leaves this list when you reload.</td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )}
         </Load>
       </section>
-      {editing === undefined ?
-        null :
-        (
-          <EditKey
-            key={editing.id}
-            apiKey={editing}
-            onClose={() => setEditing(null)}
-            onSaved={(_key, done) => {
-              if (done) setEditing(null)
-              reload()
-            }}
-          />
-        )}
-      {rotating === null ? null : (
-        <RotateKey
-          apiKey={rotating}
-          onCancel={() => setRotating(null)}
-          onRotated={(next) => {
-            setRotating(null)
-            setCreated(null)
-            setRotated(next)
-            reload()
-          }}
-        />
+      {editing === undefined ? null : (
+        <EditKey key={editing.id} apiKey={editing} onClose={() => setEditing(null)} onSaved={(_key, done) => {
+          if (done) setEditing(null)
+          reload()
+        }} />
       )}
-      {deleting === null ?
-        null :
-        (
-          <ConfirmDelete
-            apiKey={deleting}
-            onCancel={() => setDeleting(null)}
-            onDeleted={(key) => {
-              setDeleting(null)
-              setDeleted((list) => [...list, key])
-              reload()
-            }}
-          />
-        )}
+      {rotating === null ? null : (
+        <RotateKey apiKey={rotating} onCancel={() => setRotating(null)} onRotated={(next) => {
+          setRotating(null)
+          setCreated(null)
+          setRotated(next)
+          reload()
+        }} />
+      )}
+      {deleting === null ? null : (
+        <ConfirmDelete apiKey={deleting} onCancel={() => setDeleting(null)} onDeleted={(key) => {
+          setDeleting(null)
+          setDeleted((list) => [...list, key])
+          reload()
+        }} />
+      )}
     </>
   )
 }
 
 /** The key's month-to-date spend against its monthly limit, if it has one. */
 function MonthToDate({ apiKey }: { readonly apiKey: ApiKey }) {
-  return (
-    <SpendOfLimit
-      spent={apiKey.month_to_date_spend_micro_myr}
-      limit={apiKey.monthly_spend_limit_micro_myr}
-      what="monthly limit"
-    />
-  )
+  return <SpendOfLimit spent={apiKey.month_to_date_spend_micro_myr} limit={apiKey.monthly_spend_limit_micro_myr} what="monthly limit" />
 }

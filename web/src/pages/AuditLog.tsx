@@ -1,5 +1,5 @@
 import { useState } from "react"
-import { AUDIT_ACTIONS, type AuditAction, type AuditEntry, download } from "../api"
+import { AUDIT_ACTIONS, download, type AuditAction, type AuditEntry } from "../api"
 import { DateTime, Empty, Field, Load, PageHeading, Pager } from "../components"
 import { ExportButton } from "../ExportButton"
 import { formatCount, fromLocalInput } from "../format"
@@ -46,10 +46,7 @@ const Details = ({ details }: { details: AuditEntry["details"] }) => {
   return (
     <ul className="audit-details">
       {fields.map(([name, value]) => (
-        <li key={name}>
-          <span className="muted">{name}:</span>{" "}
-          {isChange(value) ? `${shown(value.from)} → ${shown(value.to)}` : shown(value)}
-        </li>
+        <li key={name}><span className="muted">{name}:</span> {isChange(value) ? `${shown(value.from)} → ${shown(value.to)}` : shown(value)}</li>
       ))}
     </ul>
   )
@@ -68,11 +65,9 @@ export const AuditLogPage = () => {
     from: fromLocalInput(from),
     to: fromLocalInput(to)
   }
-  const [entries, reload] = useApi("GET /dashboard/audit-log", {
-    query: { page: String(page), limit: String(PAGE_SIZE), ...filters }
-  })
+  const [entries, reload] = useApi("GET /dashboard/audit-log", { query: { page: String(page), limit: String(PAGE_SIZE), ...filters } })
   // Every filter change starts again at the first page.
-  const filter = <A extends unknown>(set: (value: A) => void) => (value: A) => {
+  const filter = <A,>(set: (value: A) => void) => (value: A) => {
     set(value)
     setPage(1)
   }
@@ -82,26 +77,13 @@ export const AuditLogPage = () => {
     <>
       <PageHeading title="Audit log">
         <button type="button" className="quiet" onClick={reload}>Refresh</button>
-        <ExportButton
-          save={(caller) =>
-            download(
-              "GET /dashboard/audit-log/export",
-              { caller, query: { ...filters, format: "csv" } },
-              "nenas-audit-log.csv"
-            )}
-        />
+        <ExportButton save={(caller) => download("GET /dashboard/audit-log/export", { caller, query: { ...filters, format: "csv" } }, "nenas-audit-log.csv")} />
       </PageHeading>
-      <p className="note">
-        Who changed keys, members, billing settings, the card and webhooks: when, and from which address. Kept one year.
-      </p>
+      <p className="note">Who changed keys, members, billing settings, the card and webhooks: when, and from which address. Kept one year.</p>
       <form className="filters" aria-label="Filter the audit log" onSubmit={(e) => e.preventDefault()}>
         <Field label="Action">
           {(props) => (
-            <select
-              {...props}
-              value={action}
-              onChange={(e) => filter(setAction)(AUDIT_ACTIONS.find((one) => one === e.target.value) ?? "")}
-            >
+            <select {...props} value={action} onChange={(e) => filter(setAction)(AUDIT_ACTIONS.find((one) => one === e.target.value) ?? "")}>
               <option value="">Any</option>
               {AUDIT_ACTIONS.map((one) => <option key={one} value={one}>{ACTION_LABELS[one]}</option>)}
             </select>
@@ -118,79 +100,38 @@ export const AuditLogPage = () => {
           )}
         </Field>
         <Field label="From" hint="Your time zone">
-          {(props) => (
-            <input
-              {...props}
-              type="datetime-local"
-              value={from}
-              onChange={(e) => filter(setFrom)(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} type="datetime-local" value={from} onChange={(e) => filter(setFrom)(e.target.value)} />}
         </Field>
         <Field label="To" hint="Your time zone">
-          {(props) => (
-            <input
-              {...props}
-              type="datetime-local"
-              value={to}
-              onChange={(e) => filter(setTo)(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} type="datetime-local" value={to} onChange={(e) => filter(setTo)(e.target.value)} />}
         </Field>
       </form>
       <Load value={entries} what="the audit log" retry={reload}>
         {(data) => (
           <>
             {data.entries.length === 0
-              ? (
-                <Empty>
-                  {filtered
-                    ? "No entries match these filters."
-                    : page > 1
-                    ? "No more entries."
-                    : "No changes recorded yet."}
-                </Empty>
-              )
+              ? <Empty>{filtered ? "No entries match these filters." : page > 1 ? "No more entries." : "No changes recorded yet."}</Empty>
               : (
                 <div className="table-wrap">
                   <table className="audit stack">
                     <thead>
                       <tr>
-                        <th scope="col">When</th>
-                        <th scope="col">Who</th>
-                        <th scope="col">What</th>
-                        <th scope="col">Target</th>
-                        <th scope="col">Details</th>
-                        <th scope="col">From</th>
+                        <th scope="col">When</th><th scope="col">Who</th><th scope="col">What</th><th scope="col">Target</th>
+                        <th scope="col">Details</th><th scope="col">From</th>
                       </tr>
                     </thead>
                     <tbody>
                       {data.entries.map((entry) => (
                         <tr key={entry.id}>
-                          <td data-label="When">
-                            <DateTime iso={entry.created_at} />
-                          </td>
-                          <td data-label="Who">
-                            {entry.actor_email ??
-                              (entry.member_id === null ? "the service" : <code>{entry.member_id}</code>)}
-                          </td>
-                          <td data-label="What">
-                            <span data-action={entry.action}>{ACTION_LABELS[entry.action]}</span>
-                          </td>
-                          <td data-label="Target">
-                            {entry.target_id === null ? entry.target_type : <code>{entry.target_id}</code>}
-                          </td>
-                          <td data-label="Details">
-                            <Details details={entry.details} />
-                          </td>
+                          <td data-label="When"><DateTime iso={entry.created_at} /></td>
+                          <td data-label="Who">{entry.actor_email ?? (entry.member_id === null ? "the service" : <code>{entry.member_id}</code>)}</td>
+                          <td data-label="What"><span data-action={entry.action}>{ACTION_LABELS[entry.action]}</span></td>
+                          <td data-label="Target">{entry.target_id === null ? entry.target_type : <code>{entry.target_id}</code>}</td>
+                          <td data-label="Details"><Details details={entry.details} /></td>
                           <td data-label="From">
                             <div>
                               {entry.client_address ?? "—"}
-                              {entry.request_id === null ? null : (
-                                <div className="note">
-                                  <code>{entry.request_id}</code>
-                                </div>
-                              )}
+                              {entry.request_id === null ? null : <div className="note"><code>{entry.request_id}</code></div>}
                             </div>
                           </td>
                         </tr>
@@ -199,12 +140,7 @@ export const AuditLogPage = () => {
                   </table>
                 </div>
               )}
-            <Pager
-              page={page}
-              hasMore={data.has_more}
-              onPage={setPage}
-              summary={`${formatCount(data.total)} entries`}
-            />
+            <Pager page={page} hasMore={data.has_more} onPage={setPage} summary={`${formatCount(data.total)} entries`} />
           </>
         )}
       </Load>

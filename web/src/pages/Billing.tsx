@@ -1,8 +1,8 @@
 import { useState } from "react"
 import { useSearchParams } from "react-router"
-import { useAccounts } from "../accounts"
-import { api, ApiError, LEDGER_TYPES, type LedgerType, type TopUpSen } from "../api"
+import { ApiError, LEDGER_TYPES, api, type LedgerType, type TopUpSen } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, MoneyStat, PageHeading, Pager } from "../components"
+import { useAccounts } from "../accounts"
 import { formatCostMyr } from "../format"
 import { neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
@@ -28,10 +28,7 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
     setError(null)
     try {
       // One of the amounts the balance lists, which are those checkout takes.
-      const { url } = await api("POST /dashboard/billing/checkout", {
-        caller,
-        json: { amount_sen: amountSen as TopUpSen }
-      })
+      const { url } = await api("POST /dashboard/billing/checkout", { caller, json: { amount_sen: amountSen as TopUpSen } })
       window.location.assign(url)
     } catch (cause) {
       setPending(null)
@@ -51,12 +48,7 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
       <div className="topups">
         {options.map((sen) => (
           <button key={sen} type="button" onClick={() => start(sen)} disabled={pending !== null}>
-            {pending === sen ? "Opening checkout…" : (
-              <>
-                <span className="visually-hidden">Top up</span>
-                {formatCostMyr(sen * 10_000)}
-              </>
-            )}
+            {pending === sen ? "Opening checkout…" : <><span className="visually-hidden">Top up </span>{formatCostMyr(sen * 10_000)}</>}
           </button>
         ))}
       </div>
@@ -92,16 +84,10 @@ export const BillingPage = () => {
   return (
     <>
       <PageHeading title="Billing">
-        <button
-          type="button"
-          className="quiet"
-          onClick={() => {
-            reloadBalance()
-            reloadLedger()
-          }}
-        >
-          Refresh
-        </button>
+        <button type="button" className="quiet" onClick={() => {
+          reloadBalance()
+          reloadLedger()
+        }}>Refresh</button>
       </PageHeading>
       <CheckoutNotice />
       <Load value={balance} what="your balance" retry={reloadBalance}>
@@ -110,13 +96,10 @@ export const BillingPage = () => {
             {data.account_suspended
               ? (
                 <div className="error suspended" role="alert">
-                  <p className="error-message">
-                    <strong>Your account is suspended while a payment dispute is open.</strong>
-                  </p>
+                  <p className="error-message"><strong>Your account is suspended while a payment dispute is open.</strong></p>
                   <p className="error-guidance">
-                    Model calls answer <code>permission_denied</code>{" "}
-                    until the dispute closes; this dashboard still works. The disputed amount is debited below as a
-                    chargeback, and credited back if the dispute is decided for you.
+                    Model calls answer <code>permission_denied</code> until the dispute closes; this dashboard still works.
+                    The disputed amount is debited below as a chargeback, and credited back if the dispute is decided for you.
                   </p>
                 </div>
               )
@@ -124,11 +107,7 @@ export const BillingPage = () => {
             <section aria-labelledby="balance-heading">
               <h2 id="balance-heading">Balance</h2>
               {data.wallet.availableMicroMyr < 0
-                ? (
-                  <p className="warning" role="note">
-                    Your balance is negative (a refund or chargeback); live calls are refused until you top up.
-                  </p>
-                )
+                ? <p className="warning" role="note">Your balance is negative (a refund or chargeback); live calls are refused until you top up.</p>
                 : null}
               <div className="stats">
                 <MoneyStat label="Available" micro={data.wallet.availableMicroMyr} />
@@ -139,11 +118,7 @@ export const BillingPage = () => {
             </section>
             {can("POST /dashboard/billing/checkout")
               ? <TopUp options={data.topup_options_sen} />
-              : (
-                <p className="note">
-                  Topping up needs the role {neededRoles("POST /dashboard/billing/checkout")} in this account.
-                </p>
-              )}
+              : <p className="note">Topping up needs the role {neededRoles("POST /dashboard/billing/checkout")} in this account.</p>}
           </>
         )}
       </Load>
@@ -153,14 +128,10 @@ export const BillingPage = () => {
         <div className="filters">
           <Field label="Type">
             {(props) => (
-              <select
-                {...props}
-                value={type}
-                onChange={(e) => {
-                  setType(e.target.value as LedgerType | "")
-                  setPage(1)
-                }}
-              >
+              <select {...props} value={type} onChange={(e) => {
+                setType(e.target.value as LedgerType | "")
+                setPage(1)
+              }}>
                 <option value="">All types</option>
                 {LEDGER_TYPES.map((t) => <option key={t} value={t}>{TYPE_LABELS[t]}</option>)}
               </select>
@@ -171,43 +142,21 @@ export const BillingPage = () => {
           {(data) => (
             <>
               {data.ledger.length === 0
-                ? (
-                  <Empty>
-                    {page > 1
-                      ? "No more entries."
-                      : type === ""
-                      ? `No ledger entries yet.${
-                        can("POST /dashboard/billing/checkout") ? " Top up to add the first." : ""
-                      }`
-                      : "No entries of this type."}
-                  </Empty>
-                )
+                ? <Empty>{page > 1 ? "No more entries." : type === "" ? `No ledger entries yet.${can("POST /dashboard/billing/checkout") ? " Top up to add the first." : ""}` : "No entries of this type."}</Empty>
                 : (
                   <div className="table-wrap">
                     <table className="stack">
                       <thead>
-                        <tr>
-                          <th scope="col">When</th>
-                          <th scope="col">Type</th>
-                          <th scope="col">Description</th>
-                          <th scope="col" className="num">Amount</th>
-                          <th scope="col" className="num">Balance after</th>
-                        </tr>
+                        <tr><th scope="col">When</th><th scope="col">Type</th><th scope="col">Description</th><th scope="col" className="num">Amount</th><th scope="col" className="num">Balance after</th></tr>
                       </thead>
                       <tbody>
                         {data.ledger.map((entry) => (
                           <tr key={entry.id}>
-                            <td data-label="When">
-                              <DateTime iso={entry.createdAt} />
-                            </td>
+                            <td data-label="When"><DateTime iso={entry.createdAt} /></td>
                             <td data-label="Type">{TYPE_LABELS[entry.type]}</td>
                             <td data-label="Description">{entry.description}</td>
-                            <td data-label="Amount" className={entry.amountMicroMyr < 0 ? "num debit" : "num credit"}>
-                              <Money micro={entry.amountMicroMyr} />
-                            </td>
-                            <td data-label="Balance after" className="num">
-                              <Money micro={entry.balanceAfterMicroMyr} />
-                            </td>
+                            <td data-label="Amount" className={entry.amountMicroMyr < 0 ? "num debit" : "num credit"}><Money micro={entry.amountMicroMyr} /></td>
+                            <td data-label="Balance after" className="num"><Money micro={entry.balanceAfterMicroMyr} /></td>
                           </tr>
                         ))}
                       </tbody>

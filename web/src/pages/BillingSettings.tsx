@@ -1,13 +1,6 @@
 import { useState } from "react"
+import { AUTO_TOPUP_AMOUNTS_MYR, ApiError, api, type AutoTopupAmount, type BillingSettings as Settings, type UpdateBillingSettings } from "../api"
 import { useAccounts } from "../accounts"
-import {
-  api,
-  ApiError,
-  AUTO_TOPUP_AMOUNTS_MYR,
-  type AutoTopupAmount,
-  type BillingSettings as Settings,
-  type UpdateBillingSettings
-} from "../api"
 import { ErrorPanel, Field, Load } from "../components"
 import { neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
@@ -31,41 +24,19 @@ const useSave = (onSaved: (settings: Settings) => void) => {
   return { error, saved, save }
 }
 
-const LowBalance = (
-  { settings, onSaved, editable }: { settings: Settings; onSaved: (s: Settings) => void; editable: boolean }
-) => {
+const LowBalance = ({ settings, onSaved, editable }: { settings: Settings; onSaved: (s: Settings) => void; editable: boolean }) => {
   const [threshold, setThreshold] = useState(settings.low_balance_threshold_myr?.toString() ?? "")
   const { error, saved, save } = useSave(onSaved)
   return (
-    <form
-      className="card"
-      aria-labelledby="alert-heading"
-      onSubmit={(e) => {
-        e.preventDefault()
-        if (editable) {
-          void save(
-            { low_balance_threshold_myr: threshold.trim() === "" ? null : Number(threshold) },
-            "Alert saved."
-          )
-        }
-      }}
-    >
+    <form className="card" aria-labelledby="alert-heading" onSubmit={(e) => {
+      e.preventDefault()
+      if (editable) void save({ low_balance_threshold_myr: threshold.trim() === "" ? null : Number(threshold) }, "Alert saved.")
+    }}>
       <h2 id="alert-heading">Low-balance alert</h2>
-      <p className="note">
-        When usage takes your balance below this, you are told once: a banner here, an email and a{" "}
-        <code>balance.low</code> webhook.
-      </p>
+      <p className="note">When usage takes your balance below this, you are told once: a banner here, an email and a <code>balance.low</code> webhook.</p>
       {error === null ? null : <ErrorPanel error={error} />}
       <Field label="Alert below (RM)" hint="Empty: no alert.">
-        {(props) => (
-          <input
-            {...props}
-            inputMode="decimal"
-            readOnly={!editable}
-            value={threshold}
-            onChange={(e) => setThreshold(e.target.value)}
-          />
-        )}
+        {(props) => <input {...props} inputMode="decimal" readOnly={!editable} value={threshold} onChange={(e) => setThreshold(e.target.value)} />}
       </Field>
       {editable ? <button type="submit">Save alert</button> : null}
       {saved === null ? null : <p role="status" className="note">{saved}</p>}
@@ -96,55 +67,30 @@ const AutoTopup = ({ settings, onSaved, editable, cardChangeable }: {
     }
   }
   return (
-    <form
-      className="card"
-      aria-labelledby="auto-heading"
-      onSubmit={(e) => {
-        e.preventDefault()
-        if (editable) {
-          void save({
-            auto_topup: { enabled, threshold_myr: Number(threshold), amount_myr: Number(amount) as AutoTopupAmount }
-          }, enabled ? "Auto top-up is on." : "Auto top-up is off.")
-        }
-      }}
-    >
+    <form className="card" aria-labelledby="auto-heading" onSubmit={(e) => {
+      e.preventDefault()
+      if (editable) void save({
+        auto_topup: { enabled, threshold_myr: Number(threshold), amount_myr: Number(amount) as AutoTopupAmount }
+      }, enabled ? "Auto top-up is on." : "Auto top-up is off.")
+    }}>
       <h2 id="auto-heading">Auto top-up</h2>
-      {auto.disabled_reason === null || auto.enabled ?
-        null :
-        <p className="warning" role="note">Auto top-up turned itself off: {auto.disabled_reason}</p>}
+      {auto.disabled_reason === null || auto.enabled ? null : (
+        <p className="warning" role="note">Auto top-up turned itself off: {auto.disabled_reason}</p>
+      )}
       <p>
         {settings.card === null
           ? "No card saved."
-          : (
-            <>
-              Card: <strong>{settings.card.brand} ending {settings.card.last4}</strong> (expires{" "}
-              {settings.card.exp_month}/{settings.card.exp_year})
-            </>
-          )} {cardChangeable
-          ? (
-            <button type="button" className="quiet" onClick={() => void saveCard()}>
-              {settings.card === null ? "Save a card" : "Replace the card"}
-            </button>
-          )
+          : <>Card: <strong>{settings.card.brand} ending {settings.card.last4}</strong> (expires {settings.card.exp_month}/{settings.card.exp_year})</>}
+        {" "}
+        {cardChangeable
+          ? <button type="button" className="quiet" onClick={() => void saveCard()}>{settings.card === null ? "Save a card" : "Replace the card"}</button>
           : null}
       </p>
       {cardError === null ? null : <ErrorPanel error={cardError} />}
       {error === null ? null : <ErrorPanel error={error} />}
-      <label className="check">
-        <input type="checkbox" checked={enabled} disabled={!editable} onChange={(e) => setEnabled(e.target.checked)} />
-        {" "}
-        Top up automatically
-      </label>
+      <label className="check"><input type="checkbox" checked={enabled} disabled={!editable} onChange={(e) => setEnabled(e.target.checked)} /> Top up automatically</label>
       <Field label="When the balance is below (RM)">
-        {(props) => (
-          <input
-            {...props}
-            inputMode="decimal"
-            readOnly={!editable}
-            value={threshold}
-            onChange={(e) => setThreshold(e.target.value)}
-          />
-        )}
+        {(props) => <input {...props} inputMode="decimal" readOnly={!editable} value={threshold} onChange={(e) => setThreshold(e.target.value)} />}
       </Field>
       <Field label="Add (RM)" hint={`At most ${auto.max_per_day} times in 24 hours.`}>
         {(props) => (
@@ -171,20 +117,9 @@ export const BillingSettingsPanel = () => {
         const settings = current ?? data
         return (
           <div className="settings-grid">
-            {editable
-              ? null
-              : (
-                <p className="note">
-                  Changing these needs the role {neededRoles("PUT /dashboard/billing/settings")} in this account.
-                </p>
-              )}
+            {editable ? null : <p className="note">Changing these needs the role {neededRoles("PUT /dashboard/billing/settings")} in this account.</p>}
             <LowBalance settings={settings} onSaved={setCurrent} editable={editable} />
-            <AutoTopup
-              settings={settings}
-              onSaved={setCurrent}
-              editable={editable}
-              cardChangeable={can("POST /dashboard/billing/card")}
-            />
+            <AutoTopup settings={settings} onSaved={setCurrent} editable={editable} cardChangeable={can("POST /dashboard/billing/card")} />
           </div>
         )
       }}

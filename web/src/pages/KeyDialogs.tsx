@@ -1,4 +1,4 @@
-import { type FormEvent, useEffect, useRef, useState } from "react"
+import { useEffect, useRef, useState, type FormEvent } from "react"
 import { api, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
 import { ErrorPanel, Field, useSubmission } from "../components"
 import { fromLocalInput, toLocalInput } from "../format"
@@ -41,9 +41,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
   const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
 
   const patch = (body: UpdateKey, done: boolean) =>
-    submit(async () =>
-      onSaved(await api("PATCH /dashboard/api-keys/{id}", { caller, path: { id: apiKey.id }, json: body }), done)
-    )
+    submit(async () => onSaved(await api("PATCH /dashboard/api-keys/{id}", { caller, path: { id: apiKey.id }, json: body }), done))
 
   const save = (event: FormEvent) => {
     event.preventDefault()
@@ -67,74 +65,24 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
         {error === null ? null : <ErrorPanel error={error} />}
         <div className="form-grid">
           <Field label="Key name">
-            {(props) => (
-              <input
-                {...props}
-                required
-                maxLength={100}
-                value={form.name}
-                onChange={(e) => set("name")(e.target.value)}
-              />
-            )}
+            {(props) => <input {...props} required maxLength={100} value={form.name} onChange={(e) => set("name")(e.target.value)} />}
           </Field>
           <Field label="Monthly limit (RM)" hint="Empty means no limit. Spend this month counts against it.">
-            {(props) => (
-              <input
-                {...props}
-                type="number"
-                min={0}
-                step="any"
-                inputMode="decimal"
-                value={form.limit}
-                onChange={(e) => set("limit")(e.target.value)}
-              />
-            )}
+            {(props) => <input {...props} type="number" min={0} step="any" inputMode="decimal" value={form.limit} onChange={(e) => set("limit")(e.target.value)} />}
           </Field>
           <Field label="Expiry" hint="Empty means it never expires; in your time zone.">
-            {(props) => (
-              <input
-                {...props}
-                type="datetime-local"
-                value={form.expires}
-                onChange={(e) => set("expires")(e.target.value)}
-              />
-            )}
+            {(props) => <input {...props} type="datetime-local" value={form.expires} onChange={(e) => set("expires")(e.target.value)} />}
           </Field>
           <Field label="Requests per minute" hint="Empty means the service's default.">
-            {(props) => (
-              <input
-                {...props}
-                type="number"
-                min={1}
-                step={1}
-                inputMode="numeric"
-                value={form.rpm}
-                onChange={(e) => set("rpm")(e.target.value)}
-              />
-            )}
+            {(props) => <input {...props} type="number" min={1} step={1} inputMode="numeric" value={form.rpm} onChange={(e) => set("rpm")(e.target.value)} />}
           </Field>
           <Field label="Concurrent calls" hint="Empty means the service's default.">
-            {(props) => (
-              <input
-                {...props}
-                type="number"
-                min={1}
-                step={1}
-                inputMode="numeric"
-                value={form.concurrent}
-                onChange={(e) => set("concurrent")(e.target.value)}
-              />
-            )}
+            {(props) => <input {...props} type="number" min={1} step={1} inputMode="numeric" value={form.concurrent} onChange={(e) => set("concurrent")(e.target.value)} />}
           </Field>
         </div>
         <div className="actions">
           <button type="button" className="quiet" onClick={onClose}>Close</button>
-          <button
-            type="button"
-            className={disabled ? "" : "danger"}
-            disabled={busy}
-            onClick={() => void patch({ disabled: !disabled }, false)}
-          >
+          <button type="button" className={disabled ? "" : "danger"} disabled={busy} onClick={() => void patch({ disabled: !disabled }, false)}>
             {disabled ? "Enable key" : "Disable key"}
           </button>
           <button type="submit" disabled={busy}>{busy ? "Saving…" : "Save changes"}</button>
@@ -159,9 +107,7 @@ const GRACE_CHOICES = [
  * Replaces a key's secret. One idempotency key per dialog: a repeated click
  * or a retry after a lost answer returns the same new secret, not another.
  */
-export const RotateKey = (
-  { apiKey, onCancel, onRotated }: { apiKey: ApiKey; onCancel: () => void; onRotated: (rotated: RotatedKey) => void }
-) => {
+export const RotateKey = ({ apiKey, onCancel, onRotated }: { apiKey: ApiKey; onCancel: () => void; onRotated: (rotated: RotatedKey) => void }) => {
   const { caller } = useSession()
   const dialog = useModal()
   const [idempotencyKey] = useState(() => crypto.randomUUID())
@@ -170,29 +116,20 @@ export const RotateKey = (
 
   const rotate = () =>
     submit(async () =>
-      onRotated(
-        await api("POST /dashboard/api-keys/{id}/rotate", {
-          caller,
-          path: { id: apiKey.id },
-          json: { grace_seconds: grace },
-          headers: { "idempotency-key": idempotencyKey }
-        })
-      )
+      onRotated(await api("POST /dashboard/api-keys/{id}/rotate", {
+        caller,
+        path: { id: apiKey.id },
+        json: { grace_seconds: grace },
+        headers: { "idempotency-key": idempotencyKey }
+      }))
     )
 
   return (
-    <dialog
-      ref={dialog}
-      className="dialog"
-      aria-labelledby="rotate-heading"
-      aria-describedby="rotate-text"
-      onCancel={onCancel}
-    >
+    <dialog ref={dialog} className="dialog" aria-labelledby="rotate-heading" aria-describedby="rotate-text" onCancel={onCancel}>
       <h2 id="rotate-heading">Rotate the key “{apiKey.name}”?</h2>
       <p id="rotate-text">
-        A new secret replaces{" "}
-        <code>{apiKey.prefix}…</code>; the key's id, name, limits and history stay. After the grace period, calls with
-        the old secret answer <code>revoked_api_key</code>.
+        A new secret replaces <code>{apiKey.prefix}…</code>; the key's id, name, limits and history stay.
+        After the grace period, calls with the old secret answer <code>revoked_api_key</code>.
       </p>
       <Field label="Grace period">
         {(props) => (
@@ -204,9 +141,7 @@ export const RotateKey = (
       {error === null ? null : <ErrorPanel error={error} />}
       <div className="actions">
         <button type="button" className="quiet" onClick={onCancel} autoFocus>Cancel</button>
-        <button type="button" className="danger" onClick={() => void rotate()} disabled={busy}>
-          {busy ? "Rotating…" : "Rotate key"}
-        </button>
+        <button type="button" className="danger" onClick={() => void rotate()} disabled={busy}>{busy ? "Rotating…" : "Rotate key"}</button>
       </div>
     </dialog>
   )

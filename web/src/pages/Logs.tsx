@@ -1,8 +1,8 @@
 import { Fragment, useState } from "react"
-import { download, LOG_STATUSES, type LogEntry, type LogStatus } from "../api"
+import { LOG_STATUSES, download, type LogEntry, type LogStatus } from "../api"
 import { DateTime, Empty, Field, Load, Money, PageHeading, Pager } from "../components"
-import { ExportButton } from "../ExportButton"
 import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
+import { ExportButton } from "../ExportButton"
 import { useApi } from "../session"
 
 const PAGE_SIZE = 25
@@ -16,21 +16,16 @@ const ROUTING: Record<string, string> = {
 
 /** The stored conversation up to this call's response (kept 30 days unless the call sent `store: false`). */
 const Conversation = ({ requestId, responseId }: { requestId: string; responseId: string }) => {
-  const [conversation, reload] = useApi("GET /dashboard/logs/{request_id}/conversation", {
-    path: { request_id: requestId }
-  })
+  const [conversation, reload] = useApi("GET /dashboard/logs/{request_id}/conversation", { path: { request_id: requestId } })
   return (
     <section className="conversation" aria-label="Conversation">
-      <h3>
-        Conversation <code>{responseId}</code>
-      </h3>
+      <h3>Conversation <code>{responseId}</code></h3>
       <Load value={conversation} what="the conversation" retry={reload}>
         {(data) => (
           <ol className="conversation-lines">
             {data.lines.map((line, index) => (
               <li key={index} className={`line-${line.role || "other"}`}>
-                <strong>{line.kind === "message" || line.kind === "instructions" ? line.role : line.kind}</strong>{" "}
-                <span>{line.text}</span>
+                <strong>{line.kind === "message" || line.kind === "instructions" ? line.role : line.kind}</strong> <span>{line.text}</span>
               </li>
             ))}
           </ol>
@@ -42,96 +37,27 @@ const Conversation = ({ requestId, responseId }: { requestId: string; responseId
 
 const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined }) => (
   <>
-    <dl className="details">
-      <div>
-        <dt>Request id</dt>
-        <dd>
-          <code>{log.requestId}</code>
-        </dd>
-      </div>
-      <div>
-        <dt>API key</dt>
-        <dd>
-          {keyName ?? (
-            <>
-              deleted key <code>{log.apiKeyId}</code>
-            </>
-          )}
-        </dd>
-      </div>
-      <div>
-        <dt>Model</dt>
-        <dd>{log.publicModel}</dd>
-      </div>
-      <div>
-        <dt>Endpoint</dt>
-        <dd>
-          <code>{log.endpoint}</code>
-          {log.stream ? " (streamed)" : ""}
-        </dd>
-      </div>
-      <div>
-        <dt>Status</dt>
-        <dd>{log.status}{log.status === "failed" ? " (nothing was charged)" : ""}</dd>
-      </div>
-      <div>
-        <dt>Routing</dt>
-        <dd>{log.routingCategory === null ? "not routed" : ROUTING[log.routingCategory] ?? log.routingCategory}</dd>
-      </div>
-      <div>
-        <dt>Error</dt>
-        <dd>{log.errorCode === null ? "none" : <code>{log.errorCode}</code>}</dd>
-      </div>
-      <div>
-        <dt>Input tokens</dt>
-        <dd>{formatCount(log.inputTokens)}</dd>
-      </div>
-      <div>
-        <dt>Cached input tokens</dt>
-        <dd>{formatCount(log.cachedTokens)}</dd>
-      </div>
-      <div>
-        <dt>Output tokens</dt>
-        <dd>{formatCount(log.outputTokens)}</dd>
-      </div>
-      <div>
-        <dt>Reasoning tokens</dt>
-        <dd>{formatCount(log.reasoningTokens)}</dd>
-      </div>
-      <div>
-        <dt>Usage counted by</dt>
-        <dd>{log.usageSource === "provider" ? "the provider" : "estimate (the provider reported none)"}</dd>
-      </div>
-      <div>
-        <dt>Web searches</dt>
-        <dd>{formatCount(log.searchCount)}</dd>
-      </div>
-      <div>
-        <dt>Pages read</dt>
-        <dd>{formatCount(log.contentPages)}</dd>
-      </div>
-      <div>
-        <dt>Cost</dt>
-        <dd>{formatMicroMyrExact(log.costMicroMyr)}</dd>
-      </div>
-      <div>
-        <dt>Latency</dt>
-        <dd>{formatCount(log.latencyMs)} ms</dd>
-      </div>
-      <div>
-        <dt>Time</dt>
-        <dd>
-          <DateTime iso={log.createdAt} />
-        </dd>
-      </div>
-      <div>
-        <dt>Stored response</dt>
-        <dd>{log.storedResponseId === null ? "none" : <code>{log.storedResponseId}</code>}</dd>
-      </div>
-    </dl>
-    {log.storedResponseId === null
-      ? null
-      : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}
+  <dl className="details">
+    <div><dt>Request id</dt><dd><code>{log.requestId}</code></dd></div>
+    <div><dt>API key</dt><dd>{keyName ?? <>deleted key <code>{log.apiKeyId}</code></>}</dd></div>
+    <div><dt>Model</dt><dd>{log.publicModel}</dd></div>
+    <div><dt>Endpoint</dt><dd><code>{log.endpoint}</code>{log.stream ? " (streamed)" : ""}</dd></div>
+    <div><dt>Status</dt><dd>{log.status}{log.status === "failed" ? " (nothing was charged)" : ""}</dd></div>
+    <div><dt>Routing</dt><dd>{log.routingCategory === null ? "not routed" : ROUTING[log.routingCategory] ?? log.routingCategory}</dd></div>
+    <div><dt>Error</dt><dd>{log.errorCode === null ? "none" : <code>{log.errorCode}</code>}</dd></div>
+    <div><dt>Input tokens</dt><dd>{formatCount(log.inputTokens)}</dd></div>
+    <div><dt>Cached input tokens</dt><dd>{formatCount(log.cachedTokens)}</dd></div>
+    <div><dt>Output tokens</dt><dd>{formatCount(log.outputTokens)}</dd></div>
+    <div><dt>Reasoning tokens</dt><dd>{formatCount(log.reasoningTokens)}</dd></div>
+    <div><dt>Usage counted by</dt><dd>{log.usageSource === "provider" ? "the provider" : "estimate (the provider reported none)"}</dd></div>
+    <div><dt>Web searches</dt><dd>{formatCount(log.searchCount)}</dd></div>
+    <div><dt>Pages read</dt><dd>{formatCount(log.contentPages)}</dd></div>
+    <div><dt>Cost</dt><dd>{formatMicroMyrExact(log.costMicroMyr)}</dd></div>
+    <div><dt>Latency</dt><dd>{formatCount(log.latencyMs)} ms</dd></div>
+    <div><dt>Time</dt><dd><DateTime iso={log.createdAt} /></dd></div>
+    <div><dt>Stored response</dt><dd>{log.storedResponseId === null ? "none" : <code>{log.storedResponseId}</code>}</dd></div>
+  </dl>
+  {log.storedResponseId === null ? null : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}
   </>
 )
 
@@ -151,11 +77,9 @@ export const LogsPage = () => {
     from: fromLocalInput(from),
     to: fromLocalInput(to)
   }
-  const [logs, reload] = useApi("GET /dashboard/logs", {
-    query: { page: String(page), limit: String(PAGE_SIZE), ...filters }
-  })
+  const [logs, reload] = useApi("GET /dashboard/logs", { query: { page: String(page), limit: String(PAGE_SIZE), ...filters } })
   // Every filter change starts again at the first page.
-  const filter = <A extends unknown>(set: (value: A) => void) => (value: A) => {
+  const filter = <A,>(set: (value: A) => void) => (value: A) => {
     set(value)
     setPage(1)
   }
@@ -165,19 +89,12 @@ export const LogsPage = () => {
     <>
       <PageHeading title="Logs">
         <button type="button" className="quiet" onClick={reload}>Refresh</button>
-        <ExportButton
-          save={(caller) =>
-            download("GET /dashboard/logs/export", { caller, query: { ...filters, format: "csv" } }, "nenas-logs.csv")}
-        />
+        <ExportButton save={(caller) => download("GET /dashboard/logs/export", { caller, query: { ...filters, format: "csv" } }, "nenas-logs.csv")} />
       </PageHeading>
       <form className="filters" aria-label="Filter the logs" onSubmit={(e) => e.preventDefault()}>
         <Field label="Status">
           {(props) => (
-            <select
-              {...props}
-              value={status}
-              onChange={(e) => filter(setStatus)(e.target.value as LogStatus | "")}
-            >
+            <select {...props} value={status} onChange={(e) => filter(setStatus)(e.target.value as LogStatus | "")}>
               <option value="">Any</option>
               {LOG_STATUSES.map((s) => <option key={s} value={s}>{s}</option>)}
             </select>
@@ -187,9 +104,7 @@ export const LogsPage = () => {
           {(props) => (
             <select {...props} value={keyId} onChange={(e) => filter(setKeyId)(e.target.value)}>
               <option value="">Any key</option>
-              {(keys.data?.keys ?? []).map((key) => (
-                <option key={key.id} value={key.id}>{key.name} ({key.prefix}…)</option>
-              ))}
+              {(keys.data?.keys ?? []).map((key) => <option key={key.id} value={key.id}>{key.name} ({key.prefix}…)</option>)}
             </select>
           )}
         </Field>
@@ -202,50 +117,24 @@ export const LogsPage = () => {
           )}
         </Field>
         <Field label="From" hint="Your time zone">
-          {(props) => (
-            <input
-              {...props}
-              type="datetime-local"
-              value={from}
-              onChange={(e) => filter(setFrom)(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} type="datetime-local" value={from} onChange={(e) => filter(setFrom)(e.target.value)} />}
         </Field>
         <Field label="To" hint="Your time zone">
-          {(props) => (
-            <input
-              {...props}
-              type="datetime-local"
-              value={to}
-              onChange={(e) => filter(setTo)(e.target.value)}
-            />
-          )}
+          {(props) => <input {...props} type="datetime-local" value={to} onChange={(e) => filter(setTo)(e.target.value)} />}
         </Field>
       </form>
       <Load value={logs} what="the logs" retry={reload}>
         {(data) => (
           <>
             {data.logs.length === 0
-              ? (
-                <Empty>
-                  {filtered
-                    ? "No calls match these filters."
-                    : page > 1
-                    ? "No more calls."
-                    : "No model calls yet. Calls made with your API keys show here."}
-                </Empty>
-              )
+              ? <Empty>{filtered ? "No calls match these filters." : page > 1 ? "No more calls." : "No model calls yet. Calls made with your API keys show here."}</Empty>
               : (
                 <div className="table-wrap">
                   <table className="logs stack">
                     <thead>
                       <tr>
-                        <th scope="col">Time</th>
-                        <th scope="col">Endpoint</th>
-                        <th scope="col">Status</th>
-                        <th scope="col" className="num">Tokens in / out</th>
-                        <th scope="col" className="num">Cost</th>
-                        <th scope="col" className="num">Latency</th>
+                        <th scope="col">Time</th><th scope="col">Endpoint</th><th scope="col">Status</th>
+                        <th scope="col" className="num">Tokens in / out</th><th scope="col" className="num">Cost</th><th scope="col" className="num">Latency</th>
                       </tr>
                     </thead>
                     <tbody>
@@ -253,41 +142,20 @@ export const LogsPage = () => {
                         <Fragment key={log.requestId}>
                           <tr className={open === log.requestId ? "open" : undefined}>
                             <td data-label="Time">
-                              <button
-                                type="button"
-                                className="link"
-                                aria-expanded={open === log.requestId}
+                              <button type="button" className="link" aria-expanded={open === log.requestId}
                                 aria-controls={`details-${log.requestId}`}
-                                onClick={() => setOpen(open === log.requestId ? null : log.requestId)}
-                              >
+                                onClick={() => setOpen(open === log.requestId ? null : log.requestId)}>
                                 <DateTime iso={log.createdAt} />
                               </button>
                             </td>
-                            <td data-label="Endpoint">
-                              <code>{log.endpoint}</code>
-                            </td>
-                            <td data-label="Status">
-                              <span className={`badge badge-${log.status}`}>{log.status}</span>
-                            </td>
-                            <td className="num" data-label="Tokens in / out">
-                              {formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}
-                            </td>
-                            <td className="num" data-label="Cost">
-                              <Money micro={log.costMicroMyr} />
-                            </td>
+                            <td data-label="Endpoint"><code>{log.endpoint}</code></td>
+                            <td data-label="Status"><span className={`badge badge-${log.status}`}>{log.status}</span></td>
+                            <td className="num" data-label="Tokens in / out">{formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}</td>
+                            <td className="num" data-label="Cost"><Money micro={log.costMicroMyr} /></td>
                             <td className="num" data-label="Latency">{formatCount(log.latencyMs)} ms</td>
                           </tr>
                           {open === log.requestId
-                            ? (
-                              <tr id={`details-${log.requestId}`} className="details-row">
-                                <td colSpan={6}>
-                                  <Details
-                                    log={log}
-                                    keyName={keys.data?.keys.find((key) => key.id === log.apiKeyId)?.name}
-                                  />
-                                </td>
-                              </tr>
-                            )
+                            ? <tr id={`details-${log.requestId}`} className="details-row"><td colSpan={6}><Details log={log} keyName={keys.data?.keys.find((key) => key.id === log.apiKeyId)?.name} /></td></tr>
                             : null}
                         </Fragment>
                       ))}

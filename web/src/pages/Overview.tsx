@@ -23,11 +23,8 @@ export const OverviewPage = () => {
               <section aria-labelledby="balance-heading">
                 <h2 id="balance-heading">Balance</h2>
                 <div className="stats">
-                  <MoneyStat
-                    label="Available"
-                    micro={data.wallet.availableMicroMyr}
-                    {...(can("POST /dashboard/billing/checkout") ? { note: <Link to="/billing">Top up</Link> } : {})}
-                  />
+                  <MoneyStat label="Available" micro={data.wallet.availableMicroMyr}
+                    {...(can("POST /dashboard/billing/checkout") ? { note: <Link to="/billing">Top up</Link> } : {})} />
                   <MoneyStat label="Reserved by calls in flight" micro={data.wallet.reservedMicroMyr} />
                 </div>
               </section>
@@ -37,39 +34,21 @@ export const OverviewPage = () => {
                 <div className="stats">
                   <Stat label="Requests today" value={formatCount(data.today_usage.requests)} />
                   <MoneyStat label="Spent today" micro={data.today_usage.costMicroMyr} />
-                  <Stat
-                    label="Requests, last 30 days"
-                    value={formatCount(data.total_usage.requests)}
-                    note={`${formatCount(data.total_usage.inputTokens + data.total_usage.outputTokens)} tokens`}
-                  />
+                  <Stat label="Requests, last 30 days" value={formatCount(data.total_usage.requests)}
+                    note={`${formatCount(data.total_usage.inputTokens + data.total_usage.outputTokens)} tokens`} />
                   <MoneyStat label="Spent, last 30 days" micro={data.total_usage.costMicroMyr} />
-                  <Stat
-                    label="API keys"
-                    value={`${data.active_api_key_count} active`}
-                    note={<Link to="/api-keys">{`${data.api_key_count} in all · manage`}</Link>}
-                  />
+                  <Stat label="API keys" value={`${data.active_api_key_count} active`}
+                    note={<Link to="/api-keys">{`${data.api_key_count} in all · manage`}</Link>} />
                 </div>
               </section>
               <section aria-labelledby="chart-heading">
                 <h2 id="chart-heading">Last 30 days</h2>
                 {requests30 === 0
-                  ? (
-                    <p className="empty">
-                      No model calls in the last 30 days yet. Create an API key and call{" "}
-                      <code>POST /v1/responses</code>; they show here.
-                    </p>
-                  )
+                  ? <p className="empty">No model calls in the last 30 days yet. Create an API key and call <code>POST /v1/responses</code>; they show here.</p>
                   : null}
-                <RequestsAndCostChart
-                  series={data.daily_series}
-                  granularity="day"
-                  caption={`Requests and cost per day (days in ${zone})`}
-                />
-                <SeriesTable
-                  series={data.daily_series}
-                  granularity="day"
-                  caption={`Requests and cost per day, in ${zone}`}
-                />
+                <RequestsAndCostChart series={data.daily_series} granularity="day"
+                  caption={`Requests and cost per day (days in ${zone})`} />
+                <SeriesTable series={data.daily_series} granularity="day" caption={`Requests and cost per day, in ${zone}`} />
               </section>
             </>
           )

@@ -1,4 +1,4 @@
-import { type FormEvent, useState } from "react"
+import { useState, type FormEvent } from "react"
 import { api } from "../api"
 import { ErrorPanel, Field, Loading, PageHeading, useSubmission } from "../components"
 import { startProviderSignIn, tokenClaims, useSession } from "../session"
@@ -57,8 +57,8 @@ export const SignInPage = () => {
       {config?.identity === "off"
         ? (
           <p className="card">
-            Sign-in is off: no identity provider is configured (AUTH_JWKS_URL), and the development sign-in runs only
-            when the service listens on a loopback address (or with DEV_AUTH=1).
+            Sign-in is off: no identity provider is configured (AUTH_JWKS_URL), and the development sign-in
+            runs only when the service listens on a loopback address (or with DEV_AUTH=1).
           </p>
         )
         : null}
@@ -66,61 +66,34 @@ export const SignInPage = () => {
         ? (
           <div className="card">
             <h2>Sign in with your identity provider</h2>
-            <button
-              type="button"
-              onClick={() => config.authorize === null ? undefined : startProviderSignIn(config.authorize)}
-            >
+            <button type="button" onClick={() => config.authorize === null ? undefined : startProviderSignIn(config.authorize)}>
               Continue to sign-in
             </button>
           </div>
         )
         : null}
-      {config === null ?
-        <Loading what="the sign-in options" /> :
-        config.identity !== "development" ?
-        null :
-        (
-          <form onSubmit={devSignIn} className="card">
-            <h2>Development sign-in</h2>
-            <p>
-              This service runs the built-in development identity provider: any email address signs in, and its account
-              is created on first use.
-            </p>
-            <Field label="Email">
-              {(props) => (
-                <input
-                  {...props}
-                  type="email"
-                  autoComplete="email"
-                  required
-                  value={email}
-                  onChange={(e) => setEmail(e.target.value)}
-                />
-              )}
-            </Field>
-            <button type="submit" disabled={busy}>{busy ? "Signing in…" : "Sign in"}</button>
-          </form>
-        )}
+      {config === null ? <Loading what="the sign-in options" /> : config.identity !== "development" ? null : (
+        <form onSubmit={devSignIn} className="card">
+          <h2>Development sign-in</h2>
+          <p>This service runs the built-in development identity provider: any email address signs in, and its account is created on first use.</p>
+          <Field label="Email">
+            {(props) => (
+              <input {...props} type="email" autoComplete="email" required value={email} onChange={(e) => setEmail(e.target.value)} />
+            )}
+          </Field>
+          <button type="submit" disabled={busy}>{busy ? "Signing in…" : "Sign in"}</button>
+        </form>
+      )}
       <form onSubmit={pasteSignIn} className="card">
         <h2>Use a session token</h2>
-        <p>
-          Paste a session token (a JWT) issued by the identity provider. You confirm the account it signs into before it
-          is used.
-        </p>
+        <p>Paste a session token (a JWT) issued by the identity provider. You confirm the account it signs into before it is used.</p>
         <Field label="Session token" hint="Kept in this tab only (memory and sessionStorage), never in a cookie.">
           {(props) => (
-            <textarea
-              {...props}
-              rows={3}
-              spellCheck={false}
-              autoComplete="off"
-              value={pasted}
-              onChange={(e) => {
-                setPasted(e.target.value)
-                setConfirming(null)
-                setUnreadable(false)
-              }}
-            />
+            <textarea {...props} rows={3} spellCheck={false} autoComplete="off" value={pasted} onChange={(e) => {
+              setPasted(e.target.value)
+              setConfirming(null)
+              setUnreadable(false)
+            }} />
           )}
         </Field>
         {unreadable ? <p role="alert">This is not a session token: a JWT naming an account (email or sub).</p> : null}
@@ -129,11 +102,12 @@ export const SignInPage = () => {
           : (
             <div role="group" aria-label="Confirm the account">
               <p>
-                This token signs you in as <strong>{confirming.who}</strong> (issued by{" "}
-                {confirming.issuer}). Continue only if this is your own account: a token someone else gave you signs you
-                into theirs, and what you pay or create there is theirs.
+                This token signs you in as <strong>{confirming.who}</strong> (issued by {confirming.issuer}).
+                Continue only if this is your own account: a token someone else gave you signs you into theirs,
+                and what you pay or create there is theirs.
               </p>
-              <button type="button" onClick={() => signIn(confirming.token)}>Sign in as {confirming.who}</button>{" "}
+              <button type="button" onClick={() => signIn(confirming.token)}>Sign in as {confirming.who}</button>
+              {" "}
               <button type="button" className="quiet" onClick={() => setConfirming(null)}>Cancel</button>
             </div>
           )}

@@ -2,8 +2,8 @@ import { useMemo, useState } from "react"
 import { download, type Granularity } from "../api"
 import { CostChart, RequestsChart, SeriesTable, TokensChart } from "../charts"
 import { Field, Load, MoneyStat, PageHeading, Stat } from "../components"
-import { ExportButton } from "../ExportButton"
 import { formatCount, fromLocalInput, hourlyAllowed, toLocalInput } from "../format"
+import { ExportButton } from "../ExportButton"
 import { useApi, useSession } from "../session"
 
 const RANGES = [
@@ -28,15 +28,9 @@ export const UsagePage = () => {
   const [keys] = useApi("GET /dashboard/api-keys")
   // A preset range is fixed when picked, so that re-renders do not refetch a moving window.
   const [now, setNow] = useState(() => Date.now())
-  const { from, to } = useMemo(() =>
-    range === "custom"
-      ? { from: fromLocalInput(customFrom), to: fromLocalInput(customTo) }
-      : { from: new Date(now - Number(range) * DAY_MS).toISOString(), to: new Date(now).toISOString() }, [
-    range,
-    customFrom,
-    customTo,
-    now
-  ])
+  const { from, to } = useMemo(() => range === "custom"
+    ? { from: fromLocalInput(customFrom), to: fromLocalInput(customTo) }
+    : { from: new Date(now - Number(range) * DAY_MS).toISOString(), to: new Date(now).toISOString() }, [range, customFrom, customTo, now])
   // A range too long for hourly buckets is shown by day, rather than asked of the API and refused.
   const byHourAllowed = hourlyAllowed(from, to)
   const granularity: Granularity = byHourAllowed ? chosenGranularity : "day"
@@ -49,36 +43,19 @@ export const UsagePage = () => {
   return (
     <>
       <PageHeading title="Usage">
-        <button
-          type="button"
-          className="quiet"
-          onClick={() => {
-            setNow(Date.now())
-            reload()
-          }}
-        >
-          Refresh
-        </button>
-        <ExportButton
-          save={(caller) =>
-            download(
-              "GET /dashboard/usage/export",
-              { caller, query: { ...usageQuery, format: "csv" } },
-              "nenas-usage.csv"
-            )}
-        />
+        <button type="button" className="quiet" onClick={() => {
+          setNow(Date.now())
+          reload()
+        }}>Refresh</button>
+        <ExportButton save={(caller) => download("GET /dashboard/usage/export", { caller, query: { ...usageQuery, format: "csv" } }, "nenas-usage.csv")} />
       </PageHeading>
       <form className="filters" aria-label="Choose the usage to show" onSubmit={(e) => e.preventDefault()}>
         <Field label="Range">
           {(props) => (
-            <select
-              {...props}
-              value={range}
-              onChange={(e) => {
-                setRange(e.target.value as Range)
-                setNow(Date.now())
-              }}
-            >
+            <select {...props} value={range} onChange={(e) => {
+              setRange(e.target.value as Range)
+              setNow(Date.now())
+            }}>
               {RANGES.map((r) => <option key={r.value} value={r.value}>{r.label}</option>)}
             </select>
           )}
@@ -87,35 +64,17 @@ export const UsagePage = () => {
           ? (
             <>
               <Field label="From" hint="Your time zone">
-                {(props) => (
-                  <input
-                    {...props}
-                    type="datetime-local"
-                    value={customFrom}
-                    onChange={(e) => setCustomFrom(e.target.value)}
-                  />
-                )}
+                {(props) => <input {...props} type="datetime-local" value={customFrom} onChange={(e) => setCustomFrom(e.target.value)} />}
               </Field>
               <Field label="To" hint="Your time zone">
-                {(props) => (
-                  <input
-                    {...props}
-                    type="datetime-local"
-                    value={customTo}
-                    onChange={(e) => setCustomTo(e.target.value)}
-                  />
-                )}
+                {(props) => <input {...props} type="datetime-local" value={customTo} onChange={(e) => setCustomTo(e.target.value)} />}
               </Field>
             </>
           )
           : null}
         <Field label="Granularity" {...(byHourAllowed ? {} : { hint: "By hour is offered for ranges up to 30 days." })}>
           {(props) => (
-            <select
-              {...props}
-              value={granularity}
-              onChange={(e) => setGranularity(e.target.value === "hour" ? "hour" : "day")}
-            >
+            <select {...props} value={granularity} onChange={(e) => setGranularity(e.target.value === "hour" ? "hour" : "day")}>
               <option value="day">By day</option>
               <option value="hour" disabled={!byHourAllowed}>By hour</option>
             </select>
@@ -125,9 +84,7 @@ export const UsagePage = () => {
           {(props) => (
             <select {...props} value={keyId} onChange={(e) => setKeyId(e.target.value)}>
               <option value="">All keys</option>
-              {(keys.data?.keys ?? []).map((key) => (
-                <option key={key.id} value={key.id}>{key.name} ({key.prefix}…)</option>
-              ))}
+              {(keys.data?.keys ?? []).map((key) => <option key={key.id} value={key.id}>{key.name} ({key.prefix}…)</option>)}
             </select>
           )}
         </Field>
@@ -149,27 +106,11 @@ export const UsagePage = () => {
               </div>
               {total.requests === 0 ? <p className="empty">No calls in this range for {scope}.</p> : null}
               <div className="charts">
-                <RequestsChart
-                  series={data.series}
-                  granularity={data.granularity}
-                  caption={`Requests per ${data.granularity}, ${scope}`}
-                />
-                <TokensChart
-                  series={data.series}
-                  granularity={data.granularity}
-                  caption={`Tokens per ${data.granularity}, ${scope}`}
-                />
-                <CostChart
-                  series={data.series}
-                  granularity={data.granularity}
-                  caption={`Cost per ${data.granularity}, ${scope}`}
-                />
+                <RequestsChart series={data.series} granularity={data.granularity} caption={`Requests per ${data.granularity}, ${scope}`} />
+                <TokensChart series={data.series} granularity={data.granularity} caption={`Tokens per ${data.granularity}, ${scope}`} />
+                <CostChart series={data.series} granularity={data.granularity} caption={`Cost per ${data.granularity}, ${scope}`} />
               </div>
-              <SeriesTable
-                series={data.series}
-                granularity={data.granularity}
-                caption={`Usage per ${data.granularity} (${unit}), ${scope}`}
-              />
+              <SeriesTable series={data.series} granularity={data.granularity} caption={`Usage per ${data.granularity} (${unit}), ${scope}`} />
             </>
           )
         }}

@@ -1,6 +1,6 @@
 import { useState } from "react"
+import { ApiError, api, WEBHOOK_EVENTS, type CreatedWebhook, type WebhookEndpoint, type WebhookEventType } from "../api"
 import { useAccounts } from "../accounts"
-import { api, ApiError, type CreatedWebhook, WEBHOOK_EVENTS, type WebhookEndpoint, type WebhookEventType } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading } from "../components"
 import { neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
@@ -11,62 +11,31 @@ const Deliveries = ({ endpoint }: { endpoint: WebhookEndpoint }) => {
   const resendable = can("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend")
   const [list, reload] = useApi("GET /dashboard/webhooks/{id}/deliveries", { path: { id: endpoint.id } })
   const resend = async (id: string) => {
-    await api("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", {
-      caller,
-      path: { id: endpoint.id, delivery_id: id }
-    })
+    await api("POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend", { caller, path: { id: endpoint.id, delivery_id: id } })
     reload()
   }
   return (
     <Load value={list} what="deliveries" retry={reload}>
-      {(data) =>
-        data.deliveries.length === 0 ?
-          <Empty>No deliveries yet.</Empty> :
-          (
-            <table aria-label={`Deliveries to ${endpoint.url}`}>
-              <thead>
-                <tr>
-                  <th>Event</th>
-                  <th>Status</th>
-                  <th>Attempts</th>
-                  <th>Last answer</th>
-                  <th>Created</th>
-                  {resendable ? <th /> : null}
+      {(data) => data.deliveries.length === 0 ? <Empty>No deliveries yet.</Empty> : (
+        <table aria-label={`Deliveries to ${endpoint.url}`}>
+          <thead><tr><th>Event</th><th>Status</th><th>Attempts</th><th>Last answer</th><th>Created</th>{resendable ? <th /> : null}</tr></thead>
+          <tbody>
+            {data.deliveries.map((d) => {
+              const last = d.attempt_log[d.attempt_log.length - 1]
+              return (
+                <tr key={d.id}>
+                  <td><code>{d.event_type}</code></td>
+                  <td>{d.status}</td>
+                  <td>{d.attempt_log.length}</td>
+                  <td>{last === undefined ? "—" : `${last.status_code ?? last.error ?? "no answer"} · ${last.latency_ms} ms`}</td>
+                  <td><DateTime iso={d.created_at} /></td>
+                  {resendable ? <td><button type="button" className="quiet small" onClick={() => void resend(d.id)}>Resend</button></td> : null}
                 </tr>
-              </thead>
-              <tbody>
-                {data.deliveries.map((d) => {
-                  const last = d.attempt_log[d.attempt_log.length - 1]
-                  return (
-                    <tr key={d.id}>
-                      <td>
-                        <code>{d.event_type}</code>
-                      </td>
-                      <td>{d.status}</td>
-                      <td>{d.attempt_log.length}</td>
-                      <td>
-                        {last === undefined
-                          ? "—"
-                          : `${last.status_code ?? last.error ?? "no answer"} · ${last.latency_ms} ms`}
-                      </td>
-                      <td>
-                        <DateTime iso={d.created_at} />
-                      </td>
-                      {resendable
-                        ? (
-                          <td>
-                            <button type="button" className="quiet small" onClick={() => void resend(d.id)}>
-                              Resend
-                            </button>
-                          </td>
-                        )
-                        : null}
-                    </tr>
-                  )
-                })}
-              </tbody>
-            </table>
-          )}
+              )
+            })}
+          </tbody>
+        </table>
+      )}
     </Load>
   )
 }
@@ -84,56 +53,22 @@ const EndpointCard = ({ endpoint, onChange }: { endpoint: WebhookEndpoint; onCha
   }
   return (
     <article className="card" aria-label={`Endpoint ${endpoint.url}`}>
-      <h3>
-        <code>{endpoint.url}</code>
-      </h3>
-      <p className="note">
-        {endpoint.status}
-        {endpoint.disabled_reason === null ? "" : ` (${endpoint.disabled_reason})`} · {endpoint.events.join(", ")}
-      </p>
+      <h3><code>{endpoint.url}</code></h3>
+      <p className="note">{endpoint.status}{endpoint.disabled_reason === null ? "" : ` (${endpoint.disabled_reason})`} · {endpoint.events.join(", ")}</p>
       <div className="actions">
         {can("POST /dashboard/webhooks/{id}/test")
-          ? (
-            <button
-              type="button"
-              onClick={() =>
-                void act(api("POST /dashboard/webhooks/{id}/test", { caller, path })).then(() => setOpen(true))}
-            >
-              Send test event
-            </button>
-          )
+          ? <button type="button" onClick={() => void act(api("POST /dashboard/webhooks/{id}/test", { caller, path })).then(() => setOpen(true))}>Send test event</button>
           : null}
-        <button type="button" className="quiet" onClick={() => setOpen((o) => !o)}>
-          {open ? "Hide deliveries" : "Show deliveries"}
-        </button>
+        <button type="button" className="quiet" onClick={() => setOpen((o) => !o)}>{open ? "Hide deliveries" : "Show deliveries"}</button>
         {can("PATCH /dashboard/webhooks/{id}")
           ? (
-            <button
-              type="button"
-              className="quiet"
-              onClick={() =>
-                void act(
-                  api("PATCH /dashboard/webhooks/{id}", {
-                    caller,
-                    path,
-                    json: { disabled: endpoint.status === "enabled" }
-                  })
-                )}
-            >
+            <button type="button" className="quiet" onClick={() => void act(api("PATCH /dashboard/webhooks/{id}", { caller, path, json: { disabled: endpoint.status === "enabled" } }))}>
               {endpoint.status === "enabled" ? "Disable" : "Enable"}
             </button>
           )
           : null}
         {can("DELETE /dashboard/webhooks/{id}")
-          ? (
-            <button
-              type="button"
-              className="danger"
-              onClick={() => void act(api("DELETE /dashboard/webhooks/{id}", { caller, path }))}
-            >
-              Delete
-            </button>
-          )
+          ? <button type="button" className="danger" onClick={() => void act(api("DELETE /dashboard/webhooks/{id}", { caller, path }))}>Delete</button>
           : null}
       </div>
       {open ? <Deliveries key={round} endpoint={endpoint} /> : null}
@@ -146,11 +81,7 @@ export const WebhooksPage = () => {
   const { can } = useAccounts()
   const [list, reload] = useApi("GET /dashboard/webhooks")
   const [url, setUrl] = useState("")
-  const [events, setEvents] = useState<ReadonlyArray<WebhookEventType>>([
-    "balance.low",
-    "topup.succeeded",
-    "auto_topup.failed"
-  ])
+  const [events, setEvents] = useState<ReadonlyArray<WebhookEventType>>(["balance.low", "topup.succeeded", "auto_topup.failed"])
   const [created, setCreated] = useState<CreatedWebhook | null>(null)
   const [error, setError] = useState<ApiError | null>(null)
   const create = async () => {
@@ -169,18 +100,12 @@ export const WebhooksPage = () => {
       <PageHeading title="Webhooks" />
       {can("POST /dashboard/webhooks")
         ? (
-          <form
-            className="card"
-            aria-labelledby="new-webhook"
-            onSubmit={(e) => {
-              e.preventDefault()
-              void create()
-            }}
-          >
+          <form className="card" aria-labelledby="new-webhook" onSubmit={(e) => {
+            e.preventDefault()
+            void create()
+          }}>
             <h2 id="new-webhook">Add an endpoint</h2>
-            <p className="note">
-              Deliveries are signed as Standard Webhooks and retried for 3 days. Verify them with the signing secret.
-            </p>
+            <p className="note">Deliveries are signed as Standard Webhooks and retried for 3 days. Verify them with the signing secret.</p>
             {error === null ? null : <ErrorPanel error={error} />}
             <Field label="Endpoint URL" hint="https, on a public address.">
               {(props) => <input {...props} type="url" required value={url} onChange={(e) => setUrl(e.target.value)} />}
@@ -189,11 +114,8 @@ export const WebhooksPage = () => {
               <legend>Events</legend>
               {WEBHOOK_EVENTS.map((type) => (
                 <label key={type} className="check">
-                  <input
-                    type="checkbox"
-                    checked={events.includes(type)}
-                    onChange={(e) => setEvents(e.target.checked ? [...events, type] : events.filter((t) => t !== type))}
-                  />
+                  <input type="checkbox" checked={events.includes(type)}
+                    onChange={(e) => setEvents(e.target.checked ? [...events, type] : events.filter((t) => t !== type))} />
                   <code>{type}</code>
                 </label>
               ))}
@@ -201,11 +123,7 @@ export const WebhooksPage = () => {
             <button type="submit">Add endpoint</button>
           </form>
         )
-        : (
-          <p className="note">
-            Adding and changing endpoints needs the role {neededRoles("POST /dashboard/webhooks")} in this account.
-          </p>
-        )}
+        : <p className="note">Adding and changing endpoints needs the role {neededRoles("POST /dashboard/webhooks")} in this account.</p>}
       {created === null ? null : (
         <div className="notice success" role="status">
           <p>Store this signing secret now: it is shown only once.</p>
@@ -218,16 +136,9 @@ export const WebhooksPage = () => {
       <section aria-labelledby="endpoints-heading">
         <h2 id="endpoints-heading">Endpoints</h2>
         <Load value={list} what="your endpoints" retry={reload}>
-          {(data) =>
-            data.endpoints.length === 0
-              ? <Empty>No endpoints yet.</Empty>
-              : (
-                <>
-                  {data.endpoints.map((endpoint) => (
-                    <EndpointCard key={endpoint.id} endpoint={endpoint} onChange={reload} />
-                  ))}
-                </>
-              )}
+          {(data) => data.endpoints.length === 0
+            ? <Empty>No endpoints yet.</Empty>
+            : <>{data.endpoints.map((endpoint) => <EndpointCard key={endpoint.id} endpoint={endpoint} onChange={reload} />)}</>}
         </Load>
       </section>
     </>

@@ -21,6 +21,7 @@ import memberBudgets from "./0020_member_budgets.js"
 import invitationPace from "./0021_invitation_pace.js"
 import keyControls from "./0022_key_controls.js"
 import webhookCreators from "./0023_webhook_creators.js"
+import invoices from "./0024_invoices.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -50,5 +51,6 @@ export const migrations = {
   "0020_member_budgets": memberBudgets,
   "0021_invitation_pace": invitationPace,
   "0022_key_controls": keyControls,
-  "0023_webhook_creators": webhookCreators
+  "0023_webhook_creators": webhookCreators,
+  "0024_invoices": invoices
 }

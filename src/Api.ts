@@ -8,6 +8,7 @@ import { BillingApi, DevCheckoutApi, StripeWebhookApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { withHeader } from "./Domain/OpenApiDocument.js"
 import { HealthApi } from "./Health/Api.js"
+import { InvoicesApi } from "./Invoices/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { LogsApi } from "./Logs/Api.js"
 import { MembersApi } from "./Members/Api.js"
@@ -76,6 +77,7 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(StoredResponsesApi)
   .add(KeysApi)
   .add(BillingApi)
+  .add(InvoicesApi)
   .add(LogsApi)
   .add(UsageApi)
   .add(StripeWebhookApi)

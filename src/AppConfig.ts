@@ -2,6 +2,7 @@ import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, 
 import { hostname } from "node:os"
 import { DEFAULT_PRICES, PriceTable } from "./Domain/Prices.js"
 import { parseUpstreams, shorthandUpstream, type UpstreamConfig, withUpstreamPrices } from "./Domain/Upstreams.js"
+import { Address, isTin, type Party } from "./Invoices/Api.js"
 
 /** Every setting of the configuration table (docs/operations.md, "Configuration"), read once at start-up. */
 export interface AppConfigShape {
@@ -109,6 +110,14 @@ export interface AppConfigShape {
   readonly outboxPollMs: number
   /** `STORED_RESPONSES_MAX_BYTES`: the most an account's stored responses may hold; past it its oldest are deleted. */
   readonly storedResponsesMaxBytes: number
+  /** `SST_RATE_BPS`: service tax charged on top of each top-up, in basis points (800 = 8%); 0 charges none. */
+  readonly sstRateBps: number
+  /** `SUPPLIER_*`: the operator as invoices name it; unset, the sandbox supplier (refused in production). */
+  readonly supplier: Party
+  /** True when `supplier` is the sandbox supplier, not the operator's own details. */
+  readonly sandboxSupplier: boolean
+  /** `MYINVOIS_PORTAL_URL`: the MyInvois portal a valid e-invoice's validation link points at. */
+  readonly myinvoisPortalUrl: string
 }
 
 /** An unset `RATE_LIMIT_*_MAX` is this many times its default (docs/operations.md, "Configuration"). */
@@ -134,6 +143,88 @@ const integerBetween = (name: string, fallback: number, min: number, max: number
       validation: (value) => value >= min && value <= max
     })
   )
+
+/** The supplier invoices name while `SUPPLIER_*` is unset: its name says it is not a real business. */
+export const SANDBOX_SUPPLIER: Party = {
+  legal_name: "nenas sandbox supplier (not a real business; set SUPPLIER_*)",
+  tin: "C25845632020",
+  id_type: "BRN",
+  id_value: "201901234567",
+  sst_number: null,
+  msic: "62099",
+  email: "billing@nenas.invalid",
+  phone: "+60300000000",
+  address: {
+    line1: "Sandbox address",
+    line2: null,
+    city: "Kuala Lumpur",
+    postcode: "50000",
+    state_code: "14",
+    country_code: "MYS"
+  }
+}
+
+const SUPPLIER_REQUIRED = [
+  "SUPPLIER_NAME",
+  "SUPPLIER_TIN",
+  "SUPPLIER_BRN",
+  "SUPPLIER_MSIC",
+  "SUPPLIER_ADDRESS",
+  "SUPPLIER_EMAIL",
+  "SUPPLIER_PHONE"
+] as const
+
+type SupplierVariables = Record<typeof SUPPLIER_REQUIRED[number] | "SUPPLIER_SST_NUMBER", Option.Option<string>>
+
+const decodeAddress = Schema.decodeUnknownEither(Schema.parseJson(Address))
+
+/**
+ * The operator from `SUPPLIER_*`, or why not (one line naming the variables): all of them or none; none is
+ * the sandbox supplier, which production refuses. With service tax charged, `SUPPLIER_SST_NUMBER` is required.
+ */
+export const supplierFrom = (
+  variables: SupplierVariables,
+  sstRateBps: number,
+  production: boolean
+): Either.Either<{ readonly supplier: Party; readonly sandbox: boolean }, string> => {
+  const unset: Array<string> = SUPPLIER_REQUIRED.filter((name) => Option.isNone(variables[name]))
+  const none = unset.length === SUPPLIER_REQUIRED.length && Option.isNone(variables.SUPPLIER_SST_NUMBER)
+  if (sstRateBps > 0 && Option.isNone(variables.SUPPLIER_SST_NUMBER)) unset.push("SUPPLIER_SST_NUMBER")
+  if (none) {
+    return production
+      ? Either.left(`NODE_ENV=production refuses the sandbox supplier on invoices; set ${unset.join(", ")}`)
+      : Either.right({
+        supplier: sstRateBps > 0 ? { ...SANDBOX_SUPPLIER, sst_number: "W00-0000-00000000" } : SANDBOX_SUPPLIER,
+        sandbox: true
+      })
+  }
+  if (unset.length > 0) return Either.left(`The supplier on invoices is incomplete; set ${unset.join(", ")}`)
+  const value = (name: keyof SupplierVariables) => Option.getOrElse(variables[name], () => "")
+  const tin = value("SUPPLIER_TIN")
+  if (!isTin(tin)) return Either.left("SUPPLIER_TIN must be a MyInvois TIN (C25845632020, IG115002000)")
+  const address = decodeAddress(value("SUPPLIER_ADDRESS"))
+  if (Either.isLeft(address)) {
+    return Either.left(
+      "SUPPLIER_ADDRESS must be JSON {line1, line2?, city, postcode, state_code, country_code?}: " +
+        address.left.message.split("\n").slice(0, 3).join(" ")
+    )
+  }
+  if (!/^\d{5}$/.test(value("SUPPLIER_MSIC"))) return Either.left("SUPPLIER_MSIC must be a 5-digit MSIC code")
+  return Either.right({
+    supplier: {
+      legal_name: value("SUPPLIER_NAME"),
+      tin,
+      id_type: "BRN",
+      id_value: value("SUPPLIER_BRN"),
+      sst_number: Option.getOrNull(variables.SUPPLIER_SST_NUMBER),
+      msic: value("SUPPLIER_MSIC"),
+      email: value("SUPPLIER_EMAIL"),
+      phone: value("SUPPLIER_PHONE"),
+      address: address.right
+    },
+    sandbox: false
+  })
+}
 
 const isValidTimezone = (zone: string): boolean => {
   try {
@@ -250,8 +341,29 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     })
   ),
   outboxPollMs: Config.succeed(250),
-  storedResponsesMaxBytes: integerBetween("STORED_RESPONSES_MAX_BYTES", 1_073_741_824, 1, Number.MAX_SAFE_INTEGER)
+  storedResponsesMaxBytes: integerBetween("STORED_RESPONSES_MAX_BYTES", 1_073_741_824, 1, Number.MAX_SAFE_INTEGER),
+  sstRateBps: integerBetween("SST_RATE_BPS", 0, 0, 10_000),
+  myinvoisPortalUrl: Config.string("MYINVOIS_PORTAL_URL").pipe(
+    Config.withDefault("https://preprod.myinvois.hasil.gov.my"),
+    Config.map((url) => url.replace(/\/+$/, ""))
+  ),
+  supplierVariables: Config.all({
+    SUPPLIER_NAME: nonEmpty("SUPPLIER_NAME"),
+    SUPPLIER_TIN: nonEmpty("SUPPLIER_TIN"),
+    SUPPLIER_BRN: nonEmpty("SUPPLIER_BRN"),
+    SUPPLIER_SST_NUMBER: nonEmpty("SUPPLIER_SST_NUMBER"),
+    SUPPLIER_MSIC: nonEmpty("SUPPLIER_MSIC"),
+    SUPPLIER_ADDRESS: nonEmpty("SUPPLIER_ADDRESS"),
+    SUPPLIER_EMAIL: nonEmpty("SUPPLIER_EMAIL"),
+    SUPPLIER_PHONE: nonEmpty("SUPPLIER_PHONE")
+  })
 }).pipe(
+  Config.mapOrFail(({ supplierVariables, ...rest }) =>
+    Either.match(supplierFrom(supplierVariables, rest.sstRateBps, rest.nodeEnv === "production"), {
+      onLeft: (message) => Either.left(ConfigError.InvalidData(["SUPPLIER_NAME"], message)),
+      onRight: ({ sandbox, supplier }) => Either.right({ ...rest, supplier, sandboxSupplier: sandbox })
+    })
+  ),
   Config.map(({ dashboardUrl, instanceId, logFormat, nodeEnv, publicBaseUrl, upstreamsJson, ...rest }) => {
     // `UPSTREAMS` overrides the one-upstream shorthand; its prices override the price table's.
     const upstreams = Option.getOrElse(upstreamsJson, () =>

@@ -33,7 +33,8 @@ export const AuditAction = Schema.Literal(
   "webhook.delivery_resent",
   "billing.checkout_created",
   "usage.grouping_tags_updated",
-  "response.deleted"
+  "response.deleted",
+  "billing.profile_updated"
 )
 export type AuditAction = typeof AuditAction.Type
 

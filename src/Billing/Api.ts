@@ -27,11 +27,21 @@ export const CheckoutRequest = Schema.Struct({
   save_card: Schema.optional(Schema.Boolean)
 }).annotations({ identifier: "CheckoutRequest" })
 
+/** A top-up's money: what the wallet is credited, the service tax on top, and what the buyer pays. */
+const TaxedTopup = {
+  amount_sen: Schema.Int,
+  tax_sen: Schema.Int,
+  total_sen: Schema.Int
+}
+
 export const CheckoutResponse = Schema.Struct({
   url: Schema.String,
   session_id: Schema.String,
-  transaction_id: Schema.String
+  transaction_id: Schema.String,
+  ...TaxedTopup
 })
+
+export const TopupOption = Schema.Struct(TaxedTopup).annotations({ identifier: "TopupOption" })
 
 export const Balance = Schema.Struct({
   wallet: Wallet,
@@ -40,14 +50,24 @@ export const Balance = Schema.Struct({
   lifetime_topup_myr: Schema.Number,
   lifetime_spend_myr: Schema.Number,
   topup_options_sen: Schema.Array(Schema.Int),
+  /** Each option with the service tax charged on top (`SST_RATE_BPS`), and what it costs in all. */
+  topup_options: Schema.Array(TopupOption),
+  /** Service tax on top-ups, in basis points (800 = 8%); 0 when none is charged. */
+  sst_rate_bps: Schema.Int,
   /** True while a payment dispute is open: live model calls answer permission_denied until it closes. */
   account_suspended: Schema.Boolean
 })
 
 export const TransactionsParams = StrictUrlParams({ ...PageParams.fields, type: Schema.optional(LedgerType) })
 
+/** A ledger entry, with the payment it moved money for (a top-up's amount, service tax and total). */
+export const TransactionEntry = Schema.Struct({
+  ...LedgerEntry.fields,
+  payment: Schema.NullOr(Schema.Struct({ transaction_id: Schema.String, ...TaxedTopup }))
+}).annotations({ identifier: "TransactionEntry" })
+
 export const TransactionsPage = Schema.Struct({
-  ledger: Schema.Array(LedgerEntry),
+  ledger: Schema.Array(TransactionEntry),
   page: Schema.Int,
   limit: Schema.Int
 })
@@ -188,7 +208,19 @@ export class DevCheckoutApi extends HttpApiGroup.make("devCheckout")
       .addSuccess(Html)
       .addError(wire(InvalidRequest))
   )
+  .add(
+    HttpApiEndpoint.post("refund", "/dev/checkout/:session_id/refund")
+      .setPath(SessionPath)
+      .setPayload(Schema.Struct({ amount_sen: Schema.Int.pipe(Schema.between(1, 100_000_000)) }))
+      .addSuccess(Schema.Struct({ charge_id: Schema.String, amount_refunded_sen: Schema.Int }))
+      .addError(wire(InvalidRequest))
+      .annotate(
+        OpenApi.Description,
+        "Refunds `amount_sen` more of a paid session, gross (tax included), as Stripe's `charge.refunded` " +
+          "reports it: the cumulative refund is capped at what was paid."
+      )
+  )
   .addError(wire(NotFound))
   .addError(wire(BillingError))
-  .annotate(OpenApi.Description, "Development only: the simulated Stripe Checkout page.")
+  .annotate(OpenApi.Description, "Development only: the simulated Stripe Checkout page, and refunds of its payments.")
 {}

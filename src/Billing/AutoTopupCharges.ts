@@ -214,16 +214,18 @@ export const AutoTopupWorker = Layer.scopedDiscard(Effect.gen(function*() {
       )
       if (started._tag === "NotOurs") return false
       if (started._tag === "Blocked") return yield* outcomes.dropped(attempt.id, started.blocker)
-      let transactionId = attempt.transactionId
-      if (transactionId === null) {
-        transactionId = yield* repo.createPending(attempt.accountId, attempt.amountSen)
-        yield* attempts.attachTransaction(attempt.id, transactionId)
-      }
+      // Charged with service tax on top, as a checkout is; the total is fixed when the transaction is made.
+      const transaction = attempt.transactionId === null
+        ? yield* repo.createPending(attempt.accountId, attempt.amountSen, config.sstRateBps)
+        : yield* repo.find(attempt.transactionId)
+      if (transaction === undefined) return yield* Effect.dieMessage(`auto top-up ${attempt.id} lost its transaction`)
+      const transactionId = transaction.id
+      if (attempt.transactionId === null) yield* attempts.attachTransaction(attempt.id, transactionId)
       if (card?.paymentMethodId == null) return yield* outcomes.refused(attempt.id, "no_saved_card")
       const outcome = yield* processor.charge({
         customerId: card.customerId,
         paymentMethodId: card.paymentMethodId,
-        amountSen: attempt.amountSen,
+        amountSen: transaction.amountSen + transaction.taxSen,
         idempotencyKey: `auto_topup_${attempt.id}`,
         metadata: { transaction_id: transactionId, account_id: attempt.accountId, auto_topup_id: attempt.id }
       })

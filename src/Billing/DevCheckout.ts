@@ -39,8 +39,8 @@ export const sessionEvent = (
     mode: "payment",
     status: paid ? "complete" : "expired",
     payment_status: paid ? "paid" : "unpaid",
-    amount_subtotal: transaction.amountSen,
-    amount_total: transaction.amountSen,
+    amount_subtotal: transaction.amountSen + transaction.taxSen,
+    amount_total: transaction.amountSen + transaction.taxSen,
     currency: CURRENCY,
     client_reference_id: transaction.id,
     metadata: {
@@ -52,6 +52,19 @@ export const sessionEvent = (
     livemode: false
   })
 }
+
+/** Stripe's `charge.refunded` for a simulated payment: `amountRefundedSen` is the charge's cumulative refund, gross. */
+export const refundEvent = (transaction: PaymentTransaction, amountRefundedSen: number, created: number) =>
+  simulatedEvent("charge.refunded", created, {
+    id: transaction.chargeId ?? `ch_sim_${transaction.id}`,
+    object: "charge",
+    amount: transaction.amountSen + transaction.taxSen,
+    amount_refunded: amountRefundedSen,
+    currency: CURRENCY,
+    payment_intent: transaction.paymentIntentId,
+    refunded: amountRefundedSen === transaction.amountSen + transaction.taxSen,
+    livemode: false
+  })
 
 /** Where this process's own webhook receiver listens. */
 const receiverUrl = (config: AppConfigShape) => {
@@ -137,6 +150,13 @@ export const checkoutPage = (transaction: PaymentTransaction, sessionId: string)
     "nenas: simulated checkout",
     `<h1>Top up ${ringgit(transaction.amountSen)}</h1>
 <p>Wallet top-up, transaction <code>${escapeHtml(transaction.id)}</code>.</p>
+${
+      transaction.taxSen === 0 ? "" : `<table>
+<tr><td>Wallet credit</td><td>${ringgit(transaction.amountSen)}</td></tr>
+<tr><td>Service tax (SST) ${transaction.taxRateBps / 100}%</td><td>${ringgit(transaction.taxSen)}</td></tr>
+<tr><th>Total</th><th>${ringgit(transaction.amountSen + transaction.taxSen)}</th></tr>
+</table>`
+    }
 ${state}
 <p class="note">Simulated checkout: Stripe is not configured. Pay sends a signed
 <code>checkout.session.completed</code> event to this service's webhook receiver.</p>`

@@ -10,8 +10,11 @@ import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
 import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.js"
-import { microMyr, toMyrNumber } from "../Domain/Money.js"
+import { MICRO_PER_SEN, microMyr, toMyrNumber } from "../Domain/Money.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
+import { Documents } from "../Invoices/Documents.js"
+import { InvoicesRepo } from "../Invoices/Repo.js"
+import { taxOn } from "../Invoices/Tax.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { AutoTopups } from "../Wallet/AutoTopupAttempts.js"
 import { WalletRepo } from "../Wallet/Repo.js"
@@ -25,6 +28,7 @@ import {
   type CheckoutOutcome,
   checkoutPage,
   deliver,
+  refundEvent,
   resultPage,
   sessionEvent,
   setupEvent,
@@ -47,6 +51,7 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
     const cardProcessor = yield* CardProcessor
     const settings = yield* WalletSettings
     const audit = yield* AuditLog
+    const config = yield* AppConfig
     /** The account's Stripe customer, made once: the card a top-up saves is attached to it. */
     const customerOf = (accountId: string, email: string | null) =>
       Effect.gen(function*() {
@@ -68,21 +73,25 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           // Each session costs a call to the payment processor and a pending row: limited per client address.
           yield* ipLimits.take("checkouts", yield* ipLimits.client)
           const saveCardFor = payload.save_card === true ? yield* customerOf(account.id, account.email) : null
-          const transactionId = yield* payments.createPending(account.id, payload.amount_sen)
+          const pending = yield* payments.createPending(account.id, payload.amount_sen, config.sstRateBps)
+          const transactionId = pending.id
           const session = yield* processor.createCheckout({
             transactionId,
             accountId: account.id,
-            amountSen: payload.amount_sen,
+            amountSen: pending.amountSen,
+            taxSen: pending.taxSen,
+            taxRateBps: pending.rateBps,
             email: account.email,
             saveCardFor
           }).pipe(Effect.tapError(() => Effect.orDie(payments.fail(transactionId))))
+          const money = { amount_sen: pending.amountSen, tax_sen: pending.taxSen, total_sen: pending.totalSen }
           yield* audit.within(payments.attachSession(transactionId, session.sessionId), () => ({
             action: "billing.checkout_created",
             targetType: "checkout",
             targetId: transactionId,
-            details: { amount_sen: payload.amount_sen, session_id: session.sessionId, save_card: saveCardFor !== null }
+            details: { ...money, session_id: session.sessionId, save_card: saveCardFor !== null }
           }))
-          return { url: session.url, session_id: session.sessionId, transaction_id: transactionId }
+          return { url: session.url, session_id: session.sessionId, transaction_id: transactionId, ...money }
         }))
       .handle("balance", () =>
         Effect.gen(function*() {
@@ -95,6 +104,11 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
             lifetime_topup_myr: toMyrNumber(microMyr(wallet.lifetimeTopupMicroMyr)),
             lifetime_spend_myr: toMyrNumber(microMyr(wallet.lifetimeSpendMicroMyr)),
             topup_options_sen: TOPUP_OPTIONS_SEN,
+            topup_options: TOPUP_OPTIONS_SEN.map((amount) => {
+              const taxed = taxOn(amount, config.sstRateBps)
+              return { amount_sen: taxed.amountSen, tax_sen: taxed.taxSen, total_sen: taxed.totalSen }
+            }),
+            sst_rate_bps: config.sstRateBps,
             account_suspended: account.suspended
           }
         }))
@@ -103,8 +117,22 @@ export const BillingLive = HttpApiBuilder.group(NenasApi, "billing", (handlers) 
           const account = yield* CurrentAccount
           yield* spending.settled
           const rows = yield* wallets.ledger(account.id, urlParams)
+          const ids = [...new Set(rows.flatMap((row) => row.paymentTransactionId ?? []))]
+          const paid = new Map((yield* Effect.orDie(payments.findMany(account.id, ids))).map((t) => [t.id, t]))
           return {
-            ledger: rows.map((row) => ({ ...row, createdAt: row.createdAt.toISOString() })),
+            ledger: rows.map(({ createdAt, paymentTransactionId, ...row }) => {
+              const payment = paymentTransactionId === null ? undefined : paid.get(paymentTransactionId)
+              return {
+                ...row,
+                createdAt: createdAt.toISOString(),
+                payment: payment === undefined ? null : {
+                  transaction_id: payment.id,
+                  amount_sen: payment.amountSen,
+                  tax_sen: payment.taxSen,
+                  total_sen: payment.amountSen + payment.taxSen
+                }
+              }
+            }),
             page: urlParams.page,
             limit: urlParams.limit
           }
@@ -311,6 +339,18 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
           return setupResultPage(`${config.dashboardUrl}/billing?card=saved`)
         }))
       .handle("page", ({ path }) => Effect.map(find(path.session_id), (t) => checkoutPage(t, path.session_id)))
+      .handle("refund", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const transaction = yield* find(path.session_id)
+          if (transaction.status !== "succeeded" || transaction.paymentIntentId === null) {
+            return yield* new InvalidRequest({ message: "Only a paid checkout can be refunded.", param: "session_id" })
+          }
+          const paid = transaction.amountSen + transaction.taxSen
+          const refunded = Math.min(paid, transaction.refundedMicroMyr / MICRO_PER_SEN + payload.amount_sen)
+          const event = refundEvent(transaction, refunded, Math.floor((yield* Clock.currentTimeMillis) / 1000))
+          yield* deliver(client, config, processor.webhookSecret, event)
+          return { charge_id: event.data.object.id, amount_refunded_sen: refunded }
+        }))
       .handle("pay", ({ path }) => finish(path.session_id, "checkout.session.completed"))
       .handle("cancel", ({ path }) => finish(path.session_id, "checkout.session.expired"))
   })).pipe(Layer.provide(FetchHttpClient.layer))
@@ -319,6 +359,13 @@ export const DevCheckoutLive = HttpApiBuilder.group(NenasApi, "devCheckout", (ha
 export const PaymentsServicesLive = Layer.merge(Payments.layer, AutoTopupWorker).pipe(
   Layer.provideMerge(AutoTopupOutcomes.layer),
   Layer.provideMerge(
-    Layer.mergeAll(PaymentsRepo.layer, Cards.layer, CardProcessor.layer, AutoTopups.layer, WalletSettings.layer)
+    Layer.mergeAll(
+      PaymentsRepo.layer,
+      Cards.layer,
+      CardProcessor.layer,
+      AutoTopups.layer,
+      WalletSettings.layer,
+      Documents.layer.pipe(Layer.provideMerge(InvoicesRepo.layer))
+    )
   )
 )

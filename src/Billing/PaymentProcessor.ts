@@ -9,7 +9,11 @@ import { randomBase62 } from "../Domain/Ids.js"
 export interface CheckoutInput {
   readonly transactionId: string
   readonly accountId: string
+  /** What the wallet is credited. */
   readonly amountSen: number
+  /** Service tax on top (docs/money.md, "Service tax"): a line of its own when not 0. */
+  readonly taxSen: number
+  readonly taxRateBps: number
   readonly email: string | null
   /** The Stripe customer that keeps the paying card for auto top-up; null when the card is not saved. */
   readonly saveCardFor: string | null
@@ -104,7 +108,8 @@ export const completedEvent = (session: CheckoutInput & CheckoutSession, payment
       metadata: { transaction_id: session.transactionId, account_id: session.accountId },
       payment_status: "paid",
       payment_intent: paymentIntentId,
-      amount_total: session.amountSen,
+      amount_subtotal: session.amountSen + session.taxSen,
+      amount_total: session.amountSen + session.taxSen,
       currency: CURRENCY
     }
   }
@@ -125,6 +130,18 @@ export const makeStripeClient = (secretKey: Redacted.Redacted, apiUrl: Option.Op
       })
     })
   })
+}
+
+/** The credit and, when charged, the service tax as two lines: the buyer sees what the wallet gets. */
+const lineItems = (input: CheckoutInput) => {
+  const line = (name: string, sen: number) => ({
+    quantity: 1,
+    price_data: { currency: CURRENCY, unit_amount: sen, product_data: { name } }
+  })
+  const credit = line(`nenas wallet top-up, RM ${(input.amountSen / 100).toFixed(2)}`, input.amountSen)
+  return input.taxSen === 0
+    ? [credit]
+    : [credit, line(`Service tax (SST) ${input.taxRateBps / 100}%`, input.taxSen)]
 }
 
 const returnUrls = (config: AppConfigShape) => ({
@@ -162,14 +179,7 @@ const makeStripe = (config: AppConfigShape, secretKey: Redacted.Redacted, webhoo
         try: () =>
           stripe.checkout.sessions.create({
             mode: "payment",
-            line_items: [{
-              quantity: 1,
-              price_data: {
-                currency: CURRENCY,
-                unit_amount: input.amountSen,
-                product_data: { name: `nenas wallet top-up, RM ${(input.amountSen / 100).toFixed(2)}` }
-              }
-            }],
+            line_items: lineItems(input),
             client_reference_id: input.transactionId,
             metadata,
             payment_intent_data: {

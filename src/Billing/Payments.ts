@@ -4,9 +4,12 @@ import { AccountsRepo } from "../Accounts/Repo.js"
 import { AppConfig } from "../AppConfig.js"
 import { type BillingError, InternalError } from "../Domain/Errors.js"
 import type { EventType } from "../Domain/EventTypes.js"
-import { fromSen, microMyr, toMyrString } from "../Domain/Money.js"
+import { fromSen, MICRO_PER_SEN, toMyrString } from "../Domain/Money.js"
 import { SqlString } from "../Domain/Strict.js"
 import { now } from "../Domain/Time.js"
+import type { DocumentType } from "../Invoices/Api.js"
+import { Documents } from "../Invoices/Documents.js"
+import { type GrossSplit, newlyRefunded, splitGross } from "../Invoices/Tax.js"
 import { KeyCache } from "../Keys/KeyCache.js"
 import { emit } from "../Outbox/Events.js"
 import { WalletRepo } from "../Wallet/Repo.js"
@@ -125,6 +128,7 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
       const cards = yield* Cards
       const cardProcessor = yield* CardProcessor
       const autoTopups = yield* AutoTopupOutcomes
+      const documents = yield* Documents
 
       /**
        * Suspended exactly while a dispute whose funds were withdrawn is open (a change is announced to the
@@ -148,48 +152,98 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           Effect.provideService(SqlClient.SqlClient, sql)
         )
 
-      /** Brings a paid transaction's ledger in line with every fact known about it. */
+      /** The tax document of a money movement this transaction just made, numbered with it. */
+      const issue = (
+        transaction: PaymentTransaction,
+        type: DocumentType,
+        effectKey: string,
+        description: string,
+        split: GrossSplit
+      ) =>
+        documents.issue({
+          accountId: transaction.accountId,
+          type,
+          effectKey,
+          paymentTransactionId: transaction.id,
+          paymentReference: transaction.paymentIntentId ?? transaction.checkoutSessionId,
+          description,
+          netSen: split.netSen,
+          taxSen: split.taxSen,
+          taxRateBps: transaction.taxRateBps
+        })
+
+      /**
+       * Brings a paid transaction's ledger in line with every fact known about it. Stripe reports refunds and
+       * disputes gross; the wallet moves by their net part only (docs/money.md, "Service tax"), and each
+       * movement issues its document in the same SQL transaction.
+       */
       const reconcile = (transaction: PaymentTransaction) =>
         Effect.gen(function*() {
+          const topupKey = `topup:${transaction.id}`
           let changed = yield* wallet.post({
             accountId: transaction.accountId,
             type: "topup",
             amountMicroMyr: transaction.amountMicroMyr,
-            effectKey: `topup:${transaction.id}`,
+            effectKey: topupKey,
             description: `Top-up of RM ${(transaction.amountSen / 100).toFixed(2)} (Stripe Checkout)`,
             paymentTransactionId: transaction.id
           })
-          const refunded = Math.min(yield* repo.refundedTotal(transaction), transaction.amountMicroMyr)
-          if (refunded > transaction.refundedMicroMyr) {
-            yield* wallet.post({
-              accountId: transaction.accountId,
-              type: "refund",
-              amountMicroMyr: -(refunded - transaction.refundedMicroMyr),
-              effectKey: `refund:${transaction.id}:${refunded}`,
-              description: `Refund of RM ${toMyrString(microMyr(refunded - transaction.refundedMicroMyr))} on a top-up`,
-              paymentTransactionId: transaction.id
+          if (changed) {
+            yield* issue(transaction, "invoice", topupKey, "nenas prepaid API credits (wallet top-up)", {
+              netSen: transaction.amountSen,
+              taxSen: transaction.taxSen
             })
+          }
+          const grossMicroMyr = fromSen(transaction.amountSen + transaction.taxSen)
+          const refunded = Math.min(yield* repo.refundedTotal(transaction), grossMicroMyr)
+          if (refunded > transaction.refundedMicroMyr) {
+            const moved = newlyRefunded(
+              transaction.refundedMicroMyr / MICRO_PER_SEN,
+              refunded / MICRO_PER_SEN,
+              transaction
+            )
+            const refundKey = `refund:${transaction.id}:${refunded}`
+            if (moved.netSen > 0) {
+              yield* wallet.post({
+                accountId: transaction.accountId,
+                type: "refund",
+                amountMicroMyr: -fromSen(moved.netSen),
+                effectKey: refundKey,
+                description: `Refund of RM ${toMyrString(fromSen(moved.netSen))} on a top-up`,
+                paymentTransactionId: transaction.id
+              })
+            }
+            yield* issue(transaction, "refund_note", refundKey, "Refund of prepaid API credits", moved)
             yield* repo.setRefunded(transaction.id, refunded)
             changed = true
           }
           for (const dispute of yield* repo.claimDisputes(transaction)) {
             // An inquiry moves no money: only funds Stripe withdrew are debited, and only reinstated ones credited.
+            const disputed = splitGross(dispute.amountMicroMyr / MICRO_PER_SEN, transaction)
+            const chargebackKey = `chargeback:${dispute.id}`
             const debited = dispute.fundsWithdrawn && (yield* wallet.post({
               accountId: transaction.accountId,
               type: "chargeback",
-              amountMicroMyr: -dispute.amountMicroMyr,
-              effectKey: `chargeback:${dispute.id}`,
+              amountMicroMyr: -fromSen(disputed.netSen),
+              effectKey: chargebackKey,
               description: `Chargeback: payment dispute ${dispute.id} opened`,
               paymentTransactionId: transaction.id
             }))
+            if (debited) {
+              yield* issue(transaction, "refund_note", chargebackKey, "Payment disputed: credits withdrawn", disputed)
+            }
+            const reversalKey = `chargeback_reversal:${dispute.id}`
             const reversed = dispute.fundsReinstated && (yield* wallet.post({
               accountId: transaction.accountId,
               type: "chargeback_reversal",
-              amountMicroMyr: dispute.amountMicroMyr,
-              effectKey: `chargeback_reversal:${dispute.id}`,
+              amountMicroMyr: fromSen(disputed.netSen),
+              effectKey: reversalKey,
               description: `Chargeback reversed: funds of payment dispute ${dispute.id} reinstated`,
               paymentTransactionId: transaction.id
             }))
+            if (reversed) {
+              yield* issue(transaction, "debit_note", reversalKey, "Payment dispute won: credits restored", disputed)
+            }
             changed = changed || debited || reversed
           }
           yield* updateSuspension(transaction.accountId)
@@ -269,7 +323,10 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           yield* requireMyr(intent.currency, event)
           yield* repo.lockPayment(intent.id)
           const transaction = yield* repo.lock(transactionId)
-          if (transaction === undefined || (intent.amount_received ?? intent.amount) !== transaction.amountSen) {
+          if (
+            transaction === undefined ||
+            (intent.amount_received ?? intent.amount) !== transaction.amountSen + transaction.taxSen
+          ) {
             return yield* anomaly(`Payment ${intent.id} does not match transaction ${transactionId}.`)
           }
           const newlyPaid = transaction.status !== "succeeded"
@@ -303,10 +360,12 @@ export class Payments extends Context.Tag("nenas/Payments")<Payments, {
           yield* requireMyr(session.currency, event)
           if (
             session.amount_total !== undefined && session.amount_total !== null &&
-            session.amount_total !== transaction.amountSen
+            session.amount_total !== transaction.amountSen + transaction.taxSen
           ) {
             return yield* anomaly(
-              `Checkout session ${session.id} was paid ${session.amount_total} sen; transaction ${transaction.id} is for ${transaction.amountSen}.`
+              `Checkout session ${session.id} was paid ${session.amount_total} sen; transaction ${transaction.id} is for ${
+                transaction.amountSen + transaction.taxSen
+              }.`
             )
           }
           const newlyPaid = transaction.status !== "succeeded"

@@ -6,16 +6,22 @@ import { fromSen, MicroMyr } from "../Domain/Money.js"
 import { storableJson } from "../Domain/Strict.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
+import { type TaxedAmount, taxOn } from "../Invoices/Tax.js"
 
 export const PaymentTransaction = Schema.Struct({
   id: Schema.String,
   accountId: Schema.String,
+  /** What the wallet is credited: the top-up as chosen, tax excluded. */
   amountSen: Schema.Int,
   amountMicroMyr: MicroMyr,
+  /** Service tax charged on top (docs/money.md, "Service tax"), at `taxRateBps`. */
+  taxSen: Schema.Int,
+  taxRateBps: Schema.Int,
   status: Schema.Literal("pending", "succeeded", "failed"),
   checkoutSessionId: Schema.NullOr(Schema.String),
   paymentIntentId: Schema.NullOr(Schema.String),
   chargeId: Schema.NullOr(Schema.String),
+  /** The cumulative gross (amount and tax) Stripe refunded so far. */
   refundedMicroMyr: MicroMyr
 })
 export type PaymentTransaction = typeof PaymentTransaction.Type
@@ -38,6 +44,10 @@ export type DisputeFact = Omit<DisputeRow, "id"> & {
   readonly paymentIntentId: string | null
 }
 
+export interface PendingPayment extends TaxedAmount {
+  readonly id: string
+}
+
 type Sql = Effect.Effect.Success<typeof SqlClient.SqlClient>
 
 type Q<A> = Effect.Effect<A, SqlError.SqlError>
@@ -54,7 +64,8 @@ const Transaction = Schema.Struct({
 })
 
 const transactionColumns = (sql: Sql) =>
-  sql`id, account_id, amount_sen, amount_micro_myr, status, checkout_session_id, payment_intent_id, charge_id, refunded_micro_myr`
+  sql`id, account_id, amount_sen, amount_micro_myr, tax_sen, tax_rate_bps, status, checkout_session_id, payment_intent_id,
+    charge_id, refunded_micro_myr`
 
 /**
  * Payment transactions and the Stripe facts (charges' refunded totals,
@@ -66,7 +77,12 @@ const transactionColumns = (sql: Sql) =>
  * as a failure; those two (a checkout's, and the auto top-up worker's) make it a defect.
  */
 export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo, {
-  readonly createPending: (accountId: string, amountSen: number) => Effect.Effect<string>
+  /** A pending top-up of `amountSen` with service tax at `taxRateBps` on top: what the buyer is charged. */
+  readonly createPending: (accountId: string, amountSen: number, taxRateBps: number) => Effect.Effect<PendingPayment>
+  /** A transaction as it is (no lock). */
+  readonly find: (transactionId: string) => Q<PaymentTransaction | undefined>
+  /** The account's transactions among `ids` (a ledger page's), as they are. */
+  readonly findMany: (accountId: string, ids: ReadonlyArray<string>) => Q<ReadonlyArray<PaymentTransaction>>
   readonly attachSession: (transactionId: string, sessionId: string) => Effect.Effect<void>
   readonly findBySession: (sessionId: string) => Q<PaymentTransaction | undefined>
   /** Locks a transaction row for the rest of the SQL transaction. */
@@ -109,6 +125,7 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
         })
       const bySession = transactionBy((sessionId) => sql`checkout_session_id = ${sessionId}`)
       const locked = transactionBy((id) => sql`id = ${id} FOR UPDATE`)
+      const found = transactionBy((id) => sql`id = ${id}`)
       const idByIntentOrCharge = SqlSchema.findOne({
         Request: Schema.Struct({
           paymentIntentId: Schema.NullOr(Schema.String),
@@ -156,16 +173,28 @@ export class PaymentsRepo extends Context.Tag("nenas/PaymentsRepo")<PaymentsRepo
       })
 
       return PaymentsRepo.of({
-        createPending: (accountId, amountSen) =>
+        createPending: (accountId, amountSen, taxRateBps) =>
           Effect.gen(function*() {
             const id = newId("txn")
             const at = yield* now
+            const taxed = taxOn(amountSen, taxRateBps)
             yield* sql`
-              INSERT INTO payment_transactions (id, account_id, amount_sen, amount_micro_myr, created_at, updated_at)
-              VALUES (${id}, ${accountId}, ${amountSen}, ${fromSen(amountSen)}, ${at}, ${at})
+              INSERT INTO payment_transactions (id, account_id, amount_sen, amount_micro_myr, tax_sen, tax_rate_bps,
+                                                created_at, updated_at)
+              VALUES (${id}, ${accountId}, ${amountSen}, ${fromSen(amountSen)}, ${taxed.taxSen}, ${taxRateBps},
+                      ${at}, ${at})
             `
-            return id
+            return { id, ...taxed }
           }).pipe(Effect.orDie, Effect.withSpan("PaymentsRepo.createPending")),
+        findMany: (accountId, ids) =>
+          ids.length === 0 ? Effect.succeed([]) : SqlSchema.findAll({
+            Request: Schema.Void,
+            Result: PaymentTransaction,
+            execute: () =>
+              sql`SELECT ${transactionColumns(sql)} FROM payment_transactions
+                  WHERE account_id = ${accountId} AND id IN ${sql.in(ids)}`
+          })(undefined).pipe(decoded("findMany")),
+        find: (transactionId) => found(transactionId).pipe(Effect.map(Option.getOrUndefined), decoded("find")),
         attachSession: (transactionId, sessionId) =>
           sql`
             UPDATE payment_transactions SET checkout_session_id = ${sessionId} WHERE id = ${transactionId}

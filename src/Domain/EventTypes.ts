@@ -7,7 +7,8 @@ export const EVENT_TYPES = [
   "key.limit_reached",
   "key.expiring",
   "account.suspended",
-  "account.reinstated"
+  "account.reinstated",
+  "invoice.issued"
 ] as const
 export type EventType = typeof EVENT_TYPES[number]
 

@@ -22,6 +22,7 @@ import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentP
 import { DatabaseLive } from "../Database/Database.js"
 import { Listener } from "../Database/Listener.js"
 import { HealthLive } from "../Health/Http.js"
+import { InvoicesLive } from "../Invoices/Http.js"
 import { ApiKeyAuthLive } from "../Keys/Authentication.js"
 import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeysLive } from "../Keys/Http.js"
@@ -167,6 +168,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     StoredResponsesLive,
     KeysLive,
     BillingLive,
+    InvoicesLive,
     StripeWebhookLive,
     WebhooksLive,
     MembersLive,

@@ -59,7 +59,12 @@ export interface PostInput {
 }
 
 /** A ledger entry as the contract has it, with its time as a `Date`. */
-export const LedgerEntryRow = Schema.Struct({ ...LedgerEntry.fields, createdAt: Schema.DateFromSelf })
+export const LedgerEntryRow = Schema.Struct({
+  ...LedgerEntry.fields,
+  createdAt: Schema.DateFromSelf,
+  /** The payment a top-up, refund or chargeback entry moved money for. */
+  paymentTransactionId: Schema.NullOr(Schema.String)
+})
 export type LedgerEntryRow = typeof LedgerEntryRow.Type
 
 export interface LedgerQuery {
@@ -256,7 +261,8 @@ export class WalletRepo extends Context.Tag("nenas/WalletRepo")<WalletRepo, {
             Result: LedgerEntryRow,
             execute: () =>
               sql`
-                SELECT id, type, amount_micro_myr, balance_after_micro_myr, description, created_at
+                SELECT id, type, amount_micro_myr, balance_after_micro_myr, description, created_at,
+                       payment_transaction_id
                 FROM ledger_entries
                 WHERE account_id = ${accountId}
                   ${query.type === undefined ? sql`` : sql`AND type = ${query.type}`}

@@ -129,6 +129,23 @@ export const WebhookEventPayloads = Schema.Union(
     data: Schema.Struct({ account_id: Schema.String, reason: Schema.String })
   }),
   Schema.Struct({
+    type: Schema.Literal("invoice.issued"),
+    account: EventAccount,
+    data: Schema.Struct({
+      account_id: Schema.String,
+      invoice_id: Schema.String,
+      /** `INV-2026-000001`, `RN-…`, `DN-…`. */
+      number: Schema.String,
+      type: Schema.Literal("invoice", "credit_note", "debit_note", "refund_note"),
+      transaction_id: Schema.String,
+      net_myr: Money,
+      tax_myr: Money,
+      total_myr: Money,
+      /** A note's invoice number. */
+      references: Schema.NullOr(Schema.String)
+    })
+  }),
+  Schema.Struct({
     type: Schema.Literal("webhook.test"),
     account: EventAccount,
     data: Schema.Struct({ endpoint_id: Schema.String, message: Schema.String })

@@ -25,7 +25,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Routing", "Search", "Responses"],
   ["Providers"],
   ["Logs", "Outbox"],
-  ["Wallet", "Webhooks", "Audit", "Members"],
+  ["Wallet", "Webhooks", "Audit", "Members", "Invoices"],
   ["Accounts"],
   ["Auth"],
   ["Keys"],

@@ -119,7 +119,15 @@ describe("PaymentProcessor.inMemory", () => {
   it.effect("one session per transaction, as Stripe's idempotency key makes it; unreachable fails as billing_error", () =>
     Effect.gen(function*() {
       const checkout = PaymentProcessor.inMemory()
-      const input = { transactionId: "pt_1", accountId: "acc_1", amountSen: 1_000, email: null, saveCardFor: null }
+      const input = {
+        transactionId: "pt_1",
+        accountId: "acc_1",
+        amountSen: 1_000,
+        taxSen: 0,
+        taxRateBps: 0,
+        email: null,
+        saveCardFor: null
+      }
       const first = yield* checkout.createCheckout(input)
       expect(yield* checkout.createCheckout(input)).toEqual(first)
       expect(first.sessionId).toMatch(/^cs_test_/)

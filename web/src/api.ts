@@ -187,7 +187,8 @@ export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
   "key.limit_reached",
   "key.expiring",
   "account.suspended",
-  "account.reinstated"
+  "account.reinstated",
+  "invoice.issued"
 ])
 
 export type AccountSummary = Schemas["AccountSummary"]
@@ -220,5 +221,6 @@ export const AUDIT_ACTIONS = allOf<AuditAction>()([
   "webhook.delivery_resent",
   "billing.checkout_created",
   "usage.grouping_tags_updated",
-  "response.deleted"
+  "response.deleted",
+  "billing.profile_updated"
 ])

@@ -47,7 +47,7 @@ export interface Routes {
     readonly query: {
       readonly page?: string
       readonly limit?: string
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -59,7 +59,7 @@ export interface Routes {
   readonly "GET /dashboard/audit-log/export": {
     readonly query: {
       readonly format?: "csv"
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -78,8 +78,36 @@ export interface Routes {
       readonly lifetime_topup_myr: number
       readonly lifetime_spend_myr: number
       readonly topup_options_sen: ReadonlyArray<number>
+      readonly topup_options: ReadonlyArray<Schemas["TopupOption"]>
+      readonly sst_rate_bps: number
       readonly account_suspended: boolean
     }
+  }
+  readonly "GET /dashboard/billing/invoices": {
+    readonly query: {
+      readonly page?: string
+      readonly limit?: string
+      readonly type?: "invoice" | "credit_note" | "debit_note" | "refund_note"
+      readonly from?: string
+      readonly to?: string
+    }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: { readonly data: ReadonlyArray<Schemas["InvoiceSummary"]>; readonly page: number; readonly limit: number }
+  }
+  readonly "GET /dashboard/billing/invoices/{id}": {
+    readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: Schemas["InvoiceDetail"]
+  }
+  readonly "GET /dashboard/billing/invoices/{id}/pdf": {
+    readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: string
+    readonly media: "application/pdf"
+  }
+  readonly "GET /dashboard/billing/profile": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: Schemas["BillingProfileView"]
   }
   readonly "GET /dashboard/billing/settings": {
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -92,7 +120,7 @@ export interface Routes {
       readonly type?: "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
     }
     readonly headers: { readonly "Nenas-Account"?: string }
-    readonly success: { readonly ledger: ReadonlyArray<Schemas["LedgerEntry"]>; readonly page: number; readonly limit: number }
+    readonly success: { readonly ledger: ReadonlyArray<Schemas["TransactionEntry"]>; readonly page: number; readonly limit: number }
   }
   readonly "GET /dashboard/invitations": {
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -206,7 +234,7 @@ export interface Routes {
   readonly "GET /dashboard/webhooks/event-types": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
-      readonly event_types: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated">
+      readonly event_types: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued">
       readonly payload?: Schemas["WebhookEventPayload"]
     }
   }
@@ -256,7 +284,14 @@ export interface Routes {
   readonly "POST /dashboard/billing/checkout": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["CheckoutRequest"]
-    readonly success: { readonly url: string; readonly session_id: string; readonly transaction_id: string }
+    readonly success: {
+      readonly url: string
+      readonly session_id: string
+      readonly transaction_id: string
+      readonly amount_sen: number
+      readonly tax_sen: number
+      readonly total_sen: number
+    }
   }
   readonly "POST /dashboard/invitations/{id}/accept": {
     readonly path: { readonly id: string }
@@ -302,6 +337,11 @@ export interface Routes {
     readonly payload: { readonly email: string; readonly name?: string }
     readonly success: { readonly token: string }
   }
+  readonly "PUT /dashboard/billing/profile": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly payload: Schemas["BillingProfileInput"]
+    readonly success: Schemas["BillingProfileView"]
+  }
   readonly "PUT /dashboard/billing/settings": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["UpdateBillingSettings"]
@@ -324,6 +364,14 @@ export interface Schemas {
     readonly member_id: string
     readonly personal: boolean
   }
+  readonly Address: {
+    readonly line1: string
+    readonly line2?: string | null
+    readonly city: string
+    readonly postcode: string
+    readonly state_code: "10" | "11" | "12" | "13" | "14" | "15" | "16" | "17" | "01" | "02" | "03" | "04" | "05" | "06" | "07" | "08" | "09"
+    readonly country_code?: string
+  }
   readonly ApiKey: {
     readonly id: string
     readonly name: string
@@ -343,7 +391,7 @@ export interface Schemas {
     readonly id: string
     readonly member_id: string | null
     readonly actor_email: string | null
-    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted"
+    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated"
     readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response"
     readonly target_id: string | null
     readonly details: { readonly [key: string]: unknown }
@@ -355,6 +403,37 @@ export interface Schemas {
     readonly kind: "balance_low" | "auto_topup_failed" | "webhook_endpoint_disabled"
     readonly message: string
     readonly action_url: string
+  }
+  readonly BillingProfileInput: {
+    readonly legal_name: string
+    readonly tin: string
+    readonly id_type: "BRN" | "NRIC" | "PASSPORT" | "ARMY"
+    readonly id_value: string
+    readonly sst_number?: string | null
+    readonly email: string
+    readonly phone: string
+    readonly address: Schemas["Address"]
+  }
+  readonly BillingProfileView: {
+    readonly profile: {
+      readonly legal_name: string
+      readonly tin: string | null
+      readonly id_type: "BRN" | "NRIC" | "PASSPORT" | "ARMY" | null
+      readonly id_value: string | null
+      readonly sst_number: string | null
+      readonly msic: string | null
+      readonly email: string | null
+      readonly phone: string | null
+      readonly address: {
+        readonly line1: string
+        readonly line2: string | null
+        readonly city: string
+        readonly postcode: string
+        readonly state_code: string
+        readonly country_code: string
+      } | null
+      readonly updated_at: string
+    } | null
   }
   readonly BillingSettings: {
     readonly low_balance_threshold_myr: number | null
@@ -379,8 +458,15 @@ export interface Schemas {
   }
   readonly CreateWebhookRequest: {
     readonly url: string
-    readonly events: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated">
+    readonly events: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued">
     readonly description?: string
+  }
+  readonly EInvoice: {
+    readonly status: "pending" | "submitted" | "valid" | "invalid" | "cancelled"
+    readonly uuid: string | null
+    readonly validation_url: string | null
+    readonly validated_at: string | null
+    readonly errors: ReadonlyArray<{ readonly code: string; readonly message: string; readonly target: string | null }>
   }
   readonly ErrorBody: {
     readonly type: "error"
@@ -409,13 +495,46 @@ export interface Schemas {
     readonly accept_url: string
   }
   readonly InviteRequest: { readonly email: string; readonly role: "owner" | "admin" | "developer" | "billing" | "viewer" }
-  readonly LedgerEntry: {
+  readonly InvoiceDetail: {
     readonly id: string
-    readonly type: "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
-    readonly amountMicroMyr: number
-    readonly balanceAfterMicroMyr: number
+    readonly number: string
+    readonly type: "invoice" | "credit_note" | "debit_note" | "refund_note"
+    readonly type_code: "01" | "02" | "03" | "04"
+    readonly issued_at: string
+    readonly currency: "MYR"
+    readonly net_myr: number
+    readonly tax_myr: number
+    readonly total_myr: number
+    readonly e_invoice: Schemas["EInvoice"]
+    readonly supplier: Schemas["Party"]
+    readonly buyer: Schemas["Party"]
+    readonly lines: ReadonlyArray<Schemas["InvoiceLine"]>
+    readonly tax_rate_bps: number
+    readonly payment_reference: string | null
+    readonly transaction_id: string | null
+    readonly references: { readonly id: string; readonly number: string } | null
+  }
+  readonly InvoiceLine: {
     readonly description: string
-    readonly createdAt: string
+    readonly quantity: number
+    readonly unit_price_myr: number
+    readonly tax_rate_bps: number
+    readonly tax_myr: number
+    readonly subtotal_myr: number
+    readonly total_myr: number
+    readonly classification_code: string
+  }
+  readonly InvoiceSummary: {
+    readonly id: string
+    readonly number: string
+    readonly type: "invoice" | "credit_note" | "debit_note" | "refund_note"
+    readonly type_code: "01" | "02" | "03" | "04"
+    readonly issued_at: string
+    readonly currency: "MYR"
+    readonly net_myr: number
+    readonly tax_myr: number
+    readonly total_myr: number
+    readonly e_invoice: Schemas["EInvoice"]
   }
   readonly LogConversation: {
     readonly responseId: string
@@ -431,6 +550,24 @@ export interface Schemas {
     readonly key_count: number
     readonly created_at: string
     readonly you: boolean
+  }
+  readonly Party: {
+    readonly legal_name: string
+    readonly tin: string | null
+    readonly id_type: "BRN" | "NRIC" | "PASSPORT" | "ARMY" | null
+    readonly id_value: string | null
+    readonly sst_number: string | null
+    readonly msic: string | null
+    readonly email: string | null
+    readonly phone: string | null
+    readonly address: {
+      readonly line1: string
+      readonly line2: string | null
+      readonly city: string
+      readonly postcode: string
+      readonly state_code: string
+      readonly country_code: string
+    } | null
   }
   readonly RemovedMember: { readonly ok: true; readonly keys_disabled: ReadonlyArray<string>; readonly keys_transferred: ReadonlyArray<string> }
   readonly RequestLog: {
@@ -482,6 +619,16 @@ export interface Schemas {
     readonly outputTokens: number
     readonly reasoningTokens: number
   }
+  readonly TopupOption: { readonly amount_sen: number; readonly tax_sen: number; readonly total_sen: number }
+  readonly TransactionEntry: {
+    readonly id: string
+    readonly type: "topup" | "usage" | "refund" | "chargeback" | "chargeback_reversal" | "adjustment"
+    readonly amountMicroMyr: number
+    readonly balanceAfterMicroMyr: number
+    readonly description: string
+    readonly createdAt: string
+    readonly payment: { readonly transaction_id: string; readonly amount_sen: number; readonly tax_sen: number; readonly total_sen: number } | null
+  }
   readonly UpdateApiKeyRequest: {
     readonly name?: string
     readonly monthly_spend_limit_myr?: number | null
@@ -505,7 +652,7 @@ export interface Schemas {
   }
   readonly UpdateWebhookRequest: {
     readonly url?: string
-    readonly events?: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated">
+    readonly events?: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued">
     readonly description?: string
     readonly disabled?: boolean
   }
@@ -594,6 +741,20 @@ export interface Schemas {
     readonly account: { readonly id: string; readonly name: string | null }
     readonly data: { readonly account_id: string; readonly reason: string }
   } | {
+    readonly type: "invoice.issued"
+    readonly account: { readonly id: string; readonly name: string | null }
+    readonly data: {
+      readonly account_id: string
+      readonly invoice_id: string
+      readonly number: string
+      readonly type: "invoice" | "credit_note" | "debit_note" | "refund_note"
+      readonly transaction_id: string
+      readonly net_myr: number
+      readonly tax_myr: number
+      readonly total_myr: number
+      readonly references: string | null
+    }
+  } | {
     readonly type: "webhook.test"
     readonly account: { readonly id: string; readonly name: string | null }
     readonly data: { readonly endpoint_id: string; readonly message: string }
@@ -619,6 +780,10 @@ export const ROUTE_ROLES = {
   "GET /dashboard/audit-log": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/audit-log/export": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/billing/balance": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/invoices": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/invoices/{id}": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/invoices/{id}/pdf": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/billing/profile": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/billing/settings": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/billing/transactions": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/invitations": ["owner", "admin", "developer", "billing", "viewer"],
@@ -648,6 +813,7 @@ export const ROUTE_ROLES = {
   "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend": ["owner", "admin"],
   "POST /dashboard/webhooks/{id}/rotate-secret": ["owner", "admin"],
   "POST /dashboard/webhooks/{id}/test": ["owner", "admin"],
+  "PUT /dashboard/billing/profile": ["owner", "admin", "billing"],
   "PUT /dashboard/billing/settings": ["owner", "admin", "billing"],
   "PUT /dashboard/usage/grouping-tags": ["owner", "admin"],
 } as const

@@ -106,6 +106,8 @@ describe("failures of what the service calls are answered in generic words", () 
             transactionId: "txn_test",
             accountId: "acct_test",
             amountSen: 1000,
+            taxSen: 0,
+            taxRateBps: 0,
             email: null,
             saveCardFor: null
           })

@@ -30,7 +30,8 @@ const ACTION_LABELS: Record<AuditAction, string> = {
   "webhook.delivery_resent": "Webhook delivery resent",
   "billing.checkout_created": "Checkout started",
   "usage.grouping_tags_updated": "Grouping tags changed",
-  "response.deleted": "Stored response deleted"
+  "response.deleted": "Stored response deleted",
+  "billing.profile_updated": "Billing profile changed"
 }
 
 const isChange = (value: unknown): value is { from: unknown; to: unknown } =>

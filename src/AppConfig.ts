@@ -178,26 +178,28 @@ type SupplierVariables = Record<typeof SUPPLIER_REQUIRED[number] | "SUPPLIER_SST
 
 const decodeAddress = Schema.decodeUnknownEither(Schema.parseJson(Address))
 
+/** The variables that name the supplier; with service tax charged, its SST number too. */
+export const supplierVariableNames = (sstRateBps: number): ReadonlyArray<string> =>
+  sstRateBps > 0 ? [...SUPPLIER_REQUIRED, "SUPPLIER_SST_NUMBER"] : SUPPLIER_REQUIRED
+
 /**
  * The operator from `SUPPLIER_*`, or why not (one line naming the variables): all of them or none; none is
- * the sandbox supplier, which production refuses. With service tax charged, `SUPPLIER_SST_NUMBER` is required.
+ * the sandbox supplier (which production refuses, with the other gaps: `productionGaps`). With service tax
+ * charged, `SUPPLIER_SST_NUMBER` is required.
  */
 export const supplierFrom = (
   variables: SupplierVariables,
-  sstRateBps: number,
-  production: boolean
+  sstRateBps: number
 ): Either.Either<{ readonly supplier: Party; readonly sandbox: boolean }, string> => {
   const unset: Array<string> = SUPPLIER_REQUIRED.filter((name) => Option.isNone(variables[name]))
   const none = unset.length === SUPPLIER_REQUIRED.length && Option.isNone(variables.SUPPLIER_SST_NUMBER)
-  if (sstRateBps > 0 && Option.isNone(variables.SUPPLIER_SST_NUMBER)) unset.push("SUPPLIER_SST_NUMBER")
   if (none) {
-    return production
-      ? Either.left(`NODE_ENV=production refuses the sandbox supplier on invoices; set ${unset.join(", ")}`)
-      : Either.right({
-        supplier: sstRateBps > 0 ? { ...SANDBOX_SUPPLIER, sst_number: "W00-0000-00000000" } : SANDBOX_SUPPLIER,
-        sandbox: true
-      })
+    return Either.right({
+      supplier: sstRateBps > 0 ? { ...SANDBOX_SUPPLIER, sst_number: "W00-0000-00000000" } : SANDBOX_SUPPLIER,
+      sandbox: true
+    })
   }
+  if (sstRateBps > 0 && Option.isNone(variables.SUPPLIER_SST_NUMBER)) unset.push("SUPPLIER_SST_NUMBER")
   if (unset.length > 0) return Either.left(`The supplier on invoices is incomplete; set ${unset.join(", ")}`)
   const value = (name: keyof SupplierVariables) => Option.getOrElse(variables[name], () => "")
   const tin = value("SUPPLIER_TIN")
@@ -359,7 +361,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   })
 }).pipe(
   Config.mapOrFail(({ supplierVariables, ...rest }) =>
-    Either.match(supplierFrom(supplierVariables, rest.sstRateBps, rest.nodeEnv === "production"), {
+    Either.match(supplierFrom(supplierVariables, rest.sstRateBps), {
       onLeft: (message) => Either.left(ConfigError.InvalidData(["SUPPLIER_NAME"], message)),
       onRight: ({ sandbox, supplier }) => Either.right({ ...rest, supplier, sandboxSupplier: sandbox })
     })
@@ -445,7 +447,9 @@ export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { rea
     ["SEARCH_BASE_URL", config.searchBaseUrl],
     ["STRIPE_SECRET_KEY", config.stripeSecretKey],
     ["STRIPE_WEBHOOK_SECRET", config.stripeWebhookSecret],
-    ["AUTH_JWKS_URL", config.authJwksUrl]
+    ["AUTH_JWKS_URL", config.authJwksUrl],
+    // Invoices name the operator, never the sandbox supplier.
+    [supplierVariableNames(config.sstRateBps).join(", "), config.sandboxSupplier ? Option.none() : Option.some(true)]
   ]
   return required.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
 }

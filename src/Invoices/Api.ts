@@ -82,7 +82,10 @@ export const Address = Schema.Struct({
   city: text("city", 50),
   postcode: pattern((value) => /^[A-Z0-9 -]{3,10}$/.test(value), "must be a postcode of 3 to 10 letters or digits"),
   state_code: Schema.Literal(...(Object.keys(STATE_CODES) as Array<StateCode>)).annotations({
-    message: () => "must be a MyInvois state code from 01 (Johor) to 16 (Putrajaya), or 17 outside Malaysia"
+    message: () => ({
+      message: "must be a MyInvois state code from 01 (Johor) to 16 (Putrajaya), or 17 outside Malaysia",
+      override: true
+    })
   }),
   country_code: Schema.optionalWith(
     pattern((value) => /^[A-Z]{3}$/.test(value), "must be an ISO 3166-1 alpha-3 country code such as MYS"),
@@ -97,7 +100,9 @@ export const Address = Schema.Struct({
   })
 ).annotations({ identifier: "Address" })
 
-const IdType = Schema.Literal(...ID_TYPES).annotations({ message: () => "must be one of BRN, NRIC, PASSPORT or ARMY" })
+const IdType = Schema.Literal(...ID_TYPES).annotations({
+  message: () => ({ message: "must be one of BRN, NRIC, PASSPORT or ARMY", override: true })
+})
 
 /** What `PUT /dashboard/billing/profile` takes: every field at once (`sst_number` and `address.line2` may be null). */
 export const BillingProfileInput = Schema.Struct({
@@ -123,7 +128,11 @@ export const BillingProfileInput = Schema.Struct({
     const problem = idValueProblem(profile.id_type, profile.id_value)
     return problem === undefined || { path: ["id_value"], message: problem }
   })
-).annotations({ identifier: "BillingProfileInput" })
+).annotations({
+  identifier: "BillingProfileInput",
+  // A misspelt field (`sst_numbr`) is named, never dropped: a document would go out without it.
+  parseOptions: { onExcessProperty: "error" }
+})
 export type BillingProfileInput = typeof BillingProfileInput.Type
 
 /** A party as a document keeps it: the operator (with its MSIC code) or the buyer, who may have no profile yet. */

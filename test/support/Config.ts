@@ -15,5 +15,13 @@ export const PRODUCTION_ENV: Readonly<Record<string, string>> = {
   STRIPE_WEBHOOK_SECRET: "whsec_x",
   AUTH_JWKS_URL: "https://idp.example/jwks.json",
   AUTH_ISSUER: "https://idp.example/",
-  AUTH_AUDIENCE: "nenas"
+  AUTH_AUDIENCE: "nenas",
+  SUPPLIER_NAME: "Nenas Digital Sdn. Bhd.",
+  SUPPLIER_TIN: "C25845632020",
+  SUPPLIER_BRN: "202401012345",
+  SUPPLIER_MSIC: "62099",
+  SUPPLIER_ADDRESS:
+    "{\"line1\":\"1 Jalan Nenas\",\"city\":\"Kuala Lumpur\",\"postcode\":\"50000\",\"state_code\":\"14\"}",
+  SUPPLIER_EMAIL: "billing@nenas.example",
+  SUPPLIER_PHONE: "+60312345678"
 }

@@ -226,7 +226,10 @@ export const StripeDoubleLive = Layer.scoped(
         mode: form["mode"] ?? "payment",
         status: "open",
         payment_status: "unpaid",
-        amount_total: Number(form["line_items[0][price_data][unit_amount]"]),
+        // Every line's unit amount (the credit, and the service tax when charged), as Stripe totals them.
+        amount_total: Object.entries(form)
+          .filter(([field]) => /^line_items\[\d+\]\[price_data\]\[unit_amount\]$/.test(field))
+          .reduce((sum, [, value]) => sum + Number(value), 0),
         currency: form["line_items[0][price_data][currency]"] ?? form["currency"],
         client_reference_id: form["client_reference_id"] ?? null,
         customer: form["customer"] ?? null,
@@ -419,7 +422,8 @@ export const topUp = (token: string, amountSen: number) =>
       sessionId: checkout.body.session_id as string,
       paymentIntentId: `pi_${randomBase62(24)}`,
       chargeId: `ch_${randomBase62(24)}`,
-      amountSen
+      // What Stripe charged: the amount and, with `SST_RATE_BPS`, the service tax on top.
+      amountSen: (checkout.body.total_sen as number | undefined) ?? amountSen
     }
     const delivered = yield* deliverEvent(events.checkoutCompleted(payment))
     if (delivered.status !== 200 || delivered.body.processed !== true) {

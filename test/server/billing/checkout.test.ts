@@ -65,6 +65,12 @@ const ledger = (token: string, query = "") =>
     return reply.body as { ledger: Array<Entry>; page: number; limit: number }
   })
 
+/** No `SST_RATE_BPS`: each option costs what it credits. */
+const UNTAXED_OPTIONS = {
+  topup_options: TOPUP_OPTIONS.map((amount) => ({ amount_sen: amount, tax_sen: 0, total_sen: amount })),
+  sst_rate_bps: 0
+}
+
 const EMPTY_WALLET = { availableMicroMyr: 0, reservedMicroMyr: 0, lifetimeTopupMicroMyr: 0, lifetimeSpendMicroMyr: 0 }
 
 const transactionStatus = (transactionId: string) =>
@@ -299,6 +305,7 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
           lifetime_topup_myr: 0,
           lifetime_spend_myr: 0,
           topup_options_sen: [...TOPUP_OPTIONS],
+          ...UNTAXED_OPTIONS,
           account_suspended: false
         })
       }))
@@ -320,6 +327,7 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
           lifetime_topup_myr: 10,
           lifetime_spend_myr: 0,
           topup_options_sen: [...TOPUP_OPTIONS],
+          ...UNTAXED_OPTIONS,
           account_suspended: false
         })
         for (
@@ -422,7 +430,7 @@ layer(TestServerWithStripe, { excludeTestServices: true })("billing with Stripe"
         ])
         for (const entry of entries) {
           expect(Object.keys(entry).sort()).toEqual(
-            ["amountMicroMyr", "balanceAfterMicroMyr", "createdAt", "description", "id", "type"]
+            ["amountMicroMyr", "balanceAfterMicroMyr", "createdAt", "description", "id", "payment", "type"]
           )
           expect(entry.id).toBeTypeOf("string")
           expect(entry.description).toBeTypeOf("string")

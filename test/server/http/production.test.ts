@@ -25,11 +25,15 @@ describe("NODE_ENV=production", () => {
           "SEARCH_BASE_URL",
           "STRIPE_SECRET_KEY",
           "STRIPE_WEBHOOK_SECRET",
-          "AUTH_JWKS_URL"
+          "AUTH_JWKS_URL",
+          "SUPPLIER_NAME, SUPPLIER_TIN, SUPPLIER_BRN, SUPPLIER_MSIC, SUPPLIER_ADDRESS, SUPPLIER_EMAIL, SUPPLIER_PHONE"
         ]
       ) {
         expect(message).toContain(name)
       }
+      // Charging service tax, the supplier's SST number is named too.
+      const taxed = yield* configFrom({ NODE_ENV: "production", SST_RATE_BPS: "800" })
+      expect(Either.isLeft(taxed) ? String(taxed.left) : "").toContain("SUPPLIER_PHONE, SUPPLIER_SST_NUMBER")
     }))
 
   it.effect("starts with every real part configured, logging JSON by default", () =>

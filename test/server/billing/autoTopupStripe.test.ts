@@ -252,3 +252,35 @@ layer(TestServerLive({ ipCheckoutsPerMinute: 2 }), { excludeTestServices: true, 
       }))
   }
 )
+
+layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, timeout: 120_000 })(
+  "auto top-up with service tax",
+  (it) => {
+    it.effect("charged like a checkout, the amount and 8% on top; the wallet credited the amount, with an invoice", () =>
+      Effect.gen(function*() {
+        const { accountId, token } = yield* developer("stripe-auto-sst@example.com")
+        yield* saveCard(token)
+        yield* setAutoTopup(token, true)
+        const id = yield* queueAttempt(accountId)
+        const charged = yield* eventually("charged", attempt(id), (r) => r?.payment_intent_id != null)
+        const [made, ...more] = yield* chargesOf(accountId)
+        expect(more).toEqual([])
+        expect(made).toMatchObject({ amount: 1080, amount_received: 1080 })
+        const [transaction] = yield* query<{ amount_sen: number; tax_sen: number }>(
+          "SELECT amount_sen, tax_sen FROM payment_transactions WHERE id = $1",
+          [charged?.transaction_id]
+        )
+        expect(transaction).toEqual({ amount_sen: 1000, tax_sen: 80 })
+        const paid = yield* deliverEvent({ ...events.other("payment_intent.succeeded"), data: { object: made } })
+        expect(paid.body, paid.text).toEqual({ received: true, processed: true })
+        expect(yield* ledger(accountId)).toEqual([["topup", 10_000_000]])
+        const invoices = yield* call("GET", "/dashboard/billing/invoices", { token })
+        expect(
+          invoices.body.data.map((
+            d: { number: string; net_myr: number; total_myr: number }
+          ) => [d.net_myr, d.total_myr])
+        )
+          .toEqual([[10, 10.8]])
+      }))
+  }
+)

@@ -89,8 +89,8 @@ export const api = <K extends JsonRoute>(route: K, options: RequestOptions<K>): 
 }
 
 /**
- * Saves what an export route answers as `filename`: fetched with the session
- * token and account (a link could not carry them), then handed to the browser as a download.
+ * Saves what a route answering a file (a CSV export, an invoice's PDF) answers as `filename`: fetched with
+ * the session token and account (a link could not carry them), then handed to the browser as a download.
  */
 export const download = async <K extends TextRoute>(
   route: K,
@@ -147,6 +147,7 @@ const allOf = <T extends string | number>() =>
 ): ReadonlyArray<T> => list
 
 export type Balance = Success<"GET /dashboard/billing/balance">
+export type TopupOption = Balance["topup_options"][number]
 export type TopUpSen = Payload<"POST /dashboard/billing/checkout">["amount_sen"]
 export type LedgerEntry = Success<"GET /dashboard/billing/transactions">["ledger"][number]
 export type LedgerType = LedgerEntry["type"]
@@ -190,6 +191,17 @@ export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
   "account.reinstated",
   "invoice.issued"
 ])
+
+export type BillingProfile = NonNullable<Success<"GET /dashboard/billing/profile">["profile"]>
+export type BillingProfileInput = Payload<"PUT /dashboard/billing/profile">
+export type IdType = BillingProfileInput["id_type"]
+export const ID_TYPES = allOf<IdType>()(["BRN", "NRIC", "PASSPORT", "ARMY"])
+export type StateCode = BillingProfileInput["address"]["state_code"]
+
+export type Invoice = Success<"GET /dashboard/billing/invoices">["data"][number]
+export type InvoiceType = Invoice["type"]
+export const INVOICE_TYPES = allOf<InvoiceType>()(["invoice", "refund_note", "debit_note", "credit_note"])
+export type EInvoiceStatus = Invoice["e_invoice"]["status"]
 
 export type AccountSummary = Schemas["AccountSummary"]
 export type Member = Success<"GET /dashboard/members">["members"][number]

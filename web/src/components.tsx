@@ -107,18 +107,26 @@ export const PageHeading = ({ title, children }: { title: string; children?: Rea
   )
 }
 
-/** A labelled form field: the label names the control, the hint describes it. */
-export const Field = ({ label, hint, children }: {
+/**
+ * A labelled form field: the label names the control, the hint describes it, and `error` (the service's
+ * message for this field) stands beneath it, marks the control invalid and is read with it.
+ */
+export const Field = ({ label, hint, error, children }: {
   label: string
   hint?: string
-  children: (props: { id: string; "aria-describedby"?: string }) => ReactNode
+  error?: string | null
+  children: (props: { id: string; "aria-describedby"?: string; "aria-invalid"?: true }) => ReactNode
 }) => {
   const id = useId()
   const hintId = `${id}-hint`
+  const errorId = `${id}-error`
+  const invalid = error !== undefined && error !== null
+  const describedBy = [invalid ? errorId : null, hint === undefined ? null : hintId].filter((one) => one !== null).join(" ")
   return (
-    <div className="field">
+    <div className={invalid ? "field invalid" : "field"}>
       <label htmlFor={id}>{label}</label>
-      {children(hint === undefined ? { id } : { id, "aria-describedby": hintId })}
+      {children({ id, ...(describedBy === "" ? {} : { "aria-describedby": describedBy }), ...(invalid ? { "aria-invalid": true } : {}) })}
+      {invalid ? <small id={errorId} className="field-error">{error}</small> : null}
       {hint === undefined ? null : <small id={hintId}>{hint}</small>}
     </div>
   )

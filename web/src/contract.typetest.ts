@@ -5,12 +5,14 @@
  */
 import type { Schema } from "effect"
 import type { Balance as BalanceSchema } from "../../src/Billing/Api.js"
+import type { ID_TYPES as SERVER_ID_TYPES, STATE_CODES as SERVER_STATE_CODES } from "../../src/Invoices/Api.js"
 import type { ApiKeyRecord, UpdateApiKeyRequest } from "../../src/Keys/Api.js"
 import {
   api,
   type ApiKey,
   type Balance,
   download,
+  type IdType,
   type PathParams,
   type Payload,
   type Query,
@@ -19,6 +21,7 @@ import {
   type UpdateKey
 } from "./api"
 import type { Routes } from "./contract"
+import type { STATE_NAMES } from "./myinvois"
 import { useApi } from "./session"
 
 type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2) ? true : false
@@ -30,6 +33,12 @@ export type SameAsTheSchemas = [
   Assert<Equals<Balance, Schema.Schema.Encoded<typeof BalanceSchema>>>,
   Assert<Equals<ApiKey, Schema.Schema.Encoded<typeof ApiKeyRecord>>>,
   Assert<Equals<UpdateKey, Schema.Schema.Encoded<typeof UpdateApiKeyRequest>>>
+]
+
+/** The copies the bundle keeps of the server's lists: MyInvois' states, by code and name, and the ID types. */
+export type SameAsTheServer = [
+  Assert<Equals<typeof STATE_NAMES, typeof SERVER_STATE_CODES>>,
+  Assert<Equals<IdType, typeof SERVER_ID_TYPES[number]>>
 ]
 
 /** The encoded side, not the decoded one: defaults are optional when sent, numbers in a query are text. */

@@ -6,6 +6,8 @@ import { PageHeading } from "./components"
 import { ApiKeysPage } from "./pages/ApiKeys"
 import { AuditLogPage } from "./pages/AuditLog"
 import { BillingPage } from "./pages/Billing"
+import { BillingProfilePage } from "./pages/BillingProfile"
+import { InvoicesPage } from "./pages/Invoices"
 import { InvitationsPage } from "./pages/Invitations"
 import { LogsPage } from "./pages/Logs"
 import { MembersPage } from "./pages/Members"
@@ -21,6 +23,7 @@ const PAGES = [
   { to: "/", label: "Overview" },
   { to: "/api-keys", label: "API keys" },
   { to: "/billing", label: "Billing" },
+  { to: "/invoices", label: "Invoices" },
   { to: "/logs", label: "Logs" },
   { to: "/usage", label: "Usage" },
   { to: "/webhooks", label: "Webhooks" },
@@ -61,6 +64,8 @@ const Shell = () => {
           <Route index element={<OverviewPage />} />
           <Route path="api-keys" element={<ApiKeysPage />} />
           <Route path="billing" element={<BillingPage />} />
+          <Route path="billing/profile" element={<BillingProfilePage />} />
+          <Route path="invoices" element={<InvoicesPage />} />
           <Route path="logs" element={<LogsPage />} />
           <Route path="usage" element={<UsagePage />} />
           <Route path="webhooks" element={<WebhooksPage />} />

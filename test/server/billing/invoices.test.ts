@@ -284,6 +284,10 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
           expect(reply.body.error.param).toBe(param)
           expect(reply.body.error.message).toContain(param)
         }
+        // 10 MB of legal name: refused before it is read, as every body past 8 MiB is.
+        const huge = yield* putProfile(token, { ...PROFILE, legal_name: "x".repeat(10_000_000) })
+        expect(huge.status, huge.text.slice(0, 300)).toBe(413)
+        expect(huge.body.error.code).toBe("context_length_exceeded")
         expect(ok(yield* call("GET", "/dashboard/billing/profile", { token }))).toEqual({ profile: null })
       }))
 

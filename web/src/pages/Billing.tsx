@@ -1,6 +1,6 @@
 import { useState } from "react"
-import { useSearchParams } from "react-router"
-import { ApiError, LEDGER_TYPES, api, type LedgerType, type TopUpSen } from "../api"
+import { Link, useSearchParams } from "react-router"
+import { ApiError, LEDGER_TYPES, api, type LedgerType, type TopUpSen, type TopupOption } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, Money, MoneyStat, PageHeading, Pager } from "../components"
 import { useAccounts } from "../accounts"
 import { formatCostMyr } from "../format"
@@ -19,7 +19,25 @@ const TYPE_LABELS: Record<LedgerType, string> = {
   adjustment: "Adjustment"
 }
 
-const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
+const MICRO_PER_SEN = 10_000
+
+/** A tax rate in basis points as a percentage: 800 → `8%`, 650 → `6.5%`. */
+const percent = (bps: number): string => `${bps / 100}%`
+
+/** What one top-up option charges: the amount alone without service tax; with it, the tax and the total beside it. */
+const TopUpAmount = ({ option, taxed }: { option: TopupOption; taxed: boolean }) =>
+  taxed
+    ? (
+      <span className="topup-price">
+        <span className="topup-amount">{formatCostMyr(option.amount_sen * MICRO_PER_SEN)}</span>{" "}
+        <span className="topup-tax">
+          + <span className="money">{formatCostMyr(option.tax_sen * MICRO_PER_SEN)}</span> SST = <strong className="money">{formatCostMyr(option.total_sen * MICRO_PER_SEN)}</strong>
+        </span>
+      </span>
+    )
+    : <>{formatCostMyr(option.amount_sen * MICRO_PER_SEN)}</>
+
+const TopUp = ({ options, rateBps }: { options: ReadonlyArray<TopupOption>; rateBps: number }) => {
   const { caller, config } = useSession()
   const [error, setError] = useState<ApiError | null>(null)
   const [pending, setPending] = useState<number | null>(null)
@@ -43,12 +61,13 @@ const TopUp = ({ options }: { options: ReadonlyArray<number> }) => {
         {config?.checkout === "stripe"
           ? "You pay on Stripe's checkout page and come back here."
           : "This service uses the simulated checkout: its page pays without a card, through the same webhook path as Stripe."}
+        {rateBps > 0 ? ` Service tax (SST) of ${percent(rateBps)} is added to each top-up: your balance gets the amount, the invoice shows the tax.` : null}
       </p>
       {error === null ? null : <ErrorPanel error={error} />}
-      <div className="topups">
-        {options.map((sen) => (
-          <button key={sen} type="button" onClick={() => start(sen)} disabled={pending !== null}>
-            {pending === sen ? "Opening checkout…" : <><span className="visually-hidden">Top up </span>{formatCostMyr(sen * 10_000)}</>}
+      <div className={rateBps > 0 ? "topups taxed" : "topups"}>
+        {options.map((option) => (
+          <button key={option.amount_sen} type="button" onClick={() => start(option.amount_sen)} disabled={pending !== null}>
+            {pending === option.amount_sen ? "Opening checkout…" : <><span className="visually-hidden">Top up </span><TopUpAmount option={option} taxed={rateBps > 0} /></>}
           </button>
         ))}
       </div>
@@ -117,11 +136,19 @@ export const BillingPage = () => {
               </div>
             </section>
             {can("POST /dashboard/billing/checkout")
-              ? <TopUp options={data.topup_options_sen} />
+              ? <TopUp options={data.topup_options} rateBps={data.sst_rate_bps} />
               : <p className="note">Topping up needs the role {neededRoles("POST /dashboard/billing/checkout")} in this account.</p>}
           </>
         )}
       </Load>
+      <section className="card" aria-labelledby="invoices-heading">
+        <h2 id="invoices-heading">Invoices</h2>
+        <p className="note">Each paid top-up issues a tax invoice, and each refund a refund note; a document names the buyer with the details saved when it is issued.</p>
+        <div className="actions">
+          <Link className="button quiet" to="/invoices">See the invoices</Link>
+          <Link className="button quiet" to="/billing/profile">{can("PUT /dashboard/billing/profile") ? "Edit the buyer's details" : "The buyer's details"}</Link>
+        </div>
+      </section>
       <BillingSettingsPanel />
       <section aria-labelledby="ledger-heading">
         <h2 id="ledger-heading">Ledger</h2>

@@ -52,7 +52,13 @@ layer(TestServerWithUpstream(), { excludeTestServices: true, timeout: 90_000 })(
         target_type: "checkout",
         target_id: checkout.body.transaction_id,
         member_id: member,
-        details: { amount_sen: 2500, session_id: checkout.body.session_id, save_card: false }
+        details: {
+          amount_sen: 2500,
+          tax_sen: 0,
+          total_sen: 2500,
+          session_id: checkout.body.session_id,
+          save_card: false
+        }
       }])
     }))
 

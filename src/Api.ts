@@ -7,6 +7,7 @@ import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, StripeWebhookApi } from "./Billing/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { withHeader } from "./Domain/OpenApiDocument.js"
+import { GuardrailsApi } from "./Guardrails/Api.js"
 import { HealthApi } from "./Health/Api.js"
 import { InvoicesApi } from "./Invoices/Api.js"
 import { KeysApi } from "./Keys/Api.js"
@@ -78,6 +79,7 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(KeysApi)
   .add(BillingApi)
   .add(InvoicesApi)
+  .add(GuardrailsApi)
   .add(LogsApi)
   .add(UsageApi)
   .add(StripeWebhookApi)

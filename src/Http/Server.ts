@@ -21,6 +21,7 @@ import { BillingLive, DevCheckoutLive, PaymentsServicesLive, StripeWebhookLive }
 import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { Listener } from "../Database/Listener.js"
+import { GuardrailsLive } from "../Guardrails/Http.js"
 import { HealthLive } from "../Health/Http.js"
 import { InvoicesLive } from "../Invoices/Http.js"
 import { ApiKeyAuthLive } from "../Keys/Authentication.js"
@@ -169,6 +170,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     KeysLive,
     BillingLive,
     InvoicesLive,
+    GuardrailsLive,
     StripeWebhookLive,
     WebhooksLive,
     MembersLive,

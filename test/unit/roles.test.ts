@@ -45,6 +45,7 @@ const EXPECTED: Record<string, ReadonlyArray<Role>> = {
   "GET /dashboard/billing/profile": ALL,
   "PUT /dashboard/billing/profile": [o, a, b],
   "GET /dashboard/billing/invoices": ALL,
+  "POST /dashboard/guardrails/test": ALL,
   "GET /dashboard/billing/invoices/:id": ALL,
   "GET /dashboard/billing/invoices/:id/pdf": ALL,
   "POST /dashboard/billing/card": [o, b],

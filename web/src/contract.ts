@@ -293,6 +293,11 @@ export interface Routes {
       readonly total_sen: number
     }
   }
+  readonly "POST /dashboard/guardrails/test": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly payload: Schemas["GuardrailTestRequest"]
+    readonly success: Schemas["GuardrailTestResponse"]
+  }
   readonly "POST /dashboard/invitations/{id}/accept": {
     readonly path: { readonly id: string }
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -483,6 +488,28 @@ export interface Schemas {
     }
   }
   readonly GroupingTags: { readonly tag_keys: ReadonlyArray<string> }
+  readonly GuardrailFinding: {
+    readonly type: "email" | "phone" | "mykad" | "card" | "ip" | "injection" | "filter"
+    readonly label?: string
+    readonly start: number
+    readonly end: number
+    readonly action: "off" | "flag" | "redact" | "block"
+  }
+  readonly GuardrailPolicy: {
+    readonly pii?: {
+      readonly action: "off" | "flag" | "redact" | "block"
+      readonly types?: ReadonlyArray<"email" | "phone" | "mykad" | "card" | "ip">
+    }
+    readonly injection?: { readonly action: "off" | "flag" | "block" }
+    readonly filters?: ReadonlyArray<{ readonly label: string; readonly pattern: string; readonly action: "off" | "flag" | "redact" | "block" }>
+    readonly apply_to?: ReadonlyArray<"input" | "output">
+  }
+  readonly GuardrailTestRequest: { readonly text: string; readonly policy: Schemas["GuardrailPolicy"] }
+  readonly GuardrailTestResponse: {
+    readonly redacted_text: string
+    readonly findings: ReadonlyArray<Schemas["GuardrailFinding"]>
+    readonly blocked: boolean
+  }
   readonly Invitation: {
     readonly id: string
     readonly account_id: string
@@ -807,6 +834,7 @@ export const ROUTE_ROLES = {
   "POST /dashboard/api-keys/{id}/rotate": ["owner", "admin", "developer"],
   "POST /dashboard/billing/card": ["owner", "billing"],
   "POST /dashboard/billing/checkout": ["owner", "billing"],
+  "POST /dashboard/guardrails/test": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/invitations/{id}/accept": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/members/invitations": ["owner", "admin"],
   "POST /dashboard/webhooks": ["owner", "admin"],

@@ -2,8 +2,15 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { PDFParse } from "pdf-parse"
 import { call } from "../../support/Http.js"
-import { deliverEvent, events, StripeDouble, testServerWithStripe, topUp } from "../../support/Stripe.js"
-import { query, TestServer } from "../../support/TestServer.js"
+import {
+  deliverEvent,
+  events,
+  StripeDouble,
+  testServerWithStripe,
+  topUp,
+  webhookOverrides
+} from "../../support/Stripe.js"
+import { query, TestServer, TestServerLive } from "../../support/TestServer.js"
 import { developer } from "../../support/Wallet.js"
 
 /**
@@ -352,3 +359,33 @@ layer(testServerWithStripe(), { excludeTestServices: true, timeout: 60_000 })("i
       }))
   })
 })
+
+layer(TestServerLive({ ...webhookOverrides, sstRateBps: 800 }), { excludeTestServices: true, timeout: 60_000 })(
+  "the walkthrough, on the simulated checkout",
+  (it) => {
+    it.effect("pay RM 10.80, refund half through the development route, see the refund note", () =>
+      Effect.gen(function*() {
+        const { accountId, token } = yield* developer("walkthrough-sst@example.my")
+        ok(yield* putProfile(token, PROFILE))
+        const created = ok(yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } }))
+        const path = `/dev/checkout/${created.session_id}`
+        const page = yield* call("GET", path)
+        expect(page.text).toContain("Service tax (SST) 8%")
+        expect(page.text).toContain("RM 10.80")
+        // Only a paid checkout can be refunded.
+        expect((yield* call("POST", `${path}/refund`, { json: { amount_sen: 540 } })).status).toBe(400)
+        expect((yield* call("POST", `${path}/pay`)).status).toBe(200)
+        expect(yield* wallet(accountId)).toBe(1000 * SEN)
+        const half = ok(yield* call("POST", `${path}/refund`, { json: { amount_sen: 540 } }))
+        expect(half.amount_refunded_sen).toBe(540)
+        expect(yield* wallet(accountId)).toBe(500 * SEN)
+        const [note] = yield* documents(token, "?type=refund_note")
+        expect(note).toMatchObject({ net_myr: 5, tax_myr: 0.4, total_myr: 5.4 })
+        expect((yield* detail(token, note!.id)).references.number).toMatch(/^INV-/)
+        // More than is left is capped at what was paid: the wallet ends at zero, never below.
+        expect(ok(yield* call("POST", `${path}/refund`, { json: { amount_sen: 5000 } })).amount_refunded_sen).toBe(1080)
+        expect(yield* wallet(accountId)).toBe(0)
+        expect(yield* documents(token, "?type=refund_note")).toHaveLength(2)
+      }))
+  }
+)

@@ -22,6 +22,7 @@ import invitationPace from "./0021_invitation_pace.js"
 import keyControls from "./0022_key_controls.js"
 import webhookCreators from "./0023_webhook_creators.js"
 import invoices from "./0024_invoices.js"
+import guardrails from "./0025_guardrails.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -52,5 +53,6 @@ export const migrations = {
   "0021_invitation_pace": invitationPace,
   "0022_key_controls": keyControls,
   "0023_webhook_creators": webhookCreators,
-  "0024_invoices": invoices
+  "0024_invoices": invoices,
+  "0025_guardrails": guardrails
 }

@@ -34,7 +34,8 @@ export const AuditAction = Schema.Literal(
   "billing.checkout_created",
   "usage.grouping_tags_updated",
   "response.deleted",
-  "billing.profile_updated"
+  "billing.profile_updated",
+  "guardrails.updated"
 )
 export type AuditAction = typeof AuditAction.Type
 
@@ -74,7 +75,8 @@ export const AuditEntry = Schema.Struct({
     "webhook",
     "checkout",
     "usage",
-    "response"
+    "response",
+    "guardrails"
   ),
   target_id: Schema.NullOr(Schema.String),
   /** What changed: the fields given, never a secret. */

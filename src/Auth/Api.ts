@@ -36,6 +36,9 @@ export interface ApiKeyPrincipal {
   readonly rateLimitRpm?: number | null
   /** The key's own calls in flight at once; null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
   readonly rateLimitConcurrent?: number | null
+  /** The guardrail policy's JSON, the account's and the key's override (null: none): compiled by the call. */
+  readonly accountGuardrails?: string | null
+  readonly keyGuardrails?: string | null
 }
 
 export class CurrentApiKey extends Context.Tag("nenas/CurrentApiKey")<CurrentApiKey, ApiKeyPrincipal>() {}

@@ -63,6 +63,20 @@ export class UnsupportedInput extends Schema.TaggedError<UnsupportedInput>()(
       "Remove or replace the input named in `param`: the message says what is not supported there and what is accepted."
   })
 ) {}
+export class ContentBlocked extends Schema.TaggedError<ContentBlocked>()(
+  "ContentBlocked",
+  fields,
+  meta({
+    code: "content_blocked",
+    status: 400,
+    type: "invalid_request_error",
+    retryable: false,
+    guidance:
+      "A guardrail of this account or key blocked the text (the message names the rule, `param` the field; null: " +
+      "the answer). Remove it, or ask an owner or admin to change the policy.",
+    action: "/guardrails"
+  })
+) {}
 export class NotImplemented extends Schema.TaggedError<NotImplemented>()(
   "NotImplemented",
   fields,
@@ -259,6 +273,7 @@ export class InternalError extends Schema.TaggedError<InternalError>()(
 export const errorClasses = [
   InvalidRequest,
   UnsupportedInput,
+  ContentBlocked,
   NotImplemented,
   ContextLengthExceeded,
   NotFound,

@@ -22,6 +22,7 @@ import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentP
 import { DatabaseLive } from "../Database/Database.js"
 import { Listener } from "../Database/Listener.js"
 import { GuardrailsLive } from "../Guardrails/Http.js"
+import { GuardrailsRepo } from "../Guardrails/Repo.js"
 import { HealthLive } from "../Health/Http.js"
 import { InvoicesLive } from "../Invoices/Http.js"
 import { ApiKeyAuthLive } from "../Keys/Authentication.js"
@@ -147,6 +148,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     Layer.provideMerge(Layer.mergeAll(
       IpLimits.layer,
       KeysRepo.layer,
+      GuardrailsRepo.layer,
       MembersRepo.layer,
       RequestLogReads.layer,
       IdentityProviderLive,

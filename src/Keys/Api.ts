@@ -7,6 +7,7 @@ import { DashboardAuth } from "../Auth/Api.js"
 import { IdempotencyConflict, InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { allowRoles, EVERY_ROLE, KEY_MAKERS } from "../Domain/Roles.js"
 import { NoUrlParams, Rfc3339DateTime, SqlString } from "../Domain/Strict.js"
+import { GuardrailOverride } from "../Guardrails/Api.js"
 
 export const Environment = Schema.Literal("live", "test")
 export type Environment = typeof Environment.Type
@@ -29,7 +30,9 @@ export const ApiKeyRecord = Schema.Struct({
   rate_limit_rpm: Schema.Int,
   rate_limit_concurrent: Schema.Int,
   /** The member who created the key (or was given it): its budget caps the key's spend; a developer changes only its own. */
-  member_id: Schema.NullOr(Schema.String)
+  member_id: Schema.NullOr(Schema.String),
+  /** The key's guardrail override (docs/api/guardrails.md, "Policies"); null: the account's policy. */
+  guardrails: Schema.NullOr(GuardrailOverride)
 }).annotations({
   identifier: "ApiKey",
   examples: [{
@@ -45,7 +48,8 @@ export const ApiKeyRecord = Schema.Struct({
     expires_at: null,
     rate_limit_rpm: 120,
     rate_limit_concurrent: 5,
-    member_id: "mem_01JD4Q8Z7K3M9X2V5B6N8R1T0Z"
+    member_id: "mem_01JD4Q8Z7K3M9X2V5B6N8R1T0Z",
+    guardrails: null
   }]
 })
 export type ApiKeyRecord = typeof ApiKeyRecord.Type
@@ -76,7 +80,9 @@ export const UpdateApiKeyRequest = Schema.Struct({
   expires_at: Schema.optional(Schema.NullOr(Rfc3339DateTime)),
   disabled: Schema.optional(Schema.Boolean),
   rate_limit_rpm: Schema.optional(Schema.NullOr(Rpm)),
-  rate_limit_concurrent: Schema.optional(Schema.NullOr(Concurrent))
+  rate_limit_concurrent: Schema.optional(Schema.NullOr(Concurrent)),
+  /** The parts of the account's guardrail policy this key replaces; null: the account's policy whole. */
+  guardrails: Schema.optional(Schema.NullOr(GuardrailOverride))
 }).annotations({
   identifier: "UpdateApiKeyRequest",
   examples: [

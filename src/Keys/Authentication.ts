@@ -88,7 +88,9 @@ const lookupWith = Effect.fnUntraced(
       memberMonthlySpendLimitMicroMyr: found.memberMonthlySpendLimitMicroMyr,
       accountSuspended: found.accountSuspended,
       rateLimitRpm: row.rateLimitRpm,
-      rateLimitConcurrent: row.rateLimitConcurrent
+      rateLimitConcurrent: row.rateLimitConcurrent,
+      accountGuardrails: found.accountGuardrails,
+      keyGuardrails: row.guardrails
     }
   }
 )

@@ -4,7 +4,13 @@ import { PermissionDenied } from "../Domain/Errors.js"
  * A control an owner or admin can put on a key, which a developer may then tighten but not loosen
  * (docs/api/teams.md, "Roles that hold").
  */
-export const CONTROLS = ["disabled", "monthly_spend_limit_myr", "rate_limit_rpm", "rate_limit_concurrent"] as const
+export const CONTROLS = [
+  "disabled",
+  "monthly_spend_limit_myr",
+  "rate_limit_rpm",
+  "rate_limit_concurrent",
+  "guardrails"
+] as const
 export type Control = typeof CONTROLS[number]
 
 /** A key's controls as they stand: micro-MYR for the budget, null for none (the operator's default for rate limits). */
@@ -44,6 +50,9 @@ export const loosened = (
         return looser(now.rateLimitRpm, change.rateLimitRpm)
       case "rate_limit_concurrent":
         return looser(now.rateLimitConcurrent, change.rateLimitConcurrent)
+      case "guardrails":
+        // A policy is compared part by part, against the account's too (docs/api/guardrails.md, "Policies").
+        return false
     }
   })
 
@@ -67,7 +76,7 @@ export const recordedControls = (
 }
 
 /** The refusal of a developer's change that loosens what an owner or admin set, naming the fields. */
-export const loosenedRefusal = (keyId: string, controls: ReadonlyArray<Control>) =>
+export const loosenedRefusal = (keyId: string, controls: ReadonlyArray<string>) =>
   new PermissionDenied({
     message: `An owner or admin set ${controls.map((c) => `'${c}'`).join(", ")} on key '${keyId}': ` +
       "a developer may tighten it but not loosen it.",

@@ -10,6 +10,10 @@ import { newId } from "../Domain/Ids.js"
 import { fromMyr } from "../Domain/Money.js"
 import { keyChangeRefusal } from "../Domain/Roles.js"
 import { now } from "../Domain/Time.js"
+import type { GuardrailOverride } from "../Guardrails/Api.js"
+import { allOff } from "../Guardrails/Api.js"
+import { checkedFilters, effectivePolicy, loosenedParts } from "../Guardrails/Policy.js"
+import { GuardrailsRepo } from "../Guardrails/Repo.js"
 import { Spending } from "../Wallet/Spending.js"
 import type { ApiKeyRecord } from "./Api.js"
 import {
@@ -62,7 +66,8 @@ const toRecord = (
     expires_at: row.expiresAt?.toISOString() ?? null,
     rate_limit_rpm: rate.rpm,
     rate_limit_concurrent: rate.concurrent,
-    member_id: row.memberId
+    member_id: row.memberId,
+    guardrails: row.guardrails === null ? null : JSON.parse(row.guardrails) as GuardrailOverride
   }
 }
 
@@ -125,6 +130,7 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
     const limits = yield* AppConfig
     const seals = yield* RotationSeal
     const audit = yield* AuditLog
+    const guardrails = yield* GuardrailsRepo
     return handlers
       .handle("create", ({ payload }) =>
         Effect.gen(function*() {
@@ -192,16 +198,31 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
             rateLimitRpm: payload.rate_limit_rpm,
             rateLimitConcurrent: payload.rate_limit_concurrent
           }
+          const override = payload.guardrails
+          if (override?.filters !== undefined) yield* checkedFilters(override.filters, "guardrails.filters")
           // Owners and admins change any key of the account: only a developer's is read first, and held to what they set.
           if (account.member.role === "developer") {
             const found = yield* changeable(repo, account, path.id)
-            const loose = loosened(
-              Object.assign({ disabled: found.disabledAt !== null }, found),
-              yield* repo.adminControls(account.id, path.id),
-              controls
-            )
+            const held = yield* repo.adminControls(account.id, path.id)
+            const loose = loosened(Object.assign({ disabled: found.disabledAt !== null }, found), held, controls)
             if (loose.length > 0) return yield* loosenedRefusal(path.id, loose)
+            if (override !== undefined) {
+              // A developer may tighten the account's policy (and an override an owner or admin set), never loosen it.
+              const account_ = (yield* Effect.orDie(guardrails.find(account.id)))?.policy ?? allOff
+              const current = found.guardrails === null ? null : JSON.parse(found.guardrails) as GuardrailOverride
+              const floor = effectivePolicy(account_, held.includes("guardrails") ? current : null)
+              const parts = loosenedParts(floor, effectivePolicy(account_, override))
+              if (parts.length > 0) {
+                return yield* loosenedRefusal(path.id, parts.map((part) => `guardrails.${part}` as const))
+              }
+            }
           }
+          const recorded = recordedControls(controls)
+          const guardrailsRecord = override === undefined
+            ? recorded
+            : override === null
+            ? { add: recorded.add, drop: [...recorded.drop, "guardrails" as const] }
+            : { add: [...recorded.add, "guardrails" as const], drop: recorded.drop }
           const row = yield* audit.within(
             repo.update(account.id, path.id, {
               ...(payload.name === undefined ? {} : { name: payload.name }),
@@ -211,8 +232,9 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               ...(payload.rate_limit_rpm === undefined ? {} : { rateLimitRpm: payload.rate_limit_rpm }),
               ...(payload.rate_limit_concurrent === undefined
                 ? {}
-                : { rateLimitConcurrent: payload.rate_limit_concurrent })
-            }, account.member.role === "developer" ? undefined : recordedControls(controls)),
+                : { rateLimitConcurrent: payload.rate_limit_concurrent }),
+              ...(override === undefined ? {} : { guardrails: override === null ? null : JSON.stringify(override) })
+            }, account.member.role === "developer" ? undefined : guardrailsRecord),
             (updated) =>
               updated === undefined
                 ? undefined

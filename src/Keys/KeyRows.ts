@@ -26,7 +26,9 @@ export const KeyRow = Schema.Struct({
   /** Null: the operator's default (`RATE_LIMIT_CONCURRENT`). */
   rateLimitConcurrent: Schema.NullOr(Schema.Int),
   /** The member who created the key (or was given it); its budget caps the key's spend with its siblings'. */
-  memberId: Schema.NullOr(Schema.String)
+  memberId: Schema.NullOr(Schema.String),
+  /** The key's guardrail override as JSON (docs/api/guardrails.md, "Policies"); null: the account's policy. */
+  guardrails: Schema.NullOr(Schema.String)
 })
 export interface KeyRow extends Schema.Schema.Type<typeof KeyRow> {}
 
@@ -37,7 +39,9 @@ export const KeyChanges = Schema.Struct({
   expiresAt: Schema.optionalWith(NullableDate, { exact: true }),
   disabled: Schema.optionalWith(Schema.Boolean, { exact: true }),
   rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
+  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
+  /** The override as JSON; null returns the key to the account's policy. */
+  guardrails: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true })
 })
 export interface KeyChanges extends Schema.Schema.Type<typeof KeyChanges> {}
 
@@ -74,6 +78,8 @@ export type KeyLookup =
     readonly accountSuspended: boolean
     /** The key's member's monthly budget over all its keys; null for none (or no member, or a removed one). */
     readonly memberMonthlySpendLimitMicroMyr: MicroMyr | null
+    /** The account's guardrail policy as JSON; null: none set. */
+    readonly accountGuardrails: string | null
     /** Set when the hash is the key's previous secret, in its grace period until then. */
     readonly graceUntil: Date | null
   }

@@ -18,7 +18,7 @@ import {
 
 export { KeyChanges, type KeyLookup, KeyRow, NewKey, type Rotation, TooManyKeys } from "./KeyRows.js"
 const keyColumns =
-  "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id"
+  "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id, k.guardrails::text AS guardrails"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   /** Refuses past the account's most keys, and past `memberLimit` keys of the key's member when given. */
@@ -112,16 +112,19 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
           ...KeyRow.fields,
           suspendedAt: NullableDate,
           graceUntil: NullableDate,
-          memberMonthlySpendLimitMicroMyr: Schema.NullOr(MicroMyr)
+          memberMonthlySpendLimitMicroMyr: Schema.NullOr(MicroMyr),
+          accountGuardrails: Schema.NullOr(Schema.String)
         }),
         // A removed member's keys are disabled by its removal; were one not, it would answer to no budget.
         execute: (keyHash) =>
           sql`
             SELECT ${columns}, a.suspended_at,
               CASE WHEN k.key_hash = ${keyHash} THEN NULL ELSE k.previous_valid_until END AS grace_until,
-              m.monthly_spend_limit_micro_myr AS member_monthly_spend_limit_micro_myr
+              m.monthly_spend_limit_micro_myr AS member_monthly_spend_limit_micro_myr,
+              g.policy::text AS account_guardrails
             FROM api_keys k JOIN accounts a ON a.id = k.account_id
               LEFT JOIN members m ON m.id = k.member_id AND m.removed_at IS NULL
+              LEFT JOIN guardrail_policies g ON g.account_id = k.account_id
             WHERE k.key_hash = ${keyHash} OR (k.previous_key_hash = ${keyHash} AND k.previous_valid_until > now())
           `
       })
@@ -168,7 +171,10 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
               : { monthly_spend_limit_micro_myr: changes.monthlySpendLimitMicroMyr }),
             ...(changes.expiresAt === undefined ? {} : { expires_at: changes.expiresAt }),
             ...(changes.rateLimitRpm === undefined ? {} : { rate_limit_rpm: changes.rateLimitRpm }),
-            ...(changes.rateLimitConcurrent === undefined ? {} : { rate_limit_concurrent: changes.rateLimitConcurrent })
+            ...(changes.rateLimitConcurrent === undefined
+              ? {}
+              : { rate_limit_concurrent: changes.rateLimitConcurrent }),
+            ...(changes.guardrails === undefined ? {} : { guardrails: changes.guardrails })
           }
           // Disabling keeps the first moment it was disabled; enabling clears it.
           const disabled = changes.disabled === undefined
@@ -287,12 +293,14 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
           Effect.gen(function*() {
             const found = yield* findActive(keyHash)
             if (Option.isSome(found)) {
-              const { graceUntil, memberMonthlySpendLimitMicroMyr, suspendedAt, ...key } = found.value
+              const { accountGuardrails, graceUntil, memberMonthlySpendLimitMicroMyr, suspendedAt, ...key } =
+                found.value
               return {
                 _tag: "Active",
                 key,
                 accountSuspended: suspendedAt !== null,
                 memberMonthlySpendLimitMicroMyr,
+                accountGuardrails,
                 graceUntil
               } as const
             }

@@ -8,6 +8,7 @@ import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
 import { PageParams } from "../Domain/Page.js"
 import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
+import { LoggedGuardrails } from "../Guardrails/Api.js"
 
 export const LogStatus = Schema.Literal("pending", "succeeded", "failed", "billed")
 
@@ -30,6 +31,8 @@ const LogFilterFields = {
   tag_value: Schema.optional(SqlString.pipe(Schema.maxLength(512))),
   /** Calls of this chat `user`. */
   user: Schema.optional(SqlString.pipe(Schema.maxLength(256))),
+  /** Calls where a guardrail rule of this action matched (docs/api/guardrails.md, "Logs"). */
+  guardrail: Schema.optional(Schema.Literal("blocked", "redacted", "flagged")),
   from: Schema.optional(Rfc3339DateTime),
   to: Schema.optional(Rfc3339DateTime)
 }
@@ -81,6 +84,8 @@ export const LogEntry = Schema.Struct({
    * `breaker_open`) and how long it took; empty when none was recorded (a test key, a refused call).
    */
   attempts: Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Int })),
+  /** What the key's guardrail policy did: rule names and counts, never a matched value; null: no policy. */
+  guardrails: Schema.NullOr(LoggedGuardrails),
   createdAt: Schema.String,
   /** The stored response of a `/v1/responses` call made with `store` (30 days); null when none is kept. */
   storedResponseId: Schema.NullOr(Schema.String)

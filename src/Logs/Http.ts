@@ -36,6 +36,7 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   costMicroMyr: row.costMicroMyr,
   latencyMs: row.latencyMs,
   attempts: row.attempts ?? [],
+  guardrails: row.guardrails,
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })
@@ -98,6 +99,7 @@ export const LogsLive = HttpApiBuilder.group(NenasApi, "logs", (handlers) =>
           environment: params.environment,
           tag,
           endUser: params.user,
+          guardrail: params.guardrail,
           from,
           to
         } satisfies LogFilter

@@ -4,6 +4,7 @@ import type { ParseError } from "effect/ParseResult"
 import { AppConfig } from "../AppConfig.js"
 import { MicroMyr } from "../Domain/Money.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
+import { LoggedGuardrails } from "../Guardrails/Api.js"
 import type { LoggedAttempt, LogWrite } from "./RequestLogs.js"
 import { logUsage, rolledUsage, rollupsFit, type UsageScope } from "./Rollups.js"
 import { groupingTags, setGroupingTags, type TagTotal, tagTotals } from "./TagRollups.js"
@@ -63,6 +64,8 @@ export const LogRow = Schema.Struct({
   endUser: Schema.NullOr(Schema.String),
   /** Each upstream attempt, in order; null: none was recorded. */
   attempts: Schema.NullOr(Schema.Array(StoredAttempt)),
+  /** Read as text, as `metadata` is. */
+  guardrails: Schema.NullOr(Schema.parseJson(LoggedGuardrails)),
   createdAt: Schema.DateFromSelf,
   /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
   atMicros: Schema.String
@@ -91,6 +94,8 @@ export interface LogFilter {
   readonly tag?: { readonly key: string; readonly value?: string | undefined } | undefined
   /** Calls of this chat `user`. */
   readonly endUser?: string | undefined
+  /** Calls where a guardrail rule of this action matched. */
+  readonly guardrail?: "blocked" | "redacted" | "flagged" | undefined
   /** Inclusive. */
   readonly from?: Date | undefined
   /** Exclusive. */
@@ -136,9 +141,12 @@ const Total = Schema.Struct({ total: Schema.Int })
 
 export class TooManyBuckets extends Data.TaggedError("TooManyBuckets")<{ readonly limit: number }> {}
 
+/** The rule action a `?guardrail=` filter looks for. */
+const GUARDRAIL_ACTIONS = { blocked: "block", redacted: "redact", flagged: "flag" } as const
+
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, environment, metadata::text AS metadata, end_user, attempts, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
+  cost_micro_myr, latency_ms, environment, metadata::text AS metadata, end_user, attempts, guardrails::text AS guardrails, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
@@ -240,6 +248,10 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
               : sql`metadata @> jsonb_build_object(${filter.tag.key}::text, ${filter.tag.value}::text)`
           ]),
           ...(filter.endUser === undefined ? [] : [sql`end_user = ${filter.endUser}`]),
+          ...(filter.guardrail === undefined ? [] : [
+            sql`guardrails IS NOT NULL AND guardrails @> jsonb_build_object('rules', jsonb_build_array(
+              jsonb_build_object('action', ${GUARDRAIL_ACTIONS[filter.guardrail]}::text)))`
+          ]),
           ...(filter.from === undefined ? [] : [sql`created_at >= ${filter.from}::timestamptz`]),
           ...(filter.to === undefined ? [] : [sql`created_at < ${filter.to}::timestamptz`])
         ])
@@ -263,7 +275,7 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
             // Tags are not rolled up: a tag filter counts its rows.
             total: one(
               Total,
-              filter.tag === undefined && filter.endUser === undefined
+              filter.tag === undefined && filter.endUser === undefined && filter.guardrail === undefined
                 ? sql`
                   SELECT COALESCE(sum(${sql.literal(filter.status ?? "requests")}), 0)::int AS total
                   FROM (${usage({ accountId, ...filter })}) u

@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError, Statement } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
+import type { LoggedGuardrails } from "../Guardrails/Api.js"
 
 // Hand-cast SQL (docs/performance.md, "Hand-cast SQL on the call path"): the log writes run with every settlement flush.
 
@@ -20,6 +21,8 @@ export interface OpenLog {
   /** The caller's `metadata` (tags) and chat `user`, shown and filtered on the dashboard. */
   readonly metadata?: Readonly<Record<string, string>> | null | undefined
   readonly endUser?: string | null | undefined
+  /** What the guardrails did to the input (docs/api/guardrails.md, "Logs"); absent: no policy. */
+  readonly guardrails?: LoggedGuardrails | null | undefined
 }
 
 /** One attempt of a call at one upstream target (Providers/Fallback.ts), as its row keeps it. */
@@ -42,6 +45,8 @@ export interface LoggedUsage {
   readonly latencyMs: number
   /** Each upstream attempt, in order; absent or empty: none was recorded (a test key, a call refused before it ran). */
   readonly attempts?: ReadonlyArray<LoggedAttempt> | undefined
+  /** What the guardrails did, input and output; absent: what the row opened with. */
+  readonly guardrails?: LoggedGuardrails | null | undefined
 }
 
 /** What a settlement writes: the usage, and the model that answered (a fallback's) and the error that cut it short. */
@@ -101,6 +106,7 @@ export const logRow = (
   costMicroMyr: usage.costMicroMyr,
   latencyMs: usage.latencyMs,
   attempts: usage.attempts,
+  guardrails: usage.guardrails ?? log.guardrails,
   reservationId: state.reservationId,
   status: state.status,
   errorCode: state.errorCode,
@@ -189,13 +195,13 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
           INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
             routing_category, endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens,
             usage_source, search_count, content_pages, cost_micro_myr, latency_ms, stream, error_code,
-            created_at, completed_at, holder, environment, metadata, end_user, attempts)
+            created_at, completed_at, holder, environment, metadata, end_user, attempts, guardrails)
           SELECT u.request_id, u.account_id, u.api_key_id, u.reservation_id, u.public_model, u.upstream_model,
             u.routing_category, u.endpoint, u.status, u.input_tokens, u.output_tokens, u.reasoning_tokens,
             u.cached_tokens, u.usage_source, u.search_count, u.content_pages, u.cost_micro_myr, u.latency_ms,
             u.stream, u.error_code, u.created_at, u.completed_at, ${holder}::text,
             COALESCE(u.environment, (SELECT k.environment FROM api_keys k WHERE k.id = u.api_key_id), 'live'),
-            u.metadata::jsonb, u.end_user, u.attempts::jsonb
+            u.metadata::jsonb, u.end_user, u.attempts::jsonb, u.guardrails::jsonb
           FROM unnest(
             ${column((r) => r.requestId)}::text[], ${column((r) => r.accountId)}::text[],
             ${column((r) => r.apiKeyId)}::text[], ${column((r) => r.reservationId)}::text[],
@@ -212,11 +218,12 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
             ${column((r) => r.environment ?? null)}::text[],
             ${column((r) => r.metadata == null ? null : JSON.stringify(r.metadata))}::text[],
             ${column((r) => r.endUser ?? null)}::text[],
-            ${column(attemptsJson)}::text[]
+            ${column(attemptsJson)}::text[],
+            ${column((r) => r.guardrails == null ? null : JSON.stringify(r.guardrails))}::text[]
           ) AS u(request_id, account_id, api_key_id, reservation_id, public_model, upstream_model, routing_category,
             endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count,
             content_pages, cost_micro_myr, latency_ms, stream, error_code, created_at, completed_at, environment, metadata,
-            end_user, attempts)
+            end_user, attempts, guardrails)
           ON CONFLICT (request_id) DO UPDATE
           SET status = EXCLUDED.status, reservation_id = COALESCE(EXCLUDED.reservation_id, request_logs.reservation_id),
               input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
@@ -225,7 +232,8 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
               content_pages = EXCLUDED.content_pages, cost_micro_myr = EXCLUDED.cost_micro_myr,
               latency_ms = EXCLUDED.latency_ms, error_code = EXCLUDED.error_code, completed_at = EXCLUDED.completed_at,
               -- The model that answered (a fallback's), and the attempts that led to it.
-              upstream_model = EXCLUDED.upstream_model, attempts = COALESCE(EXCLUDED.attempts, request_logs.attempts)
+              upstream_model = EXCLUDED.upstream_model, attempts = COALESCE(EXCLUDED.attempts, request_logs.attempts),
+              guardrails = COALESCE(EXCLUDED.guardrails, request_logs.guardrails)
           WHERE request_logs.status = 'pending'
             -- A late charge (the sweeper released the call, taking its process for dead) bills it after all.
             OR (EXCLUDED.status = 'billed' AND request_logs.status = 'failed')

@@ -35,6 +35,7 @@ const row = (id: string, fields: Partial<KeyRow>): KeyRow => ({
   id,
   accountId: ANA.id,
   memberId: "mem_ana",
+  guardrails: null,
   name: id,
   prefix: "nns_live_a1B",
   environment: "live",

@@ -234,5 +234,6 @@ export const AUDIT_ACTIONS = allOf<AuditAction>()([
   "billing.checkout_created",
   "usage.grouping_tags_updated",
   "response.deleted",
-  "billing.profile_updated"
+  "billing.profile_updated",
+  "guardrails.updated"
 ])

@@ -47,7 +47,7 @@ export interface Routes {
     readonly query: {
       readonly page?: string
       readonly limit?: string
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -59,7 +59,7 @@ export interface Routes {
   readonly "GET /dashboard/audit-log/export": {
     readonly query: {
       readonly format?: "csv"
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -122,6 +122,10 @@ export interface Routes {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly ledger: ReadonlyArray<Schemas["TransactionEntry"]>; readonly page: number; readonly limit: number }
   }
+  readonly "GET /dashboard/guardrails": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: Schemas["GuardrailPolicyView"]
+  }
   readonly "GET /dashboard/invitations": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: { readonly invitations: ReadonlyArray<Schemas["Invitation"]> }
@@ -139,6 +143,7 @@ export interface Routes {
       readonly tag_key?: string
       readonly tag_value?: string
       readonly user?: string
+      readonly guardrail?: "blocked" | "redacted" | "flagged"
       readonly from?: string
       readonly to?: string
     }
@@ -161,6 +166,7 @@ export interface Routes {
       readonly tag_key?: string
       readonly tag_value?: string
       readonly user?: string
+      readonly guardrail?: "blocked" | "redacted" | "flagged"
       readonly from?: string
       readonly to?: string
     }
@@ -352,6 +358,11 @@ export interface Routes {
     readonly payload: Schemas["UpdateBillingSettings"]
     readonly success: Schemas["BillingSettings"]
   }
+  readonly "PUT /dashboard/guardrails": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly payload: Schemas["GuardrailPolicy"]
+    readonly success: Schemas["GuardrailPolicyView"]
+  }
   readonly "PUT /dashboard/usage/grouping-tags": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["GroupingTags"]
@@ -391,13 +402,14 @@ export interface Schemas {
     readonly rate_limit_rpm: number
     readonly rate_limit_concurrent: number
     readonly member_id: string | null
+    readonly guardrails: Schemas["GuardrailOverride"] | null
   }
   readonly AuditEntry: {
     readonly id: string
     readonly member_id: string | null
     readonly actor_email: string | null
-    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated"
-    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response"
+    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated"
+    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response" | "guardrails"
     readonly target_id: string | null
     readonly details: { readonly [key: string]: unknown }
     readonly client_address: string | null
@@ -495,6 +507,15 @@ export interface Schemas {
     readonly end: number
     readonly action: "off" | "flag" | "redact" | "block"
   }
+  readonly GuardrailOverride: {
+    readonly pii?: {
+      readonly action: "off" | "flag" | "redact" | "block"
+      readonly types?: ReadonlyArray<"email" | "phone" | "mykad" | "card" | "ip">
+    }
+    readonly injection?: { readonly action: "off" | "flag" | "block" }
+    readonly filters?: ReadonlyArray<{ readonly label: string; readonly pattern: string; readonly action: "off" | "flag" | "redact" | "block" }>
+    readonly apply_to?: ReadonlyArray<"input" | "output">
+  }
   readonly GuardrailPolicy: {
     readonly pii?: {
       readonly action: "off" | "flag" | "redact" | "block"
@@ -504,7 +525,8 @@ export interface Schemas {
     readonly filters?: ReadonlyArray<{ readonly label: string; readonly pattern: string; readonly action: "off" | "flag" | "redact" | "block" }>
     readonly apply_to?: ReadonlyArray<"input" | "output">
   }
-  readonly GuardrailTestRequest: { readonly text: string; readonly policy: Schemas["GuardrailPolicy"] }
+  readonly GuardrailPolicyView: { readonly policy: Schemas["GuardrailPolicy"]; readonly updated_at: string | null }
+  readonly GuardrailTestRequest: { readonly text: string; readonly policy?: Schemas["GuardrailPolicy"] }
   readonly GuardrailTestResponse: {
     readonly redacted_text: string
     readonly findings: ReadonlyArray<Schemas["GuardrailFinding"]>
@@ -567,6 +589,16 @@ export interface Schemas {
     readonly responseId: string
     readonly lines: ReadonlyArray<{ readonly kind: string; readonly role: string; readonly text: string }>
   }
+  readonly LoggedGuardrails: {
+    readonly outcome: "passed" | "flagged" | "redacted" | "blocked"
+    readonly rules: ReadonlyArray<{
+      readonly rule: string
+      readonly type: string
+      readonly action: "flag" | "redact" | "block"
+      readonly direction: "input" | "output"
+      readonly count: number
+    }>
+  }
   readonly Member: {
     readonly id: string
     readonly email: string | null
@@ -619,6 +651,7 @@ export interface Schemas {
     readonly costMicroMyr: number
     readonly latencyMs: number
     readonly attempts: ReadonlyArray<{ readonly target: string; readonly outcome: string; readonly latencyMs: number }>
+    readonly guardrails: Schemas["LoggedGuardrails"] | null
     readonly createdAt: string
     readonly storedResponseId: string | null
   }
@@ -663,6 +696,7 @@ export interface Schemas {
     readonly disabled?: boolean
     readonly rate_limit_rpm?: number | null
     readonly rate_limit_concurrent?: number | null
+    readonly guardrails?: Schemas["GuardrailOverride"] | null
   }
   readonly UpdateBillingSettings: {
     readonly low_balance_threshold_myr?: number | null
@@ -813,6 +847,7 @@ export const ROUTE_ROLES = {
   "GET /dashboard/billing/profile": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/billing/settings": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/billing/transactions": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/guardrails": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/invitations": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/logs": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/logs/export": ["owner", "admin", "developer", "billing", "viewer"],
@@ -843,5 +878,6 @@ export const ROUTE_ROLES = {
   "POST /dashboard/webhooks/{id}/test": ["owner", "admin"],
   "PUT /dashboard/billing/profile": ["owner", "admin", "billing"],
   "PUT /dashboard/billing/settings": ["owner", "admin", "billing"],
+  "PUT /dashboard/guardrails": ["owner", "admin"],
   "PUT /dashboard/usage/grouping-tags": ["owner", "admin"],
 } as const

@@ -13,7 +13,7 @@ import type { Effort } from "../../Routing/Router.js"
 import { MAX_CONTENT_BLOCKS, withinCounts } from "../Admission/CountLimits.js"
 import type { CallInput } from "../Call/CallTypes.js"
 import type { Conversation } from "../Call/Input.js"
-import { conversationInput, textView, toolsOf } from "../Call/Input.js"
+import { conversationInput, pathsOf, textView, toolsOf } from "../Call/Input.js"
 import { PUBLIC_MODEL, WebSearchConfig } from "../OpenAi/Api.js"
 import type {
   AnthropicContentBlock,
@@ -282,16 +282,19 @@ export const anthropicConversation = Effect.fnUntraced(function*(body: Conversat
     systemBlocks
   )
   const upstream: Array<UpstreamMessage> = []
+  const paths = pathsOf(upstream)
   const remoteImages = new Map<string, string>()
   const called = new Set<string>()
   if (system !== undefined) {
     const text = typeof system === "string" ? system : joinText(system.map((block) => block.text), "system")
     if (text.length > 0) upstream.push({ role: "system", content: text })
+    paths.mark("system")
   }
   for (const [i, message] of body.messages.entries()) {
     // A string is one text block, which every role keeps as it is: no effect per such turn.
     if (typeof message.content === "string") upstream.push(textTurn(message.role, message.content))
     else upstream.push(...(yield* turnsOf(message, `messages[${i}]`, called, remoteImages)))
+    paths.mark(`messages[${i}]`)
   }
   const tools = yield* toolsIn(body)
   const responseFormat = formatOf(body)
@@ -303,6 +306,7 @@ export const anthropicConversation = Effect.fnUntraced(function*(body: Conversat
   return {
     messages: textView(upstream),
     upstream,
+    paths: paths.all,
     capabilities,
     webSearchTool: tools.webSearch !== undefined,
     webSearchMaxUses: tools.webSearch?.maxUses,

@@ -215,7 +215,9 @@ export const makeSettlement = Effect.gen(function*() {
         searchCount: used.sources.searches,
         contentPages: used.sources.pages,
         costMicroMyr: cost,
-        latencyMs
+        latencyMs,
+        // The answer's, when the output was scanned (it holds the input's too); else the input's, as the row opened.
+        guardrails: answer.guardrails ?? call.inputGuardrails
       }
       const result = resultOf(call, answer, used, cost, latencyMs)
       const store = complete ? call.input.store : undefined

@@ -3,6 +3,8 @@ import type { ApiKeyPrincipal } from "../../Auth/Api.js"
 import type { ApiError, IdempotencyConflict } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import type { Message } from "../../Domain/Tokens.js"
+import type { LoggedGuardrails } from "../../Guardrails/Api.js"
+import type { ActivePolicy } from "../../Guardrails/Policy.js"
 import { servedBy } from "../../Providers/Fallback.js"
 import type {
   Capabilities,
@@ -34,6 +36,8 @@ export interface CallInput {
   readonly messages: ReadonlyArray<Message>
   /** The conversation as the upstream takes it: images and tool turns included. */
   readonly upstream: ReadonlyArray<UpstreamMessage>
+  /** The field each message of `upstream` came from, for a guardrail's refusal; absent: `inputParam`. */
+  readonly paths?: ReadonlyArray<string> | undefined
   /** Remote image URLs in `upstream`, each with the param of its first use; absent, none. */
   readonly remoteImages?: ReadonlyMap<string, string> | undefined
   readonly capabilities: Capabilities
@@ -112,6 +116,9 @@ export interface HeldCall {
   readonly ceiling: number
   /** Its upstream attempts so far, once it is settled (`servedCall`). */
   readonly attempts?: ReadonlyArray<UpstreamAttempt> | undefined
+  /** The guardrail policy its key runs under (none: no guardrail work), and what it did to the input. */
+  readonly guardrails: ActivePolicy | undefined
+  readonly inputGuardrails: LoggedGuardrails | undefined
 }
 
 /** What the model answered: text, tool calls, and logprobs when asked for. */
@@ -120,6 +127,8 @@ export interface Answer {
   readonly toolCalls: ReadonlyArray<ToolCall>
   readonly logprobs: ReadonlyArray<TokenLogprob> | undefined
   readonly finishReason: FinishReason
+  /** What the guardrails did to the input and to this answer, as the log keeps it. */
+  readonly guardrails?: LoggedGuardrails | undefined
 }
 
 /** What the call used: from the upstream, or counted by us when it did not say. */

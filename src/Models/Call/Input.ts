@@ -22,6 +22,8 @@ import { CHAT_NOT_IMPLEMENTED, RESPONSES_NOT_IMPLEMENTED } from "../OpenAi/Api.j
 export interface Conversation {
   readonly messages: ReadonlyArray<Message>
   readonly upstream: ReadonlyArray<UpstreamMessage>
+  /** The field each message of `upstream` came from (`messages[2]`, `instructions`): what a guardrail's refusal names. */
+  readonly paths: ReadonlyArray<string>
   readonly capabilities: Capabilities
   /** A Responses `web_search` tool: web search runs (`mode: on`). */
   readonly webSearchTool: boolean
@@ -31,10 +33,11 @@ export interface Conversation {
 
 /** What a call's input takes from its conversation, whichever endpoint parsed it. */
 export const conversationInput = (
-  conversation: Pick<Conversation, "messages" | "upstream" | "remoteImages" | "capabilities">
+  conversation: Pick<Conversation, "messages" | "upstream" | "paths" | "remoteImages" | "capabilities">
 ) => ({
   messages: conversation.messages,
   upstream: conversation.upstream,
+  paths: conversation.paths,
   remoteImages: conversation.remoteImages,
   capabilities: conversation.capabilities
 })
@@ -228,6 +231,17 @@ export const textView = (upstream: ReadonlyArray<UpstreamMessage>): ReadonlyArra
     return m.role === "assistant" && content === "" ? [] : [{ role: m.role, content }]
   })
 
+/** The field each message of `upstream` came from: `mark` names those pushed since the last mark. */
+export const pathsOf = (upstream: ReadonlyArray<UpstreamMessage>) => {
+  const all: Array<string> = []
+  return {
+    all,
+    mark: (path: string) => {
+      while (all.length < upstream.length) all.push(path)
+    }
+  }
+}
+
 /** Consecutive function calls belong to one assistant turn, as chat carries them. */
 const appendCall = (upstream: Array<UpstreamMessage>, call: ToolCall) => {
   const last = upstream[upstream.length - 1]
@@ -254,9 +268,11 @@ export const responsesConversation = Effect.fnUntraced(
     yield* refuseNotImplemented(body, RESPONSES_NOT_IMPLEMENTED)
     yield* withinCounts(body.input, body.tools, "input")
     const upstream: Array<UpstreamMessage> = []
+    const paths = pathsOf(upstream)
     const remoteImages = new Map<string, string>()
     if (typeof body.instructions === "string" && body.instructions.length > 0) {
       upstream.push({ role: "system", content: body.instructions })
+      paths.mark("instructions")
     }
     if (typeof body.input !== "string" && body.input.length === 0) {
       return yield* invalid("'input' must hold at least one message.", "input")
@@ -272,6 +288,7 @@ export const responsesConversation = Effect.fnUntraced(
       if (item.type === "function_call") {
         const call = yield* toolCallOf({ id: item["call_id"], type: "function", function: item }, path)
         appendCall(upstream, call)
+        paths.mark(path)
         continue
       }
       if (item.type === "function_call_output") {
@@ -285,6 +302,7 @@ export const responsesConversation = Effect.fnUntraced(
           ? plain(yield* partsOf(output.filter(isRecord), `${path}.output`, false))
           : yield* invalid("A function_call_output needs 'output', a string.", `${path}.output`)
         upstream.push({ role: "tool", tool_call_id: item["call_id"], content })
+        paths.mark(path)
         continue
       }
       if (item.type !== undefined && item.type !== "message") {
@@ -305,6 +323,7 @@ export const responsesConversation = Effect.fnUntraced(
       const role = item.role as Message["role"]
       const content = yield* contentOf(item.content, `${path}.content`, role !== "assistant" && remoteImages)
       upstream.push(role === "assistant" ? { role, content: plain(content) } : { role, content })
+      paths.mark(path)
     }
     // Items and messages do not map one to one (instructions, merged calls): the check names the input.
     yield* checkToolResults(upstream, () => "input")
@@ -355,6 +374,7 @@ export const responsesConversation = Effect.fnUntraced(
     return {
       messages: textView(upstream),
       upstream,
+      paths: paths.all,
       capabilities: {
         ...tools,
         ...(functions.length > 0 && typeof body.parallel_tool_calls === "boolean"
@@ -373,6 +393,7 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
   yield* refuseNotImplemented(body, CHAT_NOT_IMPLEMENTED)
   yield* withinCounts(body.messages, body.tools, "messages")
   const upstream: Array<UpstreamMessage> = []
+  const paths = pathsOf(upstream)
   const remoteImages = new Map<string, string>()
   for (const [i, message] of body.messages.entries()) {
     const path = `messages[${i}]`
@@ -419,6 +440,7 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
         upstream.push({ role: message.role, content: yield* contentOf(content, `${path}.content`, remoteImages) })
       }
     }
+    paths.mark(path)
   }
   yield* checkToolResults(upstream, (i) => `messages[${i}]`)
   const functions = (body.tools ?? []).map((tool) =>
@@ -449,6 +471,7 @@ export const chatConversation = Effect.fnUntraced(function*(body: ChatCompletion
   return {
     messages: textView(upstream),
     upstream,
+    paths: paths.all,
     capabilities: {
       ...sampling(body),
       ...tools,

@@ -15,6 +15,8 @@ import {
 } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import { targetsFor } from "../../Domain/Upstreams.js"
+import type { LoggedGuardrails } from "../../Guardrails/Api.js"
+import { mergeLogged, policyOfRows, Tally } from "../../Guardrails/Policy.js"
 import { KeyLimitReached } from "../../Keys/LimitReached.js"
 import { forkWith } from "../../Lane/Wire/PartReader.js"
 import type { SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
@@ -30,11 +32,13 @@ import { Spending } from "../../Wallet/Spending.js"
 import { isMemberBudgetRefusal } from "../../Wallet/SpendLimits.js"
 import { PUBLIC_MODEL } from "../OpenAi/Api.js"
 import type { EventRenderer } from "../OpenAi/Wire.js"
+import { blockedOutput, guardAnswer, guardInput, redactedJson, StreamGuard } from "./CallGuardrails.js"
 import { elapsedSince, makeSettlement, usedOf } from "./CallSettlement.js"
 import { makeCallSpans } from "./CallSpan.js"
 import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
 import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
+import { textView } from "./Input.js"
 import { inlineRemoteImages, screenRemoteImages } from "./RemoteImages.js"
 import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
@@ -85,7 +89,8 @@ const openLog = (
   key: ApiKeyPrincipal,
   requestId: string,
   route: Route,
-  inputTokens: number
+  inputTokens: number,
+  guardrails: LoggedGuardrails | undefined
 ): OpenLog => ({
   requestId,
   accountId: key.accountId,
@@ -99,7 +104,8 @@ const openLog = (
   environment: key.environment,
   metadata: input.metadata ?? null,
   // The log keeps a bounded end-user id; what goes upstream is the caller's own.
-  endUser: input.user === undefined ? null : input.user.slice(0, 256)
+  endUser: input.user === undefined ? null : input.user.slice(0, 256),
+  guardrails
 })
 
 /**
@@ -175,11 +181,58 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         })
       }
 
+      /**
+       * The input under the key's guardrail policy (docs/api/guardrails.md, "Calls"): redacted where it
+       * redacts, or refused (`content_blocked`, logged, nothing held or sent) where it blocks.
+       */
+      const guarded = (
+        given: CallInput,
+        key: ApiKeyPrincipal,
+        requestId: string,
+        startedAt: number
+      ): Effect.Effect<{ readonly input: CallInput; readonly logged: LoggedGuardrails | undefined }, ApiError> => {
+        const policy = policyOfRows(key.accountGuardrails ?? null, key.keyGuardrails ?? null)
+        if (policy?.input === undefined) {
+          return Effect.succeed({ input: given, logged: policy === undefined ? undefined : new Tally().logged() })
+        }
+        const scanner = policy.input
+        const result = guardInput(scanner, given.upstream, given.paths ?? [], given.inputParam)
+        if (result._tag === "Blocked") {
+          // Logged with no tokens: nothing was counted, held or sent.
+          const route = router.route({ messages: [], effort: given.effort, webSearch: "off" })
+          const log = openLog(given, key, requestId, route, 0, result.tally.logged())
+          return Effect.zipRight(
+            spending.refused(log, "content_blocked", elapsedSince(clock, startedAt)),
+            Effect.fail(result.error)
+          )
+        }
+        const logged = result.tally.logged()
+        if (logged.rules.every((rule) => rule.action !== "redact")) return Effect.succeed({ input: given, logged })
+        const store = given.store
+        return Effect.succeed({
+          input: Object.assign({}, given, {
+            upstream: result.upstream,
+            messages: textView(result.upstream),
+            // What is stored is what the upstream got (docs/api/guardrails.md, "Logs").
+            store: store === undefined ? undefined : {
+              input: redactedJson(scanner, store.input),
+              instructions: store.instructions === null ? null : redactedJson(scanner, store.instructions),
+              previousResponseId: store.previousResponseId
+            }
+          }),
+          logged
+        })
+      }
+
       /** Auth, route, estimate, hold: the call accepted and its maximum held, or refused (and logged) with why. */
-      const accept = Effect.fnUntraced(function*(input: CallInput) {
+      const accept = Effect.fnUntraced(function*(given: CallInput) {
         const key = yield* CurrentApiKey
         const requestId = yield* currentRequestId
         const startedAt = clock.unsafeCurrentTimeMillis()
+        const policy = policyOfRows(key.accountGuardrails ?? null, key.keyGuardrails ?? null)
+        const { input, logged } = policy === undefined
+          ? { input: given, logged: undefined }
+          : yield* guarded(given, key, requestId, startedAt)
         const route = router.route({
           messages: input.messages,
           effort: input.effort,
@@ -209,7 +262,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           inputParam: input.inputParam,
           outputParam: OUTPUT_FIELD[input.endpoint]
         })
-        const log = openLog(input, key, requestId, route, inputTokens)
+        const log = openLog(input, key, requestId, route, inputTokens, logged)
         const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
         return {
           input,
@@ -221,7 +274,9 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           provider: key.environment === "live" ? providers.live : providers.test,
           outputCap: estimate.outputCap,
           hold,
-          ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap)
+          ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap),
+          guardrails: policy,
+          inputGuardrails: logged
         } satisfies HeldCall
       })
 
@@ -278,12 +333,31 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           Effect.flatMap(({ answer, sources }) =>
             Effect.zipRight(
               input.confirmBeforeBilling ?? Effect.void,
-              Effect.flatMap(Ref.get(progress), ({ attempts }) => {
-                // Billed at the prices of the model that answered (a fallback's, maybe).
+              Effect.flatMap(Ref.get(progress), ({ attempts }): Effect.Effect<CallResult, ApiError> => {
+                // Billed at the prices of the model that answered (a fallback's, maybe), for what it produced.
                 const served = servedCall(call, attempts)
+                const used = usedOf(served, sources, answer, answer.usage)
+                const scanner = call.guardrails?.output
+                if (scanner === undefined) {
+                  return settlement.settleOnce(progress, settlement.settleAnswer(served, used, answer))
+                }
+                const tally = new Tally()
+                const checked = guardAnswer(scanner, tally, answer)
+                const guardrails = mergeLogged(call.inputGuardrails, tally.logged()) ?? undefined
+                if ("blocked" in checked) {
+                  // Billed for what the upstream produced; the caller gets the refusal, not the answer.
+                  const logged = Object.assign({}, answer, { guardrails })
+                  return Effect.zipRight(
+                    settlement.settleOnce(
+                      progress,
+                      settlement.settleUsed(served, used, logged, false, "content_blocked")
+                    ),
+                    Effect.fail(blockedOutput(checked.blocked))
+                  )
+                }
                 return settlement.settleOnce(
                   progress,
-                  settlement.settleAnswer(served, usedOf(served, sources, answer, answer.usage), answer)
+                  settlement.settleAnswer(served, used, Object.assign({}, checked.answer, { guardrails }))
                 )
               })
             )
@@ -309,7 +383,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         const abandon = settlement.settleOnExit(call, progress)(Exit.interrupt(FiberId.none))
         // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).
         const handoff = handoffs.watch(() => fork(Effect.ensuring(abandon, closed), () => {}))
-        return { call, progress, parts, handoff }
+        const scanner = call.guardrails?.output
+        return { call, progress, parts, handoff, guard: scanner === undefined ? undefined : new StreamGuard(scanner) }
       })
       const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(

@@ -2,13 +2,16 @@ import { Effect, Exit, FiberId, FiberRef, Option, Ref, type Stream } from "effec
 import type { ServerResponse } from "node:http"
 import type { ApiError } from "../../Domain/Errors.js"
 import { errorMeta, InternalError } from "../../Domain/Errors.js"
+import type { Found } from "../../Guardrails/Policy.js"
+import { mergeLogged } from "../../Guardrails/Policy.js"
 import { type Fork, readerOf, type Stop } from "../../Lane/Wire/PartReader.js"
 import { selfWriting, type SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
 import type { ProviderError, StreamPart, ToolCall, ToolCallDelta } from "../../Providers/Provider.js"
 import { CurrentRequestId } from "../../Request/Context.js"
 import type { EventRenderer } from "../OpenAi/Wire.js"
+import { blockedOutput, type StreamGuard } from "./CallGuardrails.js"
 import type { Settlement } from "./CallSettlement.js"
-import type { HeldCall, Progress, StreamEvent } from "./CallTypes.js"
+import type { Answer, HeldCall, Progress, StreamEvent } from "./CallTypes.js"
 import { answerSoFar, servedCall } from "./CallTypes.js"
 
 /**
@@ -32,6 +35,8 @@ export interface StartedStream {
   readonly progress: Ref.Ref<Progress>
   readonly parts: Stream.Stream<StreamPart, ProviderError>
   readonly handoff: Handoff
+  /** The output policy's guard (docs/api/guardrails.md, "Streamed output"); absent: the output is not scanned. */
+  readonly guard: StreamGuard | undefined
 }
 
 /** A tool call fragment folded into the calls so far; the event names the call in full (id and name), as clients need. */
@@ -124,14 +129,38 @@ export const makeHandoffs = Effect.fnUntraced(function*(timeoutMs: number) {
   return { watch }
 })
 
-/** The last event: the call settled for what it used, and its result. */
-const completed = Effect.fnUntraced(function*(settlement: Settlement, { call: held, progress }: StartedStream) {
+/** The answer as its caller was shown it (redacted), with what the guardrails did, input and output. */
+const shownAnswer = (started: StartedStream, answer: Answer): Answer =>
+  started.guard === undefined ? answer : Object.assign({}, started.guard.shown(answer), {
+    guardrails: mergeLogged(started.call.inputGuardrails, started.guard.tally.logged()) ?? undefined
+  })
+
+/** The last event: the call settled for what it used (what the upstream produced), and its result as shown. */
+const completed = Effect.fnUntraced(function*(settlement: Settlement, started: StartedStream) {
+  const { call: held, progress } = started
   const current = yield* Ref.get(progress)
   const call = servedCall(held, current.attempts)
   const answer = answerSoFar(current, current.finishReason)
   const used = yield* settlement.usedSoFar(call, current, answer)
-  const result = yield* settlement.settleOnce(progress, settlement.settleUsed(call, used, answer, true))
+  const result = yield* settlement.settleOnce(
+    progress,
+    settlement.settleUsed(call, used, shownAnswer(started, answer), true)
+  )
   return { _tag: "Completed", result } satisfies StreamEvent
+})
+
+/** A stream the output policy blocked: billed for what the upstream produced so far, told as `content_blocked`. */
+const blocked = Effect.fnUntraced(function*(settlement: Settlement, started: StartedStream, finding: Found) {
+  const { call: held, progress } = started
+  const current = yield* Ref.get(progress)
+  const call = servedCall(held, current.attempts)
+  const answer = answerSoFar(current, "stop")
+  const used = yield* settlement.usedSoFar(call, current, answer)
+  yield* settlement.settleOnce(
+    progress,
+    settlement.settleUsed(call, used, shownAnswer(started, answer), false, "content_blocked")
+  )
+  return { _tag: "Failed", error: blockedOutput(finding) } satisfies StreamEvent
 })
 
 /** A stream that broke off after the first byte: settled, and told to the client as a `Failed` event. */
@@ -238,8 +267,45 @@ export const relayBody = (
   stallMs: number
 ): SelfWritingBody =>
   selfWriting((response) => {
-    const { call, progress } = started
+    const { call, guard, progress } = started
     const reader = readerOf(started.parts, fork)
+    /** Tool calls whose first event went out: the one that names them is sent even with no arguments shown yet. */
+    const opened = new Set<number>()
+    /** An event as the output policy lets it out: text held back and redacted; empty when nothing may go yet. */
+    const guarded = (event: StreamEvent, policy: StreamGuard): string => {
+      if (event._tag === "Delta") {
+        const shown = policy.delta(event.text)
+        // Logprobs would spell out what was redacted.
+        return shown === "" ? "" : renderer.render({ _tag: "Delta", text: shown })
+      }
+      if (event._tag !== "ToolCallDelta") return renderer.render(event)
+      const { ended, shown } = policy.toolArguments(event.index, event.arguments)
+      const before = ended === undefined ? "" : argumentsEvent(ended[0], ended[1])
+      if (shown === "" && opened.has(event.index)) return before
+      opened.add(event.index)
+      return before +
+        renderer.render({ _tag: "ToolCallDelta", index: event.index, id: event.id, name: event.name, arguments: shown })
+    }
+    /** More of a tool call's arguments, named as its first event named it. */
+    const argumentsEvent = (index: number, args: string): string => {
+      const toolCall = current.toolCalls[index]
+      if (args === "" || toolCall === undefined) return ""
+      return renderer.render({
+        _tag: "ToolCallDelta",
+        index,
+        id: toolCall.id,
+        name: toolCall.function.name,
+        arguments: args
+      })
+    }
+    /** The stream's end under the policy: what was held back, judged to its end; true when that blocked it. */
+    const released = (policy: StreamGuard): boolean => {
+      const rest = policy.end()
+      let text = rest.text === "" ? "" : renderer.render({ _tag: "Delta", text: rest.text })
+      if (rest.call !== undefined) text += argumentsEvent(rest.call[0], rest.call[1])
+      if (text.length > 0 && stall.writing(text.length) && !response.write(text)) stall.backedUp()
+      return policy.blocked !== undefined
+    }
     let current = Effect.runSync(Ref.get(progress))
     let state: "open" | "settling" | "done" = "open"
     const stall = stallWatch(response, stallMs)
@@ -280,7 +346,10 @@ export const relayBody = (
     const pump = (): void => {
       reader.next().then((parts) => {
         if (state !== "open") return
-        if (parts === undefined) return finish(completed(settlement, started))
+        if (parts === undefined) {
+          if (guard !== undefined && released(guard)) return finish(blocked(settlement, started, guard.blocked!))
+          return finish(completed(settlement, started))
+        }
         let text = ""
         // A reasoning model's thinking ends with its first visible output: the time to it estimates reasoning on a cut.
         if (
@@ -292,11 +361,17 @@ export const relayBody = (
         for (const part of parts) {
           const [events, next] = relayPart(call.requestId, current, part)
           current = next
-          for (const event of events) text += renderer.render(event)
+          for (const event of events) text += guard === undefined ? renderer.render(event) : guarded(event, guard)
         }
         // The upstream is read on whatever the client does, so its end is billed when it comes; a client that
         // leaves its writes backed up past its deadline is cut (`stallWatch`).
         if (text.length > 0 && stall.writing(text.length) && !response.write(text)) stall.backedUp()
+        const stop = guard?.blocked
+        if (stop !== undefined) {
+          // Nothing more is read: the call is billed for what the upstream sent until now.
+          reader.cancel()
+          return finish(blocked(settlement, started, stop))
+        }
         pump()
       }, (stop: Stop<ProviderError>) => {
         if (state === "open") finish(failed(settlement, started, stop))

@@ -19,6 +19,7 @@ import {
   SearchError,
   SpendLimitExceeded,
   UnsupportedInput,
+  ContentBlocked,
   wire
 } from "../../Domain/Errors.js"
 import { withEventStream } from "../../Domain/OpenApiDocument.js"
@@ -376,6 +377,7 @@ export const modelCallGroup = <Id extends string, Endpoints extends HttpApiEndpo
   group
     .addError(wire(InvalidRequest))
     .addError(wire(UnsupportedInput))
+    .addError(wire(ContentBlocked))
     .addError(wire(NotImplemented))
     .addError(wire(ContextLengthExceeded))
     .addError(wire(NotFound))

@@ -31,7 +31,8 @@ const ACTION_LABELS: Record<AuditAction, string> = {
   "billing.checkout_created": "Checkout started",
   "usage.grouping_tags_updated": "Grouping tags changed",
   "response.deleted": "Stored response deleted",
-  "billing.profile_updated": "Billing profile changed"
+  "billing.profile_updated": "Billing profile changed",
+  "guardrails.updated": "Guardrails changed"
 }
 
 const isChange = (value: unknown): value is { from: unknown; to: unknown } =>

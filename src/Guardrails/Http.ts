@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import { NenasApi } from "../Api.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
+import { KeyCache } from "../Keys/KeyCache.js"
 import { allOff, type GuardrailPolicy } from "./Api.js"
 import { checkedFilters, type Found, partsChanged, redactFound, scanWith, testScanner } from "./Policy.js"
 import { GuardrailsRepo, type StoredPolicy } from "./Repo.js"
@@ -19,6 +20,7 @@ export const GuardrailsLive = HttpApiBuilder.group(
     Effect.gen(function*() {
       const repo = yield* GuardrailsRepo
       const audit = yield* AuditLog
+      const keys = yield* KeyCache
       const stored = Effect.flatMap(CurrentAccount, (account) => Effect.orDie(repo.find(account.id)))
       return handlers
         .handle("get", () => Effect.map(stored, view))
@@ -37,6 +39,8 @@ export const GuardrailsLive = HttpApiBuilder.group(
                 details: { parts: partsChanged(before?.policy ?? allOff, payload) }
               })
             )
+            // Every instance hears of it through the table's NOTIFY within moments; this one knows at once.
+            yield* keys.forgetAccount(account.id)
             return view(saved)
           }))
         .handle("test", ({ payload }) =>

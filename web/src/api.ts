@@ -203,6 +203,20 @@ export type InvoiceType = Invoice["type"]
 export const INVOICE_TYPES = allOf<InvoiceType>()(["invoice", "refund_note", "debit_note", "credit_note"])
 export type EInvoiceStatus = Invoice["e_invoice"]["status"]
 
+export type GuardrailPolicy = Schemas["GuardrailPolicy"]
+export type GuardrailOverride = Schemas["GuardrailOverride"]
+export type GuardrailAction = NonNullable<GuardrailPolicy["pii"]>["action"]
+export const GUARDRAIL_ACTIONS = allOf<GuardrailAction>()(["off", "flag", "redact", "block"])
+export type InjectionAction = NonNullable<GuardrailPolicy["injection"]>["action"]
+export const INJECTION_ACTIONS = allOf<InjectionAction>()(["off", "flag", "block"])
+export type PiiType = NonNullable<NonNullable<GuardrailPolicy["pii"]>["types"]>[number]
+export const PII_TYPES = allOf<PiiType>()(["email", "phone", "mykad", "card", "ip"])
+export type GuardrailDirection = NonNullable<GuardrailPolicy["apply_to"]>[number]
+export const GUARDRAIL_DIRECTIONS = allOf<GuardrailDirection>()(["input", "output"])
+export type GuardrailTestResult = Success<"POST /dashboard/guardrails/test">
+export type GuardrailOutcome = NonNullable<Query<"GET /dashboard/logs">["guardrail"]>
+export const GUARDRAIL_OUTCOMES = allOf<GuardrailOutcome>()(["blocked", "redacted", "flagged"])
+
 export type AccountSummary = Schemas["AccountSummary"]
 export type Member = Success<"GET /dashboard/members">["members"][number]
 export type Invitation = Success<"GET /dashboard/members/invitations">["invitations"][number]

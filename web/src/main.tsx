@@ -7,6 +7,7 @@ import { ApiKeysPage } from "./pages/ApiKeys"
 import { AuditLogPage } from "./pages/AuditLog"
 import { BillingPage } from "./pages/Billing"
 import { BillingProfilePage } from "./pages/BillingProfile"
+import { GuardrailsPage } from "./pages/Guardrails"
 import { InvoicesPage } from "./pages/Invoices"
 import { InvitationsPage } from "./pages/Invitations"
 import { LogsPage } from "./pages/Logs"
@@ -22,6 +23,7 @@ import "./styles.css"
 const PAGES = [
   { to: "/", label: "Overview" },
   { to: "/api-keys", label: "API keys" },
+  { to: "/guardrails", label: "Guardrails" },
   { to: "/billing", label: "Billing" },
   { to: "/invoices", label: "Invoices" },
   { to: "/logs", label: "Logs" },
@@ -63,6 +65,7 @@ const Shell = () => {
         <Routes key={`pages-${account}`}>
           <Route index element={<OverviewPage />} />
           <Route path="api-keys" element={<ApiKeysPage />} />
+          <Route path="guardrails" element={<GuardrailsPage />} />
           <Route path="billing" element={<BillingPage />} />
           <Route path="billing/profile" element={<BillingProfilePage />} />
           <Route path="invoices" element={<InvoicesPage />} />

@@ -1,8 +1,20 @@
-import { useEffect, useRef, useState, type FormEvent } from "react"
-import { api, type ApiKey, type RotatedKey, type UpdateKey } from "../api"
+import { useEffect, useId, useRef, useState, type FormEvent } from "react"
+import {
+  GUARDRAIL_ACTIONS,
+  INJECTION_ACTIONS,
+  api,
+  type ApiKey,
+  type GuardrailAction,
+  type GuardrailOverride,
+  type GuardrailPolicy,
+  type InjectionAction,
+  type RotatedKey,
+  type UpdateKey
+} from "../api"
+import { useAccounts } from "../accounts"
 import { ErrorPanel, Field, useSubmission } from "../components"
 import { fromLocalInput, toLocalInput } from "../format"
-import { useSession } from "../session"
+import { useApi, useSession } from "../session"
 
 /** Micro-MYR as the MYR an input shows, exact (integers divided once, no float sums). */
 const microToMyrInput = (micro: number | null): string => micro === null ? "" : String(micro / 1_000_000)
@@ -14,6 +26,89 @@ const useModal = () => {
     dialog.current?.showModal()
   }, [])
   return dialog
+}
+
+/** A key's guardrails as the dialog edits them: its own PII and injection actions, `""` where the account's apply. */
+interface GuardrailChoice {
+  readonly own: boolean
+  readonly pii: GuardrailAction | ""
+  readonly injection: InjectionAction | ""
+}
+
+const choiceOf = (override: GuardrailOverride | null): GuardrailChoice => ({
+  own: override !== null,
+  pii: override?.pii?.action ?? "",
+  injection: override?.injection?.action ?? ""
+})
+
+/**
+ * The override to send: the key's other parts kept (filters, directions), PII and injection as chosen, the PII
+ * types the key's or else the account's; none at all (`null`, the account's policy) when it names no part.
+ */
+const overrideOf = (
+  choice: GuardrailChoice,
+  current: GuardrailOverride | null,
+  account: GuardrailPolicy | undefined
+): GuardrailOverride | null => {
+  if (!choice.own) return null
+  const { injection: _injection, pii: _pii, ...kept } = current ?? {}
+  const types = current?.pii?.types ?? account?.pii?.types
+  const override: GuardrailOverride = {
+    ...kept,
+    ...(choice.pii === "" ? {} : { pii: types === undefined ? { action: choice.pii } : { action: choice.pii, types } }),
+    ...(choice.injection === "" ? {} : { injection: { action: choice.injection } })
+  }
+  return Object.keys(override).length === 0 ? null : override
+}
+
+/** The key's guardrails: the account's policy, or its own PII and injection actions over it. */
+const KeyGuardrails = ({ choice, onChange, override, policy }: {
+  choice: GuardrailChoice
+  onChange: (choice: GuardrailChoice) => void
+  override: GuardrailOverride | null
+  /** The account's policy, once read. */
+  policy: GuardrailPolicy | undefined
+}) => {
+  const name = useId()
+  const { role } = useAccounts()
+  const inherited = (action: string | undefined) => action === undefined ? "As the account" : `As the account (${action})`
+  const kept = [override?.filters === undefined ? null : "filters", override?.apply_to === undefined ? null : "directions"]
+    .filter((part) => part !== null)
+  return (
+    <fieldset className="key-guardrails">
+      <legend>Guardrails</legend>
+      <label className="check">
+        <input type="radio" name={name} checked={!choice.own} onChange={() => onChange({ ...choice, own: false })} /> Use the account's policy
+      </label>
+      <label className="check">
+        <input type="radio" name={name} checked={choice.own} onChange={() => onChange({ ...choice, own: true })} /> Override it for this key
+      </label>
+      {choice.own
+        ? (
+          <div className="form-grid">
+            <Field label="PII action">
+              {(props) => (
+                <select {...props} value={choice.pii} onChange={(e) => onChange({ ...choice, pii: GUARDRAIL_ACTIONS.find((one) => one === e.target.value) ?? "" })}>
+                  <option value="">{inherited(policy?.pii?.action)}</option>
+                  {GUARDRAIL_ACTIONS.map((one) => <option key={one} value={one}>{one}</option>)}
+                </select>
+              )}
+            </Field>
+            <Field label="Injection action">
+              {(props) => (
+                <select {...props} value={choice.injection} onChange={(e) => onChange({ ...choice, injection: INJECTION_ACTIONS.find((one) => one === e.target.value) ?? "" })}>
+                  <option value="">{inherited(policy?.injection?.action)}</option>
+                  {INJECTION_ACTIONS.map((one) => <option key={one} value={one}>{one}</option>)}
+                </select>
+              )}
+            </Field>
+          </div>
+        )
+        : null}
+      {choice.own && kept.length > 0 ? <p className="note">This key's own {kept.join(" and ")} stay as they are.</p> : null}
+      {role === "developer" ? <p className="note">As a developer you may make a key's guardrails stricter, not looser.</p> : null}
+    </fieldset>
+  )
 }
 
 /**
@@ -37,6 +132,9 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
     concurrent: String(apiKey.rate_limit_concurrent)
   }
   const [form, setForm] = useState(initial)
+  const initialGuardrails = choiceOf(apiKey.guardrails)
+  const [guardrails, setGuardrails] = useState(initialGuardrails)
+  const [account] = useApi("GET /dashboard/guardrails")
   const { busy, error, submit } = useSubmission()
   const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
 
@@ -52,7 +150,10 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
       ...(changed("limit") ? { monthly_spend_limit_myr: number(form.limit) } : {}),
       ...(changed("expires") ? { expires_at: fromLocalInput(form.expires) ?? null } : {}),
       ...(changed("rpm") ? { rate_limit_rpm: number(form.rpm) } : {}),
-      ...(changed("concurrent") ? { rate_limit_concurrent: number(form.concurrent) } : {})
+      ...(changed("concurrent") ? { rate_limit_concurrent: number(form.concurrent) } : {}),
+      ...(JSON.stringify(guardrails) === JSON.stringify(initialGuardrails)
+        ? {}
+        : { guardrails: overrideOf(guardrails, apiKey.guardrails, account.data?.policy) })
     }
     void patch(body, true)
   }
@@ -80,6 +181,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
             {(props) => <input {...props} type="number" min={1} step={1} inputMode="numeric" value={form.concurrent} onChange={(e) => set("concurrent")(e.target.value)} />}
           </Field>
         </div>
+        <KeyGuardrails choice={guardrails} onChange={setGuardrails} override={apiKey.guardrails} policy={account.data?.policy} />
         <div className="actions">
           <button type="button" className="quiet" onClick={onClose}>Close</button>
           <button type="button" className={disabled ? "" : "danger"} disabled={busy} onClick={() => void patch({ disabled: !disabled }, false)}>

@@ -1,5 +1,5 @@
 import { Fragment, useState } from "react"
-import { LOG_STATUSES, download, type LogEntry, type LogStatus } from "../api"
+import { GUARDRAIL_OUTCOMES, LOG_STATUSES, download, type GuardrailOutcome, type LogEntry, type LogStatus } from "../api"
 import { DateTime, Empty, Field, Load, Money, PageHeading, Pager } from "../components"
 import { formatCount, formatMicroMyrExact, fromLocalInput } from "../format"
 import { ExportButton } from "../ExportButton"
@@ -35,6 +35,23 @@ const Conversation = ({ requestId, responseId }: { requestId: string; responseId
   )
 }
 
+/** What the guardrails did to the call: its outcome and each rule's count, never the text matched. */
+const Guardrails = ({ guardrails }: { guardrails: NonNullable<LogEntry["guardrails"]> }) => (
+  <section className="log-guardrails" aria-label="Guardrails">
+    <h3>Guardrails: {guardrails.outcome}</h3>
+    {guardrails.rules.length === 0 ? <p className="note">No rule matched.</p> : (
+      <ul className="guardrail-rules">
+        {guardrails.rules.map((rule, index) => (
+          <li key={index}>
+            <code>{rule.rule === rule.type ? rule.rule : `${rule.rule} ${rule.type}`}</code> {rule.action}ed on {rule.direction}: {formatCount(rule.count)}{" "}
+            {rule.count === 1 ? "match" : "matches"}
+          </li>
+        ))}
+      </ul>
+    )}
+  </section>
+)
+
 const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined }) => (
   <>
   <dl className="details">
@@ -56,7 +73,9 @@ const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined 
     <div><dt>Latency</dt><dd>{formatCount(log.latencyMs)} ms</dd></div>
     <div><dt>Time</dt><dd><DateTime iso={log.createdAt} /></dd></div>
     <div><dt>Stored response</dt><dd>{log.storedResponseId === null ? "none" : <code>{log.storedResponseId}</code>}</dd></div>
+    <div><dt>Guardrails</dt><dd>{log.guardrails === null ? "none ran" : log.guardrails.outcome}</dd></div>
   </dl>
+  {log.guardrails === null || log.guardrails.rules.length === 0 ? null : <Guardrails guardrails={log.guardrails} />}
   {log.storedResponseId === null ? null : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}
   </>
 )
@@ -65,6 +84,7 @@ export const LogsPage = () => {
   const [status, setStatus] = useState<LogStatus | "">("")
   const [keyId, setKeyId] = useState("")
   const [endpoint, setEndpoint] = useState("")
+  const [guardrail, setGuardrail] = useState<GuardrailOutcome | "">("")
   const [from, setFrom] = useState("")
   const [to, setTo] = useState("")
   const [page, setPage] = useState(1)
@@ -74,6 +94,7 @@ export const LogsPage = () => {
     status: status === "" ? undefined : status,
     api_key_id: keyId === "" ? undefined : keyId,
     endpoint: endpoint === "" ? undefined : endpoint,
+    guardrail: guardrail === "" ? undefined : guardrail,
     from: fromLocalInput(from),
     to: fromLocalInput(to)
   }
@@ -83,7 +104,7 @@ export const LogsPage = () => {
     set(value)
     setPage(1)
   }
-  const filtered = status !== "" || keyId !== "" || endpoint !== "" || from !== "" || to !== ""
+  const filtered = status !== "" || keyId !== "" || endpoint !== "" || guardrail !== "" || from !== "" || to !== ""
 
   return (
     <>
@@ -113,6 +134,14 @@ export const LogsPage = () => {
             <select {...props} value={endpoint} onChange={(e) => filter(setEndpoint)(e.target.value)}>
               <option value="">Any</option>
               {ENDPOINTS.map((path) => <option key={path} value={path}>{path}</option>)}
+            </select>
+          )}
+        </Field>
+        <Field label="Guardrail">
+          {(props) => (
+            <select {...props} value={guardrail} onChange={(e) => filter(setGuardrail)(GUARDRAIL_OUTCOMES.find((one) => one === e.target.value) ?? "")}>
+              <option value="">Any</option>
+              {GUARDRAIL_OUTCOMES.map((outcome) => <option key={outcome} value={outcome}>{outcome}</option>)}
             </select>
           )}
         </Field>

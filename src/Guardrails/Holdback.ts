@@ -1,5 +1,5 @@
 import type { Direction, Found, Scanner, Tally } from "./Policy.js"
-import { redactFound, scanWith } from "./Policy.js"
+import { changesText, redactFound, scanWith } from "./Policy.js"
 
 /**
  * A streamed text under a policy (docs/api/guardrails.md, "Streamed output"): pieces go in as the
@@ -28,8 +28,7 @@ export class Holdback {
     private readonly direction: Direction,
     private readonly tally: Tally
   ) {
-    const actions = [scanner.pii?.action, scanner.injection, ...scanner.filterActions.values()]
-    this.holds = actions.some((action) => action === "redact" || action === "block")
+    this.holds = changesText(scanner)
   }
 
   /** The finding that blocked the text, once one did: nothing more is shown. */

@@ -65,6 +65,21 @@ const REACH: Readonly<Record<PiiType | "injection" | "filter", number>> = {
   filter: 256 + 2
 }
 
+/**
+ * How far a PII finding's verdict reaches: its own reach, or further when a longer finding that overlaps it
+ * (and so replaces it) can start anywhere inside it and reach as far as its own type does. A phone is
+ * dropped for an overlapping MyKad or card number even when only phones are asked for.
+ */
+const piiReach = (types: ReadonlySet<PiiType>): number => {
+  const overlapping = new Set<PiiType>(types)
+  if (types.has("phone")) {
+    overlapping.add("card")
+    overlapping.add("mykad")
+  }
+  const longest = Math.max(...[...types].map((type) => LONGEST_MATCH[type]))
+  return longest + Math.max(...[...overlapping].map((type) => REACH[type]))
+}
+
 /** The rules of `policy` that are on, compiled; `undefined` when none is. Filters were checked when saved. */
 const scannerOf = (policy: GuardrailPolicy): Scanner | undefined => {
   const filters = policy.filters.filter((filter) => filter.action !== "off")
@@ -77,7 +92,7 @@ const scannerOf = (policy: GuardrailPolicy): Scanner | undefined => {
   // A stored policy was compiled when it was saved; one that no longer compiles is a defect, not a pass.
   if (Either.isLeft(compiled)) throw new Error(`a stored guardrail filter does not compile: ${compiled.left.message}`)
   const reaches = [
-    ...(pii === undefined ? [] : [...pii.types].map((type) => REACH[type])),
+    ...(pii === undefined ? [] : [piiReach(pii.types)]),
     ...(injection === undefined ? [] : [REACH.injection]),
     ...(filters.length === 0 ? [] : [REACH.filter])
   ]
@@ -89,6 +104,12 @@ const scannerOf = (policy: GuardrailPolicy): Scanner | undefined => {
     reach: Math.max(...reaches)
   }
 }
+
+/** Whether a rule of `scanner` changes what passes (redacts or blocks), not only counts it. */
+export const changesText = (scanner: Scanner): boolean =>
+  [scanner.pii?.action, scanner.injection, ...scanner.filterActions.values()].some((action) =>
+    action === "redact" || action === "block"
+  )
 
 /** Every rule of `policy` that is on, whatever its `apply_to`: what the "try it" endpoint runs. */
 export const testScanner = scannerOf

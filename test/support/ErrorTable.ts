@@ -5,6 +5,7 @@
 export const ERROR_TABLE = [
   ["InvalidRequest", "invalid_request", 400, "invalid_request_error", false],
   ["UnsupportedInput", "unsupported_input", 400, "invalid_request_error", false],
+  ["ContentBlocked", "content_blocked", 400, "invalid_request_error", false],
   ["NotImplemented", "not_implemented", 400, "invalid_request_error", false],
   ["ContextLengthExceeded", "context_length_exceeded", 413, "invalid_request_error", false],
   ["NotFound", "not_found", 404, "invalid_request_error", false],

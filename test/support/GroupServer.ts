@@ -29,6 +29,7 @@ import { KeyExpiry } from "../../src/Keys/Expiring.js"
 import { KeyCache } from "../../src/Keys/KeyCache.js"
 import { KeyLastUsed } from "../../src/Keys/LastUsed.js"
 import { KeyLimitReached } from "../../src/Keys/LimitReached.js"
+import { GuardrailsRepo } from "../../src/Guardrails/Repo.js"
 import { KeysRepo } from "../../src/Keys/Repo.js"
 import { RotationSeal } from "../../src/Keys/RotationSeal.js"
 import { RequestLogReads } from "../../src/Logs/Reads.js"
@@ -56,6 +57,7 @@ const SERVICES = {
   AutoTopups,
   CardProcessor,
   Cards,
+  GuardrailsRepo,
   IdentityProvider,
   IpLimits,
   KeyCache,

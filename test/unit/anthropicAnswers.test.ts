@@ -314,6 +314,7 @@ describe("errors in Anthropic's body", () => {
     expect(Object.fromEntries(errorClasses.map((cls) => [cls._tag, anthropicErrorType(httpStatus(cls))]))).toEqual({
       InvalidRequest: "invalid_request_error",
       UnsupportedInput: "invalid_request_error",
+      ContentBlocked: "invalid_request_error",
       NotImplemented: "invalid_request_error",
       ContextLengthExceeded: "request_too_large",
       NotFound: "not_found_error",

@@ -89,7 +89,8 @@ layer(
         expires_at: null,
         rate_limit_rpm: 120,
         rate_limit_concurrent: expect.any(Number),
-        member_id: "mem_ana"
+        member_id: "mem_ana",
+        guardrails: null
       })
       expect(reply.body.keys[1]).toMatchObject({
         expires_at: "2020-01-01T00:00:00.000Z",

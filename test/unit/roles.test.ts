@@ -46,6 +46,8 @@ const EXPECTED: Record<string, ReadonlyArray<Role>> = {
   "PUT /dashboard/billing/profile": [o, a, b],
   "GET /dashboard/billing/invoices": ALL,
   "POST /dashboard/guardrails/test": ALL,
+  "GET /dashboard/guardrails": ALL,
+  "PUT /dashboard/guardrails": [o, a],
   "GET /dashboard/billing/invoices/:id": ALL,
   "GET /dashboard/billing/invoices/:id/pdf": ALL,
   "POST /dashboard/billing/card": [o, b],

@@ -1,7 +1,7 @@
 import { ContentBlocked } from "../../Domain/Errors.js"
 import { Holdback } from "../../Guardrails/Holdback.js"
 import type { Found, Scanner } from "../../Guardrails/Policy.js"
-import { redactFound, scanWith, Tally } from "../../Guardrails/Policy.js"
+import { changesText, redactFound, scanWith, Tally } from "../../Guardrails/Policy.js"
 import type { ToolCall, UpstreamMessage } from "../../Providers/Provider.js"
 import type { Answer } from "./CallTypes.js"
 
@@ -136,9 +136,10 @@ export const guardAnswer = (
   const text = guard.text(answer.text, "")
   const toolCalls = guard.toolCalls(answer.toolCalls, "")
   if (guard.blocked !== undefined) return { blocked: guard.blocked.finding }
-  return text === answer.text && toolCalls.every((call, i) => call === answer.toolCalls[i])
-    ? { answer }
-    : { answer: { text, toolCalls, logprobs: answer.logprobs, finishReason: answer.finishReason } }
+  // Logprobs would spell out what a redaction took away.
+  return changesText(scanner)
+    ? { answer: { text, toolCalls, logprobs: undefined, finishReason: answer.finishReason } }
+    : { answer }
 }
 
 /**
@@ -150,9 +151,12 @@ export class StreamGuard {
   private readonly text: Holdback
   private readonly calls: Array<Holdback> = []
   private lastCall = -1
+  /** Whether the policy changes what passes: then logprobs, which would spell out a redaction, are not sent. */
+  readonly changes: boolean
 
   constructor(private readonly scanner: Scanner) {
     this.text = new Holdback(scanner, "output", this.tally)
+    this.changes = changesText(scanner)
   }
 
   /** The finding that blocked the answer, once one did. */
@@ -194,7 +198,7 @@ export class StreamGuard {
           ? call
           : { id: call.id, type: call.type, function: { name: call.function.name, arguments: shown } }
       }),
-      logprobs: answer.logprobs,
+      logprobs: this.changes ? undefined : answer.logprobs,
       finishReason: answer.finishReason
     }
   }

@@ -275,8 +275,8 @@ export const relayBody = (
     const guarded = (event: StreamEvent, policy: StreamGuard): string => {
       if (event._tag === "Delta") {
         const shown = policy.delta(event.text)
-        // Logprobs would spell out what was redacted.
-        return shown === "" ? "" : renderer.render({ _tag: "Delta", text: shown })
+        if (shown === "") return ""
+        return renderer.render({ _tag: "Delta", text: shown, logprobs: policy.changes ? undefined : event.logprobs })
       }
       if (event._tag !== "ToolCallDelta") return renderer.render(event)
       const { ended, shown } = policy.toolArguments(event.index, event.arguments)

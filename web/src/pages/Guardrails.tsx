@@ -27,12 +27,7 @@ const PII_LABELS: Record<PiiType, string> = {
   ip: "IP addresses [IP]"
 }
 
-export const ACTION_LABELS: Record<GuardrailAction, string> = {
-  off: "Off",
-  flag: "Flag: log it, pass the text as sent",
-  redact: "Redact: replace it with a placeholder",
-  block: "Block: refuse the call"
-}
+const ACTION_LABELS: Record<GuardrailAction, string> = { off: "Off", flag: "Flag", redact: "Redact", block: "Block" }
 
 const DIRECTION_LABELS: Record<GuardrailDirection, string> = {
   input: "Input: what callers send",
@@ -94,14 +89,16 @@ const failureOf = (cause: unknown): Failure => {
 }
 
 /** A group of checkboxes with the service's message for it beneath. */
-const Checks = ({ legend, error, children }: {
+const Checks = ({ legend, error, boxed = false, children }: {
   legend: string
   error: string | null
+  /** A group of its own in the form, framed like the others, rather than one inside a frame. */
+  boxed?: boolean
   children: (props: { "aria-describedby"?: string; "aria-invalid"?: true }) => ReactNode
 }) => {
   const errorId = useId()
   return (
-    <fieldset className={error === null ? "checks" : "checks invalid"}>
+    <fieldset className={["checks", boxed ? "boxed" : null, error === null ? null : "invalid"].filter(Boolean).join(" ")}>
       <legend>{legend}</legend>
       <div className="check-list">
         {children(error === null ? {} : { "aria-describedby": errorId, "aria-invalid": true })}
@@ -275,6 +272,10 @@ const PolicyForm = ({ policy, updatedAt: savedAt, editable }: {
         <p className="note">
           {updatedAt === null ? "Not set yet: every rule is off." : <>Last saved <DateTime iso={updatedAt} />.</>}
         </p>
+        <p className="note">
+          Each rule's action: <strong>flag</strong> logs the match and passes the text as sent; <strong>redact</strong>{" "}
+          replaces it with a placeholder; <strong>block</strong> refuses the call with <code>content_blocked</code>.
+        </p>
         {failure?.field === null ? <ErrorPanel error={failure.error} /> : null}
         <fieldset>
           <legend>Personal data</legend>
@@ -357,7 +358,7 @@ const PolicyForm = ({ policy, updatedAt: savedAt, editable }: {
             ? <button type="button" className="quiet" disabled={draft.filters.length >= MAX_FILTERS} onClick={addFilter}>Add a filter</button>
             : null}
         </fieldset>
-        <Checks legend="Apply to" error={errorFor("apply_to")}>
+        <Checks legend="Apply to" boxed error={errorFor("apply_to")}>
           {(props) =>
             GUARDRAIL_DIRECTIONS.map((direction) => (
               <label key={direction} className="check">

@@ -71,7 +71,7 @@ const KeyGuardrails = ({ choice, onChange, override, policy }: {
 }) => {
   const name = useId()
   const { role } = useAccounts()
-  const inherited = (action: string | undefined) => action === undefined ? "As the account" : `As the account (${action})`
+  const inherited = (action: string | undefined) => action === undefined ? "Account's" : `Account's: ${action}`
   const kept = [override?.filters === undefined ? null : "filters", override?.apply_to === undefined ? null : "directions"]
     .filter((part) => part !== null)
   return (

@@ -35,20 +35,24 @@ const Conversation = ({ requestId, responseId }: { requestId: string; responseId
   )
 }
 
-/** What the guardrails did to the call: its outcome and each rule's count, never the text matched. */
-const Guardrails = ({ guardrails }: { guardrails: NonNullable<LogEntry["guardrails"]> }) => (
-  <section className="log-guardrails" aria-label="Guardrails">
-    <h3>Guardrails: {guardrails.outcome}</h3>
-    {guardrails.rules.length === 0 ? <p className="note">No rule matched.</p> : (
-      <ul className="guardrail-rules">
-        {guardrails.rules.map((rule, index) => (
-          <li key={index}>
-            <code>{rule.rule === rule.type ? rule.rule : `${rule.rule} ${rule.type}`}</code> {rule.action}ed on {rule.direction}: {formatCount(rule.count)}{" "}
-            {rule.count === 1 ? "match" : "matches"}
-          </li>
-        ))}
-      </ul>
-    )}
+const DONE: Record<NonNullable<LogEntry["guardrails"]>["rules"][number]["action"], string> = {
+  flag: "flagged",
+  redact: "redacted",
+  block: "blocked"
+}
+
+/** The rules that matched the call, each with its count: never the text matched. */
+const GuardrailRules = ({ guardrails }: { guardrails: NonNullable<LogEntry["guardrails"]> }) => (
+  <section className="log-guardrails" aria-label="Guardrail rules">
+    <h3>Guardrail rules</h3>
+    <ul className="guardrail-rules">
+      {guardrails.rules.map((rule, index) => (
+        <li key={index}>
+          <code>{rule.rule === rule.type ? rule.rule : `${rule.rule} ${rule.type}`}</code> {DONE[rule.action]} on {rule.direction}:{" "}
+          {formatCount(rule.count)} {rule.count === 1 ? "match" : "matches"}
+        </li>
+      ))}
+    </ul>
   </section>
 )
 
@@ -75,7 +79,7 @@ const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined 
     <div><dt>Stored response</dt><dd>{log.storedResponseId === null ? "none" : <code>{log.storedResponseId}</code>}</dd></div>
     <div><dt>Guardrails</dt><dd>{log.guardrails === null ? "none ran" : log.guardrails.outcome}</dd></div>
   </dl>
-  {log.guardrails === null || log.guardrails.rules.length === 0 ? null : <Guardrails guardrails={log.guardrails} />}
+  {log.guardrails === null || log.guardrails.rules.length === 0 ? null : <GuardrailRules guardrails={log.guardrails} />}
   {log.storedResponseId === null ? null : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}
   </>
 )

@@ -5,6 +5,7 @@ import { Schema } from "effect"
 import { ApiKeyAuth } from "../../Auth/Api.js"
 import {
   BillingError,
+  ContentBlocked,
   ContextLengthExceeded,
   IdempotencyConflict,
   InsufficientBalance,
@@ -19,7 +20,6 @@ import {
   SearchError,
   SpendLimitExceeded,
   UnsupportedInput,
-  ContentBlocked,
   wire
 } from "../../Domain/Errors.js"
 import { withEventStream } from "../../Domain/OpenApiDocument.js"

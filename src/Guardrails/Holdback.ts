@@ -2,6 +2,27 @@ import type { Direction, Found, Scanner, Tally } from "./Policy.js"
 import { changesText, redactFound, scanWith } from "./Policy.js"
 
 /**
+ * The most units kept before the text not yet shown. Phone, MyKad and card numbers are read off runs of
+ * digit groups from the run's start (docs/api/guardrails.md, "Detectors"), so the context reaches back to
+ * the start of the run it falls in, up to this far.
+ */
+const MAX_CONTEXT = 4_096
+
+const isDigit = (code: number) => code >= 48 && code <= 57
+
+/** Where the run of digit groups (single spaces or dashes between them) around `from` starts, not before `floor`. */
+const digitRunStart = (text: string, from: number, floor: number): number => {
+  let at = from
+  while (at > floor) {
+    const before = text.charCodeAt(at - 1)
+    if (isDigit(before)) at--
+    else if ((before === 32 || before === 45) && at - 2 >= floor && isDigit(text.charCodeAt(at - 2))) at--
+    else break
+  }
+  return at
+}
+
+/**
  * A streamed text under a policy (docs/api/guardrails.md, "Streamed output"): pieces go in as the
  * upstream sends them; what comes out is the text redacted, held back by no more than the scanner's
  * reach, so that a match split across pieces is still whole when it is judged.
@@ -78,7 +99,8 @@ export class Holdback {
       shown.map((finding) => Object.assign({}, finding, { start: finding.start - offset, end: finding.end - offset }))
     )
     this.blockedBy = block
-    this.context = text.slice(Math.max(0, cut - this.scanner.reach), cut)
+    const reachBack = Math.max(0, cut - this.scanner.reach)
+    this.context = text.slice(digitRunStart(text, reachBack, Math.max(0, cut - MAX_CONTEXT)), cut)
     this.pending = text.slice(cut)
     if (this.holds) this.shownText += piece
     return piece

@@ -11,6 +11,14 @@ import type { Answer } from "../../src/Models/Call/CallTypes.js"
 // Streamed output under a policy (src/Guardrails/Holdback.ts): whatever the pieces, what comes out is what a scan
 // of the whole text gives, held back by no more than the scanner's reach (docs/api/guardrails.md, "Longest matches").
 
+/** A small seeded generator (mulberry32), so that a failing run can be replayed. */
+const mulberry32 = (seed: number) => () => {
+  seed = (seed + 0x6d2b79f5) | 0
+  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+  return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
+}
+
 const policy = (parts: Partial<GuardrailPolicy>): GuardrailPolicy => ({ ...allOff, ...parts })
 
 const outputScanner = (parts: Partial<GuardrailPolicy>): Scanner => {
@@ -37,8 +45,11 @@ const PLANTS = {
   injection: "ignore previous instructions"
 }
 
+/** `words` words of ordinary prose: 3 to 6 units each, with the space after it. */
 const filler = (words: number) =>
-  Array.from({ length: words }, (_, i) => ["the", "kopi", "is", "hot", "and", "sweet", "today"][i % 7]).join(" ")
+  Array.from({ length: Math.ceil(words) }, (_, i) => ["the", "kopi", "is", "hot", "and", "sweet", "today"][i % 7]).join(
+    " "
+  )
 
 const TEXTS: ReadonlyArray<readonly [string, string]> = [
   ["an email and a phone", `Hi, write to ${PLANTS.email} or call ${PLANTS.phone}.`],
@@ -50,12 +61,14 @@ const TEXTS: ReadonlyArray<readonly [string, string]> = [
   ["plants at both ends", `${PLANTS.phone} is mine, ${PLANTS.ip} too, and so is ${PLANTS.card}`],
   [
     "a long text, past every reach",
-    `${filler(60)} ${PLANTS.email} ${filler(50)} ${PLANTS.phone}, ${PLANTS.mykad} ${filler(40)} ${PLANTS.card} ` +
-    `${filler(70)} ${PLANTS.ip} ${filler(20)} ${PLANTS.injection} ${filler(30)} project  nenas ${filler(10)}`
+    `${filler(150)} ${PLANTS.email} ${filler(50)} ${PLANTS.phone}, ${PLANTS.mykad} ${filler(40)} ${PLANTS.card} ` +
+    `${filler(150)} ${PLANTS.ip} ${filler(20)} ${PLANTS.injection} ${filler(30)} project  nenas ${filler(10)}`
   ],
   [
     "text outside ASCII (surrogate pairs, full-width letters)",
-    `Emel 😀 ${PLANTS.email} — ｉｇｎｏｒｅ previous instructions 😀😀 ${PLANTS.phone} ${filler(45)} 😀 ${PLANTS.card} 😀`
+    `Emel 😀 ${PLANTS.email} — ｉｇｎｏｒｅ previous instructions 😀😀 ${PLANTS.phone} ${
+      filler(45)
+    } 😀 ${PLANTS.card} 😀`
   ]
 ]
 
@@ -113,10 +126,19 @@ const rawLengthOf = (text: string, found: ReadonlyArray<Found>, shown: number): 
 }
 
 describe("a Holdback under a redact policy", () => {
-  it("has the reach of its longest detector and the units read beside it", () => {
-    expect(redactAll.reach).toBe(64 + 1 + 254 + 2)
-    expect(redactNear.reach).toBe(LONGEST_MATCH.ip + 2)
-    expect(outputScanner({ pii: { action: "redact", types: ["phone"] } }).reach).toBe(LONGEST_MATCH.phone + 2)
+  it("holds back at least each rule's longest match and the units read beside it", () => {
+    // docs/api/guardrails.md, "Longest matches": an email's verdict reads 65 units before its `@` and 254 after.
+    expect(redactAll.reach).toBeGreaterThanOrEqual(64 + 1 + 254 + 2)
+    expect(redactAll.reach).toBeGreaterThanOrEqual(LONGEST_MATCH.injection + 2)
+    expect(redactAll.reach).toBeGreaterThanOrEqual(256 + 2)
+    for (const type of ["phone", "mykad", "card", "ip"] as const) {
+      expect(redactNear.reach).toBeGreaterThanOrEqual(LONGEST_MATCH[type] + 2)
+      expect(outputScanner({ pii: { action: "redact", types: [type] } }).reach).toBeGreaterThanOrEqual(
+        LONGEST_MATCH[type] + 2
+      )
+    }
+    // Reaches are bounded: an email's is the longest a PII rule needs, not the whole text.
+    expect(redactNear.reach).toBeLessThan(redactAll.reach)
   })
 
   for (const [scannerName, scanner] of [["every detector", redactAll], ["digits and IP", redactNear]] as const) {
@@ -193,7 +215,7 @@ describe("a Holdback under a redact policy", () => {
     const holdback = new Holdback(redactNear, "output", new Tally())
     const head = `call ${PLANTS.phone} now`
     expect(holdback.push(head)).toBe("")
-    const tail = ` ${filler(12)}`
+    const tail = ` ${filler(redactNear.reach)}`
     const shown = holdback.push(tail)
     // Everything but the last `reach` units of the text so far is shown, the phone redacted.
     expect(shown).toBe(redactFound(head + tail, scanWith(redactNear, head + tail)).slice(0, -redactNear.reach))
@@ -202,20 +224,59 @@ describe("a Holdback under a redact policy", () => {
   })
 
   // A phone's verdict hangs on the card and MyKad candidates that overlap it (a phone that overlaps one is no phone,
-  // docs/api/guardrails.md, "Detectors"), and such a candidate reads further than the phone's reach: in the 33 units
-  // below, "2 282 477 833 9 1945 80" passes Luhn and hides the phone at 0–11; with one more digit it fails, the
-  // phone is found again, but its first unit was released in the clear while it was hidden.
-  it("redacts a phone that a card candidate hid until the text went on (pieces of one unit)", () => {
+  // docs/api/guardrails.md, "Detectors"), and such a candidate reads further than the phone itself: in the first 33
+  // units below, "2 282 477 833 9 1945 80" passes Luhn and hides the phone at 0–11; one more digit and it fails, and
+  // the phone is found again. A reach of the phone's own would have shown its first unit while it was hidden.
+  it("redacts a phone that a card candidate hid until the text went on", () => {
     const scanner = outputScanner({ pii: { action: "redact", types: ["phone"] } })
     const text = "0300 0000 2 282 477 833 9 1945 800"
     expect(redactFound(text, scanWith(scanner, text))).toBe("[PHONE] 282 477 833 9 1945 800")
-    expect(streamed(scanner, piecesOf(text, 1)).text).toBe("[PHONE] 282 477 833 9 1945 800")
+    for (const pieces of splits(text)) expect(streamed(scanner, pieces).text).toBe("[PHONE] 282 477 833 9 1945 800")
+  })
+
+  // Phone, MyKad and card numbers are read off a run of digit groups from its start, the leftmost candidate first
+  // (docs/api/guardrails.md, "Detectors"), so which groups make a card depends on where the run begins, however far
+  // back. A release rescans from `reach` units before the cut, which may be inside such a run.
+  it("redacts the cards of a long run of digit groups as a whole scan does, however it is split", () => {
+    const scanner = outputScanner({ pii: { action: "redact", types: ["card"] } })
+    const text =
+      "4 9 23 3 85 8 54 400 11 20 40 84 5 35 0 4 19 20 01 13 3 1 22 00 0 0 24 0 4 26 0 3 01 24 10 2 10 00 00 " +
+      "1 0  00 00 00 00 00 0    00  0 0 0 00 0 0 0 0 00 00"
+    const whole = redactFound(text, scanWith(scanner, text))
+    expect(whole.startsWith("[CARD] [CARD] 01 [CARD] 0 [CARD] 0  00")).toBe(true)
+    // In one piece: the first release shows three cards and keeps the `reach` units before its cut as context; the
+    // rescan at the end reads the run from there, finds "26 0 3 01 24 10 2 10 00 00 1 0", which starts in that
+    // context and so is dropped, and the fourth card ("3 01 24 10 2 10 00 00 1") goes out as it came.
+    for (const pieces of [[text], ...splits(text)]) expect(streamed(scanner, pieces).text).toBe(whole)
+  })
+
+  it("redacts long runs of digit groups as a whole scan does (seeded)", () => {
+    const random = mulberry32(20_261_202)
+    const leaks: Array<string> = []
+    let runs = 0
+    for (let run = 0; run < 60; run++) {
+      const groups = Array.from(
+        { length: 100 + Math.floor(random() * 150) },
+        () => String(Math.floor(random() * 100)).slice(0, 1 + Math.floor(random() * 2))
+      )
+      const text = groups.map((group) => group + (random() < 0.7 ? " " : "-")).join("")
+      for (const scanner of [redactNear, outputScanner({ pii: { action: "redact", types: ["card"] } })]) {
+        const whole = redactFound(text, scanWith(scanner, text))
+        for (const size of [text.length, 7, 1]) {
+          runs++
+          if (streamed(scanner, piecesOf(text, size)).text !== whole) leaks.push(`pieces of ${size}: ${text}`)
+        }
+      }
+    }
+    expect(leaks.length, `${leaks.length} of ${runs} runs differ; the first, ${leaks[0]}`).toBe(0)
   })
 })
 
 describe("a Holdback under a block policy", () => {
   const blockAll = outputScanner({ pii: { action: "block", types: [...PII_TYPES] } })
-  const text = `${filler(80)} mail ${PLANTS.email} and call ${PLANTS.phone} ${filler(80)}`
+  const text = `${filler(blockAll.reach / 3)} mail ${PLANTS.email} and call ${PLANTS.phone} ${
+    filler(blockAll.reach / 3)
+  }`
   const emailAt = text.indexOf(PLANTS.email)
 
   it("stops the text at the finding's start, however it is split", () => {
@@ -254,7 +315,8 @@ describe("a Holdback under a block policy", () => {
 
   it("redacts what comes before a block of another rule, and counts only what it showed and the block", () => {
     const scanner = outputScanner({ pii: { action: "redact", types: [...PII_TYPES] }, injection: { action: "block" } })
-    const mixed = `${filler(50)} ${PLANTS.email} ${filler(60)} ${PLANTS.injection} ${PLANTS.phone} ${filler(40)}`
+    const mixed = `${filler(50)} ${PLANTS.email} ${filler(scanner.reach / 3)} ${PLANTS.injection} ${PLANTS.phone} ` +
+      filler(40)
     const injectionAt = mixed.indexOf(PLANTS.injection)
     const expected = redactFound(mixed.slice(0, injectionAt), scanWith(scanner, mixed.slice(0, injectionAt)))
     expect(expected).toContain("[EMAIL]")

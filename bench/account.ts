@@ -66,6 +66,22 @@ export const createAccount = async (base: string): Promise<Account> => {
   return { base, token, apiKey: String(field(key.body, "full_key")) }
 }
 
+/** A live key of the account whose guardrail override redacts every kind of personal data (docs/api/guardrails.md). */
+export const createGuardedKey = async (account: Account): Promise<string> => {
+  const key = await request("POST", `${account.base}/dashboard/api-keys`, {
+    token: account.token,
+    json: { name: "bench-guarded" }
+  })
+  expectStatus(key, [200, 201], "create guarded API key")
+  const id = String(field(key.body, "key", "id"))
+  const patched = await request("PATCH", `${account.base}/dashboard/api-keys/${id}`, {
+    token: account.token,
+    json: { guardrails: { pii: { action: "redact" } } }
+  })
+  expectStatus(patched, [200], "set the guarded key's policy")
+  return String(field(key.body, "full_key"))
+}
+
 /** A test key of the account: its calls answer from the simulated model, with no hold, no upstream and no charge. */
 export const createTestKey = async (account: Account): Promise<string> => {
   const key = await request("POST", `${account.base}/dashboard/api-keys`, {

@@ -24,7 +24,12 @@ const kind = (spec: RunSpec) => spec.stream ? "stream" as const : "plain" as con
 export interface RunSpec {
   readonly connections: number
   readonly stream: boolean
+  /** A 4 kB prompt holding personal data, and (`guarded`) a key whose policy redacts it (docs/api/guardrails.md). */
+  readonly prompt?: "4kB" | "4kB guarded" | undefined
 }
+
+/** What a PII redaction policy may add to a call on a 4 kB prompt, in CPU µs (docs/api/guardrails.md, "Cost"). */
+const GUARDRAIL_BUDGET_US = 100
 
 export interface RunOutcome {
   readonly spec: RunSpec
@@ -33,7 +38,12 @@ export interface RunOutcome {
 }
 
 export const label = (spec: RunSpec) =>
-  `${spec.connections} conn${spec.connections === 1 ? "" : "s"}, ${spec.stream ? "stream" : "plain"}`
+  `${spec.connections} conn${spec.connections === 1 ? "" : "s"}, ${spec.stream ? "stream" : "plain"}` +
+  (spec.prompt === undefined
+    ? ""
+    : spec.prompt === "4kB"
+    ? ", 4 kB prompt"
+    : ", 4 kB prompt under PII redaction")
 
 const fmt = (value: number | undefined, digits: number) =>
   value === undefined || !Number.isFinite(value) ? "-" : value.toFixed(digits)
@@ -266,7 +276,27 @@ const billingLine = (billing: ReadonlyArray<string>) => {
 }
 
 /** PASS or MISS per goal, for the runs the goal is stated for; `billing` is billingCheck's lines. */
-export const goalLines = (outcomes: ReadonlyArray<RunOutcome>, billing: ReadonlyArray<string>) => {
+/** The service's CPU per call on the 4 kB prompt with its key's PII redaction, beyond the same prompt without. */
+const guardrailLine = (outcomes: ReadonlyArray<RunOutcome>): ReadonlyArray<string> => {
+  const cpuOf = (prompt: RunSpec["prompt"]) => {
+    const outcome = outcomes.find((o) => o.spec.prompt === prompt && !o.spec.stream)
+    return outcome === undefined ? undefined : find(outcome.results, TARGET)?.cpu
+  }
+  const plain = cpuOf("4kB")
+  const guarded = cpuOf("4kB guarded")
+  if (plain === undefined || guarded === undefined) return []
+  const added = guarded - plain
+  return [
+    `${added < GUARDRAIL_BUDGET_US ? "PASS" : "MISS"} PII redaction on a 4 kB prompt adds ${
+      fmt(added, 0)
+    } CPU µs a call ` +
+    `(${fmt(guarded, 0)} against ${fmt(plain, 0)}; goal < ${GUARDRAIL_BUDGET_US})`
+  ]
+}
+
+export const goalLines = (all: ReadonlyArray<RunOutcome>, billing: ReadonlyArray<string>) => {
+  // The 4 kB prompt's runs measure the guardrails only; the goals against the peers are the short prompt's.
+  const outcomes = all.filter((o) => o.spec.prompt === undefined)
   const at = (connections: number) => outcomes.filter((o) => o.spec.connections === connections)
   const plainSingle = at(1).find((o) => !o.spec.stream)
   const portkeyPlainAddedP50 = plainSingle === undefined ? NaN : figures(plainSingle).portkeyAddedP50
@@ -277,6 +307,7 @@ export const goalLines = (outcomes: ReadonlyArray<RunOutcome>, billing: Readonly
     ...at(32).filter((o) => o.spec.stream).map(p99Line),
     ...at(32).map(peakRssLine),
     ...at(32).map(transactionsLine),
+    ...guardrailLine(all),
     billingLine(billing)
   ]
 }

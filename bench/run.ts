@@ -14,7 +14,8 @@
  *
  * Settings (environment): BENCH_DURATION (s per target and round, default 10),
  * BENCH_WARMUP (s, default 3), BENCH_ROUNDS (default 3; medians),
- * BENCH_RUNS (default "32,32s,1,1s": connections, `s` for streamed),
+ * BENCH_RUNS (default "32,32s,1,1s,32p,32g": connections, `s` for streamed, `p` for a 4 kB prompt
+ * holding personal data, `g` for that prompt on a key whose guardrail policy redacts it),
  * BENCH_BUILTINS (peers.mjs's built-in targets beside the service, default
  * "direct,floor,portkey,effect"; the goals need portkey, the summary's
  * CPU ÷ effect needs effect),
@@ -31,7 +32,7 @@ import { fileURLToPath } from "node:url"
 import pg from "pg"
 import { embeddedClusterLocation, freePort } from "../src/Database/EmbeddedPostgres.js"
 import type { Account } from "./account.js"
-import { billingCheck, chatCall, createAccount, ensureFunds } from "./account.js"
+import { billingCheck, chatCall, createAccount, createGuardedKey, ensureFunds } from "./account.js"
 import { DatabaseCounters, WindowTracker } from "./database.js"
 import type { PeerResults } from "./peers.js"
 import { combineRounds, OneLine, preparePeers, readResults, runPeers, stopPeers, TARGET } from "./peers.js"
@@ -61,11 +62,16 @@ const numberSetting = (name: string, fallback: number) => {
 
 const runsSetting = (raw: string): Array<RunSpec> =>
   raw.split(",").map((item) => {
-    const match = /^\s*(\d+)(s?)\s*$/.exec(item)
+    const match = /^\s*(\d+)([spg]?)\s*$/.exec(item)
     if (match === null || Number(match[1]) < 1) {
-      throw new OneLine(`BENCH_RUNS: "${item}" is not connections with an optional s (e.g. 32s)`)
+      throw new OneLine(`BENCH_RUNS: "${item}" is not connections with an optional s, p or g (e.g. 32s)`)
     }
-    return { connections: Number(match[1]), stream: match[2] === "s" }
+    const flag = match[2]
+    return {
+      connections: Number(match[1]),
+      stream: flag === "s",
+      prompt: flag === "p" ? "4kB" as const : flag === "g" ? "4kB guarded" as const : undefined
+    }
   })
 
 /** The settings, read in `main` so that a bad one is a one-line failure. */
@@ -77,7 +83,7 @@ const readSettings = () => {
     durationS,
     warmupS,
     rounds,
-    runs: runsSetting(process.env["BENCH_RUNS"] ?? "32,32s,1,1s"),
+    runs: runsSetting(process.env["BENCH_RUNS"] ?? "32,32s,1,1s,32p,32g"),
     peersDir: resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench")),
     externalDatabase: process.env["BENCH_DATABASE_URL"] ?? "",
     cpuProf: process.env["BENCH_CPU_PROF"] === "1",
@@ -87,6 +93,14 @@ const readSettings = () => {
 }
 
 const BODY = JSON.stringify({ model: "svc/nenas-flash", messages: [{ role: "user", content: "hi" }], max_tokens: 16 })
+/** A 4 kB prompt with four items of personal data: what the guardrail runs (`32p`, `32g`) send. */
+const PII_PROMPT = "Please help Aminah (aminah@example.com.my, 012-345 6789, IC 880101-14-5678) " +
+  "with her account; she logged in from 192.168.10.24. " + "The customer wrote at length about the service. ".repeat(80)
+const BODY_4K = JSON.stringify({
+  model: "svc/nenas-flash",
+  messages: [{ role: "user", content: PII_PROMPT.slice(0, 4096) }],
+  max_tokens: 16
+})
 /** An upper bound of what one call reserves (max_tokens 16, a short prompt: about RM 0.0002). */
 const RESERVE_BOUND_MICRO_MYR = 1_000
 /** No run here goes faster than this. */
@@ -251,6 +265,7 @@ const main = async () => {
     )
 
     const account: Account = await createAccount(base)
+    const guardedKey = await createGuardedKey(account)
     await ensureFunds(account, fundsPerRun)
     await chatCall(account, BODY)
     counters = external === undefined
@@ -264,8 +279,13 @@ const main = async () => {
 
     let first = true
     for (const spec of runs) {
-      await ensureFunds(account, fundsPerRun)
-      const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}`
+      // A 4 kB prompt holds some ten times what a short one does.
+      await ensureFunds(account, spec.prompt === undefined ? fundsPerRun : 10 * fundsPerRun)
+      const body = spec.prompt === undefined ? BODY : BODY_4K
+      const apiKey = spec.prompt === "4kB guarded" ? guardedKey : account.apiKey
+      const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}${
+        spec.prompt === undefined ? "" : `-${spec.prompt.replace(" ", "-")}`
+      }`
       // One peers.mjs per round: the service is its last target, so nothing else reaches the upstream after its window.
       await ensureRunning(upstreamChild)
       const tracker = new WindowTracker(counters)
@@ -280,7 +300,7 @@ const main = async () => {
           "--target",
           `${TARGET}=${base}/v1/chat/completions`,
           "--header",
-          `${TARGET}=Authorization:Bearer ${account.apiKey}`,
+          `${TARGET}=Authorization:Bearer ${apiKey}`,
           "--pid",
           `${TARGET}=${service.pid}`,
           "--cpu-tree",
@@ -302,7 +322,7 @@ const main = async () => {
           "--warmup",
           String(warmupS),
           "--body",
-          BODY,
+          body,
           ...(spec.stream ? ["--stream"] : [])
         ]
         log(`peers.mjs, ${label(spec)}, round ${round} of ${rounds}`)

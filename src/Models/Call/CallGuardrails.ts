@@ -33,6 +33,21 @@ export const blockedOutput = (finding: Found) =>
 /** A stored or sent JSON value with each string redacted, but for the fields that name rather than say. */
 const NAMING_FIELDS: ReadonlySet<string> = new Set(["type", "role", "id", "call_id", "status", "name", "detail"])
 
+/** Tool arguments nested deeper than this are scanned as text: their walk stays shallow. */
+const MAX_DEPTH = 64
+
+/** Whether `value` nests deeper than `limit`, found without recursion. */
+const depthOver = (value: unknown, limit: number): boolean => {
+  const stack: Array<readonly [unknown, number]> = [[value, 0]]
+  while (stack.length > 0) {
+    const [item, depth] = stack.pop()!
+    if (typeof item !== "object" || item === null) continue
+    if (depth >= limit) return true
+    for (const child of Object.values(item)) stack.push([child, depth + 1])
+  }
+  return false
+}
+
 /** One direction's scan of texts: the first block met, or each text redacted, the findings tallied. */
 class Guard {
   blocked: { readonly finding: Found; readonly where: string } | undefined
@@ -52,22 +67,53 @@ class Guard {
     return redactFound(text, found)
   }
 
+  /**
+   * A tool call's arguments: JSON whose strings are scanned as decoded (an escaped `\n` would otherwise
+   * glue an `n` to the value after it), and written again only when a string changed; text that is not
+   * JSON, or nests deeper than `MAX_DEPTH`, is scanned as it is.
+   */
+  arguments(raw: string, where: string): string {
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(raw)
+    } catch {
+      return this.text(raw, where)
+    }
+    if (typeof parsed !== "object" || parsed === null || depthOver(parsed, MAX_DEPTH)) return this.text(raw, where)
+    const redacted = this.json(parsed, where, false)
+    return this.blocked !== undefined || JSON.stringify(redacted) === JSON.stringify(parsed)
+      ? raw
+      : JSON.stringify(redacted)
+  }
+
   toolCalls(calls: ReadonlyArray<ToolCall>, where: string): ReadonlyArray<ToolCall> {
     return calls.map((call) => {
-      const args = this.text(call.function.arguments, where)
+      const args = this.arguments(call.function.arguments, where)
       return args === call.function.arguments
         ? call
         : { id: call.id, type: call.type, function: { name: call.function.name, arguments: args } }
     })
   }
 
-  /** A JSON value's strings, redacted (a stored copy of the input: it must hold what the upstream got). */
-  json(value: unknown, where: string): unknown {
+  /**
+   * A JSON value's strings, redacted (a stored copy of the input: it must hold what the upstream got);
+   * `naming`: the fields that name rather than say are left as they are.
+   */
+  json(value: unknown, where: string, naming = true): unknown {
     if (typeof value === "string") return this.text(value, where)
-    if (Array.isArray(value)) return value.map((item) => this.json(item, where))
+    if (Array.isArray(value)) return value.map((item) => this.json(item, where, naming))
     if (typeof value !== "object" || value === null) return value
     return Object.fromEntries(
-      Object.entries(value).map(([field, item]) => [field, NAMING_FIELDS.has(field) ? item : this.json(item, where)])
+      Object.entries(value).map((
+        [field, item]
+      ) => [
+        field,
+        naming && NAMING_FIELDS.has(field)
+          ? item
+          : field === "arguments" && typeof item === "string"
+          ? this.arguments(item, where)
+          : this.json(item, where, naming)
+      ])
     )
   }
 }

@@ -186,6 +186,8 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             latencyMs: 812,
             // A row written without upstream attempts (a call before fallbacks, or a test key's).
             attempts: [],
+            // A call with no guardrail policy.
+            guardrails: null,
             createdAt: "2026-11-10T00:03:00.000Z",
             // A log row written without its call's stored response (test/storedResponses*.test.ts link them).
             storedResponseId: null

@@ -21,7 +21,8 @@ export type GuardrailAction = typeof GuardrailAction.Type
 /** A custom filter: its label names it in findings and becomes its placeholder (`[LABEL]`). */
 export const GuardrailFilter = Schema.Struct({
   label: Schema.String,
-  pattern: Schema.String,
+  /** Stored as given: a NUL or a lone surrogate, which PostgreSQL cannot keep, is refused. */
+  pattern: SqlString,
   action: GuardrailAction
 }).annotations({ identifier: "GuardrailFilter" })
 

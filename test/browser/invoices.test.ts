@@ -2,17 +2,19 @@ import { layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { readFile } from "node:fs/promises"
 import { PDFParse } from "pdf-parse"
-import type { BrowserContext, Download, Locator, Page } from "playwright-core"
+import type { Download, Locator, Page } from "playwright-core"
 import { beforeAll, expect } from "vitest"
 import {
   DESKTOP,
   ensureDashboardBuilt,
+  goTo,
   heading,
   inBrowser,
+  overflowAtPhoneWidth,
   PHONE,
   screenshots,
   signIn,
-  watchedPage
+  strictPage
 } from "../support/Browser.js"
 import { call, devToken } from "../support/Http.js"
 import { TestServer, TestServerLive } from "../support/TestServer.js"
@@ -26,38 +28,6 @@ import { TestServer, TestServerLive } from "../support/TestServer.js"
  */
 
 beforeAll(ensureDashboardBuilt, 180_000)
-
-/**
- * A watched page whose console errors and warnings (React's among them, and Chromium's line for each failed
- * load, with the path it names) are collected with its uncaught errors; `failed` lists its failed responses.
- */
-const strictPage = async (context: BrowserContext) => {
-  const watched = await watchedPage(context)
-  watched.page.on("console", (message) => {
-    if (message.type() === "error" || message.type() === "warning") {
-      watched.problems.push(`${message.type()}: ${message.text()} ${new URL(message.location().url).pathname}`)
-    }
-  })
-  const failed: Array<string> = []
-  watched.page.on("response", (response) => {
-    if (response.status() >= 400) failed.push(`${response.status()} ${new URL(response.url()).pathname}`)
-  })
-  return { ...watched, failed }
-}
-
-const goTo = async (page: Page, link: string, title: string = link) => {
-  await page.getByRole("navigation", { name: "Dashboard" }).getByRole("link", { name: link, exact: true }).click()
-  await heading(page, title).waitFor()
-}
-
-/** How far the page is wider than a phone's screen (0: nothing to scroll sideways), measured at phone width. */
-const overflowAtPhoneWidth = async (page: Page): Promise<number> => {
-  await page.setViewportSize(PHONE)
-  await page.waitForTimeout(200)
-  const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - window.innerWidth")
-  await page.setViewportSize(DESKTOP)
-  return overflow
-}
 
 /** The form field labelled `label`: its control, and the service's message beneath it. */
 const field = (page: Page, label: string) => {

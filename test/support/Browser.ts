@@ -124,3 +124,36 @@ const withScreens = async (context: BrowserContext, error: unknown): Promise<unk
   error.message = `${error.message}\n\nOpen pages when it failed:\n${screens.join("\n---\n")}`
   return error
 }
+
+/**
+ * A watched page whose console errors and warnings (React's among them, and Chromium's line for each failed
+ * load, with the path it names) are collected with its uncaught errors; `failed` lists its failed responses.
+ */
+export const strictPage = async (context: BrowserContext) => {
+  const watched = await watchedPage(context)
+  watched.page.on("console", (message) => {
+    if (message.type() === "error" || message.type() === "warning") {
+      watched.problems.push(`${message.type()}: ${message.text()} ${new URL(message.location().url).pathname}`)
+    }
+  })
+  const failed: Array<string> = []
+  watched.page.on("response", (response) => {
+    if (response.status() >= 400) failed.push(`${response.status()} ${new URL(response.url()).pathname}`)
+  })
+  return { ...watched, failed }
+}
+
+/** Follows the dashboard's navigation link `link` and waits for the page's heading. */
+export const goTo = async (page: Page, link: string, title: string = link) => {
+  await page.getByRole("navigation", { name: "Dashboard" }).getByRole("link", { name: link, exact: true }).click()
+  await heading(page, title).waitFor()
+}
+
+/** How far the page is wider than a phone's screen (0: nothing to scroll sideways), measured at phone width. */
+export const overflowAtPhoneWidth = async (page: Page): Promise<number> => {
+  await page.setViewportSize(PHONE)
+  await page.waitForTimeout(200)
+  const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - window.innerWidth")
+  await page.setViewportSize(DESKTOP)
+  return overflow
+}

@@ -313,6 +313,14 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("guardrails on ca
       })
       expect(bad.status).toBe(400)
       expect(bad.body.error.param).toBe("filters[1].pattern")
+      // A NUL or a lone surrogate cannot be stored: refused, not a 500.
+      for (const pattern of ["a\u0000b", "a\ud800b"]) {
+        const unstorable = yield* call("PUT", "/dashboard/guardrails", {
+          token: who.token,
+          json: { filters: [{ label: "X", pattern, action: "flag" }] }
+        })
+        expect(unstorable.status, unstorable.text).toBe(400)
+      }
       yield* setPolicy(who.token, { filters: [{ label: "PROJECT", pattern: "(?i)project\\s+x", action: "redact" }] })
       const audit = yield* call("GET", "/dashboard/audit-log?action=guardrails.updated", { token: who.token })
       expect(audit.body.entries[0]).toMatchObject({ action: "guardrails.updated", details: { parts: ["filters"] } })

@@ -23,6 +23,7 @@ import keyControls from "./0022_key_controls.js"
 import webhookCreators from "./0023_webhook_creators.js"
 import invoices from "./0024_invoices.js"
 import guardrails from "./0025_guardrails.js"
+import eInvoices from "./0026_e_invoices.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -54,5 +55,6 @@ export const migrations = {
   "0022_key_controls": keyControls,
   "0023_webhook_creators": webhookCreators,
   "0024_invoices": invoices,
-  "0025_guardrails": guardrails
+  "0025_guardrails": guardrails,
+  "0026_e_invoices": eInvoices
 }

@@ -9,7 +9,7 @@ import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } 
 import { withHeader } from "./Domain/OpenApiDocument.js"
 import { GuardrailsApi } from "./Guardrails/Api.js"
 import { HealthApi } from "./Health/Api.js"
-import { InvoicesApi } from "./Invoices/Api.js"
+import { DevEInvoicesApi, InvoicesApi } from "./Invoices/Api.js"
 import { KeysApi } from "./Keys/Api.js"
 import { LogsApi } from "./Logs/Api.js"
 import { MembersApi } from "./Members/Api.js"
@@ -91,6 +91,7 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(DevMailboxApi)
   .add(DevIdentityApi)
   .add(DevCheckoutApi)
+  .add(DevEInvoicesApi)
   .add(HealthApi)
   .addError(wire(InvalidRequest))
   .addError(wire(NotFound))

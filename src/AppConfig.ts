@@ -118,6 +118,16 @@ export interface AppConfigShape {
   readonly sandboxSupplier: boolean
   /** `MYINVOIS_PORTAL_URL`: the MyInvois portal a valid e-invoice's validation link points at. */
   readonly myinvoisPortalUrl: string
+  /** `MYINVOIS_BASE_URL`: LHDN's MyInvois API (its preprod sandbox or production); unset, the built-in simulated MyInvois. */
+  readonly myinvoisBaseUrl: Option.Option<string>
+  /** `MYINVOIS_CLIENT_ID`, `MYINVOIS_CLIENT_SECRET`: the ERP system's client credentials, required with `MYINVOIS_BASE_URL`. */
+  readonly myinvoisClientId: Option.Option<string>
+  readonly myinvoisClientSecret: Option.Option<Redacted.Redacted>
+  /** `MYINVOIS_SIGNING_KEY`, `MYINVOIS_SIGNING_CERT`: PEM files; both set, documents are signed (version 1.1). */
+  readonly myinvoisSigningKey: Option.Option<string>
+  readonly myinvoisSigningCert: Option.Option<string>
+  /** How often each instance looks for e-invoices to submit, poll or cancel; not an environment setting. */
+  readonly eInvoicePollMs: number
 }
 
 /** An unset `RATE_LIMIT_*_MAX` is this many times its default (docs/operations.md, "Configuration"). */
@@ -349,6 +359,14 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     Config.withDefault("https://preprod.myinvois.hasil.gov.my"),
     Config.map((url) => url.replace(/\/+$/, ""))
   ),
+  myinvoisBaseUrl: nonEmpty("MYINVOIS_BASE_URL").pipe(Config.map(Option.map((url) => url.replace(/\/+$/, "")))),
+  myinvoisClientId: nonEmpty("MYINVOIS_CLIENT_ID"),
+  myinvoisClientSecret: Config.option(Config.redacted("MYINVOIS_CLIENT_SECRET")).pipe(
+    Config.map(Option.filter((secret) => Redacted.value(secret).length > 0))
+  ),
+  myinvoisSigningKey: nonEmpty("MYINVOIS_SIGNING_KEY"),
+  myinvoisSigningCert: nonEmpty("MYINVOIS_SIGNING_CERT"),
+  eInvoicePollMs: Config.succeed(1_000),
   supplierVariables: Config.all({
     SUPPLIER_NAME: nonEmpty("SUPPLIER_NAME"),
     SUPPLIER_TIN: nonEmpty("SUPPLIER_TIN"),
@@ -402,6 +420,12 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
     ))
   }),
   Config.mapOrFail((config) =>
+    Option.match(myinvoisConfigProblem(config), {
+      onNone: () => Either.right(config),
+      onSome: ([name, message]) => Either.left(ConfigError.InvalidData([name], message))
+    })
+  ),
+  Config.mapOrFail((config) =>
     Option.match(identityConfigProblem(config), {
       onNone: () => Either.right(config),
       onSome: ([name, message]) => Either.left(ConfigError.InvalidData([name], message))
@@ -435,6 +459,29 @@ export const identityConfigProblem = (
   return Option.none()
 }
 
+/** What is wrong with the MyInvois settings, in one line naming the variables (docs/api/e-invoices.md, "Connecting MyInvois"). */
+export const myinvoisConfigProblem = (
+  config: Pick<
+    AppConfigShape,
+    "myinvoisBaseUrl" | "myinvoisClientId" | "myinvoisClientSecret" | "myinvoisSigningKey" | "myinvoisSigningCert"
+  >
+): Option.Option<readonly [string, string]> => {
+  const unset = [
+    Option.isNone(config.myinvoisClientId) ? "MYINVOIS_CLIENT_ID" : undefined,
+    Option.isNone(config.myinvoisClientSecret) ? "MYINVOIS_CLIENT_SECRET" : undefined
+  ].filter((name) => name !== undefined)
+  if (Option.isSome(config.myinvoisBaseUrl) && unset.length > 0) {
+    return Option.some(["MYINVOIS_BASE_URL", `MYINVOIS_BASE_URL is set without ${unset.join(" and ")}`])
+  }
+  if (Option.isSome(config.myinvoisSigningKey) !== Option.isSome(config.myinvoisSigningCert)) {
+    return Option.some([
+      "MYINVOIS_SIGNING_KEY",
+      "MYINVOIS_SIGNING_KEY and MYINVOIS_SIGNING_CERT go together: set both PEM files, or neither"
+    ])
+  }
+  return Option.none()
+}
+
 /**
  * The variables production lacks: each replaces an embedded or simulated part
  * (database, model, search, checkout, identity provider) with the real one.
@@ -449,7 +496,13 @@ export const productionGaps = (config: Omit<AppConfigShape, "logFormat"> & { rea
     ["STRIPE_WEBHOOK_SECRET", config.stripeWebhookSecret],
     ["AUTH_JWKS_URL", config.authJwksUrl],
     // Invoices name the operator, never the sandbox supplier.
-    [supplierVariableNames(config.sstRateBps).join(", "), config.sandboxSupplier ? Option.none() : Option.some(true)]
+    [supplierVariableNames(config.sstRateBps).join(", "), config.sandboxSupplier ? Option.none() : Option.some(true)],
+    // E-invoices go to LHDN, signed (version 1.1).
+    ["MYINVOIS_BASE_URL", config.myinvoisBaseUrl],
+    ["MYINVOIS_CLIENT_ID", config.myinvoisClientId],
+    ["MYINVOIS_CLIENT_SECRET", config.myinvoisClientSecret],
+    ["MYINVOIS_SIGNING_KEY", config.myinvoisSigningKey],
+    ["MYINVOIS_SIGNING_CERT", config.myinvoisSigningCert]
   ]
   return required.filter(([, value]) => Option.isNone(value)).map(([name]) => name)
 }

@@ -35,7 +35,8 @@ export const AuditAction = Schema.Literal(
   "usage.grouping_tags_updated",
   "response.deleted",
   "billing.profile_updated",
-  "guardrails.updated"
+  "guardrails.updated",
+  "billing.e_invoice_resubmitted"
 )
 export type AuditAction = typeof AuditAction.Type
 

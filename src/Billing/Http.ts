@@ -13,7 +13,6 @@ import { AuthenticationError, InvalidRequest, NotFound } from "../Domain/Errors.
 import { MICRO_PER_SEN, microMyr, toMyrNumber } from "../Domain/Money.js"
 import { jsonDeeperThan, MAX_JSON_DEPTH } from "../Domain/Strict.js"
 import { Documents } from "../Invoices/Documents.js"
-import { InvoicesRepo } from "../Invoices/Repo.js"
 import { taxOn } from "../Invoices/Tax.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { AutoTopups } from "../Wallet/AutoTopupAttempts.js"
@@ -365,7 +364,7 @@ export const PaymentsServicesLive = Layer.merge(Payments.layer, AutoTopupWorker)
       CardProcessor.layer,
       AutoTopups.layer,
       WalletSettings.layer,
-      Documents.layer.pipe(Layer.provideMerge(InvoicesRepo.layer))
+      Documents.layer
     )
   )
 )

@@ -8,7 +8,9 @@ export const EVENT_TYPES = [
   "key.expiring",
   "account.suspended",
   "account.reinstated",
-  "invoice.issued"
+  "invoice.issued",
+  "e_invoice.validated",
+  "e_invoice.rejected"
 ] as const
 export type EventType = typeof EVENT_TYPES[number]
 

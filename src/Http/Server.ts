@@ -21,10 +21,15 @@ import { BillingLive, DevCheckoutLive, PaymentsServicesLive, StripeWebhookLive }
 import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { Listener } from "../Database/Listener.js"
+import { type EInvoicing, EInvoicingLive } from "../EInvoicing/MyInvois.js"
 import { GuardrailsLive } from "../Guardrails/Http.js"
 import { GuardrailsRepo } from "../Guardrails/Repo.js"
 import { HealthLive } from "../Health/Http.js"
-import { InvoicesLive } from "../Invoices/Http.js"
+import { Consolidation } from "../Invoices/Consolidation.js"
+import { EInvoiceRepo } from "../Invoices/EInvoiceRepo.js"
+import { EInvoiceWorker } from "../Invoices/EInvoiceWorker.js"
+import { DevEInvoicesLive, InvoicesLive } from "../Invoices/Http.js"
+import { InvoicesRepo } from "../Invoices/Repo.js"
 import { ApiKeyAuthLive } from "../Keys/Authentication.js"
 import { KeyExpiry } from "../Keys/Expiring.js"
 import { KeysLive } from "../Keys/Http.js"
@@ -98,6 +103,8 @@ export interface ServerOverrides {
   readonly clock?: Clock.Clock
   /** The stored-response store (a wrapper around `StoredResponses.layer` that counts its reads, say). */
   readonly storedResponses?: Layer.Layer<StoredResponses, never, SqlClient.SqlClient>
+  /** MyInvois (`simulatedLayer({validateAfterMs})`, say); else from configuration. */
+  readonly eInvoicing?: Layer.Layer<EInvoicing, never, AppConfig>
 }
 
 /** The instance's one LISTEN connection, on every channel it listens on, its state in the metrics. */
@@ -124,7 +131,12 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     Mail.layerRunning,
     KeyExpiry.layerRunning,
     RotationSeal.layer,
-    WalletSettings.layer
+    WalletSettings.layer,
+    // E-invoices are submitted, polled, cancelled and consolidated in the background.
+    EInvoiceWorker.layerRunning.pipe(
+      Layer.provideMerge(Layer.merge(EInvoiceWorker.layer, Consolidation.layer)),
+      Layer.provide(overrides.eInvoicing ?? EInvoicingLive)
+    )
   ).pipe(
     // Accounts open their wallets through WalletRepo; Stripe's events and the handlers write the audit log.
     Layer.provideMerge(
@@ -149,6 +161,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       IpLimits.layer,
       KeysRepo.layer,
       GuardrailsRepo.layer,
+      InvoicesRepo.layer,
+      EInvoiceRepo.layer,
       MembersRepo.layer,
       RequestLogReads.layer,
       IdentityProviderLive,
@@ -184,6 +198,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     UsageLive,
     DevIdentityLive,
     DevCheckoutLive,
+    DevEInvoicesLive,
     HealthLive
   ])
 )

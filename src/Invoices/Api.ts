@@ -189,7 +189,13 @@ export const EInvoice = Schema.Struct({
   /** MyInvois' reasons, while invalid. */
   errors: Schema.Array(
     Schema.Struct({ code: Schema.String, message: Schema.String, target: Schema.NullOr(Schema.String) })
-  )
+  ),
+  /** `single`: its own e-invoice (a buyer with a TIN, or above RM 10,000); `consolidated`: in its month's. */
+  route: Schema.Literal("single", "consolidated"),
+  /** The e-invoice's number: the document's own, or the consolidated e-invoice's (`CON-INV-2026-11-001`). */
+  number: Schema.NullOr(Schema.String),
+  /** True when it is not valid 24 hours after its e-invoice's issue (or, consolidated, after its month's deadline). */
+  overdue: Schema.Boolean
 }).annotations({ identifier: "EInvoice" })
 
 export const DocumentSummary = Schema.Struct({
@@ -292,7 +298,52 @@ export class InvoicesApi extends HttpApiGroup.make("invoices")
       .annotate(OpenApi.Description, "The document as an A4 PDF.")
       .pipe(allowRoles(...EVERY_ROLE))
   )
+  .add(
+    HttpApiEndpoint.post("resubmit")`/dashboard/billing/invoices/${Id}/resubmit`.addSuccess(DocumentDetail)
+      .addError(wire(NotFound))
+      .annotate(
+        OpenApi.Description,
+        "Submits a new e-invoice of the same number for a document MyInvois found invalid, with the buyer's " +
+          "current billing profile, issued now. The document and its PDF keep what they were issued with."
+      )
+      .pipe(allowRoles(...SETTINGS_MAKERS))
+  )
   .addError(wire(InvalidRequest))
   .middleware(DashboardAuth)
   .annotate(OpenApi.Description, "Tax invoices and notes for top-ups, and the buyer's billing profile.")
+{}
+
+export const ConsolidateRequest = Schema.Struct({
+  /** `YYYY-MM` in `BUSINESS_TIMEZONE`; the current month closes early here (development only). */
+  month: SqlString.pipe(Schema.maxLength(7))
+}).annotations({ parseOptions: { onExcessProperty: "error" } })
+
+export const ConsolidationView = Schema.Struct({
+  month: Schema.String,
+  /** True when the month had not ended: documents issued later go into a supplementary consolidated e-invoice. */
+  early: Schema.Boolean,
+  /** The consolidated e-invoices this run made (none when the month was consolidated already). */
+  e_invoices: Schema.Array(Schema.Struct({
+    id: Schema.String,
+    number: Schema.String,
+    type_code: Schema.Literal("01", "02", "03", "04"),
+    documents: Schema.Int,
+    lines: Schema.Int
+  }))
+})
+
+/** Development only: consolidates a month's e-invoices now, as the scheduler does after the month ends. */
+export class DevEInvoicesApi extends HttpApiGroup.make("devEInvoices")
+  .add(
+    HttpApiEndpoint.post("consolidate", "/dev/e-invoices/consolidate")
+      .setPayload(ConsolidateRequest)
+      .addSuccess(ConsolidationView)
+      .annotate(
+        OpenApi.Description,
+        "Consolidates the month's documents that have no e-invoice of their own, idempotently; the current " +
+          "month is closed early."
+      )
+  )
+  .addError(wire(InvalidRequest))
+  .annotate(OpenApi.Description, "Development only: e-invoice consolidation on demand.")
 {}

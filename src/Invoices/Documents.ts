@@ -5,6 +5,8 @@ import { MICRO_PER_SEN, microMyr, toMyrNumber } from "../Domain/Money.js"
 import { now } from "../Domain/Time.js"
 import { emit } from "../Outbox/Events.js"
 import type { DocumentDetail, DocumentSummary, DocumentType, Party } from "./Api.js"
+import { EInvoiceRepo } from "./EInvoiceRepo.js"
+import { CANCEL_WINDOW_MS, OVERDUE_AFTER_MS } from "./EInvoiceWorker.js"
 import { InvoicesRepo, type StoredDocument, type StoredLine, TYPE_CODES } from "./Repo.js"
 
 /** MyInvois' classification of the service sold: 022, "Others" (prepaid API credits fit no narrower code). */
@@ -23,14 +25,34 @@ export interface IssueInput {
   readonly taxRateBps: number
 }
 
+/** A document above RM 10,000 is never consolidated: MyInvois wants it reported on its own. */
+export const CONSOLIDATION_LIMIT_SEN = 1_000_000
+
+/** How a document is reported to MyInvois: on its own (a buyer with a TIN, or above RM 10,000) or consolidated. */
+export const routeOf = (buyer: Party, totalSen: number): "single" | "consolidated" =>
+  buyer.tin !== null || totalSen > CONSOLIDATION_LIMIT_SEN ? "single" : "consolidated"
+
 /** The calendar year of `at` in `timeZone`: a document's number counts within it. */
 export const yearIn = (at: Date, timeZone: string): number =>
   Number(new Intl.DateTimeFormat("en", { timeZone, year: "numeric" }).format(at))
 
 const myr = (sen: number): number => toMyrNumber(microMyr(sen * MICRO_PER_SEN))
 
-/** A stored document as the list gives it. */
-export const toSummary = (document: StoredDocument, validationUrl: string | null): DocumentSummary => ({
+/** A document waiting for its month's consolidation is overdue past this: the longest month, 7 days and 24 hours. */
+const CONSOLIDATION_DEADLINE_MS = (31 + 7 + 1) * 24 * 60 * 60 * 1000
+
+/**
+ * Whether a document's e-invoice is overdue at `at` (docs/api/e-invoices.md, "Lifecycle"): not valid 24 hours
+ * after its e-invoice's issue, or, still waiting for consolidation, past the month's deadline.
+ */
+export const isOverdue = (document: StoredDocument, at: Date): boolean => {
+  if (document.eInvoiceStatus === "valid" || document.eInvoiceStatus === "cancelled") return false
+  const since = at.getTime() - (document.eInvoiceCreatedAt ?? document.issuedAt).getTime()
+  return document.eInvoiceCreatedAt === null ? since > CONSOLIDATION_DEADLINE_MS : since > OVERDUE_AFTER_MS
+}
+
+/** A stored document as the list gives it, at `at`. */
+export const toSummary = (document: StoredDocument, validationUrl: string | null, at: Date): DocumentSummary => ({
   id: document.id,
   number: document.number,
   type: document.type,
@@ -45,13 +67,16 @@ export const toSummary = (document: StoredDocument, validationUrl: string | null
     uuid: document.eInvoiceUuid,
     validation_url: validationUrl,
     validated_at: document.eInvoiceValidatedAt?.toISOString() ?? null,
-    errors: document.eInvoiceErrors
+    errors: document.eInvoiceErrors,
+    route: document.eInvoiceRoute,
+    number: document.eInvoiceNumber,
+    overdue: isOverdue(document, at)
   }
 })
 
 /** A stored document as the API gives it: its parties, lines and references too. */
-export const toDetail = (document: StoredDocument, validationUrl: string | null): DocumentDetail => ({
-  ...toSummary(document, validationUrl),
+export const toDetail = (document: StoredDocument, validationUrl: string | null, at: Date): DocumentDetail => ({
+  ...toSummary(document, validationUrl, at),
   supplier: document.supplier,
   buyer: document.buyer,
   lines: document.lines.map((line) => ({
@@ -86,6 +111,7 @@ export class Documents extends Context.Tag("nenas/Documents")<Documents, {
     Documents,
     Effect.gen(function*() {
       const repo = yield* InvoicesRepo
+      const eInvoices = yield* EInvoiceRepo
       const sql = yield* SqlClient.SqlClient
       const config = yield* AppConfig
 
@@ -106,6 +132,41 @@ export class Documents extends Context.Tag("nenas/Documents")<Documents, {
             address: null
           }
           return named
+        })
+
+      /**
+       * Queues the document's own e-invoice, in the same transaction (docs/api/e-invoices.md, "Who gets what"):
+       * a note follows its invoice (on its own, or consolidated); a consolidated one waits for its month's end.
+       * A refund note that completes a full refund within 72 hours of its invoice's validation asks for the
+       * invoice's cancellation instead, and waits on it.
+       */
+      const reportable = (document: StoredDocument, at: Date) =>
+        Effect.gen(function*() {
+          const invoice = document.referencesId === null
+            ? undefined
+            : yield* eInvoices.ofDocument(document.referencesId)
+          const route = document.referencesId === null
+            ? routeOf(document.buyer, document.totalSen)
+            : yield* repo.routeOf(document.referencesId)
+          yield* repo.setRoute(document.id, route)
+          if (route === "consolidated") return
+          const fullRefund = document.type === "refund_note" && invoice !== undefined && invoice.kind === "single" &&
+            ["pending", "submitted", "valid"].includes(invoice.status) &&
+            (invoice.validatedAt === null || at.getTime() - invoice.validatedAt.getTime() < CANCEL_WINDOW_MS) &&
+            (yield* repo.refundedOf(invoice.documentId ?? "")) >= (yield* repo.totalOf(invoice.documentId ?? ""))
+          if (fullRefund) yield* eInvoices.requestCancel(invoice.id, at)
+          yield* eInvoices.create({
+            kind: "single",
+            typeCode: TYPE_CODES[document.type],
+            codeNumber: document.number,
+            accountId: document.accountId,
+            documentId: document.id,
+            month: null,
+            buyer: document.buyer,
+            dueAt: fullRefund ? null : at,
+            heldBy: fullRefund ? invoice.id : null,
+            at
+          }, [document.id])
         })
 
       return Documents.of({
@@ -153,6 +214,7 @@ export class Documents extends Context.Tag("nenas/Documents")<Documents, {
                 references: document.referencesNumber
               }
             }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+            yield* reportable(document, issuedAt)
             return document
           })
       })

@@ -5,10 +5,13 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
-import { NotFound } from "../Domain/Errors.js"
+import { InvalidRequest, NotFound } from "../Domain/Errors.js"
+import { now } from "../Domain/Time.js"
 import { checkRange, dateOf } from "../Logs/Range.js"
 import { type BillingProfileInput, buyerOf, type Party } from "./Api.js"
+import { Consolidation } from "./Consolidation.js"
 import { toDetail, toSummary } from "./Documents.js"
+import { EInvoiceRepo } from "./EInvoiceRepo.js"
 import { renderPdf } from "./Pdf.js"
 import { InvoicesRepo, type StoredDocument, type StoredProfile } from "./Repo.js"
 
@@ -25,6 +28,7 @@ const changedFields = (before: Party | undefined, after: Party): ReadonlyArray<s
 export const InvoicesLive = HttpApiBuilder.group(NenasApi, "invoices", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* InvoicesRepo
+    const eInvoices = yield* EInvoiceRepo
     const audit = yield* AuditLog
     const config = yield* AppConfig
     /** MyInvois' public validation page of a valid e-invoice (docs/api/invoices.md, "Documents"). */
@@ -67,9 +71,10 @@ export const InvoicesLive = HttpApiBuilder.group(NenasApi, "invoices", (handlers
             type: urlParams.type,
             ...range
           }))
+          const at = yield* now
           return {
             data: rows.map((row) =>
-              toSummary(row, validationUrl(row))
+              toSummary(row, validationUrl(row), at)
             ),
             page: urlParams.page,
             limit: urlParams.limit
@@ -79,16 +84,88 @@ export const InvoicesLive = HttpApiBuilder.group(NenasApi, "invoices", (handlers
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const document = yield* found(account.id, path.id)
-          return toDetail(document, validationUrl(document))
+          return toDetail(document, validationUrl(document), yield* now)
         }))
       .handle("pdf", ({ path }) =>
         Effect.gen(function*() {
           const account = yield* CurrentAccount
           const document = yield* found(account.id, path.id)
-          const bytes = yield* renderPdf(toDetail(document, validationUrl(document)), {})
+          const bytes = yield* renderPdf(toDetail(document, validationUrl(document), yield* now), {})
           return HttpServerResponse.uint8Array(bytes, {
             contentType: "application/pdf",
             headers: { "content-disposition": `attachment; filename="${document.number}.pdf"` }
           })
         }))
+      .handle("resubmit", ({ path }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const document = yield* found(account.id, path.id)
+          const current = yield* Effect.orDie(eInvoices.ofDocument(document.id))
+          if (current === undefined || current.kind !== "single" || current.status !== "invalid") {
+            return yield* Effect.fail(
+              new InvalidRequest({
+                message:
+                  `Only an e-invoice of its own that MyInvois found invalid is resubmitted; ${document.number}'s is ${
+                    current === undefined
+                      ? "not made yet"
+                      : current.kind === "consolidated"
+                      ? "consolidated"
+                      : current.status
+                  }.`,
+                param: "id"
+              })
+            )
+          }
+          const at = yield* now
+          // The buyer as the profile says now: the fix a rejection asked for.
+          const buyer = (yield* Effect.orDie(repo.profile(account.id)))?.profile ?? document.buyer
+          yield* audit.within(
+            Effect.orDie(eInvoices.supersede(current, {
+              kind: "single",
+              typeCode: current.typeCode,
+              codeNumber: current.codeNumber,
+              attempt: current.attempt + 1,
+              accountId: account.id,
+              documentId: document.id,
+              month: null,
+              buyer,
+              dueAt: at,
+              at
+            })),
+            () => ({
+              action: "billing.e_invoice_resubmitted",
+              targetType: "billing",
+              targetId: document.id,
+              details: { number: document.number, attempt: current.attempt + 1 }
+            })
+          )
+          const resubmitted = yield* found(account.id, document.id)
+          return toDetail(resubmitted, validationUrl(resubmitted), at)
+        }))
   }))
+
+/** The development route that consolidates a month now (the current one closed early). */
+export const DevEInvoicesLive = HttpApiBuilder.group(
+  NenasApi,
+  "devEInvoices",
+  (handlers) =>
+    Effect.map(
+      Consolidation,
+      (consolidation) =>
+        handlers.handle("consolidate", ({ payload }) =>
+          consolidation.consolidate(payload.month, { early: true }).pipe(
+            Effect.catchTag("SqlError", Effect.die),
+            Effect.map((outcome) => ({
+              month: outcome.month,
+              early: outcome.early,
+              e_invoices: outcome.created.map((part) => ({
+                id: part.id,
+                number: part.codeNumber,
+                type_code: part.typeCode,
+                documents: part.documents,
+                lines: part.lines
+              }))
+            }))
+          ))
+    )
+)

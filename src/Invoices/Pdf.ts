@@ -305,7 +305,10 @@ const drawEInvoice = (doc: Doc, document: DocumentDetail, qr: Buffer | undefined
     if (qr !== undefined) doc.image(qr, MARGIN, qrTop, { width: QR_SIDE, height: QR_SIDE })
     const textX = MARGIN + indent
     const textWidth = CONTENT_WIDTH - indent
-    let at = write(doc, "e-Invoice validated by MyInvois", textX, qrTop + 4, { width: textWidth, size: 10, bold: true })
+    const heading = eInvoice.route === "consolidated"
+      ? `Reported in consolidated e-Invoice ${eInvoice.number ?? ""}, validated by MyInvois`
+      : "e-Invoice validated by MyInvois"
+    let at = write(doc, heading, textX, qrTop + 4, { width: textWidth, size: 10, bold: true })
     at = write(doc, `MyInvois UUID: ${eInvoice.uuid ?? "—"}`, textX, at + 4, { width: textWidth, size: 9 })
     const validated = eInvoice.validated_at === null ? "—" : momentText(eInvoice.validated_at)
     at = write(doc, `Validated: ${validated}`, textX, at + 2, { width: textWidth, size: 9 })
@@ -324,6 +327,8 @@ const drawEInvoice = (doc: Doc, document: DocumentDetail, qr: Buffer | undefined
       : `e-Invoice rejected by MyInvois: ${eInvoice.errors[0].message}`
     : eInvoice.status === "cancelled"
     ? "e-Invoice cancelled"
+    : eInvoice.route === "consolidated"
+    ? "e-Invoice pending: reported in the month's consolidated e-Invoice after the month ends"
     : "e-Invoice pending validation"
   const height = 10 + heightOf(doc, message, CONTENT_WIDTH, 9.5, true)
   if (top + 20 + height > BOTTOM) continuePage(doc, document)

@@ -9,7 +9,8 @@ import { type DocumentType, EInvoiceStatus, Party } from "./Api.js"
 /**
  * The billing profiles, the document numbers and the documents themselves: this module is their tables'
  * only reader and writer. Their jsonb columns are read as text and decoded here: the client's name
- * transform would otherwise rename the keys inside them. Every write of a document runs inside the caller's SQL transaction (the one that
+ * transform would otherwise rename the keys inside them. The e-invoice state columns (`e_invoice_*` but the
+ * route) are `EInvoiceRepo`'s, which writes them with each change of the e-invoice they copy. Every write of a document runs inside the caller's SQL transaction (the one that
  * moves its money), so a number exists exactly when its money moved.
  */
 
@@ -58,7 +59,11 @@ export const StoredDocument = Schema.Struct({
   eInvoiceValidatedAt: Schema.NullOr(Schema.DateFromSelf),
   eInvoiceErrors: Schema.parseJson(Schema.Array(
     Schema.Struct({ code: Schema.String, message: Schema.String, target: Schema.NullOr(Schema.String) })
-  ))
+  )),
+  eInvoiceRoute: Schema.Literal("single", "consolidated"),
+  /** The e-invoice it is reported in: its number and when it was made (null until then). */
+  eInvoiceNumber: Schema.NullOr(Schema.String),
+  eInvoiceCreatedAt: Schema.NullOr(Schema.DateFromSelf)
 })
 export type StoredDocument = typeof StoredDocument.Type
 
@@ -101,7 +106,8 @@ type Q<A> = Effect.Effect<A, SqlError.SqlError>
 const documentColumns = `d.id, d.account_id, d.type, d.number, d.issued_at, d.payment_transaction_id,
   d.references_document_id AS references_id, r.number AS references_number, d.supplier::text, d.buyer::text, d.lines::text,
   d.tax_rate_bps, d.net_sen, d.tax_sen, d.total_sen, d.payment_reference, d.e_invoice_status, d.e_invoice_uuid,
-  d.e_invoice_long_id, d.e_invoice_validated_at, d.e_invoice_errors::text`
+  d.e_invoice_long_id, d.e_invoice_validated_at, d.e_invoice_errors::text, d.e_invoice_route,
+  e.code_number AS e_invoice_number, COALESCE(e.issued_at, e.created_at) AS e_invoice_created_at`
 
 export class InvoicesRepo extends Context.Tag("nenas/InvoicesRepo")<InvoicesRepo, {
   readonly profile: (accountId: string) => Q<StoredProfile | undefined>
@@ -119,6 +125,12 @@ export class InvoicesRepo extends Context.Tag("nenas/InvoicesRepo")<InvoicesRepo
    */
   readonly insert: (document: NewDocument) => Q<StoredDocument>
   readonly list: (accountId: string, query: DocumentQuery) => Q<ReadonlyArray<StoredDocument>>
+  /** How a document is reported to MyInvois (its notes follow it). */
+  readonly routeOf: (id: string) => Q<"single" | "consolidated">
+  readonly setRoute: (id: string, route: "single" | "consolidated") => Q<void>
+  /** The gross refunded so far against an invoice: its refund notes' totals, in sen. */
+  readonly refundedOf: (invoiceId: string) => Q<number>
+  readonly totalOf: (id: string) => Q<number>
   readonly find: (accountId: string, id: string) => Q<StoredDocument | undefined>
 }>() {
   static readonly layer = Layer.effect(
@@ -145,6 +157,7 @@ export class InvoicesRepo extends Context.Tag("nenas/InvoicesRepo")<InvoicesRepo
           sql`
             SELECT ${sql.literal(documentColumns)} FROM billing_documents d
             LEFT JOIN billing_documents r ON r.id = d.references_document_id
+            LEFT JOIN e_invoices e ON e.id = d.e_invoice_id
             WHERE d.account_id = ${accountId} AND d.id = ${id}
           `
       })
@@ -155,6 +168,7 @@ export class InvoicesRepo extends Context.Tag("nenas/InvoicesRepo")<InvoicesRepo
           sql`
             SELECT ${sql.literal(documentColumns)} FROM billing_documents d
             LEFT JOIN billing_documents r ON r.id = d.references_document_id
+            LEFT JOIN e_invoices e ON e.id = d.e_invoice_id
             WHERE d.id = ${id}
           `
       })
@@ -172,6 +186,7 @@ export class InvoicesRepo extends Context.Tag("nenas/InvoicesRepo")<InvoicesRepo
           sql`
             SELECT ${sql.literal(documentColumns)} FROM billing_documents d
             LEFT JOIN billing_documents r ON r.id = d.references_document_id
+            LEFT JOIN e_invoices e ON e.id = d.e_invoice_id
             WHERE d.account_id = ${accountId}
               AND (${type}::text IS NULL OR d.type = ${type})
               AND (${from}::timestamptz IS NULL OR d.issued_at >= ${from})
@@ -259,7 +274,29 @@ export class InvoicesRepo extends Context.Tag("nenas/InvoicesRepo")<InvoicesRepo
             from: query.from ?? null,
             to: query.to ?? null
           })),
-        find: (accountId, id) => die(Effect.map(findDocument({ accountId, id }), Option.getOrUndefined))
+        find: (accountId, id) => die(Effect.map(findDocument({ accountId, id }), Option.getOrUndefined)),
+        routeOf: (id) =>
+          Effect.map(
+            sql<
+              { route: "single" | "consolidated" }
+            >`SELECT e_invoice_route AS route FROM billing_documents WHERE id = ${id}`,
+            (rows) => rows[0]?.route ?? "consolidated"
+          ),
+        setRoute: (id, route) =>
+          Effect.asVoid(sql`UPDATE billing_documents SET e_invoice_route = ${route} WHERE id = ${id}`),
+        refundedOf: (invoiceId) =>
+          Effect.map(
+            sql<{ sen: number }>`
+              SELECT COALESCE(sum(total_sen), 0)::int AS sen FROM billing_documents
+              WHERE references_document_id = ${invoiceId} AND type = 'refund_note'
+            `,
+            (rows) => rows[0]?.sen ?? 0
+          ),
+        totalOf: (id) =>
+          Effect.map(
+            sql<{ sen: number }>`SELECT total_sen::int AS sen FROM billing_documents WHERE id = ${id}`,
+            (rows) => rows[0]?.sen ?? 0
+          )
       })
     })
   )

@@ -136,6 +136,11 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
           "Cost of answers given that the wallet could not pay (micro-MYR): a stream whose hold was taken back while this instance stalled.",
         registers
       }),
+      eInvoicesOverdue: new Gauge({
+        name: "nenas_e_invoices_overdue",
+        help: "E-invoices not valid 24 hours after their issue (pending, submitted or invalid), counted every 10 minutes.",
+        registers
+      }),
       walletHoldsOpen: new Gauge({
         name: "nenas_wallet_holds_open",
         help: "Open wallet reservations (calls in flight across every instance), read at scrape time.",

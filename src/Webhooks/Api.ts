@@ -146,6 +146,31 @@ export const WebhookEventPayloads = Schema.Union(
     })
   }),
   Schema.Struct({
+    type: Schema.Literal("e_invoice.validated", "e_invoice.rejected"),
+    account: EventAccount,
+    data: Schema.Struct({
+      account_id: Schema.String,
+      invoice_id: Schema.String,
+      number: Schema.String,
+      type: Schema.Literal("invoice", "credit_note", "debit_note", "refund_note"),
+      e_invoice: Schema.Struct({
+        /** The e-invoice's own number: the document's, or a consolidated one's (`CON-INV-2026-11-001`). */
+        code_number: Schema.String,
+        consolidated: Schema.Boolean,
+        /** e_invoice.validated: MyInvois' UUID, long id and public validation link. */
+        uuid: Schema.optional(Schema.String),
+        long_id: Schema.optional(Schema.String),
+        validation_url: Schema.optional(Schema.String)
+      }),
+      /** e_invoice.validated: the document's total. */
+      total_myr: Schema.optional(Money),
+      /** e_invoice.rejected: MyInvois' reasons. */
+      errors: Schema.optional(Schema.Array(
+        Schema.Struct({ code: Schema.String, message: Schema.String, target: Schema.NullOr(Schema.String) })
+      ))
+    })
+  }),
+  Schema.Struct({
     type: Schema.Literal("webhook.test"),
     account: EventAccount,
     data: Schema.Struct({ endpoint_id: Schema.String, message: Schema.String })

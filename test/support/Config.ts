@@ -23,5 +23,10 @@ export const PRODUCTION_ENV: Readonly<Record<string, string>> = {
   SUPPLIER_ADDRESS:
     "{\"line1\":\"1 Jalan Nenas\",\"city\":\"Kuala Lumpur\",\"postcode\":\"50000\",\"state_code\":\"14\"}",
   SUPPLIER_EMAIL: "billing@nenas.example",
-  SUPPLIER_PHONE: "+60312345678"
+  SUPPLIER_PHONE: "+60312345678",
+  MYINVOIS_BASE_URL: "https://api.myinvois.hasil.gov.my",
+  MYINVOIS_CLIENT_ID: "erp-client",
+  MYINVOIS_CLIENT_SECRET: "erp-secret",
+  MYINVOIS_SIGNING_KEY: "/run/secrets/myinvois-key.pem",
+  MYINVOIS_SIGNING_CERT: "/run/secrets/myinvois-cert.pem"
 }

@@ -22,7 +22,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   [CONTRACTS],
   ["AppConfig", "Lane/Wire"],
   ["Observability", "Addresses", "Database"],
-  ["Routing", "Search", "Responses", "Guardrails"],
+  ["Routing", "Search", "Responses", "Guardrails", "EInvoicing"],
   ["Providers"],
   ["Logs", "Outbox"],
   ["Wallet", "Webhooks", "Audit", "Members", "Invoices"],

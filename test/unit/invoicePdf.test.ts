@@ -40,7 +40,16 @@ const invoice = (overrides: Partial<DocumentDetail> = {}): DocumentDetail => ({
   net_myr: 10,
   tax_myr: 0.8,
   total_myr: 10.8,
-  e_invoice: { status: "pending", uuid: null, validation_url: null, validated_at: null, errors: [] },
+  e_invoice: {
+    status: "pending",
+    uuid: null,
+    validation_url: null,
+    validated_at: null,
+    errors: [],
+    route: "single",
+    number: "INV-2026-000001",
+    overdue: false
+  },
   supplier: {
     legal_name: "Nenas Teknologi Sdn. Bhd.",
     tin: "C25845632020",
@@ -90,7 +99,10 @@ const validated: DocumentDetail["e_invoice"] = {
   uuid: UUID,
   validation_url: VALIDATION_URL,
   validated_at: "2026-12-02T07:30:00.000Z",
-  errors: []
+  errors: [],
+  route: "single",
+  number: "INV-2026-000001",
+  overdue: false
 }
 
 const render = (document: DocumentDetail, title?: string): Promise<Uint8Array> =>
@@ -205,7 +217,10 @@ describe("invoice PDF", () => {
           errors: [
             { code: "CF321", message: "Buyer TIN does not match the registered name", target: "buyer.tin" },
             { code: "CF322", message: "Second reason", target: null }
-          ]
+          ],
+          route: "single",
+          number: "INV-2026-000001",
+          overdue: false
         }
       }))
     )

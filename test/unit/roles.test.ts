@@ -50,6 +50,7 @@ const EXPECTED: Record<string, ReadonlyArray<Role>> = {
   "PUT /dashboard/guardrails": [o, a],
   "GET /dashboard/billing/invoices/:id": ALL,
   "GET /dashboard/billing/invoices/:id/pdf": ALL,
+  "POST /dashboard/billing/invoices/:id/resubmit": [o, a, b],
   "POST /dashboard/billing/card": [o, b],
   "DELETE /dashboard/billing/card": [o, b],
   "GET /dashboard/logs": ALL,

@@ -189,7 +189,9 @@ export const WEBHOOK_EVENTS = allOf<WebhookEventType>()([
   "key.expiring",
   "account.suspended",
   "account.reinstated",
-  "invoice.issued"
+  "invoice.issued",
+  "e_invoice.validated",
+  "e_invoice.rejected"
 ])
 
 export type BillingProfile = NonNullable<Success<"GET /dashboard/billing/profile">["profile"]>
@@ -249,5 +251,6 @@ export const AUDIT_ACTIONS = allOf<AuditAction>()([
   "usage.grouping_tags_updated",
   "response.deleted",
   "billing.profile_updated",
-  "guardrails.updated"
+  "guardrails.updated",
+  "billing.e_invoice_resubmitted"
 ])

@@ -47,7 +47,7 @@ export interface Routes {
     readonly query: {
       readonly page?: string
       readonly limit?: string
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -59,7 +59,7 @@ export interface Routes {
   readonly "GET /dashboard/audit-log/export": {
     readonly query: {
       readonly format?: "csv"
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -240,7 +240,7 @@ export interface Routes {
   readonly "GET /dashboard/webhooks/event-types": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: {
-      readonly event_types: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued">
+      readonly event_types: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued" | "e_invoice.validated" | "e_invoice.rejected">
       readonly payload?: Schemas["WebhookEventPayload"]
     }
   }
@@ -298,6 +298,11 @@ export interface Routes {
       readonly tax_sen: number
       readonly total_sen: number
     }
+  }
+  readonly "POST /dashboard/billing/invoices/{id}/resubmit": {
+    readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: Schemas["InvoiceDetail"]
   }
   readonly "POST /dashboard/guardrails/test": {
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -408,7 +413,7 @@ export interface Schemas {
     readonly id: string
     readonly member_id: string | null
     readonly actor_email: string | null
-    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated"
+    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted"
     readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response" | "guardrails"
     readonly target_id: string | null
     readonly details: { readonly [key: string]: unknown }
@@ -475,7 +480,7 @@ export interface Schemas {
   }
   readonly CreateWebhookRequest: {
     readonly url: string
-    readonly events: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued">
+    readonly events: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued" | "e_invoice.validated" | "e_invoice.rejected">
     readonly description?: string
   }
   readonly EInvoice: {
@@ -484,6 +489,9 @@ export interface Schemas {
     readonly validation_url: string | null
     readonly validated_at: string | null
     readonly errors: ReadonlyArray<{ readonly code: string; readonly message: string; readonly target: string | null }>
+    readonly route: "single" | "consolidated"
+    readonly number: string | null
+    readonly overdue: boolean
   }
   readonly ErrorBody: {
     readonly type: "error"
@@ -713,7 +721,7 @@ export interface Schemas {
   }
   readonly UpdateWebhookRequest: {
     readonly url?: string
-    readonly events?: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued">
+    readonly events?: ReadonlyArray<"balance.low" | "topup.succeeded" | "topup.failed" | "auto_topup.failed" | "key.limit_reached" | "key.expiring" | "account.suspended" | "account.reinstated" | "invoice.issued" | "e_invoice.validated" | "e_invoice.rejected">
     readonly description?: string
     readonly disabled?: boolean
   }
@@ -816,6 +824,24 @@ export interface Schemas {
       readonly references: string | null
     }
   } | {
+    readonly type: "e_invoice.validated" | "e_invoice.rejected"
+    readonly account: { readonly id: string; readonly name: string | null }
+    readonly data: {
+      readonly account_id: string
+      readonly invoice_id: string
+      readonly number: string
+      readonly type: "invoice" | "credit_note" | "debit_note" | "refund_note"
+      readonly e_invoice: {
+        readonly code_number: string
+        readonly consolidated: boolean
+        readonly uuid?: string
+        readonly long_id?: string
+        readonly validation_url?: string
+      }
+      readonly total_myr?: number
+      readonly errors?: ReadonlyArray<{ readonly code: string; readonly message: string; readonly target: string | null }>
+    }
+  } | {
     readonly type: "webhook.test"
     readonly account: { readonly id: string; readonly name: string | null }
     readonly data: { readonly endpoint_id: string; readonly message: string }
@@ -869,6 +895,7 @@ export const ROUTE_ROLES = {
   "POST /dashboard/api-keys/{id}/rotate": ["owner", "admin", "developer"],
   "POST /dashboard/billing/card": ["owner", "billing"],
   "POST /dashboard/billing/checkout": ["owner", "billing"],
+  "POST /dashboard/billing/invoices/{id}/resubmit": ["owner", "admin", "billing"],
   "POST /dashboard/guardrails/test": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/invitations/{id}/accept": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/members/invitations": ["owner", "admin"],

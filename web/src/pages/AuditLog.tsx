@@ -32,7 +32,8 @@ const ACTION_LABELS: Record<AuditAction, string> = {
   "usage.grouping_tags_updated": "Grouping tags changed",
   "response.deleted": "Stored response deleted",
   "billing.profile_updated": "Billing profile changed",
-  "guardrails.updated": "Guardrails changed"
+  "guardrails.updated": "Guardrails changed",
+  "billing.e_invoice_resubmitted": "E-invoice resubmitted"
 }
 
 const isChange = (value: unknown): value is { from: unknown; to: unknown } =>

@@ -6,6 +6,7 @@ import { timingSafeEqual } from "node:crypto"
 import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuthenticationError, ProviderUnavailable } from "../Domain/Errors.js"
+import { EInvoiceWorker } from "../Invoices/EInvoiceWorker.js"
 import { Metrics, renderMetrics } from "../Observability/Metrics.js"
 import { Breakers } from "../Providers/Breakers.js"
 import { WalletRepo } from "../Wallet/Repo.js"
@@ -23,6 +24,7 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
     const metrics = yield* Metrics
     const wallet = yield* WalletRepo
     const breakers = yield* Breakers
+    const eInvoices = yield* EInvoiceWorker
     const ok = { status: "ok" as const }
     const upstreams = Effect.map(breakers.notClosed, (states) => ({
       open: states.map(({ halfOpenAt, state, target }) => ({
@@ -59,6 +61,10 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
       .handle("metrics", () =>
         Effect.zipRight(
           authorized,
-          renderMetrics(wallet.openHolds, breakers.notClosed).pipe(Effect.provideService(Metrics, metrics))
+          // Overdue e-invoices are counted at scrape time, across every instance, as open holds are.
+          Effect.zipRight(
+            eInvoices.countOverdue,
+            renderMetrics(wallet.openHolds, breakers.notClosed).pipe(Effect.provideService(Metrics, metrics))
+          )
         ))
   }))

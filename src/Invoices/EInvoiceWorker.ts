@@ -66,7 +66,7 @@ type Built = { readonly _tag: "built"; readonly text: string; readonly issuedAt:
 export class EInvoiceWorker extends Context.Tag("nenas/EInvoiceWorker")<EInvoiceWorker, {
   /** Claims what is due and acts on it; the number of e-invoices handled. */
   readonly runOnce: Effect.Effect<number>
-  /** Counts overdue e-invoices into the metric; the count. */
+  /** Counts overdue e-invoices (every instance's) into the metric, as `/metrics` is scraped; the count. */
   readonly countOverdue: Effect.Effect<number>
 }>() {
   static readonly layer = Layer.effect(
@@ -434,11 +434,8 @@ export class EInvoiceWorker extends Context.Tag("nenas/EInvoiceWorker")<EInvoice
       Effect.catchAllCause((cause) => Effect.logWarning("releasing e-invoice claims failed", cause))
     )
     yield* Effect.forkScoped(Effect.repeat(worker.runOnce, Schedule.spaced(Duration.millis(config.eInvoicePollMs))))
-    const scheduled = Effect.zipRight(
-      consolidation.consolidateEnded.pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("consolidating ended months failed", cause))
-      ),
-      worker.countOverdue
+    const scheduled = consolidation.consolidateEnded.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("consolidating ended months failed", cause))
     )
     yield* Effect.forkScoped(Effect.repeat(scheduled, Schedule.spaced(CONSOLIDATE_EVERY)))
   }))

@@ -138,7 +138,7 @@ export class Metrics extends Effect.Service<Metrics>()("nenas/Metrics", {
       }),
       eInvoicesOverdue: new Gauge({
         name: "nenas_e_invoices_overdue",
-        help: "E-invoices not valid 24 hours after their issue (pending, submitted or invalid), counted every 10 minutes.",
+        help: "E-invoices not valid 24 hours after their issue (pending, submitted or invalid), read at scrape time.",
         registers
       }),
       walletHoldsOpen: new Gauge({

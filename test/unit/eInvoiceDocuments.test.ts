@@ -3,6 +3,7 @@ import forge from "node-forge"
 import { createHash, createVerify, generateKeyPairSync, X509Certificate } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { SANDBOX_SUPPLIER } from "../../src/AppConfig.js"
+import { checkDocument } from "../../src/EInvoicing/Rules.js"
 import { makeSigner, transformed } from "../../src/EInvoicing/Signing.js"
 import { buildDocument, GENERAL_PUBLIC_TIN, type UblInput } from "../../src/EInvoicing/Ubl.js"
 import type { Party } from "../../src/Invoices/Api.js"
@@ -134,6 +135,47 @@ const certificate = () => {
   cert.sign(forge.pki.privateKeyFromPem(keyPem), forge.md.sha256.create())
   return { keyPem, certPem: forge.pki.certificateToPem(cert) }
 }
+
+describe("the SDK's rules, as the simulated MyInvois checks them", () => {
+  const context = { issuerTin: SANDBOX_SUPPLIER.tin!, now: new Date("2026-12-02T06:10:00Z") }
+  const reference = [{ number: "INV-2026-000001", uuid: "F9D425P6DS7D8IU9PKV9AQYJ10" }]
+
+  it.each(
+    [
+      ["an invoice (01)", input()],
+      ["a credit note (02)", input({ number: "CN-2026-000001", typeCode: "02", references: reference })],
+      ["a debit note (03)", input({ number: "DN-2026-000001", typeCode: "03", references: reference })],
+      ["a refund note (04)", input({ number: "RN-2026-000001", typeCode: "04", references: reference })],
+      ["without tax", input({ lines: [{ ...input().lines[0]!, taxSen: 0, taxRateBps: 0 }] })],
+      [
+        "a consolidated e-invoice",
+        input({
+          number: "CON-INV-2026-11-001",
+          buyer: "general public",
+          paymentReference: null,
+          period: { start: "2026-11-01", end: "2026-11-30" },
+          lines: runsOf([1, 2, 3, 5].map((n) => covered(n))).map(lineOf)
+        })
+      ]
+    ] as const
+  )("%s passes every rule", (_, document) => {
+    expect(checkDocument(buildDocument(document), context)).toEqual([])
+  })
+
+  it("a signed 1.1 document passes, and one changed after signing does not", async () => {
+    const { certPem, keyPem } = certificate()
+    const signer = await Effect.runPromise(makeSigner(keyPem, certPem))
+    const text = signer.sign(buildDocument(input({ version: "1.1" })), context.now)
+    expect(checkDocument(JSON.parse(text), context)).toEqual([])
+    const changed = JSON.parse(text.replace("\"Prepaid credit top-up\"", "\"Something else\""))
+    expect(checkDocument(changed, context).map((error) => error.errorCode)).not.toEqual([])
+  })
+
+  it("the supplier must be the taxpayer behind the client id, and a note must reference its invoice", () => {
+    expect(checkDocument(buildDocument(input()), { ...context, issuerTin: "C11111111110" })).not.toEqual([])
+    expect(checkDocument(buildDocument(input({ typeCode: "04", number: "RN-2026-000009" })), context)).not.toEqual([])
+  })
+})
 
 describe("version 1.1: the signature", () => {
   it("verifies with the certificate: DocDigest, the signature value, CertDigest and PropsDigest as the SDK defines them", async () => {

@@ -279,6 +279,41 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })(
         expect(yield* submissionsOf(invoice!.number), "submitted once").toBe(1)
       }))
 
+    it.effect("not valid 24 hours after its issue: overdue on the document and in the metric, until it is valid", () =>
+      Effect.gen(function*() {
+        const standIn = yield* MyInvoisStandIn
+        const { baseUrl } = yield* TestServer
+        const signedIn = yield* developer("einvoice-overdue@example.my")
+        yield* putProfile(signedIn.token, PROFILE)
+        standIn.outage(true)
+        yield* simulatedTopUp(signedIn.token, 1000)
+        const [invoice] = yield* documents(signedIn.token)
+        const overdueMetric = () =>
+          Effect.promise(async () => {
+            const text = await (await fetch(`${baseUrl}/metrics`)).text()
+            return Number(/^nenas_e_invoices_overdue (\d+)/m.exec(text)?.[1] ?? "NaN")
+          })
+        const before = yield* overdueMetric()
+        expect(invoice!.e_invoice.overdue).toBe(false)
+        // Its first attempt (which issues the e-invoice) meets the outage; then a day passes.
+        const attempts = standIn.requests.length
+        for (let tries = 0; tries < 100 && standIn.requests.length === attempts; tries++) yield* realSleep(50)
+        yield* advance(Duration.hours(25))
+        const { token } = yield* developer("einvoice-overdue@example.my")
+        const late = yield* documentNamed(token, invoice!.number)
+        expect(late.e_invoice.overdue, JSON.stringify(late)).toBe(true)
+        expect(yield* overdueMetric()).toBeGreaterThan(before)
+        standIn.outage(false)
+        for (let step = 0; step < 12; step++) {
+          if ((yield* documentNamed(token, invoice!.number)).e_invoice.status === "valid") break
+          yield* advance(Duration.minutes(30))
+          yield* realSleep(400)
+        }
+        const valid = yield* until(token, invoice!.number, "valid")
+        expect(valid.e_invoice.overdue).toBe(false)
+        expect(yield* submissionsOf(invoice!.number)).toBe(1)
+      }))
+
     it.effect("429 with Retry-After: nothing is sent again before it", () =>
       Effect.gen(function*() {
         const standIn = yield* MyInvoisStandIn

@@ -70,6 +70,8 @@ const DUPLICATE_DOCUMENT_MS = 2 * 60 * 60 * 1000
 /** SDK, "Cancel Document": within 72 hours of validation. */
 const CANCEL_WINDOW_MS = 72 * 60 * 60 * 1000
 const MAX_PAGE_SIZE = 100
+/** Documents the simulated MyInvois remembers; older ones are forgotten (a restart forgets them all). */
+const MAX_KEPT = 10_000
 /** SDK, "Search Documents": the date filters span at most 31 days. */
 const MAX_SEARCH_SPAN_MS = 31 * 24 * 60 * 60 * 1000
 
@@ -180,6 +182,20 @@ export class SimulatedMyInvois {
     this.now = options.now ?? (() => new Date())
   }
 
+  /**
+   * Keeps memory bounded in a long-running `npm start`: request bodies past the duplicate window, expired
+   * tokens, and beyond `MAX_KEPT` documents the oldest (with their submissions) are forgotten.
+   */
+  private forgetOld(now: Date): void {
+    for (const [key, at] of this.bodies) if (now.getTime() - at >= DUPLICATE_SUBMISSION_MS) this.bodies.delete(key)
+    for (const [token, expires] of this.tokens) if (expires <= now.getTime()) this.tokens.delete(token)
+    if (this.stored.length <= MAX_KEPT) return
+    for (const dropped of this.stored.splice(0, this.stored.length - MAX_KEPT)) {
+      this.byUuid.delete(dropped.uuid)
+      this.submissions.delete(dropped.submissionUid)
+    }
+  }
+
   /** SDK, "Login as Taxpayer System": OAuth client credentials, a bearer token for an hour. */
   login(form: Record<string, string>): Answer {
     const oauth = (error: string, description: string): Answer => ({
@@ -264,6 +280,7 @@ export class SimulatedMyInvois {
         )
       }
     }
+    this.forgetOld(now)
     this.bodies.set(key, now.getTime())
     const uid = randomId(26)
     const accepted: Array<{ uuid: string; invoiceCodeNumber: string }> = []

@@ -104,6 +104,8 @@ export class EInvoiceRepo extends Context.Tag("nenas/EInvoiceRepo")<EInvoiceRepo
   readonly cancelled: (id: string, at: Date) => Q<void>
   /** Tries again at `at` (null: not until something else happens), after a failure (counted) or a wait. */
   readonly later: (id: string, at: Date | null, error: string | null, failed: boolean) => Q<void>
+  /** Notes waiting for what they reference to be valid look again now (something just became valid). */
+  readonly wakeWaiting: (at: Date) => Q<void>
   /** Asks for the e-invoice's cancellation; the worker cancels once it is valid. */
   readonly requestCancel: (id: string, at: Date) => Q<void>
   /** The cancellation will not happen: drops the request and sends the notes it held. */
@@ -272,6 +274,12 @@ export class EInvoiceRepo extends Context.Tag("nenas/EInvoiceRepo")<EInvoiceRepo
             UPDATE e_invoices SET next_attempt_at = ${at}, claimed_until = NULL,
               attempts = attempts + ${failed ? 1 : 0}, last_error = COALESCE(${error}, last_error)
             WHERE id = ${id}
+          `),
+        wakeWaiting: (at) =>
+          Effect.asVoid(sql`
+            UPDATE e_invoices SET next_attempt_at = ${at}
+            WHERE status = 'pending' AND body IS NULL AND type_code <> '01' AND held_by IS NULL
+              AND next_attempt_at > ${at}
           `),
         requestCancel: (id, at) =>
           Effect.asVoid(sql`

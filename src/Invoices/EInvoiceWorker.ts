@@ -222,6 +222,8 @@ export class EInvoiceWorker extends Context.Tag("nenas/EInvoiceWorker")<EInvoice
           const nextAt = row.cancelRequestedAt === null ? null : at
           if (yield* eInvoices.valid(row.id, longId, validatedAt, nextAt)) {
             yield* tell(row, { _tag: "validated", uuid, longId }, at)
+            // A note waiting for this one to be valid need not wait out its minute.
+            yield* eInvoices.wakeWaiting(at)
           }
         }))
 

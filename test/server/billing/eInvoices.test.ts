@@ -420,4 +420,39 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 240_000 })("a mo
       )
       expect(early).toContain("2099-01 has not begun")
     }))
+
+  it.effect("the current month closed early: its refund note is consolidated too, referencing the consolidated invoice", () =>
+    Effect.gen(function*() {
+      const standIn = yield* MyInvoisStandIn
+      const { token } = yield* developer("einvoice-early@example.my")
+      const { sessionId } = yield* simulatedTopUp(token, 2500)
+      ok(yield* call("POST", `/dev/checkout/${sessionId}/refund`, { json: { amount_sen: 500 } }))
+      const month = new Intl.DateTimeFormat("en-CA", {
+        timeZone: "Asia/Kuala_Lumpur",
+        year: "numeric",
+        month: "2-digit"
+      })
+        .format(new Date()).slice(0, 7)
+      const closed = ok(yield* call("POST", "/dev/e-invoices/consolidate", { json: { month } }))
+      expect(closed.early).toBe(true)
+      expect(closed.e_invoices.map((part: { number: string }) => part.number)).toEqual([
+        `CON-INV-${month}-001`,
+        `CON-RN-${month}-001`
+      ])
+      const [note] = yield* documents(token, "?type=refund_note")
+      const [invoice] = yield* documents(token, "?type=invoice")
+      const invoiceValid = yield* until(token, invoice!.number, "valid")
+      const noteValid = yield* until(token, note!.number, "valid")
+      expect(noteValid.e_invoice.number).toBe(`CON-RN-${month}-001`)
+      const sent = standIn.sim.documents().find((document) => document.uuid === noteValid.e_invoice.uuid)!
+      expect(JSON.stringify(sent.document)).toContain(invoiceValid.e_invoice.uuid!)
+      // A top-up after the early close goes into a supplementary part of the same month.
+      yield* simulatedTopUp(token, 1000)
+      const later = ok(yield* call("POST", "/dev/e-invoices/consolidate", { json: { month } }))
+      expect(later.e_invoices.map((part: { number: string }) => part.number)).toEqual([`CON-INV-${month}-002`])
+      // What is not a month is refused, naming it.
+      const refused = yield* call("POST", "/dev/e-invoices/consolidate", { json: { month: "2026-13" } })
+      expect(refused.status).toBe(400)
+      expect(refused.body.error.param).toBe("month")
+    }))
 })

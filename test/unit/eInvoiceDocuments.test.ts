@@ -1,6 +1,5 @@
 import { Effect } from "effect"
-import forge from "node-forge"
-import { createHash, createVerify, generateKeyPairSync, X509Certificate } from "node:crypto"
+import { createHash, createVerify, X509Certificate } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { SANDBOX_SUPPLIER } from "../../src/AppConfig.js"
 import { checkDocument } from "../../src/EInvoicing/Rules.js"
@@ -9,6 +8,7 @@ import { buildDocument, GENERAL_PUBLIC_TIN, type UblInput } from "../../src/EInv
 import type { Party } from "../../src/Invoices/Api.js"
 import { consolidatedNumber, lineOf, LINES_PER_PART, partsOf, runsOf } from "../../src/Invoices/Consolidation.js"
 import type { Covered } from "../../src/Invoices/EInvoiceRepo.js"
+import { certificate } from "../support/Certificates.js"
 
 /** The e-invoice documents (docs/api/e-invoices.md, "The documents", "Signed documents", "Consolidated e-invoices"). */
 
@@ -116,25 +116,6 @@ describe("UBL 2.1 JSON documents", () => {
       .toBe("General Public")
   })
 })
-
-/** A self-signed RSA certificate and its key, as PEM, made with node-forge (the key by Node: forge's is slow). */
-const certificate = () => {
-  const { privateKey, publicKey } = generateKeyPairSync("rsa", { modulusLength: 2048 })
-  const keyPem = privateKey.export({ type: "pkcs8", format: "pem" }).toString()
-  const cert = forge.pki.createCertificate()
-  cert.publicKey = forge.pki.publicKeyFromPem(publicKey.export({ type: "spki", format: "pem" }).toString())
-  cert.serialNumber = "0a1b2c3d"
-  cert.validity.notBefore = new Date("2026-01-01T00:00:00Z")
-  cert.validity.notAfter = new Date("2028-01-01T00:00:00Z")
-  // Distinguished names in certificate order, the least specific first (C, O, CN).
-  cert.setSubject([{ shortName: "C", value: "MY" }, { shortName: "O", value: "Nenas" }, {
-    shortName: "CN",
-    value: "Nenas Digital Sdn. Bhd."
-  }])
-  cert.setIssuer([{ shortName: "C", value: "MY" }, { shortName: "CN", value: "Test CA" }])
-  cert.sign(forge.pki.privateKeyFromPem(keyPem), forge.md.sha256.create())
-  return { keyPem, certPem: forge.pki.certificateToPem(cert) }
-}
 
 describe("the SDK's rules, as the simulated MyInvois checks them", () => {
   const context = { issuerTin: SANDBOX_SUPPLIER.tin!, now: new Date("2026-12-02T06:10:00Z") }

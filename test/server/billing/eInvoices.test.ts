@@ -1,8 +1,12 @@
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Option, Redacted } from "effect"
 import { execFile } from "node:child_process"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { promisify } from "node:util"
 import { SANDBOX_SUPPLIER } from "../../../src/AppConfig.js"
+import { certificate } from "../../support/Certificates.js"
 import { call } from "../../support/Http.js"
 import { MyInvoisStandIn, MyInvoisStandInLive } from "../../support/MyInvoisStandIn.js"
 import { realSleep } from "../../support/RealTime.js"
@@ -454,5 +458,43 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 240_000 })("a mo
       const refused = yield* call("POST", "/dev/e-invoices/consolidate", { json: { month: "2026-13" } })
       expect(refused.status).toBe(400)
       expect(refused.body.error.param).toBe("month")
+    }))
+})
+
+/** The supplier's key and certificate as PEM files, as production sets them. */
+const signingFiles = () => {
+  const dir = mkdtempSync(join(tmpdir(), "nenas-signing-"))
+  const { certPem, keyPem } = certificate()
+  writeFileSync(join(dir, "key.pem"), keyPem, { mode: 0o600 })
+  writeFileSync(join(dir, "cert.pem"), certPem)
+  return { key: join(dir, "key.pem"), cert: join(dir, "cert.pem") }
+}
+
+const SignedServer = Layer.unwrapEffect(Effect.map(MyInvoisStandIn, (standIn) => {
+  const files = signingFiles()
+  return TestServerLive({
+    myinvoisBaseUrl: Option.some(standIn.url),
+    myinvoisClientId: Option.some("nenas-erp"),
+    myinvoisClientSecret: Option.some(Redacted.make("erp-secret")),
+    myinvoisSigningKey: Option.some(files.key),
+    myinvoisSigningCert: Option.some(files.cert),
+    eInvoicePollMs: 100
+  })
+})).pipe(Layer.provideMerge(MyInvoisStandInLive))
+
+layer(SignedServer, { excludeTestServices: true, timeout: 60_000 })("signed e-invoices", (it) => {
+  it.effect("with MYINVOIS_SIGNING_KEY and _CERT, documents are version 1.1, signed, and validated", () =>
+    Effect.gen(function*() {
+      const standIn = yield* MyInvoisStandIn
+      const { token } = yield* developer("einvoice-signed@example.my")
+      yield* putProfile(token, PROFILE)
+      yield* simulatedTopUp(token, 1000)
+      const [invoice] = yield* documents(token)
+      const valid = yield* until(token, invoice!.number, "valid")
+      const sent = standIn.sim.documents().find((document) => document.uuid === valid.e_invoice.uuid)!
+      const text = JSON.stringify(sent.document)
+      expect(text).toContain("\"listVersionID\":\"1.1\"")
+      expect(text).toContain("urn:oasis:names:specification:ubl:dsig:enveloped:xades")
+      expect(text).toContain("\"X509SerialNumber\"")
     }))
 })

@@ -3,7 +3,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net"
 import { SANDBOX_SUPPLIER } from "../../src/AppConfig.js"
 import { docDigestOf, hashOf } from "../../src/EInvoicing/Rules.js"
-import { type Answer, errorBody, SimulatedMyInvois, type SimulatedOptions } from "../../src/EInvoicing/SimulatedMyInvois.js"
+import {
+  type Answer,
+  errorBody,
+  SimulatedMyInvois,
+  type SimulatedOptions
+} from "../../src/EInvoicing/SimulatedMyInvois.js"
 
 /** A request the stand-in received, with the stand-in's time and what it answered (0: the connection was cut). */
 export interface StandInRequest {

@@ -6,6 +6,7 @@ import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort } from "../../../src/Database/EmbeddedPostgres.js"
+import { COMPANY_PROFILE } from "../../support/BillingProfile.js"
 import { MyInvoisStandIn, MyInvoisStandInLive } from "../../support/MyInvoisStandIn.js"
 import { type ServiceProcess, startService, stopService } from "../../support/ServiceProcess.js"
 import { freshDatabase } from "../../support/TestServer.js"
@@ -17,16 +18,6 @@ import { freshDatabase } from "../../support/TestServer.js"
  * submission, one valid e-invoice. A proxy between the service and the MyInvois stand-in passes the first
  * submission on and then holds its answer back, so the kill lands exactly there.
  */
-
-const PROFILE = {
-  legal_name: "Contoh Teknologi Sdn. Bhd.",
-  tin: "C1234567890",
-  id_type: "BRN",
-  id_value: "201901234567",
-  email: "finance@example.my",
-  phone: "+60312345678",
-  address: { line1: "Level 5, Menara Contoh", city: "Kuala Lumpur", postcode: "50450", state_code: "14" }
-}
 
 /** Passes requests to `target`, except that the first submission's answer never comes back. */
 const holdingProxy = (target: string) =>
@@ -125,7 +116,9 @@ layer(MyInvoisStandInLive, { timeout: 240_000 })("a kill during submission", (it
         api(first, "POST", "/dev/session", undefined, { email: "kill@example.my" })
       )
       const token = session.body.token as string
-      expect((yield* Effect.promise(() => api(first, "PUT", "/dashboard/billing/profile", token, PROFILE))).status)
+      expect(
+        (yield* Effect.promise(() => api(first, "PUT", "/dashboard/billing/profile", token, COMPANY_PROFILE))).status
+      )
         .toBe(200)
       const checkout = yield* Effect.promise(() =>
         api(first, "POST", "/dashboard/billing/checkout", token, { amount_sen: 1000 })

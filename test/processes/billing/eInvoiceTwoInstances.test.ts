@@ -1,5 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option, Redacted } from "effect"
+import { COMPANY_PROFILE } from "../../support/BillingProfile.js"
 import { call } from "../../support/Http.js"
 import { MyInvoisStandIn, MyInvoisStandInLive } from "../../support/MyInvoisStandIn.js"
 import { realSleep } from "../../support/RealTime.js"
@@ -13,15 +14,6 @@ import { developer } from "../../support/Wallet.js"
  * to MyInvois exactly once, and each becomes valid.
  */
 
-const PROFILE = {
-  legal_name: "Contoh Teknologi Sdn. Bhd.",
-  tin: "C1234567890",
-  id_type: "BRN",
-  id_value: "201901234567",
-  email: "finance@example.my",
-  phone: "+60312345678",
-  address: { line1: "Level 5, Menara Contoh", city: "Kuala Lumpur", postcode: "50450", state_code: "14" }
-}
 const TOP_UPS = 12
 
 const Both = Layer.unwrapEffect(Effect.map(MyInvoisStandIn, (standIn) =>
@@ -40,7 +32,7 @@ layer(Both, { timeout: 120_000 })("e-invoices on two instances", (it) => {
       const standIn = yield* MyInvoisStandIn
       const { a, b } = yield* Instances
       const { token } = yield* developer("einvoice-two@example.my")
-      expect((yield* call("PUT", "/dashboard/billing/profile", { token, json: PROFILE })).status).toBe(200)
+      expect((yield* call("PUT", "/dashboard/billing/profile", { token, json: COMPANY_PROFILE })).status).toBe(200)
       yield* Effect.forEach(
         Array.from({ length: TOP_UPS }, (_, index) => index),
         (index) => on(index % 2 === 0 ? a : b)(simulatedTopUp(token, 1000)),

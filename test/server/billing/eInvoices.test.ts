@@ -6,6 +6,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { promisify } from "node:util"
 import { SANDBOX_SUPPLIER } from "../../../src/AppConfig.js"
+import { COMPANY_PROFILE, UNREGISTERED_TIN } from "../../support/BillingProfile.js"
 import { certificate } from "../../support/Certificates.js"
 import { call } from "../../support/Http.js"
 import { MyInvoisStandIn, MyInvoisStandInLive } from "../../support/MyInvoisStandIn.js"
@@ -23,19 +24,6 @@ import { developer } from "../../support/Wallet.js"
  */
 
 const PORTAL = "https://preprod.myinvois.hasil.gov.my"
-
-const PROFILE = {
-  legal_name: "Contoh Teknologi Sdn. Bhd.",
-  tin: "C1234567890",
-  id_type: "BRN",
-  id_value: "201901234567",
-  sst_number: null,
-  email: "finance@example.my",
-  phone: "+60312345678",
-  address: { line1: "Level 5, Menara Contoh", city: "Kuala Lumpur", postcode: "50450", state_code: "14" }
-}
-/** A TIN the simulated MyInvois does not know: its documents come back invalid. */
-const UNREGISTERED_TIN = "C99999999990"
 
 interface EInvoiceView {
   readonly status: string
@@ -126,7 +114,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })("e-in
     Effect.gen(function*() {
       const standIn = yield* MyInvoisStandIn
       const { token } = yield* developer("einvoice-b2b@example.my")
-      yield* putProfile(token, PROFILE)
+      yield* putProfile(token, COMPANY_PROFILE)
       yield* simulatedTopUp(token, 1000)
       const [invoice] = yield* documents(token)
       expect(invoice!.e_invoice.route).toBe("single")
@@ -169,7 +157,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })("e-in
     Effect.gen(function*() {
       const standIn = yield* MyInvoisStandIn
       const { accountId, token } = yield* developer("einvoice-rejected@example.my")
-      yield* putProfile(token, { ...PROFILE, tin: UNREGISTERED_TIN })
+      yield* putProfile(token, { ...COMPANY_PROFILE, tin: UNREGISTERED_TIN })
       yield* simulatedTopUp(token, 1000)
       const [invoice] = yield* documents(token)
       const invalid = yield* until(token, invoice!.number, "invalid")
@@ -184,7 +172,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })("e-in
       expect(emails.map((email) => email.subject)).toEqual([`MyInvois rejected the e-invoice of ${invoice!.number}`])
 
       // A valid document is not resubmitted; the fix first, then the resubmission with the profile as it is now.
-      yield* putProfile(token, PROFILE)
+      yield* putProfile(token, COMPANY_PROFILE)
       const resubmitted = ok(yield* call("POST", `/dashboard/billing/invoices/${invoice!.id}/resubmit`, { token }))
       expect(resubmitted.e_invoice).toMatchObject({ status: "pending", errors: [] })
       expect(resubmitted.buyer.tin, "the document keeps what it was issued with").toBe(UNREGISTERED_TIN)
@@ -206,7 +194,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })("e-in
     Effect.gen(function*() {
       const standIn = yield* MyInvoisStandIn
       const { token } = yield* developer("einvoice-refund-inside@example.my")
-      yield* putProfile(token, PROFILE)
+      yield* putProfile(token, COMPANY_PROFILE)
       const { sessionId } = yield* simulatedTopUp(token, 1000)
       const [invoice] = yield* documents(token)
       const valid = yield* until(token, invoice!.number, "valid")
@@ -234,7 +222,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })("e-in
     Effect.gen(function*() {
       const standIn = yield* MyInvoisStandIn
       const signedIn = yield* developer("einvoice-refund-late@example.my")
-      yield* putProfile(signedIn.token, PROFILE)
+      yield* putProfile(signedIn.token, COMPANY_PROFILE)
       const { sessionId } = yield* simulatedTopUp(signedIn.token, 1000)
       const [invoice] = yield* documents(signedIn.token)
       const valid = yield* until(signedIn.token, invoice!.number, "valid")
@@ -257,7 +245,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })(
       Effect.gen(function*() {
         const standIn = yield* MyInvoisStandIn
         const { token } = yield* developer("einvoice-outage@example.my")
-        yield* putProfile(token, PROFILE)
+        yield* putProfile(token, COMPANY_PROFILE)
         standIn.outage(true)
         yield* simulatedTopUp(token, 1000)
         const [invoice] = yield* documents(token)
@@ -288,7 +276,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })(
         const standIn = yield* MyInvoisStandIn
         const { baseUrl } = yield* TestServer
         const signedIn = yield* developer("einvoice-overdue@example.my")
-        yield* putProfile(signedIn.token, PROFILE)
+        yield* putProfile(signedIn.token, COMPANY_PROFILE)
         standIn.outage(true)
         yield* simulatedTopUp(signedIn.token, 1000)
         const [invoice] = yield* documents(signedIn.token)
@@ -322,7 +310,7 @@ layer(ServerWithMyInvois, { excludeTestServices: true, timeout: 120_000 })(
       Effect.gen(function*() {
         const standIn = yield* MyInvoisStandIn
         const { token } = yield* developer("einvoice-throttled@example.my")
-        yield* putProfile(token, PROFILE)
+        yield* putProfile(token, COMPANY_PROFILE)
         standIn.throttle(1, 120)
         yield* simulatedTopUp(token, 1000)
         const [invoice] = yield* documents(token)
@@ -487,7 +475,7 @@ layer(SignedServer, { excludeTestServices: true, timeout: 60_000 })("signed e-in
     Effect.gen(function*() {
       const standIn = yield* MyInvoisStandIn
       const { token } = yield* developer("einvoice-signed@example.my")
-      yield* putProfile(token, PROFILE)
+      yield* putProfile(token, COMPANY_PROFILE)
       yield* simulatedTopUp(token, 1000)
       const [invoice] = yield* documents(token)
       const valid = yield* until(token, invoice!.number, "valid")

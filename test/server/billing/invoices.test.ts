@@ -1,6 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { PDFParse } from "pdf-parse"
+import { COMPANY_PROFILE } from "../../support/BillingProfile.js"
 import { call } from "../../support/Http.js"
 import {
   deliverEvent,
@@ -21,17 +22,6 @@ import { developer } from "../../support/Wallet.js"
  */
 
 const SEN = 10_000
-
-const PROFILE = {
-  legal_name: "Contoh Teknologi Sdn. Bhd.",
-  tin: "C1234567890",
-  id_type: "BRN",
-  id_value: "201901234567",
-  sst_number: null,
-  email: "finance@example.my",
-  phone: "+60312345678",
-  address: { line1: "Level 5, Menara Contoh", city: "Kuala Lumpur", postcode: "50450", state_code: "14" }
-}
 
 interface Summary {
   readonly id: string
@@ -124,7 +114,7 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
     it.effect("a paid top-up credits the net amount and issues one invoice; a duplicate event issues none", () =>
       Effect.gen(function*() {
         const { accountId, token } = yield* developer("sst-invoice@example.my")
-        ok(yield* putProfile(token, PROFILE))
+        ok(yield* putProfile(token, COMPANY_PROFILE))
         const payment = yield* topUp(token, 1000)
         expect(payment.amountSen, "Stripe charged the total").toBe(1080)
         expect(yield* wallet(accountId)).toBe(1000 * SEN)
@@ -150,7 +140,7 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
         expect(["pending", "submitted", "valid"]).toContain(invoice!.e_invoice.status)
         expect(invoice!.number).toMatch(/^INV-20\d\d-\d{6}$/)
         const full = yield* detail(token, invoice!.id)
-        expect(full.buyer).toMatchObject({ legal_name: PROFILE.legal_name, tin: PROFILE.tin })
+        expect(full.buyer).toMatchObject({ legal_name: COMPANY_PROFILE.legal_name, tin: COMPANY_PROFILE.tin })
         expect(full.supplier.legal_name).toMatch(/sandbox/)
         expect(full.payment_reference).toBe(payment.paymentIntentId)
         expect(full.transaction_id).toBe(payment.transactionId)
@@ -251,8 +241,8 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
         yield* topUp(token, 1000)
         const [first] = yield* documents(token)
         expect((yield* detail(token, first!.id)).buyer).toMatchObject({ tin: null, email: "sst-profile@example.my" })
-        ok(yield* putProfile(token, PROFILE))
-        ok(yield* putProfile(token, { ...PROFILE, legal_name: "Contoh Baru Sdn. Bhd.", tin: "C9876543210" }))
+        ok(yield* putProfile(token, COMPANY_PROFILE))
+        ok(yield* putProfile(token, { ...COMPANY_PROFILE, legal_name: "Contoh Baru Sdn. Bhd.", tin: "C9876543210" }))
         yield* topUp(token, 1000)
         const [second] = yield* documents(token)
         expect((yield* detail(token, second!.id)).buyer).toMatchObject({ legal_name: "Contoh Baru Sdn. Bhd." })
@@ -276,15 +266,15 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
         const { token } = yield* developer("sst-bad-profile@example.my")
         expect(ok(yield* call("GET", "/dashboard/billing/profile", { token }))).toEqual({ profile: null })
         const cases: ReadonlyArray<readonly [unknown, string]> = [
-          [{ ...PROFILE, tin: "123" }, "tin"],
-          [{ ...PROFILE, address: { ...PROFILE.address, state_code: "99" } }, "address.state_code"],
-          [{ ...PROFILE, address: { ...PROFILE.address, postcode: "504" } }, "address.postcode"],
-          [{ ...PROFILE, id_value: "12" }, "id_value"],
-          [{ ...PROFILE, legal_name: "Contoh\u0000" }, "legal_name"],
-          [{ ...PROFILE, legal_name: "Contoh \uD800" }, "legal_name"],
-          [{ ...PROFILE, phone: "x".repeat(1_000_000) }, "phone"],
-          [{ ...PROFILE, sst_numbr: "W10-1808-32000001" }, "sst_numbr"],
-          [{ ...PROFILE, address: { ...PROFILE.address, county: "x" } }, "address.county"]
+          [{ ...COMPANY_PROFILE, tin: "123" }, "tin"],
+          [{ ...COMPANY_PROFILE, address: { ...COMPANY_PROFILE.address, state_code: "99" } }, "address.state_code"],
+          [{ ...COMPANY_PROFILE, address: { ...COMPANY_PROFILE.address, postcode: "504" } }, "address.postcode"],
+          [{ ...COMPANY_PROFILE, id_value: "12" }, "id_value"],
+          [{ ...COMPANY_PROFILE, legal_name: "Contoh\u0000" }, "legal_name"],
+          [{ ...COMPANY_PROFILE, legal_name: "Contoh \uD800" }, "legal_name"],
+          [{ ...COMPANY_PROFILE, phone: "x".repeat(1_000_000) }, "phone"],
+          [{ ...COMPANY_PROFILE, sst_numbr: "W10-1808-32000001" }, "sst_numbr"],
+          [{ ...COMPANY_PROFILE, address: { ...COMPANY_PROFILE.address, county: "x" } }, "address.county"]
         ]
         for (const [json, param] of cases) {
           const reply = yield* putProfile(token, json)
@@ -294,7 +284,7 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
           expect(reply.body.error.message).toContain(param)
         }
         // 10 MB of legal name: refused before it is read, as every body past 8 MiB is.
-        const huge = yield* putProfile(token, { ...PROFILE, legal_name: "x".repeat(10_000_000) })
+        const huge = yield* putProfile(token, { ...COMPANY_PROFILE, legal_name: "x".repeat(10_000_000) })
         expect(huge.status, huge.text.slice(0, 300)).toBe(413)
         expect(huge.body.error.code).toBe("context_length_exceeded")
         expect(ok(yield* call("GET", "/dashboard/billing/profile", { token }))).toEqual({ profile: null })
@@ -303,7 +293,7 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
     it.effect("the PDF reads back: number, both TINs, the tax line and the total; another account's is 404", () =>
       Effect.gen(function*() {
         const { token } = yield* developer("sst-pdf@example.my")
-        ok(yield* putProfile(token, PROFILE))
+        ok(yield* putProfile(token, COMPANY_PROFILE))
         yield* topUp(token, 1000)
         const [invoice] = yield* documents(token)
         const pdf = yield* pdfOf(token, invoice!.id)
@@ -311,7 +301,9 @@ layer(testServerWithStripe({ sstRateBps: 800 }), { excludeTestServices: true, ti
         expect(pdf.headers.get("content-type")).toBe("application/pdf")
         expect(pdf.headers.get("content-disposition")).toBe(`attachment; filename="${invoice!.number}.pdf"`)
         expect(new TextDecoder().decode(pdf.bytes.slice(0, 5))).toBe("%PDF-")
-        for (const text of [invoice!.number, "C25845632020", PROFILE.tin, "Service tax 8%", "RM 0.80", "RM 10.80"]) {
+        for (
+          const text of [invoice!.number, "C25845632020", COMPANY_PROFILE.tin, "Service tax 8%", "RM 0.80", "RM 10.80"]
+        ) {
           expect(pdf.text, text).toContain(text)
         }
         // Pending, or validated already by the simulated MyInvois (test/server/billing/eInvoicePdf.test.ts reads its QR).
@@ -369,7 +361,7 @@ layer(TestServerLive({ ...webhookOverrides, sstRateBps: 800 }), { excludeTestSer
     it.effect("pay RM 10.80, refund half through the development route, see the refund note", () =>
       Effect.gen(function*() {
         const { accountId, token } = yield* developer("walkthrough-sst@example.my")
-        ok(yield* putProfile(token, PROFILE))
+        ok(yield* putProfile(token, COMPANY_PROFILE))
         const created = ok(yield* call("POST", "/dashboard/billing/checkout", { token, json: { amount_sen: 1000 } }))
         const path = `/dev/checkout/${created.session_id}`
         const page = yield* call("GET", path)

@@ -316,7 +316,20 @@ const REQUIRED: Record<string, string> = {
   POSTGRES_PASSWORD: "generated-database-password",
   SEARXNG_SECRET: "generated-searxng-secret",
   STRIPE_SECRET_KEY: "sk_test_x",
-  STRIPE_WEBHOOK_SECRET: "whsec_x"
+  STRIPE_WEBHOOK_SECRET: "whsec_x",
+  SUPPLIER_NAME: "Nenas Digital Sdn. Bhd.",
+  SUPPLIER_TIN: "C25845632020",
+  SUPPLIER_BRN: "202401012345",
+  SUPPLIER_MSIC: "62099",
+  SUPPLIER_ADDRESS:
+    "{\"line1\":\"1 Jalan Nenas\",\"city\":\"Kuala Lumpur\",\"postcode\":\"50000\",\"state_code\":\"14\"}",
+  SUPPLIER_EMAIL: "billing@nenas.example",
+  SUPPLIER_PHONE: "+60312345678",
+  MYINVOIS_BASE_URL: "https://api.myinvois.hasil.gov.my",
+  MYINVOIS_CLIENT_ID: "erp-client",
+  MYINVOIS_CLIENT_SECRET: "erp-secret",
+  MYINVOIS_SIGNING_KEY: "/run/secrets/myinvois-key.pem",
+  MYINVOIS_SIGNING_CERT: "/run/secrets/myinvois-cert.pem"
 }
 
 /**

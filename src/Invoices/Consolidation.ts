@@ -4,7 +4,7 @@ import { AppConfig } from "../AppConfig.js"
 import { InvalidRequest } from "../Domain/Errors.js"
 import { now } from "../Domain/Time.js"
 import { CONSOLIDATED_CLASSIFICATION, type TypeCode, type UblLine } from "../EInvoicing/Ubl.js"
-import { type Covered, EInvoiceRepo } from "./EInvoiceRepo.js"
+import { Covered, EInvoiceRepo } from "./EInvoiceRepo.js"
 import { PREFIXES, TYPE_CODES } from "./Repo.js"
 
 /**
@@ -100,19 +100,6 @@ export interface ConsolidationOutcome {
   readonly early: boolean
 }
 
-const Pending = Schema.Struct({
-  id: Schema.String,
-  accountId: Schema.String,
-  type: Schema.Literal("invoice", "credit_note", "debit_note", "refund_note"),
-  number: Schema.String,
-  year: Schema.Int,
-  sequence: Schema.Int,
-  taxRateBps: Schema.Int,
-  netSen: Schema.Int,
-  taxSen: Schema.Int,
-  referencesId: Schema.NullOr(Schema.String)
-})
-
 export class Consolidation extends Context.Tag("nenas/Consolidation")<Consolidation, {
   /**
    * Consolidates `month`'s documents not yet reported. The month must have ended (400 naming `month`), unless
@@ -135,7 +122,7 @@ export class Consolidation extends Context.Tag("nenas/Consolidation")<Consolidat
 
       const pending = SqlSchema.findAll({
         Request: Schema.Struct({ month: Schema.String, until: Schema.DateFromSelf }),
-        Result: Pending,
+        Result: Covered,
         execute: ({ month, until }) =>
           sql`
             SELECT id, account_id, type, number, year, sequence, tax_rate_bps, net_sen, tax_sen,

@@ -94,8 +94,8 @@ export class EInvoiceRepo extends Context.Tag("nenas/EInvoiceRepo")<EInvoiceRepo
   readonly releaseClaims: (instanceId: string) => Q<void>
   /** Keeps the document as it will be sent, every time, and the issue time inside it. */
   readonly saveBody: (id: string, body: string, hash: string, issuedAt: Date) => Q<void>
-  /** Notes that a submission of it is about to be sent (kept before sending, so a crash is looked up later). */
-  readonly sending: (id: string, at: Date) => Q<void>
+  /** Notes that a submission of these is about to be sent (kept before sending, so a crash is looked up later). */
+  readonly sending: (ids: ReadonlyArray<string>, at: Date) => Q<void>
   readonly accepted: (id: string, submissionUid: string, uuid: string, pollAt: Date) => Q<void>
   /** Invalid, with MyInvois' errors (rejected at submission or at validation); answers true when this made it so. */
   readonly invalid: (id: string, errors: ReadonlyArray<EInvoiceError>, at: Date) => Q<boolean>
@@ -231,8 +231,10 @@ export class EInvoiceRepo extends Context.Tag("nenas/EInvoiceRepo")<EInvoiceRepo
         saveBody: (id, body, hash, issuedAt) =>
           Effect.asVoid(sql`UPDATE e_invoices SET body = ${body}, hash = ${hash}, issued_at = ${issuedAt}
             WHERE id = ${id} AND body IS NULL`),
-        sending: (id, at) =>
-          Effect.asVoid(sql`UPDATE e_invoices SET submitted_at = COALESCE(submitted_at, ${at}) WHERE id = ${id}`),
+        sending: (ids, at) =>
+          ids.length === 0 ? Effect.void : Effect.asVoid(
+            sql`UPDATE e_invoices SET submitted_at = COALESCE(submitted_at, ${at}) WHERE id IN ${sql.in(ids)}`
+          ),
         accepted: (id, submissionUid, uuid, pollAt) =>
           changed(
             id,

@@ -293,7 +293,7 @@ export class EInvoiceWorker extends Context.Tag("nenas/EInvoiceWorker")<EInvoice
 
       const submitBatch = (batch: ReadonlyArray<{ row: EInvoiceRow; document: SubmittedDocument }>, at: Date) =>
         Effect.gen(function*() {
-          for (const { row } of batch) yield* eInvoices.sending(row.id, at)
+          yield* eInvoices.sending(batch.map(({ row }) => row.id), at)
           const answer = yield* Effect.either(myinvois.submit(batch.map((item) => item.document)))
           if (answer._tag === "Left") {
             const failure = answer.left

@@ -1,55 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { FIRST_COUNTERS, ROLLUP_KEY, rollupDeltas, rollupFunctions } from "./usageRollupSql.js"
 
-/** The counters of a rollup row, in column order; each is a sum over request logs. */
-const COUNTERS = [
-  "requests",
-  "pending",
-  "succeeded",
-  "failed",
-  "billed",
-  "input_tokens",
-  "output_tokens",
-  "reasoning_tokens",
-  "cached_tokens",
-  "search_count",
-  "content_pages",
-  "cost_micro_myr"
-] as const
-
-/** Each counter of one log row, signed by `s` (+1 a row that is there now, -1 one that was). */
-const signed = (s: string) => [
-  s,
-  `${s} * (status = 'pending')::int`,
-  `${s} * (status = 'succeeded')::int`,
-  `${s} * (status = 'failed')::int`,
-  `${s} * (status = 'billed')::int`,
-  `${s} * input_tokens::bigint`,
-  `${s} * output_tokens::bigint`,
-  `${s} * reasoning_tokens::bigint`,
-  `${s} * cached_tokens::bigint`,
-  `${s} * search_count::bigint`,
-  `${s} * content_pages::bigint`,
-  `${s} * cost_micro_myr`
-]
-
-const KEY = "account_id, bucket, api_key_id, environment, endpoint"
-const BUCKET = "date_bin('30 minutes', created_at, timestamptz '1970-01-01 00:00:00+00')"
-
-/** Rows `(s, …log columns)` of a transition table, summed per rollup key, all-zero groups left out. */
-const deltas = (rows: string) => `
-  SELECT account_id, ${BUCKET} AS bucket, api_key_id, environment, endpoint,
-    ${signed("s").map((e, i) => `sum(${e})::bigint AS ${COUNTERS[i]}`).join(", ")}
-  FROM (${rows}) r
-  GROUP BY account_id, ${BUCKET}, api_key_id, environment, endpoint
-  HAVING ${signed("s").map((e) => `sum(${e}) <> 0`).join(" OR ")}`
-
-const stage = (name: string, rows: string) => `
-CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO usage_rollup_deltas (${KEY}, ${COUNTERS.join(", ")}) ${deltas(rows)};
-  RETURN NULL;
-END $$;`
+const COUNTERS = FIRST_COUNTERS.map((c) => c.name)
+const KEY = ROLLUP_KEY
 
 /**
  * Usage rollups
@@ -102,9 +56,7 @@ CREATE TABLE usage_rollup_deltas (
 );
 CREATE INDEX usage_rollup_deltas_txid_idx ON usage_rollup_deltas (txid);
 
-${stage("usage_rollups_stage_insert", "SELECT 1 AS s, * FROM new_rows")}
-${stage("usage_rollups_stage_update", "SELECT 1 AS s, * FROM new_rows UNION ALL SELECT -1, * FROM old_rows")}
-${stage("usage_rollups_stage_delete", "SELECT -1 AS s, * FROM old_rows")}
+${rollupFunctions(FIRST_COUNTERS, "CREATE")}
 
 CREATE TRIGGER usage_rollups_insert AFTER INSERT ON request_logs REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION usage_rollups_stage_insert();
@@ -113,17 +65,6 @@ CREATE TRIGGER usage_rollups_update AFTER UPDATE ON request_logs REFERENCING OLD
 CREATE TRIGGER usage_rollups_delete AFTER DELETE ON request_logs REFERENCING OLD TABLE AS old_rows
   FOR EACH STATEMENT EXECUTE FUNCTION usage_rollups_stage_delete();
 
--- The first firing at commit folds every delta of the transaction; later firings find none.
-CREATE FUNCTION usage_rollups_fold() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  WITH mine AS (DELETE FROM usage_rollup_deltas WHERE txid = pg_current_xact_id() RETURNING *)
-  INSERT INTO usage_rollups (${KEY}, ${COUNTERS.join(", ")})
-  SELECT ${KEY}, ${COUNTERS.map((c) => `sum(${c})`).join(", ")}
-  FROM mine GROUP BY ${KEY} ORDER BY ${KEY}
-  ON CONFLICT (${KEY}) DO UPDATE SET
-    ${COUNTERS.map((c) => `${c} = usage_rollups.${c} + EXCLUDED.${c}`).join(",\n    ")};
-  RETURN NULL;
-END $$;
 CREATE CONSTRAINT TRIGGER usage_rollups_fold AFTER INSERT ON usage_rollup_deltas
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION usage_rollups_fold();
 
@@ -139,5 +80,7 @@ CREATE INDEX request_logs_account_environment_idx ON request_logs (account_id, e
 CREATE INDEX request_logs_metadata_idx ON request_logs USING gin (metadata jsonb_path_ops) WHERE metadata IS NOT NULL;
 
 -- Backfill: the logs written before this migration.
-INSERT INTO usage_rollups (${KEY}, ${COUNTERS.join(", ")}) ${deltas("SELECT 1 AS s, * FROM request_logs")};
+INSERT INTO usage_rollups (${KEY}, ${COUNTERS.join(", ")}) ${
+    rollupDeltas(FIRST_COUNTERS, "SELECT 1 AS s, * FROM request_logs")
+  };
 `))

@@ -24,6 +24,7 @@ import webhookCreators from "./0023_webhook_creators.js"
 import invoices from "./0024_invoices.js"
 import guardrails from "./0025_guardrails.js"
 import eInvoices from "./0026_e_invoices.js"
+import responseCache from "./0027_response_cache.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -56,5 +57,6 @@ export const migrations = {
   "0023_webhook_creators": webhookCreators,
   "0024_invoices": invoices,
   "0025_guardrails": guardrails,
-  "0026_e_invoices": eInvoices
+  "0026_e_invoices": eInvoices,
+  "0027_response_cache": responseCache
 }

@@ -5,6 +5,7 @@ import { AlertsApi, DevMailboxApi } from "./Alerts/Api.js"
 import { AuditApi } from "./Audit/Api.js"
 import { DevIdentityApi } from "./Auth/Api.js"
 import { BillingApi, DevCheckoutApi, StripeWebhookApi } from "./Billing/Api.js"
+import { CacheApi } from "./Cache/Api.js"
 import { ContextLengthExceeded, InternalError, InvalidRequest, NotFound, wire } from "./Domain/Errors.js"
 import { withHeader } from "./Domain/OpenApiDocument.js"
 import { GuardrailsApi } from "./Guardrails/Api.js"
@@ -15,6 +16,7 @@ import { LogsApi } from "./Logs/Api.js"
 import { MembersApi } from "./Members/Api.js"
 import { AnthropicErrorBody, AnthropicMessagesApi } from "./Models/Anthropic/AnthropicApi.js"
 import { ModelsApi } from "./Models/CatalogApi.js"
+import { EmbeddingsApi } from "./Models/Embeddings/EmbeddingsApi.js"
 import { ModelCallsApi } from "./Models/OpenAi/Api.js"
 import { StoredResponsesApi } from "./Responses/Api.js"
 import { UsageApi } from "./Usage/Api.js"
@@ -73,6 +75,8 @@ const documentSecurity = (spec: Json): Json => {
 /** The whole contract of the service; OpenAPI and typed clients are derived from it. */
 export class NenasApi extends HttpApi.make("nenas")
   .add(ModelCallsApi)
+  .add(EmbeddingsApi)
+  .add(CacheApi)
   .add(AnthropicMessagesApi)
   .add(ModelsApi)
   .add(StoredResponsesApi)

@@ -22,6 +22,8 @@ export interface AppConfigShape {
   readonly upstreamApiKey: Option.Option<Redacted.Redacted>
   readonly upstreamModelGeneral: string
   readonly upstreamModelReasoning: string
+  /** `UPSTREAM_MODEL_EMBEDDING`: the shorthand upstream's embedding model (`POST /v1/embeddings`). */
+  readonly upstreamModelEmbedding: string
   /**
    * Every upstream, in the order fallbacks try them (`UPSTREAMS`, else the one `UPSTREAM_BASE_URL` names);
    * empty: the simulated model.
@@ -110,6 +112,8 @@ export interface AppConfigShape {
   readonly outboxPollMs: number
   /** `STORED_RESPONSES_MAX_BYTES`: the most an account's stored responses may hold; past it its oldest are deleted. */
   readonly storedResponsesMaxBytes: number
+  /** The response cache kept per account (docs/api/cache.md, "What is stored"); past it the least recently used go. */
+  readonly cacheMaxBytes: number
   /** `SST_RATE_BPS`: service tax charged on top of each top-up, in basis points (800 = 8%); 0 charges none. */
   readonly sstRateBps: number
   /** `SUPPLIER_*`: the operator as invoices name it; unset, the sandbox supplier (refused in production). */
@@ -264,6 +268,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   upstreamApiKey: Config.option(Config.redacted("UPSTREAM_API_KEY")),
   upstreamModelGeneral: Config.string("UPSTREAM_MODEL_GENERAL").pipe(Config.withDefault("gpt-4.1-mini")),
   upstreamModelReasoning: Config.string("UPSTREAM_MODEL_REASONING").pipe(Config.withDefault("o4-mini")),
+  upstreamModelEmbedding: Config.string("UPSTREAM_MODEL_EMBEDDING").pipe(Config.withDefault("text-embedding-3-small")),
   upstreamsJson: nonEmpty("UPSTREAMS").pipe(
     Config.mapOrFail((json) =>
       Option.match(json, {
@@ -354,6 +359,7 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   ),
   outboxPollMs: Config.succeed(250),
   storedResponsesMaxBytes: integerBetween("STORED_RESPONSES_MAX_BYTES", 1_073_741_824, 1, Number.MAX_SAFE_INTEGER),
+  cacheMaxBytes: integerBetween("CACHE_MAX_BYTES", 268_435_456, 1024, Number.MAX_SAFE_INTEGER),
   sstRateBps: integerBetween("SST_RATE_BPS", 0, 0, 10_000),
   myinvoisPortalUrl: Config.string("MYINVOIS_PORTAL_URL").pipe(
     Config.withDefault("https://preprod.myinvois.hasil.gov.my"),
@@ -394,7 +400,8 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
         ) => [
           shorthandUpstream(url, rest.upstreamApiKey, {
             general: rest.upstreamModelGeneral,
-            reasoning: rest.upstreamModelReasoning
+            reasoning: rest.upstreamModelReasoning,
+            embedding: rest.upstreamModelEmbedding
           })
         ]
       }))
@@ -511,7 +518,8 @@ const SHORTHAND_FIELDS = [
   "upstreamBaseUrl",
   "upstreamApiKey",
   "upstreamModelGeneral",
-  "upstreamModelReasoning"
+  "upstreamModelReasoning",
+  "upstreamModelEmbedding"
 ] as const
 
 /**
@@ -528,7 +536,8 @@ const withOverrides = (config: AppConfigShape, overrides: Partial<AppConfigShape
       ) => [
         shorthandUpstream(url, merged.upstreamApiKey, {
           general: merged.upstreamModelGeneral,
-          reasoning: merged.upstreamModelReasoning
+          reasoning: merged.upstreamModelReasoning,
+          embedding: merged.upstreamModelEmbedding
         })
       ]
     })

@@ -39,6 +39,8 @@ export interface ApiKeyPrincipal {
   /** The guardrail policy's JSON, the account's and the key's override (null: none): compiled by the call. */
   readonly accountGuardrails?: string | null
   readonly keyGuardrails?: string | null
+  /** How long the response cache keeps the key's answers; null or absent: only when a request asks. */
+  readonly cacheTtlSeconds?: number | null
 }
 
 export class CurrentApiKey extends Context.Tag("nenas/CurrentApiKey")<CurrentApiKey, ApiKeyPrincipal>() {}

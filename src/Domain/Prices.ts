@@ -26,7 +26,9 @@ export type PriceTable = typeof PriceTable.Type
 export const DEFAULT_PRICES: PriceTable = {
   models: {
     "gpt-4.1-mini": { inputPerMillion: 1_680_000, cachedInputPerMillion: 420_000, outputPerMillion: 6_720_000 },
-    "o4-mini": { inputPerMillion: 4_620_000, cachedInputPerMillion: 1_155_000, outputPerMillion: 18_480_000 }
+    "o4-mini": { inputPerMillion: 4_620_000, cachedInputPerMillion: 1_155_000, outputPerMillion: 18_480_000 },
+    // Embeddings are billed per input token; they have no output.
+    "text-embedding-3-small": { inputPerMillion: 84_000, cachedInputPerMillion: 84_000, outputPerMillion: 0 }
   },
   fallback: { inputPerMillion: 4_620_000, cachedInputPerMillion: 1_155_000, outputPerMillion: 18_480_000 },
   perSearchMicroMyr: 21_000,

@@ -11,14 +11,19 @@ import { ModelPrice } from "./Prices.js"
  * its own order: the first is the router's pick, the rest its fallbacks.
  */
 
-export type ModelCategory = "general" | "reasoning"
+/** The routing categories, and `embedding`: the models `POST /v1/embeddings` may reach. */
+export type ModelCategory = "general" | "reasoning" | "embedding"
 
 export interface UpstreamConfig {
   readonly name: string
   /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
   readonly baseUrl: string
   readonly apiKey: Option.Option<Redacted.Redacted>
-  readonly models: { readonly general: ReadonlyArray<string>; readonly reasoning: ReadonlyArray<string> }
+  readonly models: {
+    readonly general: ReadonlyArray<string>
+    readonly reasoning: ReadonlyArray<string>
+    readonly embedding: ReadonlyArray<string>
+  }
   /** Per-model prices, in `PRICE_TABLE`'s shape; they override the table's. */
   readonly prices: Readonly<Record<string, ModelPrice>>
 }
@@ -51,7 +56,11 @@ const UpstreamJson = Schema.Struct({
   name: Name,
   base_url: BaseUrl,
   api_key: Schema.optional(Schema.String),
-  models: Schema.Struct({ general: Schema.optional(ModelList), reasoning: Schema.optional(ModelList) }),
+  models: Schema.Struct({
+    general: Schema.optional(ModelList),
+    reasoning: Schema.optional(ModelList),
+    embedding: Schema.optional(ModelList)
+  }),
   prices: Schema.optional(Schema.Record({ key: Schema.String, value: ModelPrice }))
 })
 const decodeEntry = Schema.decodeUnknownEither(UpstreamJson, { onExcessProperty: "error" })
@@ -74,8 +83,9 @@ const entryName = (index: number, value: unknown) => {
 /**
  * `UPSTREAMS` read, or the one line that says what is wrong with it: which
  * entry, which field. Names must be unique, each entry lists at least one
- * model, both categories have at least one target, and a model priced by two
- * upstreams is priced alike (calls are billed by model).
+ * model (an entry may serve embeddings alone), both routing categories have
+ * at least one target (`embedding` may have none: embeddings calls then fail),
+ * and a model priced by two upstreams is priced alike (calls are billed by model).
  */
 export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<UpstreamConfig>, string> => {
   let raw: unknown
@@ -99,10 +109,13 @@ export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<Upstre
     }
     const general = entry.models.general ?? []
     const reasoning = entry.models.reasoning ?? []
-    if (general.length + reasoning.length === 0) {
-      return Either.left(`${where}: models: list at least one model under general or reasoning`)
+    const embedding = entry.models.embedding ?? []
+    if (general.length + reasoning.length + embedding.length === 0) {
+      return Either.left(`${where}: models: list at least one model under general or reasoning (or embedding)`)
     }
-    for (const [category, list] of [["general", general], ["reasoning", reasoning]] as const) {
+    for (
+      const [category, list] of [["general", general], ["reasoning", reasoning], ["embedding", embedding]] as const
+    ) {
       const twice = list.find((model, i) => list.indexOf(model) !== i)
       if (twice !== undefined) return Either.left(`${where}: models.${category}: ${twice} is listed twice`)
     }
@@ -121,7 +134,7 @@ export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<Upstre
       apiKey: entry.api_key === undefined || entry.api_key === ""
         ? Option.none()
         : Option.some(Redacted.make(entry.api_key)),
-      models: { general, reasoning },
+      models: { general, reasoning, embedding },
       prices: entry.prices ?? {}
     })
   }
@@ -137,12 +150,12 @@ export const parseUpstreams = (json: string): Either.Either<ReadonlyArray<Upstre
 export const shorthandUpstream = (
   baseUrl: string,
   apiKey: Option.Option<Redacted.Redacted>,
-  models: { readonly general: string; readonly reasoning: string }
+  models: { readonly general: string; readonly reasoning: string; readonly embedding: string }
 ): UpstreamConfig => ({
   name: SHORTHAND_NAME,
   baseUrl,
   apiKey,
-  models: { general: [models.general], reasoning: [models.reasoning] },
+  models: { general: [models.general], reasoning: [models.reasoning], embedding: [models.embedding] },
   prices: {}
 })
 
@@ -156,6 +169,8 @@ export const targetsOf = (upstreams: ReadonlyArray<UpstreamConfig>, category: Mo
  * The targets a request for `model` may reach: its category's, when the
  * router picked that category's first model; otherwise (a router replaced in
  * tests, say) `model` alone, on the first upstream that lists it, else the first.
+ * `embedding` has no router and one public model: always all its targets,
+ * whatever `model` is, and none when no upstream lists an embedding model.
  */
 export const targetsFor = (
   upstreams: ReadonlyArray<UpstreamConfig>,
@@ -163,7 +178,7 @@ export const targetsFor = (
   model: string
 ): ReadonlyArray<Target> => {
   const targets = targetsOf(upstreams, category)
-  if (targets[0]?.model === model) return targets
+  if (category === "embedding" || targets[0]?.model === model) return targets
   const upstream = upstreams.find((u) => u.models.general.includes(model) || u.models.reasoning.includes(model)) ??
     upstreams[0]
   return upstream === undefined ? [] : [{ id: `${upstream.name}/${model}`, upstream: upstream.name, model }]

@@ -19,6 +19,8 @@ import { DashboardAuthLive, DevIdentityLive } from "../Auth/Http.js"
 import { IdentityProviderLive } from "../Auth/IdentityProvider.js"
 import { BillingLive, DevCheckoutLive, PaymentsServicesLive, StripeWebhookLive } from "../Billing/Http.js"
 import { type PaymentProcessor, PaymentProcessorLive } from "../Billing/PaymentProcessor.js"
+import { CacheLive } from "../Cache/Http.js"
+import { CACHE_CHANNEL, ResponseCache } from "../Cache/ResponseCache.js"
 import { DatabaseLive } from "../Database/Database.js"
 import { Listener } from "../Database/Listener.js"
 import { type EInvoicing, EInvoicingLive } from "../EInvoicing/MyInvois.js"
@@ -49,7 +51,7 @@ import { Idempotency } from "../Models/Admission/Idempotency.js"
 import { CallLimits } from "../Models/Admission/RateLimits.js"
 import { ModelCalls } from "../Models/Call/ModelCalls.js"
 import { WebSearch } from "../Models/Call/WebSearch.js"
-import { AnthropicMessagesLive, ModelCallsLive, ModelsLive } from "../Models/Http.js"
+import { AnthropicMessagesLive, EmbeddingsLive, ModelCallsLive, ModelsLive } from "../Models/Http.js"
 import { StoredConversations } from "../Models/OpenAi/StoredConversations.js"
 import { LoggingLive } from "../Observability/Logging.js"
 import { Metrics } from "../Observability/Metrics.js"
@@ -110,7 +112,7 @@ export interface ServerOverrides {
 /** The instance's one LISTEN connection, on every channel it listens on, its state in the metrics. */
 const ListenerLive = Layer.unwrapEffect(Effect.map(Metrics, (metrics) =>
   Listener.layer({
-    channels: [KEYS_CHANNEL, GRANT_CHANNEL, KEY_LIMIT_CHANNEL],
+    channels: [KEYS_CHANNEL, GRANT_CHANNEL, KEY_LIMIT_CHANNEL, CACHE_CHANNEL],
     onConnected: (connected) => metrics.listenConnected.set(connected ? 1 : 0),
     onReconnect: () => metrics.listenReconnects.inc()
   })))
@@ -146,6 +148,7 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       KeyLastUsed.layer(),
       KeyCache.layer(),
       KeyLimitReached.layer,
+      ResponseCache.layer,
       traced(WalletRepo, "wallet", overrides.walletRepo ?? WalletRepo.layer),
       overrides.router ?? Router.layer,
       instrumentedProvider(overrides.provider ?? ProviderLive),
@@ -180,6 +183,8 @@ export const ServicesLive = makeServices()
 const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
   Layer.provide([
     ModelCallsLive,
+    EmbeddingsLive,
+    CacheLive,
     AnthropicMessagesLive,
     ModelsLive,
     StoredResponsesLive,

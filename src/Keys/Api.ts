@@ -32,7 +32,9 @@ export const ApiKeyRecord = Schema.Struct({
   /** The member who created the key (or was given it): its budget caps the key's spend; a developer changes only its own. */
   member_id: Schema.NullOr(Schema.String),
   /** The key's guardrail override (docs/api/guardrails.md, "Policies"); null: the account's policy. */
-  guardrails: Schema.NullOr(GuardrailOverride)
+  guardrails: Schema.NullOr(GuardrailOverride),
+  /** Its calls are cached for this long (docs/api/cache.md, "Turning it on"); null: only when a request asks. */
+  cache_ttl_seconds: Schema.NullOr(Schema.Int)
 }).annotations({
   identifier: "ApiKey",
   examples: [{
@@ -49,7 +51,8 @@ export const ApiKeyRecord = Schema.Struct({
     rate_limit_rpm: 120,
     rate_limit_concurrent: 5,
     member_id: "mem_01JD4Q8Z7K3M9X2V5B6N8R1T0Z",
-    guardrails: null
+    guardrails: null,
+    cache_ttl_seconds: null
   }]
 })
 export type ApiKeyRecord = typeof ApiKeyRecord.Type
@@ -63,6 +66,8 @@ const LimitMyr = Schema.Number.pipe(Schema.finite(), Schema.between(0, MAX_LIMIT
 const Rpm = Schema.Int.pipe(Schema.between(1, 1_000_000_000))
 /** Bounded by the operator's ceiling (`RATE_LIMIT_CONCURRENT_MAX`), checked by the handler. */
 const Concurrent = Schema.Int.pipe(Schema.between(1, 1_000_000_000))
+/** How long the response cache keeps a key's answers (docs/api/cache.md, "Turning it on"). */
+export const CacheTtlSeconds = Schema.Int.pipe(Schema.between(60, 86_400))
 
 export const CreateApiKeyRequest = Schema.Struct({
   name: Name,
@@ -70,7 +75,8 @@ export const CreateApiKeyRequest = Schema.Struct({
   monthly_spend_limit_myr: Schema.optional(LimitMyr),
   expires_at: Schema.optional(Rfc3339DateTime),
   rate_limit_rpm: Schema.optional(Rpm),
-  rate_limit_concurrent: Schema.optional(Concurrent)
+  rate_limit_concurrent: Schema.optional(Concurrent),
+  cache_ttl_seconds: Schema.optional(CacheTtlSeconds)
 }).annotations({ identifier: "CreateApiKeyRequest" })
 
 /** Every field optional: an absent one stays as it is; `null` removes a limit, an expiry, or returns to a default. */
@@ -82,7 +88,9 @@ export const UpdateApiKeyRequest = Schema.Struct({
   rate_limit_rpm: Schema.optional(Schema.NullOr(Rpm)),
   rate_limit_concurrent: Schema.optional(Schema.NullOr(Concurrent)),
   /** The parts of the account's guardrail policy this key replaces; null: the account's policy whole. */
-  guardrails: Schema.optional(Schema.NullOr(GuardrailOverride))
+  guardrails: Schema.optional(Schema.NullOr(GuardrailOverride)),
+  /** Null: the key's calls are cached only when a request asks (`Nenas-Cache: on`). */
+  cache_ttl_seconds: Schema.optional(Schema.NullOr(CacheTtlSeconds))
 }).annotations({
   identifier: "UpdateApiKeyRequest",
   examples: [

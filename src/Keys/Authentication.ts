@@ -90,7 +90,8 @@ const lookupWith = Effect.fnUntraced(
       rateLimitRpm: row.rateLimitRpm,
       rateLimitConcurrent: row.rateLimitConcurrent,
       accountGuardrails: found.accountGuardrails,
-      keyGuardrails: row.guardrails
+      keyGuardrails: row.guardrails,
+      cacheTtlSeconds: row.cacheTtlSeconds
     }
   }
 )

@@ -67,7 +67,8 @@ const toRecord = (
     rate_limit_rpm: rate.rpm,
     rate_limit_concurrent: rate.concurrent,
     member_id: row.memberId,
-    guardrails: row.guardrails === null ? null : JSON.parse(row.guardrails) as GuardrailOverride
+    guardrails: row.guardrails === null ? null : JSON.parse(row.guardrails) as GuardrailOverride,
+    cache_ttl_seconds: row.cacheTtlSeconds
   }
 }
 
@@ -156,7 +157,8 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
                 : fromMyr(payload.monthly_spend_limit_myr),
               expiresAt,
               rateLimitRpm: payload.rate_limit_rpm ?? null,
-              rateLimitConcurrent: payload.rate_limit_concurrent ?? null
+              rateLimitConcurrent: payload.rate_limit_concurrent ?? null,
+              cacheTtlSeconds: payload.cache_ttl_seconds ?? null
             }, account.member.role === "developer" ? MAX_KEYS_PER_DEVELOPER : undefined),
             (created) => ({
               action: "api_key.created",
@@ -233,7 +235,8 @@ export const KeysLive = HttpApiBuilder.group(NenasApi, "apiKeys", (handlers) =>
               ...(payload.rate_limit_concurrent === undefined
                 ? {}
                 : { rateLimitConcurrent: payload.rate_limit_concurrent }),
-              ...(override === undefined ? {} : { guardrails: override === null ? null : JSON.stringify(override) })
+              ...(override === undefined ? {} : { guardrails: override === null ? null : JSON.stringify(override) }),
+              ...(payload.cache_ttl_seconds === undefined ? {} : { cacheTtlSeconds: payload.cache_ttl_seconds })
             }, account.member.role === "developer" ? undefined : guardrailsRecord),
             (updated) =>
               updated === undefined

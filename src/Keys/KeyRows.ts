@@ -28,7 +28,9 @@ export const KeyRow = Schema.Struct({
   /** The member who created the key (or was given it); its budget caps the key's spend with its siblings'. */
   memberId: Schema.NullOr(Schema.String),
   /** The key's guardrail override as JSON (docs/api/guardrails.md, "Policies"); null: the account's policy. */
-  guardrails: Schema.NullOr(Schema.String)
+  guardrails: Schema.NullOr(Schema.String),
+  /** Caches the key's calls for this long (docs/api/cache.md, "Turning it on"); null: only when a request asks. */
+  cacheTtlSeconds: Schema.NullOr(Schema.Int)
 })
 export interface KeyRow extends Schema.Schema.Type<typeof KeyRow> {}
 
@@ -41,7 +43,8 @@ export const KeyChanges = Schema.Struct({
   rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
   rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
   /** The override as JSON; null returns the key to the account's policy. */
-  guardrails: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true })
+  guardrails: Schema.optionalWith(Schema.NullOr(Schema.String), { exact: true }),
+  cacheTtlSeconds: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
 })
 export interface KeyChanges extends Schema.Schema.Type<typeof KeyChanges> {}
 
@@ -66,7 +69,8 @@ export const NewKey = Schema.Struct({
   expiresAt: NullableDate,
   /** Absent or null: the operator's defaults. */
   rateLimitRpm: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
-  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
+  rateLimitConcurrent: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true }),
+  cacheTtlSeconds: Schema.optionalWith(Schema.NullOr(Schema.Number), { exact: true })
 })
 export type NewKey = Schema.Schema.Type<typeof NewKey>
 

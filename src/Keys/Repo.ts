@@ -18,7 +18,7 @@ import {
 
 export { KeyChanges, type KeyLookup, KeyRow, NewKey, type Rotation, TooManyKeys } from "./KeyRows.js"
 const keyColumns =
-  "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id, k.guardrails::text AS guardrails"
+  "k.id, k.account_id, k.name, k.prefix, k.environment, k.monthly_spend_limit_micro_myr, k.expires_at, k.created_at, k.last_used_at, k.disabled_at, k.rate_limit_rpm, k.rate_limit_concurrent, k.member_id, k.guardrails::text AS guardrails, k.cache_ttl_seconds"
 
 export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
   /** Refuses past the account's most keys, and past `memberLimit` keys of the key's member when given. */
@@ -88,7 +88,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
               ...key,
               memberId: key.memberId ?? null,
               rateLimitRpm: key.rateLimitRpm ?? null,
-              rateLimitConcurrent: key.rateLimitConcurrent ?? null
+              rateLimitConcurrent: key.rateLimitConcurrent ?? null,
+              cacheTtlSeconds: key.cacheTtlSeconds ?? null
             })
           }
             RETURNING ${returning}
@@ -174,7 +175,8 @@ export class KeysRepo extends Context.Tag("nenas/KeysRepo")<KeysRepo, {
             ...(changes.rateLimitConcurrent === undefined
               ? {}
               : { rate_limit_concurrent: changes.rateLimitConcurrent }),
-            ...(changes.guardrails === undefined ? {} : { guardrails: changes.guardrails })
+            ...(changes.guardrails === undefined ? {} : { guardrails: changes.guardrails }),
+            ...(changes.cacheTtlSeconds === undefined ? {} : { cache_ttl_seconds: changes.cacheTtlSeconds })
           }
           // Disabling keeps the first moment it was disabled; enabling clears it.
           const disabled = changes.disabled === undefined

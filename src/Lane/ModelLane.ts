@@ -6,7 +6,7 @@ import { Context, Effect, Layer, Redacted, Schema } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal, CurrentApiKey } from "../Auth/Api.js"
 import { AnthropicMessagesRequest } from "../Models/Anthropic/AnthropicApi.js"
 import { makeModelEndpoints } from "../Models/Http.js"
-import { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "../Models/OpenAi/Api.js"
+import { ChatCompletionRequest, CallHeaders, ResponsesBody } from "../Models/OpenAi/Api.js"
 import { breatheAfter } from "../Request/Breathe.js"
 import { provideForRequest } from "../Request/Context.js"
 
@@ -53,7 +53,7 @@ export const LANE_ENDPOINTS = {
 } as const
 
 const BEARER = "Bearer ".length
-const decodeHeaders = Schema.decodeUnknown(IdempotencyKeyHeader)
+const decodeHeaders = Schema.decodeUnknown(CallHeaders)
 
 /**
  * The model calls (`POST /v1/responses`, `/v1/chat/completions`,
@@ -91,7 +91,7 @@ export class ModelLane extends Context.Tag("nenas/ModelLane")<ModelLane, {
       const lane = <A, I>(
         { path, payload: schema }: { readonly path: string; readonly payload: Schema.Schema<A, I> },
         handler: (
-          request: { readonly headers: typeof IdempotencyKeyHeader.Type; readonly payload: A }
+          request: { readonly headers: typeof CallHeaders.Type; readonly payload: A }
         ) => Effect.Effect<
           HttpServerResponse.HttpServerResponse,
           unknown,

@@ -86,6 +86,12 @@ export const LogEntry = Schema.Struct({
   attempts: Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Int })),
   /** What the key's guardrail policy did: rule names and counts, never a matched value; null: no policy. */
   guardrails: Schema.NullOr(LoggedGuardrails),
+  /** What the response cache did (docs/api/cache.md, "Logs and usage"): `hit`, `miss`, `bypass`; null: not asked. */
+  cache: Schema.NullOr(Schema.Literal("hit", "miss", "bypass")),
+  /** A hit's source: the request whose answer it replayed. */
+  cacheSourceRequestId: Schema.NullOr(Schema.String),
+  /** What a hit saved: what its source cost. */
+  cacheSavedMicroMyr: Schema.Int,
   createdAt: Schema.String,
   /** The stored response of a `/v1/responses` call made with `store` (30 days); null when none is kept. */
   storedResponseId: Schema.NullOr(Schema.String)

@@ -37,6 +37,9 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   latencyMs: row.latencyMs,
   attempts: row.attempts ?? [],
   guardrails: row.guardrails,
+  cache: row.cache,
+  cacheSourceRequestId: row.cacheSourceRequestId,
+  cacheSavedMicroMyr: row.cacheSavedMicroMyr,
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })

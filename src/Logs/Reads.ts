@@ -66,6 +66,9 @@ export const LogRow = Schema.Struct({
   attempts: Schema.NullOr(Schema.Array(StoredAttempt)),
   /** Read as text, as `metadata` is. */
   guardrails: Schema.NullOr(Schema.parseJson(LoggedGuardrails)),
+  cache: Schema.NullOr(Schema.Literal("hit", "miss", "bypass")),
+  cacheSourceRequestId: Schema.NullOr(Schema.String),
+  cacheSavedMicroMyr: Schema.Int,
   createdAt: Schema.DateFromSelf,
   /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
   atMicros: Schema.String
@@ -113,7 +116,9 @@ export const SeriesRow = Schema.Struct({
   outputTokens: Schema.Int,
   reasoningTokens: Schema.Int,
   searchCount: Schema.Int,
-  contentPages: Schema.Int
+  contentPages: Schema.Int,
+  cacheHits: Schema.Int,
+  cacheSavedMicroMyr: Schema.Int
 })
 export type SeriesRow = typeof SeriesRow.Type
 
@@ -146,7 +151,8 @@ const GUARDRAIL_ACTIONS = { blocked: "block", redacted: "redact", flagged: "flag
 
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
-  cost_micro_myr, latency_ms, environment, metadata::text AS metadata, end_user, attempts, guardrails::text AS guardrails, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
+  cost_micro_myr, latency_ms, environment, metadata::text AS metadata, end_user, attempts, guardrails::text AS guardrails, cache, cache_source_request_id,
+  cache_saved_micro_myr, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
@@ -313,7 +319,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                   sum(output_tokens) AS output_tokens,
                   sum(reasoning_tokens) AS reasoning_tokens,
                   sum(search_count) AS search_count,
-                  sum(content_pages) AS content_pages
+                  sum(content_pages) AS content_pages,
+                  sum(cache_hits) AS cache_hits,
+                  sum(cache_saved_micro_myr) AS cache_saved_micro_myr
                 FROM (${usage(scope)}) u
                 GROUP BY 1
               )
@@ -325,7 +333,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                 COALESCE(t.output_tokens, 0)::bigint AS output_tokens,
                 COALESCE(t.reasoning_tokens, 0)::bigint AS reasoning_tokens,
                 COALESCE(t.search_count, 0)::bigint AS search_count,
-                COALESCE(t.content_pages, 0)::bigint AS content_pages
+                COALESCE(t.content_pages, 0)::bigint AS content_pages,
+                COALESCE(t.cache_hits, 0)::bigint AS cache_hits,
+                COALESCE(t.cache_saved_micro_myr, 0)::bigint AS cache_saved_micro_myr
               FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
               ORDER BY b.bucket
             `

@@ -23,6 +23,15 @@ export interface OpenLog {
   readonly endUser?: string | null | undefined
   /** What the guardrails did to the input (docs/api/guardrails.md, "Logs"); absent: no policy. */
   readonly guardrails?: LoggedGuardrails | null | undefined
+  /** What the response cache did (docs/api/cache.md, "Logs and usage"); absent: the call did not ask it. */
+  readonly cache?: LoggedCache | undefined
+}
+
+/** A call's row on the response cache: hit (replaying `sourceRequestId`, saving what that call cost), miss or bypass. */
+export interface LoggedCache {
+  readonly status: "hit" | "miss" | "bypass"
+  readonly sourceRequestId: string | null
+  readonly savedMicroMyr: number
 }
 
 /** One attempt of a call at one upstream target (Providers/Fallback.ts), as its row keeps it. */
@@ -107,6 +116,7 @@ export const logRow = (
   latencyMs: usage.latencyMs,
   attempts: usage.attempts,
   guardrails: usage.guardrails ?? log.guardrails,
+  cache: log.cache,
   reservationId: state.reservationId,
   status: state.status,
   errorCode: state.errorCode,
@@ -195,13 +205,15 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
           INSERT INTO request_logs (request_id, account_id, api_key_id, reservation_id, public_model, upstream_model,
             routing_category, endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens,
             usage_source, search_count, content_pages, cost_micro_myr, latency_ms, stream, error_code,
-            created_at, completed_at, holder, environment, metadata, end_user, attempts, guardrails)
+            created_at, completed_at, holder, environment, metadata, end_user, attempts, guardrails, cache,
+            cache_source_request_id, cache_saved_micro_myr)
           SELECT u.request_id, u.account_id, u.api_key_id, u.reservation_id, u.public_model, u.upstream_model,
             u.routing_category, u.endpoint, u.status, u.input_tokens, u.output_tokens, u.reasoning_tokens,
             u.cached_tokens, u.usage_source, u.search_count, u.content_pages, u.cost_micro_myr, u.latency_ms,
             u.stream, u.error_code, u.created_at, u.completed_at, ${holder}::text,
             COALESCE(u.environment, (SELECT k.environment FROM api_keys k WHERE k.id = u.api_key_id), 'live'),
-            u.metadata::jsonb, u.end_user, u.attempts::jsonb, u.guardrails::jsonb
+            u.metadata::jsonb, u.end_user, u.attempts::jsonb, u.guardrails::jsonb, u.cache, u.cache_source_request_id,
+            u.cache_saved_micro_myr
           FROM unnest(
             ${column((r) => r.requestId)}::text[], ${column((r) => r.accountId)}::text[],
             ${column((r) => r.apiKeyId)}::text[], ${column((r) => r.reservationId)}::text[],
@@ -219,11 +231,14 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
             ${column((r) => r.metadata == null ? null : JSON.stringify(r.metadata))}::text[],
             ${column((r) => r.endUser ?? null)}::text[],
             ${column(attemptsJson)}::text[],
-            ${column((r) => r.guardrails == null ? null : JSON.stringify(r.guardrails))}::text[]
+            ${column((r) => r.guardrails == null ? null : JSON.stringify(r.guardrails))}::text[],
+            ${column((r) => r.cache?.status ?? null)}::text[],
+            ${column((r) => r.cache?.sourceRequestId ?? null)}::text[],
+            ${column((r) => r.cache?.savedMicroMyr ?? 0)}::bigint[]
           ) AS u(request_id, account_id, api_key_id, reservation_id, public_model, upstream_model, routing_category,
             endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count,
             content_pages, cost_micro_myr, latency_ms, stream, error_code, created_at, completed_at, environment, metadata,
-            end_user, attempts, guardrails)
+            end_user, attempts, guardrails, cache, cache_source_request_id, cache_saved_micro_myr)
           ON CONFLICT (request_id) DO UPDATE
           SET status = EXCLUDED.status, reservation_id = COALESCE(EXCLUDED.reservation_id, request_logs.reservation_id),
               input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,

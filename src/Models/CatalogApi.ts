@@ -14,7 +14,8 @@ export const Capability = Schema.Literal(
   "web_search",
   "streaming",
   "tools",
-  "structured_output"
+  "structured_output",
+  "embeddings"
 )
 
 export const ModelRecord = Schema.Struct({
@@ -25,9 +26,15 @@ export const ModelRecord = Schema.Struct({
   max_output_tokens: Schema.Int,
   capabilities: Schema.Array(Capability),
   /** The endpoints that call it: OpenAI's two and Anthropic's Messages API. */
-  endpoints: Schema.Array(Schema.Literal("/v1/responses", "/v1/chat/completions", "/v1/messages")),
+  endpoints: Schema.optional(
+    Schema.Array(Schema.Literal("/v1/responses", "/v1/chat/completions", "/v1/messages", "/v1/embeddings"))
+  ),
   /** How `/v1/responses` keeps what it answers: stored by default, for `retention_days`; `store: false` opts out. */
-  response_storage: Schema.Struct({ default_store: Schema.Boolean, retention_days: Schema.Int, opt_out: Schema.String })
+  response_storage: Schema.optional(
+    Schema.Struct({ default_store: Schema.Boolean, retention_days: Schema.Int, opt_out: Schema.String })
+  ),
+  /** An embedding model's vector size (`dimensions` may shorten it). */
+  dimensions: Schema.optional(Schema.Int)
 })
 
 export const ModelList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ModelRecord) })

@@ -5,6 +5,7 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { CurrentApiKey } from "../Auth/Api.js"
 import type { ApiError } from "../Domain/Errors.js"
+import type { IdempotencyConflict } from "../Domain/Errors.js"
 import { httpStatus, InvalidRequest, isApiError, ProviderTimeout, toErrorBody } from "../Domain/Errors.js"
 import { breatheIfLarge } from "../Request/Breathe.js"
 import { addResponseHeaders, currentRequestId } from "../Request/Context.js"
@@ -16,11 +17,14 @@ import type { AnthropicCountTokensRequest, AnthropicMessagesRequest } from "./An
 import { anthropicErrorBody } from "./Anthropic/AnthropicErrors.js"
 import { anthropicCallInput, anthropicConversation, requireAnthropicModel } from "./Anthropic/AnthropicInput.js"
 import { anthropicEvents, anthropicMessage, anthropicTokenCount } from "./Anthropic/AnthropicWire.js"
-import type { CallInput, CallResult, Endpoint } from "./Call/CallTypes.js"
+import { cacheAskOf } from "./Call/CallCache.js"
+import type { BilledEndpoint, CallInput, CallResult, Endpoint } from "./Call/CallTypes.js"
 import { chatConversation, conversationInput, responsesConversation } from "./Call/Input.js"
 import { ModelCalls } from "./Call/ModelCalls.js"
 import type { Capability } from "./CatalogApi.js"
-import type { ChatCompletionRequest, IdempotencyKeyHeader, ResponsesBody } from "./OpenAi/Api.js"
+import type { EmbeddingsRequest } from "./Embeddings/EmbeddingsApi.js"
+import { EMBEDDING_MODEL, EMBEDDING_SIZE, MAX_ITEM_TOKENS } from "./Embeddings/EmbeddingsApi.js"
+import type { CallHeaders, ChatCompletionRequest, ResponsesBody } from "./OpenAi/Api.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS, PUBLIC_MODEL, WebSearchConfig } from "./OpenAi/Api.js"
 import { StoredConversations } from "./OpenAi/StoredConversations.js"
 import type { StreamContext } from "./OpenAi/Wire.js"
@@ -54,6 +58,15 @@ const MODEL_LIST = {
       retention_days: RETENTION_DAYS,
       opt_out: "Send store: false with a /v1/responses call."
     }
+  }, {
+    id: EMBEDDING_MODEL,
+    object: "model" as const,
+    owned_by: "svc",
+    context_window: MAX_ITEM_TOKENS,
+    max_output_tokens: 0,
+    capabilities: ["embeddings"] as const,
+    endpoints: ["/v1/embeddings"] as const,
+    dimensions: EMBEDDING_SIZE
   }]
 }
 
@@ -67,7 +80,7 @@ export const ModelsLive = HttpApiBuilder.group(NenasApi, "models", (handlers) =>
       ).pipe(Effect.as(MODEL_LIST)))))
 
 interface Call {
-  readonly endpoint: Endpoint
+  readonly endpoint: BilledEndpoint
   readonly payload: unknown
   readonly idempotencyKey: string | undefined
   /** The body asks for a stream (known before the input is resolved, so the slot is held as long as the stream). */
@@ -88,18 +101,25 @@ const makeCallServing = Effect.gen(function*() {
   const idempotency = yield* Idempotency
   const { dashboardUrl } = yield* AppConfig
 
-  /** A non-streaming call; with an Idempotency-Key its answer is kept and replayed. */
-  const answer = Effect.fnUntraced(function*(call: Call, input: CallInput) {
+  /**
+   * A non-streaming call, `run` with the check it makes before it is billed (an Idempotency-Key's); with an
+   * Idempotency-Key its answer is kept and replayed.
+   */
+  const answerWith = Effect.fnUntraced(function*(
+    call: Pick<Call, "endpoint" | "payload" | "idempotencyKey" | "errorBody">,
+    webSearchMode: string | undefined,
+    runOf: (
+      confirm: Effect.Effect<void, IdempotencyConflict> | undefined
+    ) => Effect.Effect<string, ApiError, CurrentApiKey>
+  ) {
     const key = yield* CurrentApiKey
-    const runOf = (callInput: CallInput) =>
-      Effect.map(calls.complete(callInput), (result) => JSON.stringify(call.render(result)))
     const respond = (body: string, replayed: boolean, status = 200) =>
       HttpServerResponse.text(body, {
         status,
         contentType: "application/json",
         headers: replayed ? { "idempotent-replayed": "true" } : {}
       })
-    if (call.idempotencyKey === undefined) return respond(yield* runOf(input), false)
+    if (call.idempotencyKey === undefined) return respond(yield* runOf(undefined), false)
     const claimKey = call.idempotencyKey
     const requestId = yield* currentRequestId
     const outcome = yield* idempotency.claim({
@@ -119,16 +139,13 @@ const makeCallServing = Effect.gen(function*() {
       return respond(outcome.body, true, outcome.status)
     }
     // A client that gives up will retry with the same key: the call runs on without it, and its answer is kept for the retry.
-    const confirmed = Object.assign({}, input, {
-      confirmBeforeBilling: idempotency.confirm(key.keyId, claimKey, requestId)
-    })
-    const body = yield* runOf(confirmed).pipe(
+    const body = yield* runOf(idempotency.confirm(key.keyId, claimKey, requestId)).pipe(
       Effect.onExit((exit) => {
         if (Exit.isSuccess(exit)) return idempotency.complete(key.keyId, claimKey, requestId, 200, exit.value)
         const failure = Cause.failureOption(exit.cause)
         // A typed error is the request's answer, kept like a success, unless a retry it invites should run anew.
         if (
-          failure._tag === "Some" && isApiError(failure.value) && keptForReplay(failure.value, input.webSearch?.mode)
+          failure._tag === "Some" && isApiError(failure.value) && keptForReplay(failure.value, webSearchMode)
         ) {
           const body = JSON.stringify(call.errorBody(failure.value, requestId, dashboardUrl))
           return idempotency.complete(key.keyId, claimKey, requestId, httpStatus(failure.value), body)
@@ -153,6 +170,41 @@ const makeCallServing = Effect.gen(function*() {
       Effect.flatMap(Fiber.join)
     )
     return respond(body, false)
+  })
+
+  /** A model call answered whole. */
+  const answer = (call: Call, input: CallInput) =>
+    answerWith(call, input.webSearch?.mode, (confirm) =>
+      Effect.map(
+        calls.complete(confirm === undefined ? input : Object.assign({}, input, { confirmBeforeBilling: confirm })),
+        (result) => JSON.stringify(call.render(result))
+      ))
+
+  /** An embeddings call: admitted first, then what it asks of the cache, then the call (docs/api/embeddings.md). */
+  const serveEmbeddings = Effect.fnUntraced(function*(
+    headers: typeof CallHeaders.Type,
+    payload: EmbeddingsRequest
+  ) {
+    yield* requireActiveAccount
+    const key = yield* CurrentApiKey
+    return yield* limits.admitting(
+      key.keyId,
+      yield* currentRequestId,
+      Effect.flatMap(
+        cacheAskOf(headers, key, "/v1/embeddings", payload, {
+          previousResponseId: false,
+          webSearch: false,
+          choices: 1
+        }),
+        (cache) =>
+          answerWith(
+            { endpoint: "/v1/embeddings", payload, idempotencyKey: headers["idempotency-key"], errorBody: toErrorBody },
+            undefined,
+            (confirm) =>
+              Effect.map(calls.embed({ payload, cache, confirmBeforeBilling: confirm }), (body) => JSON.stringify(body))
+          )
+      )
+    )
   })
 
   /** A streamed call: its rate-limit slot, taken before anything else, is held until the stream ends. */
@@ -186,17 +238,47 @@ const makeCallServing = Effect.gen(function*() {
     )
   })
 
-  return { serve, limits }
+  return { serve, serveEmbeddings, limits }
 })
 
 /** The request as a model endpoint's handler reads it: its decoded headers and payload. */
 interface CallRequest<Payload> {
-  readonly headers: typeof IdempotencyKeyHeader.Type
+  readonly headers: typeof CallHeaders.Type
   readonly payload: Payload
 }
 
+/**
+ * The call's input with what it asks of the response cache (docs/api/cache.md, "Turning it on"), from its
+ * headers, its key and its body; unchanged when it asks nothing.
+ */
+const withCacheAsk = (
+  input: Effect.Effect<CallInput, ApiError, CurrentApiKey>,
+  endpoint: Endpoint,
+  headers: typeof CallHeaders.Type,
+  payload: {
+    readonly previous_response_id?: string | null | undefined
+    readonly n?: number | null | undefined
+  }
+): Effect.Effect<CallInput, ApiError, CurrentApiKey> =>
+  Effect.flatMap(input, (given) =>
+    Effect.flatMap(CurrentApiKey, (key) =>
+      Effect.map(
+        cacheAskOf(headers, key, endpoint, payload, {
+          previousResponseId: payload.previous_response_id != null,
+          webSearch: given.webSearch !== undefined && given.webSearch.mode !== "off",
+          choices: payload.n ?? 1
+        }),
+        (cache) => cache === undefined ? given : Object.assign({}, given, { cache })
+      )))
+
 /** What every model endpoint's call takes from its request: the body, and its Idempotency-Key unless it streams. */
-const requested = <Payload extends { readonly stream?: boolean | null | undefined }>(
+const requested = <
+  Payload extends {
+    readonly stream?: boolean | null | undefined
+    readonly previous_response_id?: string | null | undefined
+    readonly n?: number | null | undefined
+  }
+>(
   endpoint: Endpoint,
   { headers, payload }: CallRequest<Payload>,
   serving: Pick<Call, "input" | "render" | "renderStream" | "errorBody">
@@ -206,7 +288,7 @@ const requested = <Payload extends { readonly stream?: boolean | null | undefine
   idempotencyKey: payload.stream ? undefined : headers["idempotency-key"],
   stream: payload.stream === true,
   // Field by field: a spread of these onto the fields above would take Node 20's slow path (`npm run bench:spreads`).
-  input: serving.input,
+  input: withCacheAsk(serving.input, endpoint, headers, payload),
   render: serving.render,
   renderStream: serving.renderStream,
   errorBody: serving.errorBody
@@ -218,7 +300,7 @@ const requested = <Payload extends { readonly stream?: boolean | null | undefine
  * serves the same functions in front of it.
  */
 export const makeModelEndpoints = Effect.gen(function*() {
-  const { limits, serve } = yield* makeCallServing
+  const { limits, serve, serveEmbeddings } = yield* makeCallServing
   const stored = yield* StoredConversations
   // One generator function for every call (`Effect.fnUntraced`), not one made per call
   // (docs/performance.md, "What kept a request's objects through young collections").
@@ -290,6 +372,8 @@ export const makeModelEndpoints = Effect.gen(function*() {
         renderStream: (context) => anthropicEvents(context, payload.stop_sequences),
         errorBody: anthropicErrorBody
       })),
+    /** `POST /v1/embeddings`: admitted, idempotent and cached as the model calls are (docs/api/embeddings.md). */
+    embeddings: ({ headers, payload }: CallRequest<EmbeddingsRequest>) => serveEmbeddings(headers, payload),
     /** Free and not logged as a call, but counted against the key's rate limits as every /v1 request is. */
     countTokens: Effect.fnUntraced(function*({ payload }: { readonly payload: AnthropicCountTokensRequest }) {
       yield* requireActiveAccount
@@ -340,4 +424,11 @@ export const AnthropicMessagesLive = HttpApiBuilder.group(
       handlers
         .handle("messages", endpoints.messages)
         .handle("countTokens", endpoints.countTokens))
+)
+
+/** `POST /v1/embeddings` on the HttpApi router. */
+export const EmbeddingsLive = HttpApiBuilder.group(
+  NenasApi,
+  "embeddings",
+  (handlers) => Effect.map(makeModelEndpoints, (endpoints) => handlers.handle("embeddings", endpoints.embeddings))
 )

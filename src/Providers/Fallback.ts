@@ -1,12 +1,19 @@
 import { Effect, Option } from "effect"
 import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
-import type { Target, UpstreamConfig } from "../Domain/Upstreams.js"
+import type { ModelCategory, Target, UpstreamConfig } from "../Domain/Upstreams.js"
 import { targetsFor } from "../Domain/Upstreams.js"
 import { tapFailure } from "../Lane/Wire/PartReader.js"
 import type { BreakersShape } from "./BreakerTypes.js"
 import type { AttemptFailure, UpstreamClient } from "./OpenAiCompatible.js"
 import { makeUpstreamClient } from "./OpenAiCompatible.js"
-import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, UpstreamAttempt } from "./Provider.js"
+import type {
+  AttemptOutcome,
+  EmbeddingRequest,
+  ProviderError,
+  ProviderRequest,
+  ProviderShape,
+  UpstreamAttempt
+} from "./Provider.js"
 
 /**
  * Fallbacks across upstreams
@@ -29,6 +36,9 @@ import type { AttemptOutcome, ProviderError, ProviderRequest, ProviderShape, Ups
  * up), with the upstream's `Retry-After`. When every target is skipped as
  * open, the call answers `provider_unavailable` with `retry_after_seconds`
  * until the earliest half-open time.
+ *
+ * Embeddings go the same way over the `embedding` category's targets; with
+ * none listed, an embeddings call fails at once.
  */
 
 /**
@@ -41,22 +51,29 @@ export interface FallbackOptions {
   readonly upstreams: ReadonlyArray<UpstreamConfig>
   readonly firstByteTimeoutMs: number
   readonly totalTimeoutMs: number
-  /** Each attempt a span (`chat <model>`, GenAI conventions) under the call's: only while traces are exported. */
+  /**
+   * Each attempt a span (`chat <model>`, `embeddings <model>`: GenAI conventions) under the call's: only while
+   * traces are exported.
+   */
   readonly traced?: boolean | undefined
 }
 
+/** What an attempt does, as GenAI's `gen_ai.operation.name` says it. */
+type Operation = "chat" | "embeddings"
+
 /** An attempt as its own span: which target, and how it went (never what was asked or answered). */
 const attemptSpan =
-  (target: Target, index: number) => <A>(attempt: Effect.Effect<A, AttemptFailure>): Effect.Effect<A, AttemptFailure> =>
+  (target: Target, index: number, operation: Operation) =>
+  <A>(attempt: Effect.Effect<A, AttemptFailure>): Effect.Effect<A, AttemptFailure> =>
     attempt.pipe(
       Effect.tapBoth({
         onFailure: (failed) => Effect.annotateCurrentSpan("nenas.attempt.outcome", failed.outcome),
         onSuccess: () => Effect.annotateCurrentSpan("nenas.attempt.outcome", "ok")
       }),
-      Effect.withSpan(`chat ${target.model}`, {
+      Effect.withSpan(`${operation} ${target.model}`, {
         kind: "client",
         attributes: {
-          "gen_ai.operation.name": "chat",
+          "gen_ai.operation.name": operation,
           "gen_ai.system": "openai",
           "gen_ai.request.model": target.model,
           "nenas.upstream": target.upstream,
@@ -73,6 +90,16 @@ const allOpen = (halfOpenAt: number, now: number) =>
   })
 
 const outOfTime = () => new ProviderTimeout({ message: "The model provider did not start answering in time." })
+
+/** No upstream lists an embedding model: no retry helps until the operator lists one. */
+const noEmbeddingUpstream = () =>
+  new ProviderUnavailable({
+    message: "No upstream serves embeddings here; the operator lists them under models.embedding in UPSTREAMS.",
+    retryable: false
+  })
+
+/** What an attempt needs of a request: its model, replaced by each target's, and whom to tell. */
+type Attempted = Pick<ProviderRequest, "model" | "attempted">
 
 /**
  * The provider over `options.upstreams`, each upstream with its own client, each target guarded by `breakers`,
@@ -94,21 +121,24 @@ export const makeFallbackProvider = Effect.fnUntraced(
       )
     }
 
-    const tell = (request: ProviderRequest, attempt: UpstreamAttempt, amend = false) =>
+    const tell = (request: Attempted, attempt: UpstreamAttempt, amend = false) =>
       Effect.zipRight(
         record(attempt.target, attempt.outcome, attempt.latencyMs / 1000),
         request.attempted === undefined ? Effect.void : request.attempted(attempt, amend)
       )
 
     /**
-     * Tries the targets in order until one opens an answer (`run`'s success), or the request is refused, or
-     * none is left: then the last failure, or `allOpen`.
+     * Tries `category`'s targets in order until one opens an answer (`run`'s success), or the request is
+     * refused, or none is left: then the last failure, or `allOpen`.
      */
-    const attempt = Effect.fnUntraced(function*<A>(
-      request: ProviderRequest,
-      run: (client: UpstreamClient, request: ProviderRequest, firstByteMs: number) => Effect.Effect<A, AttemptFailure>
+    const attempt = Effect.fnUntraced(function*<R extends Attempted, A>(
+      category: ModelCategory,
+      request: R,
+      run: (client: UpstreamClient, request: R, firstByteMs: number) => Effect.Effect<A, AttemptFailure>
     ): Effect.fn.Return<readonly [A, Target, number], ProviderError> {
-      const targets = targetsFor(options.upstreams, request.reasoningModel ? "reasoning" : "general", request.model)
+      const targets = targetsFor(options.upstreams, category, request.model)
+      if (targets.length === 0 && category === "embedding") return yield* Effect.fail(noEmbeddingUpstream())
+      const operation = category === "embedding" ? "embeddings" : "chat"
       const deadline = clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs
       let last: ProviderError | undefined
       let earliestHalfOpen = Number.POSITIVE_INFINITY
@@ -129,7 +159,9 @@ export const makeFallbackProvider = Effect.fnUntraced(
         const started = performance.now()
         const share = Math.ceil(left / (targets.length - index))
         const tried = run(client, { ...request, model: target.model }, share)
-        const result = yield* Effect.either(options.traced === true ? attemptSpan(target, index)(tried) : tried)
+        const result = yield* Effect.either(
+          options.traced === true ? attemptSpan(target, index, operation)(tried) : tried
+        )
         const latencyMs = Math.round(performance.now() - started)
         if (result._tag === "Right") {
           yield* breakers.record(target.id, { _tag: "Success" })
@@ -151,13 +183,18 @@ export const makeFallbackProvider = Effect.fnUntraced(
       return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
     })
 
+    const categoryOf = (request: ProviderRequest): ModelCategory => request.reasoningModel ? "reasoning" : "general"
+
     const complete: ProviderShape["complete"] = (request) =>
-      Effect.map(attempt(request, (client, r, ms) => client.complete(r, ms)), ([completion]) => completion)
+      Effect.map(
+        attempt(categoryOf(request), request, (client, r, ms) => client.complete(r, ms)),
+        ([completion]) => completion
+      )
 
     /** A stream that fails after its head is told to the breaker and the log as `cut_short`. */
     const stream: ProviderShape["stream"] = (request) =>
       Effect.map(
-        attempt(request, (client, r, ms) => client.stream(r, ms)),
+        attempt(categoryOf(request), request, (client, r, ms) => client.stream(r, ms)),
         ([parts, target, started]) =>
           tapFailure(parts, () =>
             Effect.zipRight(
@@ -171,7 +208,13 @@ export const makeFallbackProvider = Effect.fnUntraced(
             ))
       )
 
-    return { complete, stream } satisfies ProviderShape
+    const embed: ProviderShape["embed"] = (request) =>
+      Effect.map(
+        attempt("embedding", request, (client, r: EmbeddingRequest, ms) => client.embed(r, ms)),
+        ([answer]) => answer
+      )
+
+    return { complete, stream, embed } satisfies ProviderShape
   }
 )
 

@@ -37,7 +37,7 @@ export const traced = <I, S extends object, E, R>(
       ? layer
       : Layer.effect(tag, Effect.map(tag, (service) => withSpans(prefix, service))).pipe(Layer.provide(layer))))
 
-/** Upstream latency for the operator: to the whole answer, or to a stream's opening (its first byte). */
+/** Upstream latency for the operator: to the whole answer (embeddings' too), or to a stream's first byte. */
 const measured = (provider: ProviderShape, metrics: Metrics): ProviderShape => {
   const timed = <A, E>(phase: "complete" | "first_byte", effect: Effect.Effect<A, E>) =>
     Effect.suspend(() => {
@@ -52,7 +52,8 @@ const measured = (provider: ProviderShape, metrics: Metrics): ProviderShape => {
     })
   return {
     complete: (request) => timed("complete", provider.complete(request)),
-    stream: (request) => timed("first_byte", provider.stream(request))
+    stream: (request) => timed("first_byte", provider.stream(request)),
+    embed: (request) => timed("complete", provider.embed(request))
   }
 }
 

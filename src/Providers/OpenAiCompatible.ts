@@ -1,13 +1,16 @@
 import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
-import { dropBody, makePost, textOf } from "../Lane/Wire/KeepAlivePost.js"
+import { dropBody, makePost, type Post, textOf } from "../Lane/Wire/KeepAlivePost.js"
 import { completionOf } from "./ChatDecode.js"
 import { cleanUpstreamText } from "./CleanText.js"
+import { decodeEmbeddings } from "./EmbeddingVectors.js"
 import { eventStreamParts } from "./EventStream.js"
 import type {
   AttemptOutcome,
   Completion,
+  EmbeddingAnswer,
+  EmbeddingRequest,
   ProviderError,
   ProviderRequest,
   ProviderShape,
@@ -15,7 +18,7 @@ import type {
 } from "./Provider.js"
 
 export interface UpstreamOptions {
-  /** Ends before `/chat/completions`, e.g. `https://api.openai.com/v1`. */
+  /** Ends before `/chat/completions` (and `/embeddings`), e.g. `https://api.openai.com/v1`. */
   readonly baseUrl: string
   readonly apiKey: Option.Option<Redacted.Redacted>
   readonly firstByteTimeoutMs: number
@@ -37,6 +40,8 @@ export interface UpstreamClient {
     request: ProviderRequest,
     firstByteMs: number
   ) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure>
+  /** `POST /embeddings`, read whole as `complete` reads its answer. */
+  readonly embed: (request: EmbeddingRequest, firstByteMs: number) => Effect.Effect<EmbeddingAnswer, AttemptFailure>
 }
 
 const failure =
@@ -62,6 +67,16 @@ const requestBody = (request: ProviderRequest, stream: boolean) => ({
   ...capabilitiesBody(request),
   ...(stream ? { stream: true, stream_options: { include_usage: true } } : {})
 })
+
+const chatBody = (request: ProviderRequest, stream: boolean): string => JSON.stringify(requestBody(request, stream))
+
+/** OpenAI's embeddings body: floats (not base64: the vectors are read, shortened and rendered here). */
+const embeddingBody = (request: EmbeddingRequest): Record<string, unknown> => {
+  const body: Record<string, unknown> = { model: request.model, input: request.input, encoding_format: "float" }
+  if (request.dimensions !== undefined) body["dimensions"] = request.dimensions
+  if (request.user !== undefined) body["user"] = request.user
+  return body
+}
 
 /** The caller's tools, format and sampling fields in chat's names; tool fields only with tools, as OpenAI requires. */
 const capabilitiesBody = (request: ProviderRequest): Record<string, unknown> => {
@@ -203,13 +218,14 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
   Effect.map(makeUpstreamClient(options), (client): ProviderShape => ({
     complete: (request) =>
       Effect.mapError(client.complete(request, options.firstByteTimeoutMs), (failed) => failed.error),
-    stream: (request) => Effect.mapError(client.stream(request, options.firstByteTimeoutMs), (failed) => failed.error)
+    stream: (request) => Effect.mapError(client.stream(request, options.firstByteTimeoutMs), (failed) => failed.error),
+    embed: (request) => Effect.mapError(client.embed(request, options.firstByteTimeoutMs), (failed) => failed.error)
   }))
 
 /** One OpenAI-compatible upstream, its failures told apart for fallbacks (`AttemptFailure`). */
 export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTimeoutMs">) =>
   Effect.sync((): UpstreamClient => {
-    const url = `${options.baseUrl.replace(/\/+$/, "")}/chat/completions`
+    const base = options.baseUrl.replace(/\/+$/, "")
     const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
 
     /**
@@ -217,7 +233,8 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
      * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
      * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
      */
-    const post = makePost(url)
+    const chat = makePost(`${base}/chat/completions`)
+    const embeddings = makePost(`${base}/embeddings`)
     // eslint-disable-next-line nenas/no-spread-adding-field -- once per upstream request
     const headers = (): Record<string, string> => ({
       "content-type": "application/json",
@@ -231,7 +248,7 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
      * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
      * before any byte tried once more, in plain code (no fiber races a sleep).
      */
-    const open = (body: string, firstByteMs: number, phase: string) =>
+    const open = (post: Post, body: string, firstByteMs: number, phase: string) =>
       Effect.async<IncomingMessage, ProviderError | { readonly unreachable: unknown }>((resume) => {
         let settled = false
         let cancel = () => {}
@@ -263,8 +280,8 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
         })
       })
     /** The answer's headers, its status refused as our errors. */
-    const send = (request: ProviderRequest, stream: boolean, firstByteMs: number, phase: string) =>
-      open(JSON.stringify(requestBody(request, stream)), Math.max(1, firstByteMs), phase).pipe(
+    const send = (post: Post, body: string, firstByteMs: number, phase: string) =>
+      open(post, body, Math.max(1, firstByteMs), phase).pipe(
         Effect.catchAll((error) =>
           "unreachable" in error
             ? Effect.mapError(
@@ -323,30 +340,51 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
         })
       })
 
-    /** One deadline for the whole answer; the first byte's own, when it comes first. */
-    /** Once the answer's head came, a body that breaks off or is no completion is cut short: the call does not move on. */
-    const complete = (request: ProviderRequest, firstByteBudgetMs: number): Effect.Effect<Completion, AttemptFailure> =>
+    /**
+     * A whole answer read as `decode` says: one deadline for all of it, the first byte's own when it comes first.
+     * Once the answer's head came, a body that breaks off or that `decode` refuses (`undefined`, `what` it was
+     * not) is cut short: the call does not move on.
+     */
+    const whole = <A>(
+      post: Post,
+      body: string,
+      firstByteBudgetMs: number,
+      decode: (text: string) => A | undefined,
+      what: string
+    ): Effect.Effect<A, AttemptFailure> =>
       Effect.suspend(() => {
         const deadline = Date.now() + options.totalTimeoutMs
         const [firstByteMs, phase] = firstByteBudgetMs < options.totalTimeoutMs
           ? [firstByteBudgetMs, "start answering"]
           : [options.totalTimeoutMs, "finish"]
-        return send(request, false, firstByteMs, phase).pipe(
+        return send(post, body, firstByteMs, phase).pipe(
           Effect.flatMap((answer) => Effect.mapError(bodyOf(answer, deadline), failure("cut_short"))),
           Effect.flatMap((text) => {
-            const completion = completionOf(text)
-            return completion === undefined
-              ? Effect.fail(failure("cut_short")(unavailable("The model provider's answer was not a chat completion.")))
-              : Effect.succeed(completion)
+            const decoded = decode(text)
+            return decoded === undefined
+              ? Effect.fail(failure("cut_short")(unavailable(`The model provider's answer was not ${what}.`)))
+              : Effect.succeed(decoded)
           })
         )
       })
+
+    const complete = (request: ProviderRequest, firstByteMs: number): Effect.Effect<Completion, AttemptFailure> =>
+      whole(chat, chatBody(request, false), firstByteMs, completionOf, "a chat completion")
+
+    const embed = (request: EmbeddingRequest, firstByteMs: number): Effect.Effect<EmbeddingAnswer, AttemptFailure> =>
+      whole(
+        embeddings,
+        JSON.stringify(embeddingBody(request)),
+        firstByteMs,
+        (text) => decodeEmbeddings(text, request.input.length, request.dimensions),
+        "one embedding per input item"
+      )
 
     const stream = (
       request: ProviderRequest,
       firstByteMs: number
     ): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure> =>
-      Effect.flatMap(send(request, true, firstByteMs, "start answering"), (answer) => {
+      Effect.flatMap(send(chat, chatBody(request, true), firstByteMs, "start answering"), (answer) => {
         const contentType = headerOf(answer.headers, "content-type")
         if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
           dropBody(answer)
@@ -367,5 +405,5 @@ export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTime
         }))
       })
 
-    return { complete, stream }
+    return { complete, stream, embed }
   })

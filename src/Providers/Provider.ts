@@ -3,6 +3,7 @@ import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUn
 import type { Message } from "../Domain/Tokens.js"
 import type { UpstreamAttemptOutcome } from "../Observability/Metrics.js"
 import type { Effort } from "../Routing/Router.js"
+import { simulatedVectors } from "./EmbeddingVectors.js"
 
 export type FinishReason = "stop" | "length" | "tool_calls" | "content_filter"
 
@@ -137,6 +138,23 @@ export type StreamPart =
   | { readonly _tag: "Finish"; readonly finishReason: FinishReason }
   | { readonly _tag: "Usage"; readonly usage: ProviderUsage }
 
+/** One embeddings request as the upstream takes it (OpenAI's /embeddings). */
+export interface EmbeddingRequest {
+  readonly model: string
+  /** Each item a text or a token array. */
+  readonly input: ReadonlyArray<string | ReadonlyArray<number>>
+  readonly dimensions?: number | undefined
+  readonly user?: string | undefined
+  readonly attempted?: ProviderRequest["attempted"]
+}
+
+export interface EmbeddingAnswer {
+  /** One vector per input item, in order, each of `dimensions` floats (or the model's size). */
+  readonly vectors: ReadonlyArray<ReadonlyArray<number>>
+  /** The upstream's `usage.prompt_tokens`, when it said. */
+  readonly inputTokens: Option.Option<number>
+}
+
 /** The upstream's failures; a request it refuses is the caller's (`InvalidRequest`, `ContextLengthExceeded`). */
 export type ProviderError = ProviderUnavailable | ProviderTimeout | InvalidRequest | ContextLengthExceeded
 
@@ -144,6 +162,7 @@ export interface ProviderShape {
   readonly complete: (request: ProviderRequest) => Effect.Effect<Completion, ProviderError>
   /** Succeeds once the upstream has started answering (its failures so far are HTTP errors to our client); then the parts. */
   readonly stream: (request: ProviderRequest) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, ProviderError>
+  readonly embed: (request: EmbeddingRequest) => Effect.Effect<EmbeddingAnswer, ProviderError>
 }
 
 /**
@@ -153,7 +172,10 @@ export interface ProviderShape {
  * (`Script.answer`, `Script.streamed`, `Script.refuse`) is an answer, a stream
  * of parts with real delays between them, or a typed provider error. Either
  * kind of call can take either kind of answer: `complete` joins a streamed
- * step's parts, `stream` sends a completion as one part.
+ * step's parts, `stream` sends a completion as one part. `embed` is not
+ * scripted by default: it answers the simulated model's vectors (no usage),
+ * recording each request in `embeddingRequests`; `embeddings`, when given,
+ * answers each embed call instead.
  */
 
 export type ScriptStep =
@@ -174,10 +196,25 @@ export type Script =
   /** `index` counts calls from 0, over `complete` and `stream` together. */
   | ((request: ProviderRequest, index: number) => ScriptStep)
 
+/** How a scripted provider answers its `embed` calls; `index` counts them from 0. */
+export type EmbeddingScript = (
+  request: EmbeddingRequest,
+  index: number
+) => Effect.Effect<EmbeddingAnswer, ProviderError>
+
 export interface ScriptedProvider extends ProviderShape {
-  /** Every request received, in order (a live array). */
+  /** Every `complete` and `stream` request received, in order (a live array). */
   readonly requests: ReadonlyArray<ProviderRequest>
+  /** Every `embed` request received, in order (a live array). */
+  readonly embeddingRequests: ReadonlyArray<EmbeddingRequest>
 }
+
+/** The simulated model's answer to an embeddings request: its vectors, no usage (the caller counts). */
+const simulatedEmbeddings: EmbeddingScript = (request) =>
+  Effect.sync(() => ({
+    vectors: simulatedVectors(request.input, request.dimensions),
+    inputTokens: Option.none()
+  }))
 
 // eslint-disable-next-line nenas/no-spread-adding-field -- the simulated model's usage, once per call
 const usage = (inputTokens: number, outputTokens: number, extra: Partial<ProviderUsage> = {}): ProviderUsage => ({
@@ -284,8 +321,9 @@ const split = (completion: Completion): ReadonlyArray<StreamPart> => [
   })
 ]
 
-const scripted = (script: Script): ScriptedProvider => {
+const scripted = (script: Script, embeddings: EmbeddingScript = simulatedEmbeddings): ScriptedProvider => {
   const requests: Array<ProviderRequest> = []
+  const embeddingRequests: Array<EmbeddingRequest> = []
   const next = (request: ProviderRequest) =>
     Effect.suspend(() => {
       const index = requests.length
@@ -332,7 +370,13 @@ const scripted = (script: Script): ScriptedProvider => {
         }
       }
     })
-  return { complete, stream, requests }
+  const embed = (request: EmbeddingRequest) =>
+    Effect.suspend(() => {
+      const index = embeddingRequests.length
+      embeddingRequests.push(request)
+      return embeddings(request, index)
+    })
+  return { complete, stream, embed, requests, embeddingRequests }
 }
 
 /** The steps of a script, and the usage an upstream reports. */

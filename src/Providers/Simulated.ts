@@ -3,6 +3,7 @@ import { createHash } from "node:crypto"
 import { countText } from "../Domain/Tokens.js"
 import { simulatedPlannerAnswer } from "../Search/Planning.js"
 import { countResponseFormat, countToolCall, countTools, countUpstreamMessages } from "./ContentTokens.js"
+import { simulatedVectors } from "./EmbeddingVectors.js"
 import type {
   Completion,
   ProviderRequest,
@@ -135,7 +136,11 @@ const ARGUMENT_CHARS = 16
 /** The built-in model's name, as a test key's answer and log row report where it was routed. */
 export const SIMULATED_MODEL = "nenas-simulated"
 
-/** The built-in model: no network, deterministic answers, usage counted with the tokenizer, streamed in small pieces. */
+/**
+ * The built-in model: no network, deterministic answers, usage counted with the tokenizer, streamed in small
+ * pieces. Its embeddings are deterministic unit vectors (EmbeddingVectors.ts) with no usage: the call bills
+ * its own count, which is what counting again here would give, at twice the tokenizer's time.
+ */
 export const simulatedProvider: ProviderShape = {
   complete: (request) => Effect.sync(() => complete(request)),
   stream: (request) =>
@@ -163,7 +168,9 @@ export const simulatedProvider: ProviderShape = {
       parts.push({ _tag: "Finish", finishReason: result.finishReason })
       if (Option.isSome(result.usage)) parts.push({ _tag: "Usage", usage: result.usage.value })
       return Stream.fromIterable(parts)
-    })
+    }),
+  embed: (request) =>
+    Effect.sync(() => ({ vectors: simulatedVectors(request.input, request.dimensions), inputTokens: Option.none() }))
 }
 
 /** The built-in model under its own name, as `routing.upstream_model` reports a test key's call (`shownRoute` in `Models/Call/CallTypes.ts`). */
@@ -172,5 +179,7 @@ const asSimulatedModel = (request: ProviderRequest): ProviderRequest => ({ ...re
 /** Test keys always call the built-in model, and its text names it as their routing does. */
 export const TestKeyProviderLive = Layer.succeed(TestKeyProvider, {
   complete: (request) => simulatedProvider.complete(asSimulatedModel(request)),
-  stream: (request) => simulatedProvider.stream(asSimulatedModel(request))
+  stream: (request) => simulatedProvider.stream(asSimulatedModel(request)),
+  // The simulated vectors do not depend on the model named.
+  embed: simulatedProvider.embed
 })

@@ -1,6 +1,6 @@
 /**
  * The built-in simulated model behind an OpenAI-compatible
- * `POST /v1/chat/completions` (plain and streamed), so that instances in
+ * `POST /v1/chat/completions` (plain and streamed) and `POST /v1/embeddings`, so that instances in
  * production mode (compose.yaml) run their real upstream client against it.
  * `node dist/src/Providers/SimulatedUpstream.js`, listening on `HOST:PORT`.
  * A flaky upstream, to show fallbacks and circuit breakers:
@@ -10,12 +10,15 @@
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import type * as HttpBody from "@effect/platform/HttpBody"
 import * as HttpRouter from "@effect/platform/HttpRouter"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Config, Effect, Layer, Option, Random, Schema, Stream } from "effect"
 import { createServer } from "node:http"
+import { countText } from "../Domain/Tokens.js"
+import { simulatedVectors, toBase64 } from "./EmbeddingVectors.js"
 import type {
   Completion,
   ProviderRequest,
@@ -138,6 +141,48 @@ const completions = Effect.gen(function*() {
     ))
 )
 
+const TokenArray = Schema.Array(Schema.Int.pipe(Schema.nonNegative()))
+
+/** OpenAI's embeddings body: one text, texts, one token array or token arrays. */
+const EmbeddingsBody = Schema.Struct({
+  model: Schema.String,
+  input: Schema.Union(Schema.String, Schema.Array(Schema.String), TokenArray, Schema.Array(TokenArray)),
+  encoding_format: Schema.optional(Schema.Literal("float", "base64")),
+  dimensions: Schema.optional(Schema.Int.pipe(Schema.between(1, 65_536))),
+  user: Schema.optional(Schema.String)
+})
+
+/** The items of `input`, in order: a lone text or token array is one item. */
+const itemsOf = (input: typeof EmbeddingsBody.Type["input"]): ReadonlyArray<string | ReadonlyArray<number>> =>
+  typeof input === "string" || typeof input[0] === "number"
+    ? [input as string | ReadonlyArray<number>]
+    : input as ReadonlyArray<string | ReadonlyArray<number>>
+
+/** OpenAI's embeddings answer: the simulated vectors, and the items' tokens counted as the service counts them. */
+const embeddings = Effect.gen(function*() {
+  const body = yield* HttpServerRequest.schemaBodyJson(EmbeddingsBody)
+  const items = itemsOf(body.input)
+  const vectors = simulatedVectors(items, body.dimensions)
+  let tokens = 0
+  for (const item of items) tokens += typeof item === "string" ? countText(item) : item.length
+  return yield* HttpServerResponse.json({
+    object: "list",
+    data: vectors.map((vector, index) => ({
+      object: "embedding",
+      index,
+      embedding: body.encoding_format === "base64" ? toBase64(vector) : vector
+    })),
+    model: body.model,
+    usage: { prompt_tokens: tokens, total_tokens: tokens }
+  })
+}).pipe(
+  Effect.catchTag("ParseError", "RequestError", () =>
+    HttpServerResponse.json(
+      { error: { message: "The body is not an embeddings request.", type: "invalid_request_error" } },
+      { status: 400 }
+    ))
+)
+
 /** How often the simulated upstream fails on purpose (each a share of calls, 0–1; together at most 1). */
 export interface SimulatedFaults {
   readonly failureRate: number
@@ -147,39 +192,45 @@ export interface SimulatedFaults {
 
 export const NO_FAULTS: SimulatedFaults = { failureRate: 0, rateLimitRate: 0, retryAfterSeconds: 2 }
 
+/** An answer, or the fault drawn instead. */
+type Answered<E, R> = Effect.Effect<HttpServerResponse.HttpServerResponse, E | HttpBody.HttpBodyError, R>
+
 /** One draw per call, before its body is read (as an overloaded upstream refuses): 503, 429, or the answer. */
-const withFaults = (faults: SimulatedFaults) =>
-  faults.failureRate === 0 && faults.rateLimitRate === 0 ? completions : Effect.flatMap(Random.next, (draw) => {
-    if (draw < faults.failureRate) {
-      return HttpServerResponse.json(
-        {
-          error: {
-            message: "The simulated upstream is overloaded (SIMULATED_UPSTREAM_FAILURE_RATE).",
-            type: "server_error",
-            code: null
-          }
-        },
-        { status: 503 }
-      )
-    }
-    if (draw < faults.failureRate + faults.rateLimitRate) {
-      return HttpServerResponse.json(
-        {
-          error: {
-            message: "Rate limit reached on the simulated upstream (SIMULATED_UPSTREAM_RATE_LIMIT_RATE).",
-            type: "requests",
-            code: "rate_limit_exceeded"
-          }
-        },
-        { status: 429, headers: { "retry-after": String(faults.retryAfterSeconds) } }
-      )
-    }
-    return completions
-  })
+const withFaults = <E, R>(faults: SimulatedFaults, answer: Answered<E, R>): Answered<E, R> =>
+  faults.failureRate === 0 && faults.rateLimitRate === 0 ?
+    answer :
+    Effect.flatMap(Random.next, (draw): Answered<E, R> => {
+      if (draw < faults.failureRate) {
+        return HttpServerResponse.json(
+          {
+            error: {
+              message: "The simulated upstream is overloaded (SIMULATED_UPSTREAM_FAILURE_RATE).",
+              type: "server_error",
+              code: null
+            }
+          },
+          { status: 503 }
+        )
+      }
+      if (draw < faults.failureRate + faults.rateLimitRate) {
+        return HttpServerResponse.json(
+          {
+            error: {
+              message: "Rate limit reached on the simulated upstream (SIMULATED_UPSTREAM_RATE_LIMIT_RATE).",
+              type: "requests",
+              code: "rate_limit_exceeded"
+            }
+          },
+          { status: 429, headers: { "retry-after": String(faults.retryAfterSeconds) } }
+        )
+      }
+      return answer
+    })
 
 export const makeSimulatedUpstreamRouter = (faults: SimulatedFaults = NO_FAULTS) =>
   HttpRouter.empty.pipe(
-    HttpRouter.post("/v1/chat/completions", withFaults(faults)),
+    HttpRouter.post("/v1/chat/completions", withFaults(faults, completions)),
+    HttpRouter.post("/v1/embeddings", withFaults(faults, embeddings)),
     HttpRouter.get("/healthz", HttpServerResponse.json({ status: "ok" }))
   )
 

@@ -32,7 +32,10 @@ export const SeriesPoint = Schema.Struct({
   costMicroMyr: Schema.Int,
   inputTokens: Schema.Int,
   outputTokens: Schema.Int,
-  reasoningTokens: Schema.Int
+  reasoningTokens: Schema.Int,
+  /** Calls the response cache answered, and what they would have cost (docs/api/cache.md, "Logs and usage"). */
+  cacheHits: Schema.Int,
+  cacheSavedMicroMyr: Schema.Int
 }).annotations({ identifier: "SeriesPoint" })
 
 export const TagGroup = Schema.Struct({
@@ -61,7 +64,9 @@ export const UsageCounters = Schema.Struct({
   reasoningTokens: Schema.Int,
   searchCount: Schema.Int,
   contentPages: Schema.Int,
-  costMicroMyr: Schema.Int
+  costMicroMyr: Schema.Int,
+  cacheHits: Schema.Int,
+  cacheSavedMicroMyr: Schema.Int
 }).annotations({ identifier: "UsageCounters" })
 
 export const Overview = Schema.Struct({

@@ -29,6 +29,8 @@ const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type =
       | "searchCount"
       | "contentPages"
       | "costMicroMyr"
+      | "cacheHits"
+      | "cacheSavedMicroMyr"
   ) => rows.reduce((total, row) => total + row[field], 0)
   return {
     requests: sum("requests"),
@@ -37,7 +39,9 @@ const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type =
     reasoningTokens: sum("reasoningTokens"),
     searchCount: sum("searchCount"),
     contentPages: sum("contentPages"),
-    costMicroMyr: sum("costMicroMyr")
+    costMicroMyr: sum("costMicroMyr"),
+    cacheHits: sum("cacheHits"),
+    cacheSavedMicroMyr: sum("cacheSavedMicroMyr")
   }
 }
 
@@ -55,7 +59,9 @@ const toSeriesPoint = (row: SeriesRow): typeof SeriesPoint.Type => ({
   costMicroMyr: row.costMicroMyr,
   inputTokens: row.inputTokens,
   outputTokens: row.outputTokens,
-  reasoningTokens: row.reasoningTokens
+  reasoningTokens: row.reasoningTokens,
+  cacheHits: row.cacheHits,
+  cacheSavedMicroMyr: row.cacheSavedMicroMyr
 })
 
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>

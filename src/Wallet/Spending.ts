@@ -263,7 +263,7 @@ const settle = Effect.fnUntraced(function*(
   const charged = Math.min(Math.max(amount, 0), held.amountMicroMyr)
   const log = logRow(held.log, Object.assign({}, usage, { costMicroMyr: charged }), {
     reservationId: reservationIdOf(held),
-    status: held.source._tag === "None" ? "succeeded" : "billed",
+    status: held.source._tag === "None" && held.log.cache?.status !== "hit" ? "succeeded" : "billed",
     // A stream cut short after producing output is billed, and keeps its error's code.
     errorCode: usage.errorCode ?? null,
     createdAt: held.startedAt,

@@ -1,6 +1,8 @@
 import { Context, Effect, Layer } from "effect"
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo, Socket } from "node:net"
+import { countText } from "../../src/Domain/Tokens.js"
+import { simulatedVectors } from "../../src/Providers/EmbeddingVectors.js"
 
 /**
  * A local OpenAI-compatible chat-completions upstream. Plain Node (no Effect
@@ -336,6 +338,34 @@ const parseJson = (text: string): unknown => {
   }
 }
 
+/** OpenAI's embeddings answer: the built-in model's vectors, and the items' tokens as the tokenizer counts them. */
+const answerEmbeddings = (res: ServerResponse, body: unknown) => {
+  const request = body as {
+    model?: string
+    input?: string | ReadonlyArray<string | ReadonlyArray<number>>
+    dimensions?: number
+  }
+  const input = request.input ?? []
+  const items: ReadonlyArray<string | ReadonlyArray<number>> = typeof input === "string" || typeof input[0] === "number"
+    ? [input as string]
+    : input as ReadonlyArray<string>
+  const tokens = items.reduce((sum, item) => sum + (typeof item === "string" ? countText(item) : item.length), 0)
+  sendJson(
+    res,
+    200,
+    JSON.stringify({
+      object: "list",
+      data: simulatedVectors(items, request.dimensions).map((embedding, index) => ({
+        object: "embedding",
+        index,
+        embedding
+      })),
+      model: request.model,
+      usage: { prompt_tokens: tokens, total_tokens: tokens }
+    })
+  )
+}
+
 const isChatCompletions = (path: string) => path === "/v1/chat/completions" || path === "/chat/completions"
 
 export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamServer> => {
@@ -364,6 +394,10 @@ export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamSe
     const body = parseJson(await readBody(req))
     const current = taken.kind === "perRequest" ? taken.choose(body) : taken
     if (record) requests.push({ method: req.method ?? "", path, body, headers: req.headers })
+    if (req.method === "POST" && (path === "/v1/embeddings" || path === "/embeddings")) {
+      if (current.kind === "status") return answerStatus(res, current)
+      return answerEmbeddings(res, body)
+    }
     if (!route) return sendJson(res, 404, errorBody(`Unknown route: ${req.method} ${path}`, "invalid_request_error"))
     switch (current.kind) {
       case "hang":

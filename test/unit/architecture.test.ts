@@ -24,7 +24,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["Observability", "Addresses", "Database"],
   ["Routing", "Search", "Responses", "Guardrails", "EInvoicing"],
   ["Providers"],
-  ["Logs", "Outbox"],
+  ["Logs", "Outbox", "Cache"],
   ["Wallet", "Webhooks", "Audit", "Members", "Invoices"],
   ["Accounts"],
   ["Auth"],

@@ -36,6 +36,7 @@ const row = (id: string, fields: Partial<KeyRow>): KeyRow => ({
   accountId: ANA.id,
   memberId: "mem_ana",
   guardrails: null,
+  cacheTtlSeconds: null,
   name: id,
   prefix: "nns_live_a1B",
   environment: "live",
@@ -90,7 +91,8 @@ layer(
         rate_limit_rpm: 120,
         rate_limit_concurrent: expect.any(Number),
         member_id: "mem_ana",
-        guardrails: null
+        guardrails: null,
+        cache_ttl_seconds: null
       })
       expect(reply.body.keys[1]).toMatchObject({
         expires_at: "2020-01-01T00:00:00.000Z",

@@ -67,6 +67,7 @@ const EXPECTED: Record<string, ReadonlyArray<Role>> = {
   "GET /dashboard/webhooks/:id": ALL,
   "PATCH /dashboard/webhooks/:id": [o, a],
   "DELETE /dashboard/webhooks/:id": [o, a],
+  "DELETE /dashboard/cache": [o, a],
   "POST /dashboard/webhooks/:id/rotate-secret": [o, a],
   "POST /dashboard/webhooks/:id/test": [o, a],
   "GET /dashboard/webhooks/:id/deliveries": ALL,

@@ -15,6 +15,10 @@ export interface Routes {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["BillingSettings"]
   }
+  readonly "DELETE /dashboard/cache": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: Schemas["CacheCleared"]
+  }
   readonly "DELETE /dashboard/members/invitations/{id}": {
     readonly path: { readonly id: string }
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -408,6 +412,7 @@ export interface Schemas {
     readonly rate_limit_concurrent: number
     readonly member_id: string | null
     readonly guardrails: Schemas["GuardrailOverride"] | null
+    readonly cache_ttl_seconds: number | null
   }
   readonly AuditEntry: {
     readonly id: string
@@ -469,6 +474,7 @@ export interface Schemas {
     }
     readonly card: Schemas["SavedCard"] | null
   }
+  readonly CacheCleared: { readonly deleted: number }
   readonly CheckoutRequest: { readonly amount_sen: 1000 | 2500 | 5000 | 10000 | 25000 | 50000; readonly save_card?: boolean }
   readonly CreateApiKeyRequest: {
     readonly name: string
@@ -477,6 +483,7 @@ export interface Schemas {
     readonly expires_at?: string
     readonly rate_limit_rpm?: number
     readonly rate_limit_concurrent?: number
+    readonly cache_ttl_seconds?: number
   }
   readonly CreateWebhookRequest: {
     readonly url: string
@@ -660,6 +667,9 @@ export interface Schemas {
     readonly latencyMs: number
     readonly attempts: ReadonlyArray<{ readonly target: string; readonly outcome: string; readonly latencyMs: number }>
     readonly guardrails: Schemas["LoggedGuardrails"] | null
+    readonly cache: "hit" | "miss" | "bypass" | null
+    readonly cacheSourceRequestId: string | null
+    readonly cacheSavedMicroMyr: number
     readonly createdAt: string
     readonly storedResponseId: string | null
   }
@@ -678,6 +688,8 @@ export interface Schemas {
     readonly inputTokens: number
     readonly outputTokens: number
     readonly reasoningTokens: number
+    readonly cacheHits: number
+    readonly cacheSavedMicroMyr: number
   }
   readonly TagGroup: {
     readonly tag_value: string | null
@@ -705,6 +717,7 @@ export interface Schemas {
     readonly rate_limit_rpm?: number | null
     readonly rate_limit_concurrent?: number | null
     readonly guardrails?: Schemas["GuardrailOverride"] | null
+    readonly cache_ttl_seconds?: number | null
   }
   readonly UpdateBillingSettings: {
     readonly low_balance_threshold_myr?: number | null
@@ -733,6 +746,8 @@ export interface Schemas {
     readonly searchCount: number
     readonly contentPages: number
     readonly costMicroMyr: number
+    readonly cacheHits: number
+    readonly cacheSavedMicroMyr: number
   }
   readonly Wallet: {
     readonly availableMicroMyr: number
@@ -858,6 +873,7 @@ export type ErrorBody = Schemas["ErrorBody"]
 export const ROUTE_ROLES = {
   "DELETE /dashboard/api-keys/{id}": ["owner", "admin", "developer"],
   "DELETE /dashboard/billing/card": ["owner", "billing"],
+  "DELETE /dashboard/cache": ["owner", "admin"],
   "DELETE /dashboard/members/invitations/{id}": ["owner", "admin"],
   "DELETE /dashboard/members/{id}": ["owner", "admin", "developer", "billing", "viewer"],
   "DELETE /dashboard/webhooks/{id}": ["owner", "admin"],

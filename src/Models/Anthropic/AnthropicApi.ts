@@ -4,7 +4,7 @@ import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { documented, withErrorBody, withEventStream } from "../../Domain/OpenApiDocument.js"
 import { SqlString } from "../../Domain/Strict.js"
-import { CostCapMyr, IdempotencyKeyHeader, MAX_OUTPUT_TOKENS, modelCallGroup, RoutingInfo } from "../OpenAi/Api.js"
+import { CallHeaders, CostCapMyr, MAX_OUTPUT_TOKENS, modelCallGroup, RoutingInfo } from "../OpenAi/Api.js"
 
 /**
  * Anthropic's Messages API as nenas takes it
@@ -351,7 +351,7 @@ export class AnthropicMessagesApi extends HttpApiGroup.make("anthropicMessages")
   .add(
     HttpApiEndpoint.post("messages", "/v1/messages")
       .setPayload(AnthropicMessagesRequest)
-      .setHeaders(IdempotencyKeyHeader)
+      .setHeaders(CallHeaders)
       .addSuccess(AnthropicMessage)
       .annotate(
         OpenApi.Transform,

@@ -29,6 +29,14 @@ import { noSources } from "./WebSearch.js"
 
 export type Endpoint = "/v1/responses" | "/v1/chat/completions" | "/v1/messages"
 
+/** Every endpoint that bills a call: the model calls and embeddings. */
+export type BilledEndpoint = Endpoint | "/v1/embeddings"
+
+/** What a call asks of the response cache (docs/api/cache.md): a bypass, or a key to read (unless refreshing) and store under. */
+export type CacheAsk =
+  | { readonly _tag: "Bypass" }
+  | { readonly _tag: "Use"; readonly key: string; readonly read: boolean; readonly ttlSeconds: number }
+
 /** A model call, whichever endpoint it came through. */
 export interface CallInput {
   readonly endpoint: Endpoint
@@ -61,6 +69,8 @@ export interface CallInput {
   readonly confirmBeforeBilling?: Effect.Effect<void, IdempotencyConflict> | undefined
   /** A Responses call that stores its response (`store`, the default): what it keeps besides its answer. */
   readonly store?: StoreRequest | undefined
+  /** What the call asks of the response cache (docs/api/cache.md); absent: nothing. */
+  readonly cache?: CacheAsk | undefined
 }
 
 export interface CallUsage {
@@ -119,6 +129,8 @@ export interface HeldCall {
   /** The guardrail policy its key runs under (none: no guardrail work), and what it did to the input. */
   readonly guardrails: ActivePolicy | undefined
   readonly inputGuardrails: LoggedGuardrails | undefined
+  /** Where its whole answer is kept in the response cache (a miss that asked it); absent: nowhere. */
+  readonly keepAs?: { readonly key: string; readonly ttlSeconds: number } | undefined
 }
 
 /** What the model answered: text, tool calls, and logprobs when asked for. */

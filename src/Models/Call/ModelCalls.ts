@@ -2,6 +2,7 @@ import { Context, Effect, Exit, FiberId, FiberSet, Layer, Option, Ref } from "ef
 import { AppConfig } from "../../AppConfig.js"
 import type { ApiKeyPrincipal } from "../../Auth/Api.js"
 import { CurrentApiKey } from "../../Auth/Api.js"
+import { ResponseCache } from "../../Cache/ResponseCache.js"
 import type { ApiError } from "../../Domain/Errors.js"
 import {
   errorMeta,
@@ -20,22 +21,25 @@ import { mergeLogged, policyOfRows, Tally } from "../../Guardrails/Policy.js"
 import { KeyLimitReached } from "../../Keys/LimitReached.js"
 import { forkWith } from "../../Lane/Wire/PartReader.js"
 import type { SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
-import type { OpenLog } from "../../Logs/RequestLogs.js"
+import type { LoggedCache, OpenLog } from "../../Logs/RequestLogs.js"
 import type { ProviderError, ProviderRequest, UpstreamAttempt } from "../../Providers/Provider.js"
 import { Provider, TestKeyProvider } from "../../Providers/Provider.js"
 import { breatheIfLarge } from "../../Request/Breathe.js"
-import { currentRequestId } from "../../Request/Context.js"
+import { addResponseHeaders, currentRequestId } from "../../Request/Context.js"
 import type { Route } from "../../Routing/Router.js"
 import { Router } from "../../Routing/Router.js"
 import { ImageFetcher } from "../../Search/ImageFetch.js"
 import { Spending } from "../../Wallet/Spending.js"
 import { isMemberBudgetRefusal } from "../../Wallet/SpendLimits.js"
+import { type EmbeddingCall, makeEmbeddingCalls } from "../Embeddings/EmbeddingCalls.js"
+import type { EmbeddingsResponse } from "../Embeddings/EmbeddingsApi.js"
 import { PUBLIC_MODEL } from "../OpenAi/Api.js"
 import type { EventRenderer } from "../OpenAi/Wire.js"
+import { entryOf, replayedRoute, replayProvider, storedAnswerOf } from "./CallCache.js"
 import { blockedOutput, guardAnswer, guardInput, redactedJson, StreamGuard } from "./CallGuardrails.js"
 import { elapsedSince, makeSettlement, usedOf } from "./CallSettlement.js"
 import { makeCallSpans } from "./CallSpan.js"
-import type { CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
+import type { BilledEndpoint, CallInput, CallResult, HeldCall, Progress } from "./CallTypes.js"
 import { notStarted, providerRequest, servedCall, shownRoute, withAttempt } from "./CallTypes.js"
 import { ceilingOf, countInput, estimateCall } from "./Estimate.js"
 import { textView } from "./Input.js"
@@ -44,14 +48,15 @@ import { makeHandoffs, relayBody } from "./StreamRelay.js"
 import { noSources, planSearch, searchEstimate, WebSearch } from "./WebSearch.js"
 
 /** The output limit a caller lowers to reserve less, as each endpoint names it. */
-export const OUTPUT_FIELD: Record<CallInput["endpoint"], string> = {
+export const OUTPUT_FIELD: Record<BilledEndpoint, string> = {
   "/v1/chat/completions": "max_tokens",
   "/v1/messages": "max_tokens",
-  "/v1/responses": "max_output_tokens"
+  "/v1/responses": "max_output_tokens",
+  "/v1/embeddings": "the number of input items"
 }
 
 /** A refusal that tells this caller what to change: its endpoint's output field, its key's edit view. */
-export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiKeyId: string): ApiError => {
+export const forCaller = (error: ApiError, endpoint: BilledEndpoint, apiKeyId: string): ApiError => {
   if (error._tag === "InsufficientBalance" && error.guidance === undefined) {
     // Fields by name: an error's `message` is not an own enumerable property, so a spread would drop it.
     return new InsufficientBalance({
@@ -80,6 +85,12 @@ export const forCaller = (error: ApiError, endpoint: CallInput["endpoint"], apiK
   return error
 }
 
+/** The log's record of a miss and of a bypass. */
+const cacheLogged = {
+  Use: { status: "miss", sourceRequestId: null, savedMicroMyr: 0 },
+  Bypass: { status: "bypass", sourceRequestId: null, savedMicroMyr: 0 }
+} as const satisfies Record<string, LoggedCache>
+
 /** The call's log row as it opens: who called, and where the router sent it. */
 /** What `Effect.uninterruptibleMask` hands its body: an effect run interruptibly again. */
 type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
@@ -90,7 +101,8 @@ const openLog = (
   requestId: string,
   route: Route,
   inputTokens: number,
-  guardrails: LoggedGuardrails | undefined
+  guardrails: LoggedGuardrails | undefined,
+  cache?: LoggedCache | undefined
 ): OpenLog => ({
   requestId,
   accountId: key.accountId,
@@ -105,7 +117,8 @@ const openLog = (
   metadata: input.metadata ?? null,
   // The log keeps a bounded end-user id; what goes upstream is the caller's own.
   endUser: input.user === undefined ? null : input.user.slice(0, 256),
-  guardrails
+  guardrails,
+  cache
 })
 
 /**
@@ -126,6 +139,8 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
     renderer: EventRenderer,
     closed: Effect.Effect<void>
   ) => Effect.Effect<SelfWritingBody, ApiError, CurrentApiKey>
+  /** An embeddings call (`Embeddings/EmbeddingCalls.ts`), held and billed as a model call is. */
+  readonly embed: (call: EmbeddingCall) => Effect.Effect<EmbeddingsResponse, ApiError, CurrentApiKey>
 }>() {
   static readonly layer = Layer.scoped(
     ModelCalls,
@@ -145,6 +160,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const spans = makeCallSpans(Option.isSome(config.otlpEndpoint))
       // Read directly on every call (docs/performance.md, "The clock read directly on the call path").
       const clock = yield* Effect.clock
+      const cache = yield* ResponseCache
 
       /** Holds what the call may cost at most; a refusal is logged as a failed call. */
       const holdWorstCase = (
@@ -152,7 +168,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         log: OpenLog,
         worstCase: MicroMyr,
         startedAt: number,
-        endpoint: CallInput["endpoint"]
+        endpoint: BilledEndpoint
       ) => {
         // Test keys hold nothing; a model priced at nothing holds nothing, and settles as a call with nothing to charge.
         const money = key.environment === "live"
@@ -233,6 +249,43 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         const { input, logged } = policy === undefined
           ? { input: given, logged: undefined }
           : yield* guarded(given, key, requestId, startedAt)
+        // The cache is read after the guardrails (a blocked input is never answered), before anything is held.
+        const ask = input.cache
+        if (ask?._tag === "Use" && ask.read) {
+          const hit = yield* cache.lookup(key.accountId, ask.key)
+          const stored = Option.isSome(hit) ? storedAnswerOf(hit.value) : undefined
+          if (Option.isSome(hit) && stored !== undefined) {
+            const entry = hit.value
+            yield* addResponseHeaders({
+              "nenas-cache": "HIT",
+              age: String(Math.max(0, Math.floor((startedAt - entry.createdAt) / 1000)))
+            })
+            const route = replayedRoute(stored, entry.sourceRequestId)
+            const log = openLog(input, key, requestId, route, stored.usage.inputTokens, logged, {
+              status: "hit",
+              sourceRequestId: entry.sourceRequestId,
+              savedMicroMyr: entry.costMicroMyr
+            })
+            // Nothing is held: the answer costs 0 (its hold of nothing settles at nothing).
+            const hold = yield* Effect.orDie(spending.hold(null, log))
+            return {
+              input,
+              key,
+              requestId,
+              startedAt,
+              route,
+              plan: Option.none(),
+              provider: replayProvider(stored),
+              outputCap: Math.max(1, stored.usage.outputTokens),
+              hold,
+              ceiling: 0,
+              guardrails: policy,
+              inputGuardrails: logged,
+              keepAs: undefined
+            } satisfies HeldCall
+          }
+        }
+        if (ask !== undefined) yield* addResponseHeaders({ "nenas-cache": ask._tag === "Use" ? "MISS" : "BYPASS" })
         const route = router.route({
           messages: input.messages,
           effort: input.effort,
@@ -262,7 +315,15 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           inputParam: input.inputParam,
           outputParam: OUTPUT_FIELD[input.endpoint]
         })
-        const log = openLog(input, key, requestId, route, inputTokens, logged)
+        const log = openLog(
+          input,
+          key,
+          requestId,
+          route,
+          inputTokens,
+          logged,
+          ask === undefined ? undefined : cacheLogged[ask._tag]
+        )
         const hold = yield* holdWorstCase(key, log, estimate.worstCase, startedAt, input.endpoint)
         return {
           input,
@@ -276,9 +337,20 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           hold,
           ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap),
           guardrails: policy,
-          inputGuardrails: logged
+          inputGuardrails: logged,
+          keepAs: ask?._tag === "Use" ? { key: ask.key, ttlSeconds: ask.ttlSeconds } : undefined
         } satisfies HeldCall
       })
+
+      /** A whole answer kept in the cache, when its call asked it to. */
+      const keep = (call: HeldCall, result: CallResult): Effect.Effect<void> =>
+        call.keepAs === undefined
+          ? Effect.void
+          : cache.put(
+            call.key.accountId,
+            call.keepAs.key,
+            entryOf(result, call.keepAs.ttlSeconds, clock.unsafeCurrentTimeMillis())
+          )
 
       /**
        * Remote images, then search, then the upstream: from here on the call has cost something. Images are
@@ -339,7 +411,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                 const used = usedOf(served, sources, answer, answer.usage)
                 const scanner = call.guardrails?.output
                 if (scanner === undefined) {
-                  return settlement.settleOnce(progress, settlement.settleAnswer(served, used, answer))
+                  return Effect.tap(
+                    settlement.settleOnce(progress, settlement.settleAnswer(served, used, answer)),
+                    (result) => keep(call, result)
+                  )
                 }
                 const tally = new Tally()
                 const checked = guardAnswer(scanner, tally, answer)
@@ -355,9 +430,12 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
                     Effect.fail(blockedOutput(checked.blocked))
                   )
                 }
-                return settlement.settleOnce(
-                  progress,
-                  settlement.settleAnswer(served, used, Object.assign({}, checked.answer, { guardrails }))
+                return Effect.tap(
+                  settlement.settleOnce(
+                    progress,
+                    settlement.settleAnswer(served, used, Object.assign({}, checked.answer, { guardrails }))
+                  ),
+                  (result) => keep(call, result)
                 )
               })
             )
@@ -384,7 +462,14 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
         // A body never read is never closed either: the watchdog also ends what `closed` ends (a rate-limit slot).
         const handoff = handoffs.watch(() => fork(Effect.ensuring(abandon, closed), () => {}))
         const scanner = call.guardrails?.output
-        return { call, progress, parts, handoff, guard: scanner === undefined ? undefined : new StreamGuard(scanner) }
+        return {
+          call,
+          progress,
+          parts,
+          handoff,
+          guard: scanner === undefined ? undefined : new StreamGuard(scanner),
+          keep
+        }
       })
       const relay = (input: CallInput, renderer: EventRenderer, closed: Effect.Effect<void>) =>
         Effect.map(
@@ -392,7 +477,18 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           (started) => relayBody(settlement, started, renderer, fork, closed, config.streamWriteStallMs)
         )
 
-      return { complete, stream }
+      const embed = makeEmbeddingCalls({
+        prices: config.prices,
+        upstreams: config.upstreams,
+        defaultModel: config.upstreamModelEmbedding,
+        providers,
+        spending,
+        cache,
+        clock,
+        holdWorstCase
+      })
+
+      return { complete, stream, embed }
     })
   )
 }

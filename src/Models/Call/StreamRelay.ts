@@ -11,7 +11,7 @@ import { CurrentRequestId } from "../../Request/Context.js"
 import type { EventRenderer } from "../OpenAi/Wire.js"
 import { blockedOutput, type StreamGuard } from "./CallGuardrails.js"
 import type { Settlement } from "./CallSettlement.js"
-import type { Answer, HeldCall, Progress, StreamEvent } from "./CallTypes.js"
+import type { Answer, CallResult, HeldCall, Progress, StreamEvent } from "./CallTypes.js"
 import { answerSoFar, servedCall } from "./CallTypes.js"
 
 /**
@@ -37,6 +37,8 @@ export interface StartedStream {
   readonly handoff: Handoff
   /** The output policy's guard (docs/api/guardrails.md, "Streamed output"); absent: the output is not scanned. */
   readonly guard: StreamGuard | undefined
+  /** Keeps a whole answer in the response cache when the call asked it to (docs/api/cache.md, "What is stored"). */
+  readonly keep: (call: HeldCall, result: CallResult) => Effect.Effect<void>
 }
 
 /** A tool call fragment folded into the calls so far; the event names the call in full (id and name), as clients need. */
@@ -146,6 +148,7 @@ const completed = Effect.fnUntraced(function*(settlement: Settlement, started: S
     progress,
     settlement.settleUsed(call, used, shownAnswer(started, answer), true)
   )
+  yield* started.keep(call, result)
   return { _tag: "Completed", result } satisfies StreamEvent
 })
 

@@ -366,8 +366,15 @@ export const ChatCompletion = Schema.Struct({
   cost_myr: Schema.String
 }).annotations({ identifier: "ChatCompletion" })
 
-export const IdempotencyKeyHeader = Schema.Struct({
-  "idempotency-key": Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)))
+/**
+ * The headers a model call reads: `Idempotency-Key`, and the response cache's `Nenas-Cache` and
+ * `Nenas-Cache-TTL` (docs/api/cache.md, "Turning it on"), read as given and checked by the call, which names
+ * the header when one is wrong.
+ */
+export const CallHeaders = Schema.Struct({
+  "idempotency-key": Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255))),
+  "nenas-cache": Schema.optional(Schema.String),
+  "nenas-cache-ttl": Schema.optional(Schema.String)
 })
 
 /** Every error a model call can end in, declared once for each group of model calls, behind the API key. */
@@ -398,7 +405,7 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
   .add(
     HttpApiEndpoint.post("responses", "/v1/responses")
       .setPayload(ResponsesBody)
-      .setHeaders(IdempotencyKeyHeader)
+      .setHeaders(CallHeaders)
       .addSuccess(ResponsesOutput)
       .annotate(
         OpenApi.Transform,
@@ -411,7 +418,7 @@ export class ModelCallsApi extends HttpApiGroup.make("modelCalls")
   .add(
     HttpApiEndpoint.post("chatCompletions", "/v1/chat/completions")
       .setPayload(ChatCompletionRequest)
-      .setHeaders(IdempotencyKeyHeader)
+      .setHeaders(CallHeaders)
       .addSuccess(ChatCompletion)
       .annotate(
         OpenApi.Transform,

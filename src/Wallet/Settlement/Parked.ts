@@ -117,6 +117,11 @@ const LogWriteJson = Schema.Struct({
   attempts: Schema.optional(
     Schema.Array(Schema.Struct({ target: Schema.String, outcome: Schema.String, latencyMs: Schema.Number }))
   ),
+  cache: Schema.optional(Schema.Struct({
+    status: Schema.Literal("hit", "miss", "bypass"),
+    sourceRequestId: Schema.NullOr(Schema.String),
+    savedMicroMyr: Schema.Number
+  })),
   reservationId: Schema.NullOr(Schema.String),
   status: Schema.Literal("pending", "succeeded", "failed", "billed"),
   errorCode: Schema.NullOr(Schema.String),

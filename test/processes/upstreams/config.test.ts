@@ -138,7 +138,7 @@ describe("AppConfig's upstreams", () => {
         {
           name: "upstream",
           baseUrl: "http://127.0.0.1:9/v1",
-          models: { general: ["m-general"], reasoning: ["m-reason"] }
+          models: { general: ["m-general"], reasoning: ["m-reason"], embedding: ["text-embedding-3-small"] }
         }
       ])
       expect(config.prices, "no prices of its own").toEqual(DEFAULT_PRICES)

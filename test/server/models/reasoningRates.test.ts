@@ -85,6 +85,7 @@ const TEST_KEY_REASONING = 3_000
 /** The built-in model for test keys, thinking `THINK_MS` before its first token and reporting many reasoning tokens. */
 const slowThinker: ProviderShape = {
   complete: simulatedProvider.complete,
+  embed: simulatedProvider.embed,
   stream: (request) =>
     Effect.map(simulatedProvider.stream(request), (parts) =>
       Stream.concat(

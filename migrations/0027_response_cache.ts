@@ -5,7 +5,7 @@ import { FIRST_COUNTERS, rollupFunctions } from "./usageRollupSql.js"
 /** The rollups' counters from here on: 0011's, the cache hits, and what they saved. */
 const COUNTERS = [
   ...FIRST_COUNTERS,
-  { name: "cache_hits", of: (s: string) => `${s} * (cache = 'hit')::int` },
+  { name: "cache_hits", of: (s: string) => `${s} * (cache IS NOT DISTINCT FROM 'hit')::int` },
   { name: "cache_saved_micro_myr", of: (s: string) => `${s} * cache_saved_micro_myr` }
 ]
 

@@ -6,7 +6,7 @@ import { Context, Effect, Layer, Redacted, Schema } from "effect"
 import { ApiKeyAuth, type ApiKeyPrincipal, CurrentApiKey } from "../Auth/Api.js"
 import { AnthropicMessagesRequest } from "../Models/Anthropic/AnthropicApi.js"
 import { makeModelEndpoints } from "../Models/Http.js"
-import { ChatCompletionRequest, CallHeaders, ResponsesBody } from "../Models/OpenAi/Api.js"
+import { CallHeaders, ChatCompletionRequest, ResponsesBody } from "../Models/OpenAi/Api.js"
 import { breatheAfter } from "../Request/Breathe.js"
 import { provideForRequest } from "../Request/Context.js"
 

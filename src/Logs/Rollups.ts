@@ -26,7 +26,7 @@ const COUNTER_COLUMNS = `requests, pending, succeeded, failed, billed, input_tok
 
 const LOG_COUNTERS = `1 AS requests, (status = 'pending')::int AS pending, (status = 'succeeded')::int AS succeeded,
   (status = 'failed')::int AS failed, (status = 'billed')::int AS billed, input_tokens, output_tokens,
-  reasoning_tokens, cached_tokens, search_count, content_pages, cost_micro_myr, (cache = 'hit')::int AS cache_hits,
+  reasoning_tokens, cached_tokens, search_count, content_pages, cost_micro_myr, (cache IS NOT DISTINCT FROM 'hit')::int AS cache_hits,
   cache_saved_micro_myr`
 
 const filters = (sql: SqlClient.SqlClient, scope: UsageScope) => [

@@ -37,6 +37,8 @@ export const OverviewPage = () => {
                   <Stat label="Requests, last 30 days" value={formatCount(data.total_usage.requests)}
                     note={`${formatCount(data.total_usage.inputTokens + data.total_usage.outputTokens)} tokens`} />
                   <MoneyStat label="Spent, last 30 days" micro={data.total_usage.costMicroMyr} />
+                  <MoneyStat label="Saved by the response cache, last 30 days" micro={data.total_usage.cacheSavedMicroMyr}
+                    note={`${formatCount(data.total_usage.cacheHits)} cached answers`} />
                   <Stat label="API keys" value={`${data.active_api_key_count} active`}
                     note={<Link to="/api-keys">{`${data.api_key_count} in all · manage`}</Link>} />
                 </div>

@@ -123,10 +123,15 @@ export const ensureFunds = async (account: Account, needed: number) => {
 }
 
 /** One whole chat call; throws unless it answers 200. */
-export const chatCall = async (account: Account, body: string) => {
+/** One chat call; `cache` is its `Nenas-Cache` header, if any. */
+export const chatCall = async (account: Account, body: string, cache?: string) => {
   const reply = await fetch(`${account.base}/v1/chat/completions`, {
     method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${account.apiKey}` },
+    headers: {
+      "content-type": "application/json",
+      authorization: `Bearer ${account.apiKey}`,
+      ...(cache === undefined ? {} : { "nenas-cache": cache })
+    },
     body
   })
   const text = await reply.text()

@@ -26,10 +26,14 @@ export interface RunSpec {
   readonly stream: boolean
   /** A 4 kB prompt holding personal data, and (`guarded`) a key whose policy redacts it (docs/api/guardrails.md). */
   readonly prompt?: "4kB" | "4kB guarded" | undefined
+  /** Calls the response cache answers (`hit`), or billed calls that store their answer (`refresh`) (docs/api/cache.md). */
+  readonly cache?: "hit" | "refresh" | undefined
 }
 
 /** What a PII redaction policy may add to a call on a 4 kB prompt, in CPU µs (docs/api/guardrails.md, "Cost"). */
 const GUARDRAIL_BUDGET_US = 100
+/** A cache hit's CPU, at most this share of a billed call's (docs/performance.md, "Benchmark"). */
+const CACHE_HIT_SHARE = 0.5
 
 export interface RunOutcome {
   readonly spec: RunSpec
@@ -43,7 +47,8 @@ export const label = (spec: RunSpec) =>
     ? ""
     : spec.prompt === "4kB"
     ? ", 4 kB prompt"
-    : ", 4 kB prompt under PII redaction")
+    : ", 4 kB prompt under PII redaction") +
+  (spec.cache === undefined ? "" : spec.cache === "hit" ? ", cache hits" : ", cache refreshes")
 
 const fmt = (value: number | undefined, digits: number) =>
   value === undefined || !Number.isFinite(value) ? "-" : value.toFixed(digits)
@@ -294,9 +299,41 @@ const guardrailLine = (outcomes: ReadonlyArray<RunOutcome>): ReadonlyArray<strin
   ]
 }
 
+/**
+ * The service's CPU per call at 32 connections when the cache answers (and when it refreshes: a billed call that
+ * stores its answer) against the same call uncached, plain and streamed.
+ */
+const cacheLines = (outcomes: ReadonlyArray<RunOutcome>): ReadonlyArray<string> =>
+  [false, true].flatMap((stream) => {
+    const cpuOf = (cache: RunSpec["cache"]) => {
+      const outcome = outcomes.find((o) =>
+        o.spec.connections === 32 && o.spec.prompt === undefined && o.spec.stream === stream && o.spec.cache === cache
+      )
+      return outcome === undefined ? undefined : find(outcome.results, TARGET)?.cpu
+    }
+    const billed = cpuOf(undefined)
+    const hit = cpuOf("hit")
+    const refresh = cpuOf("refresh")
+    if (billed === undefined) return []
+    const mode = stream ? "stream" : "plain"
+    return [
+      ...(hit === undefined ? [] : [
+        `${hit < CACHE_HIT_SHARE * billed ? "PASS" : "MISS"} a cache hit, ${mode}: ${fmt(hit, 0)} CPU µs a call, ${
+          fmt(hit / billed, 2)
+        } of a billed call's ${fmt(billed, 0)} (goal < ${CACHE_HIT_SHARE})`
+      ]),
+      ...(refresh === undefined ? [] : [
+        `info  a call that stores its answer (refresh), ${mode}: ${fmt(refresh, 0)} CPU µs, ${
+          fmt(refresh / billed, 2)
+        }× an uncached call's`
+      ])
+    ]
+  })
+
 export const goalLines = (all: ReadonlyArray<RunOutcome>, billing: ReadonlyArray<string>) => {
-  // The 4 kB prompt's runs measure the guardrails only; the goals against the peers are the short prompt's.
-  const outcomes = all.filter((o) => o.spec.prompt === undefined)
+  // The 4 kB prompt's runs measure the guardrails only, the cache's runs the cache; the goals against the peers
+  // are the short prompt's, uncached.
+  const outcomes = all.filter((o) => o.spec.prompt === undefined && o.spec.cache === undefined)
   const at = (connections: number) => outcomes.filter((o) => o.spec.connections === connections)
   const plainSingle = at(1).find((o) => !o.spec.stream)
   const portkeyPlainAddedP50 = plainSingle === undefined ? NaN : figures(plainSingle).portkeyAddedP50
@@ -308,6 +345,7 @@ export const goalLines = (all: ReadonlyArray<RunOutcome>, billing: ReadonlyArray
     ...at(32).map(peakRssLine),
     ...at(32).map(transactionsLine),
     ...guardrailLine(all),
+    ...cacheLines(all),
     billingLine(billing)
   ]
 }

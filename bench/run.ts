@@ -14,8 +14,9 @@
  *
  * Settings (environment): BENCH_DURATION (s per target and round, default 10),
  * BENCH_WARMUP (s, default 3), BENCH_ROUNDS (default 3; medians),
- * BENCH_RUNS (default "32,32s,1,1s,32p,32g": connections, `s` for streamed, `p` for a 4 kB prompt
- * holding personal data, `g` for that prompt on a key whose guardrail policy redacts it),
+ * BENCH_RUNS (default "32,32s,1,1s,32p,32g,32h,32hs,32r,32rs": connections, `s` for streamed, `p` for a 4 kB
+ * prompt holding personal data, `g` for that prompt on a key whose guardrail policy redacts it, `h` for calls the
+ * response cache answers (every one a hit), `r` for calls that refresh it (each billed and stored)),
  * BENCH_BUILTINS (peers.mjs's built-in targets beside the service, default
  * "direct,floor,portkey,effect"; the goals need portkey, the summary's
  * CPU ÷ effect needs effect),
@@ -62,15 +63,18 @@ const numberSetting = (name: string, fallback: number) => {
 
 const runsSetting = (raw: string): Array<RunSpec> =>
   raw.split(",").map((item) => {
-    const match = /^\s*(\d+)([spg]?)\s*$/.exec(item)
+    const match = /^\s*(\d+)([hr]?)([spg]?)\s*$/.exec(item)
     if (match === null || Number(match[1]) < 1) {
-      throw new OneLine(`BENCH_RUNS: "${item}" is not connections with an optional s, p or g (e.g. 32s)`)
+      throw new OneLine(
+        `BENCH_RUNS: "${item}" is not connections with an optional h or r, then s, p or g (e.g. 32s, 32hs)`
+      )
     }
-    const flag = match[2]
+    const flag = match[3]
     return {
       connections: Number(match[1]),
       stream: flag === "s",
-      prompt: flag === "p" ? "4kB" as const : flag === "g" ? "4kB guarded" as const : undefined
+      prompt: flag === "p" ? "4kB" as const : flag === "g" ? "4kB guarded" as const : undefined,
+      cache: match[2] === "h" ? "hit" as const : match[2] === "r" ? "refresh" as const : undefined
     }
   })
 
@@ -83,7 +87,7 @@ const readSettings = () => {
     durationS,
     warmupS,
     rounds,
-    runs: runsSetting(process.env["BENCH_RUNS"] ?? "32,32s,1,1s,32p,32g"),
+    runs: runsSetting(process.env["BENCH_RUNS"] ?? "32,32s,1,1s,32p,32g,32h,32hs,32r,32rs"),
     peersDir: resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench")),
     externalDatabase: process.env["BENCH_DATABASE_URL"] ?? "",
     cpuProf: process.env["BENCH_CPU_PROF"] === "1",
@@ -101,6 +105,8 @@ const BODY_4K = JSON.stringify({
   messages: [{ role: "user", content: PII_PROMPT.slice(0, 4096) }],
   max_tokens: 16
 })
+/** The `Nenas-Cache` header of the cache runs (docs/api/cache.md, "Turning it on"). */
+const CACHE_HEADER = { hit: "on", refresh: "refresh" } as const
 /** An upper bound of what one call reserves (max_tokens 16, a short prompt: about RM 0.0002). */
 const RESERVE_BOUND_MICRO_MYR = 1_000
 /** No run here goes faster than this. */
@@ -285,7 +291,9 @@ const main = async () => {
       const apiKey = spec.prompt === "4kB guarded" ? guardedKey : account.apiKey
       const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}${
         spec.prompt === undefined ? "" : `-${spec.prompt.replace(" ", "-")}`
-      }`
+      }${spec.cache === undefined ? "" : `-cache-${spec.cache}`}`
+      // A hit run's answer is stored before it starts (the cache key leaves `stream` out: one serves both modes).
+      if (spec.cache === "hit") await chatCall(account, body, CACHE_HEADER.hit)
       // One peers.mjs per round: the service is its last target, so nothing else reaches the upstream after its window.
       await ensureRunning(upstreamChild)
       const tracker = new WindowTracker(counters)
@@ -323,7 +331,8 @@ const main = async () => {
           String(warmupS),
           "--body",
           body,
-          ...(spec.stream ? ["--stream"] : [])
+          ...(spec.stream ? ["--stream"] : []),
+          ...(spec.cache === undefined ? [] : ["--header", `${TARGET}=Nenas-Cache:${CACHE_HEADER[spec.cache]}`])
         ]
         log(`peers.mjs, ${label(spec)}, round ${round} of ${rounds}`)
         const out = join(outDir, `${name}-${round}.json`)

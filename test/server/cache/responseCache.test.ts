@@ -2,6 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { call } from "../../support/Http.js"
 import { caller, modelCall, TestServerWithUpstream, walletOf } from "../../support/Models.js"
+import { realSleep } from "../../support/RealTime.js"
 import { TestServer } from "../../support/TestServer.js"
 import { Upstream } from "../../support/Upstream.js"
 
@@ -160,5 +161,83 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("the response cac
         messages: [{ role: "user", content: "x" }]
       })
       expect(wrongModel.status).toBe(400)
+    }))
+
+  it.effect("an error, a stream the upstream cut and a stream its client cut are never stored", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      const { baseUrl } = yield* TestServer
+      const { apiKey } = yield* caller("cache-never@example.com", { sen: 1000 })
+      const ask = (content: string, stream: boolean) => ({
+        model: "svc/nenas-flash",
+        messages: [{ role: "user", content }],
+        max_tokens: 64,
+        stream
+      })
+      /** The same call again, with the upstream answering: MISS if nothing was kept. */
+      const again = (content: string, stream: boolean) =>
+        Effect.gen(function*() {
+          upstream.reset()
+          const reply = yield* modelCall(apiKey, "/v1/chat/completions", ask(content, stream), { "Nenas-Cache": "on" })
+          expect(reply.status, reply.text).toBe(200)
+          expect(upstream.requests.length, "the upstream was asked").toBe(1)
+          return reply.headers.get("nenas-cache")
+        })
+
+      upstream.setBehaviour({ kind: "status", status: 400, body: { error: { message: "no" } } })
+      const refused = yield* modelCall(apiKey, "/v1/chat/completions", ask("An error?", false), { "Nenas-Cache": "on" })
+      expect(refused.status).not.toBe(200)
+      expect(yield* again("An error?", false)).toBe("MISS")
+
+      upstream.setBehaviour({ kind: "resetMidStream", afterChunks: 2 })
+      const cut = yield* modelCall(apiKey, "/v1/chat/completions", ask("Cut by the upstream?", true), {
+        "Nenas-Cache": "on"
+      })
+      expect(cut.text).toContain("error")
+      expect(yield* again("Cut by the upstream?", true)).toBe("MISS")
+
+      upstream.setBehaviour({ kind: "ok", chunkDelayMs: 100, text: "one two three four five six seven eight nine ten" })
+      yield* Effect.promise(async () => {
+        const client = new AbortController()
+        const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "nenas-cache": "on" },
+          body: JSON.stringify(ask("Cut by its client?", true)),
+          signal: client.signal
+        })
+        const reader = response.body!.getReader()
+        await reader.read()
+        client.abort()
+        await reader.read().catch(() => undefined)
+      })
+      // The upstream would have finished by now.
+      yield* realSleep(1_500)
+      expect(yield* again("Cut by its client?", true)).toBe("MISS")
+      // A whole answer is kept: the control that shows the three above could have hit.
+      upstream.reset()
+      expect(
+        (yield* modelCall(apiKey, "/v1/chat/completions", ask("An error?", false), { "Nenas-Cache": "on" })).headers
+          .get("nenas-cache")
+      ).toBe("HIT")
+      expect(upstream.requests.length).toBe(0)
+    }))
+
+  it.effect("refresh answers fresh and replaces the stored answer", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      const { apiKey } = yield* caller("cache-refresh@example.com", { sen: 1000 })
+      const body = { model: "svc/nenas-flash", input: "Refresh?", max_output_tokens: 32 }
+      upstream.reset()
+      upstream.setBehaviour({ kind: "ok", text: "the first answer" })
+      expect((yield* modelCall(apiKey, "/v1/responses", body, { "Nenas-Cache": "on" })).headers.get("nenas-cache"))
+        .toBe("MISS")
+      upstream.setBehaviour({ kind: "ok", text: "the second answer" })
+      const refreshed = yield* modelCall(apiKey, "/v1/responses", body, { "Nenas-Cache": "refresh" })
+      expect(refreshed.headers.get("nenas-cache")).toBe("MISS")
+      expect((refreshed.body as any).output_text).toBe("the second answer")
+      const hit = yield* modelCall(apiKey, "/v1/responses", body, { "Nenas-Cache": "on" })
+      expect(hit.headers.get("nenas-cache")).toBe("HIT")
+      expect((hit.body as any).output_text).toBe("the second answer")
+      expect(upstream.requests.length).toBe(2)
     }))
 })

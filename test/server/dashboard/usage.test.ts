@@ -97,6 +97,8 @@ interface Point {
   readonly inputTokens: number
   readonly outputTokens: number
   readonly reasoningTokens: number
+  readonly cacheHits: number
+  readonly cacheSavedMicroMyr: number
 }
 
 const point = (bucket: string, values: Partial<Omit<Point, "bucket">> = {}): Point => ({
@@ -106,6 +108,8 @@ const point = (bucket: string, values: Partial<Omit<Point, "bucket">> = {}): Poi
   inputTokens: 0,
   outputTokens: 0,
   reasoningTokens: 0,
+  cacheHits: 0,
+  cacheSavedMicroMyr: 0,
   ...values
 })
 
@@ -190,7 +194,11 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             guardrails: null,
             createdAt: "2026-11-10T00:03:00.000Z",
             // A log row written without its call's stored response (test/storedResponses*.test.ts link them).
-            storedResponseId: null
+            storedResponseId: null,
+            // A call that did not ask the response cache.
+            cache: null,
+            cacheSourceRequestId: null,
+            cacheSavedMicroMyr: 0
           })
 
           const page2 = yield* get("/dashboard/logs?limit=2&page=2", token)
@@ -562,7 +570,9 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             reasoningTokens: 0,
             searchCount: 0,
             contentPages: 0,
-            costMicroMyr: 0
+            costMicroMyr: 0,
+            cacheHits: 0,
+            cacheSavedMicroMyr: 0
           }
           expect(overview.wallet).toEqual({
             availableMicroMyr: 0,
@@ -636,7 +646,9 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             reasoningTokens: 8,
             searchCount: 2,
             contentPages: 3,
-            costMicroMyr: 5000
+            costMicroMyr: 5000,
+            cacheHits: 0,
+            cacheSavedMicroMyr: 0
           })
           expect(overview.total_usage).toEqual({
             requests: 4,
@@ -645,7 +657,9 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             reasoningTokens: 11,
             searchCount: 6,
             contentPages: 8,
-            costMicroMyr: 5076
+            costMicroMyr: 5076,
+            cacheHits: 0,
+            cacheSavedMicroMyr: 0
           })
           const series: ReadonlyArray<Point> = overview.daily_series
           expect(series).toHaveLength(30)

@@ -558,7 +558,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       expect(yield* violations(who.accountId)).toEqual([])
     }))
 
-  it.effect("models.list(): one model, svc/nenas-flash, with its window, output cap and exactly the working capabilities", () =>
+  it.effect("models.list(): svc/nenas-flash with its window, output cap and exactly the working capabilities, then svc/nenas-embed", () =>
     Effect.gen(function*() {
       const who = yield* caller("sdk-models@example.com", { environment: "test" })
       const client = yield* sdk(who.apiKey)
@@ -566,7 +566,7 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
       const models = page.data as Array<
         OpenAI.Models.Model & { context_window: number; max_output_tokens: number; capabilities: ReadonlyArray<string> }
       >
-      expect(models).toHaveLength(1)
+      expect(models).toHaveLength(2)
       expect(models[0]).toEqual({
         id: MODEL,
         object: "model",
@@ -581,8 +581,18 @@ layer(TestServerWithUpstream(), { excludeTestServices: true })("OpenAI's Node SD
           opt_out: "Send store: false with a /v1/responses call."
         }
       })
+      expect(models[1]).toEqual({
+        id: "svc/nenas-embed",
+        object: "model",
+        owned_by: "svc",
+        context_window: 8192,
+        max_output_tokens: 0,
+        capabilities: ["embeddings"],
+        endpoints: ["/v1/embeddings"],
+        dimensions: 1536
+      })
       const all = yield* collect(client.models.list())
-      expect(all.map((m) => m.id)).toEqual([MODEL])
+      expect(all.map((m) => m.id)).toEqual([MODEL, "svc/nenas-embed"])
     }))
 
   it.effect("web search through responses.create: routing search, the planned query, cited source 1 annotated, sources sent upstream, planning, searches and pages billed", () =>

@@ -96,7 +96,7 @@ export const SeriesTable = ({ series, granularity, caption }: { series: Readonly
       <table>
         <caption>{caption}</caption>
         <thead>
-          <tr><th scope="col">{granularity === "day" ? "Day" : "Hour"}</th><th scope="col">Requests</th><th scope="col">Input tokens</th><th scope="col">Output tokens</th><th scope="col">Reasoning tokens</th><th scope="col">Cost</th></tr>
+          <tr><th scope="col">{granularity === "day" ? "Day" : "Hour"}</th><th scope="col">Requests</th><th scope="col">Input tokens</th><th scope="col">Output tokens</th><th scope="col">Reasoning tokens</th><th scope="col">Cache hits</th><th scope="col">Saved by the cache</th><th scope="col">Cost</th></tr>
         </thead>
         <tbody>
           {series.map((point) => (
@@ -106,6 +106,8 @@ export const SeriesTable = ({ series, granularity, caption }: { series: Readonly
               <td>{formatCount(point.inputTokens)}</td>
               <td>{formatCount(point.outputTokens)}</td>
               <td>{formatCount(point.reasoningTokens)}</td>
+              <td>{formatCount(point.cacheHits)}</td>
+              <td title={formatMicroMyrExact(point.cacheSavedMicroMyr)}>{formatCostMyr(point.cacheSavedMicroMyr)}</td>
               <td title={formatMicroMyrExact(point.costMicroMyr)}>{formatCostMyr(point.costMicroMyr)}</td>
             </tr>
           ))}

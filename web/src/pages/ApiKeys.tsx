@@ -3,10 +3,11 @@ import { useSearchParams } from "react-router"
 import { api, type ApiKey, type CreatedKey, type RotatedKey } from "../api"
 import { DateTime, Empty, ErrorPanel, Field, Load, PageHeading, SpendOfLimit, useSubmission } from "../components"
 import { useAccounts } from "../accounts"
-import { fromLocalInput } from "../format"
+import { formatCacheTtl } from "../cacheTtl"
+import { formatCount, fromLocalInput } from "../format"
 import { mayChangeKey, neededRoles } from "../roles"
 import { useApi, useSession } from "../session"
-import { EditKey, RotateKey } from "./KeyDialogs"
+import { CacheTtlField, EditKey, RotateKey, useCacheTtl } from "./KeyDialogs"
 
 const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void }) => {
   const { caller } = useSession()
@@ -14,24 +15,35 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
   const [environment, setEnvironment] = useState<"live" | "test">("live")
   const [limit, setLimit] = useState("")
   const [expires, setExpires] = useState("")
+  const ttl = useCacheTtl(null)
   const { busy, error, submit: run } = useSubmission()
 
   const submit = (event: FormEvent) => {
     event.preventDefault()
+    const cache = ttl.check()
+    if (cache === undefined) return
     void run(async () => {
       const expiresAt = fromLocalInput(expires)
-      const created = await api("POST /dashboard/api-keys", {
-        caller,
-        json: {
-          name,
-          environment,
-          ...(limit === "" ? {} : { monthly_spend_limit_myr: Number(limit) }),
-          ...(expiresAt === undefined ? {} : { expires_at: expiresAt })
-        }
-      })
+      let created: CreatedKey
+      try {
+        created = await api("POST /dashboard/api-keys", {
+          caller,
+          json: {
+            name,
+            environment,
+            ...(limit === "" ? {} : { monthly_spend_limit_myr: Number(limit) }),
+            ...(expiresAt === undefined ? {} : { expires_at: expiresAt }),
+            ...(cache.ttl === null ? {} : { cache_ttl_seconds: cache.ttl })
+          }
+        })
+      } catch (cause) {
+        if (ttl.refuse(cause)) return
+        throw cause
+      }
       setName("")
       setLimit("")
       setExpires("")
+      ttl.reset()
       onCreated(created)
     })
   }
@@ -58,6 +70,7 @@ const CreateKeyForm = ({ onCreated }: { onCreated: (created: CreatedKey) => void
         <Field label="Expires" hint="Optional; in your time zone.">
           {(props) => <input {...props} type="datetime-local" value={expires} onChange={(e) => setExpires(e.target.value)} />}
         </Field>
+        <CacheTtlField ttl={ttl} />
       </div>
       <button type="submit" disabled={busy}>{busy ? "Creating…" : "Create key"}</button>
     </form>
@@ -184,6 +197,7 @@ export const ApiKeysPage = () => {
                     <tr>
                       <th scope="col">Name</th><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th>
                       <th scope="col">Spent this month</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Expires</th>
+                      <th scope="col">Response cache</th>
                       <th scope="col"><span className="visually-hidden">Actions</span></th>
                     </tr>
                   </thead>
@@ -198,6 +212,9 @@ export const ApiKeysPage = () => {
                         <td data-label="Created"><DateTime iso={key.created_at} /></td>
                         <td data-label="Last used">{key.last_used_at === null ? "never" : <DateTime iso={key.last_used_at} />}</td>
                         <td data-label="Expires">{key.expires_at === null ? "never" : <DateTime iso={key.expires_at} />}</td>
+                        <td data-label="Response cache">
+                          {key.cache_ttl_seconds === null ? <span className="muted">when asked</span> : formatCacheTtl(key.cache_ttl_seconds)}
+                        </td>
                         <td className="row-actions">
                           {mayChangeKey(me, key, "PATCH /dashboard/api-keys/{id}")
                             ? <button type="button" className="small" onClick={() => setEditing(key)} aria-label={`Edit ${key.name}`}>Edit</button>
@@ -217,7 +234,7 @@ export const ApiKeysPage = () => {
                         <td data-label="Key"><code>{key.prefix}…</code></td>
                         <td data-label="Environment">{key.environment}</td>
                         <td data-label="Status"><StatusBadge status="revoked" /></td>
-                        <td colSpan={5} className="full">Deleted just now; calls with it answer <code>revoked_api_key</code>. It leaves this list when you reload.</td>
+                        <td colSpan={6} className="full">Deleted just now; calls with it answer <code>revoked_api_key</code>. It leaves this list when you reload.</td>
                       </tr>
                     ))}
                   </tbody>
@@ -226,6 +243,7 @@ export const ApiKeysPage = () => {
             )}
         </Load>
       </section>
+      <ResponseCache />
       {editing === undefined ? null : (
         <EditKey key={editing.id} apiKey={editing} onClose={() => setEditing(null)} onSaved={(_key, done) => {
           if (done) setEditing(null)
@@ -254,4 +272,69 @@ export const ApiKeysPage = () => {
 /** The key's month-to-date spend against its monthly limit, if it has one. */
 function MonthToDate({ apiKey }: { readonly apiKey: ApiKey }) {
   return <SpendOfLimit spent={apiKey.month_to_date_spend_micro_myr} limit={apiKey.monthly_spend_limit_micro_myr} what="monthly limit" />
+}
+
+/**
+ * The account's response cache (docs/api/cache.md, "Emptying it"): owners and admins empty it, after a
+ * confirmation, and see how many answers went; the other roles are told who may.
+ */
+const ResponseCache = () => {
+  const { can } = useAccounts()
+  const [confirming, setConfirming] = useState(false)
+  const [emptied, setEmptied] = useState<number | null>(null)
+  return (
+    <section className="card response-cache" aria-labelledby="cache-heading">
+      <h2 id="cache-heading">Response cache</h2>
+      <p className="note">
+        A key with a cache TTL (or a call sending <code>Nenas-Cache: on</code>) answers a repeated call from the cache, free.
+        Emptying it makes the next call of each kind run, and cost, afresh.
+      </p>
+      {can("DELETE /dashboard/cache")
+        ? (
+          <div className="actions">
+            <button type="button" className="danger" onClick={() => setConfirming(true)}>Empty cache</button>
+          </div>
+        )
+        : <p className="note">Emptying it needs the role {neededRoles("DELETE /dashboard/cache")}.</p>}
+      <p role="status" className="note">
+        {emptied === null ? "" : `Emptied: ${formatCount(emptied)} ${emptied === 1 ? "answer" : "answers"}.`}
+      </p>
+      {confirming
+        ? (
+          <ConfirmEmptyCache onCancel={() => setConfirming(false)} onEmptied={(deleted) => {
+            setConfirming(false)
+            setEmptied(deleted)
+          }} />
+        )
+        : null}
+    </section>
+  )
+}
+
+/** Confirms emptying the cache in a modal dialog: it traps focus, and Escape cancels. */
+const ConfirmEmptyCache = ({ onCancel, onEmptied }: { onCancel: () => void; onEmptied: (deleted: number) => void }) => {
+  const { caller } = useSession()
+  const dialog = useRef<HTMLDialogElement>(null)
+  const { busy, error, submit } = useSubmission()
+  useEffect(() => {
+    dialog.current?.showModal()
+  }, [])
+  const empty = () =>
+    submit(async () => {
+      onEmptied((await api("DELETE /dashboard/cache", { caller })).deleted)
+    })
+  return (
+    <dialog ref={dialog} className="dialog" aria-labelledby="empty-cache-heading" aria-describedby="empty-cache-text" onCancel={onCancel}>
+      <h2 id="empty-cache-heading">Empty the response cache?</h2>
+      <p id="empty-cache-text">
+        Every answer this account's keys have cached is dropped, on every instance within moments. Until a call is
+        answered again, repeating it runs the model and is billed. This cannot be undone.
+      </p>
+      {error === null ? null : <ErrorPanel error={error} />}
+      <div className="actions">
+        <button type="button" className="quiet" onClick={onCancel} autoFocus>Cancel</button>
+        <button type="button" className="danger" onClick={() => void empty()} disabled={busy}>{busy ? "Emptying…" : "Empty cache"}</button>
+      </div>
+    </dialog>
+  )
 }

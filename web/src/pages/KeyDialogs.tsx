@@ -12,6 +12,7 @@ import {
   type UpdateKey
 } from "../api"
 import { useAccounts } from "../accounts"
+import { CACHE_TTL_MAX, CACHE_TTL_MIN, cacheTtlRefusal, parseCacheTtl } from "../cacheTtl"
 import { ErrorPanel, Field, useSubmission } from "../components"
 import { fromLocalInput, toLocalInput } from "../format"
 import { useApi, useSession } from "../session"
@@ -27,6 +28,64 @@ const useModal = () => {
   }, [])
   return dialog
 }
+
+/**
+ * A key's response cache TTL as a form edits it (docs/api/cache.md): what is wrong with it shows beneath the
+ * field once it is left or a save is tried, and nothing is sent; the service's 400 naming `cache_ttl_seconds`
+ * shows there too, until the field changes.
+ */
+export const useCacheTtl = (initial: number | null) => {
+  const [value, setValue] = useState(initial === null ? "" : String(initial))
+  const [checked, setChecked] = useState(false)
+  const [refused, setRefused] = useState<string | null>(null)
+  const input = useRef<HTMLInputElement>(null)
+  const parsed = parseCacheTtl(value)
+  const problem = "problem" in parsed ? parsed.problem : null
+  return {
+    value,
+    error: (checked ? problem : null) ?? refused,
+    input,
+    change: (next: string) => {
+      setValue(next)
+      setRefused(null)
+    },
+    /** Shows the problem once the field is left. */
+    leave: () => setChecked(true),
+    /** Whether the field was changed from `initial`. */
+    changed: value.trim() !== (initial === null ? "" : String(initial)),
+    /** The TTL to send (null: none), or undefined, the problem shown and the field focused, when it cannot be sent. */
+    check: (): { readonly ttl: number | null } | undefined => {
+      if ("ttl" in parsed) return parsed
+      setChecked(true)
+      input.current?.focus()
+      return undefined
+    },
+    /** Takes the service's refusal of the TTL onto the field: false when `cause` is some other failure. */
+    refuse: (cause: unknown): boolean => {
+      const message = cacheTtlRefusal(cause)
+      if (message === null) return false
+      setRefused(message)
+      input.current?.focus()
+      return true
+    },
+    reset: () => {
+      setValue(initial === null ? "" : String(initial))
+      setChecked(false)
+      setRefused(null)
+    }
+  }
+}
+
+/** The TTL's field: text with a numeric keyboard, so that a mistyped value is shown, not emptied as a number field would. */
+export const CacheTtlField = ({ ttl }: { ttl: ReturnType<typeof useCacheTtl> }) => (
+  <Field label="Response cache TTL (seconds)" error={ttl.error}
+    hint={`Optional, ${CACHE_TTL_MIN}–${CACHE_TTL_MAX}: repeated calls are answered from the cache, free, for this long. Empty means only calls that ask are cached.`}>
+    {(props) => (
+      <input {...props} ref={ttl.input} inputMode="numeric" autoComplete="off" value={ttl.value}
+        onChange={(e) => ttl.change(e.target.value)} onBlur={ttl.leave} />
+    )}
+  </Field>
+)
 
 /** A key's guardrails as the dialog edits them: its own PII and injection actions, `""` where the account's apply. */
 interface GuardrailChoice {
@@ -135,6 +194,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
   const initialGuardrails = choiceOf(apiKey.guardrails)
   const [guardrails, setGuardrails] = useState(initialGuardrails)
   const [account] = useApi("GET /dashboard/guardrails")
+  const ttl = useCacheTtl(apiKey.cache_ttl_seconds)
   const { busy, error, submit } = useSubmission()
   const set = (field: keyof typeof initial) => (value: string) => setForm((current) => ({ ...current, [field]: value }))
 
@@ -143,6 +203,8 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
 
   const save = (event: FormEvent) => {
     event.preventDefault()
+    const cache = ttl.changed ? ttl.check() : undefined
+    if (ttl.changed && cache === undefined) return
     const changed = (field: keyof typeof initial) => form[field].trim() !== initial[field].trim()
     const number = (value: string) => value.trim() === "" ? null : Number(value)
     const body: UpdateKey = {
@@ -151,11 +213,18 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
       ...(changed("expires") ? { expires_at: fromLocalInput(form.expires) ?? null } : {}),
       ...(changed("rpm") ? { rate_limit_rpm: number(form.rpm) } : {}),
       ...(changed("concurrent") ? { rate_limit_concurrent: number(form.concurrent) } : {}),
+      ...(cache === undefined ? {} : { cache_ttl_seconds: cache.ttl }),
       ...(JSON.stringify(guardrails) === JSON.stringify(initialGuardrails)
         ? {}
         : { guardrails: overrideOf(guardrails, apiKey.guardrails, account.data?.policy) })
     }
-    void patch(body, true)
+    void submit(async () => {
+      try {
+        onSaved(await api("PATCH /dashboard/api-keys/{id}", { caller, path: { id: apiKey.id }, json: body }), true)
+      } catch (cause) {
+        if (!ttl.refuse(cause)) throw cause
+      }
+    })
   }
 
   const disabled = apiKey.status === "disabled"
@@ -180,6 +249,7 @@ export const EditKey = ({ apiKey, onClose, onSaved }: {
           <Field label="Concurrent calls" hint="Empty means the service's default.">
             {(props) => <input {...props} type="number" min={1} step={1} inputMode="numeric" value={form.concurrent} onChange={(e) => set("concurrent")(e.target.value)} />}
           </Field>
+          <CacheTtlField ttl={ttl} />
         </div>
         <KeyGuardrails choice={guardrails} onChange={setGuardrails} override={apiKey.guardrails} policy={account.data?.policy} />
         <div className="actions">

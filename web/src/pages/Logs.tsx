@@ -35,6 +35,19 @@ const Conversation = ({ requestId, responseId }: { requestId: string; responseId
   )
 }
 
+/** How the response cache answered the call (docs/api/cache.md, "Hits"); null: the call did not ask. */
+const CACHE: Record<NonNullable<LogEntry["cache"]>, { readonly badge: string; readonly detail: string }> = {
+  hit: { badge: "HIT", detail: "hit: answered from the cache, free" },
+  miss: { badge: "MISS", detail: "miss: answered by the model, and stored" },
+  bypass: { badge: "BYPASS", detail: "bypass: a call the cache does not keep" }
+}
+
+const CacheBadge = ({ cache }: { cache: NonNullable<LogEntry["cache"]> }) => (
+  <span className={`badge badge-cache badge-cache-${cache}`} title={`Response cache ${CACHE[cache].detail}`}>
+    <span className="visually-hidden">cache </span>{CACHE[cache].badge}
+  </span>
+)
+
 const DONE: Record<NonNullable<LogEntry["guardrails"]>["rules"][number]["action"], string> = {
   flag: "flagged",
   redact: "redacted",
@@ -78,6 +91,13 @@ const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined 
     <div><dt>Time</dt><dd><DateTime iso={log.createdAt} /></dd></div>
     <div><dt>Stored response</dt><dd>{log.storedResponseId === null ? "none" : <code>{log.storedResponseId}</code>}</dd></div>
     <div><dt>Guardrails</dt><dd>{log.guardrails === null ? "none ran" : log.guardrails.outcome}</dd></div>
+    <div><dt>Response cache</dt><dd>{log.cache === null ? "not asked" : CACHE[log.cache].detail}</dd></div>
+    {log.cacheSourceRequestId === null
+      ? null
+      : <div><dt>Cached from request</dt><dd><code>{log.cacheSourceRequestId}</code></dd></div>}
+    {log.cache === "hit"
+      ? <div><dt>Saved by the cache</dt><dd>{formatMicroMyrExact(log.cacheSavedMicroMyr)}</dd></div>
+      : null}
   </dl>
   {log.guardrails === null || log.guardrails.rules.length === 0 ? null : <GuardrailRules guardrails={log.guardrails} />}
   {log.storedResponseId === null ? null : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}
@@ -182,7 +202,12 @@ export const LogsPage = () => {
                               </button>
                             </td>
                             <td data-label="Endpoint"><code>{log.endpoint}</code></td>
-                            <td data-label="Status"><span className={`badge badge-${log.status}`}>{log.status}</span></td>
+                            <td data-label="Status">
+                              <span className="badges">
+                                <span className={`badge badge-${log.status}`}>{log.status}</span>
+                                {log.cache === null ? null : <CacheBadge cache={log.cache} />}
+                              </span>
+                            </td>
                             <td className="num" data-label="Tokens in / out">{formatCount(log.inputTokens)} / {formatCount(log.outputTokens)}</td>
                             <td className="num" data-label="Cost"><Money micro={log.costMicroMyr} /></td>
                             <td className="num" data-label="Latency">{formatCount(log.latencyMs)} ms</td>

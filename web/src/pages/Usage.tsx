@@ -95,14 +95,19 @@ export const UsagePage = () => {
           const total = data.series.reduce((sum, p) => ({
             requests: sum.requests + p.requests,
             tokens: sum.tokens + p.inputTokens + p.outputTokens,
-            cost: sum.cost + p.costMicroMyr
-          }), { requests: 0, tokens: 0, cost: 0 })
+            cost: sum.cost + p.costMicroMyr,
+            cacheHits: sum.cacheHits + p.cacheHits,
+            cacheSaved: sum.cacheSaved + p.cacheSavedMicroMyr
+          }), { requests: 0, tokens: 0, cost: 0, cacheHits: 0, cacheSaved: 0 })
           return (
             <>
               <div className="stats">
                 <Stat label={`Requests, ${scope}`} value={formatCount(total.requests)} />
                 <Stat label="Tokens (input + output)" value={formatCount(total.tokens)} />
                 <MoneyStat label="Cost" micro={total.cost} />
+                <Stat label="Cache hits" value={formatCount(total.cacheHits)}
+                  note={total.requests === 0 ? "answered from the response cache" : `${Math.round(total.cacheHits / total.requests * 100)}% of the requests, answered from the response cache`} />
+                <MoneyStat label="Saved by the response cache" micro={total.cacheSaved} note="what those answers cost when the model first gave them" />
               </div>
               {total.requests === 0 ? <p className="empty">No calls in this range for {scope}.</p> : null}
               <div className="charts">

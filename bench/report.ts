@@ -209,8 +209,9 @@ export const summaryTable = (outcomes: ReadonlyArray<RunOutcome>) =>
         fmt(f.cpuOverEffect, 2),
         fmt(f.peakRssMb, 0),
         fmt(f.portkeyPeakRssMb, 0),
-        fmt(f.transactionsPerCall, 3),
-        fmt(f.walBytesPerCall, 0)
+        // Per call that reached the upstream: a run of cache hits has none.
+        outcome.spec.cache === "hit" ? "-" : fmt(f.transactionsPerCall, 3),
+        outcome.spec.cache === "hit" ? "-" : fmt(f.walBytesPerCall, 0)
       ]
     })
   ])

@@ -25,6 +25,7 @@ import invoices from "./0024_invoices.js"
 import guardrails from "./0025_guardrails.js"
 import eInvoices from "./0026_e_invoices.js"
 import responseCache from "./0027_response_cache.js"
+import providerKeys from "./0028_provider_keys.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -58,5 +59,6 @@ export const migrations = {
   "0024_invoices": invoices,
   "0025_guardrails": guardrails,
   "0026_e_invoices": eInvoices,
-  "0027_response_cache": responseCache
+  "0027_response_cache": responseCache,
+  "0028_provider_keys": providerKeys
 }

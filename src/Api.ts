@@ -18,6 +18,7 @@ import { AnthropicErrorBody, AnthropicMessagesApi } from "./Models/Anthropic/Ant
 import { ModelsApi } from "./Models/CatalogApi.js"
 import { EmbeddingsApi } from "./Models/Embeddings/EmbeddingsApi.js"
 import { ModelCallsApi } from "./Models/OpenAi/Api.js"
+import { ProviderKeysApi } from "./ProviderKeys/Api.js"
 import { StoredResponsesApi } from "./Responses/Api.js"
 import { UsageApi } from "./Usage/Api.js"
 import { WebhooksApi } from "./Webhooks/Api.js"
@@ -84,6 +85,7 @@ export class NenasApi extends HttpApi.make("nenas")
   .add(BillingApi)
   .add(InvoicesApi)
   .add(GuardrailsApi)
+  .add(ProviderKeysApi)
   .add(LogsApi)
   .add(UsageApi)
   .add(StripeWebhookApi)

@@ -54,6 +54,17 @@ export interface AppConfigShape {
   readonly webhookAllowedHosts: ReadonlySet<string>
   /** One web page's deadline; not an environment setting (tests shorten it). */
   readonly fetchPageTimeoutMs: number
+  /** `PROVIDER_ALLOWED_HOSTS`: the same for the base URLs of a team's own provider keys (over http too). */
+  readonly providerAllowedHosts: ReadonlySet<string>
+  /**
+   * `PROVIDER_KEYS_SECRET`: what a team's provider keys are sealed with at rest, shared by the instances of one
+   * deployment; unset, a secret kept in `DATA_DIR` (one machine).
+   */
+  readonly providerKeysSecret: Option.Option<Redacted.Redacted>
+  /** `PROVIDER_KEYS_SECRET_PREVIOUS`: the secret being rotated out; keys sealed under it are sealed again at start. */
+  readonly providerKeysSecretPrevious: Option.Option<Redacted.Redacted>
+  /** `BYOK_FEE_BPS`: what a call answered on a team's own provider key costs, in basis points of nenas's own price. */
+  readonly byokFeeBps: number
   readonly stripeSecretKey: Option.Option<Redacted.Redacted>
   readonly stripeWebhookSecret: Option.Option<Redacted.Redacted>
   readonly stripeApiUrl: Option.Option<string>
@@ -155,6 +166,16 @@ const integerBetween = (name: string, fallback: number, min: number, max: number
     Config.validate({
       message: `${name} must be an integer from ${min} to ${max}`,
       validation: (value) => value >= min && value <= max
+    })
+  )
+
+/** A secret shared by a deployment's instances: unset (or empty) is none, else at least 32 characters. */
+const secretOfAtLeast32 = (name: string) =>
+  Config.option(Config.redacted(name)).pipe(
+    Config.map(Option.filter((secret) => Redacted.value(secret).length > 0)),
+    Config.validate({
+      message: `${name} must be at least 32 characters (a random secret shared by every instance)`,
+      validation: (secret) => Option.isNone(secret) || Redacted.value(secret.value).length >= 32
     })
   )
 
@@ -301,6 +322,10 @@ export const appConfig: Config.Config<AppConfigShape> = Config.all({
   fetchAllowedHosts: hostList("FETCH_ALLOWED_HOSTS"),
   webhookAllowedHosts: hostList("WEBHOOK_ALLOWED_HOSTS"),
   fetchPageTimeoutMs: Config.succeed(8_000),
+  providerAllowedHosts: hostList("PROVIDER_ALLOWED_HOSTS"),
+  providerKeysSecret: secretOfAtLeast32("PROVIDER_KEYS_SECRET"),
+  providerKeysSecretPrevious: secretOfAtLeast32("PROVIDER_KEYS_SECRET_PREVIOUS"),
+  byokFeeBps: integerBetween("BYOK_FEE_BPS", 500, 0, 10_000),
   stripeSecretKey: Config.option(Config.redacted("STRIPE_SECRET_KEY")),
   stripeWebhookSecret: Config.option(Config.redacted("STRIPE_WEBHOOK_SECRET")),
   stripeApiUrl: nonEmpty("STRIPE_API_URL"),

@@ -176,6 +176,11 @@ export const contractSource = (): string => {
     }
     const successes = Object.entries(operation.responses).filter(([status]) => status.startsWith("2"))
     const bodies = successes.flatMap(([, response]) => Object.entries(response.content ?? {}))
+    // A 204 (a deletion) answers no body: `void`, as the transport returns it.
+    if (bodies.length === 0 && successes.every(([status]) => status === "204")) {
+      lines.push("readonly success: void")
+      return `  readonly ${JSON.stringify(route)}: {\n${lines.map((line) => `    ${line}`).join("\n")}\n  }`
+    }
     if (bodies.length === 0) throw new Error(`${route}: no success body`)
     lines.push(
       `readonly success: ${

@@ -9,7 +9,7 @@ import { PageParams } from "../Domain/Page.js"
 import { allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { Rfc3339DateTime, SqlString, StrictUrlParams } from "../Domain/Strict.js"
 
-/** What an entry records (docs/api/teams.md, "The audit log"): keys, members, invitations, billing settings, the card, webhooks. */
+/** What an entry records (docs/api/teams.md, "The audit log"): keys, members, invitations, billing settings, the card, webhooks, provider keys. */
 export const AuditAction = Schema.Literal(
   "api_key.created",
   "api_key.updated",
@@ -36,7 +36,10 @@ export const AuditAction = Schema.Literal(
   "response.deleted",
   "billing.profile_updated",
   "guardrails.updated",
-  "billing.e_invoice_resubmitted"
+  "billing.e_invoice_resubmitted",
+  "provider_key.created",
+  "provider_key.updated",
+  "provider_key.deleted"
 )
 export type AuditAction = typeof AuditAction.Type
 
@@ -77,7 +80,8 @@ export const AuditEntry = Schema.Struct({
     "checkout",
     "usage",
     "response",
-    "guardrails"
+    "guardrails",
+    "provider_key"
   ),
   target_id: Schema.NullOr(Schema.String),
   /** What changed: the fields given, never a secret. */
@@ -131,6 +135,6 @@ export class AuditApi extends HttpApiGroup.make("audit")
   .middleware(DashboardAuth)
   .annotate(
     OpenApi.Description,
-    "The account's audit log: every change to keys, members, billing settings, the card, checkouts, grouping tags, webhooks and stored responses."
+    "The account's audit log: every change to keys, members, billing settings, the card, checkouts, grouping tags, webhooks, provider keys and stored responses."
   )
 {}

@@ -57,6 +57,10 @@ import { LoggingLive } from "../Observability/Logging.js"
 import { Metrics } from "../Observability/Metrics.js"
 import { TracingLive } from "../Observability/Tracing.js"
 import { Mail } from "../Outbox/Mail.js"
+import { ProviderKeysLive } from "../ProviderKeys/Http.js"
+import { PROVIDER_KEYS_CHANNEL, ProviderKeys } from "../ProviderKeys/ProviderKeys.js"
+import { ProviderKeysRepo } from "../ProviderKeys/Repo.js"
+import { ProviderKeySecrets } from "../ProviderKeys/SecretBox.js"
 import { Breakers } from "../Providers/Breakers.js"
 import { instrumentedProvider, traced } from "../Providers/Instrumented.js"
 import { ProviderLive } from "../Providers/Live.js"
@@ -112,7 +116,7 @@ export interface ServerOverrides {
 /** The instance's one LISTEN connection, on every channel it listens on, its state in the metrics. */
 const ListenerLive = Layer.unwrapEffect(Effect.map(Metrics, (metrics) =>
   Listener.layer({
-    channels: [KEYS_CHANNEL, GRANT_CHANNEL, KEY_LIMIT_CHANNEL, CACHE_CHANNEL],
+    channels: [KEYS_CHANNEL, GRANT_CHANNEL, KEY_LIMIT_CHANNEL, CACHE_CHANNEL, PROVIDER_KEYS_CHANNEL],
     onConnected: (connected) => metrics.listenConnected.set(connected ? 1 : 0),
     onReconnect: () => metrics.listenReconnects.inc()
   })))
@@ -149,6 +153,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       KeyCache.layer(),
       KeyLimitReached.layer,
       ResponseCache.layer,
+      // A team's own provider keys, in memory on every instance (the call path and the handlers).
+      ProviderKeys.layer,
       traced(WalletRepo, "wallet", overrides.walletRepo ?? WalletRepo.layer),
       overrides.router ?? Router.layer,
       instrumentedProvider(overrides.provider ?? ProviderLive),
@@ -164,6 +170,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
       IpLimits.layer,
       KeysRepo.layer,
       GuardrailsRepo.layer,
+      ProviderKeysRepo.layer,
+      ProviderKeySecrets.layer,
       InvoicesRepo.layer,
       EInvoiceRepo.layer,
       MembersRepo.layer,
@@ -192,6 +200,7 @@ const ApiLive = HttpApiBuilder.api(NenasApi).pipe(
     BillingLive,
     InvoicesLive,
     GuardrailsLive,
+    ProviderKeysLive,
     StripeWebhookLive,
     WebhooksLive,
     MembersLive,

@@ -23,6 +23,7 @@ export const LAYERS: ReadonlyArray<ReadonlyArray<string>> = [
   ["AppConfig", "Lane/Wire"],
   ["Observability", "Addresses", "Database"],
   ["Routing", "Search", "Responses", "Guardrails", "EInvoicing"],
+  ["ProviderKeys"],
   ["Providers"],
   ["Logs", "Outbox", "Cache"],
   ["Wallet", "Webhooks", "Audit", "Members", "Invoices"],

@@ -252,5 +252,8 @@ export const AUDIT_ACTIONS = allOf<AuditAction>()([
   "response.deleted",
   "billing.profile_updated",
   "guardrails.updated",
-  "billing.e_invoice_resubmitted"
+  "billing.e_invoice_resubmitted",
+  "provider_key.created",
+  "provider_key.updated",
+  "provider_key.deleted"
 ])

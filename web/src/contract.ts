@@ -30,6 +30,11 @@ export interface Routes {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly success: Schemas["RemovedMember"]
   }
+  readonly "DELETE /dashboard/provider-keys/{id}": {
+    readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: void
+  }
   readonly "DELETE /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -51,7 +56,7 @@ export interface Routes {
     readonly query: {
       readonly page?: string
       readonly limit?: string
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted" | "provider_key.created" | "provider_key.updated" | "provider_key.deleted"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -63,7 +68,7 @@ export interface Routes {
   readonly "GET /dashboard/audit-log/export": {
     readonly query: {
       readonly format?: "csv"
-      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted"
+      readonly action?: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted" | "provider_key.created" | "provider_key.updated" | "provider_key.deleted"
       readonly member_id?: string
       readonly target_id?: string
       readonly from?: string
@@ -202,6 +207,10 @@ export interface Routes {
       readonly active_api_key_count: number
     }
   }
+  readonly "GET /dashboard/provider-keys": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: { readonly provider_keys: ReadonlyArray<Schemas["ProviderKey"]> }
+  }
   readonly "GET /dashboard/usage": {
     readonly query: {
       readonly from?: string
@@ -270,6 +279,12 @@ export interface Routes {
     readonly payload: Schemas["UpdateMemberRequest"]
     readonly success: Schemas["Member"]
   }
+  readonly "PATCH /dashboard/provider-keys/{id}": {
+    readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly payload: Schemas["UpdateProviderKeyRequest"]
+    readonly success: { readonly provider_key: Schemas["ProviderKey"] }
+  }
   readonly "PATCH /dashboard/webhooks/{id}": {
     readonly path: { readonly id: string }
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -332,6 +347,11 @@ export interface Routes {
       readonly expires_at: string
       readonly accept_url: string
     }
+  }
+  readonly "POST /dashboard/provider-keys": {
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly payload: Schemas["CreateProviderKeyRequest"]
+    readonly success: { readonly provider_key: Schemas["ProviderKey"] }
   }
   readonly "POST /dashboard/webhooks": {
     readonly headers: { readonly "Nenas-Account"?: string }
@@ -418,8 +438,8 @@ export interface Schemas {
     readonly id: string
     readonly member_id: string | null
     readonly actor_email: string | null
-    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted"
-    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response" | "guardrails"
+    readonly action: "api_key.created" | "api_key.updated" | "api_key.rotated" | "api_key.deleted" | "member.invited" | "member.invitation_revoked" | "member.joined" | "member.updated" | "member.removed" | "billing.settings_updated" | "billing.card_setup_started" | "billing.card_saved" | "billing.card_removed" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.secret_rotated" | "webhook.disabled" | "webhook.test_sent" | "webhook.delivery_resent" | "billing.checkout_created" | "usage.grouping_tags_updated" | "response.deleted" | "billing.profile_updated" | "guardrails.updated" | "billing.e_invoice_resubmitted" | "provider_key.created" | "provider_key.updated" | "provider_key.deleted"
+    readonly target_type: "api_key" | "member" | "invitation" | "billing" | "card" | "webhook" | "checkout" | "usage" | "response" | "guardrails" | "provider_key"
     readonly target_id: string | null
     readonly details: { readonly [key: string]: unknown }
     readonly client_address: string | null
@@ -484,6 +504,13 @@ export interface Schemas {
     readonly rate_limit_rpm?: number
     readonly rate_limit_concurrent?: number
     readonly cache_ttl_seconds?: number
+  }
+  readonly CreateProviderKeyRequest: {
+    readonly name: string
+    readonly base_url: string
+    readonly api_key: string
+    readonly models: Schemas["ProviderKeyModels"]
+    readonly mode: "first" | "fallback" | "only"
   }
   readonly CreateWebhookRequest: {
     readonly url: string
@@ -643,6 +670,18 @@ export interface Schemas {
       readonly country_code: string
     } | null
   }
+  readonly ProviderKey: {
+    readonly id: string
+    readonly name: string
+    readonly base_url: string
+    readonly models: { readonly general: string; readonly reasoning: string; readonly embedding: string | null }
+    readonly mode: "first" | "fallback" | "only"
+    readonly last4: string
+    readonly status: "unchecked" | "ok" | "refused" | "failing"
+    readonly last_error: string | null
+    readonly created_at: string
+  }
+  readonly ProviderKeyModels: { readonly general: string; readonly reasoning: string; readonly embedding?: string | null }
   readonly RemovedMember: { readonly ok: true; readonly keys_disabled: ReadonlyArray<string>; readonly keys_transferred: ReadonlyArray<string> }
   readonly RequestLog: {
     readonly requestId: string
@@ -731,6 +770,13 @@ export interface Schemas {
   readonly UpdateMemberRequest: {
     readonly role?: "owner" | "admin" | "developer" | "billing" | "viewer"
     readonly monthly_spend_limit_myr?: number | null
+  }
+  readonly UpdateProviderKeyRequest: {
+    readonly name?: string
+    readonly base_url?: string
+    readonly api_key?: string
+    readonly models?: Schemas["ProviderKeyModels"]
+    readonly mode?: "first" | "fallback" | "only"
   }
   readonly UpdateWebhookRequest: {
     readonly url?: string
@@ -876,6 +922,7 @@ export const ROUTE_ROLES = {
   "DELETE /dashboard/cache": ["owner", "admin"],
   "DELETE /dashboard/members/invitations/{id}": ["owner", "admin"],
   "DELETE /dashboard/members/{id}": ["owner", "admin", "developer", "billing", "viewer"],
+  "DELETE /dashboard/provider-keys/{id}": ["owner", "admin"],
   "DELETE /dashboard/webhooks/{id}": ["owner", "admin"],
   "GET /dashboard/accounts": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/alerts": ["owner", "admin", "developer", "billing", "viewer"],
@@ -897,6 +944,7 @@ export const ROUTE_ROLES = {
   "GET /dashboard/members": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/members/invitations": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/overview": ["owner", "admin", "developer", "billing", "viewer"],
+  "GET /dashboard/provider-keys": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/usage": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/usage/export": ["owner", "admin", "developer", "billing", "viewer"],
   "GET /dashboard/usage/grouping-tags": ["owner", "admin", "developer", "billing", "viewer"],
@@ -906,6 +954,7 @@ export const ROUTE_ROLES = {
   "GET /dashboard/webhooks/{id}/deliveries": ["owner", "admin", "developer", "billing", "viewer"],
   "PATCH /dashboard/api-keys/{id}": ["owner", "admin", "developer"],
   "PATCH /dashboard/members/{id}": ["owner", "admin"],
+  "PATCH /dashboard/provider-keys/{id}": ["owner", "admin"],
   "PATCH /dashboard/webhooks/{id}": ["owner", "admin"],
   "POST /dashboard/api-keys": ["owner", "admin", "developer"],
   "POST /dashboard/api-keys/{id}/rotate": ["owner", "admin", "developer"],
@@ -915,6 +964,7 @@ export const ROUTE_ROLES = {
   "POST /dashboard/guardrails/test": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/invitations/{id}/accept": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/members/invitations": ["owner", "admin"],
+  "POST /dashboard/provider-keys": ["owner", "admin"],
   "POST /dashboard/webhooks": ["owner", "admin"],
   "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend": ["owner", "admin"],
   "POST /dashboard/webhooks/{id}/rotate-secret": ["owner", "admin"],

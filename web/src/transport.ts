@@ -81,6 +81,8 @@ export const send = async (method: string, url: string, options: SendOptions): P
     if (cause instanceof DOMException && cause.name === "AbortError") throw cause
     throw unreachable()
   }
+  // No Content (a deletion): nothing to read.
+  if (response.status === 204) return undefined
   let body: unknown
   try {
     body = await response.json()

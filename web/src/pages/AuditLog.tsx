@@ -33,7 +33,10 @@ const ACTION_LABELS: Record<AuditAction, string> = {
   "response.deleted": "Stored response deleted",
   "billing.profile_updated": "Billing profile changed",
   "guardrails.updated": "Guardrails changed",
-  "billing.e_invoice_resubmitted": "E-invoice resubmitted"
+  "billing.e_invoice_resubmitted": "E-invoice resubmitted",
+  "provider_key.created": "Provider key added",
+  "provider_key.updated": "Provider key changed",
+  "provider_key.deleted": "Provider key deleted"
 }
 
 const isChange = (value: unknown): value is { from: unknown; to: unknown } =>

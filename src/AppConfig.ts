@@ -1,5 +1,8 @@
 import { Config, ConfigError, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
+import { randomBytes } from "node:crypto"
+import { mkdir, readFile, writeFile } from "node:fs/promises"
 import { hostname } from "node:os"
+import { join } from "node:path"
 import { DEFAULT_PRICES, PriceTable } from "./Domain/Prices.js"
 import { parseUpstreams, shorthandUpstream, type UpstreamConfig, withUpstreamPrices } from "./Domain/Upstreams.js"
 import { Address, isTin, type Party } from "./Invoices/Api.js"
@@ -576,3 +579,23 @@ export class AppConfig extends Context.Tag("nenas/AppConfig")<AppConfig, AppConf
   static readonly layerWith = (overrides: Partial<AppConfigShape>) =>
     Layer.effect(AppConfig, Effect.map(appConfig, (config) => withOverrides(config, overrides)))
 }
+
+/**
+ * A server secret kept in `DATA_DIR` under `file` (64 hex characters, mode 0600), made on first start; `parse`
+ * turns its text into the secret, or undefined when the text will not do. None when the folder refuses.
+ */
+export const dataDirSecret = <A>(dataDir: string, file: string, parse: (text: string) => A | undefined) =>
+  Effect.promise(async (): Promise<A | undefined> => {
+    const path = join(dataDir, file)
+    const read = () => readFile(path, "utf8").then((text) => parse(text.trim()), () => undefined)
+    const stored = await read()
+    if (stored !== undefined) return stored
+    try {
+      await mkdir(dataDir, { recursive: true })
+      // `wx`: of two instances starting together on one DATA_DIR, the second keeps the first one's secret.
+      await writeFile(path, randomBytes(32).toString("hex"), { mode: 0o600, flag: "wx" })
+    } catch {
+      // Made by another process meanwhile, or the folder refuses: read below.
+    }
+    return read()
+  })

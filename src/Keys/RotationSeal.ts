@@ -1,28 +1,16 @@
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
-import { mkdir, readFile, writeFile } from "node:fs/promises"
 import { join } from "node:path"
-import { AppConfig } from "../AppConfig.js"
+import { AppConfig, dataDirSecret } from "../AppConfig.js"
 import { openSecret, sealSecret } from "./ApiKeys.js"
 
 const FILE = "rotation-seal-key"
 
-/** The secret in `DATA_DIR`, made on first start (as the development identity key is); none when the folder refuses. */
+/** The secret in `DATA_DIR`, as bytes (as the development identity key is kept). */
 const fromDataDir = (dataDir: string) =>
-  Effect.promise(async (): Promise<Buffer | undefined> => {
-    const file = join(dataDir, FILE)
-    const read = () => readFile(file, "utf8").then((text) => Buffer.from(text.trim(), "hex"), () => undefined)
-    const stored = await read()
-    if (stored !== undefined && stored.length >= 32) return stored
-    try {
-      await mkdir(dataDir, { recursive: true })
-      // `wx`: of two instances starting together on one DATA_DIR, the second keeps the first one's secret.
-      await writeFile(file, randomBytes(32).toString("hex"), { mode: 0o600, flag: "wx" })
-    } catch {
-      // Made by another process meanwhile, or the folder refuses: read below.
-    }
-    const made = await read()
-    return made !== undefined && made.length >= 32 ? made : undefined
+  dataDirSecret(dataDir, FILE, (text) => {
+    const bytes = Buffer.from(text, "hex")
+    return bytes.length >= 32 ? bytes : undefined
   })
 
 /**

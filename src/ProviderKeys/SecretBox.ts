@@ -1,8 +1,7 @@
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto"
-import { mkdir, readFile, writeFile } from "node:fs/promises"
 import { join } from "node:path"
-import { AppConfig } from "../AppConfig.js"
+import { AppConfig, dataDirSecret } from "../AppConfig.js"
 
 /**
  * Provider keys' API keys at rest (docs/api/provider-keys.md, "Secrets"): AES-256-GCM under a key derived from
@@ -53,26 +52,8 @@ export const makeSecretBox = (secret: string): SecretBox => {
 
 const FILE = "provider-keys-secret"
 
-/**
- * The secret in `DATA_DIR` (64 hex characters, used as the text it is), made on first start; none when the folder
- * refuses. The same steps as the rotation seal's secret (`Keys/RotationSeal.ts`).
- */
-const fromDataDir = (dataDir: string) =>
-  Effect.promise(async (): Promise<string | undefined> => {
-    const file = join(dataDir, FILE)
-    const read = () => readFile(file, "utf8").then((text) => text.trim(), () => undefined)
-    const stored = await read()
-    if (stored !== undefined && stored.length >= 32) return stored
-    try {
-      await mkdir(dataDir, { recursive: true })
-      // `wx`: of two instances starting together on one DATA_DIR, the second keeps the first one's secret.
-      await writeFile(file, randomBytes(32).toString("hex"), { mode: 0o600, flag: "wx" })
-    } catch {
-      // Made by another process meanwhile, or the folder refuses: read below.
-    }
-    const made = await read()
-    return made !== undefined && made.length >= 32 ? made : undefined
-  })
+/** The secret in `DATA_DIR` (64 hex characters, used as the text it is). */
+const fromDataDir = (dataDir: string) => dataDirSecret(dataDir, FILE, (text) => text.length >= 32 ? text : undefined)
 
 /**
  * The boxes of the server's secrets: `current` seals (`PROVIDER_KEYS_SECRET`, else a secret kept in `DATA_DIR`),

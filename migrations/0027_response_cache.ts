@@ -1,13 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import { FIRST_COUNTERS, rollupFunctions } from "./usageRollupSql.js"
+import { CACHE_COUNTERS, FIRST_COUNTERS, rollupFunctions } from "./usageRollupSql.js"
 
 /** The rollups' counters from here on: 0011's, the cache hits, and what they saved. */
-const COUNTERS = [
-  ...FIRST_COUNTERS,
-  { name: "cache_hits", of: (s: string) => `${s} * (cache IS NOT DISTINCT FROM 'hit')::int` },
-  { name: "cache_saved_micro_myr", of: (s: string) => `${s} * cache_saved_micro_myr` }
-]
+const COUNTERS = [...FIRST_COUNTERS, ...CACHE_COUNTERS]
 
 /**
  * The response cache (docs/api/cache.md, "What is stored"): each account's stored answers by cache key,

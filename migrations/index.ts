@@ -26,6 +26,7 @@ import guardrails from "./0025_guardrails.js"
 import eInvoices from "./0026_e_invoices.js"
 import responseCache from "./0027_response_cache.js"
 import providerKeys from "./0028_provider_keys.js"
+import ownKeyCalls from "./0029_own_key_calls.js"
 
 /**
  * Every migration, by `NNNN_name`, applied in order at start-up. A static
@@ -60,5 +61,6 @@ export const migrations = {
   "0025_guardrails": guardrails,
   "0026_e_invoices": eInvoices,
   "0027_response_cache": responseCache,
-  "0028_provider_keys": providerKeys
+  "0028_provider_keys": providerKeys,
+  "0029_own_key_calls": ownKeyCalls
 }

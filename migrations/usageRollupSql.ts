@@ -1,5 +1,5 @@
 /**
- * The statements that keep `usage_rollups` (created in 0011, widened in 0027): each counter of a rollup row
+ * The statements that keep `usage_rollups` (created in 0011, widened in 0027 and 0029): each counter of a rollup row
  * is a sum over request logs. A statement that writes logs stages its net change (new rows minus old rows,
  * signed by `s`) in `usage_rollup_deltas`; one deferred statement folds a transaction's deltas in at commit.
  */
@@ -24,6 +24,18 @@ export const FIRST_COUNTERS: ReadonlyArray<RollupCounter> = [
   { name: "search_count", of: (s) => `${s} * search_count::bigint` },
   { name: "content_pages", of: (s) => `${s} * content_pages::bigint` },
   { name: "cost_micro_myr", of: (s) => `${s} * cost_micro_myr` }
+]
+
+/** The counters 0027 added: cache hits, and what they saved. */
+export const CACHE_COUNTERS: ReadonlyArray<RollupCounter> = [
+  { name: "cache_hits", of: (s) => `${s} * (cache IS NOT DISTINCT FROM 'hit')::int` },
+  { name: "cache_saved_micro_myr", of: (s) => `${s} * cache_saved_micro_myr` }
+]
+
+/** The counters 0029 added: calls answered on a team's own provider key, and their fees. */
+export const OWN_KEY_COUNTERS: ReadonlyArray<RollupCounter> = [
+  { name: "byok_calls", of: (s) => `${s} * (provider_key_id IS NOT NULL)::int` },
+  { name: "byok_fee_micro_myr", of: (s) => `${s} * byok_fee_micro_myr` }
 ]
 
 export const ROLLUP_KEY = "account_id, bucket, api_key_id, environment, endpoint"

@@ -236,6 +236,20 @@ export class ProviderUnavailable extends Schema.TaggedError<ProviderUnavailable>
     guidance: "The model provider is unavailable; retry with backoff."
   })
 ) {}
+/** A team's own provider key refused by its provider, on a call that may use nothing else (docs/api/provider-keys.md, "Routing"). */
+export class ProviderKeyRefused extends Schema.TaggedError<ProviderKeyRefused>()(
+  "ProviderKeyRefused",
+  fields,
+  meta({
+    code: "provider_key_refused",
+    status: 502,
+    type: "provider_error",
+    retryable: false,
+    guidance: "Your provider refused your provider key (HTTP 401 or 403), and its mode is `only`: replace the key " +
+      "(PATCH /dashboard/provider-keys/{id} with api_key), or set its mode to `first` or `fallback` so that " +
+      "nenas's own upstreams answer meanwhile. The call cost nothing."
+  })
+) {}
 export class ProviderTimeout extends Schema.TaggedError<ProviderTimeout>()(
   "ProviderTimeout",
   fields,
@@ -288,6 +302,7 @@ export const errorClasses = [
   IdempotencyConflict,
   RateLimitExceeded,
   ProviderUnavailable,
+  ProviderKeyRefused,
   ProviderTimeout,
   SearchError,
   InternalError

@@ -54,12 +54,29 @@ export interface ModelTokens {
   readonly outputTokens: number
 }
 
-/** The cost of tokens priced each at its model's prices, plus searches and pages, rounded up once to the next micro-MYR. */
+/** The whole of a price in basis points: a call billed at nenas's own prices. */
+export const FULL_SHARE_BPS = 10_000
+
+/**
+ * `tokens` (micro-MYR per million tokens, summed) times `shareBps` of 10 000, rounded up once to the micro-MYR;
+ * exact in integers, as a product past 2^53 would not be in floating point.
+ */
+const tokensCost = (tokens: number, shareBps: number): number =>
+  shareBps === FULL_SHARE_BPS
+    ? Math.ceil(tokens / 1_000_000)
+    : Number((BigInt(Math.ceil(tokens)) * BigInt(shareBps) + 9_999_999_999n) / 10_000_000_000n)
+
+/**
+ * The cost of tokens priced each at its model's prices (`tokenShareBps` of it: a team's own provider key's fee,
+ * docs/api/provider-keys.md, "Billing"), rounded up once to the next micro-MYR, plus searches and pages at
+ * their full prices.
+ */
 export const costOfParts = (
   table: PriceTable,
   parts: ReadonlyArray<ModelTokens>,
   searches: number,
-  pages: number
+  pages: number,
+  tokenShareBps: number = FULL_SHARE_BPS
 ): MicroMyr => {
   let tokens = 0
   for (const part of parts) {
@@ -68,7 +85,9 @@ export const costOfParts = (
     tokens += (part.inputTokens - cached) * price.inputPerMillion + cached * price.cachedInputPerMillion +
       part.outputTokens * price.outputPerMillion
   }
-  return microMyr(Math.ceil(tokens / 1_000_000) + searches * table.perSearchMicroMyr + pages * table.perPageMicroMyr)
+  return microMyr(
+    tokensCost(tokens, tokenShareBps) + searches * table.perSearchMicroMyr + pages * table.perPageMicroMyr
+  )
 }
 
 /** The cost of a usage, rounded up to the next micro-MYR. */

@@ -63,7 +63,7 @@ import { ProviderKeysRepo } from "../ProviderKeys/Repo.js"
 import { ProviderKeySecrets } from "../ProviderKeys/SecretBox.js"
 import { Breakers } from "../Providers/Breakers.js"
 import { instrumentedProvider, traced } from "../Providers/Instrumented.js"
-import { ProviderLive } from "../Providers/Live.js"
+import { OwnKeyRoutingLive, ProviderLive } from "../Providers/Live.js"
 import type { Provider, TestKeyProvider } from "../Providers/Provider.js"
 import { TestKeyProviderLive } from "../Providers/Simulated.js"
 import { StoredResponsesLive } from "../Responses/Http.js"
@@ -128,7 +128,8 @@ export const makeServices = (overrides: ServerOverrides = {}) =>
     traced(ApiKeyAuth, "auth", ApiKeyAuthLive),
     PaymentsServicesLive,
     ReservationSweeper.layerRunning,
-    ModelCalls.layer,
+    // A team's own provider keys around the provider, for its live calls.
+    ModelCalls.layer.pipe(Layer.provide(OwnKeyRoutingLive)),
     Idempotency.layer,
     CallLimits.layer,
     StoredConversations.layer,

@@ -92,6 +92,10 @@ export const LogEntry = Schema.Struct({
   cacheSourceRequestId: Schema.NullOr(Schema.String),
   /** What a hit saved: what its source cost. */
   cacheSavedMicroMyr: Schema.Int,
+  /** The team's own provider key that answered (docs/api/provider-keys.md, "Billing"); null: nenas's upstream. */
+  providerKeyId: Schema.NullOr(Schema.String),
+  /** The fee of a call answered on the team's own key: what its tokens cost of `costMicroMyr`; 0 otherwise. */
+  byokFeeMicroMyr: Schema.Int,
   createdAt: Schema.String,
   /** The stored response of a `/v1/responses` call made with `store` (30 days); null when none is kept. */
   storedResponseId: Schema.NullOr(Schema.String)

@@ -40,6 +40,8 @@ const toLogEntry = (row: LogRow, stored: ReadonlySet<string>): typeof LogEntry.T
   cache: row.cache,
   cacheSourceRequestId: row.cacheSourceRequestId,
   cacheSavedMicroMyr: row.cacheSavedMicroMyr,
+  providerKeyId: row.providerKeyId,
+  byokFeeMicroMyr: row.byokFeeMicroMyr,
   createdAt: row.createdAt.toISOString(),
   storedResponseId: stored.has(responseIdOf(row.requestId)) ? responseIdOf(row.requestId) : null
 })

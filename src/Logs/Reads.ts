@@ -69,6 +69,8 @@ export const LogRow = Schema.Struct({
   cache: Schema.NullOr(Schema.Literal("hit", "miss", "bypass")),
   cacheSourceRequestId: Schema.NullOr(Schema.String),
   cacheSavedMicroMyr: Schema.Int,
+  providerKeyId: Schema.NullOr(Schema.String),
+  byokFeeMicroMyr: Schema.Int,
   createdAt: Schema.DateFromSelf,
   /** Where the row stands in the order of logs: `created_at` in microseconds since the epoch, as a string. */
   atMicros: Schema.String
@@ -118,7 +120,9 @@ export const SeriesRow = Schema.Struct({
   searchCount: Schema.Int,
   contentPages: Schema.Int,
   cacheHits: Schema.Int,
-  cacheSavedMicroMyr: Schema.Int
+  cacheSavedMicroMyr: Schema.Int,
+  byokCalls: Schema.Int,
+  byokFeeMicroMyr: Schema.Int
 })
 export type SeriesRow = typeof SeriesRow.Type
 
@@ -152,7 +156,7 @@ const GUARDRAIL_ACTIONS = { blocked: "block", redacted: "redact", flagged: "flag
 const logColumns = `request_id, api_key_id, public_model, endpoint, stream, status, routing_category, error_code,
   input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count, content_pages,
   cost_micro_myr, latency_ms, environment, metadata::text AS metadata, end_user, attempts, guardrails::text AS guardrails, cache, cache_source_request_id,
-  cache_saved_micro_myr, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
+  cache_saved_micro_myr, provider_key_id, byok_fee_micro_myr, created_at, (extract(epoch FROM created_at) * 1000000)::bigint::text AS at_micros`
 
 /**
  * Reads of request logs for the dashboard (`RequestLogs` is their one writer).
@@ -321,7 +325,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                   sum(search_count) AS search_count,
                   sum(content_pages) AS content_pages,
                   sum(cache_hits) AS cache_hits,
-                  sum(cache_saved_micro_myr) AS cache_saved_micro_myr
+                  sum(cache_saved_micro_myr) AS cache_saved_micro_myr,
+                  sum(byok_calls) AS byok_calls,
+                  sum(byok_fee_micro_myr) AS byok_fee_micro_myr
                 FROM (${usage(scope)}) u
                 GROUP BY 1
               )
@@ -335,7 +341,9 @@ export class RequestLogReads extends Context.Tag("nenas/RequestLogReads")<Reques
                 COALESCE(t.search_count, 0)::bigint AS search_count,
                 COALESCE(t.content_pages, 0)::bigint AS content_pages,
                 COALESCE(t.cache_hits, 0)::bigint AS cache_hits,
-                COALESCE(t.cache_saved_micro_myr, 0)::bigint AS cache_saved_micro_myr
+                COALESCE(t.cache_saved_micro_myr, 0)::bigint AS cache_saved_micro_myr,
+                COALESCE(t.byok_calls, 0)::bigint AS byok_calls,
+                COALESCE(t.byok_fee_micro_myr, 0)::bigint AS byok_fee_micro_myr
               FROM buckets b LEFT JOIN totals t ON t.bucket = b.bucket
               ORDER BY b.bucket
             `

@@ -41,6 +41,12 @@ export interface LoggedAttempt {
   readonly latencyMs: number
 }
 
+/** A call answered on a team's own provider key (docs/api/provider-keys.md, "Billing"): which, and the fee billed. */
+export interface LoggedOwnKey {
+  readonly providerKeyId: string
+  readonly feeMicroMyr: number
+}
+
 /** What a finished call writes to its row: the fields the dashboard reads, and the pages read. */
 export interface LoggedUsage {
   readonly inputTokens: number
@@ -56,6 +62,8 @@ export interface LoggedUsage {
   readonly attempts?: ReadonlyArray<LoggedAttempt> | undefined
   /** What the guardrails did, input and output; absent: what the row opened with. */
   readonly guardrails?: LoggedGuardrails | null | undefined
+  /** The team's own provider key that answered; absent: nenas's upstream. */
+  readonly ownKey?: LoggedOwnKey | undefined
 }
 
 /** What a settlement writes: the usage, and the model that answered (a fallback's) and the error that cut it short. */
@@ -116,6 +124,7 @@ export const logRow = (
   latencyMs: usage.latencyMs,
   attempts: usage.attempts,
   guardrails: usage.guardrails ?? log.guardrails,
+  ownKey: usage.ownKey,
   cache: log.cache,
   reservationId: state.reservationId,
   status: state.status,
@@ -206,14 +215,14 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
             routing_category, endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens,
             usage_source, search_count, content_pages, cost_micro_myr, latency_ms, stream, error_code,
             created_at, completed_at, holder, environment, metadata, end_user, attempts, guardrails, cache,
-            cache_source_request_id, cache_saved_micro_myr)
+            cache_source_request_id, cache_saved_micro_myr, provider_key_id, byok_fee_micro_myr)
           SELECT u.request_id, u.account_id, u.api_key_id, u.reservation_id, u.public_model, u.upstream_model,
             u.routing_category, u.endpoint, u.status, u.input_tokens, u.output_tokens, u.reasoning_tokens,
             u.cached_tokens, u.usage_source, u.search_count, u.content_pages, u.cost_micro_myr, u.latency_ms,
             u.stream, u.error_code, u.created_at, u.completed_at, ${holder}::text,
             COALESCE(u.environment, (SELECT k.environment FROM api_keys k WHERE k.id = u.api_key_id), 'live'),
             u.metadata::jsonb, u.end_user, u.attempts::jsonb, u.guardrails::jsonb, u.cache, u.cache_source_request_id,
-            u.cache_saved_micro_myr
+            u.cache_saved_micro_myr, u.provider_key_id, u.byok_fee_micro_myr
           FROM unnest(
             ${column((r) => r.requestId)}::text[], ${column((r) => r.accountId)}::text[],
             ${column((r) => r.apiKeyId)}::text[], ${column((r) => r.reservationId)}::text[],
@@ -234,11 +243,14 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
             ${column((r) => r.guardrails == null ? null : JSON.stringify(r.guardrails))}::text[],
             ${column((r) => r.cache?.status ?? null)}::text[],
             ${column((r) => r.cache?.sourceRequestId ?? null)}::text[],
-            ${column((r) => r.cache?.savedMicroMyr ?? 0)}::bigint[]
+            ${column((r) => r.cache?.savedMicroMyr ?? 0)}::bigint[],
+            ${column((r) => r.ownKey?.providerKeyId ?? null)}::text[],
+            ${column((r) => r.ownKey?.feeMicroMyr ?? 0)}::bigint[]
           ) AS u(request_id, account_id, api_key_id, reservation_id, public_model, upstream_model, routing_category,
             endpoint, status, input_tokens, output_tokens, reasoning_tokens, cached_tokens, usage_source, search_count,
             content_pages, cost_micro_myr, latency_ms, stream, error_code, created_at, completed_at, environment, metadata,
-            end_user, attempts, guardrails, cache, cache_source_request_id, cache_saved_micro_myr)
+            end_user, attempts, guardrails, cache, cache_source_request_id, cache_saved_micro_myr, provider_key_id,
+            byok_fee_micro_myr)
           ON CONFLICT (request_id) DO UPDATE
           SET status = EXCLUDED.status, reservation_id = COALESCE(EXCLUDED.reservation_id, request_logs.reservation_id),
               input_tokens = EXCLUDED.input_tokens, output_tokens = EXCLUDED.output_tokens,
@@ -248,7 +260,8 @@ export class RequestLogs extends Context.Tag("nenas/RequestLogs")<RequestLogs, {
               latency_ms = EXCLUDED.latency_ms, error_code = EXCLUDED.error_code, completed_at = EXCLUDED.completed_at,
               -- The model that answered (a fallback's), and the attempts that led to it.
               upstream_model = EXCLUDED.upstream_model, attempts = COALESCE(EXCLUDED.attempts, request_logs.attempts),
-              guardrails = COALESCE(EXCLUDED.guardrails, request_logs.guardrails)
+              guardrails = COALESCE(EXCLUDED.guardrails, request_logs.guardrails),
+              provider_key_id = EXCLUDED.provider_key_id, byok_fee_micro_myr = EXCLUDED.byok_fee_micro_myr
           WHERE request_logs.status = 'pending'
             -- A late charge (the sweeper released the call, taking its process for dead) bills it after all.
             OR (EXCLUDED.status = 'billed' AND request_logs.status = 'failed')

@@ -22,12 +22,13 @@ export interface UsageScope {
 
 /** The columns of a usage row, as both sources give them. */
 const COUNTER_COLUMNS = `requests, pending, succeeded, failed, billed, input_tokens, output_tokens, reasoning_tokens,
-  cached_tokens, search_count, content_pages, cost_micro_myr, cache_hits, cache_saved_micro_myr`
+  cached_tokens, search_count, content_pages, cost_micro_myr, cache_hits, cache_saved_micro_myr, byok_calls,
+  byok_fee_micro_myr`
 
 const LOG_COUNTERS = `1 AS requests, (status = 'pending')::int AS pending, (status = 'succeeded')::int AS succeeded,
   (status = 'failed')::int AS failed, (status = 'billed')::int AS billed, input_tokens, output_tokens,
   reasoning_tokens, cached_tokens, search_count, content_pages, cost_micro_myr, (cache IS NOT DISTINCT FROM 'hit')::int AS cache_hits,
-  cache_saved_micro_myr`
+  cache_saved_micro_myr, (provider_key_id IS NOT NULL)::int AS byok_calls, byok_fee_micro_myr`
 
 const filters = (sql: SqlClient.SqlClient, scope: UsageScope) => [
   ...(scope.apiKeyId === undefined ? [] : [sql`api_key_id = ${scope.apiKeyId}`]),
@@ -115,7 +116,7 @@ export const rebuildRollups = (sql: SqlClient.SqlClient) =>
       SELECT account_id, date_bin('30 minutes', at, timestamptz '1970-01-01 00:00:00+00'), api_key_id, environment,
         endpoint, count(*), sum(pending), sum(succeeded), sum(failed), sum(billed), sum(input_tokens),
         sum(output_tokens), sum(reasoning_tokens), sum(cached_tokens), sum(search_count), sum(content_pages),
-        sum(cost_micro_myr), sum(cache_hits), sum(cache_saved_micro_myr)
+        sum(cost_micro_myr), sum(cache_hits), sum(cache_saved_micro_myr), sum(byok_calls), sum(byok_fee_micro_myr)
       FROM (SELECT created_at AS at, account_id, api_key_id, environment, endpoint, ${sql.literal(LOG_COUNTERS)}
         FROM request_logs) l
       GROUP BY 1, 2, 3, 4, 5

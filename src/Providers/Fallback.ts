@@ -1,4 +1,4 @@
-import { Effect, Option } from "effect"
+import { Effect, Option, type Stream } from "effect"
 import { ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import type { ModelCategory, Target, UpstreamConfig } from "../Domain/Upstreams.js"
 import { targetsFor } from "../Domain/Upstreams.js"
@@ -12,6 +12,7 @@ import type {
   ProviderError,
   ProviderRequest,
   ProviderShape,
+  StreamPart,
   UpstreamAttempt
 } from "./Provider.js"
 
@@ -59,11 +60,21 @@ export interface FallbackOptions {
 }
 
 /** What an attempt does, as GenAI's `gen_ai.operation.name` says it. */
-type Operation = "chat" | "embeddings"
+export type Operation = "chat" | "embeddings"
+
+/** One place a call may go: its breaker's and the log's name, its upstream (a span's word), the model asked there, its client. */
+export interface Reachable {
+  readonly id: string
+  readonly upstream: string
+  readonly model: string
+  readonly client: UpstreamClient
+  /** A team's own provider key's id (docs/api/provider-keys.md, "Routing"): the call is billed its fee. */
+  readonly providerKeyId?: string | undefined
+}
 
 /** An attempt as its own span: which target, and how it went (never what was asked or answered). */
 const attemptSpan =
-  (target: Target, index: number, operation: Operation) =>
+  (target: Reachable, index: number, operation: Operation) =>
   <A>(attempt: Effect.Effect<A, AttemptFailure>): Effect.Effect<A, AttemptFailure> =>
     attempt.pipe(
       Effect.tapBoth({
@@ -99,7 +110,127 @@ const noEmbeddingUpstream = () =>
   })
 
 /** What an attempt needs of a request: its model, replaced by each target's, and whom to tell. */
-type Attempted = Pick<ProviderRequest, "model" | "attempted">
+export type Attempted = Pick<ProviderRequest, "model" | "attempted">
+
+/**
+ * Why a list of targets gave no answer: the last failure (none: every target was skipped as open, the earliest
+ * half-opening at `halfOpenAt`); `final` when no other target may be tried (the request was refused, or an
+ * answer had begun); `credentialsRefused` when that last failure was the target refusing its key.
+ */
+export interface NoAnswer {
+  readonly error: ProviderError | undefined
+  readonly final: boolean
+  readonly credentialsRefused: boolean
+  readonly halfOpenAt: number
+}
+
+/** How one list of targets is tried: by `deadline` (epoch ms), sharing it with `slotsAfter` more targets tried after them. */
+export interface AttemptPlan {
+  readonly deadline: number
+  readonly slotsAfter: number
+  readonly operation: Operation
+  /** Told of each attempt's end at a target, besides its breaker and the metrics (a provider key's status). */
+  readonly ended?: ((target: Reachable, failure: AttemptFailure | undefined) => Effect.Effect<void>) | undefined
+}
+
+/**
+ * The attempt loop (the rules above) over any list of targets, each guarded by `breakers`, each attempt told to
+ * `record` and to the request: nenas's upstreams here, a team's provider keys in OwnKeys.ts.
+ */
+export const makeAttempts = Effect.fnUntraced(function*(
+  breakers: BreakersShape,
+  record: RecordAttempt,
+  traced: boolean
+) {
+  // Read directly on each attempt (docs/performance.md, "The clock read directly on the call path").
+  const clock = yield* Effect.clock
+
+  const tell = (request: Attempted, attempt: UpstreamAttempt, amend = false) =>
+    Effect.zipRight(
+      record(
+        attempt.providerKeyId === undefined ? attempt.target : "provider_key",
+        attempt.outcome,
+        attempt.latencyMs / 1000
+      ),
+      request.attempted === undefined ? Effect.void : request.attempted(attempt, amend)
+    )
+
+  const told = (target: Reachable, outcome: AttemptOutcome, latencyMs: number): UpstreamAttempt =>
+    target.providerKeyId === undefined
+      ? { target: target.id, model: target.model, outcome, latencyMs }
+      : { target: target.id, model: target.model, outcome, latencyMs, providerKeyId: target.providerKeyId }
+
+  /** Tries `targets` in order until one opens an answer (`run`'s success), or the request is refused, or none is left. */
+  const tryEach = Effect.fnUntraced(function*<R extends Attempted, A>(
+    targets: ReadonlyArray<Reachable>,
+    request: R,
+    plan: AttemptPlan,
+    run: (client: UpstreamClient, request: R, firstByteMs: number) => Effect.Effect<A, AttemptFailure>
+  ): Effect.fn.Return<readonly [A, Reachable, number], NoAnswer> {
+    let last: NoAnswer | undefined
+    let halfOpenAt = Number.POSITIVE_INFINITY
+    for (const [index, target] of targets.entries()) {
+      const admission = yield* breakers.admit(target.id)
+      if (admission._tag === "Open") {
+        halfOpenAt = Math.min(halfOpenAt, admission.halfOpenAt)
+        yield* tell(request, told(target, "breaker_open", 0))
+        continue
+      }
+      const left = plan.deadline - clock.unsafeCurrentTimeMillis()
+      if (left <= 0) {
+        last ??= { error: outOfTime(), final: false, credentialsRefused: false, halfOpenAt }
+        break
+      }
+      const started = performance.now()
+      const share = Math.ceil(left / (targets.length - index + plan.slotsAfter))
+      const tried = run(target.client, { ...request, model: target.model }, share)
+      const result = yield* Effect.either(traced ? attemptSpan(target, index, plan.operation)(tried) : tried)
+      const latencyMs = Math.round(performance.now() - started)
+      if (result._tag === "Right") {
+        yield* breakers.record(target.id, { _tag: "Success" })
+        yield* tell(request, told(target, "ok", latencyMs))
+        if (plan.ended !== undefined) yield* plan.ended(target, undefined)
+        return [result.right, target, started] as const
+      }
+      const failed = result.left
+      yield* breakers.record(
+        target.id,
+        failed.outcome === "refused" ? { _tag: "Success" } : { _tag: "Failure", retryAfterMs: failed.retryAfterMs }
+      )
+      yield* tell(request, told(target, failed.outcome, latencyMs))
+      if (plan.ended !== undefined) yield* plan.ended(target, failed)
+      // The request itself was refused, or an answer had begun: no other target is tried.
+      const final = failed.outcome === "refused" || failed.outcome === "cut_short"
+      last = { error: failed.error, final, credentialsRefused: failed.credentialsRefused === true, halfOpenAt }
+      if (final) return yield* Effect.fail(last)
+    }
+    return yield* Effect.fail(last ?? { error: undefined, final: false, credentialsRefused: false, halfOpenAt })
+  })
+
+  /** A stream that fails after its head is told to the breaker and the log as `cut_short`. */
+  const cutShort = (
+    request: Attempted,
+    parts: Stream.Stream<StreamPart, ProviderError>,
+    target: Reachable,
+    started: number
+  ) =>
+    tapFailure(parts, () =>
+      Effect.zipRight(
+        breakers.record(target.id, { _tag: "Failure" }),
+        tell(request, told(target, "cut_short", Math.round(performance.now() - started)), true)
+      ))
+
+  /** The caller's error for a list that gave no answer: its last failure, or every target open. */
+  const errorOf = (none: NoAnswer): ProviderError => {
+    if (none.error !== undefined) return none.error
+    const now = clock.unsafeCurrentTimeMillis()
+    return allOpen(Number.isFinite(none.halfOpenAt) ? none.halfOpenAt : now, now)
+  }
+
+  return { tryEach, cutShort, errorOf, clock }
+})
+
+export type Attempts = Effect.Effect.Success<ReturnType<typeof makeAttempts>>
 
 /**
  * The provider over `options.upstreams`, each upstream with its own client, each target guarded by `breakers`,
@@ -107,8 +238,7 @@ type Attempted = Pick<ProviderRequest, "model" | "attempted">
  */
 export const makeFallbackProvider = Effect.fnUntraced(
   function*(options: FallbackOptions, breakers: BreakersShape, record: RecordAttempt) {
-    // Read directly on each attempt (docs/performance.md, "The clock read directly on the call path").
-    const clock = yield* Effect.clock
+    const attempts = yield* makeAttempts(breakers, record, options.traced === true)
     const clients = new Map<string, UpstreamClient>()
     for (const upstream of options.upstreams) {
       clients.set(
@@ -120,68 +250,30 @@ export const makeFallbackProvider = Effect.fnUntraced(
         })
       )
     }
-
-    const tell = (request: Attempted, attempt: UpstreamAttempt, amend = false) =>
-      Effect.zipRight(
-        record(attempt.target, attempt.outcome, attempt.latencyMs / 1000),
-        request.attempted === undefined ? Effect.void : request.attempted(attempt, amend)
-      )
+    const reachable = (targets: ReadonlyArray<Target>): ReadonlyArray<Reachable> =>
+      targets.flatMap((target) => {
+        const client = clients.get(target.upstream)
+        return client === undefined ? [] : [{ id: target.id, upstream: target.upstream, model: target.model, client }]
+      })
 
     /**
      * Tries `category`'s targets in order until one opens an answer (`run`'s success), or the request is
      * refused, or none is left: then the last failure, or `allOpen`.
      */
-    const attempt = Effect.fnUntraced(function*<R extends Attempted, A>(
+    const attempt = <R extends Attempted, A>(
       category: ModelCategory,
       request: R,
       run: (client: UpstreamClient, request: R, firstByteMs: number) => Effect.Effect<A, AttemptFailure>
-    ): Effect.fn.Return<readonly [A, Target, number], ProviderError> {
+    ): Effect.Effect<readonly [A, Reachable, number], ProviderError> => {
       const targets = targetsFor(options.upstreams, category, request.model)
-      if (targets.length === 0 && category === "embedding") return yield* Effect.fail(noEmbeddingUpstream())
-      const operation = category === "embedding" ? "embeddings" : "chat"
-      const deadline = clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs
-      let last: ProviderError | undefined
-      let earliestHalfOpen = Number.POSITIVE_INFINITY
-      for (const [index, target] of targets.entries()) {
-        const client = clients.get(target.upstream)
-        if (client === undefined) continue
-        const admission = yield* breakers.admit(target.id)
-        if (admission._tag === "Open") {
-          earliestHalfOpen = Math.min(earliestHalfOpen, admission.halfOpenAt)
-          yield* tell(request, { target: target.id, model: target.model, outcome: "breaker_open", latencyMs: 0 })
-          continue
-        }
-        const left = deadline - clock.unsafeCurrentTimeMillis()
-        if (left <= 0) {
-          last ??= outOfTime()
-          break
-        }
-        const started = performance.now()
-        const share = Math.ceil(left / (targets.length - index))
-        const tried = run(client, { ...request, model: target.model }, share)
-        const result = yield* Effect.either(
-          options.traced === true ? attemptSpan(target, index, operation)(tried) : tried
-        )
-        const latencyMs = Math.round(performance.now() - started)
-        if (result._tag === "Right") {
-          yield* breakers.record(target.id, { _tag: "Success" })
-          yield* tell(request, { target: target.id, model: target.model, outcome: "ok", latencyMs })
-          return [result.right, target, started] as const
-        }
-        const failed = result.left
-        yield* breakers.record(
-          target.id,
-          failed.outcome === "refused" ? { _tag: "Success" } : { _tag: "Failure", retryAfterMs: failed.retryAfterMs }
-        )
-        yield* tell(request, { target: target.id, model: target.model, outcome: failed.outcome, latencyMs })
-        // The request itself was refused, or an answer had begun: no other target is tried.
-        if (failed.outcome === "refused" || failed.outcome === "cut_short") return yield* Effect.fail(failed.error)
-        last = failed.error
+      if (targets.length === 0 && category === "embedding") return Effect.fail(noEmbeddingUpstream())
+      const plan: AttemptPlan = {
+        deadline: attempts.clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs,
+        slotsAfter: 0,
+        operation: category === "embedding" ? "embeddings" : "chat"
       }
-      if (last !== undefined) return yield* Effect.fail(last)
-      const now = clock.unsafeCurrentTimeMillis()
-      return yield* Effect.fail(allOpen(Number.isFinite(earliestHalfOpen) ? earliestHalfOpen : now, now))
-    })
+      return Effect.mapError(attempts.tryEach(reachable(targets), request, plan, run), attempts.errorOf)
+    }
 
     const categoryOf = (request: ProviderRequest): ModelCategory => request.reasoningModel ? "reasoning" : "general"
 
@@ -191,21 +283,10 @@ export const makeFallbackProvider = Effect.fnUntraced(
         ([completion]) => completion
       )
 
-    /** A stream that fails after its head is told to the breaker and the log as `cut_short`. */
     const stream: ProviderShape["stream"] = (request) =>
       Effect.map(
         attempt(categoryOf(request), request, (client, r, ms) => client.stream(r, ms)),
-        ([parts, target, started]) =>
-          tapFailure(parts, () =>
-            Effect.zipRight(
-              breakers.record(target.id, { _tag: "Failure" }),
-              tell(request, {
-                target: target.id,
-                model: target.model,
-                outcome: "cut_short",
-                latencyMs: Math.round(performance.now() - started)
-              }, true)
-            ))
+        ([parts, target, started]) => attempts.cutShort(request, parts, target, started)
       )
 
     const embed: ProviderShape["embed"] = (request) =>

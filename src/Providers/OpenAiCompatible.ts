@@ -1,5 +1,6 @@
 import { Effect, Option, Redacted, Schema, type Stream } from "effect"
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http"
+import type { LookupFunction } from "node:net"
 import { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
 import { dropBody, makePost, type Post, textOf } from "../Lane/Wire/KeepAlivePost.js"
 import { completionOf } from "./ChatDecode.js"
@@ -23,6 +24,10 @@ export interface UpstreamOptions {
   readonly apiKey: Option.Option<Redacted.Redacted>
   readonly firstByteTimeoutMs: number
   readonly totalTimeoutMs: number
+  /** Resolves the host for each new connection (a team's provider key: the address guard's lookup). */
+  readonly lookup?: LookupFunction | undefined
+  /** What the operator's log tells to check when the upstream refuses the key; default `UPSTREAM_API_KEY`. */
+  readonly credentials?: string | undefined
 }
 
 /** Why one attempt failed: the caller's error, how the attempt counts (fallbacks, metrics), and the upstream's `Retry-After`. */
@@ -30,6 +35,8 @@ export interface AttemptFailure {
   readonly error: ProviderError
   readonly outcome: Exclude<AttemptOutcome, "ok" | "breaker_open">
   readonly retryAfterMs?: number | undefined
+  /** The upstream refused the key (401 or 403): counted as its failure, and told apart for a team's own key. */
+  readonly credentialsRefused?: boolean | undefined
 }
 
 /** One upstream, each call with a first-byte deadline of its own (what is left of the call's budget). */
@@ -45,10 +52,12 @@ export interface UpstreamClient {
 }
 
 const failure =
-  (outcome: AttemptFailure["outcome"], retryAfterMs?: number) => (error: ProviderError): AttemptFailure => ({
+  (outcome: AttemptFailure["outcome"], retryAfterMs?: number, credentialsRefused?: boolean) =>
+  (error: ProviderError): AttemptFailure => ({
     error,
     outcome,
-    retryAfterMs
+    retryAfterMs,
+    credentialsRefused
   })
 
 // eslint-disable-next-line nenas/no-spread-adding-field -- the upstream's request body, serialized at once
@@ -164,7 +173,7 @@ const CONTEXT_TOO_LONG =
  * ours to fix, so retryable and logged for the operator; any other 4xx is the caller's request, in the upstream's
  * words, cleaned.
  */
-const statusError = (response: StatusAnswer) =>
+const statusError = (response: StatusAnswer, credentials: string) =>
   Effect.flatMap(
     Effect.orElseSucceed(response.text, () => ""),
     (text): Effect.Effect<never, ProviderError> => {
@@ -186,7 +195,7 @@ const statusError = (response: StatusAnswer) =>
       if (response.status === 401 || response.status === 403) {
         return Effect.zipRight(
           Effect.logError(
-            `The model provider refused our credentials (HTTP ${response.status}): check UPSTREAM_API_KEY${detail}`
+            `The model provider refused our credentials (HTTP ${response.status}): check ${credentials}${detail}`
           ),
           Effect.fail(unavailable("The model provider is not available right now."))
         )
@@ -224,186 +233,190 @@ export const makeOpenAiCompatible = (options: UpstreamOptions) =>
 
 /** One OpenAI-compatible upstream, its failures told apart for fallbacks (`AttemptFailure`). */
 export const makeUpstreamClient = (options: Omit<UpstreamOptions, "firstByteTimeoutMs">) =>
-  Effect.sync((): UpstreamClient => {
-    const base = options.baseUrl.replace(/\/+$/, "")
-    const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
+  Effect.sync(() => upstreamClient(options))
 
-    /**
-     * Requests go out on Node's HTTP client (`Lane/Wire/KeepAlivePost.ts`), and answers are read by hand (`ChatDecode.ts`,
-     * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
-     * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
-     */
-    const chat = makePost(`${base}/chat/completions`)
-    const embeddings = makePost(`${base}/embeddings`)
-    // eslint-disable-next-line nenas/no-spread-adding-field -- once per upstream request
-    const headers = (): Record<string, string> => ({
-      "content-type": "application/json",
-      accept: "application/json",
-      ...Option.match(options.apiKey, {
-        onNone: () => ({}),
-        onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` })
+/** `makeUpstreamClient`'s client, made at once (a team's provider key, on the call that first uses it). */
+export const upstreamClient = (options: Omit<UpstreamOptions, "firstByteTimeoutMs">): UpstreamClient => {
+  const base = options.baseUrl.replace(/\/+$/, "")
+  const timedOut = (phase: string) => new ProviderTimeout({ message: `The model provider did not ${phase} in time.` })
+
+  /**
+   * Requests go out on Node's HTTP client (`Lane/Wire/KeepAlivePost.ts`), and answers are read by hand (`ChatDecode.ts`,
+   * `EventStream.ts`): nothing is aborted once a body has ended (HttpClient's stream aborts every request at its
+   * end, building an error each time), and each deadline is one timer, not a fiber racing a sleep.
+   */
+  const chat = makePost(`${base}/chat/completions`, options.lookup)
+  const embeddings = makePost(`${base}/embeddings`, options.lookup)
+  const credentials = options.credentials ?? "UPSTREAM_API_KEY"
+  // eslint-disable-next-line nenas/no-spread-adding-field -- once per upstream request
+  const headers = (): Record<string, string> => ({
+    "content-type": "application/json",
+    accept: "application/json",
+    ...Option.match(options.apiKey, {
+      onNone: () => ({}),
+      onSome: (key) => ({ authorization: `Bearer ${Redacted.value(key)}` })
+    })
+  })
+  /**
+   * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
+   * before any byte tried once more, in plain code (no fiber races a sleep).
+   */
+  const open = (post: Post, body: string, firstByteMs: number, phase: string) =>
+    Effect.async<IncomingMessage, ProviderError | { readonly unreachable: unknown }>((resume) => {
+      let settled = false
+      let cancel = () => {}
+      const timer = setTimeout(() => {
+        settled = true
+        cancel()
+        resume(Effect.fail(timedOut(phase)))
+      }, firstByteMs)
+      const attempt = (retries: number): void => {
+        cancel = post.send(headers(), body, (answer) => {
+          if (settled) return dropBody(answer)
+          settled = true
+          clearTimeout(timer)
+          resume(Effect.succeed(answer))
+        }, (cause) => {
+          if (settled) return
+          if (retries > 0) return attempt(retries - 1)
+          settled = true
+          clearTimeout(timer)
+          resume(Effect.fail({ unreachable: cause }))
+        })
+      }
+      attempt(1)
+      // Interrupted (the client went away, or shutdown): the request is dropped.
+      return Effect.sync(() => {
+        settled = true
+        clearTimeout(timer)
+        cancel()
       })
     })
-    /**
-     * The answer's headers, or why there are none: one timer for the first byte, and a connection that fails
-     * before any byte tried once more, in plain code (no fiber races a sleep).
-     */
-    const open = (post: Post, body: string, firstByteMs: number, phase: string) =>
-      Effect.async<IncomingMessage, ProviderError | { readonly unreachable: unknown }>((resume) => {
-        let settled = false
-        let cancel = () => {}
-        const timer = setTimeout(() => {
-          settled = true
-          cancel()
-          resume(Effect.fail(timedOut(phase)))
-        }, firstByteMs)
-        const attempt = (retries: number): void => {
-          cancel = post.send(headers(), body, (answer) => {
-            if (settled) return dropBody(answer)
-            settled = true
-            clearTimeout(timer)
-            resume(Effect.succeed(answer))
-          }, (cause) => {
-            if (settled) return
-            if (retries > 0) return attempt(retries - 1)
-            settled = true
-            clearTimeout(timer)
-            resume(Effect.fail({ unreachable: cause }))
-          })
-        }
-        attempt(1)
-        // Interrupted (the client went away, or shutdown): the request is dropped.
-        return Effect.sync(() => {
-          settled = true
-          clearTimeout(timer)
-          cancel()
-        })
-      })
-    /** The answer's headers, its status refused as our errors. */
-    const send = (post: Post, body: string, firstByteMs: number, phase: string) =>
-      open(post, body, Math.max(1, firstByteMs), phase).pipe(
-        Effect.catchAll((error) =>
-          "unreachable" in error
-            ? Effect.mapError(
-              reported(
-                unavailable("The model provider could not be reached."),
-                error.unreachable instanceof Error ? error.unreachable.message : String(error.unreachable)
-              ),
-              failure("connection_error")
-            )
-            : Effect.fail(failure("first_byte_timeout")(error))
-        ),
-        Effect.flatMap((answer) => {
-          const status = answer.statusCode ?? 0
-          if (status >= 200 && status < 300) return Effect.succeed(answer)
-          const text = Effect.tryPromise(() => textOf(answer))
-          const retryAfter = headerOf(answer.headers, "retry-after")
-          return Effect.mapError(
-            statusError({ status, retryAfter, text }),
-            failure(outcomeOfStatus(status), retryAfterMsOf(retryAfter))
+  /** The answer's headers, its status refused as our errors. */
+  const send = (post: Post, body: string, firstByteMs: number, phase: string) =>
+    open(post, body, Math.max(1, firstByteMs), phase).pipe(
+      Effect.catchAll((error) =>
+        "unreachable" in error
+          ? Effect.mapError(
+            reported(
+              unavailable("The model provider could not be reached."),
+              error.unreachable instanceof Error ? error.unreachable.message : String(error.unreachable)
+            ),
+            failure("connection_error")
           )
-        })
-      )
-
-    /** The whole body by `deadline` (epoch ms), or why not. */
-    const bodyOf = (answer: IncomingMessage, deadline: number) =>
-      Effect.async<string, ProviderError>((resume) => {
-        let settled = false
-        const timer = setTimeout(() => {
-          settled = true
-          dropBody(answer)
-          resume(Effect.fail(timedOut("finish")))
-        }, Math.max(0, deadline - Date.now()))
-        textOf(answer).then(
-          (text) => {
-            if (settled) return
-            settled = true
-            clearTimeout(timer)
-            resume(Effect.succeed(text))
-          },
-          (cause) => {
-            if (settled) return
-            settled = true
-            clearTimeout(timer)
-            resume(
-              reported(
-                unavailable("The model provider's answer broke off."),
-                cause instanceof Error ? cause.message : String(cause)
-              )
-            )
-          }
-        )
-        return Effect.sync(() => {
-          settled = true
-          clearTimeout(timer)
-          dropBody(answer)
-        })
-      })
-
-    /**
-     * A whole answer read as `decode` says: one deadline for all of it, the first byte's own when it comes first.
-     * Once the answer's head came, a body that breaks off or that `decode` refuses (`undefined`, `what` it was
-     * not) is cut short: the call does not move on.
-     */
-    const whole = <A>(
-      post: Post,
-      body: string,
-      firstByteBudgetMs: number,
-      decode: (text: string) => A | undefined,
-      what: string
-    ): Effect.Effect<A, AttemptFailure> =>
-      Effect.suspend(() => {
-        const deadline = Date.now() + options.totalTimeoutMs
-        const [firstByteMs, phase] = firstByteBudgetMs < options.totalTimeoutMs
-          ? [firstByteBudgetMs, "start answering"]
-          : [options.totalTimeoutMs, "finish"]
-        return send(post, body, firstByteMs, phase).pipe(
-          Effect.flatMap((answer) => Effect.mapError(bodyOf(answer, deadline), failure("cut_short"))),
-          Effect.flatMap((text) => {
-            const decoded = decode(text)
-            return decoded === undefined
-              ? Effect.fail(failure("cut_short")(unavailable(`The model provider's answer was not ${what}.`)))
-              : Effect.succeed(decoded)
-          })
+          : Effect.fail(failure("first_byte_timeout")(error))
+      ),
+      Effect.flatMap((answer) => {
+        const status = answer.statusCode ?? 0
+        if (status >= 200 && status < 300) return Effect.succeed(answer)
+        const text = Effect.tryPromise(() => textOf(answer))
+        const retryAfter = headerOf(answer.headers, "retry-after")
+        return Effect.mapError(
+          statusError({ status, retryAfter, text }, credentials),
+          failure(outcomeOfStatus(status), retryAfterMsOf(retryAfter), status === 401 || status === 403)
         )
       })
+    )
 
-    const complete = (request: ProviderRequest, firstByteMs: number): Effect.Effect<Completion, AttemptFailure> =>
-      whole(chat, chatBody(request, false), firstByteMs, completionOf, "a chat completion")
-
-    const embed = (request: EmbeddingRequest, firstByteMs: number): Effect.Effect<EmbeddingAnswer, AttemptFailure> =>
-      whole(
-        embeddings,
-        JSON.stringify(embeddingBody(request)),
-        firstByteMs,
-        (text) => decodeEmbeddings(text, request.input.length, request.dimensions),
-        "one embedding per input item"
-      )
-
-    const stream = (
-      request: ProviderRequest,
-      firstByteMs: number
-    ): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure> =>
-      Effect.flatMap(send(chat, chatBody(request, true), firstByteMs, "start answering"), (answer) => {
-        const contentType = headerOf(answer.headers, "content-type")
-        if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
-          dropBody(answer)
-          return Effect.fail(
-            failure("server_error")(unavailable(
-              `The model provider answered a stream request with ${
-                contentType ?? "no content type"
-              }, not an event stream.`
-            ))
+  /** The whole body by `deadline` (epoch ms), or why not. */
+  const bodyOf = (answer: IncomingMessage, deadline: number) =>
+    Effect.async<string, ProviderError>((resume) => {
+      let settled = false
+      const timer = setTimeout(() => {
+        settled = true
+        dropBody(answer)
+        resume(Effect.fail(timedOut("finish")))
+      }, Math.max(0, deadline - Date.now()))
+      textOf(answer).then(
+        (text) => {
+          if (settled) return
+          settled = true
+          clearTimeout(timer)
+          resume(Effect.succeed(text))
+        },
+        (cause) => {
+          if (settled) return
+          settled = true
+          clearTimeout(timer)
+          resume(
+            reported(
+              unavailable("The model provider's answer broke off."),
+              cause instanceof Error ? cause.message : String(cause)
+            )
           )
         }
-        return Effect.succeed(eventStreamParts(answer, options.totalTimeoutMs, {
-          malformed: () => unavailable("The model provider sent a malformed stream chunk."),
-          errorChunk: () => unavailable("The model provider failed mid-stream."),
-          brokeOff: () => unavailable("The model provider's stream broke off."),
-          cutShort: () => unavailable("The model provider's stream ended before the answer was finished."),
-          timedOut: () => timedOut("finish")
-        }))
+      )
+      return Effect.sync(() => {
+        settled = true
+        clearTimeout(timer)
+        dropBody(answer)
       })
+    })
 
-    return { complete, stream, embed }
-  })
+  /**
+   * A whole answer read as `decode` says: one deadline for all of it, the first byte's own when it comes first.
+   * Once the answer's head came, a body that breaks off or that `decode` refuses (`undefined`, `what` it was
+   * not) is cut short: the call does not move on.
+   */
+  const whole = <A>(
+    post: Post,
+    body: string,
+    firstByteBudgetMs: number,
+    decode: (text: string) => A | undefined,
+    what: string
+  ): Effect.Effect<A, AttemptFailure> =>
+    Effect.suspend(() => {
+      const deadline = Date.now() + options.totalTimeoutMs
+      const [firstByteMs, phase] = firstByteBudgetMs < options.totalTimeoutMs
+        ? [firstByteBudgetMs, "start answering"]
+        : [options.totalTimeoutMs, "finish"]
+      return send(post, body, firstByteMs, phase).pipe(
+        Effect.flatMap((answer) => Effect.mapError(bodyOf(answer, deadline), failure("cut_short"))),
+        Effect.flatMap((text) => {
+          const decoded = decode(text)
+          return decoded === undefined
+            ? Effect.fail(failure("cut_short")(unavailable(`The model provider's answer was not ${what}.`)))
+            : Effect.succeed(decoded)
+        })
+      )
+    })
+
+  const complete = (request: ProviderRequest, firstByteMs: number): Effect.Effect<Completion, AttemptFailure> =>
+    whole(chat, chatBody(request, false), firstByteMs, completionOf, "a chat completion")
+
+  const embed = (request: EmbeddingRequest, firstByteMs: number): Effect.Effect<EmbeddingAnswer, AttemptFailure> =>
+    whole(
+      embeddings,
+      JSON.stringify(embeddingBody(request)),
+      firstByteMs,
+      (text) => decodeEmbeddings(text, request.input.length, request.dimensions),
+      "one embedding per input item"
+    )
+
+  const stream = (
+    request: ProviderRequest,
+    firstByteMs: number
+  ): Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure> =>
+    Effect.flatMap(send(chat, chatBody(request, true), firstByteMs, "start answering"), (answer) => {
+      const contentType = headerOf(answer.headers, "content-type")
+      if (!(contentType ?? "").toLowerCase().startsWith("text/event-stream")) {
+        dropBody(answer)
+        return Effect.fail(
+          failure("server_error")(unavailable(
+            `The model provider answered a stream request with ${
+              contentType ?? "no content type"
+            }, not an event stream.`
+          ))
+        )
+      }
+      return Effect.succeed(eventStreamParts(answer, options.totalTimeoutMs, {
+        malformed: () => unavailable("The model provider sent a malformed stream chunk."),
+        errorChunk: () => unavailable("The model provider failed mid-stream."),
+        brokeOff: () => unavailable("The model provider's stream broke off."),
+        cutShort: () => unavailable("The model provider's stream ended before the answer was finished."),
+        timedOut: () => timedOut("finish")
+      }))
+    })
+
+  return { complete, stream, embed }
+}

@@ -1,5 +1,11 @@
 import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
-import type { ContextLengthExceeded, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../Domain/Errors.js"
+import type {
+  ContextLengthExceeded,
+  InvalidRequest,
+  ProviderKeyRefused,
+  ProviderTimeout,
+  ProviderUnavailable
+} from "../Domain/Errors.js"
 import type { Message } from "../Domain/Tokens.js"
 import type { UpstreamAttemptOutcome } from "../Observability/Metrics.js"
 import type { Effort } from "../Routing/Router.js"
@@ -84,6 +90,8 @@ export interface UpstreamAttempt {
   readonly model: string
   readonly outcome: AttemptOutcome
   readonly latencyMs: number
+  /** The team's own provider key it went to (docs/api/provider-keys.md, "Routing"); absent: nenas's upstream. */
+  readonly providerKeyId?: string | undefined
 }
 
 export interface ProviderRequest extends Capabilities {
@@ -156,7 +164,12 @@ export interface EmbeddingAnswer {
 }
 
 /** The upstream's failures; a request it refuses is the caller's (`InvalidRequest`, `ContextLengthExceeded`). */
-export type ProviderError = ProviderUnavailable | ProviderTimeout | InvalidRequest | ContextLengthExceeded
+export type ProviderError =
+  | ProviderUnavailable
+  | ProviderTimeout
+  | InvalidRequest
+  | ContextLengthExceeded
+  | ProviderKeyRefused
 
 export interface ProviderShape {
   readonly complete: (request: ProviderRequest) => Effect.Effect<Completion, ProviderError>

@@ -35,7 +35,10 @@ export const SeriesPoint = Schema.Struct({
   reasoningTokens: Schema.Int,
   /** Calls the response cache answered, and what they would have cost (docs/api/cache.md, "Logs and usage"). */
   cacheHits: Schema.Int,
-  cacheSavedMicroMyr: Schema.Int
+  cacheSavedMicroMyr: Schema.Int,
+  /** Calls answered on the team's own provider keys, and their fees, within `requests` and `costMicroMyr`. */
+  byokCalls: Schema.Int,
+  byokFeeMicroMyr: Schema.Int
 }).annotations({ identifier: "SeriesPoint" })
 
 export const TagGroup = Schema.Struct({
@@ -66,7 +69,10 @@ export const UsageCounters = Schema.Struct({
   contentPages: Schema.Int,
   costMicroMyr: Schema.Int,
   cacheHits: Schema.Int,
-  cacheSavedMicroMyr: Schema.Int
+  cacheSavedMicroMyr: Schema.Int,
+  /** Calls answered on the team's own provider keys, and their fees (docs/api/provider-keys.md, "Billing"). */
+  byokCalls: Schema.Int,
+  byokFeeMicroMyr: Schema.Int
 }).annotations({ identifier: "UsageCounters" })
 
 export const Overview = Schema.Struct({

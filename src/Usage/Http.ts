@@ -31,6 +31,8 @@ const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type =
       | "costMicroMyr"
       | "cacheHits"
       | "cacheSavedMicroMyr"
+      | "byokCalls"
+      | "byokFeeMicroMyr"
   ) => rows.reduce((total, row) => total + row[field], 0)
   return {
     requests: sum("requests"),
@@ -41,7 +43,9 @@ const countersOf = (rows: ReadonlyArray<SeriesRow>): typeof UsageCounters.Type =
     contentPages: sum("contentPages"),
     costMicroMyr: sum("costMicroMyr"),
     cacheHits: sum("cacheHits"),
-    cacheSavedMicroMyr: sum("cacheSavedMicroMyr")
+    cacheSavedMicroMyr: sum("cacheSavedMicroMyr"),
+    byokCalls: sum("byokCalls"),
+    byokFeeMicroMyr: sum("byokFeeMicroMyr")
   }
 }
 
@@ -61,7 +65,9 @@ const toSeriesPoint = (row: SeriesRow): typeof SeriesPoint.Type => ({
   outputTokens: row.outputTokens,
   reasoningTokens: row.reasoningTokens,
   cacheHits: row.cacheHits,
-  cacheSavedMicroMyr: row.cacheSavedMicroMyr
+  cacheSavedMicroMyr: row.cacheSavedMicroMyr,
+  byokCalls: row.byokCalls,
+  byokFeeMicroMyr: row.byokFeeMicroMyr
 })
 
 export const UsageLive = HttpApiBuilder.group(NenasApi, "usage", (handlers) =>

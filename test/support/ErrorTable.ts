@@ -20,6 +20,7 @@ export const ERROR_TABLE = [
   ["IdempotencyConflict", "idempotency_conflict", 409, "invalid_request_error", false],
   ["RateLimitExceeded", "rate_limit_exceeded", 429, "rate_limit_error", true],
   ["ProviderUnavailable", "provider_unavailable", 503, "provider_error", true],
+  ["ProviderKeyRefused", "provider_key_refused", 502, "provider_error", false],
   ["ProviderTimeout", "provider_timeout", 504, "provider_error", true],
   ["SearchError", "search_error", 502, "provider_error", true],
   ["InternalError", "internal_error", 500, "api_error", true]

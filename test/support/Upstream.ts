@@ -398,6 +398,10 @@ export const startUpstream = (options: UpstreamOptions = {}): Promise<UpstreamSe
       if (current.kind === "status") return answerStatus(res, current)
       return answerEmbeddings(res, body)
     }
+    // A team's provider is checked on save with its models list (docs/api/provider-keys.md, "Adding a key").
+    if (req.method === "GET" && (path === "/v1/models" || path === "/models")) {
+      return sendJson(res, 200, JSON.stringify({ object: "list", data: [{ id: "stand-in", object: "model" }] }))
+    }
     if (!route) return sendJson(res, 404, errorBody(`Unknown route: ${req.method} ${path}`, "invalid_request_error"))
     switch (current.kind) {
       case "hang":

@@ -329,6 +329,7 @@ describe("errors in Anthropic's body", () => {
       IdempotencyConflict: "invalid_request_error",
       RateLimitExceeded: "rate_limit_error",
       ProviderUnavailable: "overloaded_error",
+      ProviderKeyRefused: "api_error",
       ProviderTimeout: "api_error",
       SearchError: "api_error",
       InternalError: "api_error"

@@ -1,6 +1,7 @@
 import http from "node:http"
 import type { IncomingMessage } from "node:http"
 import https from "node:https"
+import type { LookupFunction } from "node:net"
 import type { Readable } from "node:stream"
 import { urlToHttpOptions } from "node:url"
 import { doneWith, ignoreLateError } from "./DoneWith.js"
@@ -20,14 +21,18 @@ export interface Post {
   ) => () => void
 }
 
-export const makePost = (url: string): Post => {
+/** `lookup`, when given, resolves the host for every new connection (the address guard's, for a team's own provider). */
+export const makePost = (url: string, lookup?: LookupFunction): Post => {
   const target = new URL(url)
   // The URL read into request options once, not by Node on every request.
   const options = urlToHttpOptions(target)
   const secure = target.protocol === "https:"
-  const agent = secure ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true })
+  const agentOptions = lookup === undefined ? { keepAlive: true } : { keepAlive: true, lookup }
+  const agent = secure ? new https.Agent(agentOptions) : new http.Agent(agentOptions)
   const request = secure ? https.request : http.request
-  const post = { ...options, method: "POST", agent }
+  const post = lookup === undefined
+    ? { ...options, method: "POST", agent }
+    : { ...options, method: "POST", agent, lookup }
   return {
     send: (headers, body, answered, failed) => {
       // `Object.assign` onto new objects, not spreads that add fields: Node 20 builds those on a slow path (`npm run bench:spreads`).

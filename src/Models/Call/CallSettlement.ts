@@ -3,9 +3,9 @@ import { AppConfig } from "../../AppConfig.js"
 import { errorMeta, isApiError } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import { microMyr } from "../../Domain/Money.js"
-import type { PriceTable } from "../../Domain/Prices.js"
+import { FULL_SHARE_BPS, type PriceTable } from "../../Domain/Prices.js"
 import { countText } from "../../Domain/Tokens.js"
-import type { LoggedAttempt, SettledUsage } from "../../Logs/RequestLogs.js"
+import type { LoggedAttempt, LoggedOwnKey, SettledUsage } from "../../Logs/RequestLogs.js"
 import { countToolCall } from "../../Providers/ContentTokens.js"
 import type { ProviderUsage } from "../../Providers/Provider.js"
 import type { WhenShort } from "../../Wallet/Instances/PayNow.js"
@@ -120,7 +120,7 @@ const resultOf = (call: HeldCall, answer: Answer, used: Used, cost: MicroMyr, la
  * What the call is billed: its usage priced, never above its ceiling; a price past what a number holds
  * saturates at the ceiling instead of throwing. Nothing when it held nothing.
  */
-const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used): MicroMyr => {
+const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used, feeBps: number): MicroMyr => {
   if (call.hold.source._tag === "None") return microMyr(0)
   try {
     return billedCost(
@@ -135,13 +135,28 @@ const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used): MicroMyr 
       },
       call.ceiling,
       // eslint-disable-next-line nenas/no-spread-adding-field -- once per planning call of a search, when it settles
-      used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage }))
+      used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })),
+      call.ownKey === undefined ? FULL_SHARE_BPS : feeBps
     )
   } catch (error) {
     if (error instanceof RangeError) return microMyr(call.ceiling)
     throw error
   }
 }
+
+/**
+ * What a call answered on a team's own key logs: the key, and the fee, what the tokens cost of its bill
+ * (searches and pages are billed in full beside it).
+ */
+export const ownKeyLogged = (
+  prices: PriceTable,
+  providerKeyId: string,
+  cost: number,
+  sources: { readonly searches: number; readonly pages: number }
+): LoggedOwnKey => ({
+  providerKeyId,
+  feeMicroMyr: Math.max(0, cost - sources.searches * prices.perSearchMicroMyr - sources.pages * prices.perPageMicroMyr)
+})
 
 /** The call's attempts as its log row keeps them. */
 const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
@@ -153,11 +168,11 @@ const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>
  * wallet writes them with its next flush.
  */
 export const makeSettlement = Effect.gen(function*() {
-  const { prices, storedResponsesMaxBytes } = yield* AppConfig
+  const { byokFeeBps, prices, storedResponsesMaxBytes } = yield* AppConfig
   const spending = yield* Spending
   const clock = yield* Effect.clock
   const rates = makeReasoningRates()
-  const costWithin = (call: HeldCall, used: Used) => pricedWithin(prices, call, used)
+  const costWithin = (call: HeldCall, used: Used) => pricedWithin(prices, call, used, byokFeeBps)
 
   /**
    * What a call that reached the upstream used, from its progress: reported usage teaches the model's thinking
@@ -208,7 +223,7 @@ export const makeSettlement = Effect.gen(function*() {
         outputTokens: used.usage.outputTokens,
         reasoningTokens: used.usage.reasoningTokens,
         cachedTokens: used.usage.cachedTokens,
-        answeredBy: shownRoute(call.route, call.key.environment).upstreamModel,
+        answeredBy: call.ownKey?.model ?? shownRoute(call.route, call.key.environment).upstreamModel,
         attempts: loggedAttempts(call),
         errorCode,
         usageSource: used.source,
@@ -217,7 +232,8 @@ export const makeSettlement = Effect.gen(function*() {
         costMicroMyr: cost,
         latencyMs,
         // The answer's, when the output was scanned (it holds the input's too); else the input's, as the row opened.
-        guardrails: answer.guardrails ?? call.inputGuardrails
+        guardrails: answer.guardrails ?? call.inputGuardrails,
+        ownKey: call.ownKey === undefined ? undefined : ownKeyLogged(prices, call.ownKey.id, cost, used.sources)
       }
       const result = resultOf(call, answer, used, cost, latencyMs)
       const store = complete ? call.input.store : undefined

@@ -131,6 +131,11 @@ export interface HeldCall {
   readonly inputGuardrails: LoggedGuardrails | undefined
   /** Where its whole answer is kept in the response cache (a miss that asked it); absent: nowhere. */
   readonly keepAs?: { readonly key: string; readonly ttlSeconds: number } | undefined
+  /**
+   * The team's own provider key that answered, and the model asked there, once it is settled (`servedCall`):
+   * billed its fee at nenas's prices for `route.upstreamModel` (docs/api/provider-keys.md, "Billing").
+   */
+  readonly ownKey?: { readonly id: string; readonly model: string } | undefined
 }
 
 /** What the model answered: text, tool calls, and logprobs when asked for. */
@@ -202,17 +207,26 @@ export const servedCall = (call: HeldCall, attempts: ReadonlyArray<UpstreamAttem
     onNone: () => Object.assign({}, call, { attempts }),
     onSome: (served) => {
       const before = attempts.indexOf(served)
-      if (before === 0) return Object.assign({}, call, { attempts })
+      // On a team's own key the call stays priced at nenas's model for its category.
+      const own = served.providerKeyId === undefined
+        ? undefined
+        : { ownKey: { id: served.providerKeyId, model: served.model } }
+      if (before === 0) {
+        if (own === undefined) return Object.assign({}, call, { attempts })
+        const reasoning =
+          `${call.route.reasoning} ${served.model} answered on your provider key ${served.providerKeyId}.`
+        return Object.assign({}, call, { attempts, route: { ...call.route, reasoning } }, own)
+      }
       const skipped = attempts.slice(0, before).map((a) => `${a.target} (${a.outcome.replaceAll("_", " ")})`).join(", ")
       return Object.assign({}, call, {
         attempts,
         route: {
           ...call.route,
-          upstreamModel: served.model,
+          upstreamModel: own === undefined ? served.model : call.route.upstreamModel,
           fallback: true,
           reasoning: `${call.route.reasoning} ${served.target} answered as a fallback after ${skipped}.`
         }
-      })
+      }, own)
     }
   })
 

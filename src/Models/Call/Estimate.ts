@@ -172,14 +172,17 @@ export const ceilingOf = (heldMicroMyr: number, costCap: MicroMyr | undefined): 
  * What a call is billed: its usage priced, never above its ceiling; nothing when
  * it held nothing (`usage` null: a test key, or a model priced at nothing). The
  * parts of `usage` another model answered (`elsewhere`: web search's planning
- * calls a fallback answered) are priced at that model's prices.
+ * calls a fallback answered) are priced at that model's prices; `tokenShareBps` of
+ * the tokens' price is billed (a team's own provider key's fee), searches and
+ * pages in full.
  */
 export const billedCost = (
   prices: PriceTable,
   upstreamModel: string,
   usage: BilledUsage | null,
   ceiling: number,
-  elsewhere: ReadonlyArray<ModelTokens> = []
+  elsewhere: ReadonlyArray<ModelTokens> = [],
+  tokenShareBps?: number
 ): MicroMyr => {
   if (usage === null) return microMyr(0)
   const moved = elsewhere.filter((part) => part.model !== upstreamModel)
@@ -190,5 +193,7 @@ export const billedCost = (
     cachedTokens: Math.max(0, usage.cachedTokens - less((part) => part.cachedTokens)),
     outputTokens: Math.max(0, usage.outputTokens - less((part) => part.outputTokens))
   }
-  return microMyr(Math.min(costOfParts(prices, [own, ...moved], usage.searches, usage.pages), ceiling))
+  return microMyr(
+    Math.min(costOfParts(prices, [own, ...moved], usage.searches, usage.pages, tokenShareBps), ceiling)
+  )
 }

@@ -22,6 +22,8 @@ import { KeyLimitReached } from "../../Keys/LimitReached.js"
 import { forkWith } from "../../Lane/Wire/PartReader.js"
 import type { SelfWritingBody } from "../../Lane/Wire/SelfWritingBody.js"
 import type { LoggedCache, OpenLog } from "../../Logs/RequestLogs.js"
+import { ProviderKeys } from "../../ProviderKeys/ProviderKeys.js"
+import { OwnKeyRouting } from "../../Providers/OwnKeys.js"
 import type { ProviderError, ProviderRequest, UpstreamAttempt } from "../../Providers/Provider.js"
 import { Provider, TestKeyProvider } from "../../Providers/Provider.js"
 import { breatheIfLarge } from "../../Request/Breathe.js"
@@ -153,6 +155,13 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
       const images = yield* ImageFetcher
       // Test keys always use the built-in model, cost nothing and never touch the wallet.
       const providers = { live: yield* Provider, test: yield* TestKeyProvider }
+      // A live call of an account with its own provider keys goes through them (docs/api/provider-keys.md, "Routing").
+      const ownKeys = yield* OwnKeyRouting
+      const providerKeys = yield* ProviderKeys
+      const providerOf = (key: ApiKeyPrincipal) =>
+        key.environment === "live"
+          ? ownKeys.around(providerKeys.forAccount(key.accountId), providers.live)
+          : providers.test
       const settlement = yield* makeSettlement
       // Streams' settlements run on the service's fibers: awaited (after the handoffs below) before the wallet's last flush.
       const fork = forkWith(yield* FiberSet.makeRuntime<never>())
@@ -332,7 +341,7 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
           startedAt,
           route,
           plan,
-          provider: key.environment === "live" ? providers.live : providers.test,
+          provider: providerOf(key),
           outputCap: estimate.outputCap,
           hold,
           ceiling: ceilingOf(hold.amountMicroMyr, estimate.costCap),
@@ -479,9 +488,10 @@ export class ModelCalls extends Context.Tag("nenas/ModelCalls")<ModelCalls, {
 
       const embed = makeEmbeddingCalls({
         prices: config.prices,
+        byokFeeBps: config.byokFeeBps,
         upstreams: config.upstreams,
         defaultModel: config.upstreamModelEmbedding,
-        providers,
+        providerOf,
         spending,
         cache,
         clock,

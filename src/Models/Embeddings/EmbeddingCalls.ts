@@ -7,7 +7,7 @@ import type { ApiError, IdempotencyConflict } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import { microMyr, toMyrString } from "../../Domain/Money.js"
 import type { PriceTable } from "../../Domain/Prices.js"
-import { costOf, withSafetyMargin } from "../../Domain/Prices.js"
+import { costOfParts, withSafetyMargin } from "../../Domain/Prices.js"
 import type { UpstreamConfig } from "../../Domain/Upstreams.js"
 import { targetsFor } from "../../Domain/Upstreams.js"
 import type { LoggedGuardrails } from "../../Guardrails/Api.js"
@@ -48,10 +48,13 @@ type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, 
 /** What the call needs of the model calls' layer. */
 export interface EmbeddingDeps {
   readonly prices: PriceTable
+  /** What a call answered on a team's own key costs, in basis points of nenas's price (`BYOK_FEE_BPS`). */
+  readonly byokFeeBps: number
   readonly upstreams: ReadonlyArray<UpstreamConfig>
   /** The model a call is routed to when no upstream names one (`UPSTREAM_MODEL_EMBEDDING`). */
   readonly defaultModel: string
-  readonly providers: { readonly live: ProviderShape; readonly test: ProviderShape }
+  /** The provider a key's calls use: a test key's built-in model, or a live key's upstreams (and its account's own keys). */
+  readonly providerOf: (key: ApiKeyPrincipal) => ProviderShape
   readonly spending: Spending["Type"]
   readonly cache: ResponseCache["Type"]
   readonly clock: Clock.Clock
@@ -220,8 +223,8 @@ export const makeEmbeddingCalls = (deps: EmbeddingDeps) => {
     return rendered(stored.data, stored.inputTokens, 0)
   })
 
-  const priced = (tokens: number, at: string) =>
-    costOf(prices, at, { inputTokens: tokens, cachedTokens: 0, outputTokens: 0, searches: 0, pages: 0 })
+  const priced = (tokens: number, at: string, shareBps?: number) =>
+    costOfParts(prices, [{ model: at, inputTokens: tokens, cachedTokens: 0, outputTokens: 0 }], 0, 0, shareBps)
 
   /** An answer billed (within the hold), logged, kept in the cache when asked, and rendered. */
   const billed = Effect.fnUntraced(function*(
@@ -233,12 +236,20 @@ export const makeEmbeddingCalls = (deps: EmbeddingDeps) => {
 
     yield* call.confirmBeforeBilling ?? Effect.void
     const tried = yield* Ref.get(attempts)
-    const served = Option.match(servedBy(tried), { onNone: () => model, onSome: (attempt) => attempt.model })
+    const answered = servedBy(tried)
+    const served = Option.match(answered, { onNone: () => model, onSome: (attempt) => attempt.model })
+    // On a team's own key: its fee at the price of nenas's embedding model (docs/api/provider-keys.md, "Billing").
+    const ownKeyId = Option.getOrUndefined(answered)?.providerKeyId
     const inputTokens = Option.match(answer.inputTokens, {
       onNone: () => tokens,
       onSome: (reported) => Math.min(Math.max(0, Math.round(reported)), MAX_ITEMS * MAX_ITEM_TOKENS)
     })
-    const cost = hold.source._tag === "None" ? 0 : Math.min(priced(inputTokens, served), hold.amountMicroMyr)
+    const cost = hold.source._tag === "None"
+      ? 0
+      : Math.min(
+        ownKeyId === undefined ? priced(inputTokens, served) : priced(inputTokens, model, deps.byokFeeBps),
+        hold.amountMicroMyr
+      )
     const latencyMs = elapsedSince(clock, startedAt)
     const data = answer.vectors.map((vector, index) => ({
       object: "embedding" as const,
@@ -247,7 +258,8 @@ export const makeEmbeddingCalls = (deps: EmbeddingDeps) => {
     }))
     const usage = Object.assign(usageOf(inputTokens, cost, latencyMs, tried), {
       answeredBy: live ? served : SIMULATED_MODEL,
-      guardrails: logged
+      guardrails: logged,
+      ownKey: ownKeyId === undefined ? undefined : { providerKeyId: ownKeyId, feeMicroMyr: cost }
     })
     const charged = yield* Effect.uninterruptible(spending.settle(
       hold,
@@ -306,7 +318,7 @@ export const makeEmbeddingCalls = (deps: EmbeddingDeps) => {
     )
     const hold = yield* deps.holdWorstCase(key, log, worstCase, startedAt, "/v1/embeddings")
     const attempts = yield* Ref.make<ReadonlyArray<UpstreamAttempt>>([])
-    const provider = live ? deps.providers.live : deps.providers.test
+    const provider = deps.providerOf(key)
     const settled = yield* Ref.make(false)
     const failed = (code: string) =>
       Effect.flatMap(Ref.get(attempts), (tried) =>

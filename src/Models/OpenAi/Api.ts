@@ -14,6 +14,7 @@ import {
   NotFound,
   NotImplemented,
   PermissionDenied,
+  ProviderKeyRefused,
   ProviderTimeout,
   ProviderUnavailable,
   RateLimitExceeded,
@@ -395,6 +396,7 @@ export const modelCallGroup = <Id extends string, Endpoints extends HttpApiEndpo
     .addError(wire(IdempotencyConflict))
     .addError(wire(RateLimitExceeded))
     .addError(wire(ProviderUnavailable))
+    .addError(wire(ProviderKeyRefused))
     .addError(wire(ProviderTimeout))
     .addError(wire(SearchError))
     .addError(wire(InternalError))

@@ -99,6 +99,8 @@ interface Point {
   readonly reasoningTokens: number
   readonly cacheHits: number
   readonly cacheSavedMicroMyr: number
+  readonly byokCalls: number
+  readonly byokFeeMicroMyr: number
 }
 
 const point = (bucket: string, values: Partial<Omit<Point, "bucket">> = {}): Point => ({
@@ -110,6 +112,8 @@ const point = (bucket: string, values: Partial<Omit<Point, "bucket">> = {}): Poi
   reasoningTokens: 0,
   cacheHits: 0,
   cacheSavedMicroMyr: 0,
+  byokCalls: 0,
+  byokFeeMicroMyr: 0,
   ...values
 })
 
@@ -198,7 +202,10 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             // A call that did not ask the response cache.
             cache: null,
             cacheSourceRequestId: null,
-            cacheSavedMicroMyr: 0
+            cacheSavedMicroMyr: 0,
+            // A call nenas's own upstream answered.
+            providerKeyId: null,
+            byokFeeMicroMyr: 0
           })
 
           const page2 = yield* get("/dashboard/logs?limit=2&page=2", token)
@@ -572,7 +579,9 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             contentPages: 0,
             costMicroMyr: 0,
             cacheHits: 0,
-            cacheSavedMicroMyr: 0
+            cacheSavedMicroMyr: 0,
+            byokCalls: 0,
+            byokFeeMicroMyr: 0
           }
           expect(overview.wallet).toEqual({
             availableMicroMyr: 0,
@@ -648,7 +657,9 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             contentPages: 3,
             costMicroMyr: 5000,
             cacheHits: 0,
-            cacheSavedMicroMyr: 0
+            cacheSavedMicroMyr: 0,
+            byokCalls: 0,
+            byokFeeMicroMyr: 0
           })
           expect(overview.total_usage).toEqual({
             requests: 4,
@@ -659,7 +670,9 @@ layer(TestServerLive({ reservationSweepIntervalMs: 3_600_000 }), { excludeTestSe
             contentPages: 8,
             costMicroMyr: 5076,
             cacheHits: 0,
-            cacheSavedMicroMyr: 0
+            cacheSavedMicroMyr: 0,
+            byokCalls: 0,
+            byokFeeMicroMyr: 0
           })
           const series: ReadonlyArray<Point> = overview.daily_series
           expect(series).toHaveLength(30)

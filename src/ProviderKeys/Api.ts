@@ -4,7 +4,7 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
 import { DashboardAuth } from "../Auth/Api.js"
-import { InvalidRequest, NotFound, wire } from "../Domain/Errors.js"
+import { InvalidRequest, NotFound, RateLimitExceeded, wire } from "../Domain/Errors.js"
 import { ADMINS, allowRoles, EVERY_ROLE } from "../Domain/Roles.js"
 import { NoUrlParams, SqlString } from "../Domain/Strict.js"
 
@@ -110,6 +110,7 @@ export class ProviderKeysApi extends HttpApiGroup.make("providerKeys")
     HttpApiEndpoint.post("create", "/dashboard/provider-keys")
       .setPayload(CreateProviderKeyRequest)
       .addSuccess(ProviderKeyResponse, { status: 201 })
+      .addError(wire(RateLimitExceeded))
       .annotate(
         OpenApi.Description,
         "Adds a provider key: its base URL passes the address guard, then one `GET {base_url}/models` with the " +
@@ -122,9 +123,22 @@ export class ProviderKeysApi extends HttpApiGroup.make("providerKeys")
       .setPayload(UpdateProviderKeyRequest)
       .addSuccess(ProviderKeyResponse)
       .addError(wire(NotFound))
+      .addError(wire(RateLimitExceeded))
       .annotate(
         OpenApi.Description,
         "Changes a provider key in place; a new base URL or API key is checked as on creation."
+      )
+      .pipe(allowRoles(...ADMINS))
+  )
+  .add(
+    HttpApiEndpoint.post("check")`/dashboard/provider-keys/${Id}/check`
+      .addSuccess(ProviderKeyResponse)
+      .addError(wire(NotFound))
+      .addError(wire(RateLimitExceeded))
+      .annotate(
+        OpenApi.Description,
+        "Checks the stored key again with one `GET {base_url}/models`; the record's `status` and `last_error` " +
+          "say how it went (`ok`, `refused`, `failing`)."
       )
       .pipe(allowRoles(...ADMINS))
   )

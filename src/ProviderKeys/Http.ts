@@ -4,7 +4,7 @@ import { NenasApi } from "../Api.js"
 import { AppConfig } from "../AppConfig.js"
 import { AuditLog } from "../Audit/Repo.js"
 import { CurrentAccount } from "../Auth/Api.js"
-import { InvalidRequest, NotFound } from "../Domain/Errors.js"
+import { InvalidRequest, NotFound, RateLimitExceeded } from "../Domain/Errors.js"
 import { newId } from "../Domain/Ids.js"
 import { HostResolver } from "../Search/Fetch.js"
 import type { ProviderKeyRecord } from "./Api.js"
@@ -42,6 +42,38 @@ const baseUrlOf = (raw: string) =>
     onRight: Effect.succeed
   })
 
+/** The most checks of provider keys (each an outbound request) one account makes per minute on an instance. */
+export const CHECKS_PER_MINUTE = 10
+const MINUTE_MS = 60_000
+/** The most accounts the pace keeps at once; past it, those without a check in the last minute are forgotten. */
+const PACED_ACCOUNTS_MAX = 10_000
+
+/**
+ * Each account's checks in the last minute: a check past `CHECKS_PER_MINUTE` is refused before any request goes
+ * out, so that saving keys in a loop cannot make this instance a request cannon.
+ */
+const makeCheckPace = () => {
+  const recent = new Map<string, ReadonlyArray<number>>()
+  return (accountId: string, now: number) =>
+    Effect.suspend(() => {
+      const within = (recent.get(accountId) ?? []).filter((at) => at > now - MINUTE_MS)
+      const oldest = within[0]
+      if (within.length >= CHECKS_PER_MINUTE && oldest !== undefined) {
+        return Effect.fail(
+          new RateLimitExceeded({
+            message: `At most ${CHECKS_PER_MINUTE} provider key checks a minute per account.`,
+            retry_after_seconds: Math.max(1, Math.ceil((oldest + MINUTE_MS - now) / 1000))
+          })
+        )
+      }
+      if (recent.size >= PACED_ACCOUNTS_MAX) {
+        for (const [id, times] of recent) if (times.every((at) => at <= now - MINUTE_MS)) recent.delete(id)
+      }
+      recent.set(accountId, [...within, now])
+      return Effect.void
+    })
+}
+
 export const ProviderKeysLive = HttpApiBuilder.group(NenasApi, "providerKeys", (handlers) =>
   Effect.gen(function*() {
     const repo = yield* ProviderKeysRepo
@@ -50,6 +82,9 @@ export const ProviderKeysLive = HttpApiBuilder.group(NenasApi, "providerKeys", (
     const audit = yield* AuditLog
     const config = yield* AppConfig
     const resolver = yield* HostResolver
+    const paced = makeCheckPace()
+    const clock = yield* Effect.clock
+    const pace = (accountId: string) => paced(accountId, clock.unsafeCurrentTimeMillis())
 
     const seal = (id: string, accountId: string, apiKey: string): SealedKey => ({
       secret: current.seal(id, accountId, apiKey),
@@ -134,6 +169,7 @@ export const ProviderKeysLive = HttpApiBuilder.group(NenasApi, "providerKeys", (
           const url = yield* baseUrlOf(payload.base_url)
           // Refused before any outbound request; the repository counts again under the account's lock.
           if ((yield* repo.list(account.id)).length >= MAX_PROVIDER_KEYS) return yield* tooMany
+          yield* pace(account.id)
           yield* checked(url, payload.api_key)
           const id = newId("pk")
           const row = yield* audit.within(
@@ -172,6 +208,7 @@ export const ProviderKeysLive = HttpApiBuilder.group(NenasApi, "providerKeys", (
           const baseUrl = url === undefined || baseUrlText(url) === row.baseUrl ? undefined : baseUrlText(url)
           const recheck = baseUrl !== undefined || payload.api_key !== undefined
           if (recheck) {
+            yield* pace(account.id)
             const apiKey = payload.api_key ?? (yield* storedKey(row))
             yield* checked(url ?? new URL(row.baseUrl), apiKey)
           }
@@ -204,6 +241,25 @@ export const ProviderKeysLive = HttpApiBuilder.group(NenasApi, "providerKeys", (
           if (updated === undefined) return yield* noSuchKey(path.id)
           yield* refresh.account(account.id)
           return { provider_key: toRecord(updated) }
+        }))
+      .handle("check", ({ path }) =>
+        Effect.gen(function*() {
+          const account = yield* CurrentAccount
+          const row = yield* repo.find(account.id, path.id)
+          if (row === undefined) return yield* noSuchKey(path.id)
+          yield* pace(account.id)
+          const apiKey = yield* storedKey(row)
+          // The check's refusal is the key's status, not this request's failure.
+          const outcome = yield* Effect.either(checked(new URL(row.baseUrl), apiKey))
+          const [status, lastError] = Either.match(outcome, {
+            onRight: () => ["ok", null] as const,
+            onLeft: (refused) => [refused.param === "api_key" ? "refused" : "failing", refused.message] as const
+          })
+          yield* repo.setStatus(row.id, status, lastError)
+          yield* refresh.account(account.id)
+          const checkedRow = yield* repo.find(account.id, path.id)
+          if (checkedRow === undefined) return yield* noSuchKey(path.id)
+          return { provider_key: toRecord(checkedRow) }
         }))
       .handle("delete", ({ path }) =>
         Effect.gen(function*() {

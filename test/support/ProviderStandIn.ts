@@ -21,6 +21,8 @@ export class ProviderStandIn extends Context.Tag("test/ProviderStandIn")<Provide
   /** `http://127.0.0.1:{port}/v1`. */
   readonly baseUrl: string
   readonly accept: (apiKey: string) => void
+  /** The key revoked at the provider: refused from now on. */
+  readonly revoke: (apiKey: string) => void
   readonly setMode: (mode: StandInMode) => void
   readonly requests: () => ReadonlyArray<StandInRequest>
   readonly connections: () => number
@@ -64,6 +66,7 @@ export const makeProviderStandIn = Effect.gen(function*() {
     port,
     baseUrl: `http://127.0.0.1:${port}/v1`,
     accept: (apiKey) => void accepted.add(apiKey),
+    revoke: (apiKey) => void accepted.delete(apiKey),
     setMode: (next) => {
       mode = next
     },

@@ -51,6 +51,7 @@ const EXPECTED: Record<string, ReadonlyArray<Role>> = {
   "GET /dashboard/provider-keys": ALL,
   "POST /dashboard/provider-keys": [o, a],
   "PATCH /dashboard/provider-keys/:id": [o, a],
+  "POST /dashboard/provider-keys/:id/check": [o, a],
   "DELETE /dashboard/provider-keys/:id": [o, a],
   "GET /dashboard/billing/invoices/:id": ALL,
   "GET /dashboard/billing/invoices/:id/pdf": ALL,

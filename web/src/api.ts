@@ -219,6 +219,12 @@ export type GuardrailTestResult = Success<"POST /dashboard/guardrails/test">
 export type GuardrailOutcome = NonNullable<Query<"GET /dashboard/logs">["guardrail"]>
 export const GUARDRAIL_OUTCOMES = allOf<GuardrailOutcome>()(["blocked", "redacted", "flagged"])
 
+export type ProviderKey = Schemas["ProviderKey"]
+export type NewProviderKey = Payload<"POST /dashboard/provider-keys">
+export type ProviderKeyMode = ProviderKey["mode"]
+export const PROVIDER_KEY_MODES = allOf<ProviderKeyMode>()(["first", "fallback", "only"])
+export type ProviderKeyStatus = ProviderKey["status"]
+
 export type AccountSummary = Schemas["AccountSummary"]
 export type Member = Success<"GET /dashboard/members">["members"][number]
 export type Invitation = Success<"GET /dashboard/members/invitations">["invitations"][number]

@@ -353,6 +353,11 @@ export interface Routes {
     readonly payload: Schemas["CreateProviderKeyRequest"]
     readonly success: { readonly provider_key: Schemas["ProviderKey"] }
   }
+  readonly "POST /dashboard/provider-keys/{id}/check": {
+    readonly path: { readonly id: string }
+    readonly headers: { readonly "Nenas-Account"?: string }
+    readonly success: { readonly provider_key: Schemas["ProviderKey"] }
+  }
   readonly "POST /dashboard/webhooks": {
     readonly headers: { readonly "Nenas-Account"?: string }
     readonly payload: Schemas["CreateWebhookRequest"]
@@ -709,6 +714,8 @@ export interface Schemas {
     readonly cache: "hit" | "miss" | "bypass" | null
     readonly cacheSourceRequestId: string | null
     readonly cacheSavedMicroMyr: number
+    readonly providerKeyId: string | null
+    readonly byokFeeMicroMyr: number
     readonly createdAt: string
     readonly storedResponseId: string | null
   }
@@ -729,6 +736,8 @@ export interface Schemas {
     readonly reasoningTokens: number
     readonly cacheHits: number
     readonly cacheSavedMicroMyr: number
+    readonly byokCalls: number
+    readonly byokFeeMicroMyr: number
   }
   readonly TagGroup: {
     readonly tag_value: string | null
@@ -794,6 +803,8 @@ export interface Schemas {
     readonly costMicroMyr: number
     readonly cacheHits: number
     readonly cacheSavedMicroMyr: number
+    readonly byokCalls: number
+    readonly byokFeeMicroMyr: number
   }
   readonly Wallet: {
     readonly availableMicroMyr: number
@@ -965,6 +976,7 @@ export const ROUTE_ROLES = {
   "POST /dashboard/invitations/{id}/accept": ["owner", "admin", "developer", "billing", "viewer"],
   "POST /dashboard/members/invitations": ["owner", "admin"],
   "POST /dashboard/provider-keys": ["owner", "admin"],
+  "POST /dashboard/provider-keys/{id}/check": ["owner", "admin"],
   "POST /dashboard/webhooks": ["owner", "admin"],
   "POST /dashboard/webhooks/{id}/deliveries/{delivery_id}/resend": ["owner", "admin"],
   "POST /dashboard/webhooks/{id}/rotate-secret": ["owner", "admin"],

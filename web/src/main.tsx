@@ -13,6 +13,7 @@ import { InvitationsPage } from "./pages/Invitations"
 import { LogsPage } from "./pages/Logs"
 import { MembersPage } from "./pages/Members"
 import { OverviewPage } from "./pages/Overview"
+import { ProviderKeysPage } from "./pages/ProviderKeys"
 import { SignInPage } from "./pages/SignIn"
 import { UsagePage } from "./pages/Usage"
 import { WebhooksPage } from "./pages/Webhooks"
@@ -23,6 +24,7 @@ import "./styles.css"
 const PAGES = [
   { to: "/", label: "Overview" },
   { to: "/api-keys", label: "API keys" },
+  { to: "/provider-keys", label: "Provider keys" },
   { to: "/guardrails", label: "Guardrails" },
   { to: "/billing", label: "Billing" },
   { to: "/invoices", label: "Invoices" },
@@ -65,6 +67,7 @@ const Shell = () => {
         <Routes key={`pages-${account}`}>
           <Route index element={<OverviewPage />} />
           <Route path="api-keys" element={<ApiKeysPage />} />
+          <Route path="provider-keys" element={<ProviderKeysPage />} />
           <Route path="guardrails" element={<GuardrailsPage />} />
           <Route path="billing" element={<BillingPage />} />
           <Route path="billing/profile" element={<BillingProfilePage />} />

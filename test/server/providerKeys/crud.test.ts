@@ -431,4 +431,62 @@ layer(Server, { excludeTestServices: true })("provider keys", (it) => {
       // Reporting an unknown key, or failing to write, never fails the caller.
       yield* keys.report("pk_unknown", { _tag: "Failing", message: "HTTP 503" })
     }))
+
+  it.effect("check asks the provider again with the stored key: ok, refused once revoked, failing while down", () =>
+    Effect.gen(function*() {
+      const standIn = yield* ProviderStandIn
+      const { token } = yield* developer("pk-check@example.com")
+      const apiKey = yield* acceptedKey
+      const key = created(yield* create(token, body(apiKey, standIn.baseUrl)))
+      const check = () => call("POST", `/dashboard/provider-keys/${key.id}/check`, { token })
+      const before = standIn.requests().length
+      const ok = yield* check()
+      expect(ok.status, ok.text).toBe(200)
+      expect(ok.body.provider_key).toMatchObject({ id: key.id, status: "ok", last_error: null })
+      expect(standIn.requests().slice(before).map((r) => [r.path, r.authorization])).toEqual([[
+        "/v1/models",
+        `Bearer ${apiKey}`
+      ]])
+
+      standIn.revoke(apiKey)
+      const refused = yield* check()
+      expect(refused.status, refused.text).toBe(200)
+      expect(refused.body.provider_key.status).toBe("refused")
+      expect(refused.body.provider_key.last_error).toContain("HTTP 401")
+      expect(refused.text).not.toContain(apiKey)
+
+      standIn.setMode("down")
+      const failing = yield* check()
+      standIn.setMode("byKey")
+      expect(failing.body.provider_key.status).toBe("failing")
+      expect(failing.body.provider_key.last_error).toContain("HTTP 500")
+      const listed = yield* call("GET", "/dashboard/provider-keys", { token })
+      expect(listed.body.provider_keys[0]).toMatchObject({ status: "failing" })
+      expectClientError(yield* call("POST", "/dashboard/provider-keys/pk_nope/check", { token }), {
+        status: 404,
+        code: "not_found"
+      })
+    }))
+
+  it.effect("an account makes at most 10 checks a minute: the 11th answers 429 before any request goes out", () =>
+    Effect.gen(function*() {
+      const standIn = yield* ProviderStandIn
+      const { token } = yield* developer("pk-pace@example.com")
+      const apiKey = yield* acceptedKey
+      const key = created(yield* create(token, body(apiKey, standIn.baseUrl)))
+      for (let i = 0; i < 9; i++) {
+        const reply = yield* call("POST", `/dashboard/provider-keys/${key.id}/check`, { token })
+        expect(reply.status, reply.text).toBe(200)
+      }
+      const before = standIn.requests().length
+      const paced = yield* call("POST", `/dashboard/provider-keys/${key.id}/check`, { token })
+      expectClientError(paced, { status: 429, code: "rate_limit_exceeded" })
+      expect(paced.body.error.retry_after_seconds).toBeGreaterThan(0)
+      const patched = yield* call("PATCH", `/dashboard/provider-keys/${key.id}`, { token, json: { api_key: apiKey } })
+      expectClientError(patched, { status: 429, code: "rate_limit_exceeded" })
+      expect(standIn.requests().length, "no request went out").toBe(before)
+      // A change that needs no check is not paced.
+      const renamed = yield* call("PATCH", `/dashboard/provider-keys/${key.id}`, { token, json: { mode: "only" } })
+      expect(renamed.status, renamed.text).toBe(200)
+    }))
 })

@@ -1,3 +1,4 @@
+import Anthropic from "@anthropic-ai/sdk"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Either, Layer } from "effect"
 import OpenAI from "openai"
@@ -374,6 +375,96 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("provider keys on
         expect(beta.requests).toHaveLength(0)
         expect(authorizations(alpha)).toEqual(["Bearer sk-alpha"])
         yield* expectBilled(reply, FULL)
+      }))
+  })
+
+  describe("every endpoint", () => {
+    it.effect("Messages (Anthropic's SDK) and Responses with tools go to the team's key, each billed the fee", () =>
+      Effect.gen(function*() {
+        const { alpha, beta } = yield* fresh
+        const team = yield* teamWithKey("byok-endpoints@example.com", "first")
+        const { baseUrl } = yield* TestServer
+        const anthropic = new Anthropic({ baseURL: baseUrl, apiKey: team.apiKey, maxRetries: 0 })
+        const message = yield* Effect.promise(() =>
+          anthropic.messages.create({
+            model: PUBLIC_MODEL,
+            max_tokens: 1000,
+            messages: [{ role: "user", content: "Say hello to the team" }]
+          })
+        )
+        expect(message.content[0]?.type === "text" ? message.content[0].text : "").toBe(
+          "Hello from the team's own provider."
+        )
+
+        beta.setBehaviour({
+          kind: "ok",
+          usage: USAGE,
+          toolCalls: [{ name: "get_weather", arguments: "{\"city\":\"Ipoh\"}" }]
+        })
+        const tools = answered(
+          yield* modelCall(team.apiKey, "/v1/responses", {
+            model: PUBLIC_MODEL,
+            input: "What is the weather in Ipoh?",
+            tools: [{
+              type: "function",
+              name: "get_weather",
+              parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
+            }]
+          })
+        )
+        expect(tools.status, tools.text).toBe(200)
+        expect(JSON.stringify(tools.body.output)).toContain("get_weather")
+        const sent = beta.requests.map((r) => r.body as { model: string; tools?: ReadonlyArray<unknown> })
+        expect(sent.map((body) => [body.model, body.tools?.length ?? 0])).toEqual([["team-general", 0], [
+          "team-general",
+          1
+        ]])
+        expect(alpha.requests).toHaveLength(0)
+        const rows = yield* query<{ endpoint: string; byok_fee_micro_myr: string; cost_micro_myr: string }>(
+          "SELECT endpoint, byok_fee_micro_myr, cost_micro_myr FROM request_logs WHERE account_id = $1 ORDER BY created_at",
+          [team.accountId]
+        )
+        expect(rows.map((r) => [r.endpoint, Number(r.byok_fee_micro_myr), Number(r.cost_micro_myr)])).toEqual([
+          ["/v1/messages", FEE, FEE],
+          ["/v1/responses", FEE, FEE]
+        ])
+      }))
+  })
+
+  describe("under concurrency", () => {
+    it.effect("24 calls at once, every other one refused by the team's key: each billed once, fee or full, none lost", () =>
+      Effect.gen(function*() {
+        const { alpha, beta } = yield* fresh
+        const team = yield* teamWithKey("byok-race@example.com", "first")
+        let asked = 0
+        beta.setBehaviour({
+          kind: "perRequest",
+          choose: () =>
+            asked++ % 2 === 0
+              ? { kind: "ok", text: "Hello from the team's own provider.", usage: USAGE }
+              : { kind: "status", status: 503 }
+        })
+        const before = yield* walletOf(team.accountId)
+        const replies = yield* Effect.all(Array.from({ length: 24 }, () => chat(team.apiKey)), {
+          concurrency: "unbounded"
+        })
+        expect(replies.map((r) => r.status)).toEqual(replies.map(() => 200))
+        expect(beta.requests).toHaveLength(24)
+        expect(alpha.requests, "the 12 the key refused").toHaveLength(12)
+        const costs = yield* Effect.forEach(replies, (reply) =>
+          Effect.gen(function*() {
+            const log = yield* logOf(reply.requestId)
+            const ledger = yield* ledgerOf(reply.requestId)
+            const cost = Number(log?.cost_micro_myr)
+            expect(ledger, "one usage entry, the log's cost").toEqual([-cost])
+            expect(Number(log?.byok_fee_micro_myr)).toBe(log?.provider_key_id === null ? 0 : FEE)
+            return cost
+          }))
+        expect([...costs].sort((x, y) => x - y)).toEqual([...Array(12).fill(FEE), ...Array(12).fill(FULL)])
+        const after = yield* walletOf(team.accountId)
+        expect(before.available - after.available).toBe(12 * FEE + 12 * FULL)
+        expect(after.reserved).toBe(0)
+        expect(yield* violations(team.accountId)).toEqual([])
       }))
   })
 })

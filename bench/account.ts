@@ -57,8 +57,8 @@ export interface Account {
 }
 
 /** A development session and a live API key on a service started without an identity provider. */
-export const createAccount = async (base: string): Promise<Account> => {
-  const session = await request("POST", `${base}/dev/session`, { json: { email: "bench@example.com" } })
+export const createAccount = async (base: string, email = "bench@example.com"): Promise<Account> => {
+  const session = await request("POST", `${base}/dev/session`, { json: { email } })
   expectStatus(session, [200], "dev session")
   const token = String(field(session.body, "token"))
   const key = await request("POST", `${base}/dashboard/api-keys`, { token, json: { name: "bench" } })
@@ -80,6 +80,21 @@ export const createGuardedKey = async (account: Account): Promise<string> => {
   })
   expectStatus(patched, [200], "set the guarded key's policy")
   return String(field(key.body, "full_key"))
+}
+
+/** The account's own provider key on `baseUrl` (the fake upstream, an allowed host), tried first for its calls. */
+export const createProviderKey = async (account: Account, baseUrl: string): Promise<void> => {
+  const key = await request("POST", `${account.base}/dashboard/provider-keys`, {
+    token: account.token,
+    json: {
+      name: "bench own key",
+      base_url: baseUrl,
+      api_key: "sk-bench-own-provider-key",
+      models: { general: "own-general", reasoning: "own-reasoning" },
+      mode: "first"
+    }
+  })
+  expectStatus(key, [201], "create provider key")
 }
 
 /** A test key of the account: its calls answer from the simulated model, with no hold, no upstream and no charge. */

@@ -28,12 +28,16 @@ export interface RunSpec {
   readonly prompt?: "4kB" | "4kB guarded" | undefined
   /** Calls the response cache answers (`hit`), or billed calls that store their answer (`refresh`) (docs/api/cache.md). */
   readonly cache?: "hit" | "refresh" | undefined
+  /** Calls of an account whose own provider key (mode `first`) answers them (docs/api/provider-keys.md). */
+  readonly ownKey?: boolean | undefined
 }
 
 /** What a PII redaction policy may add to a call on a 4 kB prompt, in CPU µs (docs/api/guardrails.md, "Cost"). */
 const GUARDRAIL_BUDGET_US = 100
 /** A cache hit's CPU, at most this share of a billed call's (docs/performance.md, "Benchmark"). */
 const CACHE_HIT_SHARE = 0.5
+/** A call on a team's own provider key, at most this many times a plain call's CPU: the machine's noise, no more. */
+const OWN_KEY_SHARE = 1.05
 
 export interface RunOutcome {
   readonly spec: RunSpec
@@ -48,7 +52,8 @@ export const label = (spec: RunSpec) =>
     : spec.prompt === "4kB"
     ? ", 4 kB prompt"
     : ", 4 kB prompt under PII redaction") +
-  (spec.cache === undefined ? "" : spec.cache === "hit" ? ", cache hits" : ", cache refreshes")
+  (spec.cache === undefined ? "" : spec.cache === "hit" ? ", cache hits" : ", cache refreshes") +
+  (spec.ownKey === true ? ", own provider key" : "")
 
 const fmt = (value: number | undefined, digits: number) =>
   value === undefined || !Number.isFinite(value) ? "-" : value.toFixed(digits)
@@ -308,7 +313,8 @@ const cacheLines = (outcomes: ReadonlyArray<RunOutcome>): ReadonlyArray<string> 
   [false, true].flatMap((stream) => {
     const cpuOf = (cache: RunSpec["cache"]) => {
       const outcome = outcomes.find((o) =>
-        o.spec.connections === 32 && o.spec.prompt === undefined && o.spec.stream === stream && o.spec.cache === cache
+        o.spec.connections === 32 && o.spec.prompt === undefined && o.spec.stream === stream &&
+        o.spec.cache === cache && o.spec.ownKey !== true
       )
       return outcome === undefined ? undefined : find(outcome.results, TARGET)?.cpu
     }
@@ -331,10 +337,32 @@ const cacheLines = (outcomes: ReadonlyArray<RunOutcome>): ReadonlyArray<string> 
     ]
   })
 
+/** The service's CPU per call at 32 connections on a team's own provider key against nenas's own upstream. */
+const ownKeyLines = (outcomes: ReadonlyArray<RunOutcome>): ReadonlyArray<string> =>
+  [false, true].flatMap((stream) => {
+    const cpuOf = (ownKey: boolean) => {
+      const outcome = outcomes.find((o) =>
+        o.spec.connections === 32 && o.spec.prompt === undefined && o.spec.stream === stream &&
+        o.spec.cache === undefined && (o.spec.ownKey === true) === ownKey
+      )
+      return outcome === undefined ? undefined : find(outcome.results, TARGET)?.cpu
+    }
+    const plain = cpuOf(false)
+    const own = cpuOf(true)
+    if (plain === undefined || own === undefined) return []
+    return [
+      `${own <= OWN_KEY_SHARE * plain ? "PASS" : "MISS"} a call on a team's own key, ${stream ? "stream" : "plain"}: ${
+        fmt(own, 0)
+      } CPU µs a call, ${fmt(own / plain, 2)}× a call on nenas's upstream (${fmt(plain, 0)}; goal ≤ ${OWN_KEY_SHARE})`
+    ]
+  })
+
 export const goalLines = (all: ReadonlyArray<RunOutcome>, billing: ReadonlyArray<string>) => {
-  // The 4 kB prompt's runs measure the guardrails only, the cache's runs the cache; the goals against the peers
-  // are the short prompt's, uncached.
-  const outcomes = all.filter((o) => o.spec.prompt === undefined && o.spec.cache === undefined)
+  // The 4 kB prompt's runs measure the guardrails only, the cache's runs the cache, the own key's runs the routing
+  // over it; the goals against the peers are the short prompt's, uncached, on nenas's upstream.
+  const outcomes = all.filter((o) =>
+    o.spec.prompt === undefined && o.spec.cache === undefined && o.spec.ownKey !== true
+  )
   const at = (connections: number) => outcomes.filter((o) => o.spec.connections === connections)
   const plainSingle = at(1).find((o) => !o.spec.stream)
   const portkeyPlainAddedP50 = plainSingle === undefined ? NaN : figures(plainSingle).portkeyAddedP50
@@ -347,6 +375,7 @@ export const goalLines = (all: ReadonlyArray<RunOutcome>, billing: ReadonlyArray
     ...at(32).map(transactionsLine),
     ...guardrailLine(all),
     ...cacheLines(all),
+    ...ownKeyLines(all),
     billingLine(billing)
   ]
 }

@@ -16,7 +16,8 @@
  * BENCH_WARMUP (s, default 3), BENCH_ROUNDS (default 3; medians),
  * BENCH_RUNS (default "32,32s,1,1s,32p,32g,32h,32hs,32r,32rs": connections, `s` for streamed, `p` for a 4 kB
  * prompt holding personal data, `g` for that prompt on a key whose guardrail policy redacts it, `h` for calls the
- * response cache answers (every one a hit), `r` for calls that refresh it (each billed and stored)),
+ * response cache answers (every one a hit), `r` for calls that refresh it (each billed and stored), `k` for calls
+ * of an account whose own provider key answers them, on the same fake upstream),
  * BENCH_BUILTINS (peers.mjs's built-in targets beside the service, default
  * "direct,floor,portkey,effect"; the goals need portkey, the summary's
  * CPU ÷ effect needs effect),
@@ -33,7 +34,7 @@ import { fileURLToPath } from "node:url"
 import pg from "pg"
 import { embeddedClusterLocation, freePort } from "../src/Database/EmbeddedPostgres.js"
 import type { Account } from "./account.js"
-import { billingCheck, chatCall, createAccount, createGuardedKey, ensureFunds } from "./account.js"
+import { billingCheck, chatCall, createAccount, createGuardedKey, createProviderKey, ensureFunds } from "./account.js"
 import { DatabaseCounters, WindowTracker } from "./database.js"
 import type { PeerResults } from "./peers.js"
 import { combineRounds, OneLine, preparePeers, readResults, runPeers, stopPeers, TARGET } from "./peers.js"
@@ -63,10 +64,10 @@ const numberSetting = (name: string, fallback: number) => {
 
 const runsSetting = (raw: string): Array<RunSpec> =>
   raw.split(",").map((item) => {
-    const match = /^\s*(\d+)([hr]?)([spg]?)\s*$/.exec(item)
+    const match = /^\s*(\d+)([hrk]?)([spg]?)\s*$/.exec(item)
     if (match === null || Number(match[1]) < 1) {
       throw new OneLine(
-        `BENCH_RUNS: "${item}" is not connections with an optional h or r, then s, p or g (e.g. 32s, 32hs)`
+        `BENCH_RUNS: "${item}" is not connections with an optional h, r or k, then s, p or g (e.g. 32s, 32hs)`
       )
     }
     const flag = match[3]
@@ -74,7 +75,8 @@ const runsSetting = (raw: string): Array<RunSpec> =>
       connections: Number(match[1]),
       stream: flag === "s",
       prompt: flag === "p" ? "4kB" as const : flag === "g" ? "4kB guarded" as const : undefined,
-      cache: match[2] === "h" ? "hit" as const : match[2] === "r" ? "refresh" as const : undefined
+      cache: match[2] === "h" ? "hit" as const : match[2] === "r" ? "refresh" as const : undefined,
+      ownKey: match[2] === "k"
     }
   })
 
@@ -87,7 +89,7 @@ const readSettings = () => {
     durationS,
     warmupS,
     rounds,
-    runs: runsSetting(process.env["BENCH_RUNS"] ?? "32,32s,1,1s,32p,32g,32h,32hs,32r,32rs"),
+    runs: runsSetting(process.env["BENCH_RUNS"] ?? "32,32s,1,1s,32p,32g,32h,32hs,32r,32rs,32k"),
     peersDir: resolve(process.env["BENCH_PEERS_DIR"] ?? join(ROOT, "..", "shared", "bench")),
     externalDatabase: process.env["BENCH_DATABASE_URL"] ?? "",
     cpuProf: process.env["BENCH_CPU_PROF"] === "1",
@@ -258,6 +260,8 @@ const main = async () => {
         // No key limit may throttle the bench.
         RATE_LIMIT_RPM: "100000000",
         RATE_LIMIT_CONCURRENT: "100000",
+        // The own-key runs' provider is the fake upstream on the loopback.
+        PROVIDER_ALLOWED_HOSTS: "127.0.0.1",
         // As in production: one JSON object a line.
         LOG_FORMAT: "json",
         ...(external === undefined ? {} : { DATABASE_URL: external.url })
@@ -274,6 +278,15 @@ const main = async () => {
     const guardedKey = await createGuardedKey(account)
     await ensureFunds(account, fundsPerRun)
     await chatCall(account, BODY)
+    // A second account, whose own provider key answers its calls (the `k` runs).
+    const ownKeyAccount = runs.some((spec) => spec.ownKey === true)
+      ? await createAccount(base, "bench-own-key@example.com")
+      : undefined
+    if (ownKeyAccount !== undefined) {
+      await createProviderKey(ownKeyAccount, `${upstreamBase}/v1`)
+      await ensureFunds(ownKeyAccount, fundsPerRun)
+      await chatCall(ownKeyAccount, BODY)
+    }
     counters = external === undefined
       ? await DatabaseCounters.embedded(dataDir, upstreamBase)
       : await DatabaseCounters.connect({ connectionString: externalServer }, external.name, upstreamBase)
@@ -286,12 +299,13 @@ const main = async () => {
     let first = true
     for (const spec of runs) {
       // A 4 kB prompt holds some ten times what a short one does; its calls are as many times fewer.
-      await ensureFunds(account, fundsPerRun)
+      const caller = spec.ownKey === true && ownKeyAccount !== undefined ? ownKeyAccount : account
+      await ensureFunds(caller, fundsPerRun)
       const body = spec.prompt === undefined ? BODY : BODY_4K
-      const apiKey = spec.prompt === "4kB guarded" ? guardedKey : account.apiKey
+      const apiKey = spec.prompt === "4kB guarded" ? guardedKey : caller.apiKey
       const name = `${spec.connections}c-${spec.stream ? "stream" : "plain"}${
         spec.prompt === undefined ? "" : `-${spec.prompt.replace(" ", "-")}`
-      }${spec.cache === undefined ? "" : `-cache-${spec.cache}`}`
+      }${spec.cache === undefined ? "" : `-cache-${spec.cache}`}${spec.ownKey === true ? "-own-key" : ""}`
       // A hit run's answer is stored before it starts (the cache key leaves `stream` out: one serves both modes).
       if (spec.cache === "hit") await chatCall(account, body, CACHE_HEADER.hit)
       // One peers.mjs per round: the service is its last target, so nothing else reaches the upstream after its window.

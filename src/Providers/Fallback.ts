@@ -121,6 +121,8 @@ export interface NoAnswer {
   readonly error: ProviderError | undefined
   readonly final: boolean
   readonly credentialsRefused: boolean
+  /** The target of that last failure. */
+  readonly target?: string | undefined
   readonly halfOpenAt: number
 }
 
@@ -201,7 +203,13 @@ export const makeAttempts = Effect.fnUntraced(function*(
       if (plan.ended !== undefined) yield* plan.ended(target, failed)
       // The request itself was refused, or an answer had begun: no other target is tried.
       const final = failed.outcome === "refused" || failed.outcome === "cut_short"
-      last = { error: failed.error, final, credentialsRefused: failed.credentialsRefused === true, halfOpenAt }
+      last = {
+        error: failed.error,
+        final,
+        credentialsRefused: failed.credentialsRefused === true,
+        halfOpenAt,
+        target: target.id
+      }
       if (final) return yield* Effect.fail(last)
     }
     return yield* Effect.fail(last ?? { error: undefined, final: false, credentialsRefused: false, halfOpenAt })
@@ -212,12 +220,16 @@ export const makeAttempts = Effect.fnUntraced(function*(
     request: Attempted,
     parts: Stream.Stream<StreamPart, ProviderError>,
     target: Reachable,
-    started: number
+    started: number,
+    ended?: AttemptPlan["ended"]
   ) =>
-    tapFailure(parts, () =>
+    tapFailure(parts, (error) =>
       Effect.zipRight(
-        breakers.record(target.id, { _tag: "Failure" }),
-        tell(request, told(target, "cut_short", Math.round(performance.now() - started)), true)
+        Effect.zipRight(
+          breakers.record(target.id, { _tag: "Failure" }),
+          tell(request, told(target, "cut_short", Math.round(performance.now() - started)), true)
+        ),
+        ended === undefined ? Effect.void : ended(target, { error, outcome: "cut_short" })
       ))
 
   /** The caller's error for a list that gave no answer: its last failure, or every target open. */

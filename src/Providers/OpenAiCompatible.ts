@@ -37,6 +37,8 @@ export interface AttemptFailure {
   readonly retryAfterMs?: number | undefined
   /** The upstream refused the key (401 or 403): counted as its failure, and told apart for a team's own key. */
   readonly credentialsRefused?: boolean | undefined
+  /** The upstream's HTTP status, when it answered one. */
+  readonly status?: number | undefined
 }
 
 /** One upstream, each call with a first-byte deadline of its own (what is left of the call's budget). */
@@ -49,15 +51,18 @@ export interface UpstreamClient {
   ) => Effect.Effect<Stream.Stream<StreamPart, ProviderError>, AttemptFailure>
   /** `POST /embeddings`, read whole as `complete` reads its answer. */
   readonly embed: (request: EmbeddingRequest, firstByteMs: number) => Effect.Effect<EmbeddingAnswer, AttemptFailure>
+  /** Closes its idle connections; calls still running end as they would. */
+  readonly close: () => void
 }
 
 const failure =
-  (outcome: AttemptFailure["outcome"], retryAfterMs?: number, credentialsRefused?: boolean) =>
+  (outcome: AttemptFailure["outcome"], retryAfterMs?: number, status?: number) =>
   (error: ProviderError): AttemptFailure => ({
     error,
     outcome,
     retryAfterMs,
-    credentialsRefused
+    credentialsRefused: status === 401 || status === 403,
+    status
   })
 
 // eslint-disable-next-line nenas/no-spread-adding-field -- the upstream's request body, serialized at once
@@ -313,7 +318,7 @@ export const upstreamClient = (options: Omit<UpstreamOptions, "firstByteTimeoutM
         const retryAfter = headerOf(answer.headers, "retry-after")
         return Effect.mapError(
           statusError({ status, retryAfter, text }, credentials),
-          failure(outcomeOfStatus(status), retryAfterMsOf(retryAfter), status === 401 || status === 403)
+          failure(outcomeOfStatus(status), retryAfterMsOf(retryAfter), status)
         )
       })
     )
@@ -418,5 +423,10 @@ export const upstreamClient = (options: Omit<UpstreamOptions, "firstByteTimeoutM
       }))
     })
 
-  return { complete, stream, embed }
+  const close = () => {
+    chat.close()
+    embeddings.close()
+  }
+
+  return { complete, stream, embed, close }
 }

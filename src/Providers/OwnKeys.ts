@@ -47,12 +47,19 @@ const noKeyServes = (category: Category) =>
     retryable: false
   })
 
-const keyRefused = (error: ProviderError | undefined) =>
+const keyRefused = (target: string | undefined) =>
   new ProviderKeyRefused({
     message: `Your provider refused your provider key${
-      error === undefined ? "" : `: ${error.message}`
-    } No other upstream is used for this account (mode \`only\`).`
+      target === undefined ? "" : ` (${target})`
+    } with HTTP 401 or 403, and this account's calls use only its own keys (a key is in mode \`only\`).`
   })
+
+/**
+ * A key's 404 (most often a model the provider does not have: `models` names it wrong) is the key's failure, not
+ * the request's: the call moves on, and the key's status says so.
+ */
+const asKeyFailure = (failed: AttemptFailure): AttemptFailure =>
+  failed.status === 404 ? Object.assign({}, failed, { outcome: "server_error" as const }) : failed
 
 /** The outcome a key's status is set from: a request refused is the key working; a 401/403 its refusal. */
 const keyOutcome = (failed: AttemptFailure | undefined): ProviderKeyOutcome => {
@@ -79,6 +86,7 @@ export const makeOwnKeys = (
   const clientOf = (key: ResolvedProviderKey): UpstreamClient => {
     const known = clients.get(key.id)
     if (known !== undefined && known.version === key.version) return known.client
+    known?.client.close()
     const client = upstreamClient({
       baseUrl: key.baseUrl,
       apiKey: Option.some(key.apiKey),
@@ -89,8 +97,11 @@ export const makeOwnKeys = (
     clients.delete(key.id)
     clients.set(key.id, { version: key.version, client })
     if (clients.size > CLIENTS_MAX) {
-      const oldest = clients.keys().next()
-      if (oldest.done !== true) clients.delete(oldest.value)
+      const oldest = clients.entries().next()
+      if (oldest.done !== true) {
+        oldest.value[1].client.close()
+        clients.delete(oldest.value[0])
+      }
     }
     return client
   }
@@ -119,8 +130,11 @@ export const makeOwnKeys = (
     opened: (answer: A, target: Reachable, started: number) => A
   ): Effect.fn.Return<A, ProviderError> {
     const operation: Operation = category === "embedding" ? "embeddings" : "chat"
-    const before = reachable(order.before, category)
-    const after = reachable(order.after, category)
+    // Without nenas's upstreams, the keys are one list under one budget.
+    const before = reachable(order.nenas ? order.before : [...order.before, ...order.after], category)
+    const after = order.nenas ? reachable(order.after, category) : []
+    const onKey = (client: UpstreamClient, r: R, firstByteMs: number) =>
+      Effect.mapError(run(client, r, firstByteMs), asKeyFailure)
     const plan = (slotsAfter: number): AttemptPlan => ({
       deadline: attempts.clock.unsafeCurrentTimeMillis() + options.firstByteTimeoutMs,
       slotsAfter,
@@ -130,7 +144,7 @@ export const makeOwnKeys = (
     let last: NoAnswer | undefined
     if (before.length > 0) {
       const tried = yield* Effect.either(
-        attempts.tryEach(before, request, plan((order.nenas ? 1 : 0) + after.length), run)
+        attempts.tryEach(before, request, plan((order.nenas ? 1 : 0) + after.length), onKey)
       )
       if (tried._tag === "Right") return opened(...tried.right)
       if (tried.left.final) return yield* Effect.fail(attempts.errorOf(tried.left))
@@ -153,12 +167,17 @@ export const makeOwnKeys = (
     }
     if (after.length > 0) {
       // After nenas's upstreams, the fallback keys have a first-byte budget of their own.
-      const tried = yield* Effect.either(attempts.tryEach(after, request, plan(0), run))
+      const tried = yield* Effect.either(attempts.tryEach(after, request, plan(0), onKey))
       if (tried._tag === "Right") return opened(...tried.right)
-      last = tried.left.error === undefined && last !== undefined ? last : tried.left
+      // Every fallback key open: the failure before them stands, or the earliest of all to half-open.
+      last = tried.left.error !== undefined || last === undefined
+        ? tried.left
+        : last.error !== undefined
+        ? last
+        : Object.assign({}, tried.left, { halfOpenAt: Math.min(last.halfOpenAt, tried.left.halfOpenAt) })
     }
     if (last === undefined) return yield* Effect.fail(noKeyServes(category))
-    if (!order.nenas && last.credentialsRefused) return yield* Effect.fail(keyRefused(last.error))
+    if (!order.nenas && last.credentialsRefused) return yield* Effect.fail(keyRefused(last.target))
     return yield* Effect.fail(attempts.errorOf(last))
   })
 
@@ -176,7 +195,7 @@ export const makeOwnKeys = (
         request,
         (client, r, ms) => client.stream(r, ms),
         nenas.stream,
-        (parts, target, started) => attempts.cutShort(request, parts, target, started)
+        (parts, target, started) => attempts.cutShort(request, parts, target, started, ended)
       )
     return {
       complete: (request) =>

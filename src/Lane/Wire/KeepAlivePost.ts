@@ -1,7 +1,7 @@
 import http from "node:http"
 import type { IncomingMessage } from "node:http"
 import https from "node:https"
-import type { LookupFunction } from "node:net"
+import type { LookupFunction, Socket } from "node:net"
 import type { Readable } from "node:stream"
 import { urlToHttpOptions } from "node:url"
 import { doneWith, ignoreLateError } from "./DoneWith.js"
@@ -19,6 +19,8 @@ export interface Post {
     answered: (answer: IncomingMessage) => void,
     failed: (cause: Error) => void
   ) => () => void
+  /** Closes the idle keep-alive connections now, and each busy one once its answer ends (none is cut). */
+  readonly close: () => void
 }
 
 /** `lookup`, when given, resolves the host for every new connection (the address guard's, for a team's own provider). */
@@ -50,6 +52,10 @@ export const makePost = (url: string, lookup?: LookupFunction): Post => {
       sent.on("error", failed)
       sent.end(body)
       return () => void sent.destroy()
+    },
+    close: () => {
+      agent.on("free", (socket: Socket) => socket.destroy())
+      for (const idle of Object.values(agent.freeSockets)) for (const socket of idle ?? []) socket.destroy()
     }
   }
 }

@@ -9,6 +9,7 @@ import { AuthenticationError, ProviderUnavailable } from "../Domain/Errors.js"
 import { EInvoiceWorker } from "../Invoices/EInvoiceWorker.js"
 import { Metrics, renderMetrics } from "../Observability/Metrics.js"
 import { Breakers } from "../Providers/Breakers.js"
+import { upstreamBreakers } from "../Providers/BreakerTypes.js"
 import { WalletRepo } from "../Wallet/Repo.js"
 
 const sameSecret = (given: string, expected: string): boolean => {
@@ -26,7 +27,9 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
     const breakers = yield* Breakers
     const eInvoices = yield* EInvoiceWorker
     const ok = { status: "ok" as const }
-    const upstreams = Effect.map(breakers.notClosed, (states) => ({
+    // nenas's own upstreams' breakers: a team's own keys are its own business, shown on its keys' status.
+    const notClosed = Effect.map(breakers.notClosed, upstreamBreakers)
+    const upstreams = Effect.map(notClosed, (states) => ({
       open: states.map(({ halfOpenAt, state, target }) => ({
         target,
         state,
@@ -64,7 +67,7 @@ export const HealthLive = HttpApiBuilder.group(NenasApi, "health", (handlers) =>
           // Overdue e-invoices are counted at scrape time, across every instance, as open holds are.
           Effect.zipRight(
             eInvoices.countOverdue,
-            renderMetrics(wallet.openHolds, breakers.notClosed).pipe(Effect.provideService(Metrics, metrics))
+            renderMetrics(wallet.openHolds, notClosed).pipe(Effect.provideService(Metrics, metrics))
           )
         ))
   }))

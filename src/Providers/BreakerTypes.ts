@@ -24,6 +24,16 @@ export interface BreakerState {
   readonly halfOpenAt: number
 }
 
+/**
+ * Where the breakers of a team's own provider keys are named: never shown on `/readyz` or in `/metrics`, which
+ * speak of nenas's upstreams only (an upstream's name has no colon).
+ */
+export const OWN_KEY_BREAKER_PREFIX = "provider_key:"
+
+/** The breakers of nenas's own upstreams among `states`. */
+export const upstreamBreakers = <S extends { readonly target: string }>(states: ReadonlyArray<S>): ReadonlyArray<S> =>
+  states.filter((state) => !state.target.startsWith(OWN_KEY_BREAKER_PREFIX))
+
 export interface BreakersShape {
   readonly admit: (target: string) => Effect.Effect<Admission>
   readonly record: (target: string, outcome: AttemptOutcome) => Effect.Effect<void>

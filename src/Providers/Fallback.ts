@@ -70,6 +70,8 @@ export interface Reachable {
   readonly client: UpstreamClient
   /** A team's own provider key's id (docs/api/provider-keys.md, "Routing"): the call is billed its fee. */
   readonly providerKeyId?: string | undefined
+  /** Its breaker's name, when it is not `id`. */
+  readonly breaker?: string | undefined
 }
 
 /** An attempt as its own span: which target, and how it went (never what was asked or answered). */
@@ -172,7 +174,7 @@ export const makeAttempts = Effect.fnUntraced(function*(
     let last: NoAnswer | undefined
     let halfOpenAt = Number.POSITIVE_INFINITY
     for (const [index, target] of targets.entries()) {
-      const admission = yield* breakers.admit(target.id)
+      const admission = yield* breakers.admit(target.breaker ?? target.id)
       if (admission._tag === "Open") {
         halfOpenAt = Math.min(halfOpenAt, admission.halfOpenAt)
         yield* tell(request, told(target, "breaker_open", 0))
@@ -189,14 +191,14 @@ export const makeAttempts = Effect.fnUntraced(function*(
       const result = yield* Effect.either(traced ? attemptSpan(target, index, plan.operation)(tried) : tried)
       const latencyMs = Math.round(performance.now() - started)
       if (result._tag === "Right") {
-        yield* breakers.record(target.id, { _tag: "Success" })
+        yield* breakers.record(target.breaker ?? target.id, { _tag: "Success" })
         yield* tell(request, told(target, "ok", latencyMs))
         if (plan.ended !== undefined) yield* plan.ended(target, undefined)
         return [result.right, target, started] as const
       }
       const failed = result.left
       yield* breakers.record(
-        target.id,
+        target.breaker ?? target.id,
         failed.outcome === "refused" ? { _tag: "Success" } : { _tag: "Failure", retryAfterMs: failed.retryAfterMs }
       )
       yield* tell(request, told(target, failed.outcome, latencyMs))
@@ -226,7 +228,7 @@ export const makeAttempts = Effect.fnUntraced(function*(
     tapFailure(parts, (error) =>
       Effect.zipRight(
         Effect.zipRight(
-          breakers.record(target.id, { _tag: "Failure" }),
+          breakers.record(target.breaker ?? target.id, { _tag: "Failure" }),
           tell(request, told(target, "cut_short", Math.round(performance.now() - started)), true)
         ),
         ended === undefined ? Effect.void : ended(target, { error, outcome: "cut_short" })

@@ -1,6 +1,7 @@
 import { Context, Effect, Option, type Stream } from "effect"
 import { ProviderKeyRefused, ProviderUnavailable } from "../Domain/Errors.js"
 import type { ProviderKeyOutcome, ResolvedProviderKey } from "../ProviderKeys/ProviderKeys.js"
+import { OWN_KEY_BREAKER_PREFIX } from "./BreakerTypes.js"
 import type { Attempted, AttemptPlan, Attempts, NoAnswer, Operation, Reachable } from "./Fallback.js"
 import type { AttemptFailure, UpstreamClient } from "./OpenAiCompatible.js"
 import { upstreamClient } from "./OpenAiCompatible.js"
@@ -111,7 +112,14 @@ export const makeOwnKeys = (
       const model = key.models[category]
       return model === null
         ? []
-        : [{ id: keyTarget(key, model), upstream: "provider_key", model, client: clientOf(key), providerKeyId: key.id }]
+        : [{
+          id: keyTarget(key, model),
+          breaker: `${OWN_KEY_BREAKER_PREFIX}${keyTarget(key, model)}`,
+          upstream: "provider_key",
+          model,
+          client: clientOf(key),
+          providerKeyId: key.id
+        }]
     })
 
   const ended = (target: Reachable, failed: AttemptFailure | undefined) =>

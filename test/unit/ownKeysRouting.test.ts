@@ -4,6 +4,7 @@ import { createServer, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { errorMeta, InvalidRequest, ProviderTimeout, ProviderUnavailable } from "../../src/Domain/Errors.js"
 import type { ProviderKeyMode, ProviderKeyOutcome, ResolvedProviderKey } from "../../src/ProviderKeys/ProviderKeys.js"
+import { OWN_KEY_BREAKER_PREFIX } from "../../src/Providers/BreakerTypes.js"
 import { type Attempted, makeAttempts } from "../../src/Providers/Fallback.js"
 import { keyTarget, makeOwnKeys, orderOf } from "../../src/Providers/OwnKeys.js"
 import type {
@@ -282,7 +283,7 @@ const routedOver = (
     const breakers = makeTestBreakers()
     for (const opened of keys.filter((k) => open.includes(k.id))) {
       const model = modelAt(opened, call)
-      if (model !== null) breakers.open(keyTarget(opened, model), Date.now() + 60_000)
+      if (model !== null) breakers.open(`${OWN_KEY_BREAKER_PREFIX}${keyTarget(opened, model)}`, Date.now() + 60_000)
     }
     const metrics: Array<readonly [string, AttemptOutcome]> = []
     const attempts = yield* makeAttempts(
@@ -696,8 +697,8 @@ describe("around the table", () => {
       // Metrics name no key (one label for all of them); nenas's own attempts are its provider's to count.
       expect(routed.metrics).toEqual([["provider_key", "server_error"], ["provider_key", "ok"]])
       expect(routed.breakers.recorded.map((r) => [r.target, r.outcome._tag])).toEqual([
-        ["k1/g-k1", "Failure"],
-        ["k2/g-k2", "Success"]
+        ["provider_key:k1/g-k1", "Failure"],
+        ["provider_key:k2/g-k2", "Success"]
       ])
     }).pipe(Logger.withMinimumLogLevel(LogLevel.None)))
 

@@ -272,6 +272,26 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("provider keys on
         expect(yield* ledgerOf(streamed.requestId)).toEqual([-FEE])
         expect((yield* keyOf(team.token, team.providerKeyId))?.status).toBe("ok")
       }))
+
+    it.effect("the key's breaker open: the key is skipped without a request; /readyz shows nenas's breakers only", () =>
+      Effect.gen(function*() {
+        const { alpha, beta } = yield* fresh
+        const team = yield* teamWithKey("byok-breaker@example.com", "first")
+        const target = `${team.providerKeyId}/team-general`
+        breakers.open(`provider_key:${target}`, Date.now() + 60_000)
+        breakers.open("alpha/alpha-think", Date.now() + 60_000)
+        const reply = yield* chat(team.apiKey)
+        expect(reply.status, reply.text).toBe(200)
+        expect(beta.requests).toHaveLength(0)
+        expect(alpha.requests).toHaveLength(1)
+        expect(outcomes(yield* logOf(reply.requestId))).toEqual([[target, "breaker_open"], ["alpha/alpha-mini", "ok"]])
+        const ready = yield* call("GET", "/readyz")
+        const open = (ready.body.upstreams as { open: ReadonlyArray<{ target: string }> }).open.map((o) => o.target)
+        expect(open).toEqual(["alpha/alpha-think"])
+        const metrics = yield* call("GET", "/metrics")
+        expect(metrics.text).not.toContain(team.providerKeyId)
+        breakers.reset()
+      }))
   })
 
   describe("mode fallback", () => {

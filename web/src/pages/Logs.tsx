@@ -98,6 +98,9 @@ const Details = ({ log, keyName }: { log: LogEntry; keyName: string | undefined 
     {log.cache === "hit"
       ? <div><dt>Saved by the cache</dt><dd>{formatMicroMyrExact(log.cacheSavedMicroMyr)}</dd></div>
       : null}
+    {log.providerKeyId === null
+      ? null
+      : <div><dt>Answered on your provider key</dt><dd><code>{log.providerKeyId}</code>, fee {formatMicroMyrExact(log.byokFeeMicroMyr)}</dd></div>}
   </dl>
   {log.guardrails === null || log.guardrails.rules.length === 0 ? null : <GuardrailRules guardrails={log.guardrails} />}
   {log.storedResponseId === null ? null : <Conversation requestId={log.requestId} responseId={log.storedResponseId} />}

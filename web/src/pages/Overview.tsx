@@ -39,6 +39,8 @@ export const OverviewPage = () => {
                   <MoneyStat label="Spent, last 30 days" micro={data.total_usage.costMicroMyr} />
                   <MoneyStat label="Saved by the response cache, last 30 days" micro={data.total_usage.cacheSavedMicroMyr}
                     note={`${formatCount(data.total_usage.cacheHits)} cached answers`} />
+                  <MoneyStat label="Fees on your own provider keys, last 30 days" micro={data.total_usage.byokFeeMicroMyr}
+                    note={`${formatCount(data.total_usage.byokCalls)} calls answered on your keys`} />
                   <Stat label="API keys" value={`${data.active_api_key_count} active`}
                     note={<Link to="/api-keys">{`${data.api_key_count} in all · manage`}</Link>} />
                 </div>

@@ -97,8 +97,10 @@ export const UsagePage = () => {
             tokens: sum.tokens + p.inputTokens + p.outputTokens,
             cost: sum.cost + p.costMicroMyr,
             cacheHits: sum.cacheHits + p.cacheHits,
-            cacheSaved: sum.cacheSaved + p.cacheSavedMicroMyr
-          }), { requests: 0, tokens: 0, cost: 0, cacheHits: 0, cacheSaved: 0 })
+            cacheSaved: sum.cacheSaved + p.cacheSavedMicroMyr,
+            byokCalls: sum.byokCalls + p.byokCalls,
+            byokFee: sum.byokFee + p.byokFeeMicroMyr
+          }), { requests: 0, tokens: 0, cost: 0, cacheHits: 0, cacheSaved: 0, byokCalls: 0, byokFee: 0 })
           return (
             <>
               <div className="stats">
@@ -108,6 +110,8 @@ export const UsagePage = () => {
                 <Stat label="Cache hits" value={formatCount(total.cacheHits)}
                   note={total.requests === 0 ? "answered from the response cache" : `${Math.round(total.cacheHits / total.requests * 100)}% of the requests, answered from the response cache`} />
                 <MoneyStat label="Saved by the response cache" micro={total.cacheSaved} note="what those answers cost when the model first gave them" />
+                <MoneyStat label="Fees on your own provider keys" micro={total.byokFee}
+                  note={`${formatCount(total.byokCalls)} calls answered on your keys, within the cost`} />
               </div>
               {total.requests === 0 ? <p className="empty">No calls in this range for {scope}.</p> : null}
               <div className="charts">

@@ -52,19 +52,20 @@ export interface ModelTokens {
   readonly inputTokens: number
   readonly cachedTokens: number
   readonly outputTokens: number
+  /** The share of their price billed, in basis points (a team's own provider key's fee); absent: the whole. */
+  readonly shareBps?: number | undefined
 }
 
 /** The whole of a price in basis points: a call billed at nenas's own prices. */
 export const FULL_SHARE_BPS = 10_000
 
-/**
- * `tokens` (micro-MYR per million tokens, summed) times `shareBps` of 10 000, rounded up once to the micro-MYR;
- * exact in integers, as a product past 2^53 would not be in floating point.
- */
-const tokensCost = (tokens: number, shareBps: number): number =>
-  shareBps === FULL_SHARE_BPS
-    ? Math.ceil(tokens / 1_000_000)
-    : Number((BigInt(Math.ceil(tokens)) * BigInt(shareBps) + 9_999_999_999n) / 10_000_000_000n)
+/** A part's tokens at its model's prices: micro-MYR per million tokens, summed (whole, as every count is). */
+const partPrice = (table: PriceTable, part: ModelTokens): number => {
+  const price = priceOf(table, part.model)
+  const cached = Math.min(part.cachedTokens, part.inputTokens)
+  return (part.inputTokens - cached) * price.inputPerMillion + cached * price.cachedInputPerMillion +
+    part.outputTokens * price.outputPerMillion
+}
 
 /**
  * The cost of tokens priced each at its model's prices (`tokenShareBps` of it: a team's own provider key's fee,
@@ -79,15 +80,20 @@ export const costOfParts = (
   tokenShareBps: number = FULL_SHARE_BPS
 ): MicroMyr => {
   let tokens = 0
+  // Parts at a share, summed exactly in integers (a product past 2^53 would not be in floating point), then
+  // rounded up once with the rest.
+  let shared = 0n
   for (const part of parts) {
-    const price = priceOf(table, part.model)
-    const cached = Math.min(part.cachedTokens, part.inputTokens)
-    tokens += (part.inputTokens - cached) * price.inputPerMillion + cached * price.cachedInputPerMillion +
-      part.outputTokens * price.outputPerMillion
+    const share = part.shareBps ?? tokenShareBps
+    if (share === FULL_SHARE_BPS) tokens += partPrice(table, part)
+    else shared += BigInt(Math.ceil(partPrice(table, part))) * BigInt(share)
   }
-  return microMyr(
-    tokensCost(tokens, tokenShareBps) + searches * table.perSearchMicroMyr + pages * table.perPageMicroMyr
-  )
+  const tokensMicroMyr = shared === 0n
+    ? Math.ceil(tokens / 1_000_000)
+    : Number(
+      (BigInt(Math.ceil(tokens)) * BigInt(FULL_SHARE_BPS) + shared + 9_999_999_999n) / 10_000_000_000n
+    )
+  return microMyr(tokensMicroMyr + searches * table.perSearchMicroMyr + pages * table.perPageMicroMyr)
 }
 
 /** The cost of a usage, rounded up to the next micro-MYR. */

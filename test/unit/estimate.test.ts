@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
 import { ContextLengthExceeded, InvalidRequest } from "../../src/Domain/Errors.js"
 import { microMyr } from "../../src/Domain/Money.js"
-import { DEFAULT_PRICES, withSafetyMargin } from "../../src/Domain/Prices.js"
+import { costOfParts, DEFAULT_PRICES, withSafetyMargin } from "../../src/Domain/Prices.js"
 import type { EstimateInput, SearchAllowance } from "../../src/Models/Call/Estimate.js"
 import {
   billedCost,
@@ -242,5 +242,35 @@ describe("what a call is billed", () => {
     expect(ceilingOf(216_915, undefined)).toBe(216_915)
     expect(ceilingOf(216_915, microMyr(200_000))).toBe(200_000)
     expect(ceilingOf(0, microMyr(200_000))).toBe(0)
+  })
+})
+
+describe("a call answered on a team's own provider key: a share of its tokens' price", () => {
+  const usage = { inputTokens: 1_000, cachedTokens: 200, outputTokens: 300, searches: 1, pages: 2 }
+
+  it("5% of the tokens (3444 µMYR: 172.2, rounded up once to 173), searches and pages in full beside it", () => {
+    expect(billedCost(DEFAULT_PRICES, GENERAL, usage, 100_000, [], 500)).toBe(173 + 21_000 + 8_400)
+  })
+
+  it("one rounding over every part: a full part of 1.68 and a shared one of 0.336 bill 3, not 2 + 1", () => {
+    const planning = [{ model: GENERAL, inputTokens: 1, cachedTokens: 0, outputTokens: 0, shareBps: 10_000 }]
+    // The call's own output token on the key: 6.72 × 5% = 0.336; its planning call's input on nenas: 1.68.
+    const call = { inputTokens: 1, cachedTokens: 0, outputTokens: 1, searches: 0, pages: 0 }
+    expect(billedCost(DEFAULT_PRICES, GENERAL, call, 100, planning, 500)).toBe(3)
+    expect(costOfParts(DEFAULT_PRICES, [
+      { model: GENERAL, inputTokens: 1, cachedTokens: 0, outputTokens: 0 },
+      { model: GENERAL, inputTokens: 0, cachedTokens: 0, outputTokens: 1, shareBps: 500 }
+    ], 0, 0)).toBe(3)
+  })
+
+  it("exact past 2^53: a million output tokens at the fallback's price, 0.01% of it", () => {
+    // 1e6 × 18 480 000 = 1.848e13 per million; × 1 bp = 1848 µMYR exactly.
+    const big = { model: "unknown-model", inputTokens: 0, cachedTokens: 0, outputTokens: 1_000_000 }
+    expect(costOfParts(DEFAULT_PRICES, [big], 0, 0, 1)).toBe(1_848)
+    expect(costOfParts(DEFAULT_PRICES, [big], 0, 0, 0)).toBe(0)
+  })
+
+  it("never above the ceiling", () => {
+    expect(billedCost(DEFAULT_PRICES, GENERAL, usage, 20_000, [], 500)).toBe(20_000)
   })
 })

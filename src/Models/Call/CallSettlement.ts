@@ -3,7 +3,7 @@ import { AppConfig } from "../../AppConfig.js"
 import { errorMeta, isApiError } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import { microMyr } from "../../Domain/Money.js"
-import { FULL_SHARE_BPS, type PriceTable } from "../../Domain/Prices.js"
+import { costOfParts, FULL_SHARE_BPS, type PriceTable } from "../../Domain/Prices.js"
 import { countText } from "../../Domain/Tokens.js"
 import type { LoggedAttempt, LoggedOwnKey, SettledUsage } from "../../Logs/RequestLogs.js"
 import { countToolCall } from "../../Providers/ContentTokens.js"
@@ -134,8 +134,13 @@ const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used, feeBps: nu
         pages: used.sources.pages
       },
       call.ceiling,
-      // eslint-disable-next-line nenas/no-spread-adding-field -- once per planning call of a search, when it settles
-      used.sources.planningCalls.map(({ model, usage }) => ({ model, ...usage })),
+      used.sources.planningCalls.map(({ model, providerKeyId, usage }) => ({
+        model,
+        inputTokens: usage.inputTokens,
+        cachedTokens: usage.cachedTokens,
+        outputTokens: usage.outputTokens,
+        shareBps: providerKeyId === undefined ? FULL_SHARE_BPS : feeBps
+      })),
       call.ownKey === undefined ? FULL_SHARE_BPS : feeBps
     )
   } catch (error) {
@@ -145,18 +150,21 @@ const pricedWithin = (prices: PriceTable, call: HeldCall, used: Used, feeBps: nu
 }
 
 /**
- * What a call answered on a team's own key logs: the key, and the fee, what the tokens cost of its bill
- * (searches and pages are billed in full beside it).
+ * What a call answered on a team's own key logs: the key, and the fee, what its bill holds beside what is billed
+ * in full (searches, pages, and a planning call nenas's upstream answered).
  */
-export const ownKeyLogged = (
-  prices: PriceTable,
-  providerKeyId: string,
-  cost: number,
-  sources: { readonly searches: number; readonly pages: number }
-): LoggedOwnKey => ({
-  providerKeyId,
-  feeMicroMyr: Math.max(0, cost - sources.searches * prices.perSearchMicroMyr - sources.pages * prices.perPageMicroMyr)
-})
+const ownKeyLogged = (prices: PriceTable, providerKeyId: string, cost: number, sources: Sources): LoggedOwnKey => {
+  const inFull = sources.planningCalls.filter((part) => part.providerKeyId === undefined).map(({ model, usage }) => ({
+    model,
+    inputTokens: usage.inputTokens,
+    cachedTokens: usage.cachedTokens,
+    outputTokens: usage.outputTokens
+  }))
+  return {
+    providerKeyId,
+    feeMicroMyr: Math.max(0, cost - costOfParts(prices, inFull, sources.searches, sources.pages))
+  }
+}
 
 /** The call's attempts as its log row keeps them. */
 const loggedAttempts = (call: HeldCall): ReadonlyArray<LoggedAttempt> =>

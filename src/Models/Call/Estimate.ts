@@ -3,7 +3,7 @@ import { ContextLengthExceeded, InvalidRequest } from "../../Domain/Errors.js"
 import type { MicroMyr } from "../../Domain/Money.js"
 import { fromMyr, microMyr, toMyrString } from "../../Domain/Money.js"
 import type { BilledUsage, ModelTokens, PriceTable } from "../../Domain/Prices.js"
-import { costOf, costOfParts, withSafetyMargin } from "../../Domain/Prices.js"
+import { costOf, costOfParts, FULL_SHARE_BPS, withSafetyMargin } from "../../Domain/Prices.js"
 import { countRequest } from "../../Providers/ContentTokens.js"
 import type { Capabilities, UpstreamMessage } from "../../Providers/Provider.js"
 import { CONTEXT_WINDOW, MAX_OUTPUT_TOKENS } from "../OpenAi/Api.js"
@@ -185,7 +185,10 @@ export const billedCost = (
   tokenShareBps?: number
 ): MicroMyr => {
   if (usage === null) return microMyr(0)
-  const moved = elsewhere.filter((part) => part.model !== upstreamModel)
+  // Parts at another model's prices, or at another share of them (a planning call on another provider).
+  const moved = elsewhere.filter((part) =>
+    part.model !== upstreamModel || (part.shareBps ?? FULL_SHARE_BPS) !== (tokenShareBps ?? FULL_SHARE_BPS)
+  )
   const less = (pick: (part: ModelTokens) => number) => moved.reduce((sum, part) => sum + pick(part), 0)
   const own: ModelTokens = {
     model: upstreamModel,

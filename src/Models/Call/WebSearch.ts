@@ -44,10 +44,14 @@ export interface PlanningUsage {
   readonly cachedTokens: number
 }
 
-/** One planning call's tokens and the model that answered it (a fallback's, maybe): billed at that model's prices. */
+/**
+ * One planning call's tokens and the model that answered it (a fallback's, maybe): billed at that model's
+ * prices; answered on a team's own provider key, at the fee of the call's own model's.
+ */
 export interface PlanningCall {
   readonly model: string
   readonly usage: PlanningUsage
+  readonly providerKeyId?: string | undefined
 }
 
 export interface Sources {
@@ -261,6 +265,12 @@ const planningUsageOf = (
     })
   })
 
+/** A planning call's tokens, at the model that answered it (`served`; none yet: the call's own model). */
+const planningCallOf = (model: string, served: UpstreamAttempt | undefined, usage: PlanningUsage): PlanningCall =>
+  served?.providerKeyId === undefined
+    ? { model: served?.model ?? model, usage }
+    : { model, usage, providerKeyId: served.providerKeyId }
+
 /** The user's last message, as a query of last resort when the planner writes none. */
 const lastQuestion = (messages: ReadonlyArray<Message>): string =>
   clip([...messages].reverse().find((message) => message.role === "user")?.content ?? "", 200)
@@ -275,7 +285,7 @@ const runSearch = Effect.fnUntraced(
     const planningCalls: Array<PlanningCall> = []
     // A planning call in flight: its prompt counts (a call cut now is billed for it), at the model it went to.
     let planningSent = NO_USAGE
-    let planningSentTo = call.model
+    let planningAnsweredBy: UpstreamAttempt | undefined
     let searchesSent = 0
     let pagesRead = 0
     let pagesPlanned = 0
@@ -286,7 +296,7 @@ const runSearch = Effect.fnUntraced(
         planning: addUsage(planning, planningSent),
         planningCalls: planningSent === NO_USAGE
           ? [...planningCalls]
-          : [...planningCalls, { model: planningSentTo, usage: planningSent }]
+          : [...planningCalls, planningCallOf(call.model, planningAnsweredBy, planningSent)]
       })
     )
     for (const [round, budget] of plan.rounds.entries()) {
@@ -294,14 +304,14 @@ const runSearch = Effect.fnUntraced(
       const earlier = round === 0 ? undefined : { queries: queriesRun, results }
       const prompt = planningMessages(messages, budget.queries, today, earlier)
       planningSent = { ...NO_USAGE, inputTokens: countMessages(prompt) }
-      planningSentTo = call.model
+      planningAnsweredBy = undefined
       yield* tell
       // The fallback provider tells which target answered, as it does for the call itself.
       const attempts: Array<UpstreamAttempt> = []
       // Refused by every target (no answer began): the upstream ran nothing, so the prompt no longer counts.
       const unlessAccepted = Effect.suspend(() => {
         const accepted = servedBy(attempts)
-        if (Option.isSome(accepted)) planningSentTo = accepted.value.model
+        if (Option.isSome(accepted)) planningAnsweredBy = accepted.value
         else planningSent = NO_USAGE
         return tell
       })
@@ -315,10 +325,7 @@ const runSearch = Effect.fnUntraced(
       }).pipe(Effect.tapError(() => unlessAccepted))
       const used = planningUsageOf(prompt, answer.text, answer.usage)
       planning = addUsage(planning, used)
-      planningCalls.push({
-        model: Option.match(servedBy(attempts), { onNone: () => call.model, onSome: (a) => a.model }),
-        usage: used
-      })
+      planningCalls.push(planningCallOf(call.model, Option.getOrUndefined(servedBy(attempts)), used))
       planningSent = NO_USAGE
       yield* tell
       const written = parseQueries(answer.text, budget.queries + queriesRun.length)

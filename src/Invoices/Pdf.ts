@@ -1,6 +1,4 @@
 import { Effect } from "effect"
-import PDFDocument from "pdfkit"
-import * as QRCode from "qrcode"
 import type { DocumentDetail, DocumentLine, DocumentType, Party } from "./Api.js"
 import { STATE_CODES } from "./Api.js"
 
@@ -404,6 +402,8 @@ const draw = (doc: Doc, document: DocumentDetail, qr: Buffer | undefined): void 
 }
 
 const render = async (document: DocumentDetail, options: { readonly title?: string }): Promise<Uint8Array> => {
+  // Loaded with the first document, not at start (docs/performance.md, "Modules loaded when used").
+  const [{ default: PDFDocument }, QRCode] = await Promise.all([import("pdfkit"), import("qrcode")])
   const url = document.e_invoice.validation_url
   const qr = document.e_invoice.status === "valid" && url !== null
     // A link too long for a QR code is printed without one.

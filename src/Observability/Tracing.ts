@@ -1,4 +1,3 @@
-import { OtlpSerialization, OtlpTracer } from "@effect/opentelemetry"
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { Config, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../AppConfig.js"
@@ -9,7 +8,8 @@ export const tracesUrl = (endpoint: string): string => `${endpoint.replace(/\/+$
 /**
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans (requests, SQL statements,
  * the call's steps) go there over OTLP/HTTP in batches. Unset, no tracer is
- * installed, so no span is made and nothing is paid for them.
+ * installed, so no span is made and nothing is paid for them; the exporter's
+ * modules are not even loaded (some 17 MB of heap: docs/performance.md, "Modules loaded when used").
  */
 export const TracingLive = Layer.unwrapEffect(
   Effect.gen(function*() {
@@ -18,11 +18,15 @@ export const TracingLive = Layer.unwrapEffect(
     return Option.match(otlpEndpoint, {
       onNone: () => Layer.setTracerEnabled(false),
       onSome: (endpoint) =>
-        OtlpTracer.layer({
-          url: tracesUrl(endpoint),
-          resource: { serviceName },
-          exportInterval: "1 second"
-        }).pipe(Layer.provide([OtlpSerialization.layerJson, FetchHttpClient.layer]))
+        Layer.unwrapEffect(Effect.map(
+          Effect.promise(() => import("@effect/opentelemetry")),
+          ({ OtlpSerialization, OtlpTracer }) =>
+            OtlpTracer.layer({
+              url: tracesUrl(endpoint),
+              resource: { serviceName },
+              exportInterval: "1 second"
+            }).pipe(Layer.provide([OtlpSerialization.layerJson, FetchHttpClient.layer]))
+        ))
     })
   })
 )

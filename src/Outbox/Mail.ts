@@ -1,6 +1,5 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer, Option, Redacted, Schedule, Schema } from "effect"
-import nodemailer from "nodemailer"
 import { AppConfig } from "../AppConfig.js"
 import { makeTestLayer } from "../Domain/TestLayer.js"
 import { now } from "../Domain/Time.js"
@@ -43,7 +42,12 @@ export class Mail extends Context.Tag("nenas/Mail")<Mail, {
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const config = yield* AppConfig
-      const transport = Option.map(config.smtpUrl, (url) => nodemailer.createTransport(Redacted.value(url)))
+      // Loaded only where emails go out (docs/performance.md, "Modules loaded when used").
+      const transport = Option.isNone(config.smtpUrl)
+        ? Option.none()
+        : Option.some((yield* Effect.promise(() => import("nodemailer"))).default.createTransport(
+          Redacted.value(config.smtpUrl.value)
+        ))
       const render = (text: string) => text.replaceAll(DASHBOARD_URL, config.dashboardUrl)
 
       const claim = SqlSchema.findAll({

@@ -257,10 +257,15 @@ describe("a call answered on a team's own provider key: a share of its tokens' p
     // The call's own output token on the key: 6.72 × 5% = 0.336; its planning call's input on nenas: 1.68.
     const call = { inputTokens: 1, cachedTokens: 0, outputTokens: 1, searches: 0, pages: 0 }
     expect(billedCost(DEFAULT_PRICES, GENERAL, call, 100, planning, 500)).toBe(3)
-    expect(costOfParts(DEFAULT_PRICES, [
-      { model: GENERAL, inputTokens: 1, cachedTokens: 0, outputTokens: 0 },
-      { model: GENERAL, inputTokens: 0, cachedTokens: 0, outputTokens: 1, shareBps: 500 }
-    ], 0, 0)).toBe(3)
+    expect(costOfParts(
+      DEFAULT_PRICES,
+      [
+        { model: GENERAL, inputTokens: 1, cachedTokens: 0, outputTokens: 0 },
+        { model: GENERAL, inputTokens: 0, cachedTokens: 0, outputTokens: 1, shareBps: 500 }
+      ],
+      0,
+      0
+    )).toBe(3)
   })
 
   it("exact past 2^53: a million output tokens at the fallback's price, 0.01% of it", () => {

@@ -207,9 +207,9 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("provider keys on
         expect(row?.costMicroMyr).toBe(FEE)
         // The key's own spend counts the fee, as its monthly limit does.
         const keys = yield* call("GET", "/dashboard/api-keys", { token: team.token })
-        const spent = (keys.body.keys as ReadonlyArray<{ id: string; month_to_date_spend_micro_myr: number }>).find((k) =>
-          k.id === team.keyId
-        )
+        const spent = (keys.body.keys as ReadonlyArray<{ id: string; month_to_date_spend_micro_myr: number }>).find((
+          k
+        ) => k.id === team.keyId)
         expect(spent?.month_to_date_spend_micro_myr).toBe(FEE)
         // Usage and the overview count the call apart from nenas-answered ones.
         const overview = yield* call("GET", "/dashboard/overview", { token: team.token })

@@ -191,6 +191,10 @@ export class ResponseCache extends Context.Tag("nenas/ResponseCache")<ResponseCa
             (rows) => Effect.sync(() => rows.forEach((row) => forget(slot(accountId, row.cacheKey))))
           ), { discard: true })
 
+      // A flush and an emptying never overlap here: a flush's write landing after the emptying's delete
+      // would put back an answer the caller has just seen dropped.
+      const writing = yield* Effect.makeSemaphore(1)
+
       const flushOnce = Effect.suspend(() => {
         const batch = [...queued.values()].slice(0, FLUSH_BATCH)
         const touches = [...used.values()]
@@ -245,8 +249,9 @@ export class ResponseCache extends Context.Tag("nenas/ResponseCache")<ResponseCa
         )
       })
 
-      yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(FLUSH_EVERY), flushOnce)))
-      yield* Effect.addFinalizer(() => flushOnce)
+      const flush = writing.withPermits(1)(flushOnce)
+      yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(FLUSH_EVERY), flush)))
+      yield* Effect.addFinalizer(() => flush)
 
       const clear = (accountId: string) =>
         sql.withTransaction(Effect.gen(function*() {
@@ -256,9 +261,9 @@ export class ResponseCache extends Context.Tag("nenas/ResponseCache")<ResponseCa
           `
           yield* sql`SELECT pg_notify(${CACHE_CHANNEL}, ${accountId})`
           return rows[0]?.count ?? 0
-        })).pipe(Effect.tap(() => Effect.sync(() => dropAccount(accountId))))
+        })).pipe(Effect.tap(() => Effect.sync(() => dropAccount(accountId))), writing.withPermits(1))
 
-      return { lookup, put, clear, flush: flushOnce }
+      return { lookup, put, clear, flush }
     })
   )
 }

@@ -83,7 +83,7 @@ export const waitHttp = async (child: Child, url: string, timeoutMs: number) => 
  * BENCH_NODE_ARGS gives others (space-separated; "" for none), to weigh a flag's CPU against its memory.
  */
 export const SERVICE_NODE_ARGS: ReadonlyArray<string> = process.env["BENCH_NODE_ARGS"] === undefined
-  ? ["--max-semi-space-size=64"]
+  ? ["--max-semi-space-size=32", "--heap-growing-percent=30"]
   : process.env["BENCH_NODE_ARGS"].split(" ").filter((flag) => flag !== "")
 
 /** Compiles the service as production runs it (`npm run build`'s TypeScript half; incremental) into `dist/`. */

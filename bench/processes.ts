@@ -1,7 +1,7 @@
 /** Child processes of the benchmark: started with their output in a file, stopped by their own PID. */
 import { spawn, spawnSync } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
-import { closeSync, openSync } from "node:fs"
+import { closeSync, openSync, readFileSync } from "node:fs"
 import { readFile } from "node:fs/promises"
 import { join } from "node:path"
 import { freePort } from "../src/Database/EmbeddedPostgres.js"
@@ -78,12 +78,20 @@ export const waitHttp = async (child: Child, url: string, timeoutMs: number) => 
   throw new Error(`${child.name} was not ready at ${url} within ${timeoutMs} ms:\n${await tail(child)}`)
 }
 
+/** The node flags of `npm run start:prod` (package.json), as production runs the service. */
+const productionNodeFlags = (): ReadonlyArray<string> => {
+  const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+    readonly scripts: Record<string, string>
+  }
+  return (manifest.scripts["start:prod"] ?? "").split(" ").filter((word) => word.startsWith("--"))
+}
+
 /**
- * The node flags the service runs with: as the Dockerfile and `npm run start:prod` run it, unless
- * BENCH_NODE_ARGS gives others (space-separated; "" for none), to weigh a flag's CPU against its memory.
+ * The node flags the service runs with: `npm run start:prod`'s, unless BENCH_NODE_ARGS gives others
+ * (space-separated; "" for none), to weigh a flag's CPU against its memory.
  */
 export const SERVICE_NODE_ARGS: ReadonlyArray<string> = process.env["BENCH_NODE_ARGS"] === undefined
-  ? ["--max-semi-space-size=32", "--heap-growing-percent=30"]
+  ? productionNodeFlags()
   : process.env["BENCH_NODE_ARGS"].split(" ").filter((flag) => flag !== "")
 
 /** Compiles the service as production runs it (`npm run build`'s TypeScript half; incremental) into `dist/`. */

@@ -206,11 +206,10 @@ layer(Server, { excludeTestServices: true, timeout: 120_000 })("provider keys on
         expect(row?.byokFeeMicroMyr).toBe(FEE)
         expect(row?.costMicroMyr).toBe(FEE)
         // The key's own spend counts the fee, as its monthly limit does.
-        const keys = yield* call("GET", "/dashboard/api-keys", { token: team.token })
-        const spent = (keys.body.keys as ReadonlyArray<{ id: string; month_to_date_spend_micro_myr: number }>).find((
-          k
-        ) => k.id === team.keyId)
-        expect(spent?.month_to_date_spend_micro_myr).toBe(FEE)
+        const keys = (yield* call("GET", "/dashboard/api-keys", { token: team.token })).body.keys as ReadonlyArray<
+          { id: string; month_to_date_spend_micro_myr: number }
+        >
+        expect(keys.find((k) => k.id === team.keyId)?.month_to_date_spend_micro_myr).toBe(FEE)
         // Usage and the overview count the call apart from nenas-answered ones.
         const overview = yield* call("GET", "/dashboard/overview", { token: team.token })
         const today = overview.body.today_usage as Record<string, number>
